@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs what building and testing Weir needs on Debian, from Debian's packages and PyPI.
+# Idempotent: installs only what is missing. Needs root (or sudo).
+#
+#   scripts/install-deps.sh build   # what `cargo build` needs: libclang (bindgen for RocksDB)
+#   scripts/install-deps.sh test    # plus the clients the tests drive: psql, psycopg, pgjdbc
+set -euo pipefail
+
+what=${1:-test}
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+
+apt_missing=()
+need_deb() { dpkg -s "$1" >/dev/null 2>&1 || apt_missing+=("$1"); }
+
+need_deb libclang-dev
+need_deb make
+if [ "$what" = test ]; then
+  need_deb postgresql-client
+  need_deb libpostgresql-jdbc-java
+  need_deb default-jdk-headless
+fi
+
+if [ ${#apt_missing[@]} -gt 0 ]; then
+  echo "installing from Debian: ${apt_missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${apt_missing[@]}" >/dev/null
+fi
+
+if [ "$what" = test ]; then
+  if ! python3 -c 'import psycopg' 2>/dev/null; then
+    echo "installing from PyPI: psycopg[binary]"
+    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore 'psycopg[binary]==3.2.*'
+  fi
+fi

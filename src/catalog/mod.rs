@@ -1,0 +1,238 @@
+//! The catalog: which relations exist, their schemas and keys, and the state tables holding
+//! their rows. It is the single owner of that knowledge; DataFusion sees it through
+//! [`provider`], the SQL front end changes it through [`Catalog::create_table`] and
+//! [`Catalog::drop_relation`].
+//!
+//! Invariants:
+//! - Every entry is durable before the call that made it returns (see [`persist`]); on start the
+//!   catalog is rebuilt from the store alone.
+//! - Creating or dropping a relation and creating or deleting its rows happen in one atomic
+//!   write batch.
+//! - Names are unique across all relations of the one schema, `public`.
+
+pub mod dml;
+pub mod persist;
+pub mod provider;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use parking_lot::RwLock;
+
+pub use persist::{RelationDef, RelationKind};
+
+use crate::error::{Result, SqlState, WeirError};
+use crate::state::keys::TableId;
+use crate::state::store::{StateStore, WriteBatch};
+use crate::state::StateTable;
+
+/// Name of the hidden key column of tables without a primary key.
+pub const ROW_ID_COLUMN: &str = "_row_id";
+
+/// The one schema every relation lives in.
+pub const DEFAULT_SCHEMA: &str = "public";
+
+/// A live relation: its definition plus what is derived from it.
+pub struct Relation {
+    pub def: RelationDef,
+    /// User-visible columns.
+    pub schema: SchemaRef,
+    /// Where its rows are (stored columns: the user's, then the hidden row id if any).
+    pub table: Arc<StateTable>,
+    /// Serialises writers of this relation, so a read-modify-write (UPDATE, DELETE) sees no
+    /// concurrent change.
+    pub write_lock: Arc<tokio::sync::Mutex<()>>,
+    /// Next hidden row id (tables without a primary key); persisted with each insert.
+    next_row_id: AtomicU64,
+}
+
+impl Relation {
+    pub fn has_hidden_row_id(&self) -> bool {
+        self.def.primary_key.is_empty()
+    }
+
+    /// Reserves `n` row ids, returning the first; the caller persists the new high-water mark
+    /// with [`Relation::persist_row_id`] in the same batch as the rows.
+    pub fn allocate_row_ids(&self, n: u64) -> u64 {
+        self.next_row_id.fetch_add(n, Ordering::SeqCst)
+    }
+
+    pub fn persist_row_id(&self, wb: &mut WriteBatch) {
+        let next = self.next_row_id.load(Ordering::SeqCst);
+        wb.put(
+            persist::sequence_key(&format!("rowid/{}", self.def.id)),
+            next.to_be_bytes().to_vec(),
+        );
+    }
+}
+
+pub struct Catalog {
+    store: Arc<dyn StateStore>,
+    database: String,
+    inner: RwLock<Inner>,
+}
+
+struct Inner {
+    by_name: BTreeMap<String, Arc<Relation>>,
+    next_id: TableId,
+}
+
+/// The first id handed to a relation; lower ids are reserved for system use.
+const FIRST_RELATION_ID: TableId = 1000;
+
+impl Catalog {
+    /// Rebuilds the catalog from the store.
+    pub fn open(store: Arc<dyn StateStore>, database: &str) -> Result<Catalog> {
+        let defs = persist::load_relations(store.as_ref())?;
+        let mut next_id = persist::load_next_id(store.as_ref())?.unwrap_or(FIRST_RELATION_ID);
+        let mut by_name = BTreeMap::new();
+        for def in defs {
+            next_id = next_id.max(def.id + 1);
+            let relation = Self::materialize(store.as_ref(), def)?;
+            by_name.insert(relation.def.name.clone(), Arc::new(relation));
+        }
+        Ok(Catalog {
+            store,
+            database: database.to_string(),
+            inner: RwLock::new(Inner { by_name, next_id }),
+        })
+    }
+
+    fn materialize(store: &dyn StateStore, def: RelationDef) -> Result<Relation> {
+        let schema = Arc::new(def.schema.clone());
+        let (stored_schema, key) = if def.primary_key.is_empty() {
+            let mut fields: Vec<Field> =
+                schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+            fields.push(Field::new(ROW_ID_COLUMN, DataType::Int64, false));
+            let n = fields.len();
+            (Arc::new(Schema::new(fields)), vec![n - 1])
+        } else {
+            (Arc::clone(&schema), def.primary_key.clone())
+        };
+        let next_row_id = persist::load_sequence(store, &format!("rowid/{}", def.id))?;
+        Ok(Relation {
+            table: Arc::new(StateTable::new(def.id, stored_schema, key)?),
+            schema,
+            def,
+            write_lock: Arc::new(tokio::sync::Mutex::new(())),
+            next_row_id: AtomicU64::new(next_row_id),
+        })
+    }
+
+    pub fn store(&self) -> &Arc<dyn StateStore> {
+        &self.store
+    }
+
+    pub fn database(&self) -> &str {
+        &self.database
+    }
+
+    pub fn get(&self, name: &str) -> Option<Arc<Relation>> {
+        self.inner.read().by_name.get(name).cloned()
+    }
+
+    pub fn relations(&self) -> Vec<Arc<Relation>> {
+        self.inner.read().by_name.values().cloned().collect()
+    }
+
+    /// Creates a table. Returns false (and changes nothing) when it exists and `if_not_exists`.
+    pub fn create_table(
+        &self,
+        name: &str,
+        definition: &str,
+        schema: Schema,
+        primary_key: Vec<usize>,
+        if_not_exists: bool,
+    ) -> Result<bool> {
+        let mut inner = self.inner.write();
+        if inner.by_name.contains_key(name) {
+            if if_not_exists {
+                return Ok(false);
+            }
+            return Err(WeirError::new(
+                SqlState::DUPLICATE_TABLE,
+                format!("relation \"{name}\" already exists"),
+            ));
+        }
+        let id = inner.next_id;
+        let def = RelationDef {
+            id,
+            name: name.to_string(),
+            kind: RelationKind::Table,
+            definition: definition.to_string(),
+            schema,
+            primary_key,
+        };
+        let relation = Self::materialize(self.store.as_ref(), def)?;
+        let mut wb = WriteBatch::default();
+        persist::put_relation(&relation.def, &mut wb)?;
+        persist::put_next_id(id + 1, &mut wb);
+        // A reused id must not see rows of an earlier life (ids are never reused, but be safe).
+        relation.table.clear(&mut wb);
+        self.store.write(wb)?;
+        inner.next_id = id + 1;
+        inner.by_name.insert(name.to_string(), Arc::new(relation));
+        Ok(true)
+    }
+
+    /// Drops a relation and its rows. Returns false when it does not exist and `if_exists`.
+    pub fn drop_relation(&self, name: &str, if_exists: bool) -> Result<bool> {
+        let mut inner = self.inner.write();
+        let Some(relation) = inner.by_name.get(name).cloned() else {
+            if if_exists {
+                return Ok(false);
+            }
+            return Err(WeirError::undefined_table(name));
+        };
+        let mut wb = WriteBatch::default();
+        persist::delete_relation(relation.def.id, &mut wb);
+        wb.delete(persist::sequence_key(&format!("rowid/{}", relation.def.id)));
+        relation.table.clear(&mut wb);
+        self.store.write(wb)?;
+        inner.by_name.remove(name);
+        Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::memory::MemoryStore;
+
+    fn schema() -> Schema {
+        Schema::new(vec![
+            Field::new("id", DataType::Int32, false),
+            Field::new("v", DataType::Utf8, true),
+        ])
+    }
+
+    #[test]
+    fn catalog_survives_reopen_and_ids_are_not_reused() {
+        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+        let cat = Catalog::open(store.clone(), "dev").unwrap();
+        assert!(cat
+            .create_table("a", "CREATE TABLE a (...)", schema(), vec![0], false)
+            .unwrap());
+        assert!(!cat.create_table("a", "", schema(), vec![0], true).unwrap());
+        let err = cat
+            .create_table("a", "", schema(), vec![0], false)
+            .unwrap_err();
+        assert_eq!(err.state, SqlState::DUPLICATE_TABLE);
+        let a_id = cat.get("a").unwrap().def.id;
+        cat.drop_relation("a", false).unwrap();
+        assert!(cat.create_table("b", "", schema(), vec![], false).unwrap());
+
+        let reopened = Catalog::open(store, "dev").unwrap();
+        assert!(reopened.get("a").is_none());
+        let b = reopened.get("b").unwrap();
+        assert!(b.def.id > a_id);
+        assert!(b.has_hidden_row_id());
+        assert_eq!(b.table.schema().fields().len(), 3);
+        assert_eq!(
+            reopened.drop_relation("a", false).unwrap_err().state,
+            SqlState::UNDEFINED_TABLE
+        );
+    }
+}

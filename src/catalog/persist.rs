@@ -1,0 +1,100 @@
+//! How catalog entries are stored: one JSON document per relation at meta key
+//! `catalog/<id>`, plus the `catalog/next_id` counter, all in the metadata keyspace of the state
+//! store. Changes are made through [`WriteBatch`]es so that an entry and the data it governs
+//! change atomically.
+
+use serde::{Deserialize, Serialize};
+
+use datafusion::arrow::datatypes::Schema;
+
+use crate::error::{Result, SqlState, WeirError};
+use crate::state::keys::{meta_key, TableId};
+use crate::state::store::{ScanControl, StateStore, WriteBatch};
+
+/// What kind of relation an entry describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RelationKind {
+    /// A table fed by INSERT / UPDATE / DELETE.
+    Table,
+}
+
+/// The durable description of one relation. Everything else about it is derived from this.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RelationDef {
+    pub id: TableId,
+    pub name: String,
+    pub kind: RelationKind,
+    /// The statement that created it, as the user wrote it.
+    pub definition: String,
+    /// The user-visible columns.
+    pub schema: Schema,
+    /// Indices into `schema` of the primary key; empty when the table has none (rows are then
+    /// keyed by a hidden row id).
+    pub primary_key: Vec<usize>,
+}
+
+const ENTRY_PREFIX: &str = "catalog/rel/";
+const NEXT_ID_KEY: &str = "catalog/next_id";
+
+fn entry_key(id: TableId) -> Vec<u8> {
+    meta_key(&format!("{ENTRY_PREFIX}{id:010}"))
+}
+
+pub fn put_relation(def: &RelationDef, wb: &mut WriteBatch) -> Result<()> {
+    let json = serde_json::to_vec(def)
+        .map_err(|e| WeirError::internal(format!("encoding catalog entry: {e}")))?;
+    wb.put(entry_key(def.id), json);
+    Ok(())
+}
+
+pub fn delete_relation(id: TableId, wb: &mut WriteBatch) {
+    wb.delete(entry_key(id));
+}
+
+pub fn put_next_id(next: TableId, wb: &mut WriteBatch) {
+    wb.put(meta_key(NEXT_ID_KEY), next.to_be_bytes().to_vec());
+}
+
+pub fn load_next_id(store: &dyn StateStore) -> Result<Option<TableId>> {
+    match store.get(&meta_key(NEXT_ID_KEY))? {
+        None => Ok(None),
+        Some(v) => {
+            let bytes: [u8; 4] = v.as_slice().try_into().map_err(|_| corrupt("next_id"))?;
+            Ok(Some(TableId::from_be_bytes(bytes)))
+        }
+    }
+}
+
+pub fn load_relations(store: &dyn StateStore) -> Result<Vec<RelationDef>> {
+    let mut out = Vec::new();
+    store.scan_prefix(&meta_key(ENTRY_PREFIX), &mut |k, v| {
+        let def: RelationDef = serde_json::from_slice(v)
+            .map_err(|e| corrupt(&format!("{}: {e}", String::from_utf8_lossy(&k[4..]))))?;
+        out.push(def);
+        Ok(ScanControl::Continue)
+    })?;
+    Ok(out)
+}
+
+/// A per-table counter (hidden row ids), stored at `seq/<name>`.
+pub fn sequence_key(name: &str) -> Vec<u8> {
+    meta_key(&format!("seq/{name}"))
+}
+
+pub fn load_sequence(store: &dyn StateStore, name: &str) -> Result<u64> {
+    match store.get(&sequence_key(name))? {
+        None => Ok(0),
+        Some(v) => {
+            let bytes: [u8; 8] = v.as_slice().try_into().map_err(|_| corrupt(name))?;
+            Ok(u64::from_be_bytes(bytes))
+        }
+    }
+}
+
+fn corrupt(what: &str) -> WeirError {
+    WeirError::new(
+        SqlState::DATA_CORRUPTED,
+        format!("catalog entry {what} is corrupt"),
+    )
+}

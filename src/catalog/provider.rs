@@ -1,0 +1,252 @@
+//! The catalog as DataFusion sees it: [`WeirSchema`] (the `public` schema) and
+//! [`RelationTable`] (one relation). This is one of DataFusion's three touch-points in Weir (with
+//! `frontend::df_context` and the query handler); nothing else here knows DataFusion's
+//! catalog traits.
+//!
+//! Reads take the relation's rows from the store at scan time (one consistent snapshot per scan);
+//! writes are delegated to [`super::dml`].
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::catalog::{SchemaProvider, Session, TableProvider};
+use datafusion::common::{Constraint, Constraints, DFSchema};
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::datasource::TableType;
+use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::logical_expr::dml::InsertOp;
+use datafusion::logical_expr::Expr;
+use datafusion::physical_plan::{execute_stream, ExecutionPlan};
+
+use super::dml::{self, DmlExec};
+use super::{Catalog, Relation};
+use crate::error::WeirError;
+use crate::state::store::StateStore;
+
+/// The `public` schema: every relation of the catalog.
+#[derive(Clone)]
+pub struct WeirSchema {
+    catalog: Arc<Catalog>,
+}
+
+impl WeirSchema {
+    pub fn new(catalog: Arc<Catalog>) -> Self {
+        WeirSchema { catalog }
+    }
+}
+
+impl std::fmt::Debug for WeirSchema {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WeirSchema")
+    }
+}
+
+#[async_trait]
+impl SchemaProvider for WeirSchema {
+    fn table_names(&self) -> Vec<String> {
+        self.catalog
+            .relations()
+            .iter()
+            .map(|r| r.def.name.clone())
+            .collect()
+    }
+
+    async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        Ok(self.catalog.get(name).map(|relation| {
+            Arc::new(RelationTable::new(
+                relation,
+                Arc::clone(self.catalog.store()),
+            )) as Arc<dyn TableProvider>
+        }))
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        self.catalog.get(name).is_some()
+    }
+
+    fn register_table(
+        &self,
+        name: String,
+        _table: Arc<dyn TableProvider>,
+    ) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        Err(DataFusionError::NotImplemented(format!(
+            "cannot register {name}: use CREATE TABLE"
+        )))
+    }
+}
+
+/// One relation as a DataFusion table.
+pub struct RelationTable {
+    relation: Arc<Relation>,
+    store: Arc<dyn StateStore>,
+    constraints: Constraints,
+}
+
+impl std::fmt::Debug for Relation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Relation({})", self.def.name)
+    }
+}
+
+impl std::fmt::Debug for RelationTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RelationTable({})", self.relation.def.name)
+    }
+}
+
+impl RelationTable {
+    pub fn new(relation: Arc<Relation>, store: Arc<dyn StateStore>) -> Self {
+        let constraints = if relation.def.primary_key.is_empty() {
+            Constraints::default()
+        } else {
+            Constraints::new_unverified(vec![Constraint::PrimaryKey(
+                relation.def.primary_key.clone(),
+            )])
+        };
+        RelationTable {
+            relation,
+            store,
+            constraints,
+        }
+    }
+
+    fn df_schema(&self) -> DfResult<DFSchema> {
+        DFSchema::try_from_qualified_schema(self.relation.def.name.as_str(), &self.relation.schema)
+    }
+
+    fn physical(
+        &self,
+        state: &dyn Session,
+        exprs: Vec<Expr>,
+    ) -> DfResult<Vec<Arc<dyn datafusion::physical_expr::PhysicalExpr>>> {
+        let schema = self.df_schema()?;
+        exprs
+            .into_iter()
+            .map(|e| state.create_physical_expr(e, &schema))
+            .collect()
+    }
+}
+
+#[async_trait]
+impl TableProvider for RelationTable {
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.relation.schema)
+    }
+
+    fn constraints(&self) -> Option<&Constraints> {
+        Some(&self.constraints)
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let relation = Arc::clone(&self.relation);
+        let store = Arc::clone(&self.store);
+        let user_columns: Vec<usize> = (0..relation.schema.fields().len()).collect();
+        let batches = tokio::task::spawn_blocking(move || -> Result<_, WeirError> {
+            let stored = dml::scan_stored(&relation, store.as_ref())?;
+            stored
+                .iter()
+                .map(|b| b.project(&user_columns).map_err(WeirError::from))
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .await
+        .map_err(|e| DataFusionError::External(Box::new(e)))??;
+        Ok(MemorySourceConfig::try_new_exec(
+            &[batches],
+            self.schema(),
+            projection.cloned(),
+        )?)
+    }
+
+    async fn insert_into(
+        &self,
+        _state: &dyn Session,
+        input: Arc<dyn ExecutionPlan>,
+        insert_op: InsertOp,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        if insert_op != InsertOp::Append {
+            return Err(DataFusionError::NotImplemented(format!(
+                "{insert_op} is not supported"
+            )));
+        }
+        let relation = Arc::clone(&self.relation);
+        let store = Arc::clone(&self.store);
+        Ok(DmlExec::new(
+            format!("insert into {}", relation.def.name),
+            Box::new(move |ctx| {
+                Box::pin(async move {
+                    let stream = execute_stream(input, ctx)?;
+                    Ok(dml::insert(relation, store, stream).await?)
+                })
+            }),
+        ))
+    }
+
+    async fn delete_from(
+        &self,
+        state: &dyn Session,
+        filters: Vec<Expr>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let filters = self.physical(state, filters)?;
+        let relation = Arc::clone(&self.relation);
+        let store = Arc::clone(&self.store);
+        Ok(DmlExec::new(
+            format!("delete from {}", relation.def.name),
+            Box::new(move |_| {
+                Box::pin(async move { Ok(dml::delete(relation, store, filters).await?) })
+            }),
+        ))
+    }
+
+    async fn update(
+        &self,
+        state: &dyn Session,
+        assignments: Vec<(String, Expr)>,
+        filters: Vec<Expr>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let filters = self.physical(state, filters)?;
+        let mut planned = Vec::with_capacity(assignments.len());
+        for (column, expr) in assignments {
+            let index = self.relation.schema.index_of(&column).map_err(|_| {
+                DataFusionError::Plan(format!(
+                    "column \"{column}\" of relation \"{}\" does not exist",
+                    self.relation.def.name
+                ))
+            })?;
+            // Assigning a column to itself is what DataFusion does for untouched columns.
+            if matches!(&expr, Expr::Column(c) if c.name == column) {
+                continue;
+            }
+            planned.push((index, self.physical(state, vec![expr])?.remove(0)));
+        }
+        let relation = Arc::clone(&self.relation);
+        let store = Arc::clone(&self.store);
+        Ok(DmlExec::new(
+            format!("update {}", relation.def.name),
+            Box::new(move |_| {
+                Box::pin(async move { Ok(dml::update(relation, store, planned, filters).await?) })
+            }),
+        ))
+    }
+
+    async fn truncate(&self, _state: &dyn Session) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let relation = Arc::clone(&self.relation);
+        let store = Arc::clone(&self.store);
+        Ok(DmlExec::new(
+            format!("truncate {}", relation.def.name),
+            Box::new(move |_| {
+                Box::pin(async move { Ok(dml::delete(relation, store, vec![]).await?) })
+            }),
+        ))
+    }
+}

@@ -1,0 +1,216 @@
+//! Server configuration: defaults, overlaid by a TOML file (`--config`), overlaid by `WEIR_*`
+//! environment variables and command-line flags (clap treats those two alike; a flag wins).
+//!
+//! [`Config`] is plain data, built once in `main` and shared read-only with every layer.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::error::{Result, WeirError};
+
+/// How clients prove who they are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum AuthMethod {
+    /// Anyone may connect as any user (the default; Weir listens on loopback by default).
+    #[default]
+    Trust,
+    /// Cleartext password checked against `[[auth.users]]` (use with TLS).
+    Password,
+    /// SCRAM-SHA-256 against `[[auth.users]]`.
+    Scram,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct UserConfig {
+    pub name: String,
+    pub password: String,
+}
+
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct AuthConfig {
+    #[serde(default)]
+    pub method: AuthMethod,
+    #[serde(default)]
+    pub users: Vec<UserConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// PEM certificate chain.
+    pub cert: PathBuf,
+    /// PEM PKCS#8 private key.
+    pub key: PathBuf,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StorageConfig {
+    /// fsync the write-ahead log on every commit. Off by default: a process crash (`kill -9`)
+    /// loses nothing either way; an OS crash or power loss may lose the last writes without it.
+    pub sync_writes: bool,
+    /// RocksDB block cache, in MiB.
+    pub block_cache_mb: usize,
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        StorageConfig {
+            sync_writes: false,
+            block_cache_mb: 256,
+        }
+    }
+}
+
+/// The file format of `--config`; every key is optional.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub listen: Option<String>,
+    pub data_dir: Option<PathBuf>,
+    pub metrics_listen: Option<String>,
+    pub log: Option<String>,
+    pub database: Option<String>,
+    #[serde(default)]
+    pub auth: AuthConfig,
+    pub tls: Option<TlsConfig>,
+    #[serde(default)]
+    pub storage: StorageConfig,
+}
+
+/// The resolved configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    pub metrics_listen: Option<SocketAddr>,
+    pub log: String,
+    /// The one database this server serves (what `psql -d` should name; others are refused).
+    pub database: String,
+    pub auth: AuthConfig,
+    pub tls: Option<TlsConfig>,
+    pub storage: StorageConfig,
+}
+
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:4566";
+pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9464";
+pub const DEFAULT_DATA_DIR: &str = "./weir-data";
+pub const DEFAULT_DATABASE: &str = "dev";
+
+/// Values given on the command line or in the environment (None = not given).
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    pub listen: Option<String>,
+    pub data_dir: Option<PathBuf>,
+    pub metrics_listen: Option<String>,
+    pub log: Option<String>,
+}
+
+impl Config {
+    /// Defaults < file < overrides.
+    pub fn resolve(file: Option<&Path>, overrides: Overrides) -> Result<Config> {
+        let file_cfg = match file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    WeirError::io(format!("cannot read config file {}: {e}", path.display()))
+                })?;
+                toml::from_str::<FileConfig>(&text).map_err(|e| {
+                    WeirError::new(
+                        crate::error::SqlState("F0000"),
+                        format!("invalid config file {}: {e}", path.display()),
+                    )
+                })?
+            }
+            None => FileConfig::default(),
+        };
+        let listen = overrides
+            .listen
+            .or(file_cfg.listen)
+            .unwrap_or_else(|| DEFAULT_LISTEN.into());
+        let metrics = overrides
+            .metrics_listen
+            .or(file_cfg.metrics_listen)
+            .unwrap_or_else(|| DEFAULT_METRICS_LISTEN.into());
+        let config = Config {
+            listen: parse_addr("listen", &listen)?,
+            data_dir: overrides
+                .data_dir
+                .or(file_cfg.data_dir)
+                .unwrap_or_else(|| DEFAULT_DATA_DIR.into()),
+            metrics_listen: if metrics.is_empty() || metrics == "off" {
+                None
+            } else {
+                Some(parse_addr("metrics-listen", &metrics)?)
+            },
+            log: overrides
+                .log
+                .or(file_cfg.log)
+                .unwrap_or_else(|| "info".into()),
+            database: file_cfg.database.unwrap_or_else(|| DEFAULT_DATABASE.into()),
+            auth: file_cfg.auth,
+            tls: file_cfg.tls,
+            storage: file_cfg.storage,
+        };
+        if config.auth.method != AuthMethod::Trust && config.auth.users.is_empty() {
+            return Err(WeirError::new(
+                crate::error::SqlState("F0000"),
+                "auth.method is password or scram but no [[auth.users]] are configured",
+            ));
+        }
+        Ok(config)
+    }
+}
+
+fn parse_addr(what: &str, s: &str) -> Result<SocketAddr> {
+    use std::net::ToSocketAddrs;
+    s.to_socket_addrs()
+        .ok()
+        .and_then(|mut it| it.next())
+        .ok_or_else(|| {
+            WeirError::new(
+                crate::error::SqlState("F0000"),
+                format!("--{what}: not a HOST:PORT address: {s}"),
+            )
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_override_file_which_overrides_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("weir.toml");
+        std::fs::write(
+            &path,
+            "listen = \"127.0.0.1:7000\"\ndata_dir = \"/tmp/x\"\n[auth]\nmethod = \"scram\"\n[[auth.users]]\nname = \"u\"\npassword = \"p\"\n",
+        )
+        .unwrap();
+        let cfg = Config::resolve(
+            Some(&path),
+            Overrides {
+                listen: Some("127.0.0.1:7001".into()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(cfg.listen.port(), 7001);
+        assert_eq!(cfg.data_dir, PathBuf::from("/tmp/x"));
+        assert_eq!(cfg.metrics_listen.unwrap().port(), 9464);
+        assert_eq!(cfg.auth.method, AuthMethod::Scram);
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("weir.toml");
+        std::fs::write(&path, "lisen = \"127.0.0.1:7000\"\n").unwrap();
+        let err = Config::resolve(Some(&path), Overrides::default()).unwrap_err();
+        assert!(err.message.contains("lisen"), "{}", err.message);
+    }
+}

@@ -1,0 +1,155 @@
+//! DataFusion, set up once for the server and cloned per session. This is the adapter between
+//! Weir and DataFusion's session machinery: catalog wiring, `pg_catalog`, configuration and the
+//! functions Postgres clients expect. A DataFusion upgrade should touch this file, the catalog
+//! provider and the query handler, and nothing else.
+//!
+//! The template [`SessionState`] holds the catalog list (shared: relations created by one session
+//! are visible to all), `pg_catalog` (from `datafusion-pg-catalog`, built as real relations over
+//! the catalog), `information_schema` (DataFusion's own) and the functions registered here.
+//! Each session gets its own copy of the state, so `SET TimeZone` in one does not leak into
+//! another.
+//!
+//! `information_schema` is DataFusion's, wrapped: its `columns.ordinal_position` counts from 0,
+//! the SQL standard and every client from 1.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::DataType;
+use datafusion::catalog::information_schema::InformationSchemaProvider;
+use datafusion::catalog::{CatalogProvider, MemoryCatalogProvider, SchemaProvider, TableProvider};
+use datafusion::common::ScalarValue;
+use datafusion::datasource::{provider_as_source, ViewTable};
+use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
+use datafusion::logical_expr::{col, lit, LogicalPlanBuilder};
+use datafusion::logical_expr::{create_udf, ColumnarValue, Volatility};
+use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider;
+
+use crate::catalog::provider::WeirSchema;
+use crate::catalog::{Catalog, DEFAULT_SCHEMA};
+use crate::error::{Result, WeirError};
+
+/// The Postgres version Weir reports; clients use it to pick protocol features.
+pub const SERVER_VERSION: &str = "15.0";
+
+/// What `version()` returns.
+pub fn version_string() -> String {
+    format!(
+        "PostgreSQL {SERVER_VERSION} (Weir {}) on x86_64-pc-linux-gnu, a streaming database",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
+/// Builds the template session state every session starts from.
+pub fn template_state(catalog: Arc<Catalog>) -> Result<SessionState> {
+    let database = catalog.database().to_string();
+    let mut config = SessionConfig::new()
+        .with_default_catalog_and_schema(&database, DEFAULT_SCHEMA)
+        .with_create_default_catalog_and_schema(false)
+        // Our own information_schema (below) replaces DataFusion's built-in one.
+        .with_information_schema(false)
+        .with_target_partitions(2);
+    let options = config.options_mut();
+    options.sql_parser.dialect = datafusion::config::Dialect::PostgreSQL;
+    options.execution.time_zone = Some("+00:00".to_string());
+    let state = SessionStateBuilder::new()
+        .with_config(config)
+        .with_default_features()
+        .build();
+    let ctx = SessionContext::new_with_state(state);
+
+    let db_catalog = Arc::new(MemoryCatalogProvider::new());
+    db_catalog
+        .register_schema(
+            DEFAULT_SCHEMA,
+            Arc::new(WeirSchema::new(Arc::clone(&catalog))),
+        )
+        .map_err(WeirError::from)?;
+    ctx.register_catalog(
+        &database,
+        Arc::clone(&db_catalog) as Arc<dyn CatalogProvider>,
+    );
+    let information_schema = InformationSchema {
+        inner: InformationSchemaProvider::new(ctx.state().catalog_list().clone()),
+    };
+    db_catalog
+        .register_schema("information_schema", Arc::new(information_schema))
+        .map_err(WeirError::from)?;
+
+    datafusion_pg_catalog::setup_pg_catalog(&ctx, &database, EmptyContextProvider)
+        .map_err(|e| WeirError::internal(format!("setting up pg_catalog: {e}")))?;
+
+    let version = version_string();
+    ctx.register_udf(create_udf(
+        "version",
+        vec![],
+        DataType::Utf8,
+        Volatility::Stable,
+        Arc::new(move |_| {
+            Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(
+                version.clone(),
+            ))))
+        }),
+    ));
+    Ok(ctx.state())
+}
+
+/// A session's own context, started from the template, knowing who its user is.
+pub fn session_context(template: &SessionState, user: &str) -> SessionContext {
+    let state = SessionStateBuilder::new_from_existing(template.clone()).build();
+    let ctx = SessionContext::new_with_state(state);
+    for name in ["current_user", "session_user", "user", "current_role"] {
+        let user = user.to_string();
+        ctx.register_udf(create_udf(
+            name,
+            vec![],
+            DataType::Utf8,
+            Volatility::Stable,
+            Arc::new(move |_| Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(user.clone()))))),
+        ));
+    }
+    ctx
+}
+
+/// DataFusion's information_schema with 1-based `columns.ordinal_position`.
+#[derive(Debug)]
+struct InformationSchema {
+    inner: InformationSchemaProvider,
+}
+
+#[async_trait]
+impl SchemaProvider for InformationSchema {
+    fn table_names(&self) -> Vec<String> {
+        self.inner.table_names()
+    }
+
+    async fn table(&self, name: &str) -> datafusion::error::Result<Option<Arc<dyn TableProvider>>> {
+        let table = self.inner.table(name).await?;
+        match table {
+            Some(columns) if name == "columns" => {
+                let schema = columns.schema();
+                let exprs: Vec<_> = schema
+                    .fields()
+                    .iter()
+                    .map(|f| {
+                        if f.name() == "ordinal_position" {
+                            (col(f.name()) + lit(1u64)).alias("ordinal_position")
+                        } else {
+                            col(f.name())
+                        }
+                    })
+                    .collect();
+                let plan = LogicalPlanBuilder::scan("columns", provider_as_source(columns), None)?
+                    .project(exprs)?
+                    .build()?;
+                Ok(Some(Arc::new(ViewTable::new(plan, None))))
+            }
+            other => Ok(other),
+        }
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        self.inner.table_exist(name)
+    }
+}

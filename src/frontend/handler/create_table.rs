@@ -1,0 +1,129 @@
+//! `CREATE TABLE name (columns, PRIMARY KEY ...)` and `CREATE TABLE name AS SELECT ...`.
+//!
+//! DataFusion plans the statement, which gives column types exactly as ad-hoc queries will see
+//! them and validates the column list; the catalog then records the table. With a primary key,
+//! an INSERT of an existing key replaces that row (upsert); without one, every row is kept,
+//! keyed by a hidden row id.
+
+use datafusion::arrow::datatypes::{Field, Schema};
+use datafusion::arrow::row::{RowConverter, SortField};
+use datafusion::common::Constraint;
+use datafusion::dataframe::DataFrameWriteOptions;
+use datafusion::logical_expr::{DdlStatement, LogicalPlan};
+use datafusion::sql::sqlparser::ast::Statement;
+
+use super::{query, relation_name};
+use crate::error::{Result, WeirError};
+use crate::frontend::{Frontend, Session, StatementResult};
+
+pub async fn handle(
+    fe: &Frontend,
+    session: &mut Session,
+    statement: Statement,
+) -> Result<StatementResult> {
+    let Statement::CreateTable(create) = &statement else {
+        unreachable!("dispatched on CreateTable")
+    };
+    let name = relation_name(&create.name)?;
+    if create.external || create.temporary {
+        return Err(WeirError::unsupported(
+            "TEMPORARY and EXTERNAL tables are not supported",
+        ));
+    }
+    let definition = statement.to_string();
+    let plan = query::plan(session, statement).await?;
+    let LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(cmt)) = plan else {
+        return Err(WeirError::unsupported(
+            "this form of CREATE TABLE is not supported",
+        ));
+    };
+    if cmt.or_replace {
+        return Err(WeirError::unsupported(
+            "CREATE OR REPLACE TABLE is not supported; DROP it first",
+        ));
+    }
+    if !cmt.column_defaults.is_empty() {
+        return Err(WeirError::unsupported(
+            "column DEFAULT values are not supported yet",
+        ));
+    }
+
+    let mut primary_key = Vec::new();
+    for constraint in cmt.constraints.iter() {
+        match constraint {
+            Constraint::PrimaryKey(columns) => primary_key = columns.clone(),
+            Constraint::Unique(_) => {
+                return Err(WeirError::unsupported(
+                    "UNIQUE constraints are not supported; declare a PRIMARY KEY",
+                ))
+            }
+        }
+    }
+    let input_schema = cmt.input.schema().as_arrow().clone();
+    // Primary key columns are NOT NULL, as in Postgres.
+    let fields: Vec<Field> = input_schema
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let f = f.as_ref().clone();
+            if primary_key.contains(&i) {
+                f.with_nullable(false)
+            } else {
+                f
+            }
+        })
+        .collect();
+    let schema = Schema::new(fields);
+    let sort_fields: Vec<SortField> = schema
+        .fields()
+        .iter()
+        .map(|f| SortField::new(f.data_type().clone()))
+        .collect();
+    if !RowConverter::supports_fields(&sort_fields) {
+        return Err(WeirError::unsupported(
+            "a column type of this table cannot be stored yet",
+        ));
+    }
+
+    let is_ctas = !matches!(cmt.input.as_ref(), LogicalPlan::EmptyRelation(_));
+    let created =
+        fe.catalog()
+            .create_table(&name, &definition, schema, primary_key, cmt.if_not_exists)?;
+    if !is_ctas {
+        return Ok(StatementResult::command("CREATE TABLE"));
+    }
+    if !created {
+        return Ok(StatementResult::Command {
+            tag: "SELECT".into(),
+            rows: Some(0),
+        });
+    }
+    let frame = session
+        .ctx
+        .execute_logical_plan(cmt.input.as_ref().clone())
+        .await?;
+    let written = frame.write_table(&name, DataFrameWriteOptions::new()).await;
+    match written {
+        Ok(batches) => {
+            let rows = batches
+                .iter()
+                .filter_map(|b| b.column_by_name("count"))
+                .filter_map(|c| {
+                    c.as_any()
+                        .downcast_ref::<datafusion::arrow::array::UInt64Array>()
+                        .map(|a| a.iter().flatten().sum::<u64>())
+                })
+                .sum::<u64>();
+            Ok(StatementResult::Command {
+                tag: "SELECT".into(),
+                rows: Some(rows as usize),
+            })
+        }
+        Err(e) => {
+            // CREATE TABLE AS is one statement: no table if its rows could not be written.
+            let _ = fe.catalog().drop_relation(&name, true);
+            Err(e.into())
+        }
+    }
+}

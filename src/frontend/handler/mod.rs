@@ -1,0 +1,148 @@
+//! Statement dispatch: one handler file per statement kind. [`execute`] runs a statement,
+//! [`describe`] tells the extended protocol what it takes and returns without running it.
+//!
+//! Statement kinds and their handlers:
+//! - `CREATE TABLE [AS]` -> [`create_table`]; `DROP` -> [`drop`]
+//! - `SELECT`, `INSERT`, `UPDATE`, `DELETE`, `TRUNCATE`, `EXPLAIN` -> [`query`] (DataFusion)
+//! - `SHOW TABLES`, `SHOW <setting>`, `SHOW ALL` -> [`show`]; `DESCRIBE t`, `SHOW COLUMNS` -> [`describe`]
+//! - `SET`, `RESET` -> [`set`]; `BEGIN`, `COMMIT`, `ROLLBACK` -> [`transaction`]
+//!
+//! Anything else is SQLSTATE 0A000, said plainly.
+
+pub mod create_table;
+pub mod describe;
+pub mod drop;
+pub mod query;
+pub mod set;
+pub mod show;
+pub mod transaction;
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::common::ParamValues;
+use datafusion::physical_plan::memory::MemoryStream;
+use datafusion::sql::sqlparser::ast::{Ident, ObjectName, ObjectNamePart, Statement};
+
+use super::{Frontend, Session, StatementDescription, StatementResult};
+use crate::catalog::DEFAULT_SCHEMA;
+use crate::error::{Result, SqlState, WeirError};
+
+pub async fn execute(
+    fe: &Frontend,
+    session: &mut Session,
+    statement: Statement,
+    params: Option<ParamValues>,
+) -> Result<StatementResult> {
+    match statement {
+        Statement::CreateTable(_) => create_table::handle(fe, session, statement).await,
+        Statement::Drop { .. } => drop::handle(fe, statement),
+        Statement::Query(_)
+        | Statement::Insert(_)
+        | Statement::Update(_)
+        | Statement::Delete(_)
+        | Statement::Truncate(_)
+        | Statement::Explain { .. } => query::handle(session, statement, params).await,
+        Statement::ShowTables { .. } => show::tables(fe),
+        Statement::ShowVariable { variable } => show::variable(session, &variable),
+        Statement::ExplainTable { table_name, .. } => describe::handle(fe, &table_name),
+        Statement::ShowColumns { show_options, .. } => {
+            match show_options.show_in.and_then(|s| s.parent_name) {
+                Some(name) => describe::handle(fe, &name),
+                None => Err(WeirError::syntax("SHOW COLUMNS needs FROM <table>")),
+            }
+        }
+        Statement::Set(set) => set::handle(session, set),
+        Statement::StartTransaction { .. }
+        | Statement::Commit { .. }
+        | Statement::Rollback { .. } => transaction::handle(statement),
+        Statement::Discard { .. } => Ok(StatementResult::command("DISCARD ALL")),
+        Statement::Deallocate { .. } => Ok(StatementResult::command("DEALLOCATE")),
+        other => Err(WeirError::unsupported(format!(
+            "statement not supported: {}",
+            first_words(&other.to_string())
+        ))),
+    }
+}
+
+pub async fn describe(
+    fe: &Frontend,
+    session: &mut Session,
+    statement: &Statement,
+) -> Result<StatementDescription> {
+    match statement {
+        Statement::Query(_)
+        | Statement::Insert(_)
+        | Statement::Update(_)
+        | Statement::Delete(_)
+        | Statement::Truncate(_)
+        | Statement::Explain { .. } => query::describe(session, statement).await,
+        // These only read the catalog or the session: running them is the simplest exact answer.
+        Statement::ShowTables { .. }
+        | Statement::ShowVariable { .. }
+        | Statement::ExplainTable { .. }
+        | Statement::ShowColumns { .. } => {
+            let columns = match execute(fe, session, statement.clone(), None).await? {
+                StatementResult::Rows { schema, .. } => Some(schema),
+                _ => None,
+            };
+            Ok(StatementDescription {
+                parameters: vec![],
+                columns,
+            })
+        }
+        _ => Ok(StatementDescription {
+            parameters: vec![],
+            columns: None,
+        }),
+    }
+}
+
+/// A rows result from batches already in memory.
+pub fn rows(batch: RecordBatch) -> Result<StatementResult> {
+    let schema = batch.schema();
+    let stream = MemoryStream::try_new(vec![batch], Arc::clone(&schema), None)?;
+    Ok(StatementResult::Rows {
+        schema,
+        stream: Box::pin(stream),
+    })
+}
+
+/// The relation name an object name refers to: unquoted identifiers fold to lower case, and the
+/// only schema is `public`.
+pub fn relation_name(name: &ObjectName) -> Result<String> {
+    let idents: Vec<&Ident> = name
+        .0
+        .iter()
+        .map(|p| match p {
+            ObjectNamePart::Identifier(i) => Ok(i),
+            other => Err(WeirError::syntax(format!("unexpected name part {other}"))),
+        })
+        .collect::<Result<_>>()?;
+    let fold = |i: &Ident| {
+        if i.quote_style.is_some() {
+            i.value.clone()
+        } else {
+            i.value.to_lowercase()
+        }
+    };
+    match idents.as_slice() {
+        [table] => Ok(fold(table)),
+        [schema, table] | [_, schema, table] => {
+            if fold(schema) != DEFAULT_SCHEMA {
+                return Err(WeirError::new(
+                    SqlState("3F000"),
+                    format!("schema \"{}\" does not exist", fold(schema)),
+                ));
+            }
+            Ok(fold(table))
+        }
+        _ => Err(WeirError::syntax(format!(
+            "improper qualified name: {name}"
+        ))),
+    }
+}
+
+fn first_words(sql: &str) -> String {
+    sql.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+}

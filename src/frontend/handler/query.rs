@@ -1,0 +1,98 @@
+//! Statements DataFusion plans and runs: SELECT, INSERT, UPDATE, DELETE, TRUNCATE, EXPLAIN.
+//!
+//! Writes reach the store through the catalog's table provider (`catalog::dml`); this handler
+//! only plans, binds parameters, runs, and turns a DML plan's `count` row into the command tag.
+
+use datafusion::arrow::array::UInt64Array;
+use datafusion::common::ParamValues;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::sql::parser::Statement as DfStatement;
+use datafusion::sql::sqlparser::ast::Statement;
+
+use crate::error::Result;
+use crate::frontend::{Session, StatementDescription, StatementResult};
+
+/// The command tag of a DML statement, None for statements that return rows.
+fn dml_tag(statement: &Statement) -> Option<&'static str> {
+    match statement {
+        Statement::Insert(_) => Some("INSERT"),
+        Statement::Update(_) => Some("UPDATE"),
+        Statement::Delete(_) => Some("DELETE"),
+        Statement::Truncate(_) => Some("TRUNCATE TABLE"),
+        _ => None,
+    }
+}
+
+pub async fn plan(session: &Session, statement: Statement) -> Result<LogicalPlan> {
+    let state = session.ctx.state();
+    Ok(state
+        .statement_to_plan(DfStatement::Statement(Box::new(statement)))
+        .await?)
+}
+
+pub async fn handle(
+    session: &mut Session,
+    statement: Statement,
+    params: Option<ParamValues>,
+) -> Result<StatementResult> {
+    let tag = dml_tag(&statement);
+    let mut logical = plan(session, statement).await?;
+    if let Some(params) = params {
+        logical = logical.with_param_values(params)?;
+    }
+    let frame = session.ctx.execute_logical_plan(logical).await?;
+    match tag {
+        Some(tag) => {
+            let batches = frame.collect().await?;
+            let count: u64 = batches
+                .iter()
+                .filter_map(|b| b.column_by_name("count"))
+                .filter_map(|c| {
+                    c.as_any()
+                        .downcast_ref::<UInt64Array>()
+                        .map(|a| a.iter().flatten().sum::<u64>())
+                })
+                .sum();
+            let rows = if tag == "TRUNCATE TABLE" {
+                None
+            } else {
+                Some(count as usize)
+            };
+            Ok(StatementResult::Command {
+                tag: tag.to_string(),
+                rows,
+            })
+        }
+        None => {
+            let schema = frame.schema().inner().clone();
+            let stream = frame.execute_stream().await?;
+            Ok(StatementResult::Rows { schema, stream })
+        }
+    }
+}
+
+pub async fn describe(session: &Session, statement: &Statement) -> Result<StatementDescription> {
+    let returns_rows = dml_tag(statement).is_none();
+    let logical = plan(session, statement.clone()).await?;
+    let mut params: Vec<(usize, Option<_>)> = logical
+        .get_parameter_types()?
+        .into_iter()
+        .filter_map(|(name, ty)| {
+            name.trim_start_matches('$')
+                .parse::<usize>()
+                .ok()
+                .map(|i| (i, ty))
+        })
+        .collect();
+    params.sort_by_key(|(i, _)| *i);
+    // $n may be used without $1..$n-1; fill the gaps so positions line up.
+    let count = params.last().map(|(i, _)| *i).unwrap_or(0);
+    let mut parameters = vec![None; count];
+    for (i, ty) in params {
+        parameters[i - 1] = ty;
+    }
+    Ok(StatementDescription {
+        parameters,
+        columns: returns_rows.then(|| logical.schema().inner().clone()),
+    })
+}

@@ -1,0 +1,68 @@
+//! `SHOW TABLES`, `SHOW <setting>` and `SHOW ALL`.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{RecordBatch, StringArray};
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use datafusion::sql::sqlparser::ast::Ident;
+
+use super::rows;
+use crate::catalog::RelationKind;
+use crate::error::Result;
+use crate::frontend::{Frontend, Session, StatementResult};
+
+fn text_columns(names: &[&str], columns: Vec<Vec<String>>) -> Result<StatementResult> {
+    let schema = Arc::new(Schema::new(
+        names
+            .iter()
+            .map(|n| Field::new(*n, DataType::Utf8, false))
+            .collect::<Vec<_>>(),
+    ));
+    let arrays = columns
+        .into_iter()
+        .map(|c| Arc::new(StringArray::from(c)) as _)
+        .collect();
+    rows(RecordBatch::try_new(schema, arrays)?)
+}
+
+pub fn tables(fe: &Frontend) -> Result<StatementResult> {
+    let names = fe
+        .catalog()
+        .relations()
+        .iter()
+        .filter(|r| r.def.kind == RelationKind::Table)
+        .map(|r| r.def.name.clone())
+        .collect();
+    text_columns(&["Name"], vec![names])
+}
+
+pub fn variable(session: &Session, variable: &[Ident]) -> Result<StatementResult> {
+    let words: Vec<&str> = variable.iter().map(|i| i.value.as_str()).collect();
+    // `SHOW TIME ZONE` arrives as two words, `SHOW myapp.tenant` as two parts of one name.
+    let spaced = words.join(" ").to_ascii_lowercase();
+    let name = match spaced.as_str() {
+        "time zone" | "transaction isolation level" | "session authorization" => spaced.clone(),
+        _ => words.join("."),
+    };
+    if name.eq_ignore_ascii_case("all") {
+        let all = session.all();
+        let (mut names, mut values, mut descriptions) = (vec![], vec![], vec![]);
+        for (n, v, d) in all {
+            names.push(n);
+            values.push(v);
+            descriptions.push(d);
+        }
+        return text_columns(
+            &["name", "setting", "description"],
+            vec![names, values, descriptions],
+        );
+    }
+    let name = match name.to_ascii_lowercase().as_str() {
+        "time zone" => "TimeZone".to_string(),
+        "transaction isolation level" => "transaction_isolation".to_string(),
+        "session authorization" => "session_authorization".to_string(),
+        _ => name,
+    };
+    let value = session.get(&name)?;
+    text_columns(&[name.to_ascii_lowercase().as_str()], vec![vec![value]])
+}

@@ -1,0 +1,404 @@
+//! One client session as the front end sees it: who is connected, the session's settings
+//! (`SET` / `SHOW`), its DataFusion context, and its transaction block state.
+//!
+//! Settings follow Postgres: names are case-insensitive, each has a default, some are
+//! read-only, and those Postgres reports to clients (`GUC_REPORT`) are queued as ParameterStatus
+//! messages when they change. Unknown names are an error (42704) unless they contain a dot
+//! (custom settings, as in Postgres).
+
+use std::collections::BTreeMap;
+
+use datafusion::prelude::SessionContext;
+
+use super::df_context::SERVER_VERSION;
+use crate::error::{Result, SqlState, WeirError};
+
+/// A known setting: its canonical name, default, whether clients are told of changes, and
+/// whether users may change it.
+struct SettingSpec {
+    name: &'static str,
+    default: &'static str,
+    reported: bool,
+    read_only: bool,
+    description: &'static str,
+}
+
+const SETTINGS: &[SettingSpec] = &[
+    SettingSpec {
+        name: "application_name",
+        default: "",
+        reported: true,
+        read_only: false,
+        description: "Sets the application name to be reported in statistics and logs.",
+    },
+    SettingSpec {
+        name: "bytea_output",
+        default: "hex",
+        reported: false,
+        read_only: false,
+        description: "Sets the output format for bytea.",
+    },
+    SettingSpec {
+        name: "client_encoding",
+        default: "UTF8",
+        reported: true,
+        read_only: false,
+        description: "Sets the client's character set encoding.",
+    },
+    SettingSpec {
+        name: "client_min_messages",
+        default: "notice",
+        reported: false,
+        read_only: false,
+        description: "Sets the message levels that are sent to the client.",
+    },
+    SettingSpec {
+        name: "DateStyle",
+        default: "ISO, MDY",
+        reported: true,
+        read_only: false,
+        description: "Sets the display format for date and time values.",
+    },
+    SettingSpec {
+        name: "default_transaction_isolation",
+        default: "read committed",
+        reported: false,
+        read_only: false,
+        description: "Sets the transaction isolation level of each new transaction.",
+    },
+    SettingSpec {
+        name: "default_transaction_read_only",
+        default: "off",
+        reported: true,
+        read_only: false,
+        description: "Sets the default read-only status of new transactions.",
+    },
+    SettingSpec {
+        name: "extra_float_digits",
+        default: "1",
+        reported: false,
+        read_only: false,
+        description: "Sets the number of digits displayed for floating-point values.",
+    },
+    SettingSpec {
+        name: "idle_in_transaction_session_timeout",
+        default: "0",
+        reported: false,
+        read_only: false,
+        description: "Accepted for compatibility.",
+    },
+    SettingSpec {
+        name: "implicit_flush",
+        default: "false",
+        reported: false,
+        read_only: false,
+        description: "Weir: each DML statement waits until its changes are visible in every view.",
+    },
+    SettingSpec {
+        name: "integer_datetimes",
+        default: "on",
+        reported: true,
+        read_only: true,
+        description: "Shows whether datetimes are integer based.",
+    },
+    SettingSpec {
+        name: "IntervalStyle",
+        default: "postgres",
+        reported: true,
+        read_only: false,
+        description: "Sets the display format for interval values.",
+    },
+    SettingSpec {
+        name: "is_superuser",
+        default: "on",
+        reported: true,
+        read_only: true,
+        description: "Shows whether the current user is a superuser.",
+    },
+    SettingSpec {
+        name: "lc_messages",
+        default: "en_US.UTF-8",
+        reported: false,
+        read_only: false,
+        description: "Sets the language in which messages are displayed.",
+    },
+    SettingSpec {
+        name: "lock_timeout",
+        default: "0",
+        reported: false,
+        read_only: false,
+        description: "Accepted for compatibility.",
+    },
+    SettingSpec {
+        name: "max_identifier_length",
+        default: "63",
+        reported: false,
+        read_only: true,
+        description: "Shows the maximum identifier length.",
+    },
+    SettingSpec {
+        name: "search_path",
+        default: "\"$user\", public",
+        reported: true,
+        read_only: false,
+        description: "Sets the schema search order for names that are not schema-qualified.",
+    },
+    SettingSpec {
+        name: "server_encoding",
+        default: "UTF8",
+        reported: true,
+        read_only: true,
+        description: "Shows the server (database) character set encoding.",
+    },
+    SettingSpec {
+        name: "server_version",
+        default: SERVER_VERSION,
+        reported: true,
+        read_only: true,
+        description: "Shows the server version.",
+    },
+    SettingSpec {
+        name: "server_version_num",
+        default: "150000",
+        reported: false,
+        read_only: true,
+        description: "Shows the server version as an integer.",
+    },
+    SettingSpec {
+        name: "standard_conforming_strings",
+        default: "on",
+        reported: true,
+        read_only: false,
+        description: "Causes '...' strings to treat backslashes literally.",
+    },
+    SettingSpec {
+        name: "statement_timeout",
+        default: "0",
+        reported: false,
+        read_only: false,
+        description: "Sets the maximum allowed duration of any statement (milliseconds, 0 = none).",
+    },
+    SettingSpec {
+        name: "TimeZone",
+        default: "UTC",
+        reported: true,
+        read_only: false,
+        description: "Sets the time zone for displaying and interpreting time stamps.",
+    },
+    SettingSpec {
+        name: "transaction_isolation",
+        default: "read committed",
+        reported: false,
+        read_only: false,
+        description: "Sets the current transaction's isolation level.",
+    },
+    SettingSpec {
+        name: "transaction_read_only",
+        default: "off",
+        reported: false,
+        read_only: false,
+        description: "Sets the current transaction's read-only status.",
+    },
+];
+
+fn spec(name: &str) -> Option<&'static SettingSpec> {
+    SETTINGS.iter().find(|s| s.name.eq_ignore_ascii_case(name))
+}
+
+/// The settings reported to a client right after it connects.
+pub fn startup_parameters() -> Vec<(&'static str, &'static str)> {
+    SETTINGS
+        .iter()
+        .filter(|s| s.reported)
+        .map(|s| (s.name, s.default))
+        .collect()
+}
+
+pub struct Session {
+    pub user: String,
+    pub database: String,
+    pub ctx: SessionContext,
+    /// Values set in this session, by canonical name (lower case for custom settings).
+    values: BTreeMap<String, String>,
+    /// ParameterStatus messages owed to the client.
+    reports: Vec<(String, String)>,
+}
+
+impl Session {
+    pub fn new(user: String, database: String, ctx: SessionContext) -> Session {
+        Session {
+            user,
+            database,
+            ctx,
+            values: BTreeMap::new(),
+            reports: Vec::new(),
+        }
+    }
+
+    /// The current value of a setting, or 42704 if there is no such setting.
+    pub fn get(&self, name: &str) -> Result<String> {
+        if name.eq_ignore_ascii_case("session_authorization") {
+            return Ok(self.user.clone());
+        }
+        match spec(name) {
+            Some(s) => Ok(self
+                .values
+                .get(s.name)
+                .cloned()
+                .unwrap_or_else(|| s.default.to_string())),
+            None => self
+                .values
+                .get(&name.to_ascii_lowercase())
+                .cloned()
+                .ok_or_else(|| unknown(name)),
+        }
+    }
+
+    /// Changes a setting; `None` resets it to its default.
+    pub fn set(&mut self, name: &str, value: Option<String>) -> Result<()> {
+        let Some(s) = spec(name) else {
+            if !name.contains('.') {
+                return Err(unknown(name));
+            }
+            match value {
+                Some(v) => self.values.insert(name.to_ascii_lowercase(), v),
+                None => self.values.remove(&name.to_ascii_lowercase()),
+            };
+            return Ok(());
+        };
+        if s.read_only {
+            return Err(WeirError::new(
+                SqlState("55P02"),
+                format!("parameter \"{}\" cannot be changed", s.name),
+            ));
+        }
+        let value = value.unwrap_or_else(|| s.default.to_string());
+        let value = self.apply(s.name, value)?;
+        if s.reported {
+            self.reports.push((s.name.to_string(), value.clone()));
+        }
+        self.values.insert(s.name.to_string(), value);
+        Ok(())
+    }
+
+    /// Validates a value and pushes it into DataFusion where it matters there. Returns the value
+    /// as it should be displayed.
+    fn apply(&mut self, name: &str, value: String) -> Result<String> {
+        match name {
+            "TimeZone" => {
+                let offset = timezone_offset(&value).ok_or_else(|| {
+                    WeirError::new(
+                        SqlState::INVALID_PARAMETER_VALUE,
+                        format!("invalid value for parameter \"TimeZone\": \"{value}\""),
+                    )
+                })?;
+                let state = self.ctx.state_ref();
+                state.write().config_mut().options_mut().execution.time_zone = Some(offset);
+                Ok(value)
+            }
+            "client_encoding" => {
+                let v = value.to_ascii_uppercase().replace('-', "");
+                if v != "UTF8" && v != "UNICODE" {
+                    return Err(WeirError::new(SqlState("22023"), format!("invalid value for parameter \"client_encoding\": \"{value}\" (only UTF8 is supported)")));
+                }
+                Ok("UTF8".into())
+            }
+            "implicit_flush"
+            | "standard_conforming_strings"
+            | "transaction_read_only"
+            | "default_transaction_read_only" => parse_bool(&value)
+                .map(|b| {
+                    if name == "implicit_flush" {
+                        b.to_string()
+                    } else if b {
+                        "on".into()
+                    } else {
+                        "off".into()
+                    }
+                })
+                .ok_or_else(|| {
+                    WeirError::new(
+                        SqlState::INVALID_PARAMETER_VALUE,
+                        format!("parameter \"{name}\" requires a Boolean value"),
+                    )
+                }),
+            "statement_timeout"
+            | "lock_timeout"
+            | "idle_in_transaction_session_timeout"
+            | "extra_float_digits" => {
+                let digits: String = value
+                    .chars()
+                    .take_while(|c| c.is_ascii_digit() || *c == '-')
+                    .collect();
+                digits.parse::<i64>().map_err(|_| {
+                    WeirError::new(
+                        SqlState::INVALID_PARAMETER_VALUE,
+                        format!("invalid value for parameter \"{name}\": \"{value}\""),
+                    )
+                })?;
+                Ok(value)
+            }
+            _ => Ok(value),
+        }
+    }
+
+    /// Every known setting with its value and description (SHOW ALL).
+    pub fn all(&self) -> Vec<(String, String, String)> {
+        SETTINGS
+            .iter()
+            .map(|s| {
+                (
+                    s.name.to_string(),
+                    self.get(s.name).unwrap_or_default(),
+                    s.description.to_string(),
+                )
+            })
+            .collect()
+    }
+
+    /// Takes the ParameterStatus messages owed to the client.
+    pub fn take_reports(&mut self) -> Vec<(String, String)> {
+        std::mem::take(&mut self.reports)
+    }
+
+    pub fn implicit_flush(&self) -> bool {
+        self.get("implicit_flush")
+            .map(|v| v == "true")
+            .unwrap_or(false)
+    }
+}
+
+fn unknown(name: &str) -> WeirError {
+    WeirError::new(
+        SqlState::UNDEFINED_PARAMETER,
+        format!("unrecognized configuration parameter \"{name}\""),
+    )
+}
+
+fn parse_bool(v: &str) -> Option<bool> {
+    match v.to_ascii_lowercase().as_str() {
+        "on" | "true" | "yes" | "1" | "t" => Some(true),
+        "off" | "false" | "no" | "0" | "f" => Some(false),
+        _ => None,
+    }
+}
+
+/// The fixed UTC offset DataFusion should use for a Postgres time zone name. Named zones other
+/// than UTC are passed through for DataFusion (chrono-tz) to resolve.
+fn timezone_offset(tz: &str) -> Option<String> {
+    let t = tz.trim();
+    if t.eq_ignore_ascii_case("utc")
+        || t.eq_ignore_ascii_case("gmt")
+        || t.eq_ignore_ascii_case("z")
+        || t == "Etc/UTC"
+    {
+        return Some("+00:00".into());
+    }
+    if t.starts_with('+') || t.starts_with('-') {
+        return Some(t.to_string());
+    }
+    if t.contains('/') {
+        return Some(t.to_string());
+    }
+    None
+}

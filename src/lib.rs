@@ -1,0 +1,33 @@
+//! # Weir: a streaming SQL database that speaks the Postgres wire protocol
+//!
+//! This crate is one server. A statement travels one way through it, and the modules are laid out
+//! in that order; each depends only on the ones below it in this list:
+//!
+//! ```text
+//! psql / JDBC / BI tool
+//!   -> server/     pgwire session: startup and auth, simple + extended query protocol,
+//!                  Arrow -> Postgres encoding, the session's settings and transaction state
+//!   -> frontend/   parse (sqlparser, Postgres dialect), then one handler per statement kind;
+//!                  DataFusion plans and runs queries and DML (behind `frontend::df_context`)
+//!   -> catalog/    the durable list of relations, and the DataFusion TableProvider over them
+//!   -> state/      keyed state tables (memcomparable keys from arrow-row) over RocksDB
+//! ```
+//!
+//! Cross-cutting pieces: [`config`] (flags, environment and TOML file), [`error`] (one error type
+//! whose kind maps to a SQLSTATE at the wire), [`metrics`] (the Prometheus registry and its
+//! `/metrics` endpoint).
+//!
+//! Invariants worth knowing before you change anything:
+//! - Nothing lives only in memory: every table row and catalog entry is written to RocksDB (with
+//!   its write-ahead log) before the statement that wrote it completes, so `kill -9` loses nothing
+//!   that a client was told succeeded.
+//! - A user-visible error always carries a SQLSTATE; a failing statement never takes the server
+//!   or another session down.
+
+pub mod catalog;
+pub mod config;
+pub mod error;
+pub mod frontend;
+pub mod metrics;
+pub mod server;
+pub mod state;

@@ -1,0 +1,84 @@
+//! The `weir` command: `weir` (or `weir serve`) runs the server. See docs/operations.md.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
+
+use weir::config::{Config, Overrides};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "weir",
+    version,
+    about = "Weir: a streaming SQL database speaking the Postgres wire protocol"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the server (the default).
+    Serve(ServeArgs),
+}
+
+#[derive(clap::Args, Debug, Clone, Default)]
+struct ServeArgs {
+    /// Address for Postgres clients [default: 127.0.0.1:4566]
+    #[arg(long, env = "WEIR_LISTEN", value_name = "HOST:PORT")]
+    listen: Option<String>,
+    /// Where tables, state and the catalog live [default: ./weir-data]
+    #[arg(long, env = "WEIR_DATA_DIR", value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// A TOML config file (flags and WEIR_* variables override it)
+    #[arg(long, env = "WEIR_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Address of the Prometheus /metrics endpoint, or "off" [default: 127.0.0.1:9464]
+    #[arg(long, env = "WEIR_METRICS_LISTEN", value_name = "HOST:PORT")]
+    metrics_listen: Option<String>,
+    /// Log filter, e.g. "info" or "weir=debug" [default: info]
+    #[arg(long, env = "WEIR_LOG", value_name = "FILTER")]
+    log: Option<String>,
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let args = match cli.command {
+        Some(Command::Serve(args)) => args,
+        None => cli.serve,
+    };
+    let overrides = Overrides {
+        listen: args.listen,
+        data_dir: args.data_dir,
+        metrics_listen: args.metrics_listen,
+        log: args.log,
+    };
+    let config = match Config::resolve(args.config.as_deref(), overrides) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("weir: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_new(&config.log).unwrap_or_else(|_| EnvFilter::new("info")))
+        .with_target(false)
+        .init();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("weir")
+        .build()
+        .expect("tokio runtime");
+    match runtime.block_on(weir::server::run(config)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            eprintln!("weir: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! The extended query protocol: Parse / Bind / Describe / Execute / Sync with named and unnamed
+//! statements and portals (pgwire keeps those stores), `$n` parameters in text or binary, and
+//! results in the formats the client binds.
+//!
+//! A prepared statement keeps its parsed AST and is planned again at Describe and at Execute, so
+//! it always sees the current catalog. Parameter types come from the client's Parse message
+//! where it gave them, else from DataFusion's inference.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use arrow_pg::datatypes::df::deserialize_parameters;
+use arrow_pg::datatypes::into_pg_type;
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::DataType;
+use datafusion::sql::sqlparser::ast::Statement;
+use futures::Sink;
+use pgwire::api::portal::{Format, Portal};
+use pgwire::api::query::ExtendedQueryHandler;
+use pgwire::api::results::{
+    DescribePortalResponse, DescribeResponse, DescribeStatementResponse, FieldInfo, Response,
+};
+use pgwire::api::stmt::{QueryParser, StoredStatement};
+use pgwire::api::store::PortalStore;
+use pgwire::api::{ClientInfo, ClientPortalStore, Type};
+use pgwire::error::{PgWireError, PgWireResult};
+use pgwire::messages::PgWireBackendMessage;
+
+use super::encode::fields;
+use super::session::{reject, run_statement, session_of, Block};
+use super::WeirHandler;
+use crate::error::WeirError;
+use crate::frontend::{Frontend, StatementDescription};
+
+/// A parsed prepared statement.
+#[derive(Clone, Debug)]
+pub struct Prepared {
+    pub sql: String,
+    pub statement: Statement,
+}
+
+pub struct WeirQueryParser {
+    pub frontend: Arc<Frontend>,
+}
+
+#[async_trait]
+impl QueryParser for WeirQueryParser {
+    type Statement = Prepared;
+
+    async fn parse_sql<C>(
+        &self,
+        _client: &C,
+        sql: &str,
+        _types: &[Option<Type>],
+    ) -> PgWireResult<Option<Prepared>>
+    where
+        C: ClientInfo + Unpin + Send + Sync,
+    {
+        let mut statements = self.frontend.parse(sql).map_err(reject)?;
+        match statements.len() {
+            0 => Ok(None),
+            1 => Ok(Some(Prepared {
+                sql: sql.to_string(),
+                statement: statements.remove(0),
+            })),
+            _ => Err(reject(WeirError::syntax(
+                "cannot insert multiple commands into a prepared statement",
+            ))),
+        }
+    }
+
+    // Describe is answered by the handler below (it needs the session); these are unused.
+    fn get_parameter_types(&self, _stmt: &Prepared) -> PgWireResult<Vec<Type>> {
+        Ok(vec![])
+    }
+
+    fn get_result_schema(
+        &self,
+        _stmt: &Prepared,
+        _format: Option<&Format>,
+    ) -> PgWireResult<Vec<FieldInfo>> {
+        Ok(vec![])
+    }
+}
+
+fn parameter_types(
+    described: &StatementDescription,
+    client_types: &[Option<Type>],
+) -> PgWireResult<Vec<Type>> {
+    let n = described.parameters.len().max(client_types.len());
+    (0..n)
+        .map(|i| match client_types.get(i).cloned().flatten() {
+            Some(t) => Ok(t),
+            None => match described.parameters.get(i).cloned().flatten() {
+                Some(dt) => into_pg_type(&dt),
+                None => Ok(Type::UNKNOWN),
+            },
+        })
+        .collect()
+}
+
+#[async_trait]
+impl ExtendedQueryHandler for WeirHandler {
+    type Statement = Prepared;
+    type QueryParser = WeirQueryParser;
+
+    fn query_parser(&self) -> Arc<Self::QueryParser> {
+        Arc::clone(&self.query_parser)
+    }
+
+    async fn do_describe_statement<C>(
+        &self,
+        client: &mut C,
+        target: &StoredStatement<Prepared>,
+    ) -> PgWireResult<DescribeStatementResponse>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Prepared>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let cell = session_of(self, client);
+        let mut session = cell.session.lock().await;
+        let described = self
+            .frontend
+            .describe(&mut session, &target.statement.statement)
+            .await
+            .map_err(reject)?;
+        let params = parameter_types(&described, &target.parameter_types)?;
+        let columns = match &described.columns {
+            Some(schema) => fields(schema, &Format::UnifiedText)?,
+            None => vec![],
+        };
+        Ok(DescribeStatementResponse::new(params, columns))
+    }
+
+    async fn do_describe_portal<C>(
+        &self,
+        client: &mut C,
+        portal: &Portal<Prepared>,
+    ) -> PgWireResult<DescribePortalResponse>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Prepared>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let cell = session_of(self, client);
+        let mut session = cell.session.lock().await;
+        let described = self
+            .frontend
+            .describe(&mut session, &portal.statement.statement.statement)
+            .await
+            .map_err(reject)?;
+        match &described.columns {
+            Some(schema) => Ok(DescribePortalResponse::new(fields(
+                schema,
+                &portal.result_column_format,
+            )?)),
+            None => Ok(DescribePortalResponse::no_data()),
+        }
+    }
+
+    async fn do_query<C>(
+        &self,
+        client: &mut C,
+        portal: &Portal<Prepared>,
+        _max_rows: usize,
+    ) -> PgWireResult<Response>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Prepared>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let cell = session_of(self, client);
+        let mut session = cell.session.lock().await;
+        let statement = portal.statement.statement.statement.clone();
+        let params = if portal.parameter_len() > 0 {
+            let described = self
+                .frontend
+                .describe(&mut session, &statement)
+                .await
+                .map_err(reject)?;
+            let inferred: Vec<Option<&DataType>> =
+                described.parameters.iter().map(|t| t.as_ref()).collect();
+            Some(deserialize_parameters(portal, &inferred)?)
+        } else {
+            None
+        };
+        let mut block = Block::from_status(client.transaction_status());
+        run_statement(
+            &self.frontend,
+            &cell,
+            &mut session,
+            client,
+            &mut block,
+            statement,
+            params,
+            &portal.result_column_format,
+        )
+        .await
+    }
+}

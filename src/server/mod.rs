@@ -1,0 +1,186 @@
+//! The Postgres wire server: accepts connections, negotiates TLS, and drives each one with
+//! pgwire, handing statements to the [`Frontend`].
+//!
+//! - [`auth`]: startup, authentication, ParameterStatus, cancel registration.
+//! - [`simple_query`] and [`extended_query`]: the two query protocols.
+//! - [`session`]: per-connection session state and transaction-block rules.
+//! - [`encode`]: results to wire messages.
+//!
+//! A connection's failure (protocol garbage, an abrupt disconnect, a panic in a statement)
+//! closes that connection only; the accept loop and every other session carry on.
+
+pub mod auth;
+pub mod cancel;
+pub mod encode;
+pub mod extended_query;
+pub mod session;
+pub mod simple_query;
+
+use std::sync::Arc;
+
+use pgwire::api::auth::StartupHandler;
+use pgwire::api::cancel::CancelHandler;
+use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
+use pgwire::api::{ClientInfo, ConnectionManager, ErrorHandler, PgWireServerHandlers};
+use pgwire::error::PgWireError;
+use pgwire::tokio::process_socket;
+use pgwire::tokio::tokio_rustls::rustls;
+use pgwire::tokio::TlsAcceptor;
+use tokio::net::TcpListener;
+use tracing::{debug, error, info, warn};
+
+use crate::catalog::Catalog;
+use crate::config::{AuthConfig, Config};
+use crate::error::{Result, WeirError};
+use crate::frontend::Frontend;
+use crate::metrics;
+use crate::state::rocks::RocksStore;
+
+/// Query handling shared by all connections.
+pub struct WeirHandler {
+    pub frontend: Arc<Frontend>,
+    pub cancels: Arc<cancel::CancelRegistry>,
+    query_parser: Arc<extended_query::WeirQueryParser>,
+}
+
+/// Everything pgwire needs to serve a connection.
+pub struct Handlers {
+    query: Arc<WeirHandler>,
+    database: String,
+    auth: AuthConfig,
+    manager: Arc<ConnectionManager>,
+    cancel: Arc<cancel::WeirCancel>,
+}
+
+impl Handlers {
+    pub fn new(frontend: Arc<Frontend>, config: &Config) -> Handlers {
+        let manager = Arc::new(ConnectionManager::new());
+        let cancels = Arc::new(cancel::CancelRegistry::default());
+        Handlers {
+            query: Arc::new(WeirHandler {
+                cancels: Arc::clone(&cancels),
+                query_parser: Arc::new(extended_query::WeirQueryParser {
+                    frontend: Arc::clone(&frontend),
+                }),
+                frontend,
+            }),
+            database: config.database.clone(),
+            auth: config.auth.clone(),
+            cancel: Arc::new(cancel::WeirCancel {
+                manager: Arc::clone(&manager),
+                registry: cancels,
+            }),
+            manager,
+        }
+    }
+}
+
+struct LoggingErrors;
+
+impl ErrorHandler for LoggingErrors {
+    fn on_error<C: ClientInfo>(&self, client: &C, error: &mut PgWireError) {
+        match error {
+            PgWireError::UserError(_) => {}
+            PgWireError::IoError(e) => debug!(peer = %client.socket_addr(), "connection i/o: {e}"),
+            other => {
+                metrics::ERRORS_TOTAL.with_label_values(&["08P01"]).inc();
+                debug!(peer = %client.socket_addr(), "protocol error: {other}");
+            }
+        }
+    }
+}
+
+impl PgWireServerHandlers for Handlers {
+    fn simple_query_handler(&self) -> Arc<impl SimpleQueryHandler> {
+        Arc::clone(&self.query)
+    }
+    fn extended_query_handler(&self) -> Arc<impl ExtendedQueryHandler> {
+        Arc::clone(&self.query)
+    }
+    /// Called once per connection: the SASL exchange keeps its state in the handler.
+    fn startup_handler(&self) -> Arc<impl StartupHandler> {
+        Arc::new(auth::WeirStartup::new(
+            &self.database,
+            &self.auth,
+            Arc::clone(&self.manager),
+        ))
+    }
+    fn cancel_handler(&self) -> Arc<impl CancelHandler> {
+        Arc::clone(&self.cancel)
+    }
+    fn error_handler(&self) -> Arc<impl ErrorHandler> {
+        Arc::new(LoggingErrors)
+    }
+}
+
+fn tls_acceptor(config: &Config) -> Result<Option<TlsAcceptor>> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    let Some(tls) = &config.tls else {
+        return Ok(None);
+    };
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let certs = CertificateDer::pem_file_iter(&tls.cert)
+        .and_then(|it| it.collect::<std::result::Result<Vec<_>, _>>())
+        .map_err(|e| WeirError::io(format!("tls.cert {}: {e}", tls.cert.display())))?;
+    let key = PrivateKeyDer::from_pem_file(&tls.key)
+        .map_err(|e| WeirError::io(format!("tls.key {}: {e}", tls.key.display())))?;
+    let server = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| WeirError::io(format!("tls: {e}")))?;
+    Ok(Some(TlsAcceptor::from(Arc::new(server))))
+}
+
+/// Opens the data directory and serves until SIGINT or SIGTERM.
+pub async fn run(config: Config) -> Result<()> {
+    let store = Arc::new(RocksStore::open(
+        &config.data_dir.join("state"),
+        &config.storage,
+    )?);
+    let catalog = Arc::new(Catalog::open(store, &config.database)?);
+    info!(relations = catalog.relations().len(), data_dir = %config.data_dir.display(), "catalog loaded");
+    let frontend = Arc::new(Frontend::new(catalog)?);
+    let handlers = Arc::new(Handlers::new(frontend, &config));
+    let tls = tls_acceptor(&config)?;
+
+    if let Some(addr) = config.metrics_listen {
+        metrics::serve(addr)
+            .await
+            .map_err(|e| WeirError::io(format!("metrics endpoint {addr}: {e}")))?;
+    }
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| WeirError::io(format!("cannot listen on {}: {e}", config.listen)))?;
+    info!(addr = %config.listen, tls = tls.is_some(), "Weir is ready: psql -h {} -p {} -d {} -U root", config.listen.ip(), config.listen.port(), config.database);
+
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (socket, peer) = match accepted {
+                    Ok(a) => a,
+                    Err(e) => { warn!("accept: {e}"); continue; }
+                };
+                let _ = socket.set_nodelay(true);
+                let handlers = Arc::clone(&handlers);
+                let tls = tls.clone();
+                metrics::CONNECTIONS_TOTAL.inc();
+                metrics::CONNECTIONS_ACTIVE.inc();
+                tokio::spawn(async move {
+                    // A panic inside one connection must not be silent; it ends only that task.
+                    let outcome = tokio::spawn(process_socket(socket, tls, handlers)).await;
+                    metrics::CONNECTIONS_ACTIVE.dec();
+                    match outcome {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => debug!(%peer, "connection ended: {e}"),
+                        Err(e) => error!(%peer, "connection task failed: {e}"),
+                    }
+                });
+            }
+            _ = tokio::signal::ctrl_c() => { info!("interrupted, shutting down"); break; }
+            _ = terminate.recv() => { info!("terminated, shutting down"); break; }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,162 @@
+//! The pgwire side of a session: finding the front-end [`Session`] of a connection, running a
+//! statement in it with Postgres's transaction-block rules, and the ParameterStatus messages
+//! owed after a `SET`.
+//!
+//! A connection's [`Session`] is created on its first statement and kept in the connection's
+//! extension map, so it lives exactly as long as the connection.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::time::Instant;
+
+use datafusion::common::ParamValues;
+use datafusion::sql::sqlparser::ast::Statement;
+use futures::{Sink, SinkExt};
+use pgwire::api::portal::Format;
+use pgwire::api::results::Response;
+use pgwire::api::ClientInfo;
+use pgwire::error::{PgWireError, PgWireResult};
+use pgwire::messages::response::TransactionStatus;
+use pgwire::messages::startup::ParameterStatus;
+use pgwire::messages::PgWireBackendMessage;
+use tokio::sync::Mutex;
+
+use super::cancel::{cancellable, CancelSignal};
+use super::encode::into_response;
+use super::WeirHandler;
+use crate::error::{SqlState, WeirError};
+use crate::frontend::{Frontend, Session, StatementResult};
+use crate::metrics;
+
+/// The per-connection session, in the connection's extension map.
+pub struct SessionCell {
+    pub session: Mutex<Session>,
+    pub cancel: Arc<CancelSignal>,
+}
+
+pub fn session_of<C: ClientInfo>(handler: &WeirHandler, client: &C) -> Arc<SessionCell> {
+    client.session_extensions().get_or_insert_with(|| {
+        let user = client
+            .metadata()
+            .get(pgwire::api::METADATA_USER)
+            .cloned()
+            .unwrap_or_else(|| "root".into());
+        let cancel = Arc::new(CancelSignal::default());
+        let (pid, secret) = client.pid_and_secret_key();
+        handler
+            .cancels
+            .register(pid, secret.to_bytes().to_vec(), &cancel);
+        SessionCell {
+            session: Mutex::new(handler.frontend.new_session(&user)),
+            cancel,
+        }
+    })
+}
+
+/// The transaction-block state as the statements of one message move it along.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Block {
+    Idle,
+    InBlock,
+    Failed,
+}
+
+impl Block {
+    pub fn from_status(status: TransactionStatus) -> Block {
+        match status {
+            TransactionStatus::Idle => Block::Idle,
+            TransactionStatus::Transaction => Block::InBlock,
+            TransactionStatus::Error => Block::Failed,
+        }
+    }
+}
+
+/// Runs one statement as Postgres would in `block`: in a failed block only COMMIT/ROLLBACK run
+/// (25P02 otherwise) and COMMIT reports ROLLBACK. Updates `block`.
+#[allow(clippy::too_many_arguments)]
+pub async fn run_statement<C>(
+    frontend: &Frontend,
+    cell: &SessionCell,
+    session: &mut Session,
+    client: &mut C,
+    block: &mut Block,
+    statement: Statement,
+    params: Option<ParamValues>,
+    format: &Format,
+) -> PgWireResult<Response>
+where
+    C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send,
+    C::Error: Debug,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    let ends_block = matches!(
+        statement,
+        Statement::Commit { .. } | Statement::Rollback { .. }
+    );
+    if *block == Block::Failed && !ends_block {
+        return Err(fail(
+            block,
+            WeirError::new(
+                SqlState::IN_FAILED_TRANSACTION,
+                "current transaction is aborted, commands ignored until end of transaction block",
+            ),
+        ));
+    }
+    let started = Instant::now();
+    let result = frontend.execute(session, statement, params).await;
+    metrics::STATEMENT_SECONDS.observe(started.elapsed().as_secs_f64());
+    for (name, value) in session.take_reports() {
+        client
+            .send(PgWireBackendMessage::ParameterStatus(ParameterStatus::new(
+                name, value,
+            )))
+            .await?;
+    }
+    let result = match result {
+        Ok(r) => r,
+        Err(e) => return Err(fail(block, e)),
+    };
+    metrics::STATEMENTS_TOTAL.with_label_values(&["ok"]).inc();
+    let result = match result {
+        StatementResult::TransactionStart { tag } => {
+            *block = Block::InBlock;
+            StatementResult::TransactionStart { tag }
+        }
+        StatementResult::TransactionEnd { tag } => {
+            let tag = if *block == Block::Failed {
+                "ROLLBACK".to_string()
+            } else {
+                tag
+            };
+            *block = Block::Idle;
+            StatementResult::TransactionEnd { tag }
+        }
+        StatementResult::Rows { schema, stream } => StatementResult::Rows {
+            schema,
+            stream: cancellable(stream, &cell.cancel),
+        },
+        other => other,
+    };
+    into_response(result, format)
+}
+
+fn fail(block: &mut Block, e: WeirError) -> PgWireError {
+    if *block == Block::InBlock {
+        *block = Block::Failed;
+    }
+    reject(e)
+}
+
+/// The ErrorResponse for `e`, counted.
+pub fn reject(e: WeirError) -> PgWireError {
+    metrics::STATEMENTS_TOTAL
+        .with_label_values(&["error"])
+        .inc();
+    metrics::ERRORS_TOTAL
+        .with_label_values(&[e.state.code()])
+        .inc();
+    if e.domain() != crate::error::ErrorDomain::User {
+        tracing::warn!(sqlstate = e.state.code(), "{}", e.message);
+    }
+    e.into_pg()
+}

@@ -1,0 +1,65 @@
+//! An in-memory [`StateStore`] over a `BTreeMap`, for unit tests of the layers above the store.
+//! Same contract as RocksDB except durability.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+
+use parking_lot::RwLock;
+
+use super::store::{ScanControl, StateStore, WriteBatch, WriteOp};
+use crate::error::Result;
+
+#[derive(Default)]
+pub struct MemoryStore {
+    map: RwLock<BTreeMap<Vec<u8>, Vec<u8>>>,
+}
+
+impl MemoryStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl StateStore for MemoryStore {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.map.read().get(key).cloned())
+    }
+
+    fn scan_prefix(
+        &self,
+        prefix: &[u8],
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<ScanControl>,
+    ) -> Result<()> {
+        let map = self.map.read();
+        for (k, v) in map.range::<[u8], _>((Bound::Included(prefix), Bound::Unbounded)) {
+            if !k.starts_with(prefix) || visit(k, v)? == ScanControl::Stop {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn write(&self, batch: WriteBatch) -> Result<()> {
+        let mut map = self.map.write();
+        for op in batch.ops {
+            match op {
+                WriteOp::Put(k, v) => {
+                    map.insert(k, v);
+                }
+                WriteOp::Delete(k) => {
+                    map.remove(&k);
+                }
+                WriteOp::DeleteRange(start, end) => {
+                    let doomed: Vec<Vec<u8>> = map
+                        .range::<[u8], _>((Bound::Included(&start[..]), Bound::Excluded(&end[..])))
+                        .map(|(k, _)| k.clone())
+                        .collect();
+                    for k in doomed {
+                        map.remove(&k);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}

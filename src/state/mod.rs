@@ -1,0 +1,20 @@
+//! The state layer: everything Weir keeps durable goes through here.
+//!
+//! - [`store`]: the [`StateStore`](store::StateStore) trait, an ordered byte key-value store with
+//!   atomic write batches and snapshot-consistent prefix scans.
+//! - [`rocks`]: the RocksDB implementation used by the server.
+//! - [`memory`]: an in-memory implementation for unit tests.
+//! - [`table`]: [`StateTable`](table::StateTable), rows of one relation keyed by memcomparable key
+//!   columns (arrow-row), the form in which table rows and operator state are stored.
+//! - [`keys`]: the key layout shared by all of the above (table id, vnode, key bytes).
+//!
+//! Callers: the catalog (table rows and catalog entries), and later the streaming operators.
+
+pub mod keys;
+pub mod memory;
+pub mod rocks;
+pub mod store;
+pub mod table;
+
+pub use store::{StateStore, WriteBatch};
+pub use table::StateTable;

@@ -1,0 +1,62 @@
+//! The [`StateStore`] trait: an ordered key-value store of bytes.
+//!
+//! Contract: a [`WriteBatch`] is applied atomically and durably (it survives a process crash once
+//! `write` returns); a prefix scan sees one consistent snapshot of the store. Keys follow the
+//! layout in [`super::keys`]. Implementations: [`super::rocks::RocksStore`] (the server) and
+//! [`super::memory::MemoryStore`] (unit tests).
+
+use crate::error::Result;
+
+/// One change in a [`WriteBatch`].
+#[derive(Debug, Clone)]
+pub enum WriteOp {
+    Put(Vec<u8>, Vec<u8>),
+    Delete(Vec<u8>),
+    /// Deletes every key in `[start, end)`.
+    DeleteRange(Vec<u8>, Vec<u8>),
+}
+
+/// Changes applied together or not at all.
+#[derive(Debug, Default, Clone)]
+pub struct WriteBatch {
+    pub ops: Vec<WriteOp>,
+}
+
+impl WriteBatch {
+    pub fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        self.ops.push(WriteOp::Put(key, value));
+    }
+    pub fn delete(&mut self, key: Vec<u8>) {
+        self.ops.push(WriteOp::Delete(key));
+    }
+    pub fn delete_range(&mut self, start: Vec<u8>, end: Vec<u8>) {
+        self.ops.push(WriteOp::DeleteRange(start, end));
+    }
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+}
+
+/// Whether a scan should go on after the entry it was just given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScanControl {
+    Continue,
+    Stop,
+}
+
+pub trait StateStore: Send + Sync + 'static {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>>;
+
+    /// Calls `visit` on every entry whose key starts with `prefix`, in key order, over one
+    /// consistent snapshot.
+    fn scan_prefix(
+        &self,
+        prefix: &[u8],
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<ScanControl>,
+    ) -> Result<()>;
+
+    fn write(&self, batch: WriteBatch) -> Result<()>;
+}

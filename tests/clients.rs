@@ -1,0 +1,108 @@
+//! Real client programs against a real server: psql's meta-commands, psycopg 3 (Python) and
+//! pgjdbc (Java), installed by scripts/install-deps.sh.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::TestServer;
+
+fn run(cmd: &mut Command) -> String {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e} (run scripts/install-deps.sh)"));
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed:\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    stdout
+}
+
+fn psql(server: &TestServer, command: &str) -> String {
+    run(Command::new("psql")
+        .args([
+            "-X",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-h",
+            "127.0.0.1",
+            "-U",
+            "root",
+            "-d",
+            "dev",
+        ])
+        .arg("-p")
+        .arg(server.port.to_string())
+        .arg("-c")
+        .arg(command))
+}
+
+fn clients_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn psql_meta_commands() {
+    let server = TestServer::start();
+    psql(
+        &server,
+        "CREATE TABLE t (id INT PRIMARY KEY, name VARCHAR, price DOUBLE PRECISION, ts TIMESTAMP)",
+    );
+    psql(
+        &server,
+        "INSERT INTO t VALUES (1, 'a', 1.5, '2026-01-01 00:00:01')",
+    );
+
+    let dt = psql(&server, "\\dt");
+    assert!(dt.contains(" t ") && dt.contains("table"), "\\dt:\n{dt}");
+    let d = psql(&server, "\\d t");
+    for expected in ["id", "name", "price", "ts", "integer", "double precision"] {
+        assert!(d.contains(expected), "\\d t lacks {expected}:\n{d}");
+    }
+    let l = psql(&server, "\\l");
+    assert!(l.contains("dev"), "\\l:\n{l}");
+    let dn = psql(&server, "\\dn");
+    assert!(dn.contains("public"), "\\dn:\n{dn}");
+    let d_all = psql(&server, "\\d");
+    assert!(d_all.contains(" t "), "\\d:\n{d_all}");
+    let rows = psql(
+        &server,
+        "SELECT name, sum(price) FROM t GROUP BY name ORDER BY 1",
+    );
+    assert!(
+        rows.contains("a    |  1.5") || rows.contains("1.5"),
+        "{rows}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn psycopg_application() {
+    let server = TestServer::start();
+    let out = run(Command::new("python3")
+        .arg(clients_dir().join("psycopg_check.py"))
+        .arg(server.url()));
+    assert!(out.contains("psycopg ok"), "{out}\n{}", server.log_text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jdbc_application() {
+    let server = TestServer::start();
+    let jar = "/usr/share/java/postgresql.jar";
+    assert!(
+        Path::new(jar).exists(),
+        "{jar} missing: run scripts/install-deps.sh"
+    );
+    let classes = tempfile::tempdir().unwrap();
+    run(Command::new("javac")
+        .args(["-cp", jar, "-d"])
+        .arg(classes.path())
+        .arg(clients_dir().join("JdbcCheck.java")));
+    let cp = format!("{jar}:{}", classes.path().display());
+    let out = run(Command::new("java")
+        .args(["-cp", &cp, "JdbcCheck"])
+        .arg(format!("jdbc:postgresql://127.0.0.1:{}/dev", server.port)));
+    assert!(out.contains("jdbc ok"), "{out}");
+}

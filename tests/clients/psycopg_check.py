@@ -1,0 +1,43 @@
+"""Drives Weir with psycopg 3 the way a Python application would.
+
+psycopg binds parameters server-side (extended protocol); a binary cursor asks for binary
+results. Exits non-zero with a message on the first mismatch. Usage: psycopg_check.py URL
+"""
+import datetime
+import decimal
+import sys
+
+import psycopg
+
+url = sys.argv[1]
+with psycopg.connect(url, autocommit=True) as conn:
+    assert conn.info.server_version >= 150000, conn.info.server_version
+    conn.execute("CREATE TABLE py (id BIGINT PRIMARY KEY, name VARCHAR, price DOUBLE PRECISION, ts TIMESTAMP, ok BOOLEAN)")
+    ts = datetime.datetime(2026, 1, 2, 3, 4, 5)
+    with conn.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO py VALUES (%s, %s, %s, %s, %s)",
+            [(i, f"n{i}", i * 1.5, ts, i % 2 == 0) for i in range(5)],
+        )
+        cur.execute("SELECT id, name, price, ts, ok FROM py WHERE id >= %s ORDER BY id", (3,))
+        rows = cur.fetchall()
+        assert rows == [(3, "n3", 4.5, ts, False), (4, "n4", 6.0, ts, True)], rows
+    with conn.cursor(binary=True) as cur:
+        cur.execute("SELECT count(*), sum(price), CAST(2.5 AS NUMERIC(4,2)) FROM py")
+        count, total, num = cur.fetchone()
+        assert count == 5 and total == 15.0 and num == decimal.Decimal("2.50"), (count, total, num)
+    # Errors carry SQLSTATEs psycopg maps to exception classes.
+    try:
+        conn.execute("SELECT * FROM missing")
+        raise AssertionError("expected UndefinedTable")
+    except psycopg.errors.UndefinedTable:
+        pass
+    # A transaction block.
+    with conn.transaction():
+        conn.execute("UPDATE py SET name = %s WHERE id = %s", ("renamed", 0))
+    (name,) = conn.execute("SELECT name FROM py WHERE id = 0").fetchone()
+    assert name == "renamed", name
+    # Type introspection, as psycopg's TypeInfo does it.
+    info = psycopg.types.TypeInfo.fetch(conn, "int8")
+    assert info is not None and info.oid == 20, info
+print("psycopg ok")

@@ -1,0 +1,144 @@
+//! Test support: a real Weir server process on a free loopback port with its own data
+//! directory, started from the binary cargo built for this test run.
+
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct TestServer {
+    child: Option<Child>,
+    pub port: u16,
+    pub metrics_port: u16,
+    pub data_dir: PathBuf,
+    _temp: Option<tempfile::TempDir>,
+    log: PathBuf,
+    extra_args: Vec<String>,
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl TestServer {
+    /// Starts a server on a fresh data directory and waits until it answers queries.
+    pub fn start() -> TestServer {
+        Self::start_with(&[])
+    }
+
+    pub fn start_with(extra_args: &[&str]) -> TestServer {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let data_dir = temp.path().join("data");
+        let log = temp.path().join("weir.log");
+        let mut server = TestServer {
+            child: None,
+            port: 0,
+            metrics_port: 0,
+            data_dir,
+            _temp: Some(temp),
+            log,
+            extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+        };
+        server.spawn();
+        server
+    }
+
+    fn spawn(&mut self) {
+        self.port = free_port();
+        self.metrics_port = free_port();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_weir"))
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{}", self.port))
+            .arg("--data-dir")
+            .arg(&self.data_dir)
+            .arg("--metrics-listen")
+            .arg(format!("127.0.0.1:{}", self.metrics_port))
+            .args(&self.extra_args)
+            .env("WEIR_LOG", "info")
+            .stdout(Stdio::from(log.try_clone().unwrap()))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("spawn weir");
+        self.child = Some(child);
+        self.wait_ready();
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    panic!(
+                        "weir exited during startup ({status}):\n{}",
+                        self.log_text()
+                    );
+                }
+            }
+            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return;
+            }
+            if Instant::now() > deadline {
+                panic!("weir did not start within 60s:\n{}", self.log_text());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    /// A libpq-style connection string for this server.
+    pub fn conn_str(&self) -> String {
+        format!("host=127.0.0.1 port={} user=root dbname=dev", self.port)
+    }
+
+    pub fn url(&self) -> String {
+        format!("postgresql://root@127.0.0.1:{}/dev", self.port)
+    }
+
+    /// SIGKILL: no shutdown code runs.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same data directory (after `kill`).
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    pub async fn connect(&self) -> tokio_postgres::Client {
+        let (client, connection) = tokio_postgres::connect(&self.conn_str(), tokio_postgres::NoTls)
+            .await
+            .unwrap_or_else(|e| panic!("connect: {e}\n{}", self.log_text()));
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        client
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
