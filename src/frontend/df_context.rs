@@ -10,7 +10,8 @@
 //! another.
 //!
 //! `information_schema` is DataFusion's, wrapped: its `columns.ordinal_position` counts from 0,
-//! the SQL standard and every client from 1.
+//! the SQL standard and every client from 1, and its `columns.data_type` names Arrow types
+//! where clients expect Postgres's names (`integer`, `timestamp without time zone`).
 
 use std::sync::Arc;
 
@@ -21,11 +22,13 @@ use datafusion::catalog::{CatalogProvider, MemoryCatalogProvider, SchemaProvider
 use datafusion::common::ScalarValue;
 use datafusion::datasource::{provider_as_source, ViewTable};
 use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
-use datafusion::logical_expr::{col, lit, LogicalPlanBuilder};
+use datafusion::logical_expr::expr::ScalarFunction;
+use datafusion::logical_expr::{col, lit, Expr, LogicalPlanBuilder};
 use datafusion::logical_expr::{create_udf, ColumnarValue, Volatility};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider;
 
+use super::pg_catalog::{self, WeirPgCatalog};
 use crate::catalog::provider::WeirSchema;
 use crate::catalog::{Catalog, DEFAULT_SCHEMA};
 use crate::error::{Result, WeirError};
@@ -42,7 +45,7 @@ pub fn version_string() -> String {
 }
 
 /// Builds the template session state every session starts from.
-pub fn template_state(catalog: Arc<Catalog>) -> Result<SessionState> {
+pub async fn template_state(catalog: Arc<Catalog>) -> Result<SessionState> {
     let database = catalog.database().to_string();
     let mut config = SessionConfig::new()
         .with_default_catalog_and_schema(&database, DEFAULT_SCHEMA)
@@ -79,6 +82,16 @@ pub fn template_state(catalog: Arc<Catalog>) -> Result<SessionState> {
 
     datafusion_pg_catalog::setup_pg_catalog(&ctx, &database, EmptyContextProvider)
         .map_err(|e| WeirError::internal(format!("setting up pg_catalog: {e}")))?;
+    let crate_pg_catalog = db_catalog
+        .schema("pg_catalog")
+        .ok_or_else(|| WeirError::internal("pg_catalog missing"))?;
+    db_catalog
+        .register_schema(
+            "pg_catalog",
+            Arc::new(WeirPgCatalog::new(crate_pg_catalog, Arc::clone(&catalog))),
+        )
+        .map_err(WeirError::from)?;
+    pg_catalog::register_functions(&ctx, pg_catalog::type_oids(&ctx).await?);
 
     let version = version_string();
     ctx.register_udf(create_udf(
@@ -112,7 +125,8 @@ pub fn session_context(template: &SessionState, user: &str) -> SessionContext {
     ctx
 }
 
-/// DataFusion's information_schema with 1-based `columns.ordinal_position`.
+/// DataFusion's information_schema with 1-based `columns.ordinal_position` and Postgres type
+/// names.
 #[derive(Debug)]
 struct InformationSchema {
     inner: InformationSchemaProvider,
@@ -135,6 +149,12 @@ impl SchemaProvider for InformationSchema {
                     .map(|f| {
                         if f.name() == "ordinal_position" {
                             (col(f.name()) + lit(1u64)).alias("ordinal_position")
+                        } else if f.name() == "data_type" {
+                            Expr::ScalarFunction(ScalarFunction::new_udf(
+                                Arc::new(pg_catalog::sql_type_name_udf()),
+                                vec![col(f.name())],
+                            ))
+                            .alias("data_type")
                         } else {
                             col(f.name())
                         }

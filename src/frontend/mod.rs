@@ -9,6 +9,7 @@
 pub mod df_context;
 pub mod handler;
 pub mod parser;
+pub mod pg_catalog;
 pub mod session;
 
 use std::sync::Arc;
@@ -64,8 +65,8 @@ pub struct Frontend {
 }
 
 impl Frontend {
-    pub fn new(catalog: Arc<Catalog>) -> Result<Frontend> {
-        let template = df_context::template_state(Arc::clone(&catalog))?;
+    pub async fn new(catalog: Arc<Catalog>) -> Result<Frontend> {
+        let template = df_context::template_state(Arc::clone(&catalog)).await?;
         Ok(Frontend {
             catalog,
             parser: parser::SqlParser::new(),

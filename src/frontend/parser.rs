@@ -3,8 +3,8 @@
 //! Weir speaks PostgreSQL's dialect. Parsing goes through `datafusion-pg-catalog`'s
 //! compatibility parser, which also rewrites the Postgres-only forms that catalog queries from
 //! psql, JDBC and BI tools use (`'t'::regclass`, `OPERATOR(pg_catalog.~)`, `COLLATE`, ...) into
-//! SQL DataFusion plans. Syntax errors become SQLSTATE 42601 with the character position
-//! Postgres would report.
+//! SQL DataFusion plans; [`rewrite_catalog_idioms`] adds two more that JDBC needs. Syntax errors
+//! become SQLSTATE 42601 with the character position Postgres would report.
 
 use datafusion::sql::sqlparser::ast::Statement;
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
@@ -32,15 +32,133 @@ impl SqlParser {
 
     /// Parses one or more `;`-separated statements.
     pub fn parse(&self, sql: &str) -> Result<Vec<Statement>> {
-        self.inner.parse(sql).map_err(|e| {
+        let mut statements = self.inner.parse(sql).map_err(|e| {
             // The compatibility parser's token rewriting drops source locations; sqlparser on
             // the original text reports the same error with its line and column.
             let located = Parser::parse_sql(&PostgreSqlDialect {}, sql)
                 .err()
                 .unwrap_or(e);
             syntax_error(sql, located)
-        })
+        })?;
+        for statement in &mut statements {
+            rewrite_catalog_idioms(statement);
+        }
+        Ok(statements)
     }
+}
+
+/// Postgres idioms of catalog queries that DataFusion cannot plan, in forms it can:
+/// - the set-returning `information_schema._pg_expandarray(a)` (JDBC key queries) becomes
+///   `unnest(weir_pg_expandarray(a))`, whose rows are the same `(x, n)` records;
+/// - a correlated scalar subquery over `pg_catalog` without an aggregate (JDBC's
+///   `getTypeInfo`), which DataFusion requires to be aggregated, gets `max(...)` around its one
+///   column: the subqueries select by OID, so they yield at most one row and `max` is that row;
+/// - `(record).field` becomes `(record)['field']`, the form DataFusion reads;
+/// - a function looked up by name, `(SELECT oid FROM pg_catalog.pg_proc WHERE proname = 'f')`
+///   (how the compatibility parser expands `'f'::regproc`), becomes `'f'`: this pg_catalog
+///   names functions in `pg_type.typinput` and the like rather than numbering them.
+pub fn rewrite_catalog_idioms(statement: &mut Statement) {
+    use datafusion::sql::sqlparser::ast::{
+        visit_expressions_mut, AccessExpr, Expr, Function, FunctionArguments, Ident, ObjectName,
+        SelectItem, SetExpr, Subscript, Value,
+    };
+    use std::ops::ControlFlow;
+    let _ = visit_expressions_mut(statement, |expr| {
+        match expr {
+            Expr::Function(f)
+                if f.name
+                    .to_string()
+                    .to_ascii_lowercase()
+                    .ends_with("_pg_expandarray") =>
+            {
+                let mut inner = f.clone();
+                inner.name = ObjectName::from(vec![Ident::new("weir_pg_expandarray")]);
+                let mut outer: Function = f.clone();
+                outer.name = ObjectName::from(vec![Ident::new("unnest")]);
+                if let FunctionArguments::List(list) = &mut outer.args {
+                    list.args = vec![datafusion::sql::sqlparser::ast::FunctionArg::Unnamed(
+                        datafusion::sql::sqlparser::ast::FunctionArgExpr::Expr(Expr::Function(
+                            inner,
+                        )),
+                    )];
+                }
+                *expr = Expr::Function(outer);
+            }
+            Expr::CompoundFieldAccess { access_chain, .. } => {
+                for access in access_chain.iter_mut() {
+                    if let AccessExpr::Dot(Expr::Identifier(field)) = access {
+                        let name = if field.quote_style.is_some() {
+                            field.value.clone()
+                        } else {
+                            field.value.to_lowercase()
+                        };
+                        *access = AccessExpr::Subscript(Subscript::Index {
+                            index: Expr::value(Value::SingleQuotedString(name)),
+                        });
+                    }
+                }
+            }
+            Expr::Subquery(query) if proc_lookup(query).is_some() => {
+                let name = proc_lookup(query).expect("checked");
+                *expr = Expr::value(Value::SingleQuotedString(name));
+            }
+            Expr::Subquery(query) => {
+                if let SetExpr::Select(select) = query.body.as_mut() {
+                    let from = select
+                        .from
+                        .iter()
+                        .map(|t| t.to_string())
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                        .to_ascii_lowercase();
+                    let grouped = !matches!(&select.group_by, datafusion::sql::sqlparser::ast::GroupByExpr::Expressions(e, _) if e.is_empty());
+                    if from.contains("pg_catalog.") && !grouped && select.projection.len() == 1 {
+                        if let SelectItem::UnnamedExpr(e)
+                        | SelectItem::ExprWithAlias { expr: e, .. } = &mut select.projection[0]
+                        {
+                            let text = e.to_string().to_ascii_lowercase();
+                            let aggregated = [
+                                "count(",
+                                "max(",
+                                "min(",
+                                "sum(",
+                                "avg(",
+                                "array_agg(",
+                                "string_agg(",
+                                "bool_and(",
+                                "bool_or(",
+                            ]
+                            .iter()
+                            .any(|a| text.contains(a));
+                            if !aggregated {
+                                let wrapped = format!("max({e})");
+                                if let Ok(parsed) = Parser::new(&PostgreSqlDialect {})
+                                    .try_with_sql(&wrapped)
+                                    .and_then(|mut p| p.parse_expr())
+                                {
+                                    *e = parsed;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+        ControlFlow::<()>::Continue(())
+    });
+}
+
+/// `f` if `query` is `SELECT [max(]oid[)] FROM pg_catalog.pg_proc WHERE proname = '[pg_catalog.]f'`.
+fn proc_lookup(query: &datafusion::sql::sqlparser::ast::Query) -> Option<String> {
+    let text = query.to_string();
+    let rest = text
+        .strip_prefix("SELECT oid FROM pg_catalog.pg_proc WHERE proname = '")
+        .or_else(|| {
+            text.strip_prefix("SELECT max(oid) FROM pg_catalog.pg_proc WHERE proname = '")
+        })?;
+    let name = rest.strip_suffix('\'')?;
+    (!name.contains('\'')).then(|| name.trim_start_matches("pg_catalog.").to_string())
 }
 
 fn syntax_error(sql: &str, e: ParserError) -> WeirError {

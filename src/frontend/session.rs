@@ -214,6 +214,14 @@ pub fn startup_parameters() -> Vec<(&'static str, &'static str)> {
         .collect()
 }
 
+/// Every known setting with its default value and description.
+pub fn all_defaults() -> Vec<(&'static str, &'static str, &'static str)> {
+    SETTINGS
+        .iter()
+        .map(|s| (s.name, s.default, s.description))
+        .collect()
+}
+
 pub struct Session {
     pub user: String,
     pub database: String,

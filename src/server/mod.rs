@@ -140,7 +140,7 @@ pub async fn run(config: Config) -> Result<()> {
     )?);
     let catalog = Arc::new(Catalog::open(store, &config.database)?);
     info!(relations = catalog.relations().len(), data_dir = %config.data_dir.display(), "catalog loaded");
-    let frontend = Arc::new(Frontend::new(catalog)?);
+    let frontend = Arc::new(Frontend::new(catalog).await?);
     let handlers = Arc::new(Handlers::new(frontend, &config));
     let tls = tls_acceptor(&config)?;
 

@@ -102,6 +102,7 @@ where
             ),
         ));
     }
+    tracing::debug!(statement = %statement, "run");
     let started = Instant::now();
     let result = frontend.execute(session, statement, params).await;
     metrics::STATEMENT_SECONDS.observe(started.elapsed().as_secs_f64());

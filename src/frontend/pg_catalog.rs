@@ -1,0 +1,494 @@
+//! Weir's layer over `datafusion-pg-catalog`: what that crate cannot know about Weir.
+//!
+//! - Primary keys. The crate's `pg_index` and `pg_constraint` hold only Postgres's own system
+//!   rows; clients find a table's key there (`\d t`, JDBC `getPrimaryKeys`, SQLAlchemy's
+//!   `get_pk_constraint`). [`WeirPgCatalog`] appends one primary-key index per keyed table to
+//!   `pg_index`, its index relation to `pg_class`, and its constraint to `pg_constraint`, with
+//!   the table's OID as the crate's `pg_class` reports it.
+//! - `pg_settings`: the server's settings (the crate lists one).
+//! - Functions: `to_regtype` (psycopg's type introspection) and `_pg_expandarray` (JDBC's key
+//!   queries, rewritten to `unnest(weir_pg_expandarray(..))` by the parser).
+//!
+//! Generated rows take the crate's table schemas as they are, so a crate upgrade that adds a
+//! column still works (the new column is NULL or zero in Weir's rows).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, Int32Array, ListArray, RecordBatch, StructArray,
+};
+use datafusion::arrow::buffer::OffsetBuffer;
+use datafusion::arrow::datatypes::{DataType, Field, Fields, SchemaRef};
+use datafusion::catalog::{SchemaProvider, Session, TableProvider};
+use datafusion::common::ScalarValue;
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::datasource::TableType;
+use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::logical_expr::{create_udf, ColumnarValue, Expr, Volatility};
+use datafusion::physical_plan::{collect, ExecutionPlan};
+use datafusion::prelude::SessionContext;
+
+use crate::catalog::Catalog;
+use crate::frontend::session::all_defaults;
+
+/// OIDs of Weir's primary-key indexes and constraints: far above the crate's dynamic range.
+const KEY_OID_BASE: i64 = 1_000_000_000;
+
+pub struct WeirPgCatalog {
+    inner: Arc<dyn SchemaProvider>,
+    catalog: Arc<Catalog>,
+}
+
+impl std::fmt::Debug for WeirPgCatalog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WeirPgCatalog")
+    }
+}
+
+impl WeirPgCatalog {
+    pub fn new(inner: Arc<dyn SchemaProvider>, catalog: Arc<Catalog>) -> Self {
+        WeirPgCatalog { inner, catalog }
+    }
+}
+
+#[async_trait]
+impl SchemaProvider for WeirPgCatalog {
+    fn table_names(&self) -> Vec<String> {
+        self.inner.table_names()
+    }
+
+    async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        let Some(inner) = self.inner.table(name).await? else {
+            return Ok(None);
+        };
+        let extra = match name {
+            "pg_index" | "pg_class" | "pg_constraint" => Extra::Keys(name.to_string()),
+            "pg_settings" => Extra::Settings,
+            _ => return Ok(Some(inner)),
+        };
+        Ok(Some(Arc::new(Extended {
+            inner,
+            pg_class: self.inner.table("pg_class").await?,
+            extra,
+            catalog: Arc::clone(&self.catalog),
+        })))
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        self.inner.table_exist(name)
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Extra {
+    Keys(String),
+    Settings,
+}
+
+/// A crate table with Weir's rows appended.
+struct Extended {
+    inner: Arc<dyn TableProvider>,
+    pg_class: Option<Arc<dyn TableProvider>>,
+    extra: Extra,
+    catalog: Arc<Catalog>,
+}
+
+impl std::fmt::Debug for Extended {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Extended({:?})", self.extra)
+    }
+}
+
+/// One generated row: column name to value; unnamed columns get NULL (or zero if NOT NULL).
+type Row = HashMap<&'static str, ScalarValue>;
+
+fn text(s: impl Into<String>) -> ScalarValue {
+    ScalarValue::Utf8(Some(s.into()))
+}
+
+fn int(v: i64) -> ScalarValue {
+    ScalarValue::Int64(Some(v))
+}
+
+fn boolean(v: bool) -> ScalarValue {
+    ScalarValue::Boolean(Some(v))
+}
+
+fn rows_to_batch(schema: &SchemaRef, rows: &[Row]) -> DfResult<RecordBatch> {
+    let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
+    for field in schema.fields() {
+        let values = rows
+            .iter()
+            .map(|row| match row.get(field.name().as_str()) {
+                Some(v) => v.cast_to(field.data_type()),
+                None if field.is_nullable() => ScalarValue::try_from(field.data_type()),
+                None => ScalarValue::new_default(field.data_type()),
+            })
+            .collect::<DfResult<Vec<_>>>()?;
+        columns.push(if values.is_empty() {
+            datafusion::arrow::array::new_empty_array(field.data_type())
+        } else {
+            ScalarValue::iter_to_array(values)?
+        });
+    }
+    Ok(RecordBatch::try_new(Arc::clone(schema), columns)?)
+}
+
+impl Extended {
+    /// Table OIDs by name, as the crate's pg_class reports them.
+    async fn table_oids(&self, state: &dyn Session) -> DfResult<HashMap<String, (i64, i64)>> {
+        let mut out = HashMap::new();
+        let Some(pg_class) = &self.pg_class else {
+            return Ok(out);
+        };
+        let plan = pg_class.scan(state, None, &[], None).await?;
+        for batch in collect(plan, state.task_ctx()).await? {
+            let get = |name: &str| batch.column_by_name(name).cloned();
+            let (Some(oid), Some(relname), Some(ns)) =
+                (get("oid"), get("relname"), get("relnamespace"))
+            else {
+                continue;
+            };
+            let oid = datafusion::arrow::compute::cast(&oid, &DataType::Int64)?;
+            let ns = datafusion::arrow::compute::cast(&ns, &DataType::Int64)?;
+            let relname = datafusion::arrow::compute::cast(&relname, &DataType::Utf8)?;
+            let (oid, ns, relname) = (
+                oid.as_primitive::<datafusion::arrow::datatypes::Int64Type>(),
+                ns.as_primitive::<datafusion::arrow::datatypes::Int64Type>(),
+                relname.as_string::<i32>(),
+            );
+            for i in 0..batch.num_rows() {
+                if !relname.is_null(i) {
+                    out.entry(relname.value(i).to_string())
+                        .or_insert((oid.value(i), ns.value(i)));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn extra_rows(&self, state: &dyn Session, table: &str) -> DfResult<Vec<Row>> {
+        let oids = self.table_oids(state).await?;
+        let mut rows = Vec::new();
+        for relation in self.catalog.relations() {
+            if relation.def.primary_key.is_empty() {
+                continue;
+            }
+            let Some(&(table_oid, namespace_oid)) = oids.get(&relation.def.name) else {
+                continue;
+            };
+            let key_oid = KEY_OID_BASE + relation.def.id as i64;
+            let name = format!("{}_pkey", relation.def.name);
+            let attnums: Vec<String> = relation
+                .def
+                .primary_key
+                .iter()
+                .map(|i| (i + 1).to_string())
+                .collect();
+            let n = attnums.len() as i64;
+            let row: Row = match table {
+                "pg_index" => HashMap::from([
+                    ("indexrelid", int(key_oid)),
+                    ("indrelid", int(table_oid)),
+                    ("indnatts", int(n)),
+                    ("indnkeyatts", int(n)),
+                    ("indisunique", boolean(true)),
+                    ("indisprimary", boolean(true)),
+                    ("indimmediate", boolean(true)),
+                    ("indisvalid", boolean(true)),
+                    ("indisready", boolean(true)),
+                    ("indislive", boolean(true)),
+                    ("indkey", text(attnums.join(" "))),
+                    ("indcollation", text(vec!["0"; attnums.len()].join(" "))),
+                    ("indclass", text(vec!["0"; attnums.len()].join(" "))),
+                    ("indoption", text(vec!["0"; attnums.len()].join(" "))),
+                ]),
+                "pg_class" => HashMap::from([
+                    ("oid", int(key_oid)),
+                    ("relname", text(&name)),
+                    ("relnamespace", int(namespace_oid)),
+                    ("relkind", text("i")),
+                    ("relam", int(403)),
+                    ("relpersistence", text("p")),
+                    ("relnatts", int(n)),
+                    ("relowner", int(10)),
+                ]),
+                _ => HashMap::from([
+                    ("oid", int(key_oid)),
+                    ("conname", text(&name)),
+                    ("connamespace", int(namespace_oid)),
+                    ("contype", text("p")),
+                    ("convalidated", boolean(true)),
+                    ("conrelid", int(table_oid)),
+                    ("conindid", int(key_oid)),
+                    ("conislocal", boolean(true)),
+                    ("connoinherit", boolean(true)),
+                    ("conkey", text(format!("{{{}}}", attnums.join(",")))),
+                ]),
+            };
+            rows.push(row);
+        }
+        Ok(rows)
+    }
+}
+
+fn settings_rows() -> Vec<Row> {
+    let mut rows: Vec<Row> = all_defaults()
+        .into_iter()
+        .map(|(name, value, description)| {
+            HashMap::from([
+                ("name", text(name)),
+                ("setting", text(value)),
+                ("short_desc", text(description)),
+                ("context", text("user")),
+                ("vartype", text("string")),
+                ("source", text("default")),
+            ])
+        })
+        .collect();
+    for (name, value) in [
+        ("max_index_keys", "32"),
+        ("block_size", "8192"),
+        ("max_connections", "1000"),
+    ] {
+        rows.push(HashMap::from([
+            ("name", text(name)),
+            ("setting", text(value)),
+            ("context", text("internal")),
+            ("vartype", text("integer")),
+            ("source", text("default")),
+        ]));
+    }
+    rows
+}
+
+#[async_trait]
+impl TableProvider for Extended {
+    fn schema(&self) -> SchemaRef {
+        self.inner.schema()
+    }
+
+    fn table_type(&self) -> TableType {
+        self.inner.table_type()
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let schema = self.schema();
+        let mut batches = match &self.extra {
+            // The crate's one pg_settings row is replaced by the full list.
+            Extra::Settings => vec![],
+            Extra::Keys(_) => {
+                collect(
+                    self.inner.scan(state, None, &[], None).await?,
+                    state.task_ctx(),
+                )
+                .await?
+            }
+        };
+        let rows = match &self.extra {
+            Extra::Settings => settings_rows(),
+            Extra::Keys(table) => self.extra_rows(state, table).await?,
+        };
+        batches.push(rows_to_batch(&schema, &rows)?);
+        let batches = batches
+            .into_iter()
+            .map(|b| {
+                if b.schema() == schema {
+                    Ok(b)
+                } else {
+                    b.with_schema(Arc::clone(&schema))
+                        .map_err(DataFusionError::from)
+                }
+            })
+            .collect::<DfResult<Vec<_>>>()?;
+        Ok(MemorySourceConfig::try_new_exec(
+            &[batches],
+            schema,
+            projection.cloned(),
+        )?)
+    }
+}
+
+/// `weir_sql_type_name(arrow_type_text)`: an Arrow type's display name as Postgres names the
+/// type (information_schema.columns.data_type, see df_context).
+pub fn sql_type_name_udf() -> datafusion::logical_expr::ScalarUDF {
+    create_udf(
+        "weir_sql_type_name",
+        vec![DataType::Utf8],
+        DataType::Utf8,
+        Volatility::Immutable,
+        Arc::new(|args| {
+            let names = args[0].clone().into_array(1)?;
+            let names = datafusion::arrow::compute::cast(&names, &DataType::Utf8)?;
+            let out: datafusion::arrow::array::StringArray = names
+                .as_string::<i32>()
+                .iter()
+                .map(|n| {
+                    n.map(|n| {
+                        n.parse::<DataType>()
+                            .map(|dt| sql_type_name(&dt))
+                            .unwrap_or_else(|_| n.to_string())
+                    })
+                })
+                .collect();
+            Ok(ColumnarValue::Array(Arc::new(out)))
+        }),
+    )
+}
+
+/// Registers the functions clients' catalog queries call that the crate does not provide.
+pub fn register_functions(ctx: &SessionContext, type_oids: HashMap<String, i32>) {
+    ctx.register_udf(sql_type_name_udf());
+    let type_oids = Arc::new(type_oids);
+    ctx.register_udf(create_udf(
+        "to_regtype",
+        vec![DataType::Utf8],
+        DataType::Int32,
+        Volatility::Stable,
+        Arc::new(move |args| {
+            let names = args[0].clone().into_array(1)?;
+            let names = datafusion::arrow::compute::cast(&names, &DataType::Utf8)?;
+            let oids: Int32Array = names
+                .as_string::<i32>()
+                .iter()
+                .map(|n| n.and_then(|n| type_oids.get(&normalize_type_name(n)).copied()))
+                .collect();
+            Ok(ColumnarValue::Array(Arc::new(oids)))
+        }),
+    ));
+    let element = Fields::from(vec![
+        Field::new("x", DataType::Int32, true),
+        Field::new("n", DataType::Int32, false),
+    ]);
+    let item = Arc::new(Field::new("item", DataType::Struct(element.clone()), false));
+    let list_type = DataType::List(Arc::clone(&item));
+    ctx.register_udf(create_udf(
+        "weir_pg_expandarray",
+        vec![DataType::Utf8],
+        list_type,
+        Volatility::Immutable,
+        Arc::new(move |args| {
+            let input = args[0].clone().into_array(1)?;
+            let input = datafusion::arrow::compute::cast(&input, &DataType::Utf8)?;
+            let input = input.as_string::<i32>();
+            let (mut xs, mut ns, mut offsets) = (Vec::new(), Vec::new(), vec![0i32]);
+            for v in input.iter() {
+                for (i, x) in v
+                    .unwrap_or("")
+                    .split(|c: char| {
+                        c == ' ' || c == ',' || c == '{' || c == '}' || c == '[' || c == ']'
+                    })
+                    .filter(|s| !s.is_empty())
+                    .enumerate()
+                {
+                    xs.push(x.parse::<i32>().ok());
+                    ns.push((i + 1) as i32);
+                }
+                offsets.push(xs.len() as i32);
+            }
+            let structs = StructArray::new(
+                element.clone(),
+                vec![
+                    Arc::new(Int32Array::from(xs)) as ArrayRef,
+                    Arc::new(Int32Array::from(ns)) as ArrayRef,
+                ],
+                None,
+            );
+            let list = ListArray::new(
+                Arc::clone(&item),
+                OffsetBuffer::new(offsets.into()),
+                Arc::new(structs),
+                None,
+            );
+            Ok(ColumnarValue::Array(Arc::new(list)))
+        }),
+    ));
+}
+
+/// `integer`, `pg_catalog.int4` and `INT4` all name `int4`.
+fn normalize_type_name(name: &str) -> String {
+    let n = name
+        .trim()
+        .trim_start_matches("pg_catalog.")
+        .trim_matches('"')
+        .to_ascii_lowercase();
+    let base = match n.as_str() {
+        "integer" | "int" => "int4",
+        "smallint" => "int2",
+        "bigint" => "int8",
+        "real" => "float4",
+        "double precision" | "float" => "float8",
+        "boolean" => "bool",
+        "character varying" => "varchar",
+        "character" | "char" => "bpchar",
+        "timestamp without time zone" => "timestamp",
+        "timestamp with time zone" => "timestamptz",
+        "time without time zone" => "time",
+        "time with time zone" => "timetz",
+        "decimal" => "numeric",
+        other => other,
+    };
+    base.to_string()
+}
+
+/// The `typname -> oid` map of the crate's pg_type (arrays as `_int4` and `int4[]`).
+pub async fn type_oids(ctx: &SessionContext) -> DfResult<HashMap<String, i32>> {
+    let batches = ctx.sql("SELECT typname, CAST(oid AS INT) AS oid, CAST(typarray AS INT) AS typarray FROM pg_catalog.pg_type").await?.collect().await?;
+    let mut out = HashMap::new();
+    for b in batches {
+        let names = datafusion::arrow::compute::cast(b.column(0), &DataType::Utf8)?;
+        let names = names.as_string::<i32>();
+        let oids = b
+            .column(1)
+            .as_primitive::<datafusion::arrow::datatypes::Int32Type>();
+        let arrays = b
+            .column(2)
+            .as_primitive::<datafusion::arrow::datatypes::Int32Type>();
+        for i in 0..b.num_rows() {
+            if names.is_null(i) || oids.is_null(i) {
+                continue;
+            }
+            out.insert(names.value(i).to_string(), oids.value(i));
+            if !arrays.is_null(i) && arrays.value(i) != 0 {
+                out.insert(format!("{}[]", names.value(i)), arrays.value(i));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The SQL name Postgres would print for a column of this Arrow type.
+pub fn sql_type_name(dt: &DataType) -> String {
+    match dt {
+        DataType::Boolean => "boolean".into(),
+        DataType::Int8 | DataType::Int16 | DataType::UInt8 => "smallint".into(),
+        DataType::Int32 | DataType::UInt16 => "integer".into(),
+        DataType::Int64 | DataType::UInt32 => "bigint".into(),
+        DataType::UInt64 => "numeric".into(),
+        DataType::Float16 | DataType::Float32 => "real".into(),
+        DataType::Float64 => "double precision".into(),
+        DataType::Decimal128(p, s) | DataType::Decimal256(p, s) => format!("numeric({p},{s})"),
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "character varying".into(),
+        DataType::Binary
+        | DataType::LargeBinary
+        | DataType::BinaryView
+        | DataType::FixedSizeBinary(_) => "bytea".into(),
+        DataType::Date32 | DataType::Date64 => "date".into(),
+        DataType::Time32(_) | DataType::Time64(_) => "time without time zone".into(),
+        DataType::Timestamp(_, None) => "timestamp without time zone".into(),
+        DataType::Timestamp(_, Some(_)) => "timestamp with time zone".into(),
+        DataType::Interval(_) | DataType::Duration(_) => "interval".into(),
+        DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
+            format!("{}[]", sql_type_name(f.data_type()))
+        }
+        other => other.to_string().to_lowercase(),
+    }
+}
