@@ -336,10 +336,7 @@ async fn many_concurrent_sessions() {
     for session in 0..32 {
         let conn = server.conn_str();
         tasks.push(tokio::spawn(async move {
-            let (client, connection) = tokio_postgres::connect(&conn, tokio_postgres::NoTls)
-                .await
-                .unwrap();
-            tokio::spawn(connection);
+            let client = common::connect(&conn).await;
             for i in 0..10 {
                 client
                     .execute(
@@ -384,10 +381,7 @@ async fn concurrent_updates_lose_nothing() {
     for _ in 0..8 {
         let conn = server.conn_str();
         tasks.push(tokio::spawn(async move {
-            let (client, connection) = tokio_postgres::connect(&conn, tokio_postgres::NoTls)
-                .await
-                .unwrap();
-            tokio::spawn(connection);
+            let client = common::connect(&conn).await;
             for _ in 0..25 {
                 client
                     .simple_query("UPDATE counter SET n = n + 1 WHERE k = 1")
@@ -422,10 +416,7 @@ async fn scram_and_password_authentication() {
             "host=127.0.0.1 port={} user=alice password=s3cret dbname=dev",
             server.port
         );
-        let (client, connection) = tokio_postgres::connect(&good, tokio_postgres::NoTls)
-            .await
-            .unwrap();
-        tokio::spawn(connection);
+        let client = common::connect(&good).await;
         let who: String = client
             .query_one("SELECT current_user", &[])
             .await

@@ -99,6 +99,22 @@ fn parameter_types(
         .collect()
 }
 
+impl WeirHandler {
+    /// Describes `statement` in the client's session.
+    async fn describe_in_session<C: ClientInfo>(
+        &self,
+        client: &C,
+        statement: &Statement,
+    ) -> PgWireResult<StatementDescription> {
+        let cell = session_of(self, client);
+        let mut session = cell.session.lock().await;
+        self.frontend
+            .describe(&mut session, statement)
+            .await
+            .map_err(reject)
+    }
+}
+
 #[async_trait]
 impl ExtendedQueryHandler for WeirHandler {
     type Statement = Prepared;
@@ -119,13 +135,9 @@ impl ExtendedQueryHandler for WeirHandler {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let cell = session_of(self, client);
-        let mut session = cell.session.lock().await;
         let described = self
-            .frontend
-            .describe(&mut session, &target.statement.statement)
-            .await
-            .map_err(reject)?;
+            .describe_in_session(client, &target.statement.statement)
+            .await?;
         let params = parameter_types(&described, &target.parameter_types)?;
         let columns = match &described.columns {
             Some(schema) => fields(schema, &Format::UnifiedText)?,
@@ -145,13 +157,9 @@ impl ExtendedQueryHandler for WeirHandler {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let cell = session_of(self, client);
-        let mut session = cell.session.lock().await;
         let described = self
-            .frontend
-            .describe(&mut session, &portal.statement.statement.statement)
-            .await
-            .map_err(reject)?;
+            .describe_in_session(client, &portal.statement.statement.statement)
+            .await?;
         match &described.columns {
             Some(schema) => Ok(DescribePortalResponse::new(fields(
                 schema,

@@ -127,13 +127,7 @@ impl TestServer {
     }
 
     pub async fn connect(&self) -> tokio_postgres::Client {
-        let (client, connection) = tokio_postgres::connect(&self.conn_str(), tokio_postgres::NoTls)
-            .await
-            .unwrap_or_else(|e| panic!("connect: {e}\n{}", self.log_text()));
-        tokio::spawn(async move {
-            let _ = connection.await;
-        });
-        client
+        connect(&self.conn_str()).await
     }
 }
 
@@ -141,4 +135,15 @@ impl Drop for TestServer {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// A client on `conn` (a libpq-style connection string), its connection driven in the background.
+pub async fn connect(conn: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(conn, tokio_postgres::NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("connect to {conn}: {e}"));
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    client
 }
