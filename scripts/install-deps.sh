@@ -15,6 +15,7 @@ need_deb() { dpkg -s "$1" >/dev/null 2>&1 || apt_missing+=("$1"); }
 
 need_deb libclang-dev
 need_deb make
+need_deb openssl
 if [ "$what" = test ]; then
   need_deb postgresql-client
   need_deb libpostgresql-jdbc-java

@@ -106,3 +106,40 @@ async fn jdbc_application() {
         .arg(format!("jdbc:postgresql://127.0.0.1:{}/dev", server.port)));
     assert!(out.contains("jdbc ok"), "{out}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_when_configured() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("server.crt"), dir.path().join("server.key"));
+    run(Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-keyout",
+        ])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert));
+    let config = dir.path().join("weir.toml");
+    std::fs::write(
+        &config,
+        format!("[tls]\ncert = {:?}\nkey = {:?}\n", cert, key),
+    )
+    .unwrap();
+    let server = TestServer::start_with(&["--config", config.to_str().unwrap()]);
+    let out = run(Command::new("psql")
+        .arg(format!(
+            "host=127.0.0.1 port={} user=root dbname=dev sslmode=require",
+            server.port
+        ))
+        .args(["-X", "-At", "-c", "SELECT 42", "-c", "\\conninfo"]));
+    assert!(out.contains("42"), "{out}");
+    assert!(out.contains("SSL connection"), "{out}");
+}
