@@ -80,6 +80,8 @@ pub struct FileConfig {
     pub tls: Option<TlsConfig>,
     #[serde(default)]
     pub storage: StorageConfig,
+    /// Milliseconds between barriers (default 1000).
+    pub barrier_interval_ms: Option<u64>,
 }
 
 /// The resolved configuration.
@@ -94,6 +96,8 @@ pub struct Config {
     pub auth: AuthConfig,
     pub tls: Option<TlsConfig>,
     pub storage: StorageConfig,
+    /// How often a barrier closes an epoch and views commit.
+    pub barrier_interval: std::time::Duration,
 }
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:4566";
@@ -108,6 +112,7 @@ pub struct Overrides {
     pub data_dir: Option<PathBuf>,
     pub metrics_listen: Option<String>,
     pub log: Option<String>,
+    pub barrier_interval_ms: Option<u64>,
 }
 
 impl Config {
@@ -154,6 +159,13 @@ impl Config {
             auth: file_cfg.auth,
             tls: file_cfg.tls,
             storage: file_cfg.storage,
+            barrier_interval: std::time::Duration::from_millis(
+                overrides
+                    .barrier_interval_ms
+                    .or(file_cfg.barrier_interval_ms)
+                    .unwrap_or(1000)
+                    .max(1),
+            ),
         };
         if config.auth.method != AuthMethod::Trust && config.auth.users.is_empty() {
             return Err(WeirError::new(

@@ -26,8 +26,11 @@
 
 pub mod catalog;
 pub mod config;
+pub mod dataflow;
 pub mod error;
 pub mod frontend;
 pub mod metrics;
+pub mod operators;
 pub mod server;
 pub mod state;
+pub mod types;

@@ -43,6 +43,9 @@ struct ServeArgs {
     /// Log filter, e.g. "info" or "weir=debug" [default: info]
     #[arg(long, env = "WEIR_LOG", value_name = "FILTER")]
     log: Option<String>,
+    /// Milliseconds between barriers: how often views commit their changes [default: 1000]
+    #[arg(long, env = "WEIR_BARRIER_INTERVAL_MS", value_name = "MS")]
+    barrier_interval_ms: Option<u64>,
 }
 
 fn main() -> std::process::ExitCode {
@@ -56,6 +59,7 @@ fn main() -> std::process::ExitCode {
         data_dir: args.data_dir,
         metrics_listen: args.metrics_listen,
         log: args.log,
+        barrier_interval_ms: args.barrier_interval_ms,
     };
     let config = match Config::resolve(args.config.as_deref(), overrides) {
         Ok(c) => c,

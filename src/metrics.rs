@@ -59,6 +59,20 @@ pub static ERRORS_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
     )
 });
 
+/// Rows or batches a view could not compute, by view (expression errors yield NULL).
+pub static VIEW_ERRORS_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register(
+        IntCounterVec::new(
+            Opts::new(
+                "weir_view_errors_total",
+                "Errors inside materialized views, by view",
+            ),
+            &["view"],
+        )
+        .unwrap(),
+    )
+});
+
 /// Time to run a statement (until its result starts streaming).
 pub static STATEMENT_SECONDS: LazyLock<Histogram> = LazyLock::new(|| {
     register(

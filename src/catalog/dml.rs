@@ -4,10 +4,12 @@
 //! expressions) and calls the table's provider; the provider hands the work to [`DmlExec`], a leaf
 //! plan that performs it when executed and yields one row, `count`, as DataFusion expects.
 //!
-//! Each statement holds its table's write lock from planning until it has committed, reads the
-//! rows it changes from the store under that lock, and commits all of its changes in one atomic
-//! write batch: a statement is applied entirely or not at all, and concurrent writers of one
-//! table are serialised.
+//! Each statement holds its table's write lock until it has committed, reads the rows it
+//! changes from the store under that lock, and commits all of its changes in one atomic write
+//! batch: a statement is applied entirely or not at all, and concurrent writers of one table
+//! are serialised. After the commit, still under the lock, the statement's changes go to the
+//! table's subscribers (materialized views), so they see every committed change once, in
+//! commit order.
 
 use std::fmt;
 use std::sync::Arc;
@@ -28,9 +30,15 @@ use futures::future::BoxFuture;
 use futures::StreamExt;
 use parking_lot::Mutex;
 
+use std::collections::HashMap;
+
+use datafusion::arrow::compute::concat_batches;
+
+use super::changes::ChangeHub;
 use super::Relation;
 use crate::error::{Result, SqlState, WeirError};
 use crate::state::store::{StateStore, WriteBatch};
+use crate::types::{ChangeBatch, Message, Op};
 
 /// The deferred body of a DML statement: given the task context, performs the write and
 /// returns how many rows it affected.
@@ -170,11 +178,6 @@ pub fn to_stored(relation: &Relation, batch: &RecordBatch) -> Result<RecordBatch
     Ok(RecordBatch::try_new(Arc::clone(stored), columns)?)
 }
 
-/// Scans every stored row of `relation`, blocking (call from a blocking task).
-pub fn scan_stored(relation: &Relation, store: &dyn StateStore) -> Result<Vec<RecordBatch>> {
-    relation.table.scan(store, 8192)
-}
-
 /// Evaluates `filters` (all must hold; none = every row) over a stored batch.
 pub fn filter_mask(
     filters: &[Arc<dyn PhysicalExpr>],
@@ -193,96 +196,188 @@ pub fn filter_mask(
     Ok(mask.iter().map(|v| Some(v == Some(true))).collect())
 }
 
-/// Runs INSERT: stores every row of `input` (upserting on the primary key).
-pub async fn insert(
-    relation: Arc<Relation>,
-    store: Arc<dyn StateStore>,
-    mut input: SendableRecordBatchStream,
-) -> Result<u64> {
-    let _guard = relation.write_lock.lock().await;
-    let mut wb = WriteBatch::default();
-    let mut count = 0u64;
-    while let Some(batch) = input.next().await {
-        let batch = batch?;
-        count += batch.num_rows() as u64;
-        relation
-            .table
-            .put_batch(&to_stored(&relation, &batch)?, &mut wb)?;
-    }
-    if relation.has_hidden_row_id() {
-        relation.persist_row_id(&mut wb);
-    }
-    commit(store, wb).await?;
-    Ok(count)
+/// Writes to one table: each method is one statement, atomic, under the table's write lock,
+/// and publishes the statement's changes (user columns) to the table's subscribers after it
+/// has committed.
+pub struct Writer {
+    pub relation: Arc<Relation>,
+    pub store: Arc<dyn StateStore>,
+    pub changes: Arc<ChangeHub>,
 }
 
-/// Runs DELETE (and TRUNCATE, with no filters).
-pub async fn delete(
-    relation: Arc<Relation>,
-    store: Arc<dyn StateStore>,
-    filters: Vec<Arc<dyn PhysicalExpr>>,
-) -> Result<u64> {
-    let _guard = relation.write_lock.lock().await;
-    let rel = Arc::clone(&relation);
-    let st = Arc::clone(&store);
-    let wb_and_count = tokio::task::spawn_blocking(move || -> Result<(WriteBatch, u64)> {
-        let mut wb = WriteBatch::default();
-        let mut count = 0u64;
-        for batch in scan_stored(&rel, st.as_ref())? {
-            let doomed = filter_record_batch(&batch, &filter_mask(&filters, &batch)?)?;
-            count += doomed.num_rows() as u64;
-            rel.table.delete_batch(&doomed, &mut wb)?;
-        }
-        Ok((wb, count))
-    })
-    .await
-    .map_err(|e| WeirError::internal(e.to_string()))??;
-    let (wb, count) = wb_and_count;
-    commit(store, wb).await?;
-    Ok(count)
-}
+impl Writer {
+    fn user_columns(&self, stored: &RecordBatch) -> Result<RecordBatch> {
+        let user: Vec<usize> = (0..self.relation.schema.fields().len()).collect();
+        Ok(stored.project(&user)?)
+    }
 
-/// Runs UPDATE: every matching row is replaced by its updated version (its key may change).
-pub async fn update(
-    relation: Arc<Relation>,
-    store: Arc<dyn StateStore>,
-    assignments: Vec<(usize, Arc<dyn PhysicalExpr>)>,
-    filters: Vec<Arc<dyn PhysicalExpr>>,
-) -> Result<u64> {
-    let _guard = relation.write_lock.lock().await;
-    let rel = Arc::clone(&relation);
-    let st = Arc::clone(&store);
-    let (wb, count) = tokio::task::spawn_blocking(move || -> Result<(WriteBatch, u64)> {
+    /// INSERT: stores every row of `input`, upserting on the primary key.
+    pub async fn insert(&self, mut input: SendableRecordBatchStream) -> Result<u64> {
+        let _guard = self.relation.write_lock.lock().await;
+        let listening = self.changes.has_subscribers(self.relation.def.id).await;
         let mut wb = WriteBatch::default();
         let mut count = 0u64;
-        let user_columns = rel.schema.fields().len();
-        for batch in scan_stored(&rel, st.as_ref())? {
-            let old = filter_record_batch(&batch, &filter_mask(&filters, &batch)?)?;
-            if old.num_rows() == 0 {
-                continue;
+        let mut stored_batches = Vec::new();
+        while let Some(batch) = input.next().await {
+            let batch = batch?;
+            count += batch.num_rows() as u64;
+            let stored = to_stored(&self.relation, &batch)?;
+            self.relation.table.put_batch(&stored, &mut wb)?;
+            if listening {
+                stored_batches.push(stored);
             }
-            count += old.num_rows() as u64;
-            let mut columns: Vec<ArrayRef> = old.columns().to_vec();
-            for (index, expr) in &assignments {
-                let target = rel.schema.field(*index).data_type();
-                let v = expr.evaluate(&old)?.into_array(old.num_rows())?;
-                columns[*index] = if v.data_type() == target {
-                    v
-                } else {
-                    cast(&v, target)?
-                };
-            }
-            check_not_null(&rel, &columns[..user_columns])?;
-            let new = RecordBatch::try_new(Arc::clone(old.schema_ref()), columns)?;
-            rel.table.delete_batch(&old, &mut wb)?;
-            rel.table.put_batch(&new, &mut wb)?;
         }
-        Ok((wb, count))
-    })
-    .await
-    .map_err(|e| WeirError::internal(e.to_string()))??;
-    commit(store, wb).await?;
-    Ok(count)
+        if self.relation.has_hidden_row_id() {
+            self.relation.persist_row_id(&mut wb);
+        }
+        let changes = if listening {
+            Some(self.insert_changes(&stored_batches)?)
+        } else {
+            None
+        };
+        commit(Arc::clone(&self.store), wb).await?;
+        self.publish(changes).await;
+        Ok(count)
+    }
+
+    /// The changelog of an insert: `+` for new keys, `U-` old / `U+` new for replaced ones
+    /// (earlier rows of the same statement included).
+    fn insert_changes(&self, stored: &[RecordBatch]) -> Result<ChangeBatch> {
+        let schema = Arc::clone(&self.relation.schema);
+        if !self.relation.def.primary_key.is_empty() {
+            let mut rows: Vec<RecordBatch> = Vec::new();
+            let mut ops = Vec::new();
+            let mut latest: HashMap<Vec<u8>, RecordBatch> = HashMap::new();
+            for batch in stored {
+                let keys = self.relation.table.encode_keys(batch)?;
+                for i in 0..batch.num_rows() {
+                    let key = keys.row(i).as_ref().to_vec();
+                    let old = match latest.get(&key) {
+                        Some(row) => Some(row.clone()),
+                        None => self
+                            .relation
+                            .table
+                            .get(self.store.as_ref(), &key)?
+                            .map(|b| self.user_columns(&b))
+                            .transpose()?,
+                    };
+                    let new = self.user_columns(&batch.slice(i, 1))?;
+                    match old {
+                        Some(old) => {
+                            rows.push(old);
+                            ops.push(Op::UpdateDelete);
+                            ops.push(Op::UpdateInsert);
+                        }
+                        None => ops.push(Op::Insert),
+                    }
+                    rows.push(new.clone());
+                    latest.insert(key, new);
+                }
+            }
+            return Ok(ChangeBatch::new(concat_batches(&schema, &rows)?, ops));
+        }
+        let rows = stored
+            .iter()
+            .map(|b| self.user_columns(b))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(ChangeBatch::inserts(concat_batches(&schema, &rows)?))
+    }
+
+    /// DELETE (and TRUNCATE, with no filters).
+    pub async fn delete(&self, filters: Vec<Arc<dyn PhysicalExpr>>) -> Result<u64> {
+        let _guard = self.relation.write_lock.lock().await;
+        let relation = Arc::clone(&self.relation);
+        let store = Arc::clone(&self.store);
+        let (wb, doomed) =
+            tokio::task::spawn_blocking(move || -> Result<(WriteBatch, Vec<RecordBatch>)> {
+                let mut wb = WriteBatch::default();
+                let mut doomed = Vec::new();
+                for batch in relation.table.scan(store.as_ref(), 8192)? {
+                    let gone = filter_record_batch(&batch, &filter_mask(&filters, &batch)?)?;
+                    relation.table.delete_batch(&gone, &mut wb)?;
+                    doomed.push(gone);
+                }
+                Ok((wb, doomed))
+            })
+            .await
+            .map_err(|e| WeirError::internal(e.to_string()))??;
+        let count = doomed.iter().map(|b| b.num_rows() as u64).sum();
+        let rows = doomed
+            .iter()
+            .map(|b| self.user_columns(b))
+            .collect::<Result<Vec<_>>>()?;
+        let changes = ChangeBatch::deletes(concat_batches(&self.relation.schema, &rows)?);
+        commit(Arc::clone(&self.store), wb).await?;
+        self.publish(Some(changes)).await;
+        Ok(count)
+    }
+
+    /// UPDATE: every matching row is replaced by its updated version (its key may change).
+    pub async fn update(
+        &self,
+        assignments: Vec<(usize, Arc<dyn PhysicalExpr>)>,
+        filters: Vec<Arc<dyn PhysicalExpr>>,
+    ) -> Result<u64> {
+        let _guard = self.relation.write_lock.lock().await;
+        let rel = Arc::clone(&self.relation);
+        let st = Arc::clone(&self.store);
+        let (wb, pairs) = tokio::task::spawn_blocking(
+            move || -> Result<(WriteBatch, Vec<(RecordBatch, RecordBatch)>)> {
+                let mut wb = WriteBatch::default();
+                let mut pairs = Vec::new();
+                let user_columns = rel.schema.fields().len();
+                for batch in rel.table.scan(st.as_ref(), 8192)? {
+                    let old = filter_record_batch(&batch, &filter_mask(&filters, &batch)?)?;
+                    if old.num_rows() == 0 {
+                        continue;
+                    }
+                    let mut columns: Vec<ArrayRef> = old.columns().to_vec();
+                    for (index, expr) in &assignments {
+                        let target = rel.schema.field(*index).data_type();
+                        let v = expr.evaluate(&old)?.into_array(old.num_rows())?;
+                        columns[*index] = if v.data_type() == target {
+                            v
+                        } else {
+                            cast(&v, target)?
+                        };
+                    }
+                    check_not_null(&rel, &columns[..user_columns])?;
+                    let new = RecordBatch::try_new(Arc::clone(old.schema_ref()), columns)?;
+                    rel.table.delete_batch(&old, &mut wb)?;
+                    rel.table.put_batch(&new, &mut wb)?;
+                    pairs.push((old, new));
+                }
+                Ok((wb, pairs))
+            },
+        )
+        .await
+        .map_err(|e| WeirError::internal(e.to_string()))??;
+        let count = pairs.iter().map(|(old, _)| old.num_rows() as u64).sum();
+        // Each old row followed by its new version.
+        let mut rows = Vec::new();
+        let mut ops = Vec::new();
+        for (old, new) in &pairs {
+            let (old, new) = (self.user_columns(old)?, self.user_columns(new)?);
+            for i in 0..old.num_rows() {
+                rows.push(old.slice(i, 1));
+                rows.push(new.slice(i, 1));
+                ops.push(Op::UpdateDelete);
+                ops.push(Op::UpdateInsert);
+            }
+        }
+        let changes = ChangeBatch::new(concat_batches(&self.relation.schema, &rows)?, ops);
+        commit(Arc::clone(&self.store), wb).await?;
+        self.publish(Some(changes)).await;
+        Ok(count)
+    }
+
+    async fn publish(&self, changes: Option<ChangeBatch>) {
+        if let Some(changes) = changes.filter(|c| !c.is_empty()) {
+            self.changes
+                .publish(self.relation.def.id, vec![Message::Data(changes)])
+                .await;
+        }
+    }
 }
 
 async fn commit(store: Arc<dyn StateStore>, wb: WriteBatch) -> Result<()> {

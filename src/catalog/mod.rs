@@ -10,6 +10,7 @@
 //!   write batch.
 //! - Names are unique across all relations of the one schema, `public`.
 
+pub mod changes;
 pub mod dml;
 pub mod persist;
 pub mod provider;
@@ -31,6 +32,9 @@ use crate::state::StateTable;
 /// Name of the hidden key column of tables without a primary key.
 pub const ROW_ID_COLUMN: &str = "_row_id";
 
+/// Name of the hidden multiplicity column of materialized views.
+pub const COUNT_COLUMN: &str = "_weir_count";
+
 /// The one schema every relation lives in.
 pub const DEFAULT_SCHEMA: &str = "public";
 
@@ -50,7 +54,41 @@ pub struct Relation {
 
 impl Relation {
     pub fn has_hidden_row_id(&self) -> bool {
-        self.def.primary_key.is_empty()
+        self.def.kind == RelationKind::Table && self.def.primary_key.is_empty()
+    }
+
+    /// Every row as users see it, read from one snapshot: a table's rows without the hidden
+    /// row id, a view's rows repeated by their multiplicity. Blocking.
+    pub fn scan_rows(
+        &self,
+        store: &dyn StateStore,
+    ) -> Result<Vec<datafusion::arrow::array::RecordBatch>> {
+        use datafusion::arrow::array::{AsArray, UInt32Array};
+        use datafusion::arrow::datatypes::Int64Type;
+        let user: Vec<usize> = (0..self.schema.fields().len()).collect();
+        let stored = self.table.scan(store, 8192)?;
+        stored
+            .iter()
+            .map(|batch| {
+                let rows = batch.project(&user)?;
+                if self.def.kind != RelationKind::MaterializedView {
+                    return Ok(rows);
+                }
+                let counts = batch.column(user.len()).as_primitive::<Int64Type>();
+                if counts.values().iter().all(|&c| c == 1) {
+                    return Ok(rows);
+                }
+                let repeat: UInt32Array = counts
+                    .values()
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(i, &c)| std::iter::repeat_n(i as u32, c.max(0) as usize))
+                    .collect();
+                Ok(datafusion::arrow::compute::take_record_batch(
+                    &rows, &repeat,
+                )?)
+            })
+            .collect()
     }
 
     /// Reserves `n` row ids, returning the first; the caller persists the new high-water mark
@@ -72,6 +110,8 @@ pub struct Catalog {
     store: Arc<dyn StateStore>,
     database: String,
     inner: RwLock<Inner>,
+    /// Subscriptions to relations' changes.
+    pub changes: Arc<changes::ChangeHub>,
 }
 
 struct Inner {
@@ -97,12 +137,21 @@ impl Catalog {
             store,
             database: database.to_string(),
             inner: RwLock::new(Inner { by_name, next_id }),
+            changes: Arc::new(changes::ChangeHub::default()),
         })
     }
 
     fn materialize(store: &dyn StateStore, def: RelationDef) -> Result<Relation> {
         let schema = Arc::new(def.schema.clone());
-        let (stored_schema, key) = if def.primary_key.is_empty() {
+        let (stored_schema, key) = if def.kind == RelationKind::MaterializedView {
+            let mut fields: Vec<Field> =
+                schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+            fields.push(Field::new(COUNT_COLUMN, DataType::Int64, false));
+            (
+                Arc::new(Schema::new(fields)),
+                (0..schema.fields().len()).collect(),
+            )
+        } else if def.primary_key.is_empty() {
             let mut fields: Vec<Field> =
                 schema.fields().iter().map(|f| f.as_ref().clone()).collect();
             fields.push(Field::new(ROW_ID_COLUMN, DataType::Int64, false));
@@ -133,8 +182,39 @@ impl Catalog {
         self.inner.read().by_name.get(name).cloned()
     }
 
+    /// Every relation, in order of creation.
     pub fn relations(&self) -> Vec<Arc<Relation>> {
-        self.inner.read().by_name.values().cloned().collect()
+        let mut all: Vec<_> = self.inner.read().by_name.values().cloned().collect();
+        all.sort_by_key(|r| r.def.id);
+        all
+    }
+
+    pub fn by_id(&self, id: TableId) -> Option<Arc<Relation>> {
+        self.inner
+            .read()
+            .by_name
+            .values()
+            .find(|r| r.def.id == id)
+            .cloned()
+    }
+
+    /// The relations that read `id`, directly or through other views, in dependency order.
+    pub fn dependents(&self, id: TableId) -> Vec<Arc<Relation>> {
+        let all = self.relations();
+        let mut found: Vec<Arc<Relation>> = Vec::new();
+        let mut frontier = vec![id];
+        while let Some(current) = frontier.pop() {
+            for r in &all {
+                if r.def.depends_on.contains(&current)
+                    && !found.iter().any(|f| f.def.id == r.def.id)
+                {
+                    found.push(Arc::clone(r));
+                    frontier.push(r.def.id);
+                }
+            }
+        }
+        found.sort_by_key(|r| r.def.id);
+        found
     }
 
     /// Creates a table. Returns false (and changes nothing) when it exists and `if_not_exists`.
@@ -144,6 +224,49 @@ impl Catalog {
         definition: &str,
         schema: Schema,
         primary_key: Vec<usize>,
+        if_not_exists: bool,
+    ) -> Result<bool> {
+        self.create(
+            name,
+            RelationKind::Table,
+            definition,
+            schema,
+            primary_key,
+            vec![],
+            if_not_exists,
+        )
+    }
+
+    /// Creates a materialized view's entry and empty state. Returns false when it exists and
+    /// `if_not_exists`.
+    pub fn create_view(
+        &self,
+        name: &str,
+        definition: &str,
+        schema: Schema,
+        depends_on: Vec<TableId>,
+        if_not_exists: bool,
+    ) -> Result<bool> {
+        self.create(
+            name,
+            RelationKind::MaterializedView,
+            definition,
+            schema,
+            vec![],
+            depends_on,
+            if_not_exists,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn create(
+        &self,
+        name: &str,
+        kind: RelationKind,
+        definition: &str,
+        schema: Schema,
+        primary_key: Vec<usize>,
+        depends_on: Vec<TableId>,
         if_not_exists: bool,
     ) -> Result<bool> {
         let mut inner = self.inner.write();
@@ -160,10 +283,11 @@ impl Catalog {
         let def = RelationDef {
             id,
             name: name.to_string(),
-            kind: RelationKind::Table,
+            kind,
             definition: definition.to_string(),
             schema,
             primary_key,
+            depends_on,
         };
         let relation = Self::materialize(self.store.as_ref(), def)?;
         let mut wb = WriteBatch::default();
@@ -175,6 +299,13 @@ impl Catalog {
         inner.next_id = id + 1;
         inner.by_name.insert(name.to_string(), Arc::new(relation));
         Ok(true)
+    }
+
+    /// Deletes every row of a relation (views are rebuilt from their inputs at start).
+    pub fn clear(&self, relation: &Relation) -> Result<()> {
+        let mut wb = WriteBatch::default();
+        relation.table.clear(&mut wb);
+        self.store.write(wb)
     }
 
     /// Drops a relation and its rows. Returns false when it does not exist and `if_exists`.

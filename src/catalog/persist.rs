@@ -17,6 +17,8 @@ use crate::state::store::{ScanControl, StateStore, WriteBatch};
 pub enum RelationKind {
     /// A table fed by INSERT / UPDATE / DELETE.
     Table,
+    /// A view kept up to date incrementally (`CREATE MATERIALIZED VIEW`).
+    MaterializedView,
 }
 
 /// The durable description of one relation. Everything else about it is derived from this.
@@ -32,6 +34,9 @@ pub struct RelationDef {
     /// Indices into `schema` of the primary key; empty when the table has none (rows are then
     /// keyed by a hidden row id).
     pub primary_key: Vec<usize>,
+    /// The relations a view reads.
+    #[serde(default)]
+    pub depends_on: Vec<TableId>,
 }
 
 const ENTRY_PREFIX: &str = "catalog/rel/";

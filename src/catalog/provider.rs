@@ -19,8 +19,9 @@ use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::{execute_stream, ExecutionPlan};
 
+use super::changes::ChangeHub;
 use super::dml::{self, DmlExec};
-use super::{Catalog, Relation};
+use super::{Catalog, Relation, RelationKind};
 use crate::error::WeirError;
 use crate::state::store::StateStore;
 
@@ -57,6 +58,7 @@ impl SchemaProvider for WeirSchema {
             Arc::new(RelationTable::new(
                 relation,
                 Arc::clone(self.catalog.store()),
+                Arc::clone(&self.catalog.changes),
             )) as Arc<dyn TableProvider>
         }))
     }
@@ -80,6 +82,7 @@ impl SchemaProvider for WeirSchema {
 pub struct RelationTable {
     relation: Arc<Relation>,
     store: Arc<dyn StateStore>,
+    changes: Arc<ChangeHub>,
     constraints: Constraints,
 }
 
@@ -96,7 +99,11 @@ impl std::fmt::Debug for RelationTable {
 }
 
 impl RelationTable {
-    pub fn new(relation: Arc<Relation>, store: Arc<dyn StateStore>) -> Self {
+    pub fn new(
+        relation: Arc<Relation>,
+        store: Arc<dyn StateStore>,
+        changes: Arc<ChangeHub>,
+    ) -> Self {
         let constraints = if relation.def.primary_key.is_empty() {
             Constraints::default()
         } else {
@@ -107,7 +114,31 @@ impl RelationTable {
         RelationTable {
             relation,
             store,
+            changes,
             constraints,
+        }
+    }
+
+    /// Only tables take INSERT, UPDATE and DELETE.
+    fn writable(&self) -> DfResult<()> {
+        if self.relation.def.kind != RelationKind::Table {
+            return Err(WeirError::new(
+                crate::error::SqlState::WRONG_OBJECT_TYPE,
+                format!(
+                    "cannot change materialized view \"{}\"",
+                    self.relation.def.name
+                ),
+            )
+            .into());
+        }
+        Ok(())
+    }
+
+    fn writer(&self) -> dml::Writer {
+        dml::Writer {
+            relation: Arc::clone(&self.relation),
+            store: Arc::clone(&self.store),
+            changes: Arc::clone(&self.changes),
         }
     }
 
@@ -151,16 +182,9 @@ impl TableProvider for RelationTable {
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let relation = Arc::clone(&self.relation);
         let store = Arc::clone(&self.store);
-        let user_columns: Vec<usize> = (0..relation.schema.fields().len()).collect();
-        let batches = tokio::task::spawn_blocking(move || -> Result<_, WeirError> {
-            let stored = dml::scan_stored(&relation, store.as_ref())?;
-            stored
-                .iter()
-                .map(|b| b.project(&user_columns).map_err(WeirError::from))
-                .collect::<Result<Vec<_>, _>>()
-        })
-        .await
-        .map_err(|e| DataFusionError::External(Box::new(e)))??;
+        let batches = tokio::task::spawn_blocking(move || relation.scan_rows(store.as_ref()))
+            .await
+            .map_err(|e| DataFusionError::External(Box::new(e)))??;
         Ok(MemorySourceConfig::try_new_exec(
             &[batches],
             self.schema(),
@@ -179,14 +203,14 @@ impl TableProvider for RelationTable {
                 "{insert_op} is not supported"
             )));
         }
-        let relation = Arc::clone(&self.relation);
-        let store = Arc::clone(&self.store);
+        self.writable()?;
+        let writer = self.writer();
         Ok(DmlExec::new(
-            format!("insert into {}", relation.def.name),
+            format!("insert into {}", self.relation.def.name),
             Box::new(move |ctx| {
                 Box::pin(async move {
                     let stream = execute_stream(input, ctx)?;
-                    Ok(dml::insert(relation, store, stream).await?)
+                    Ok(writer.insert(stream).await?)
                 })
             }),
         ))
@@ -197,14 +221,12 @@ impl TableProvider for RelationTable {
         state: &dyn Session,
         filters: Vec<Expr>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        self.writable()?;
         let filters = self.physical(state, filters)?;
-        let relation = Arc::clone(&self.relation);
-        let store = Arc::clone(&self.store);
+        let writer = self.writer();
         Ok(DmlExec::new(
-            format!("delete from {}", relation.def.name),
-            Box::new(move |_| {
-                Box::pin(async move { Ok(dml::delete(relation, store, filters).await?) })
-            }),
+            format!("delete from {}", self.relation.def.name),
+            Box::new(move |_| Box::pin(async move { Ok(writer.delete(filters).await?) })),
         ))
     }
 
@@ -214,6 +236,7 @@ impl TableProvider for RelationTable {
         assignments: Vec<(String, Expr)>,
         filters: Vec<Expr>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        self.writable()?;
         let filters = self.physical(state, filters)?;
         let mut planned = Vec::with_capacity(assignments.len());
         for (column, expr) in assignments {
@@ -229,24 +252,19 @@ impl TableProvider for RelationTable {
             }
             planned.push((index, self.physical(state, vec![expr])?.remove(0)));
         }
-        let relation = Arc::clone(&self.relation);
-        let store = Arc::clone(&self.store);
+        let writer = self.writer();
         Ok(DmlExec::new(
-            format!("update {}", relation.def.name),
-            Box::new(move |_| {
-                Box::pin(async move { Ok(dml::update(relation, store, planned, filters).await?) })
-            }),
+            format!("update {}", self.relation.def.name),
+            Box::new(move |_| Box::pin(async move { Ok(writer.update(planned, filters).await?) })),
         ))
     }
 
     async fn truncate(&self, _state: &dyn Session) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let relation = Arc::clone(&self.relation);
-        let store = Arc::clone(&self.store);
+        self.writable()?;
+        let writer = self.writer();
         Ok(DmlExec::new(
-            format!("truncate {}", relation.def.name),
-            Box::new(move |_| {
-                Box::pin(async move { Ok(dml::delete(relation, store, vec![]).await?) })
-            }),
+            format!("truncate {}", self.relation.def.name),
+            Box::new(move |_| Box::pin(async move { Ok(writer.delete(vec![]).await?) })),
         ))
     }
 }

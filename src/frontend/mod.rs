@@ -18,11 +18,11 @@ use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::common::ParamValues;
 use datafusion::execution::session_state::SessionState;
 use datafusion::execution::SendableRecordBatchStream;
-use datafusion::sql::sqlparser::ast::Statement;
-
+pub use parser::Statement;
 pub use session::Session;
 
-use crate::catalog::Catalog;
+use crate::catalog::{Catalog, RelationKind};
+use crate::dataflow::manager::Streaming;
 use crate::error::Result;
 
 /// What a statement produced.
@@ -62,20 +62,65 @@ pub struct Frontend {
     catalog: Arc<Catalog>,
     parser: parser::SqlParser,
     template: SessionState,
+    streaming: Arc<Streaming>,
 }
 
 impl Frontend {
-    pub async fn new(catalog: Arc<Catalog>) -> Result<Frontend> {
+    /// Sets up DataFusion over `catalog` and starts every materialized view it has.
+    pub async fn new(catalog: Arc<Catalog>, streaming: Arc<Streaming>) -> Result<Frontend> {
         let template = df_context::template_state(Arc::clone(&catalog)).await?;
-        Ok(Frontend {
+        let frontend = Frontend {
             catalog,
             parser: parser::SqlParser::new(),
             template,
-        })
+            streaming,
+        };
+        frontend.restart_views().await;
+        Ok(frontend)
+    }
+
+    /// Rebuilds every view from its inputs (see `dataflow::manager`), in creation order so a
+    /// view's inputs are running before it.
+    async fn restart_views(&self) {
+        let session = self.new_session("weir");
+        let views = self
+            .catalog
+            .relations()
+            .into_iter()
+            .filter(|r| r.def.kind == RelationKind::MaterializedView);
+        for relation in views {
+            let name = relation.def.name.clone();
+            let started = async {
+                self.catalog.clear(&relation)?;
+                let statement = match self.parser.parse(&relation.def.definition)?.pop() {
+                    Some(Statement::Sql(s)) => s,
+                    _ => {
+                        return Err(crate::error::WeirError::internal(
+                            "view definition is not a statement",
+                        ))
+                    }
+                };
+                let (_, built) =
+                    handler::create_view::plan_view(self, &session, &name, &statement).await?;
+                self.streaming
+                    .start_view(Arc::clone(&relation), built)
+                    .await
+            };
+            match started.await {
+                Ok(()) => tracing::info!(view = %name, "view rebuilt"),
+                Err(e) => {
+                    tracing::error!(view = %name, "view could not be restarted and stays empty: {e}")
+                }
+            }
+        }
     }
 
     pub fn catalog(&self) -> &Arc<Catalog> {
         &self.catalog
+    }
+
+    pub fn streaming(&self) -> &Arc<Streaming> {
+        &self.streaming
     }
 
     /// A new session for `user`.
@@ -98,7 +143,20 @@ impl Frontend {
         statement: Statement,
         params: Option<ParamValues>,
     ) -> Result<StatementResult> {
-        handler::execute(self, session, statement, params).await
+        match statement {
+            Statement::Flush => {
+                self.streaming.flush().await;
+                Ok(StatementResult::command("FLUSH"))
+            }
+            Statement::Sql(statement) => {
+                let writes = handler::writes_rows(&statement);
+                let result = handler::execute(self, session, statement, params).await?;
+                if writes && session.implicit_flush() {
+                    self.streaming.flush().await;
+                }
+                Ok(result)
+            }
+        }
     }
 
     /// Describes a statement without running it.
@@ -107,6 +165,12 @@ impl Frontend {
         session: &mut Session,
         statement: &Statement,
     ) -> Result<StatementDescription> {
-        handler::describe(self, session, statement).await
+        match statement {
+            Statement::Flush => Ok(StatementDescription {
+                parameters: vec![],
+                columns: None,
+            }),
+            Statement::Sql(statement) => handler::describe(self, session, statement).await,
+        }
     }
 }

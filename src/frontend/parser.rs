@@ -6,12 +6,30 @@
 //! SQL DataFusion plans; [`rewrite_catalog_idioms`] adds two more that JDBC needs. Syntax errors
 //! become SQLSTATE 42601 with the character position Postgres would report.
 
-use datafusion::sql::sqlparser::ast::Statement;
+use datafusion::sql::sqlparser::ast;
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
+use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
 use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
 
 use crate::error::{Result, WeirError};
+
+/// A parsed statement: Postgres SQL, or one of Weir's own.
+#[derive(Debug, Clone)]
+pub enum Statement {
+    Sql(ast::Statement),
+    /// `FLUSH`: wait until every change made so far is visible in every view.
+    Flush,
+}
+
+impl std::fmt::Display for Statement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Statement::Sql(s) => write!(f, "{s}"),
+            Statement::Flush => f.write_str("FLUSH"),
+        }
+    }
+}
 
 pub struct SqlParser {
     inner: PostgresCompatibilityParser,
@@ -32,6 +50,27 @@ impl SqlParser {
 
     /// Parses one or more `;`-separated statements.
     pub fn parse(&self, sql: &str) -> Result<Vec<Statement>> {
+        let pieces = split_weir_statements(sql);
+        if pieces.iter().all(|p| matches!(p, Piece::Sql(_))) {
+            return Ok(self
+                .parse_sql(sql)?
+                .into_iter()
+                .map(Statement::Sql)
+                .collect());
+        }
+        let mut out = Vec::new();
+        for piece in pieces {
+            match piece {
+                Piece::Flush => out.push(Statement::Flush),
+                Piece::Sql(text) => {
+                    out.extend(self.parse_sql(text)?.into_iter().map(Statement::Sql))
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn parse_sql(&self, sql: &str) -> Result<Vec<ast::Statement>> {
         let mut statements = self.inner.parse(sql).map_err(|e| {
             // The compatibility parser's token rewriting drops source locations; sqlparser on
             // the original text reports the same error with its line and column.
@@ -57,7 +96,7 @@ impl SqlParser {
 /// - a function looked up by name, `(SELECT oid FROM pg_catalog.pg_proc WHERE proname = 'f')`
 ///   (how the compatibility parser expands `'f'::regproc`), becomes `'f'`: this pg_catalog
 ///   names functions in `pg_type.typinput` and the like rather than numbering them.
-pub fn rewrite_catalog_idioms(statement: &mut Statement) {
+pub fn rewrite_catalog_idioms(statement: &mut ast::Statement) {
     use datafusion::sql::sqlparser::ast::{
         visit_expressions_mut, AccessExpr, Expr, Function, FunctionArguments, Ident, ObjectName,
         SelectItem, SetExpr, Subscript, Value,
@@ -147,6 +186,72 @@ pub fn rewrite_catalog_idioms(statement: &mut Statement) {
         }
         ControlFlow::<()>::Continue(())
     });
+}
+
+enum Piece<'a> {
+    Sql(&'a str),
+    Flush,
+}
+
+/// Splits `sql` at top-level semicolons when one of the statements is Weir's own (`FLUSH`);
+/// otherwise returns it whole as SQL.
+fn split_weir_statements(sql: &str) -> Vec<Piece<'_>> {
+    let whole = vec![Piece::Sql(sql)];
+    let Ok(tokens) = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize_with_location() else {
+        return whole;
+    };
+    // Byte offsets of statement boundaries (the semicolons).
+    let offset = |line: u64, column: u64| -> usize {
+        let mut at = 0usize;
+        for (i, l) in sql.split_inclusive('\n').enumerate() {
+            if i + 1 == line as usize {
+                return at
+                    + l.char_indices()
+                        .nth(column.saturating_sub(1) as usize)
+                        .map(|(b, _)| b)
+                        .unwrap_or(l.len());
+            }
+            at += l.len();
+        }
+        sql.len()
+    };
+    let mut pieces = Vec::new();
+    let mut start = 0usize;
+    let mut words: Vec<String> = Vec::new();
+    let mut any_flush = false;
+    for t in &tokens {
+        match &t.token {
+            Token::SemiColon => {
+                let end = offset(t.span.start.line, t.span.start.column);
+                let is_flush = words.len() == 1 && words[0].eq_ignore_ascii_case("flush");
+                any_flush |= is_flush;
+                pieces.push(if is_flush {
+                    Piece::Flush
+                } else {
+                    Piece::Sql(&sql[start..end])
+                });
+                start = end + 1;
+                words.clear();
+            }
+            Token::Whitespace(_) => {}
+            other => words.push(other.to_string()),
+        }
+    }
+    if !words.is_empty() {
+        let is_flush = words.len() == 1 && words[0].eq_ignore_ascii_case("flush");
+        any_flush |= is_flush;
+        pieces.push(if is_flush {
+            Piece::Flush
+        } else {
+            Piece::Sql(&sql[start..])
+        });
+    }
+    if any_flush {
+        pieces.retain(|p| !matches!(p, Piece::Sql(s) if s.trim().is_empty()));
+        pieces
+    } else {
+        whole
+    }
 }
 
 /// `f` if `query` is `SELECT [max(]oid[)] FROM pg_catalog.pg_proc WHERE proname = '[pg_catalog.]f'`.

@@ -13,7 +13,6 @@ use arrow_pg::datatypes::df::deserialize_parameters;
 use arrow_pg::datatypes::into_pg_type;
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::DataType;
-use datafusion::sql::sqlparser::ast::Statement;
 use futures::Sink;
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::ExtendedQueryHandler;
@@ -30,7 +29,7 @@ use super::encode::fields;
 use super::session::{reject, run_statement, session_of, Block};
 use super::WeirHandler;
 use crate::error::WeirError;
-use crate::frontend::{Frontend, StatementDescription};
+use crate::frontend::{Frontend, Statement, StatementDescription};
 
 /// A parsed prepared statement.
 #[derive(Clone, Debug)]

@@ -31,6 +31,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::catalog::Catalog;
 use crate::config::{AuthConfig, Config};
+use crate::dataflow::manager::Streaming;
 use crate::error::{Result, WeirError};
 use crate::frontend::Frontend;
 use crate::metrics;
@@ -140,7 +141,8 @@ pub async fn run(config: Config) -> Result<()> {
     )?);
     let catalog = Arc::new(Catalog::open(store, &config.database)?);
     info!(relations = catalog.relations().len(), data_dir = %config.data_dir.display(), "catalog loaded");
-    let frontend = Arc::new(Frontend::new(catalog).await?);
+    let streaming = Streaming::new(Arc::clone(&catalog), config.barrier_interval);
+    let frontend = Arc::new(Frontend::new(catalog, streaming).await?);
     let handlers = Arc::new(Handlers::new(frontend, &config));
     let tls = tls_acceptor(&config)?;
 

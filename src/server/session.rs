@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use datafusion::common::ParamValues;
-use datafusion::sql::sqlparser::ast::Statement;
+use datafusion::sql::sqlparser::ast;
 use futures::{Sink, SinkExt};
 use pgwire::api::portal::Format;
 use pgwire::api::results::Response;
@@ -25,7 +25,7 @@ use super::cancel::{cancellable, CancelSignal};
 use super::encode::into_response;
 use super::WeirHandler;
 use crate::error::{SqlState, WeirError};
-use crate::frontend::{Frontend, Session, StatementResult};
+use crate::frontend::{Frontend, Session, Statement, StatementResult};
 use crate::metrics;
 
 /// The per-connection session, in the connection's extension map.
@@ -91,7 +91,7 @@ where
 {
     let ends_block = matches!(
         statement,
-        Statement::Commit { .. } | Statement::Rollback { .. }
+        Statement::Sql(ast::Statement::Commit { .. } | ast::Statement::Rollback { .. })
     );
     if *block == Block::Failed && !ends_block {
         return Err(fail(

@@ -120,6 +120,14 @@ impl StateTable {
         Ok(batches)
     }
 
+    /// The row stored under the memcomparable `key` (as produced by [`Self::encode_keys`]).
+    pub fn get(&self, store: &dyn StateStore, key: &[u8]) -> Result<Option<RecordBatch>> {
+        match store.get(&row_key(self.table_id, key))? {
+            Some(value) => Ok(Some(self.decode_values(&[value])?)),
+            None => Ok(None),
+        }
+    }
+
     /// Number of rows (a full scan of the keys).
     pub fn count(&self, store: &dyn StateStore) -> Result<u64> {
         let mut n = 0u64;

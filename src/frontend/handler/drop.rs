@@ -1,4 +1,7 @@
-//! `DROP TABLE [IF EXISTS] name [, ...] [CASCADE | RESTRICT]`.
+//! `DROP TABLE | MATERIALIZED VIEW [IF EXISTS] name [, ...] [CASCADE | RESTRICT]`.
+//!
+//! A relation that views read cannot be dropped without CASCADE (2BP01); with CASCADE its
+//! dependent views go first, each with its job stopped and its rows deleted.
 
 use datafusion::sql::sqlparser::ast::{ObjectType, Statement};
 
@@ -7,11 +10,12 @@ use crate::catalog::RelationKind;
 use crate::error::{Result, SqlState, WeirError};
 use crate::frontend::{Frontend, StatementResult};
 
-pub fn handle(fe: &Frontend, statement: Statement) -> Result<StatementResult> {
+pub async fn handle(fe: &Frontend, statement: Statement) -> Result<StatementResult> {
     let Statement::Drop {
         object_type,
         if_exists,
         names,
+        cascade,
         ..
     } = statement
     else {
@@ -19,6 +23,7 @@ pub fn handle(fe: &Frontend, statement: Statement) -> Result<StatementResult> {
     };
     let (kind, tag) = match object_type {
         ObjectType::Table => (RelationKind::Table, "DROP TABLE"),
+        ObjectType::MaterializedView => (RelationKind::MaterializedView, "DROP MATERIALIZED VIEW"),
         other => {
             return Err(WeirError::unsupported(format!(
                 "DROP {other} is not supported"
@@ -34,21 +39,49 @@ pub fn handle(fe: &Frontend, statement: Statement) -> Result<StatementResult> {
                 return Err(WeirError::new(
                     SqlState::WRONG_OBJECT_TYPE,
                     format!("\"{name}\" is not a {}", kind_name(kind)),
-                ))
+                ));
             }
-            Some(_) => doomed.push(name),
+            Some(rel) => {
+                let dependents = fe.catalog().dependents(rel.def.id);
+                if !dependents.is_empty() && !cascade {
+                    let names: Vec<&str> = dependents.iter().map(|d| d.def.name.as_str()).collect();
+                    return Err(WeirError::new(
+                        SqlState::DEPENDENT_OBJECTS_STILL_EXIST,
+                        format!(
+                            "cannot drop {} {name} because other objects depend on it: {}",
+                            kind_name(kind),
+                            names.join(", ")
+                        ),
+                    )
+                    .with_hint("Use DROP ... CASCADE to drop the dependent objects too."));
+                }
+                // Dependents first, most dependent first.
+                for d in dependents.into_iter().rev() {
+                    if !doomed
+                        .iter()
+                        .any(|x: &std::sync::Arc<crate::catalog::Relation>| x.def.id == d.def.id)
+                    {
+                        doomed.push(d);
+                    }
+                }
+                doomed.push(rel);
+            }
             None if if_exists => {}
             None => return Err(WeirError::undefined_table(&name)),
         }
     }
-    for name in doomed {
-        fe.catalog().drop_relation(&name, true)?;
+    for relation in doomed {
+        if relation.def.kind == RelationKind::MaterializedView {
+            fe.streaming().stop_view(relation.def.id).await;
+        }
+        fe.catalog().drop_relation(&relation.def.name, true)?;
     }
     Ok(StatementResult::command(tag))
 }
 
-fn kind_name(kind: RelationKind) -> &'static str {
+pub fn kind_name(kind: RelationKind) -> &'static str {
     match kind {
         RelationKind::Table => "table",
+        RelationKind::MaterializedView => "materialized view",
     }
 }

@@ -2,14 +2,16 @@
 //! [`describe`] tells the extended protocol what it takes and returns without running it.
 //!
 //! Statement kinds and their handlers:
-//! - `CREATE TABLE [AS]` -> [`create_table`]; `DROP` -> [`drop`]
+//! - `CREATE TABLE [AS]` -> [`create_table`]; `CREATE MATERIALIZED VIEW` -> [`create_view`];
+//!   `DROP` -> [`drop`]
 //! - `SELECT`, `INSERT`, `UPDATE`, `DELETE`, `TRUNCATE`, `EXPLAIN` -> [`query`] (DataFusion)
-//! - `SHOW TABLES`, `SHOW <setting>`, `SHOW ALL` -> [`show`]; `DESCRIBE t`, `SHOW COLUMNS` -> [`describe`]
+//! - `SHOW TABLES`, `SHOW MATERIALIZED VIEWS`, `SHOW <setting>`, `SHOW ALL` -> [`show`]; `DESCRIBE t`, `SHOW COLUMNS` -> [`describe`]
 //! - `SET`, `RESET` -> [`set`]; `BEGIN`, `COMMIT`, `ROLLBACK` -> [`transaction`]
 //!
 //! Anything else is SQLSTATE 0A000, said plainly.
 
 pub mod create_table;
+pub mod create_view;
 pub mod describe;
 pub mod drop;
 pub mod query;
@@ -36,7 +38,11 @@ pub async fn execute(
 ) -> Result<StatementResult> {
     match statement {
         Statement::CreateTable(_) => create_table::handle(fe, session, statement).await,
-        Statement::Drop { .. } => drop::handle(fe, statement),
+        Statement::Drop { .. } => drop::handle(fe, statement).await,
+        Statement::CreateView(_) => create_view::handle(fe, session, statement).await,
+        Statement::ShowViews {
+            materialized: true, ..
+        } => show::materialized_views(fe),
         Statement::Query(_)
         | Statement::Insert(_)
         | Statement::Update(_)
@@ -79,6 +85,7 @@ pub async fn describe(
         | Statement::Explain { .. } => query::describe(session, statement).await,
         // These only read the catalog or the session: running them is the simplest exact answer.
         Statement::ShowTables { .. }
+        | Statement::ShowViews { .. }
         | Statement::ShowVariable { .. }
         | Statement::ExplainTable { .. }
         | Statement::ShowColumns { .. } => {
@@ -96,6 +103,14 @@ pub async fn describe(
             columns: None,
         }),
     }
+}
+
+/// Whether a statement changes table rows (and so must be visible after `implicit_flush`).
+pub fn writes_rows(statement: &Statement) -> bool {
+    matches!(
+        statement,
+        Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) | Statement::Truncate(_)
+    ) || matches!(statement, Statement::CreateTable(c) if c.query.is_some())
 }
 
 /// A rows result from batches already in memory.

@@ -25,15 +25,24 @@ fn text_columns(names: &[&str], columns: Vec<Vec<String>>) -> Result<StatementRe
     rows(RecordBatch::try_new(schema, arrays)?)
 }
 
-pub fn tables(fe: &Frontend) -> Result<StatementResult> {
-    let names = fe
+fn names_of(fe: &Frontend, kind: RelationKind) -> Result<StatementResult> {
+    let mut names: Vec<String> = fe
         .catalog()
         .relations()
         .iter()
-        .filter(|r| r.def.kind == RelationKind::Table)
+        .filter(|r| r.def.kind == kind)
         .map(|r| r.def.name.clone())
         .collect();
+    names.sort();
     text_columns(&["Name"], vec![names])
+}
+
+pub fn tables(fe: &Frontend) -> Result<StatementResult> {
+    names_of(fe, RelationKind::Table)
+}
+
+pub fn materialized_views(fe: &Frontend) -> Result<StatementResult> {
+    names_of(fe, RelationKind::MaterializedView)
 }
 
 pub fn variable(session: &Session, variable: &[Ident]) -> Result<StatementResult> {

@@ -1,0 +1,90 @@
+//! [`ChangeHub`]: subscriptions to relations' changes. It lives with the catalog because tables
+//! (catalog::dml) publish into it; the streaming runtime (`dataflow`) subscribes views.
+//!
+//! A table publishes each committed statement's changes; a view publishes each epoch's net
+//! changes followed by the epoch's barrier. A subscriber is a bounded channel, so a slow view
+//! slows down (back-pressures) the writers of what it reads instead of buffering without bound.
+//! Each relation's subscriber list has its own lock; publishing to one relation never waits for
+//! another.
+//!
+//! Ordering: the caller publishes under the relation's write lock, and subscribes under that
+//! same lock while it snapshots the relation, so a subscriber sees exactly the changes after its
+//! snapshot.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use crate::state::keys::TableId;
+use crate::types::Message;
+
+/// Messages a subscriber may have queued before publishers wait.
+pub const CHANNEL_CAPACITY: usize = 256;
+
+struct Subscriber {
+    job: TableId,
+    tx: mpsc::Sender<Message>,
+}
+
+#[derive(Default)]
+pub struct ChangeHub {
+    relations: parking_lot::Mutex<HashMap<TableId, Arc<tokio::sync::Mutex<Vec<Subscriber>>>>>,
+}
+
+impl ChangeHub {
+    fn list(&self, relation: TableId) -> Arc<tokio::sync::Mutex<Vec<Subscriber>>> {
+        Arc::clone(self.relations.lock().entry(relation).or_default())
+    }
+
+    /// A new subscription of `job` to `relation`.
+    pub async fn subscribe(&self, relation: TableId, job: TableId) -> mpsc::Receiver<Message> {
+        let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+        self.list(relation)
+            .lock()
+            .await
+            .push(Subscriber { job, tx });
+        rx
+    }
+
+    /// Removes every subscription of `job`.
+    pub async fn unsubscribe_job(&self, job: TableId) {
+        let lists: Vec<_> = self.relations.lock().values().cloned().collect();
+        for list in lists {
+            list.lock().await.retain(|s| s.job != job);
+        }
+    }
+
+    /// Whether anyone listens to `relation` (tables skip computing changes otherwise).
+    pub async fn has_subscribers(&self, relation: TableId) -> bool {
+        let list = self.relations.lock().get(&relation).cloned();
+        match list {
+            Some(list) => !list.lock().await.is_empty(),
+            None => false,
+        }
+    }
+
+    /// Sends `messages` to every subscriber of `relation`, in order, waiting for room.
+    /// Subscribers that went away are dropped.
+    pub async fn publish(&self, relation: TableId, messages: Vec<Message>) {
+        let list = self.list(relation);
+        let mut subscribers = list.lock().await;
+        let mut gone = Vec::new();
+        for (i, s) in subscribers.iter().enumerate() {
+            for m in &messages {
+                if s.tx.send(m.clone()).await.is_err() {
+                    gone.push(i);
+                    break;
+                }
+            }
+        }
+        for i in gone.into_iter().rev() {
+            subscribers.remove(i);
+        }
+    }
+
+    /// Relations that currently have subscribers.
+    pub fn subscribed_relations(&self) -> Vec<TableId> {
+        self.relations.lock().keys().copied().collect()
+    }
+}

@@ -1,0 +1,252 @@
+//! From a DataFusion logical plan (optimized) to a view's operator [`Graph`].
+//!
+//! Supported: table and view scans, projection, filter, inner equi-joins with a residual
+//! condition, grouped and global aggregates (count, sum, avg, min, max), DISTINCT, UNION ALL,
+//! and subquery aliases; ORDER BY is ignored (a view is a set of rows). Anything else is
+//! SQLSTATE 0A000, naming what is missing.
+
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::catalog::Session;
+use datafusion::common::DFSchema;
+use datafusion::logical_expr::{Distinct, Expr, JoinType, LogicalPlan};
+use datafusion::physical_expr::PhysicalExpr;
+
+use super::graph::Graph;
+use crate::catalog::Catalog;
+use crate::error::{Result, WeirError};
+use crate::operators::filter::Filter;
+use crate::operators::hash_agg::{AggKind, AggSpec, HashAgg};
+use crate::operators::hash_join::HashJoin;
+use crate::operators::project::Project;
+use crate::operators::union::Union;
+use crate::state::keys::TableId;
+
+pub struct Built {
+    pub graph: Graph,
+    /// The relation each graph input reads, in input order.
+    pub inputs: Vec<TableId>,
+}
+
+struct Builder<'a> {
+    state: &'a dyn Session,
+    catalog: &'a Catalog,
+    view: String,
+    graph: Graph,
+    inputs: Vec<TableId>,
+}
+
+pub fn build(
+    plan: &LogicalPlan,
+    state: &dyn Session,
+    catalog: &Catalog,
+    view: &str,
+) -> Result<Built> {
+    let mut b = Builder {
+        state,
+        catalog,
+        view: view.to_string(),
+        graph: Graph::default(),
+        inputs: Vec::new(),
+    };
+    b.node(plan)?;
+    Ok(Built {
+        graph: b.graph,
+        inputs: b.inputs,
+    })
+}
+
+fn unsupported(what: &str) -> WeirError {
+    WeirError::unsupported(format!(
+        "{what} is not supported in a materialized view yet"
+    ))
+}
+
+impl Builder<'_> {
+    fn physical(&self, expr: &Expr, input: &DFSchema) -> Result<Arc<dyn PhysicalExpr>> {
+        Ok(self.state.create_physical_expr(expr.clone(), input)?)
+    }
+
+    fn schema(plan: &LogicalPlan) -> SchemaRef {
+        Arc::new(plan.schema().as_arrow().clone())
+    }
+
+    /// Adds `plan`'s operators; returns the index of its top node.
+    fn node(&mut self, plan: &LogicalPlan) -> Result<usize> {
+        match plan {
+            LogicalPlan::TableScan(scan) => {
+                if scan.fetch.is_some() {
+                    return Err(unsupported("LIMIT"));
+                }
+                let name = scan.table_name.table();
+                let relation = self
+                    .catalog
+                    .get(name)
+                    .ok_or_else(|| WeirError::undefined_table(name))?;
+                let source = relation.schema.clone();
+                let indices: Vec<usize> = match &scan.projection {
+                    Some(p) => p.clone(),
+                    None => (0..source.fields().len()).collect(),
+                };
+                let exprs: Vec<Arc<dyn PhysicalExpr>> = indices
+                    .iter()
+                    .map(|&i| {
+                        Ok(
+                            Arc::new(datafusion::physical_expr::expressions::Column::new(
+                                source.field(i).name(),
+                                i,
+                            )) as Arc<dyn PhysicalExpr>,
+                        )
+                    })
+                    .collect::<Result<_>>()?;
+                let label = format!("Source {}", relation.def.name);
+                let leaf = self.graph.add_leaf(Box::new(
+                    Project::new(exprs, Self::schema(plan), &self.view).with_label(label),
+                ));
+                self.inputs.push(relation.def.id);
+                if let Some(predicate) = scan.filters.iter().cloned().reduce(|a, b| a.and(b)) {
+                    let predicate = self.physical(&predicate, scan.projected_schema.as_ref())?;
+                    return Ok(self
+                        .graph
+                        .add(Box::new(Filter::new(predicate, &self.view)), &[leaf]));
+                }
+                Ok(leaf)
+            }
+            LogicalPlan::Projection(p) => {
+                let child = self.node(&p.input)?;
+                let exprs = p
+                    .expr
+                    .iter()
+                    .map(|e| self.physical(e, p.input.schema()))
+                    .collect::<Result<Vec<_>>>()?;
+                Ok(self.graph.add(
+                    Box::new(Project::new(exprs, Self::schema(plan), &self.view)),
+                    &[child],
+                ))
+            }
+            LogicalPlan::Filter(f) => {
+                let child = self.node(&f.input)?;
+                let predicate = self.physical(&f.predicate, f.input.schema())?;
+                Ok(self
+                    .graph
+                    .add(Box::new(Filter::new(predicate, &self.view)), &[child]))
+            }
+            LogicalPlan::Aggregate(a) => {
+                let child = self.node(&a.input)?;
+                let group_by = a
+                    .group_expr
+                    .iter()
+                    .map(|e| {
+                        if matches!(e, Expr::GroupingSet(_)) {
+                            return Err(unsupported("GROUPING SETS"));
+                        }
+                        self.physical(e, a.input.schema())
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                let mut aggs = Vec::new();
+                for (i, expr) in a.aggr_expr.iter().enumerate() {
+                    let output_type = a.schema.field(a.group_expr.len() + i).data_type().clone();
+                    let inner = match expr {
+                        Expr::Alias(alias) => alias.expr.as_ref(),
+                        e => e,
+                    };
+                    let Expr::AggregateFunction(f) = inner else {
+                        return Err(unsupported(&format!("aggregate {expr}")));
+                    };
+                    let params = &f.params;
+                    if params.distinct || params.filter.is_some() || !params.order_by.is_empty() {
+                        return Err(unsupported(
+                            "DISTINCT, FILTER or ORDER BY inside an aggregate",
+                        ));
+                    }
+                    let kind = AggKind::from_name(f.func.name(), !params.args.is_empty())
+                        .ok_or_else(|| unsupported(&format!("the aggregate {}", f.func.name())))?;
+                    let arg = params
+                        .args
+                        .first()
+                        .map(|e| self.physical(e, a.input.schema()))
+                        .transpose()?;
+                    aggs.push(AggSpec {
+                        kind,
+                        arg,
+                        output_type,
+                    });
+                }
+                Ok(self.graph.add(
+                    Box::new(HashAgg::new(group_by, aggs, Self::schema(plan), &self.view)),
+                    &[child],
+                ))
+            }
+            LogicalPlan::Distinct(Distinct::All(input)) => {
+                let child = self.node(input)?;
+                let keys = (0..input.schema().fields().len())
+                    .map(|i| {
+                        Ok(
+                            Arc::new(datafusion::physical_expr::expressions::Column::new(
+                                input.schema().field(i).name(),
+                                i,
+                            )) as Arc<dyn PhysicalExpr>,
+                        )
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                Ok(self.graph.add(
+                    Box::new(HashAgg::new(keys, vec![], Self::schema(plan), &self.view)),
+                    &[child],
+                ))
+            }
+            LogicalPlan::Join(j) => {
+                if j.join_type != JoinType::Inner {
+                    return Err(unsupported(&format!("{} JOIN", j.join_type)));
+                }
+                if j.on.is_empty() {
+                    return Err(unsupported("a join without an equality condition"));
+                }
+                let left = self.node(&j.left)?;
+                let right = self.node(&j.right)?;
+                let left_keys =
+                    j.on.iter()
+                        .map(|(l, _)| self.physical(l, j.left.schema()))
+                        .collect::<Result<Vec<_>>>()?;
+                let right_keys =
+                    j.on.iter()
+                        .map(|(_, r)| self.physical(r, j.right.schema()))
+                        .collect::<Result<Vec<_>>>()?;
+                let residual = j
+                    .filter
+                    .as_ref()
+                    .map(|f| self.physical(f, &j.schema))
+                    .transpose()?;
+                let op = HashJoin::new(
+                    (Self::schema(&j.left), left_keys),
+                    (Self::schema(&j.right), right_keys),
+                    Self::schema(plan),
+                    residual,
+                    &self.view,
+                )?;
+                Ok(self.graph.add(Box::new(op), &[left, right]))
+            }
+            LogicalPlan::Union(u) => {
+                let children = u
+                    .inputs
+                    .iter()
+                    .map(|i| self.node(i))
+                    .collect::<Result<Vec<_>>>()?;
+                Ok(self.graph.add(
+                    Box::new(Union::new(Self::schema(plan), children.len())),
+                    &children,
+                ))
+            }
+            LogicalPlan::SubqueryAlias(s) => self.node(&s.input),
+            LogicalPlan::Sort(s) if s.fetch.is_none() => self.node(&s.input),
+            other => Err(unsupported(
+                other
+                    .display()
+                    .to_string()
+                    .split(':')
+                    .next()
+                    .unwrap_or("this plan"),
+            )),
+        }
+    }
+}

@@ -1,0 +1,113 @@
+//! A view's operators as a tree: leaves read the view's inputs, the root produces its rows.
+//!
+//! Nodes are stored children first, so walking them in order visits every child before its
+//! parent; that is the order in which barriers flush operators. A change enters at a leaf and
+//! is handed from node to parent until it leaves the root.
+
+use crate::error::Result;
+use crate::operators::operator::Operator;
+use crate::types::ChangeBatch;
+
+struct Node {
+    op: Box<dyn Operator>,
+    /// The parent node and which of its inputs this node feeds.
+    parent: Option<(usize, usize)>,
+}
+
+#[derive(Default)]
+pub struct Graph {
+    nodes: Vec<Node>,
+    /// The leaf node reading each of the view's inputs.
+    leaves: Vec<usize>,
+}
+
+impl Graph {
+    /// Adds a node whose inputs are `children` (in input order); returns its index.
+    pub fn add(&mut self, op: Box<dyn Operator>, children: &[usize]) -> usize {
+        let index = self.nodes.len();
+        for (slot, &child) in children.iter().enumerate() {
+            self.nodes[child].parent = Some((index, slot));
+        }
+        self.nodes.push(Node { op, parent: None });
+        index
+    }
+
+    /// Adds a leaf reading the view's next input; returns its index.
+    pub fn add_leaf(&mut self, op: Box<dyn Operator>) -> usize {
+        let index = self.add(op, &[]);
+        self.leaves.push(index);
+        index
+    }
+
+    pub fn input_count(&self) -> usize {
+        self.leaves.len()
+    }
+
+    /// Pushes changes of input `input` through; returns the root's output.
+    pub fn push(&mut self, input: usize, batch: ChangeBatch) -> Result<Vec<ChangeBatch>> {
+        let mut out = Vec::new();
+        let leaf = self.leaves[input];
+        let produced = self.nodes[leaf].op.apply(0, batch)?;
+        self.forward(leaf, produced, &mut out)?;
+        Ok(out)
+    }
+
+    /// The epoch is complete: flushes every operator, children first; returns the root's output.
+    pub fn barrier(&mut self) -> Result<Vec<ChangeBatch>> {
+        let mut out = Vec::new();
+        for index in 0..self.nodes.len() {
+            let produced = self.nodes[index].op.on_barrier()?;
+            self.forward(index, produced, &mut out)?;
+        }
+        Ok(out)
+    }
+
+    fn forward(
+        &mut self,
+        from: usize,
+        batches: Vec<ChangeBatch>,
+        out: &mut Vec<ChangeBatch>,
+    ) -> Result<()> {
+        for batch in batches.into_iter().filter(|b| !b.is_empty()) {
+            match self.nodes[from].parent {
+                None => out.push(batch),
+                Some((parent, slot)) => {
+                    let produced = self.nodes[parent].op.apply(slot, batch)?;
+                    self.forward(parent, produced, out)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The tree, root first, indented by depth.
+    pub fn explain(&self) -> String {
+        let mut lines = Vec::new();
+        if let Some(root) = self.nodes.iter().position(|n| n.parent.is_none()) {
+            self.explain_node(root, 0, &mut lines);
+        }
+        lines.join("\n")
+    }
+
+    fn explain_node(&self, index: usize, depth: usize, lines: &mut Vec<String>) {
+        lines.push(format!(
+            "{}{}",
+            "  ".repeat(depth),
+            self.nodes[index].op.describe()
+        ));
+        let mut children: Vec<(usize, usize)> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| {
+                n.parent
+                    .filter(|(p, _)| *p == index)
+                    .map(|(_, slot)| (slot, i))
+            })
+            .collect();
+        children.sort();
+        for (_, child) in children {
+            self.explain_node(child, depth + 1, lines);
+        }
+    }
+}

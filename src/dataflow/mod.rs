@@ -1,0 +1,16 @@
+//! The streaming runtime: how changes get from tables to views.
+//!
+//! - `catalog::changes`: who listens to which relation; tables and views publish there.
+//! - [`coordinator`]: epochs. Injects a barrier into every table's subscribers each
+//!   `barrier_interval` and on FLUSH, and knows when every view has committed an epoch.
+//! - [`graph`]: a view's operators as a tree, and how changes and barriers move through it.
+//! - [`build`]: from a DataFusion logical plan to that tree.
+//! - [`job`]: the task that runs one view: aligns barriers across inputs, commits the view's
+//!   state per epoch, and publishes its changes to views built on it.
+//! - [`manager`]: creates, starts (also after a restart) and drops views' jobs.
+
+pub mod build;
+pub mod coordinator;
+pub mod graph;
+pub mod job;
+pub mod manager;

@@ -1,0 +1,96 @@
+//! `CREATE MATERIALIZED VIEW [IF NOT EXISTS] name AS SELECT ...`.
+//!
+//! DataFusion plans and optimizes the query; `dataflow::build` turns the plan into operators;
+//! the catalog records the view; the streaming manager backfills it from its inputs' current
+//! rows before this statement returns, then keeps it up to date. If any step fails the view
+//! does not exist afterwards.
+
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::{Field, Schema};
+use datafusion::sql::sqlparser::ast::Statement;
+
+use super::{query, relation_name};
+use crate::dataflow::build::{build, Built};
+use crate::error::{Result, SqlState, WeirError};
+use crate::frontend::{Frontend, Session, StatementResult};
+
+/// Plans a view's query: its columns and its operators.
+pub async fn plan_view(
+    fe: &Frontend,
+    session: &Session,
+    name: &str,
+    statement: &Statement,
+) -> Result<(Schema, Built)> {
+    let Statement::CreateView(view) = statement else {
+        unreachable!("dispatched on CreateView")
+    };
+    let logical = query::plan(session, Statement::Query(view.query.clone())).await?;
+    let state = session.ctx.state();
+    let optimized = state.optimize(&logical)?;
+    let fields: Vec<Field> = logical
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone().with_nullable(true))
+        .collect();
+    for (i, f) in fields.iter().enumerate() {
+        if fields[..i].iter().any(|g| g.name() == f.name()) {
+            return Err(WeirError::new(
+                SqlState::DUPLICATE_COLUMN,
+                format!("column \"{}\" specified more than once", f.name()),
+            )
+            .with_hint("Give the columns distinct names with AS."));
+        }
+    }
+    let built = build(&optimized, &state, fe.catalog(), name)?;
+    Ok((Schema::new(fields), built))
+}
+
+pub async fn handle(
+    fe: &Frontend,
+    session: &mut Session,
+    statement: Statement,
+) -> Result<StatementResult> {
+    let Statement::CreateView(view) = &statement else {
+        unreachable!("dispatched on CreateView")
+    };
+    if !view.materialized {
+        return Err(WeirError::unsupported(
+            "plain views are not supported yet; use CREATE MATERIALIZED VIEW",
+        ));
+    }
+    if view.or_replace {
+        return Err(WeirError::unsupported(
+            "CREATE OR REPLACE MATERIALIZED VIEW is not supported; DROP it first",
+        ));
+    }
+    if !view.columns.is_empty() {
+        return Err(WeirError::unsupported(
+            "a column list after the view name is not supported; name columns with AS",
+        ));
+    }
+    let name = relation_name(&view.name)?;
+    if view.if_not_exists && fe.catalog().get(&name).is_some() {
+        return Ok(StatementResult::command("CREATE MATERIALIZED VIEW"));
+    }
+    let (schema, built) = plan_view(fe, session, &name, &statement).await?;
+    let mut depends_on = built.inputs.clone();
+    depends_on.sort_unstable();
+    depends_on.dedup();
+    fe.catalog()
+        .create_view(&name, &statement.to_string(), schema, depends_on, false)?;
+    let relation = fe
+        .catalog()
+        .get(&name)
+        .ok_or_else(|| WeirError::internal("view vanished while being created"))?;
+    if let Err(e) = fe
+        .streaming()
+        .start_view(Arc::clone(&relation), built)
+        .await
+    {
+        let _ = fe.catalog().drop_relation(&name, true);
+        return Err(e);
+    }
+    Ok(StatementResult::command("CREATE MATERIALIZED VIEW"))
+}

@@ -1,0 +1,128 @@
+//! Materialize: a view's rows, stored in its state table and changed once per epoch.
+//!
+//! A view is a multiset of rows: the state table is keyed by all of the view's columns and holds
+//! each distinct row with its multiplicity (`_weir_count`). Changes of an epoch are gathered,
+//! netted per row, and written in the epoch's one write batch; the net changes are also what
+//! the view publishes to views built on it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, AsArray, Int64Array, RecordBatch, UInt32Array};
+use datafusion::arrow::compute::take_record_batch;
+use datafusion::arrow::datatypes::Int64Type;
+
+use crate::catalog::Relation;
+use crate::error::Result;
+use crate::state::store::{StateStore, WriteBatch};
+use crate::types::{ChangeBatch, Op};
+
+pub struct Materialize {
+    relation: Arc<Relation>,
+    store: Arc<dyn StateStore>,
+    pending: Vec<ChangeBatch>,
+}
+
+impl Materialize {
+    pub fn new(relation: Arc<Relation>, store: Arc<dyn StateStore>) -> Materialize {
+        Materialize {
+            relation,
+            store,
+            pending: Vec::new(),
+        }
+    }
+
+    pub fn relation(&self) -> &Arc<Relation> {
+        &self.relation
+    }
+
+    pub fn apply(&mut self, batch: ChangeBatch) {
+        if !batch.is_empty() {
+            self.pending.push(batch);
+        }
+    }
+
+    /// Nets the epoch's changes: the writes that bring the state table up to date, and the
+    /// view's net changes.
+    pub fn barrier(&mut self) -> Result<(WriteBatch, Option<ChangeBatch>)> {
+        let mut wb = WriteBatch::default();
+        if self.pending.is_empty() {
+            return Ok((wb, None));
+        }
+        let schema = Arc::clone(&self.relation.schema);
+        let batches: Vec<ChangeBatch> = std::mem::take(&mut self.pending)
+            .into_iter()
+            .map(|b| {
+                // Plans may differ from the view's declared schema only in nullability.
+                let data = RecordBatch::try_new(Arc::clone(&schema), b.data.columns().to_vec())?;
+                Ok(b.with_data(data))
+            })
+            .collect::<Result<_>>()?;
+        let all = ChangeBatch::concat(&schema, &batches)?;
+        let table = &self.relation.table;
+        let keys = table.encode_keys(&all.data)?;
+
+        // Net change per distinct row, in order of first appearance.
+        let mut order: Vec<Vec<u8>> = Vec::new();
+        let mut net: HashMap<Vec<u8>, (i64, u32)> = HashMap::new();
+        for (i, op) in all.ops.iter().enumerate() {
+            let key = keys.row(i).as_ref().to_vec();
+            let entry = net.entry(key.clone()).or_insert_with(|| {
+                order.push(key);
+                (0, i as u32)
+            });
+            entry.0 += op.sign();
+        }
+
+        let (mut put_rows, mut put_counts, mut delete_rows) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut out_rows, mut out_ops) = (Vec::new(), Vec::new());
+        for key in order {
+            let (delta, row) = net[&key];
+            if delta == 0 {
+                continue;
+            }
+            let current = table
+                .get(self.store.as_ref(), &key)?
+                .map(|b| {
+                    b.column(b.num_columns() - 1)
+                        .as_primitive::<Int64Type>()
+                        .value(0)
+                })
+                .unwrap_or(0);
+            let updated = current + delta;
+            if updated > 0 {
+                put_rows.push(row);
+                put_counts.push(updated);
+            } else {
+                delete_rows.push(row);
+            }
+            for _ in 0..delta.unsigned_abs() {
+                out_rows.push(row);
+                out_ops.push(if delta > 0 { Op::Insert } else { Op::Delete });
+            }
+        }
+        if !put_rows.is_empty() {
+            let rows = take_record_batch(&all.data, &UInt32Array::from(put_rows))?;
+            table.put_batch(&self.with_counts(rows, put_counts)?, &mut wb)?;
+        }
+        if !delete_rows.is_empty() {
+            let n = delete_rows.len();
+            let rows = take_record_batch(&all.data, &UInt32Array::from(delete_rows))?;
+            table.delete_batch(&self.with_counts(rows, vec![0; n])?, &mut wb)?;
+        }
+        if out_ops.is_empty() {
+            return Ok((wb, None));
+        }
+        let out = take_record_batch(&all.data, &UInt32Array::from(out_rows))?;
+        Ok((wb, Some(ChangeBatch::new(out, out_ops))))
+    }
+
+    fn with_counts(&self, rows: RecordBatch, counts: Vec<i64>) -> Result<RecordBatch> {
+        let mut columns = rows.columns().to_vec();
+        columns.push(Arc::new(Int64Array::from(counts)) as Arc<dyn Array>);
+        Ok(RecordBatch::try_new(
+            Arc::clone(self.relation.table.schema()),
+            columns,
+        )?)
+    }
+}

@@ -1,0 +1,20 @@
+//! Streaming operators, one per file, each maintaining its output under retractions: every
+//! operator takes [`ChangeBatch`](crate::types::ChangeBatch)es and returns the changes of its
+//! own output, so that a view's result always equals its query over the current inputs.
+//!
+//! - [`operator`]: the [`Operator`](operator::Operator) trait the runtime drives.
+//! - [`project`], [`filter`]: stateless, with DataFusion physical expressions.
+//! - [`hash_agg`]: grouped aggregates (count, sum, avg, min, max) with retraction.
+//! - [`hash_join`]: inner equi-joins with a residual condition.
+//! - [`union`]: UNION ALL.
+//! - [`materialize`]: a view's rows in a state table, committed per epoch.
+//! - [`eval`]: expression evaluation that turns a row's runtime error into NULL and a count.
+
+pub mod eval;
+pub mod filter;
+pub mod hash_agg;
+pub mod hash_join;
+pub mod materialize;
+pub mod operator;
+pub mod project;
+pub mod union;
