@@ -66,6 +66,15 @@ async fn psql_meta_commands() {
     assert!(l.contains("dev"), "\\l:\n{l}");
     let dn = psql(&server, "\\dn");
     assert!(dn.contains("public"), "\\dn:\n{dn}");
+    psql(
+        &server,
+        "CREATE MATERIALIZED VIEW spend AS SELECT name, sum(price) AS total FROM t GROUP BY name",
+    );
+    let dm = psql(&server, "\\dm");
+    assert!(
+        dm.contains("spend") && dm.contains("materialized view"),
+        "\\dm:\n{dm}"
+    );
     let d_all = psql(&server, "\\d");
     assert!(d_all.contains(" t "), "\\d:\n{d_all}");
     let rows = psql(

@@ -137,6 +137,49 @@ fn rows_to_batch(schema: &SchemaRef, rows: &[Row]) -> DfResult<RecordBatch> {
 }
 
 impl Extended {
+    /// The crate reports every relation as a table (`r`); materialized views are `m`.
+    fn mark_views(&self, batch: RecordBatch) -> DfResult<RecordBatch> {
+        let views: std::collections::HashSet<String> = self
+            .catalog
+            .relations()
+            .iter()
+            .filter(|r| r.def.kind == crate::catalog::RelationKind::MaterializedView)
+            .map(|r| r.def.name.clone())
+            .collect();
+        let (Ok(name_idx), Ok(kind_idx)) = (
+            batch.schema().index_of("relname"),
+            batch.schema().index_of("relkind"),
+        ) else {
+            return Ok(batch);
+        };
+        if views.is_empty() {
+            return Ok(batch);
+        }
+        let names = datafusion::arrow::compute::cast(batch.column(name_idx), &DataType::Utf8)?;
+        let names = names.as_string::<i32>();
+        let kinds = datafusion::arrow::compute::cast(batch.column(kind_idx), &DataType::Utf8)?;
+        let kinds = kinds.as_string::<i32>();
+        let patched: datafusion::arrow::array::StringArray = (0..batch.num_rows())
+            .map(|i| {
+                if kinds.is_null(i) {
+                    None
+                } else if !names.is_null(i)
+                    && views.contains(names.value(i))
+                    && kinds.value(i) == "r"
+                {
+                    Some("m")
+                } else {
+                    Some(kinds.value(i))
+                }
+            })
+            .collect();
+        let patched =
+            datafusion::arrow::compute::cast(&patched, batch.column(kind_idx).data_type())?;
+        let mut columns = batch.columns().to_vec();
+        columns[kind_idx] = patched;
+        Ok(RecordBatch::try_new(batch.schema(), columns)?)
+    }
+
     /// Table OIDs by name, as the crate's pg_class reports them.
     async fn table_oids(&self, state: &dyn Session) -> DfResult<HashMap<String, (i64, i64)>> {
         let mut out = HashMap::new();
@@ -285,12 +328,20 @@ impl TableProvider for Extended {
         let mut batches = match &self.extra {
             // The crate's one pg_settings row is replaced by the full list.
             Extra::Settings => vec![],
-            Extra::Keys(_) => {
-                collect(
+            Extra::Keys(table) => {
+                let batches = collect(
                     self.inner.scan(state, None, &[], None).await?,
                     state.task_ctx(),
                 )
-                .await?
+                .await?;
+                if table == "pg_class" {
+                    batches
+                        .into_iter()
+                        .map(|b| self.mark_views(b))
+                        .collect::<DfResult<Vec<_>>>()?
+                } else {
+                    batches
+                }
             }
         };
         let rows = match &self.extra {

@@ -47,6 +47,37 @@ pub async fn plan_view(
     Ok((Schema::new(fields), built))
 }
 
+/// `EXPLAIN CREATE MATERIALIZED VIEW ...`: the view's operators, root first, without creating it.
+pub async fn explain(
+    fe: &Frontend,
+    session: &mut Session,
+    statement: &Statement,
+) -> Result<StatementResult> {
+    let Statement::CreateView(view) = statement else {
+        unreachable!("dispatched on CreateView")
+    };
+    let name = relation_name(&view.name)?;
+    let (_, built) = plan_view(fe, session, &name, statement).await?;
+    let plan = format!("Materialize {name}\n{}", indent(&built.graph.explain()));
+    let schema = Arc::new(Schema::new(vec![Field::new(
+        "QUERY PLAN",
+        datafusion::arrow::datatypes::DataType::Utf8,
+        false,
+    )]));
+    let lines: Vec<String> = plan.lines().map(String::from).collect();
+    super::rows(datafusion::arrow::array::RecordBatch::try_new(
+        schema,
+        vec![Arc::new(datafusion::arrow::array::StringArray::from(lines))],
+    )?)
+}
+
+fn indent(text: &str) -> String {
+    text.lines()
+        .map(|l| format!("  {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 pub async fn handle(
     fe: &Frontend,
     session: &mut Session,

@@ -40,6 +40,11 @@ pub async fn execute(
         Statement::CreateTable(_) => create_table::handle(fe, session, statement).await,
         Statement::Drop { .. } => drop::handle(fe, statement).await,
         Statement::CreateView(_) => create_view::handle(fe, session, statement).await,
+        Statement::Explain {
+            statement: inner, ..
+        } if matches!(inner.as_ref(), Statement::CreateView(_)) => {
+            create_view::explain(fe, session, &inner).await
+        }
         Statement::ShowViews {
             materialized: true, ..
         } => show::materialized_views(fe),
