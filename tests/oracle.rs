@@ -18,6 +18,10 @@ const VIEWS: &[(&str, &str)] = &[
     ("union", "SELECT x AS y FROM bag UNION ALL SELECT v AS y FROM a WHERE v > 50"),
     ("on_view", "SELECT g, s FROM by_group WHERE n > 1"),
     ("bag_counts", "SELECT x, count(*) AS n FROM bag GROUP BY x"),
+    ("left_join", "SELECT a.k, a.g, b.w FROM a LEFT JOIN b ON a.g = b.k"),
+    ("right_join", "SELECT a.k, b.k AS bk, b.w FROM a RIGHT JOIN b ON a.g = b.k"),
+    ("full_join", "SELECT a.k, b.k AS bk FROM a FULL JOIN b ON a.g = b.k"),
+    ("per_b", "SELECT b.k AS bk, count(a.k) AS n, sum(a.v) AS s FROM b LEFT JOIN a ON a.g = b.k GROUP BY b.k"),
 ];
 
 /// A small deterministic generator (xorshift), so a failing seed can be replayed.
@@ -38,7 +42,14 @@ fn random_statement(rng: &mut Rng) -> String {
     match rng.below(10) {
         0..=3 => {
             let rows: Vec<String> = (0..1 + rng.below(4))
-                .map(|_| format!("({}, {}, {})", rng.below(40), rng.below(6), rng.below(100)))
+                .map(|_| {
+                    // Group 6 is NULL: keys that never join.
+                    let g = match rng.below(7) {
+                        6 => "NULL".to_string(),
+                        g => g.to_string(),
+                    };
+                    format!("({}, {g}, {})", rng.below(40), rng.below(100))
+                })
                 .collect();
             format!("INSERT INTO a VALUES {}", rows.join(", "))
         }

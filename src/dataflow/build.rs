@@ -1,7 +1,7 @@
 //! From a DataFusion logical plan (optimized) to a view's operator [`Graph`].
 //!
-//! Supported: table and view scans, projection, filter, inner equi-joins with a residual
-//! condition, grouped and global aggregates (count, sum, avg, min, max), DISTINCT, UNION ALL,
+//! Supported: table and view scans, projection, filter, equi-joins (inner with a residual
+//! condition; left, right and full outer), grouped and global aggregates (count, sum, avg, min, max), DISTINCT, UNION ALL,
 //! and subquery aliases; ORDER BY is ignored (a view is a set of rows). Anything else is
 //! SQLSTATE 0A000, naming what is missing.
 
@@ -10,7 +10,7 @@ use std::sync::Arc;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::Session;
 use datafusion::common::DFSchema;
-use datafusion::logical_expr::{Distinct, Expr, JoinType, LogicalPlan};
+use datafusion::logical_expr::{Distinct, Expr, LogicalPlan};
 use datafusion::physical_expr::PhysicalExpr;
 
 use super::graph::Graph;
@@ -196,9 +196,6 @@ impl Builder<'_> {
                 ))
             }
             LogicalPlan::Join(j) => {
-                if j.join_type != JoinType::Inner {
-                    return Err(unsupported(&format!("{} JOIN", j.join_type)));
-                }
                 if j.on.is_empty() {
                     return Err(unsupported("a join without an equality condition"));
                 }
@@ -218,6 +215,7 @@ impl Builder<'_> {
                     .map(|f| self.physical(f, &j.schema))
                     .transpose()?;
                 let op = HashJoin::new(
+                    j.join_type,
                     (Self::schema(&j.left), left_keys),
                     (Self::schema(&j.right), right_keys),
                     Self::schema(plan),

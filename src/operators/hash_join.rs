@@ -1,35 +1,52 @@
-//! Inner equi-join of two changelogs, with an optional residual condition.
+//! Equi-join of two changelogs: inner, left, right and full outer, with an optional residual
+//! condition for inner joins.
 //!
 //! Each side keeps its rows (as arrow-row bytes, with multiplicities) by join key. A change on
 //! one side is joined with the other side's current rows and emitted with the change's op, so
-//! `Δ(L ⋈ R) = ΔL ⋈ R + L ⋈ ΔR` holds change by change. Rows with a NULL key never match, as in
-//! SQL. State lives in memory for now.
+//! `Δ(L ⋈ R) = ΔL ⋈ R + L ⋈ ΔR` holds change by change. Outer joins also keep the NULL-padded
+//! rows right: a row whose key has no partner is emitted padded; when its first partner
+//! arrives the padded row is retracted, and when its last partner leaves it comes back. Rows
+//! with a NULL key never match, as in SQL. State lives in memory for now.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, UInt32Array};
-use datafusion::arrow::compute::take;
+use datafusion::arrow::array::{new_null_array, Array, ArrayRef, RecordBatch};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::row::{RowConverter, SortField};
+use datafusion::logical_expr::JoinType;
 use datafusion::physical_expr::PhysicalExpr;
 
 use super::eval::evaluate;
 use super::filter::Filter;
 use super::operator::Operator;
-use crate::error::Result;
+use crate::error::{Result, WeirError};
 use crate::types::{ChangeBatch, Op};
 
 struct Side {
     keys: Vec<Arc<dyn PhysicalExpr>>,
     key_codec: RowConverter,
     row_codec: RowConverter,
+    /// The encoding of a row of NULLs, for padding.
+    null_row: Vec<u8>,
     /// join key -> row -> multiplicity
     rows: HashMap<Vec<u8>, HashMap<Vec<u8>, i64>>,
+    /// Whether this side's rows without a partner appear NULL-padded (LEFT for the left side).
+    padded: bool,
 }
+
+impl Side {
+    fn partners(&self, key: &[u8]) -> i64 {
+        self.rows.get(key).map(|m| m.values().sum()).unwrap_or(0)
+    }
+}
+
+/// One output row: each side's row bytes, and its op.
+type Pair = (Vec<u8>, Vec<u8>, Op);
 
 pub struct HashJoin {
     sides: [Side; 2],
+    join_type: JoinType,
     schema: SchemaRef,
     residual: Option<Filter>,
     view: String,
@@ -38,13 +55,32 @@ pub struct HashJoin {
 impl HashJoin {
     /// `left_keys[i] = right_keys[i]` are the equi-join conditions.
     pub fn new(
+        join_type: JoinType,
         left: (SchemaRef, Vec<Arc<dyn PhysicalExpr>>),
         right: (SchemaRef, Vec<Arc<dyn PhysicalExpr>>),
         schema: SchemaRef,
         residual: Option<Arc<dyn PhysicalExpr>>,
         view: &str,
     ) -> Result<HashJoin> {
-        let side = |(input, keys): (SchemaRef, Vec<Arc<dyn PhysicalExpr>>)| -> Result<Side> {
+        let (pad_left, pad_right) = match join_type {
+            JoinType::Inner => (false, false),
+            JoinType::Left => (true, false),
+            JoinType::Right => (false, true),
+            JoinType::Full => (true, true),
+            other => {
+                return Err(WeirError::unsupported(format!(
+                    "{other} JOIN is not supported in a materialized view yet"
+                )))
+            }
+        };
+        if join_type != JoinType::Inner && residual.is_some() {
+            return Err(WeirError::unsupported(
+                "an outer join condition other than equalities is not supported yet",
+            ));
+        }
+        let side = |(input, keys): (SchemaRef, Vec<Arc<dyn PhysicalExpr>>),
+                    padded: bool|
+         -> Result<Side> {
             let key_fields = keys
                 .iter()
                 .map(|k| Ok(SortField::new(k.data_type(&input)?)))
@@ -54,19 +90,60 @@ impl HashJoin {
                 .iter()
                 .map(|f| SortField::new(f.data_type().clone()))
                 .collect();
+            let row_codec = RowConverter::new(row_fields)?;
+            let nulls: Vec<ArrayRef> = input
+                .fields()
+                .iter()
+                .map(|f| new_null_array(f.data_type(), 1))
+                .collect();
+            let null_row = row_codec.convert_columns(&nulls)?.row(0).as_ref().to_vec();
             Ok(Side {
                 keys,
                 key_codec: RowConverter::new(key_fields)?,
-                row_codec: RowConverter::new(row_fields)?,
+                row_codec,
+                null_row,
                 rows: HashMap::new(),
+                padded,
             })
         };
         Ok(HashJoin {
-            sides: [side(left)?, side(right)?],
+            sides: [side(left, pad_left)?, side(right, pad_right)?],
+            join_type,
             schema,
             residual: residual.map(|r| Filter::new(r, view)),
             view: view.to_string(),
         })
+    }
+
+    /// The output row joining `this` (on side `this_side`) with `other`.
+    fn pair(this_side: usize, this: &[u8], other: &[u8], op: Op) -> Pair {
+        if this_side == 0 {
+            (this.to_vec(), other.to_vec(), op)
+        } else {
+            (other.to_vec(), this.to_vec(), op)
+        }
+    }
+
+    fn to_batch(&self, pairs: Vec<Pair>) -> Result<ChangeBatch> {
+        let decode = |side: &Side, rows: Vec<&[u8]>| -> Result<Vec<ArrayRef>> {
+            let parser = side.row_codec.parser();
+            Ok(side
+                .row_codec
+                .convert_rows(rows.into_iter().map(|r| parser.parse(r)))?)
+        };
+        let left = decode(
+            &self.sides[0],
+            pairs.iter().map(|p| p.0.as_slice()).collect(),
+        )?;
+        let right = decode(
+            &self.sides[1],
+            pairs.iter().map(|p| p.1.as_slice()).collect(),
+        )?;
+        let ops = pairs.iter().map(|p| p.2).collect();
+        Ok(ChangeBatch::new(
+            RecordBatch::try_new(Arc::clone(&self.schema), [left, right].concat())?,
+            ops,
+        ))
     }
 }
 
@@ -85,7 +162,8 @@ impl Operator for HashJoin {
             .map(|r| format!(", {}", r.describe()))
             .unwrap_or_default();
         format!(
-            "HashJoin: inner on [{}] = [{}]{residual}",
+            "HashJoin: {} on [{}] = [{}]{residual}",
+            self.join_type,
             keys(&self.sides[0]),
             keys(&self.sides[1])
         )
@@ -102,61 +180,125 @@ impl Operator for HashJoin {
         let rows = self.sides[this]
             .row_codec
             .convert_columns(batch.data.columns())?;
-
-        // Matches: (row of this batch, bytes of the other side's row, op), one per multiplicity.
-        let mut this_rows: Vec<u32> = Vec::new();
-        let mut other_rows: Vec<Vec<u8>> = Vec::new();
-        let mut ops: Vec<Op> = Vec::new();
+        let mut pairs: Vec<Pair> = Vec::new();
         for (i, op) in batch.ops.iter().enumerate() {
+            let row = rows.row(i).as_ref().to_vec();
+            let sign = op.sign();
             if key_arrays.iter().any(|k| k.is_null(i)) {
+                // Never matches: only an outer join shows it, padded.
+                if self.sides[this].padded {
+                    pairs.push(Self::pair(this, &row, &self.sides[other].null_row, *op));
+                }
                 continue;
             }
             let key = keys.row(i).as_ref().to_vec();
+            let partners = self.sides[other].partners(&key);
+            let mine_before = self.sides[this].partners(&key);
             if let Some(matches) = self.sides[other].rows.get(&key) {
                 for (other_row, count) in matches {
                     for _ in 0..*count {
-                        this_rows.push(i as u32);
-                        other_rows.push(other_row.clone());
-                        ops.push(*op);
+                        pairs.push(Self::pair(this, &row, other_row, *op));
+                    }
+                }
+            }
+            if partners == 0 && self.sides[this].padded {
+                pairs.push(Self::pair(this, &row, &self.sides[other].null_row, *op));
+            }
+            // The other side's rows lose their padding with our first row, regain it with our last.
+            let mine_after = mine_before + sign;
+            if self.sides[other].padded && (mine_before == 0) != (mine_after == 0) {
+                let padding_op = if mine_after == 0 {
+                    Op::Insert
+                } else {
+                    Op::Delete
+                };
+                if let Some(matches) = self.sides[other].rows.get(&key) {
+                    for (other_row, count) in matches {
+                        for _ in 0..*count {
+                            pairs.push(Self::pair(
+                                other,
+                                other_row,
+                                &self.sides[this].null_row,
+                                padding_op,
+                            ));
+                        }
                     }
                 }
             }
             let bucket = self.sides[this].rows.entry(key.clone()).or_default();
-            let count = bucket.entry(rows.row(i).as_ref().to_vec()).or_insert(0);
-            *count += op.sign();
+            let count = bucket.entry(row.clone()).or_insert(0);
+            *count += sign;
             if *count == 0 {
-                bucket.remove(rows.row(i).as_ref());
+                bucket.remove(&row);
                 if bucket.is_empty() {
                     self.sides[this].rows.remove(&key);
                 }
             }
         }
-        if ops.is_empty() {
+        if pairs.is_empty() {
             return Ok(vec![]);
         }
-        let idx = UInt32Array::from(this_rows);
-        let this_columns: Vec<ArrayRef> = batch
-            .data
-            .columns()
-            .iter()
-            .map(|c| take(c, &idx, None))
-            .collect::<std::result::Result<_, _>>()?;
-        let parser = self.sides[other].row_codec.parser();
-        let other_columns = self.sides[other]
-            .row_codec
-            .convert_rows(other_rows.iter().map(|r| parser.parse(r)))?;
-        let columns = if this == 0 {
-            [this_columns, other_columns].concat()
-        } else {
-            [other_columns, this_columns].concat()
-        };
-        let joined = ChangeBatch::new(
-            RecordBatch::try_new(Arc::clone(&self.schema), columns)?,
-            ops,
-        );
+        let joined = self.to_batch(pairs)?;
         match &mut self.residual {
             Some(filter) => filter.apply(0, joined),
             None => Ok(vec![joined]),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::change_batch::from_pretty;
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::physical_expr::expressions::col;
+
+    fn left_join() -> HashJoin {
+        let side = from_pretty("I T\n+ 1 a").schema();
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("lk", DataType::Int64, true),
+            Field::new("lv", DataType::Utf8, true),
+            Field::new("rk", DataType::Int64, true),
+            Field::new("rv", DataType::Utf8, true),
+        ]));
+        HashJoin::new(
+            JoinType::Left,
+            (side.clone(), vec![col("c0", &side).unwrap()]),
+            (side.clone(), vec![col("c0", &side).unwrap()]),
+            schema,
+            None,
+            "test",
+        )
+        .unwrap()
+    }
+
+    fn step(j: &mut HashJoin, input: usize, changes: &str) -> String {
+        j.apply(input, from_pretty(changes))
+            .unwrap()
+            .iter()
+            .map(|b| b.to_pretty())
+            .collect()
+    }
+
+    #[test]
+    fn left_join_padding_comes_and_goes() {
+        let mut j = left_join();
+        assert_eq!(
+            step(&mut j, 0, "I T\n+ 1 a\n+ . n"),
+            "+ 1 a NULL NULL\n+ NULL n NULL NULL\n"
+        );
+        assert_eq!(
+            step(&mut j, 1, "I T\n+ 1 x"),
+            "+ 1 a 1 x\n- 1 a NULL NULL\n"
+        );
+        assert_eq!(step(&mut j, 1, "I T\n+ 1 y"), "+ 1 a 1 y\n");
+        assert_eq!(step(&mut j, 1, "I T\n- 1 x"), "- 1 a 1 x\n");
+        assert_eq!(
+            step(&mut j, 1, "I T\n- 1 y"),
+            "- 1 a 1 y\n+ 1 a NULL NULL\n"
+        );
+        assert_eq!(step(&mut j, 0, "I T\n- 1 a"), "- 1 a NULL NULL\n");
+        // Right rows alone never show in a LEFT join.
+        assert_eq!(step(&mut j, 1, "I T\n+ 2 z"), "");
     }
 }
