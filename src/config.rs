@@ -59,10 +59,7 @@ pub struct StorageConfig {
 
 impl Default for StorageConfig {
     fn default() -> Self {
-        StorageConfig {
-            sync_writes: false,
-            block_cache_mb: 256,
-        }
+        StorageConfig { sync_writes: false, block_cache_mb: 256 }
     }
 }
 
@@ -120,9 +117,8 @@ impl Config {
     pub fn resolve(file: Option<&Path>, overrides: Overrides) -> Result<Config> {
         let file_cfg = match file {
             Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|e| {
-                    WeirError::io(format!("cannot read config file {}: {e}", path.display()))
-                })?;
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| WeirError::io(format!("cannot read config file {}: {e}", path.display())))?;
                 toml::from_str::<FileConfig>(&text).map_err(|e| {
                     WeirError::new(
                         crate::error::SqlState("F0000"),
@@ -132,39 +128,24 @@ impl Config {
             }
             None => FileConfig::default(),
         };
-        let listen = overrides
-            .listen
-            .or(file_cfg.listen)
-            .unwrap_or_else(|| DEFAULT_LISTEN.into());
-        let metrics = overrides
-            .metrics_listen
-            .or(file_cfg.metrics_listen)
-            .unwrap_or_else(|| DEFAULT_METRICS_LISTEN.into());
+        let listen = overrides.listen.or(file_cfg.listen).unwrap_or_else(|| DEFAULT_LISTEN.into());
+        let metrics =
+            overrides.metrics_listen.or(file_cfg.metrics_listen).unwrap_or_else(|| DEFAULT_METRICS_LISTEN.into());
         let config = Config {
             listen: parse_addr("listen", &listen)?,
-            data_dir: overrides
-                .data_dir
-                .or(file_cfg.data_dir)
-                .unwrap_or_else(|| DEFAULT_DATA_DIR.into()),
+            data_dir: overrides.data_dir.or(file_cfg.data_dir).unwrap_or_else(|| DEFAULT_DATA_DIR.into()),
             metrics_listen: if metrics.is_empty() || metrics == "off" {
                 None
             } else {
                 Some(parse_addr("metrics-listen", &metrics)?)
             },
-            log: overrides
-                .log
-                .or(file_cfg.log)
-                .unwrap_or_else(|| "info".into()),
+            log: overrides.log.or(file_cfg.log).unwrap_or_else(|| "info".into()),
             database: file_cfg.database.unwrap_or_else(|| DEFAULT_DATABASE.into()),
             auth: file_cfg.auth,
             tls: file_cfg.tls,
             storage: file_cfg.storage,
             barrier_interval: std::time::Duration::from_millis(
-                overrides
-                    .barrier_interval_ms
-                    .or(file_cfg.barrier_interval_ms)
-                    .unwrap_or(1000)
-                    .max(1),
+                overrides.barrier_interval_ms.or(file_cfg.barrier_interval_ms).unwrap_or(1000).max(1),
             ),
         };
         if config.auth.method != AuthMethod::Trust && config.auth.users.is_empty() {
@@ -179,15 +160,9 @@ impl Config {
 
 fn parse_addr(what: &str, s: &str) -> Result<SocketAddr> {
     use std::net::ToSocketAddrs;
-    s.to_socket_addrs()
-        .ok()
-        .and_then(|mut it| it.next())
-        .ok_or_else(|| {
-            WeirError::new(
-                crate::error::SqlState("F0000"),
-                format!("--{what}: not a HOST:PORT address: {s}"),
-            )
-        })
+    s.to_socket_addrs().ok().and_then(|mut it| it.next()).ok_or_else(|| {
+        WeirError::new(crate::error::SqlState("F0000"), format!("--{what}: not a HOST:PORT address: {s}"))
+    })
 }
 
 #[cfg(test)]
@@ -203,14 +178,9 @@ mod tests {
             "listen = \"127.0.0.1:7000\"\ndata_dir = \"/tmp/x\"\n[auth]\nmethod = \"scram\"\n[[auth.users]]\nname = \"u\"\npassword = \"p\"\n",
         )
         .unwrap();
-        let cfg = Config::resolve(
-            Some(&path),
-            Overrides {
-                listen: Some("127.0.0.1:7001".into()),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let cfg =
+            Config::resolve(Some(&path), Overrides { listen: Some("127.0.0.1:7001".into()), ..Default::default() })
+                .unwrap();
         assert_eq!(cfg.listen.port(), 7001);
         assert_eq!(cfg.data_dir, PathBuf::from("/tmp/x"));
         assert_eq!(cfg.metrics_listen.unwrap().port(), 9464);

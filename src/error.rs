@@ -71,12 +71,7 @@ pub type Result<T, E = WeirError> = std::result::Result<T, E>;
 
 impl WeirError {
     pub fn new(state: SqlState, message: impl Into<String>) -> Self {
-        WeirError {
-            state,
-            message: message.into(),
-            position: None,
-            hint: None,
-        }
+        WeirError { state, message: message.into(), position: None, hint: None }
     }
     pub fn syntax(message: impl Into<String>) -> Self {
         Self::new(SqlState::SYNTAX_ERROR, message)
@@ -91,10 +86,7 @@ impl WeirError {
         Self::new(SqlState::IO_ERROR, message)
     }
     pub fn undefined_table(name: &str) -> Self {
-        Self::new(
-            SqlState::UNDEFINED_TABLE,
-            format!("relation \"{name}\" does not exist"),
-        )
+        Self::new(SqlState::UNDEFINED_TABLE, format!("relation \"{name}\" does not exist"))
     }
     pub fn with_position(mut self, position: usize) -> Self {
         self.position = Some(position);
@@ -184,11 +176,10 @@ fn classify_arrow(e: &ArrowError) -> Option<WeirError> {
             ));
         }
         ArrowError::ExternalError(inner) => {
-            return inner.downcast_ref::<WeirError>().cloned().or_else(|| {
-                inner
-                    .downcast_ref::<DataFusionError>()
-                    .map(|d| classify_datafusion_ref(d))
-            })
+            return inner
+                .downcast_ref::<WeirError>()
+                .cloned()
+                .or_else(|| inner.downcast_ref::<DataFusionError>().map(|d| classify_datafusion_ref(d)))
         }
         _ => return None,
     };
@@ -227,8 +218,9 @@ fn classify_datafusion_ref(e: &DataFusionError) -> WeirError {
             let state = match s.as_ref() {
                 SchemaError::FieldNotFound { .. } => SqlState::UNDEFINED_COLUMN,
                 SchemaError::AmbiguousReference { .. } => SqlState::AMBIGUOUS_COLUMN,
-                SchemaError::DuplicateQualifiedField { .. }
-                | SchemaError::DuplicateUnqualifiedField { .. } => SqlState::DUPLICATE_COLUMN,
+                SchemaError::DuplicateQualifiedField { .. } | SchemaError::DuplicateUnqualifiedField { .. } => {
+                    SqlState::DUPLICATE_COLUMN
+                }
             };
             WeirError::new(state, strip_prefixes(&s.to_string()))
         }
@@ -239,10 +231,7 @@ fn classify_datafusion_ref(e: &DataFusionError) -> WeirError {
         DataFusionError::ExecutionJoin(j) => WeirError::internal(j.to_string()),
         DataFusionError::ResourcesExhausted(m) => WeirError::new(SqlState("53200"), m.clone()),
         DataFusionError::IoError(io) => WeirError::io(io.to_string()),
-        other => WeirError::new(
-            classify_message(&other.to_string(), other),
-            strip_prefixes(&other.to_string()),
-        ),
+        other => WeirError::new(classify_message(&other.to_string(), other), strip_prefixes(&other.to_string())),
     }
 }
 
@@ -254,9 +243,7 @@ fn classify_message(m: &str, e: &DataFusionError) -> SqlState {
         || lower.contains("does not exist") && lower.contains("relation")
     {
         SqlState::UNDEFINED_TABLE
-    } else if lower.contains("no field named")
-        || lower.contains("column") && lower.contains("not found")
-    {
+    } else if lower.contains("no field named") || lower.contains("column") && lower.contains("not found") {
         SqlState::UNDEFINED_COLUMN
     } else if lower.contains("invalid function")
         || lower.contains("no function matches")
@@ -267,8 +254,7 @@ fn classify_message(m: &str, e: &DataFusionError) -> SqlState {
     } else if lower.contains("cannot coerce")
         || lower.contains("cannot infer common")
         || lower.contains("type_coercion")
-        || lower.contains("does not support")
-            && (lower.contains("type") || lower.contains("operation"))
+        || lower.contains("does not support") && (lower.contains("type") || lower.contains("operation"))
         || lower.contains("unsupported cast")
         || lower.contains("cannot automatically convert")
         || lower.contains("inserting query must have the same schema")
@@ -281,10 +267,7 @@ fn classify_message(m: &str, e: &DataFusionError) -> SqlState {
         SqlState::INVALID_TEXT_REPRESENTATION
     } else if lower.contains("not null") || lower.contains("non-nullable") {
         SqlState::NOT_NULL_VIOLATION
-    } else if lower.contains("unsupported")
-        || lower.contains("not supported")
-        || lower.contains("not implemented")
-    {
+    } else if lower.contains("unsupported") || lower.contains("not supported") || lower.contains("not implemented") {
         SqlState::FEATURE_NOT_SUPPORTED
     } else if matches!(e, DataFusionError::Plan(_)) {
         // Every other planning error is a mistake in the statement.
@@ -342,8 +325,7 @@ mod tests {
     #[test]
     fn weir_errors_survive_a_trip_through_datafusion() {
         let inner = WeirError::new(SqlState::NOT_NULL_VIOLATION, "null value in column \"id\"");
-        let wrapped =
-            DataFusionError::Context("writing".into(), Box::new(DataFusionError::from(inner)));
+        let wrapped = DataFusionError::Context("writing".into(), Box::new(DataFusionError::from(inner)));
         assert_eq!(WeirError::from(wrapped).state, SqlState::NOT_NULL_VIOLATION);
     }
 }

@@ -33,4 +33,5 @@ pub mod metrics;
 pub mod operators;
 pub mod server;
 pub mod state;
+pub mod system;
 pub mod types;

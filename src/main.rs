@@ -8,11 +8,7 @@ use tracing_subscriber::EnvFilter;
 use weir::config::{Config, Overrides};
 
 #[derive(Parser, Debug)]
-#[command(
-    name = "weir",
-    version,
-    about = "Weir: a streaming SQL database speaking the Postgres wire protocol"
-)]
+#[command(name = "weir", version, about = "Weir: a streaming SQL database speaking the Postgres wire protocol")]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -72,11 +68,8 @@ fn main() -> std::process::ExitCode {
         .with_env_filter(EnvFilter::try_new(&config.log).unwrap_or_else(|_| EnvFilter::new("info")))
         .with_target(false)
         .init();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("weir")
-        .build()
-        .expect("tokio runtime");
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("weir").build().expect("tokio runtime");
     match runtime.block_on(weir::server::run(config)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

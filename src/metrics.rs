@@ -10,94 +10,61 @@ use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
-use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
-    TextEncoder,
-};
+use prometheus::{Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry, TextEncoder};
 use tokio::net::TcpListener;
 use tracing::{info, warn};
 
-pub static REGISTRY: LazyLock<Registry> =
-    LazyLock::new(|| Registry::new_custom(None, None).expect("registry"));
+pub static REGISTRY: LazyLock<Registry> = LazyLock::new(|| Registry::new_custom(None, None).expect("registry"));
 
 fn register<T: prometheus::core::Collector + Clone + 'static>(metric: T) -> T {
-    REGISTRY
-        .register(Box::new(metric.clone()))
-        .expect("metric registered once");
+    REGISTRY.register(Box::new(metric.clone())).expect("metric registered once");
     metric
 }
 
 /// Client connections accepted since start.
-pub static CONNECTIONS_TOTAL: LazyLock<IntCounter> = LazyLock::new(|| {
-    register(IntCounter::new("weir_connections_total", "Client connections accepted").unwrap())
-});
+pub static CONNECTIONS_TOTAL: LazyLock<IntCounter> =
+    LazyLock::new(|| register(IntCounter::new("weir_connections_total", "Client connections accepted").unwrap()));
 
 /// Client connections open now.
-pub static CONNECTIONS_ACTIVE: LazyLock<IntGauge> = LazyLock::new(|| {
-    register(IntGauge::new("weir_connections_active", "Client connections open now").unwrap())
-});
+pub static CONNECTIONS_ACTIVE: LazyLock<IntGauge> =
+    LazyLock::new(|| register(IntGauge::new("weir_connections_active", "Client connections open now").unwrap()));
 
 /// Statements run, by outcome (`ok` / `error`).
 pub static STATEMENTS_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register(
-        IntCounterVec::new(
-            Opts::new("weir_statements_total", "Statements run, by outcome"),
-            &["outcome"],
-        )
-        .unwrap(),
+        IntCounterVec::new(Opts::new("weir_statements_total", "Statements run, by outcome"), &["outcome"]).unwrap(),
     )
 });
 
 /// Errors sent to clients, by SQLSTATE.
 pub static ERRORS_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register(
-        IntCounterVec::new(
-            Opts::new("weir_errors_total", "Errors sent to clients, by SQLSTATE"),
-            &["sqlstate"],
-        )
-        .unwrap(),
+        IntCounterVec::new(Opts::new("weir_errors_total", "Errors sent to clients, by SQLSTATE"), &["sqlstate"])
+            .unwrap(),
     )
 });
 
 /// Rows or batches a view could not compute, by view (expression errors yield NULL).
 pub static VIEW_ERRORS_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register(
-        IntCounterVec::new(
-            Opts::new(
-                "weir_view_errors_total",
-                "Errors inside materialized views, by view",
-            ),
-            &["view"],
-        )
-        .unwrap(),
+        IntCounterVec::new(Opts::new("weir_view_errors_total", "Errors inside materialized views, by view"), &["view"])
+            .unwrap(),
     )
 });
 
 /// Time to run a statement (until its result starts streaming).
 pub static STATEMENT_SECONDS: LazyLock<Histogram> = LazyLock::new(|| {
     register(
-        Histogram::with_opts(HistogramOpts::new(
-            "weir_statement_duration_seconds",
-            "Time to run a statement",
-        ))
-        .unwrap(),
+        Histogram::with_opts(HistogramOpts::new("weir_statement_duration_seconds", "Time to run a statement")).unwrap(),
     )
 });
 
 /// The text exposition of every registered metric.
 pub fn render() -> String {
     // Touch the statics so that every metric is listed even before its first use.
-    let _ = (
-        &*CONNECTIONS_TOTAL,
-        &*CONNECTIONS_ACTIVE,
-        &*STATEMENTS_TOTAL,
-        &*ERRORS_TOTAL,
-        &*STATEMENT_SECONDS,
-    );
+    let _ = (&*CONNECTIONS_TOTAL, &*CONNECTIONS_ACTIVE, &*STATEMENTS_TOTAL, &*ERRORS_TOTAL, &*STATEMENT_SECONDS);
     let mut buf = Vec::new();
-    TextEncoder::new()
-        .encode(&REGISTRY.gather(), &mut buf)
-        .expect("text encoding");
+    TextEncoder::new().encode(&REGISTRY.gather(), &mut buf).expect("text encoding");
     String::from_utf8(buf).expect("utf-8 metrics")
 }
 
@@ -111,22 +78,18 @@ pub async fn serve(addr: SocketAddr) -> std::io::Result<()> {
                 continue;
             };
             tokio::spawn(async move {
-                let service =
-                    hyper::service::service_fn(|req: Request<hyper::body::Incoming>| async move {
-                        let response = if req.uri().path() == "/metrics" {
-                            Response::builder()
-                                .header("content-type", "text/plain; version=0.0.4")
-                                .body(Full::new(Bytes::from(render())))
-                        } else {
-                            Response::builder()
-                                .status(404)
-                                .body(Full::new(Bytes::from_static(b"see /metrics\n")))
-                        };
-                        Ok::<_, Infallible>(response.expect("valid response"))
-                    });
-                if let Err(e) = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await
+                let service = hyper::service::service_fn(|req: Request<hyper::body::Incoming>| async move {
+                    let response = if req.uri().path() == "/metrics" {
+                        Response::builder()
+                            .header("content-type", "text/plain; version=0.0.4")
+                            .body(Full::new(Bytes::from(render())))
+                    } else {
+                        Response::builder().status(404).body(Full::new(Bytes::from_static(b"see /metrics\n")))
+                    };
+                    Ok::<_, Infallible>(response.expect("valid response"))
+                });
+                if let Err(e) =
+                    hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await
                 {
                     warn!("metrics connection: {e}");
                 }

@@ -9,31 +9,16 @@ use std::process::Command;
 use common::TestServer;
 
 fn run(cmd: &mut Command) -> String {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e} (run scripts/install-deps.sh)"));
+    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e} (run scripts/install-deps.sh)"));
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed:\nstdout:\n{stdout}\nstderr:\n{stderr}"
-    );
+    assert!(out.status.success(), "{cmd:?} failed:\nstdout:\n{stdout}\nstderr:\n{stderr}");
     stdout
 }
 
 fn psql(server: &TestServer, command: &str) -> String {
     run(Command::new("psql")
-        .args([
-            "-X",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-h",
-            "127.0.0.1",
-            "-U",
-            "root",
-            "-d",
-            "dev",
-        ])
+        .args(["-X", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-U", "root", "-d", "dev"])
         .arg("-p")
         .arg(server.port.to_string())
         .arg("-c")
@@ -47,14 +32,8 @@ fn clients_dir() -> PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn psql_meta_commands() {
     let server = TestServer::start();
-    psql(
-        &server,
-        "CREATE TABLE t (id INT PRIMARY KEY, name VARCHAR, price DOUBLE PRECISION, ts TIMESTAMP)",
-    );
-    psql(
-        &server,
-        "INSERT INTO t VALUES (1, 'a', 1.5, '2026-01-01 00:00:01')",
-    );
+    psql(&server, "CREATE TABLE t (id INT PRIMARY KEY, name VARCHAR, price DOUBLE PRECISION, ts TIMESTAMP)");
+    psql(&server, "INSERT INTO t VALUES (1, 'a', 1.5, '2026-01-01 00:00:01')");
 
     let dt = psql(&server, "\\dt");
     assert!(dt.contains(" t ") && dt.contains("table"), "\\dt:\n{dt}");
@@ -66,33 +45,19 @@ async fn psql_meta_commands() {
     assert!(l.contains("dev"), "\\l:\n{l}");
     let dn = psql(&server, "\\dn");
     assert!(dn.contains("public"), "\\dn:\n{dn}");
-    psql(
-        &server,
-        "CREATE MATERIALIZED VIEW spend AS SELECT name, sum(price) AS total FROM t GROUP BY name",
-    );
+    psql(&server, "CREATE MATERIALIZED VIEW spend AS SELECT name, sum(price) AS total FROM t GROUP BY name");
     let dm = psql(&server, "\\dm");
-    assert!(
-        dm.contains("spend") && dm.contains("materialized view"),
-        "\\dm:\n{dm}"
-    );
+    assert!(dm.contains("spend") && dm.contains("materialized view"), "\\dm:\n{dm}");
     let d_all = psql(&server, "\\d");
     assert!(d_all.contains(" t "), "\\d:\n{d_all}");
-    let rows = psql(
-        &server,
-        "SELECT name, sum(price) FROM t GROUP BY name ORDER BY 1",
-    );
-    assert!(
-        rows.contains("a    |  1.5") || rows.contains("1.5"),
-        "{rows}"
-    );
+    let rows = psql(&server, "SELECT name, sum(price) FROM t GROUP BY name ORDER BY 1");
+    assert!(rows.contains("a    |  1.5") || rows.contains("1.5"), "{rows}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn psycopg_application() {
     let server = TestServer::start();
-    let out = run(Command::new("python3")
-        .arg(clients_dir().join("psycopg_check.py"))
-        .arg(server.url()));
+    let out = run(Command::new("python3").arg(clients_dir().join("psycopg_check.py")).arg(server.url()));
     assert!(out.contains("psycopg ok"), "{out}\n{}", server.log_text());
 }
 
@@ -100,15 +65,9 @@ async fn psycopg_application() {
 async fn jdbc_application() {
     let server = TestServer::start();
     let jar = "/usr/share/java/postgresql.jar";
-    assert!(
-        Path::new(jar).exists(),
-        "{jar} missing: run scripts/install-deps.sh"
-    );
+    assert!(Path::new(jar).exists(), "{jar} missing: run scripts/install-deps.sh");
     let classes = tempfile::tempdir().unwrap();
-    run(Command::new("javac")
-        .args(["-cp", jar, "-d"])
-        .arg(classes.path())
-        .arg(clients_dir().join("JdbcCheck.java")));
+    run(Command::new("javac").args(["-cp", jar, "-d"]).arg(classes.path()).arg(clients_dir().join("JdbcCheck.java")));
     let cp = format!("{jar}:{}", classes.path().display());
     let out = run(Command::new("java")
         .args(["-cp", &cp, "JdbcCheck"])
@@ -121,33 +80,15 @@ async fn tls_when_configured() {
     let dir = tempfile::tempdir().unwrap();
     let (cert, key) = (dir.path().join("server.crt"), dir.path().join("server.key"));
     run(Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=127.0.0.1",
-            "-keyout",
-        ])
+        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1", "-keyout"])
         .arg(&key)
         .arg("-out")
         .arg(&cert));
     let config = dir.path().join("weir.toml");
-    std::fs::write(
-        &config,
-        format!("[tls]\ncert = {:?}\nkey = {:?}\n", cert, key),
-    )
-    .unwrap();
+    std::fs::write(&config, format!("[tls]\ncert = {:?}\nkey = {:?}\n", cert, key)).unwrap();
     let server = TestServer::start_with(&["--config", config.to_str().unwrap()]);
     let out = run(Command::new("psql")
-        .arg(format!(
-            "host=127.0.0.1 port={} user=root dbname=dev sslmode=require",
-            server.port
-        ))
+        .arg(format!("host=127.0.0.1 port={} user=root dbname=dev sslmode=require", server.port))
         .args(["-X", "-At", "-c", "SELECT 42", "-c", "\\conninfo"]));
     assert!(out.contains("42"), "{out}");
     assert!(out.contains("SSL connection"), "{out}");

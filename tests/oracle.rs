@@ -8,7 +8,10 @@ use common::TestServer;
 
 /// The views under test: (name, query).
 const VIEWS: &[(&str, &str)] = &[
-    ("by_group", "SELECT g, count(*) AS n, sum(v) AS s, min(v) AS lo, max(v) AS hi, round(avg(v), 3) AS mean FROM a GROUP BY g"),
+    (
+        "by_group",
+        "SELECT g, count(*) AS n, sum(v) AS s, min(v) AS lo, max(v) AS hi, round(avg(v), 3) AS mean FROM a GROUP BY g",
+    ),
     ("joined", "SELECT a.k, a.v, b.w FROM a JOIN b ON a.g = b.k WHERE b.w > 10"),
     ("join_agg", "SELECT b.w, count(*) AS n, sum(a.v) AS s FROM a JOIN b ON a.g = b.k GROUP BY b.w"),
     ("residual", "SELECT a.k, b.k AS bk FROM a JOIN b ON a.g = b.k AND a.v < b.w"),
@@ -53,26 +56,14 @@ fn random_statement(rng: &mut Rng) -> String {
                 .collect();
             format!("INSERT INTO a VALUES {}", rows.join(", "))
         }
-        4 => format!(
-            "UPDATE a SET v = v + {} WHERE g = {}",
-            rng.below(20),
-            rng.below(6)
-        ),
-        5 => format!(
-            "UPDATE a SET g = {} WHERE k < {}",
-            rng.below(6),
-            rng.below(40)
-        ),
+        4 => format!("UPDATE a SET v = v + {} WHERE g = {}", rng.below(20), rng.below(6)),
+        5 => format!("UPDATE a SET g = {} WHERE k < {}", rng.below(6), rng.below(40)),
         6 => format!("DELETE FROM a WHERE k % 7 = {}", rng.below(7)),
         7 => format!("INSERT INTO b VALUES ({}, {})", rng.below(6), rng.below(40)),
         8 => format!("DELETE FROM b WHERE k = {}", rng.below(6)),
         _ => {
             if rng.below(2) == 0 {
-                format!(
-                    "INSERT INTO bag VALUES ({}), ({})",
-                    rng.below(5),
-                    rng.below(5)
-                )
+                format!("INSERT INTO bag VALUES ({}), ({})", rng.below(5), rng.below(5))
             } else {
                 format!("DELETE FROM bag WHERE x = {}", rng.below(5))
             }
@@ -87,12 +78,9 @@ async fn rows(client: &tokio_postgres::Client, sql: &str) -> Vec<String> {
         .unwrap_or_else(|e| panic!("{sql}: {e}"))
         .into_iter()
         .filter_map(|m| match m {
-            tokio_postgres::SimpleQueryMessage::Row(r) => Some(
-                (0..r.len())
-                    .map(|i| r.get(i).unwrap_or("NULL").to_string())
-                    .collect::<Vec<_>>()
-                    .join("|"),
-            ),
+            tokio_postgres::SimpleQueryMessage::Row(r) => {
+                Some((0..r.len()).map(|i| r.get(i).unwrap_or("NULL").to_string()).collect::<Vec<_>>().join("|"))
+            }
             _ => None,
         })
         .collect();
@@ -121,10 +109,7 @@ async fn setup(client: &tokio_postgres::Client) {
         .await
         .unwrap();
     for (name, query) in VIEWS {
-        client
-            .batch_execute(&format!("CREATE MATERIALIZED VIEW {name} AS {query}"))
-            .await
-            .unwrap();
+        client.batch_execute(&format!("CREATE MATERIALIZED VIEW {name} AS {query}")).await.unwrap();
     }
 }
 
@@ -138,10 +123,7 @@ async fn views_equal_their_queries_after_random_changes() {
         let mut rng = Rng(seed);
         for step in 0..150 {
             let sql = random_statement(&mut rng);
-            client
-                .batch_execute(&sql)
-                .await
-                .unwrap_or_else(|e| panic!("{sql}: {e}"));
+            client.batch_execute(&sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
             if step % 15 == 14 {
                 check_views(&client, &format!("(seed {seed}, step {step}, last: {sql})")).await;
             }
@@ -158,10 +140,7 @@ async fn views_after_sigkill_equal_views_that_never_stopped() {
         let client = server.connect().await;
         setup(&client).await;
         for _ in 0..60 {
-            client
-                .batch_execute(&random_statement(&mut rng))
-                .await
-                .unwrap();
+            client.batch_execute(&random_statement(&mut rng)).await.unwrap();
         }
         client.simple_query("FLUSH").await.unwrap();
     }
@@ -177,18 +156,11 @@ async fn views_after_sigkill_equal_views_that_never_stopped() {
     server.restart();
     let client = server.connect().await;
     for ((name, _), expected) in VIEWS.iter().zip(&before) {
-        assert_eq!(
-            &rows(&client, &format!("SELECT * FROM {name}")).await,
-            expected,
-            "view {name} after restart"
-        );
+        assert_eq!(&rows(&client, &format!("SELECT * FROM {name}")).await, expected, "view {name} after restart");
     }
     // And they keep following changes.
     for _ in 0..40 {
-        client
-            .batch_execute(&random_statement(&mut rng))
-            .await
-            .unwrap();
+        client.batch_execute(&random_statement(&mut rng)).await.unwrap();
     }
     check_views(&client, "after restart and more changes").await;
 }

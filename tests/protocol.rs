@@ -82,67 +82,31 @@ async fn binary_results_for_every_type() {
     assert_eq!(row.get::<_, &str>("t"), "text");
     assert_eq!(row.get::<_, &str>("vc"), "vc");
     assert_eq!(row.get::<_, Vec<u8>>("by"), vec![1u8, 2]);
-    assert_eq!(
-        row.get::<_, NaiveDate>("d"),
-        NaiveDate::from_ymd_opt(2026, 1, 2).unwrap()
-    );
-    assert_eq!(
-        row.get::<_, NaiveTime>("tm"),
-        NaiveTime::from_hms_opt(3, 4, 5).unwrap()
-    );
+    assert_eq!(row.get::<_, NaiveDate>("d"), NaiveDate::from_ymd_opt(2026, 1, 2).unwrap());
+    assert_eq!(row.get::<_, NaiveTime>("tm"), NaiveTime::from_hms_opt(3, 4, 5).unwrap());
     assert_eq!(
         row.get::<_, NaiveDateTime>("ts"),
-        NaiveDate::from_ymd_opt(2026, 1, 2)
-            .unwrap()
-            .and_hms_micro_opt(3, 4, 5, 123456)
-            .unwrap()
+        NaiveDate::from_ymd_opt(2026, 1, 2).unwrap().and_hms_micro_opt(3, 4, 5, 123456).unwrap()
     );
-    assert_eq!(
-        row.get::<_, chrono::DateTime<Utc>>("tstz"),
-        Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 5).unwrap()
-    );
-    assert_eq!(
-        row.get::<_, Interval>("iv"),
-        Interval {
-            micros: 3_000_000,
-            days: 2,
-            months: 1
-        }
-    );
+    assert_eq!(row.get::<_, chrono::DateTime<Utc>>("tstz"), Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 5).unwrap());
+    assert_eq!(row.get::<_, Interval>("iv"), Interval { micros: 3_000_000, days: 2, months: 1 });
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prepared_statements_with_parameters() {
     let server = TestServer::start();
     let c = server.connect().await;
-    c.batch_execute(
-        "CREATE TABLE p (id BIGINT PRIMARY KEY, name TEXT, score DOUBLE PRECISION, at TIMESTAMP)",
-    )
-    .await
-    .unwrap();
-    let insert = c
-        .prepare("INSERT INTO p VALUES ($1, $2, $3, $4)")
+    c.batch_execute("CREATE TABLE p (id BIGINT PRIMARY KEY, name TEXT, score DOUBLE PRECISION, at TIMESTAMP)")
         .await
         .unwrap();
-    assert_eq!(
-        insert.params(),
-        &[Type::INT8, Type::TEXT, Type::FLOAT8, Type::TIMESTAMP]
-    );
-    let at = NaiveDate::from_ymd_opt(2026, 3, 4)
-        .unwrap()
-        .and_hms_opt(5, 6, 7)
-        .unwrap();
+    let insert = c.prepare("INSERT INTO p VALUES ($1, $2, $3, $4)").await.unwrap();
+    assert_eq!(insert.params(), &[Type::INT8, Type::TEXT, Type::FLOAT8, Type::TIMESTAMP]);
+    let at = NaiveDate::from_ymd_opt(2026, 3, 4).unwrap().and_hms_opt(5, 6, 7).unwrap();
     for i in 0..10i64 {
-        let n = c
-            .execute(&insert, &[&i, &format!("n{i}"), &(i as f64 / 2.0), &at])
-            .await
-            .unwrap();
+        let n = c.execute(&insert, &[&i, &format!("n{i}"), &(i as f64 / 2.0), &at]).await.unwrap();
         assert_eq!(n, 1);
     }
-    let select = c
-        .prepare("SELECT name, score FROM p WHERE id >= $1 AND name <> $2 ORDER BY id")
-        .await
-        .unwrap();
+    let select = c.prepare("SELECT name, score FROM p WHERE id >= $1 AND name <> $2 ORDER BY id").await.unwrap();
     assert_eq!(select.params(), &[Type::INT8, Type::TEXT]);
     assert_eq!(select.columns().len(), 2);
     let rows = c.query(&select, &[&7i64, &"n8"]).await.unwrap();
@@ -152,36 +116,13 @@ async fn prepared_statements_with_parameters() {
     let rows = c.query(&select, &[&0i64, &"x"]).await.unwrap();
     assert_eq!(rows.len(), 10);
     // UPDATE and DELETE with parameters report their counts.
-    assert_eq!(
-        c.execute("UPDATE p SET score = $1 WHERE id < $2", &[&0.0f64, &5i64])
-            .await
-            .unwrap(),
-        5
-    );
-    assert_eq!(
-        c.execute("DELETE FROM p WHERE id = $1", &[&9i64])
-            .await
-            .unwrap(),
-        1
-    );
-    let total: f64 = c
-        .query_one("SELECT sum(score) FROM p", &[])
-        .await
-        .unwrap()
-        .get(0);
+    assert_eq!(c.execute("UPDATE p SET score = $1 WHERE id < $2", &[&0.0f64, &5i64]).await.unwrap(), 5);
+    assert_eq!(c.execute("DELETE FROM p WHERE id = $1", &[&9i64]).await.unwrap(), 1);
+    let total: f64 = c.query_one("SELECT sum(score) FROM p", &[]).await.unwrap().get(0);
     assert_eq!(total, (5..9).map(|i| i as f64 / 2.0).sum::<f64>());
     // NULL parameters.
-    c.execute(
-        "INSERT INTO p (id, name) VALUES ($1, $2)",
-        &[&100i64, &None::<String>],
-    )
-    .await
-    .unwrap();
-    let name: Option<String> = c
-        .query_one("SELECT name FROM p WHERE id = 100", &[])
-        .await
-        .unwrap()
-        .get(0);
+    c.execute("INSERT INTO p (id, name) VALUES ($1, $2)", &[&100i64, &None::<String>]).await.unwrap();
+    let name: Option<String> = c.query_one("SELECT name FROM p WHERE id = 100", &[]).await.unwrap().get(0);
     assert_eq!(name, None);
     // Errors in the extended protocol carry SQLSTATEs too, and the session goes on.
     let err = c.prepare("SELECT * FROM nope").await.unwrap_err();
@@ -195,9 +136,7 @@ async fn prepared_statements_with_parameters() {
 async fn portals_fetch_in_pieces() {
     let server = TestServer::start();
     let mut c = server.connect().await;
-    c.batch_execute("CREATE TABLE big AS SELECT * FROM generate_series(1, 1000) AS g(x)")
-        .await
-        .unwrap();
+    c.batch_execute("CREATE TABLE big AS SELECT * FROM generate_series(1, 1000) AS g(x)").await.unwrap();
     let tx = c.transaction().await.unwrap();
     let stmt = tx.prepare("SELECT x FROM big ORDER BY x").await.unwrap();
     let portal = tx.bind(&stmt, &[]).await.unwrap();
@@ -246,18 +185,9 @@ async fn ssl_is_refused_cleanly_without_tls_config() {
     s.read_exact(&mut answer).unwrap();
     assert_eq!(answer[0], b'N');
     // A client that requires TLS gets an error, not a hang.
-    let res = tokio_postgres::connect(
-        &format!("{} sslmode=require", server.conn_str()),
-        tokio_postgres::NoTls,
-    )
-    .await;
+    let res = tokio_postgres::connect(&format!("{} sslmode=require", server.conn_str()), tokio_postgres::NoTls).await;
     assert!(res.is_err());
-    server
-        .connect()
-        .await
-        .query_one("SELECT 1", &[])
-        .await
-        .unwrap();
+    server.connect().await.query_one("SELECT 1", &[]).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -266,12 +196,9 @@ async fn garbage_and_abrupt_disconnects_do_not_hurt_other_sessions() {
     let c = server.connect().await;
     c.batch_execute("CREATE TABLE g (x INT)").await.unwrap();
     // Garbage instead of a startup message.
-    for garbage in [
-        &b"GET / HTTP/1.1\r\n\r\n"[..],
-        &[0xff; 64][..],
-        &[0, 0, 0, 3][..],
-        &[0, 0, 0x7f, 0xff, 0, 3, 0, 0][..],
-    ] {
+    for garbage in
+        [&b"GET / HTTP/1.1\r\n\r\n"[..], &[0xff; 64][..], &[0, 0, 0, 3][..], &[0, 0, 0x7f, 0xff, 0, 3, 0, 0][..]]
+    {
         let mut s = std::net::TcpStream::connect(("127.0.0.1", server.port)).unwrap();
         let _ = s.write_all(garbage);
         let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
@@ -280,15 +207,10 @@ async fn garbage_and_abrupt_disconnects_do_not_hurt_other_sessions() {
     }
     // A client that vanishes in the middle of a query.
     {
-        let (client, connection) =
-            tokio_postgres::connect(&server.conn_str(), tokio_postgres::NoTls)
-                .await
-                .unwrap();
+        let (client, connection) = tokio_postgres::connect(&server.conn_str(), tokio_postgres::NoTls).await.unwrap();
         let conn = tokio::spawn(connection);
         let q = tokio::spawn(async move {
-            client
-                .simple_query("SELECT count(*) FROM generate_series(1, 200000000) AS g(x)")
-                .await
+            client.simple_query("SELECT count(*) FROM generate_series(1, 200000000) AS g(x)").await
         });
         tokio::time::sleep(Duration::from_millis(200)).await;
         conn.abort();
@@ -309,62 +231,32 @@ async fn garbage_and_abrupt_disconnects_do_not_hurt_other_sessions() {
         let _ = s.read(&mut buf);
     }
     c.batch_execute("INSERT INTO g VALUES (1)").await.unwrap();
-    let n: i64 = c
-        .query_one("SELECT count(*) FROM g", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let n: i64 = c.query_one("SELECT count(*) FROM g", &[]).await.unwrap().get(0);
     assert_eq!(n, 1);
-    server
-        .connect()
-        .await
-        .query_one("SELECT 1", &[])
-        .await
-        .unwrap();
+    server.connect().await.query_one("SELECT 1", &[]).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_concurrent_sessions() {
     let server = TestServer::start();
-    server
-        .connect()
-        .await
-        .batch_execute("CREATE TABLE c (k INT PRIMARY KEY, s INT)")
-        .await
-        .unwrap();
+    server.connect().await.batch_execute("CREATE TABLE c (k INT PRIMARY KEY, s INT)").await.unwrap();
     let mut tasks = Vec::new();
     for session in 0..32 {
         let conn = server.conn_str();
         tasks.push(tokio::spawn(async move {
             let client = common::connect(&conn).await;
             for i in 0..10 {
-                client
-                    .execute(
-                        "INSERT INTO c VALUES ($1, $2)",
-                        &[&(session * 100 + i), &session],
-                    )
-                    .await
-                    .unwrap();
+                client.execute("INSERT INTO c VALUES ($1, $2)", &[&(session * 100 + i), &session]).await.unwrap();
             }
             // Each session sees at least its own rows.
-            let n: i64 = client
-                .query_one("SELECT count(*) FROM c WHERE s = $1", &[&session])
-                .await
-                .unwrap()
-                .get(0);
+            let n: i64 = client.query_one("SELECT count(*) FROM c WHERE s = $1", &[&session]).await.unwrap().get(0);
             assert_eq!(n, 10);
         }));
     }
     for t in tasks {
         t.await.unwrap();
     }
-    let n: i64 = server
-        .connect()
-        .await
-        .query_one("SELECT count(*) FROM c", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let n: i64 = server.connect().await.query_one("SELECT count(*) FROM c", &[]).await.unwrap().get(0);
     assert_eq!(n, 320);
 }
 
@@ -372,32 +264,23 @@ async fn many_concurrent_sessions() {
 async fn concurrent_updates_lose_nothing() {
     let server = TestServer::start();
     let c = server.connect().await;
-    c.batch_execute(
-        "CREATE TABLE counter (k INT PRIMARY KEY, n BIGINT); INSERT INTO counter VALUES (1, 0);",
-    )
-    .await
-    .unwrap();
+    c.batch_execute("CREATE TABLE counter (k INT PRIMARY KEY, n BIGINT); INSERT INTO counter VALUES (1, 0);")
+        .await
+        .unwrap();
     let mut tasks = Vec::new();
     for _ in 0..8 {
         let conn = server.conn_str();
         tasks.push(tokio::spawn(async move {
             let client = common::connect(&conn).await;
             for _ in 0..25 {
-                client
-                    .simple_query("UPDATE counter SET n = n + 1 WHERE k = 1")
-                    .await
-                    .unwrap();
+                client.simple_query("UPDATE counter SET n = n + 1 WHERE k = 1").await.unwrap();
             }
         }));
     }
     for t in tasks {
         t.await.unwrap();
     }
-    let n: i64 = c
-        .query_one("SELECT n FROM counter", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let n: i64 = c.query_one("SELECT n FROM counter", &[]).await.unwrap().get(0);
     assert_eq!(n, 200);
 }
 
@@ -412,37 +295,15 @@ async fn scram_and_password_authentication() {
         )
         .unwrap();
         let server = TestServer::start_with(&["--config", cfg.to_str().unwrap()]);
-        let good = format!(
-            "host=127.0.0.1 port={} user=alice password=s3cret dbname=dev",
-            server.port
-        );
+        let good = format!("host=127.0.0.1 port={} user=alice password=s3cret dbname=dev", server.port);
         let client = common::connect(&good).await;
-        let who: String = client
-            .query_one("SELECT current_user", &[])
-            .await
-            .unwrap()
-            .get(0);
+        let who: String = client.query_one("SELECT current_user", &[]).await.unwrap().get(0);
         assert_eq!(who, "alice");
-        let bad = format!(
-            "host=127.0.0.1 port={} user=alice password=wrong dbname=dev",
-            server.port
-        );
-        let err = tokio_postgres::connect(&bad, tokio_postgres::NoTls)
-            .await
-            .err()
-            .expect("wrong password refused");
-        assert_eq!(
-            err.code().map(|c| c.code()),
-            Some("28P01"),
-            "{method}: {err}"
-        );
-        let nobody = format!(
-            "host=127.0.0.1 port={} user=mallory password=s3cret dbname=dev",
-            server.port
-        );
-        assert!(tokio_postgres::connect(&nobody, tokio_postgres::NoTls)
-            .await
-            .is_err());
+        let bad = format!("host=127.0.0.1 port={} user=alice password=wrong dbname=dev", server.port);
+        let err = tokio_postgres::connect(&bad, tokio_postgres::NoTls).await.err().expect("wrong password refused");
+        assert_eq!(err.code().map(|c| c.code()), Some("28P01"), "{method}: {err}");
+        let nobody = format!("host=127.0.0.1 port={} user=mallory password=s3cret dbname=dev", server.port);
+        assert!(tokio_postgres::connect(&nobody, tokio_postgres::NoTls).await.is_err());
     }
 }
 
@@ -466,18 +327,11 @@ async fn metrics_endpoint_serves_prometheus_text() {
     c.simple_query("SELECT 1").await.unwrap();
     let _ = c.simple_query("SELECT * FROM nope").await;
     let mut s = std::net::TcpStream::connect(("127.0.0.1", server.metrics_port)).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-        .unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").unwrap();
     let mut body = String::new();
     s.read_to_string(&mut body).unwrap();
     assert!(body.starts_with("HTTP/1.1 200"), "{body}");
     assert!(body.contains("weir_connections_total"), "{body}");
-    assert!(
-        body.contains("weir_errors_total{sqlstate=\"42P01\"} 1"),
-        "{body}"
-    );
-    assert!(
-        body.contains("weir_statement_duration_seconds_count"),
-        "{body}"
-    );
+    assert!(body.contains("weir_errors_total{sqlstate=\"42P01\"} 1"), "{body}");
+    assert!(body.contains("weir_statement_duration_seconds_count"), "{body}");
 }

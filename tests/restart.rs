@@ -26,50 +26,31 @@ async fn rows_and_catalog_survive_sigkill() {
     server.restart();
 
     let c = server.connect().await;
-    let rows = c
-        .query("SELECT id, name, price FROM t ORDER BY id", &[])
-        .await
-        .unwrap();
+    let rows = c.query("SELECT id, name, price FROM t ORDER BY id", &[]).await.unwrap();
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].get::<_, i32>(0), 1);
     assert_eq!(rows[0].get::<_, &str>(1), "a");
     assert_eq!(rows[0].get::<_, f64>(2), 3.0);
 
-    let n: i64 = c
-        .query_one("SELECT count(*) FROM bag", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let n: i64 = c.query_one("SELECT count(*) FROM bag", &[]).await.unwrap().get(0);
     assert_eq!(n, 3);
     assert!(c.query("SELECT * FROM gone", &[]).await.is_err());
 
     // Hidden row ids continue after a restart: new rows do not overwrite old ones.
     c.execute("INSERT INTO bag VALUES (3)", &[]).await.unwrap();
-    let n: i64 = c
-        .query_one("SELECT count(*) FROM bag", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let n: i64 = c.query_one("SELECT count(*) FROM bag", &[]).await.unwrap().get(0);
     assert_eq!(n, 4);
 
     // And the catalog keeps handing out fresh ids: a new table is empty.
     c.batch_execute("CREATE TABLE gone (x INT)").await.unwrap();
-    let n: i64 = c
-        .query_one("SELECT count(*) FROM gone", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let n: i64 = c.query_one("SELECT count(*) FROM gone", &[]).await.unwrap().get(0);
     assert_eq!(n, 0);
 
     // Twice, to be sure the restarted server's own writes are durable too.
     drop(c);
     server.restart();
     let c = server.connect().await;
-    let n: i64 = c
-        .query_one("SELECT count(*) FROM bag", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let n: i64 = c.query_one("SELECT count(*) FROM bag", &[]).await.unwrap().get(0);
     assert_eq!(n, 4);
 }
 

@@ -44,10 +44,7 @@ impl AsyncDB for Weir {
             }
         }
         match columns {
-            Some(n) => Ok(DBOutput::Rows {
-                types: vec![DefaultColumnType::Any; n],
-                rows,
-            }),
+            Some(n) => Ok(DBOutput::Rows { types: vec![DefaultColumnType::Any; n], rows }),
             None => Ok(DBOutput::StatementComplete(count)),
         }
     }
@@ -92,8 +89,7 @@ async fn sqllogictest_files() {
         let mut runner = sqllogictest::Runner::new(move || {
             let conn = conn.clone();
             async move {
-                let (client, connection) =
-                    tokio_postgres::connect(&conn, tokio_postgres::NoTls).await?;
+                let (client, connection) = tokio_postgres::connect(&conn, tokio_postgres::NoTls).await?;
                 tokio::spawn(async move {
                     let _ = connection.await;
                 });
@@ -106,19 +102,9 @@ async fn sqllogictest_files() {
             Ok(()) => println!("ok   {name}"),
             Err(e) => {
                 println!("FAIL {name}\n{}", e.display(true));
-                failures.push(format!(
-                    "{name}: {}\n--- server log ---\n{}",
-                    e.display(false),
-                    server.log_text()
-                ));
+                failures.push(format!("{name}: {}\n--- server log ---\n{}", e.display(false), server.log_text()));
             }
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} of {} slt files failed:\n{}",
-        failures.len(),
-        files.len(),
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "{} of {} slt files failed:\n{}", failures.len(), files.len(), failures.join("\n"));
 }

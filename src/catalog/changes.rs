@@ -40,10 +40,7 @@ impl ChangeHub {
     /// A new subscription of `job` to `relation`.
     pub async fn subscribe(&self, relation: TableId, job: TableId) -> mpsc::Receiver<Message> {
         let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
-        self.list(relation)
-            .lock()
-            .await
-            .push(Subscriber { job, tx });
+        self.list(relation).lock().await.push(Subscriber { job, tx });
         rx
     }
 

@@ -23,9 +23,7 @@ use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::{
-    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
-};
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties};
 use futures::future::BoxFuture;
 use futures::StreamExt;
 use parking_lot::Mutex;
@@ -54,11 +52,7 @@ pub struct DmlExec {
 
 impl DmlExec {
     pub fn new(label: impl Into<String>, work: DmlWork) -> Arc<DmlExec> {
-        let schema = Arc::new(Schema::new(vec![Field::new(
-            "count",
-            DataType::UInt64,
-            false,
-        )]));
+        let schema = Arc::new(Schema::new(vec![Field::new("count", DataType::UInt64, false)]));
         let properties = PlanProperties::new(
             EquivalenceProperties::new(Arc::clone(&schema)),
             Partitioning::UnknownPartitioning(1),
@@ -99,10 +93,7 @@ impl ExecutionPlan for DmlExec {
     fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
         vec![]
     }
-    fn with_new_children(
-        self: Arc<Self>,
-        _children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+    fn with_new_children(self: Arc<Self>, _children: Vec<Arc<dyn ExecutionPlan>>) -> DfResult<Arc<dyn ExecutionPlan>> {
         Ok(self)
     }
     fn apply_expressions(
@@ -111,29 +102,16 @@ impl ExecutionPlan for DmlExec {
     ) -> DfResult<TreeNodeRecursion> {
         Ok(TreeNodeRecursion::Continue)
     }
-    fn execute(
-        &self,
-        _partition: usize,
-        context: Arc<TaskContext>,
-    ) -> DfResult<SendableRecordBatchStream> {
-        let work = self
-            .work
-            .lock()
-            .take()
-            .ok_or_else(|| DataFusionError::Internal("a DML plan can run only once".into()))?;
+    fn execute(&self, _partition: usize, context: Arc<TaskContext>) -> DfResult<SendableRecordBatchStream> {
+        let work =
+            self.work.lock().take().ok_or_else(|| DataFusionError::Internal("a DML plan can run only once".into()))?;
         let schema = Arc::clone(&self.schema);
         let out_schema = Arc::clone(&schema);
         let fut = async move {
             let n = work(context).await?;
-            Ok(RecordBatch::try_new(
-                out_schema,
-                vec![Arc::new(UInt64Array::from(vec![n])) as ArrayRef],
-            )?)
+            Ok(RecordBatch::try_new(out_schema, vec![Arc::new(UInt64Array::from(vec![n])) as ArrayRef])?)
         };
-        Ok(Box::pin(RecordBatchStreamAdapter::new(
-            schema,
-            futures::stream::once(fut),
-        )))
+        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, futures::stream::once(fut))))
     }
 }
 
@@ -171,18 +149,13 @@ pub fn to_stored(relation: &Relation, batch: &RecordBatch) -> Result<RecordBatch
     if relation.has_hidden_row_id() {
         let n = batch.num_rows() as u64;
         let first = relation.allocate_row_ids(n) as i64;
-        columns.push(Arc::new(Int64Array::from_iter_values(
-            first..first + n as i64,
-        )));
+        columns.push(Arc::new(Int64Array::from_iter_values(first..first + n as i64)));
     }
     Ok(RecordBatch::try_new(Arc::clone(stored), columns)?)
 }
 
 /// Evaluates `filters` (all must hold; none = every row) over a stored batch.
-pub fn filter_mask(
-    filters: &[Arc<dyn PhysicalExpr>],
-    batch: &RecordBatch,
-) -> DfResult<BooleanArray> {
+pub fn filter_mask(filters: &[Arc<dyn PhysicalExpr>], batch: &RecordBatch) -> DfResult<BooleanArray> {
     let mut mask = BooleanArray::from(vec![true; batch.num_rows()]);
     for f in filters {
         let v = f.evaluate(batch)?.into_array(batch.num_rows())?;
@@ -230,11 +203,7 @@ impl Writer {
         if self.relation.has_hidden_row_id() {
             self.relation.persist_row_id(&mut wb);
         }
-        let changes = if listening {
-            Some(self.insert_changes(&stored_batches)?)
-        } else {
-            None
-        };
+        let changes = if listening { Some(self.insert_changes(&stored_batches)?) } else { None };
         commit(Arc::clone(&self.store), wb).await?;
         self.publish(changes).await;
         Ok(count)
@@ -276,10 +245,7 @@ impl Writer {
             }
             return Ok(ChangeBatch::new(concat_batches(&schema, &rows)?, ops));
         }
-        let rows = stored
-            .iter()
-            .map(|b| self.user_columns(b))
-            .collect::<Result<Vec<_>>>()?;
+        let rows = stored.iter().map(|b| self.user_columns(b)).collect::<Result<Vec<_>>>()?;
         Ok(ChangeBatch::inserts(concat_batches(&schema, &rows)?))
     }
 
@@ -288,24 +254,20 @@ impl Writer {
         let _guard = self.relation.write_lock.lock().await;
         let relation = Arc::clone(&self.relation);
         let store = Arc::clone(&self.store);
-        let (wb, doomed) =
-            tokio::task::spawn_blocking(move || -> Result<(WriteBatch, Vec<RecordBatch>)> {
-                let mut wb = WriteBatch::default();
-                let mut doomed = Vec::new();
-                for batch in relation.table.scan(store.as_ref(), 8192)? {
-                    let gone = filter_record_batch(&batch, &filter_mask(&filters, &batch)?)?;
-                    relation.table.delete_batch(&gone, &mut wb)?;
-                    doomed.push(gone);
-                }
-                Ok((wb, doomed))
-            })
-            .await
-            .map_err(|e| WeirError::internal(e.to_string()))??;
+        let (wb, doomed) = tokio::task::spawn_blocking(move || -> Result<(WriteBatch, Vec<RecordBatch>)> {
+            let mut wb = WriteBatch::default();
+            let mut doomed = Vec::new();
+            for batch in relation.table.scan(store.as_ref(), 8192)? {
+                let gone = filter_record_batch(&batch, &filter_mask(&filters, &batch)?)?;
+                relation.table.delete_batch(&gone, &mut wb)?;
+                doomed.push(gone);
+            }
+            Ok((wb, doomed))
+        })
+        .await
+        .map_err(|e| WeirError::internal(e.to_string()))??;
         let count = doomed.iter().map(|b| b.num_rows() as u64).sum();
-        let rows = doomed
-            .iter()
-            .map(|b| self.user_columns(b))
-            .collect::<Result<Vec<_>>>()?;
+        let rows = doomed.iter().map(|b| self.user_columns(b)).collect::<Result<Vec<_>>>()?;
         let changes = ChangeBatch::deletes(concat_batches(&self.relation.schema, &rows)?);
         commit(Arc::clone(&self.store), wb).await?;
         self.publish(Some(changes)).await;
@@ -321,8 +283,8 @@ impl Writer {
         let _guard = self.relation.write_lock.lock().await;
         let rel = Arc::clone(&self.relation);
         let st = Arc::clone(&self.store);
-        let (wb, pairs) = tokio::task::spawn_blocking(
-            move || -> Result<(WriteBatch, Vec<(RecordBatch, RecordBatch)>)> {
+        let (wb, pairs) =
+            tokio::task::spawn_blocking(move || -> Result<(WriteBatch, Vec<(RecordBatch, RecordBatch)>)> {
                 let mut wb = WriteBatch::default();
                 let mut pairs = Vec::new();
                 let user_columns = rel.schema.fields().len();
@@ -335,11 +297,7 @@ impl Writer {
                     for (index, expr) in &assignments {
                         let target = rel.schema.field(*index).data_type();
                         let v = expr.evaluate(&old)?.into_array(old.num_rows())?;
-                        columns[*index] = if v.data_type() == target {
-                            v
-                        } else {
-                            cast(&v, target)?
-                        };
+                        columns[*index] = if v.data_type() == target { v } else { cast(&v, target)? };
                     }
                     check_not_null(&rel, &columns[..user_columns])?;
                     let new = RecordBatch::try_new(Arc::clone(old.schema_ref()), columns)?;
@@ -348,10 +306,9 @@ impl Writer {
                     pairs.push((old, new));
                 }
                 Ok((wb, pairs))
-            },
-        )
-        .await
-        .map_err(|e| WeirError::internal(e.to_string()))??;
+            })
+            .await
+            .map_err(|e| WeirError::internal(e.to_string()))??;
         let count = pairs.iter().map(|(old, _)| old.num_rows() as u64).sum();
         // Each old row followed by its new version.
         let mut rows = Vec::new();
@@ -373,9 +330,7 @@ impl Writer {
 
     async fn publish(&self, changes: Option<ChangeBatch>) {
         if let Some(changes) = changes.filter(|c| !c.is_empty()) {
-            self.changes
-                .publish(self.relation.def.id, vec![Message::Data(changes)])
-                .await;
+            self.changes.publish(self.relation.def.id, vec![Message::Data(changes)]).await;
         }
     }
 }
@@ -384,7 +339,5 @@ async fn commit(store: Arc<dyn StateStore>, wb: WriteBatch) -> Result<()> {
     if wb.is_empty() {
         return Ok(());
     }
-    tokio::task::spawn_blocking(move || store.write(wb))
-        .await
-        .map_err(|e| WeirError::internal(e.to_string()))?
+    tokio::task::spawn_blocking(move || store.write(wb)).await.map_err(|e| WeirError::internal(e.to_string()))?
 }

@@ -59,10 +59,7 @@ impl Relation {
 
     /// Every row as users see it, read from one snapshot: a table's rows without the hidden
     /// row id, a view's rows repeated by their multiplicity. Blocking.
-    pub fn scan_rows(
-        &self,
-        store: &dyn StateStore,
-    ) -> Result<Vec<datafusion::arrow::array::RecordBatch>> {
+    pub fn scan_rows(&self, store: &dyn StateStore) -> Result<Vec<datafusion::arrow::array::RecordBatch>> {
         use datafusion::arrow::array::{AsArray, UInt32Array};
         use datafusion::arrow::datatypes::Int64Type;
         let user: Vec<usize> = (0..self.schema.fields().len()).collect();
@@ -84,9 +81,7 @@ impl Relation {
                     .enumerate()
                     .flat_map(|(i, &c)| std::iter::repeat_n(i as u32, c.max(0) as usize))
                     .collect();
-                Ok(datafusion::arrow::compute::take_record_batch(
-                    &rows, &repeat,
-                )?)
+                Ok(datafusion::arrow::compute::take_record_batch(&rows, &repeat)?)
             })
             .collect()
     }
@@ -99,10 +94,7 @@ impl Relation {
 
     pub fn persist_row_id(&self, wb: &mut WriteBatch) {
         let next = self.next_row_id.load(Ordering::SeqCst);
-        wb.put(
-            persist::sequence_key(&format!("rowid/{}", self.def.id)),
-            next.to_be_bytes().to_vec(),
-        );
+        wb.put(persist::sequence_key(&format!("rowid/{}", self.def.id)), next.to_be_bytes().to_vec());
     }
 }
 
@@ -144,16 +136,11 @@ impl Catalog {
     fn materialize(store: &dyn StateStore, def: RelationDef) -> Result<Relation> {
         let schema = Arc::new(def.schema.clone());
         let (stored_schema, key) = if def.kind == RelationKind::MaterializedView {
-            let mut fields: Vec<Field> =
-                schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+            let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
             fields.push(Field::new(COUNT_COLUMN, DataType::Int64, false));
-            (
-                Arc::new(Schema::new(fields)),
-                (0..schema.fields().len()).collect(),
-            )
+            (Arc::new(Schema::new(fields)), (0..schema.fields().len()).collect())
         } else if def.primary_key.is_empty() {
-            let mut fields: Vec<Field> =
-                schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+            let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
             fields.push(Field::new(ROW_ID_COLUMN, DataType::Int64, false));
             let n = fields.len();
             (Arc::new(Schema::new(fields)), vec![n - 1])
@@ -190,12 +177,7 @@ impl Catalog {
     }
 
     pub fn by_id(&self, id: TableId) -> Option<Arc<Relation>> {
-        self.inner
-            .read()
-            .by_name
-            .values()
-            .find(|r| r.def.id == id)
-            .cloned()
+        self.inner.read().by_name.values().find(|r| r.def.id == id).cloned()
     }
 
     /// The relations that read `id`, directly or through other views, in dependency order.
@@ -205,9 +187,7 @@ impl Catalog {
         let mut frontier = vec![id];
         while let Some(current) = frontier.pop() {
             for r in &all {
-                if r.def.depends_on.contains(&current)
-                    && !found.iter().any(|f| f.def.id == r.def.id)
-                {
+                if r.def.depends_on.contains(&current) && !found.iter().any(|f| f.def.id == r.def.id) {
                     found.push(Arc::clone(r));
                     frontier.push(r.def.id);
                 }
@@ -226,15 +206,7 @@ impl Catalog {
         primary_key: Vec<usize>,
         if_not_exists: bool,
     ) -> Result<bool> {
-        self.create(
-            name,
-            RelationKind::Table,
-            definition,
-            schema,
-            primary_key,
-            vec![],
-            if_not_exists,
-        )
+        self.create(name, RelationKind::Table, definition, schema, primary_key, vec![], if_not_exists)
     }
 
     /// Creates a materialized view's entry and empty state. Returns false when it exists and
@@ -247,15 +219,7 @@ impl Catalog {
         depends_on: Vec<TableId>,
         if_not_exists: bool,
     ) -> Result<bool> {
-        self.create(
-            name,
-            RelationKind::MaterializedView,
-            definition,
-            schema,
-            vec![],
-            depends_on,
-            if_not_exists,
-        )
+        self.create(name, RelationKind::MaterializedView, definition, schema, vec![], depends_on, if_not_exists)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -274,10 +238,7 @@ impl Catalog {
             if if_not_exists {
                 return Ok(false);
             }
-            return Err(WeirError::new(
-                SqlState::DUPLICATE_TABLE,
-                format!("relation \"{name}\" already exists"),
-            ));
+            return Err(WeirError::new(SqlState::DUPLICATE_TABLE, format!("relation \"{name}\" already exists")));
         }
         let id = inner.next_id;
         let def = RelationDef {
@@ -333,23 +294,16 @@ mod tests {
     use crate::state::memory::MemoryStore;
 
     fn schema() -> Schema {
-        Schema::new(vec![
-            Field::new("id", DataType::Int32, false),
-            Field::new("v", DataType::Utf8, true),
-        ])
+        Schema::new(vec![Field::new("id", DataType::Int32, false), Field::new("v", DataType::Utf8, true)])
     }
 
     #[test]
     fn catalog_survives_reopen_and_ids_are_not_reused() {
         let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
         let cat = Catalog::open(store.clone(), "dev").unwrap();
-        assert!(cat
-            .create_table("a", "CREATE TABLE a (...)", schema(), vec![0], false)
-            .unwrap());
+        assert!(cat.create_table("a", "CREATE TABLE a (...)", schema(), vec![0], false).unwrap());
         assert!(!cat.create_table("a", "", schema(), vec![0], true).unwrap());
-        let err = cat
-            .create_table("a", "", schema(), vec![0], false)
-            .unwrap_err();
+        let err = cat.create_table("a", "", schema(), vec![0], false).unwrap_err();
         assert_eq!(err.state, SqlState::DUPLICATE_TABLE);
         let a_id = cat.get("a").unwrap().def.id;
         cat.drop_relation("a", false).unwrap();
@@ -361,9 +315,6 @@ mod tests {
         assert!(b.def.id > a_id);
         assert!(b.has_hidden_row_id());
         assert_eq!(b.table.schema().fields().len(), 3);
-        assert_eq!(
-            reopened.drop_relation("a", false).unwrap_err().state,
-            SqlState::UNDEFINED_TABLE
-        );
+        assert_eq!(reopened.drop_relation("a", false).unwrap_err().state, SqlState::UNDEFINED_TABLE);
     }
 }

@@ -47,8 +47,7 @@ fn entry_key(id: TableId) -> Vec<u8> {
 }
 
 pub fn put_relation(def: &RelationDef, wb: &mut WriteBatch) -> Result<()> {
-    let json = serde_json::to_vec(def)
-        .map_err(|e| WeirError::internal(format!("encoding catalog entry: {e}")))?;
+    let json = serde_json::to_vec(def).map_err(|e| WeirError::internal(format!("encoding catalog entry: {e}")))?;
     wb.put(entry_key(def.id), json);
     Ok(())
 }
@@ -74,8 +73,8 @@ pub fn load_next_id(store: &dyn StateStore) -> Result<Option<TableId>> {
 pub fn load_relations(store: &dyn StateStore) -> Result<Vec<RelationDef>> {
     let mut out = Vec::new();
     store.scan_prefix(&meta_key(ENTRY_PREFIX), &mut |k, v| {
-        let def: RelationDef = serde_json::from_slice(v)
-            .map_err(|e| corrupt(&format!("{}: {e}", String::from_utf8_lossy(&k[4..]))))?;
+        let def: RelationDef =
+            serde_json::from_slice(v).map_err(|e| corrupt(&format!("{}: {e}", String::from_utf8_lossy(&k[4..]))))?;
         out.push(def);
         Ok(ScanControl::Continue)
     })?;
@@ -98,8 +97,5 @@ pub fn load_sequence(store: &dyn StateStore, name: &str) -> Result<u64> {
 }
 
 fn corrupt(what: &str) -> WeirError {
-    WeirError::new(
-        SqlState::DATA_CORRUPTED,
-        format!("catalog entry {what} is corrupt"),
-    )
+    WeirError::new(SqlState::DATA_CORRUPTED, format!("catalog entry {what} is corrupt"))
 }

@@ -46,20 +46,13 @@ impl std::fmt::Debug for WeirSchema {
 #[async_trait]
 impl SchemaProvider for WeirSchema {
     fn table_names(&self) -> Vec<String> {
-        self.catalog
-            .relations()
-            .iter()
-            .map(|r| r.def.name.clone())
-            .collect()
+        self.catalog.relations().iter().map(|r| r.def.name.clone()).collect()
     }
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
         Ok(self.catalog.get(name).map(|relation| {
-            Arc::new(RelationTable::new(
-                relation,
-                Arc::clone(self.catalog.store()),
-                Arc::clone(&self.catalog.changes),
-            )) as Arc<dyn TableProvider>
+            Arc::new(RelationTable::new(relation, Arc::clone(self.catalog.store()), Arc::clone(&self.catalog.changes)))
+                as Arc<dyn TableProvider>
         }))
     }
 
@@ -67,14 +60,8 @@ impl SchemaProvider for WeirSchema {
         self.catalog.get(name).is_some()
     }
 
-    fn register_table(
-        &self,
-        name: String,
-        _table: Arc<dyn TableProvider>,
-    ) -> DfResult<Option<Arc<dyn TableProvider>>> {
-        Err(DataFusionError::NotImplemented(format!(
-            "cannot register {name}: use CREATE TABLE"
-        )))
+    fn register_table(&self, name: String, _table: Arc<dyn TableProvider>) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        Err(DataFusionError::NotImplemented(format!("cannot register {name}: use CREATE TABLE")))
     }
 }
 
@@ -99,24 +86,13 @@ impl std::fmt::Debug for RelationTable {
 }
 
 impl RelationTable {
-    pub fn new(
-        relation: Arc<Relation>,
-        store: Arc<dyn StateStore>,
-        changes: Arc<ChangeHub>,
-    ) -> Self {
+    pub fn new(relation: Arc<Relation>, store: Arc<dyn StateStore>, changes: Arc<ChangeHub>) -> Self {
         let constraints = if relation.def.primary_key.is_empty() {
             Constraints::default()
         } else {
-            Constraints::new_unverified(vec![Constraint::PrimaryKey(
-                relation.def.primary_key.clone(),
-            )])
+            Constraints::new_unverified(vec![Constraint::PrimaryKey(relation.def.primary_key.clone())])
         };
-        RelationTable {
-            relation,
-            store,
-            changes,
-            constraints,
-        }
+        RelationTable { relation, store, changes, constraints }
     }
 
     /// Only tables take INSERT, UPDATE and DELETE.
@@ -124,10 +100,7 @@ impl RelationTable {
         if self.relation.def.kind != RelationKind::Table {
             return Err(WeirError::new(
                 crate::error::SqlState::WRONG_OBJECT_TYPE,
-                format!(
-                    "cannot change materialized view \"{}\"",
-                    self.relation.def.name
-                ),
+                format!("cannot change materialized view \"{}\"", self.relation.def.name),
             )
             .into());
         }
@@ -152,10 +125,7 @@ impl RelationTable {
         exprs: Vec<Expr>,
     ) -> DfResult<Vec<Arc<dyn datafusion::physical_expr::PhysicalExpr>>> {
         let schema = self.df_schema()?;
-        exprs
-            .into_iter()
-            .map(|e| state.create_physical_expr(e, &schema))
-            .collect()
+        exprs.into_iter().map(|e| state.create_physical_expr(e, &schema)).collect()
     }
 }
 
@@ -185,11 +155,7 @@ impl TableProvider for RelationTable {
         let batches = tokio::task::spawn_blocking(move || relation.scan_rows(store.as_ref()))
             .await
             .map_err(|e| DataFusionError::External(Box::new(e)))??;
-        Ok(MemorySourceConfig::try_new_exec(
-            &[batches],
-            self.schema(),
-            projection.cloned(),
-        )?)
+        Ok(MemorySourceConfig::try_new_exec(&[batches], self.schema(), projection.cloned())?)
     }
 
     async fn insert_into(
@@ -199,9 +165,7 @@ impl TableProvider for RelationTable {
         insert_op: InsertOp,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         if insert_op != InsertOp::Append {
-            return Err(DataFusionError::NotImplemented(format!(
-                "{insert_op} is not supported"
-            )));
+            return Err(DataFusionError::NotImplemented(format!("{insert_op} is not supported")));
         }
         self.writable()?;
         let writer = self.writer();
@@ -216,11 +180,7 @@ impl TableProvider for RelationTable {
         ))
     }
 
-    async fn delete_from(
-        &self,
-        state: &dyn Session,
-        filters: Vec<Expr>,
-    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+    async fn delete_from(&self, state: &dyn Session, filters: Vec<Expr>) -> DfResult<Arc<dyn ExecutionPlan>> {
         self.writable()?;
         let filters = self.physical(state, filters)?;
         let writer = self.writer();

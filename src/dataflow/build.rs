@@ -37,30 +37,14 @@ struct Builder<'a> {
     inputs: Vec<TableId>,
 }
 
-pub fn build(
-    plan: &LogicalPlan,
-    state: &dyn Session,
-    catalog: &Catalog,
-    view: &str,
-) -> Result<Built> {
-    let mut b = Builder {
-        state,
-        catalog,
-        view: view.to_string(),
-        graph: Graph::default(),
-        inputs: Vec::new(),
-    };
+pub fn build(plan: &LogicalPlan, state: &dyn Session, catalog: &Catalog, view: &str) -> Result<Built> {
+    let mut b = Builder { state, catalog, view: view.to_string(), graph: Graph::default(), inputs: Vec::new() };
     b.node(plan)?;
-    Ok(Built {
-        graph: b.graph,
-        inputs: b.inputs,
-    })
+    Ok(Built { graph: b.graph, inputs: b.inputs })
 }
 
 fn unsupported(what: &str) -> WeirError {
-    WeirError::unsupported(format!(
-        "{what} is not supported in a materialized view yet"
-    ))
+    WeirError::unsupported(format!("{what} is not supported in a materialized view yet"))
 }
 
 impl Builder<'_> {
@@ -80,10 +64,7 @@ impl Builder<'_> {
                     return Err(unsupported("LIMIT"));
                 }
                 let name = scan.table_name.table();
-                let relation = self
-                    .catalog
-                    .get(name)
-                    .ok_or_else(|| WeirError::undefined_table(name))?;
+                let relation = self.catalog.get(name).ok_or_else(|| WeirError::undefined_table(name))?;
                 let source = relation.schema.clone();
                 let indices: Vec<usize> = match &scan.projection {
                     Some(p) => p.clone(),
@@ -92,45 +73,30 @@ impl Builder<'_> {
                 let exprs: Vec<Arc<dyn PhysicalExpr>> = indices
                     .iter()
                     .map(|&i| {
-                        Ok(
-                            Arc::new(datafusion::physical_expr::expressions::Column::new(
-                                source.field(i).name(),
-                                i,
-                            )) as Arc<dyn PhysicalExpr>,
-                        )
+                        Ok(Arc::new(datafusion::physical_expr::expressions::Column::new(source.field(i).name(), i))
+                            as Arc<dyn PhysicalExpr>)
                     })
                     .collect::<Result<_>>()?;
                 let label = format!("Source {}", relation.def.name);
-                let leaf = self.graph.add_leaf(Box::new(
-                    Project::new(exprs, Self::schema(plan), &self.view).with_label(label),
-                ));
+                let leaf = self
+                    .graph
+                    .add_leaf(Box::new(Project::new(exprs, Self::schema(plan), &self.view).with_label(label)));
                 self.inputs.push(relation.def.id);
                 if let Some(predicate) = scan.filters.iter().cloned().reduce(|a, b| a.and(b)) {
                     let predicate = self.physical(&predicate, scan.projected_schema.as_ref())?;
-                    return Ok(self
-                        .graph
-                        .add(Box::new(Filter::new(predicate, &self.view)), &[leaf]));
+                    return Ok(self.graph.add(Box::new(Filter::new(predicate, &self.view)), &[leaf]));
                 }
                 Ok(leaf)
             }
             LogicalPlan::Projection(p) => {
                 let child = self.node(&p.input)?;
-                let exprs = p
-                    .expr
-                    .iter()
-                    .map(|e| self.physical(e, p.input.schema()))
-                    .collect::<Result<Vec<_>>>()?;
-                Ok(self.graph.add(
-                    Box::new(Project::new(exprs, Self::schema(plan), &self.view)),
-                    &[child],
-                ))
+                let exprs = p.expr.iter().map(|e| self.physical(e, p.input.schema())).collect::<Result<Vec<_>>>()?;
+                Ok(self.graph.add(Box::new(Project::new(exprs, Self::schema(plan), &self.view)), &[child]))
             }
             LogicalPlan::Filter(f) => {
                 let child = self.node(&f.input)?;
                 let predicate = self.physical(&f.predicate, f.input.schema())?;
-                Ok(self
-                    .graph
-                    .add(Box::new(Filter::new(predicate, &self.view)), &[child]))
+                Ok(self.graph.add(Box::new(Filter::new(predicate, &self.view)), &[child]))
             }
             LogicalPlan::Aggregate(a) => {
                 let child = self.node(&a.input)?;
@@ -156,44 +122,26 @@ impl Builder<'_> {
                     };
                     let params = &f.params;
                     if params.distinct || params.filter.is_some() || !params.order_by.is_empty() {
-                        return Err(unsupported(
-                            "DISTINCT, FILTER or ORDER BY inside an aggregate",
-                        ));
+                        return Err(unsupported("DISTINCT, FILTER or ORDER BY inside an aggregate"));
                     }
                     let kind = AggKind::from_name(f.func.name(), !params.args.is_empty())
                         .ok_or_else(|| unsupported(&format!("the aggregate {}", f.func.name())))?;
-                    let arg = params
-                        .args
-                        .first()
-                        .map(|e| self.physical(e, a.input.schema()))
-                        .transpose()?;
-                    aggs.push(AggSpec {
-                        kind,
-                        arg,
-                        output_type,
-                    });
+                    let arg = params.args.first().map(|e| self.physical(e, a.input.schema())).transpose()?;
+                    aggs.push(AggSpec { kind, arg, output_type });
                 }
-                Ok(self.graph.add(
-                    Box::new(HashAgg::new(group_by, aggs, Self::schema(plan), &self.view)),
-                    &[child],
-                ))
+                Ok(self.graph.add(Box::new(HashAgg::new(group_by, aggs, Self::schema(plan), &self.view)), &[child]))
             }
             LogicalPlan::Distinct(Distinct::All(input)) => {
                 let child = self.node(input)?;
                 let keys = (0..input.schema().fields().len())
                     .map(|i| {
-                        Ok(
-                            Arc::new(datafusion::physical_expr::expressions::Column::new(
-                                input.schema().field(i).name(),
-                                i,
-                            )) as Arc<dyn PhysicalExpr>,
-                        )
+                        Ok(Arc::new(datafusion::physical_expr::expressions::Column::new(
+                            input.schema().field(i).name(),
+                            i,
+                        )) as Arc<dyn PhysicalExpr>)
                     })
                     .collect::<Result<Vec<_>>>()?;
-                Ok(self.graph.add(
-                    Box::new(HashAgg::new(keys, vec![], Self::schema(plan), &self.view)),
-                    &[child],
-                ))
+                Ok(self.graph.add(Box::new(HashAgg::new(keys, vec![], Self::schema(plan), &self.view)), &[child]))
             }
             LogicalPlan::Join(j) => {
                 if j.on.is_empty() {
@@ -202,18 +150,10 @@ impl Builder<'_> {
                 let left = self.node(&j.left)?;
                 let right = self.node(&j.right)?;
                 let left_keys =
-                    j.on.iter()
-                        .map(|(l, _)| self.physical(l, j.left.schema()))
-                        .collect::<Result<Vec<_>>>()?;
+                    j.on.iter().map(|(l, _)| self.physical(l, j.left.schema())).collect::<Result<Vec<_>>>()?;
                 let right_keys =
-                    j.on.iter()
-                        .map(|(_, r)| self.physical(r, j.right.schema()))
-                        .collect::<Result<Vec<_>>>()?;
-                let residual = j
-                    .filter
-                    .as_ref()
-                    .map(|f| self.physical(f, &j.schema))
-                    .transpose()?;
+                    j.on.iter().map(|(_, r)| self.physical(r, j.right.schema())).collect::<Result<Vec<_>>>()?;
+                let residual = j.filter.as_ref().map(|f| self.physical(f, &j.schema)).transpose()?;
                 let op = HashJoin::new(
                     j.join_type,
                     (Self::schema(&j.left), left_keys),
@@ -225,26 +165,12 @@ impl Builder<'_> {
                 Ok(self.graph.add(Box::new(op), &[left, right]))
             }
             LogicalPlan::Union(u) => {
-                let children = u
-                    .inputs
-                    .iter()
-                    .map(|i| self.node(i))
-                    .collect::<Result<Vec<_>>>()?;
-                Ok(self.graph.add(
-                    Box::new(Union::new(Self::schema(plan), children.len())),
-                    &children,
-                ))
+                let children = u.inputs.iter().map(|i| self.node(i)).collect::<Result<Vec<_>>>()?;
+                Ok(self.graph.add(Box::new(Union::new(Self::schema(plan), children.len())), &children))
             }
             LogicalPlan::SubqueryAlias(s) => self.node(&s.input),
             LogicalPlan::Sort(s) if s.fetch.is_none() => self.node(&s.input),
-            other => Err(unsupported(
-                other
-                    .display()
-                    .to_string()
-                    .split(':')
-                    .next()
-                    .unwrap_or("this plan"),
-            )),
+            other => Err(unsupported(other.display().to_string().split(':').next().unwrap_or("this plan"))),
         }
     }
 }

@@ -45,14 +45,9 @@ impl BarrierCoordinator {
         let _guard = self.inject_lock.lock().await;
         let epoch = self.epoch.fetch_add(1, Ordering::SeqCst) + 1;
         for relation in self.hub.subscribed_relations() {
-            let is_table = self
-                .catalog
-                .by_id(relation)
-                .is_some_and(|r| r.def.kind == RelationKind::Table);
+            let is_table = self.catalog.by_id(relation).is_some_and(|r| r.def.kind == RelationKind::Table);
             if is_table {
-                self.hub
-                    .publish(relation, vec![Message::Barrier(Barrier { epoch })])
-                    .await;
+                self.hub.publish(relation, vec![Message::Barrier(Barrier { epoch })]).await;
             }
         }
         epoch

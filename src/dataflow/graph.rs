@@ -62,12 +62,7 @@ impl Graph {
         Ok(out)
     }
 
-    fn forward(
-        &mut self,
-        from: usize,
-        batches: Vec<ChangeBatch>,
-        out: &mut Vec<ChangeBatch>,
-    ) -> Result<()> {
+    fn forward(&mut self, from: usize, batches: Vec<ChangeBatch>, out: &mut Vec<ChangeBatch>) -> Result<()> {
         for batch in batches.into_iter().filter(|b| !b.is_empty()) {
             match self.nodes[from].parent {
                 None => out.push(batch),
@@ -90,20 +85,12 @@ impl Graph {
     }
 
     fn explain_node(&self, index: usize, depth: usize, lines: &mut Vec<String>) {
-        lines.push(format!(
-            "{}{}",
-            "  ".repeat(depth),
-            self.nodes[index].op.describe()
-        ));
+        lines.push(format!("{}{}", "  ".repeat(depth), self.nodes[index].op.describe()));
         let mut children: Vec<(usize, usize)> = self
             .nodes
             .iter()
             .enumerate()
-            .filter_map(|(i, n)| {
-                n.parent
-                    .filter(|(p, _)| *p == index)
-                    .map(|(_, slot)| (slot, i))
-            })
+            .filter_map(|(i, n)| n.parent.filter(|(p, _)| *p == index).map(|(_, slot)| (slot, i)))
             .collect();
         children.sort();
         for (_, child) in children {

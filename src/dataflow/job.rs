@@ -38,10 +38,7 @@ pub struct ViewJob {
 impl ViewJob {
     /// Runs the view over its inputs' current rows (`snapshots[i]` for input `i`) and commits
     /// the result, before the job starts following changes.
-    pub async fn backfill(
-        &mut self,
-        snapshots: Vec<Vec<datafusion::arrow::array::RecordBatch>>,
-    ) -> Result<()> {
+    pub async fn backfill(&mut self, snapshots: Vec<Vec<datafusion::arrow::array::RecordBatch>>) -> Result<()> {
         for (input, batches) in snapshots.into_iter().enumerate() {
             for batch in batches {
                 if batch.num_rows() > 0 {
@@ -123,9 +120,8 @@ impl ViewJob {
     }
 
     fn report(&self, e: &WeirError) {
-        metrics::VIEW_ERRORS_TOTAL
-            .with_label_values(&[&self.relation.def.name])
-            .inc();
+        metrics::VIEW_ERRORS_TOTAL.with_label_values(&[&self.relation.def.name]).inc();
+        crate::system::record_view_error(&self.relation.def.name, &e.message, 1);
         tracing::error!(view = %self.relation.def.name, "view failed to apply changes: {e}");
     }
 }

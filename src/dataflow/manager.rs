@@ -32,14 +32,9 @@ pub struct Streaming {
 
 impl Streaming {
     pub fn new(catalog: Arc<Catalog>, barrier_interval: Duration) -> Arc<Streaming> {
-        let coordinator =
-            BarrierCoordinator::new(Arc::clone(&catalog.changes), Arc::clone(&catalog));
+        let coordinator = BarrierCoordinator::new(Arc::clone(&catalog.changes), Arc::clone(&catalog));
         coordinator.start_ticker(barrier_interval);
-        Arc::new(Streaming {
-            catalog,
-            coordinator,
-            jobs: parking_lot::Mutex::new(HashMap::new()),
-        })
+        Arc::new(Streaming { catalog, coordinator, jobs: parking_lot::Mutex::new(HashMap::new()) })
     }
 
     /// Waits until every change made so far is visible in every view.
@@ -54,9 +49,7 @@ impl Streaming {
             .inputs
             .iter()
             .map(|input| {
-                self.catalog
-                    .by_id(*input)
-                    .ok_or_else(|| WeirError::internal(format!("input relation {input} is gone")))
+                self.catalog.by_id(*input).ok_or_else(|| WeirError::internal(format!("input relation {input} is gone")))
             })
             .collect::<Result<_>>()?;
         let catalog = Arc::clone(&self.catalog);
@@ -76,11 +69,10 @@ impl Streaming {
                 for input in &inputs {
                     receivers.push(catalog.changes.subscribe(input.def.id, id).await);
                     let (relation, store) = (Arc::clone(input), Arc::clone(catalog.store()));
-                    let rows =
-                        tokio::task::spawn_blocking(move || relation.scan_rows(store.as_ref()))
-                            .await
-                            .map_err(|e| WeirError::internal(e.to_string()))
-                            .and_then(|r| r);
+                    let rows = tokio::task::spawn_blocking(move || relation.scan_rows(store.as_ref()))
+                        .await
+                        .map_err(|e| WeirError::internal(e.to_string()))
+                        .and_then(|r| r);
                     snapshots.push(rows);
                 }
                 drop(guards);

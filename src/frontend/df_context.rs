@@ -56,40 +56,26 @@ pub async fn template_state(catalog: Arc<Catalog>) -> Result<SessionState> {
     let options = config.options_mut();
     options.sql_parser.dialect = datafusion::config::Dialect::PostgreSQL;
     options.execution.time_zone = Some("+00:00".to_string());
-    let state = SessionStateBuilder::new()
-        .with_config(config)
-        .with_default_features()
-        .build();
+    let state = SessionStateBuilder::new().with_config(config).with_default_features().build();
     let ctx = SessionContext::new_with_state(state);
 
     let db_catalog = Arc::new(MemoryCatalogProvider::new());
     db_catalog
-        .register_schema(
-            DEFAULT_SCHEMA,
-            Arc::new(WeirSchema::new(Arc::clone(&catalog))),
-        )
+        .register_schema(DEFAULT_SCHEMA, Arc::new(WeirSchema::new(Arc::clone(&catalog))))
         .map_err(WeirError::from)?;
-    ctx.register_catalog(
-        &database,
-        Arc::clone(&db_catalog) as Arc<dyn CatalogProvider>,
-    );
-    let information_schema = InformationSchema {
-        inner: InformationSchemaProvider::new(ctx.state().catalog_list().clone()),
-    };
     db_catalog
-        .register_schema("information_schema", Arc::new(information_schema))
+        .register_schema(crate::system::SCHEMA, Arc::new(crate::system::SystemSchema))
         .map_err(WeirError::from)?;
+    ctx.register_catalog(&database, Arc::clone(&db_catalog) as Arc<dyn CatalogProvider>);
+    let information_schema =
+        InformationSchema { inner: InformationSchemaProvider::new(ctx.state().catalog_list().clone()) };
+    db_catalog.register_schema("information_schema", Arc::new(information_schema)).map_err(WeirError::from)?;
 
     datafusion_pg_catalog::setup_pg_catalog(&ctx, &database, EmptyContextProvider)
         .map_err(|e| WeirError::internal(format!("setting up pg_catalog: {e}")))?;
-    let crate_pg_catalog = db_catalog
-        .schema("pg_catalog")
-        .ok_or_else(|| WeirError::internal("pg_catalog missing"))?;
+    let crate_pg_catalog = db_catalog.schema("pg_catalog").ok_or_else(|| WeirError::internal("pg_catalog missing"))?;
     db_catalog
-        .register_schema(
-            "pg_catalog",
-            Arc::new(WeirPgCatalog::new(crate_pg_catalog, Arc::clone(&catalog))),
-        )
+        .register_schema("pg_catalog", Arc::new(WeirPgCatalog::new(crate_pg_catalog, Arc::clone(&catalog))))
         .map_err(WeirError::from)?;
     pg_catalog::register_functions(&ctx, pg_catalog::type_oids(&ctx).await?);
 
@@ -99,11 +85,7 @@ pub async fn template_state(catalog: Arc<Catalog>) -> Result<SessionState> {
         vec![],
         DataType::Utf8,
         Volatility::Stable,
-        Arc::new(move |_| {
-            Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(
-                version.clone(),
-            ))))
-        }),
+        Arc::new(move |_| Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(version.clone()))))),
     ));
     Ok(ctx.state())
 }
@@ -160,9 +142,8 @@ impl SchemaProvider for InformationSchema {
                         }
                     })
                     .collect();
-                let plan = LogicalPlanBuilder::scan("columns", provider_as_source(columns), None)?
-                    .project(exprs)?
-                    .build()?;
+                let plan =
+                    LogicalPlanBuilder::scan("columns", provider_as_source(columns), None)?.project(exprs)?.build()?;
                 Ok(Some(Arc::new(ViewTable::new(plan, None))))
             }
             other => Ok(other),

@@ -28,10 +28,7 @@ use crate::error::Result;
 /// What a statement produced.
 pub enum StatementResult {
     /// Rows, streamed.
-    Rows {
-        schema: SchemaRef,
-        stream: SendableRecordBatchStream,
-    },
+    Rows { schema: SchemaRef, stream: SendableRecordBatchStream },
     /// A command and its tag (`CREATE TABLE`, `INSERT 0 3`, ...).
     Command { tag: String, rows: Option<usize> },
     /// BEGIN: the session is now in a transaction block.
@@ -43,10 +40,7 @@ pub enum StatementResult {
 
 impl StatementResult {
     pub fn command(tag: &str) -> Self {
-        StatementResult::Command {
-            tag: tag.to_string(),
-            rows: None,
-        }
+        StatementResult::Command { tag: tag.to_string(), rows: None }
     }
 }
 
@@ -69,12 +63,7 @@ impl Frontend {
     /// Sets up DataFusion over `catalog` and starts every materialized view it has.
     pub async fn new(catalog: Arc<Catalog>, streaming: Arc<Streaming>) -> Result<Frontend> {
         let template = df_context::template_state(Arc::clone(&catalog)).await?;
-        let frontend = Frontend {
-            catalog,
-            parser: parser::SqlParser::new(),
-            template,
-            streaming,
-        };
+        let frontend = Frontend { catalog, parser: parser::SqlParser::new(), template, streaming };
         frontend.restart_views().await;
         Ok(frontend)
     }
@@ -83,28 +72,17 @@ impl Frontend {
     /// view's inputs are running before it.
     async fn restart_views(&self) {
         let session = self.new_session("weir");
-        let views = self
-            .catalog
-            .relations()
-            .into_iter()
-            .filter(|r| r.def.kind == RelationKind::MaterializedView);
+        let views = self.catalog.relations().into_iter().filter(|r| r.def.kind == RelationKind::MaterializedView);
         for relation in views {
             let name = relation.def.name.clone();
             let started = async {
                 self.catalog.clear(&relation)?;
                 let statement = match self.parser.parse(&relation.def.definition)?.pop() {
                     Some(Statement::Sql(s)) => s,
-                    _ => {
-                        return Err(crate::error::WeirError::internal(
-                            "view definition is not a statement",
-                        ))
-                    }
+                    _ => return Err(crate::error::WeirError::internal("view definition is not a statement")),
                 };
-                let (_, built) =
-                    handler::create_view::plan_view(self, &session, &name, &statement).await?;
-                self.streaming
-                    .start_view(Arc::clone(&relation), built)
-                    .await
+                let (_, built) = handler::create_view::plan_view(self, &session, &name, &statement).await?;
+                self.streaming.start_view(Arc::clone(&relation), built).await
             };
             match started.await {
                 Ok(()) => tracing::info!(view = %name, "view rebuilt"),
@@ -160,16 +138,9 @@ impl Frontend {
     }
 
     /// Describes a statement without running it.
-    pub async fn describe(
-        &self,
-        session: &mut Session,
-        statement: &Statement,
-    ) -> Result<StatementDescription> {
+    pub async fn describe(&self, session: &mut Session, statement: &Statement) -> Result<StatementDescription> {
         match statement {
-            Statement::Flush => Ok(StatementDescription {
-                parameters: vec![],
-                columns: None,
-            }),
+            Statement::Flush => Ok(StatementDescription { parameters: vec![], columns: None }),
             Statement::Sql(statement) => handler::describe(self, session, statement).await,
         }
     }

@@ -43,28 +43,20 @@ impl Default for SqlParser {
 
 impl SqlParser {
     pub fn new() -> Self {
-        SqlParser {
-            inner: PostgresCompatibilityParser::new(),
-        }
+        SqlParser { inner: PostgresCompatibilityParser::new() }
     }
 
     /// Parses one or more `;`-separated statements.
     pub fn parse(&self, sql: &str) -> Result<Vec<Statement>> {
         let pieces = split_weir_statements(sql);
         if pieces.iter().all(|p| matches!(p, Piece::Sql(_))) {
-            return Ok(self
-                .parse_sql(sql)?
-                .into_iter()
-                .map(Statement::Sql)
-                .collect());
+            return Ok(self.parse_sql(sql)?.into_iter().map(Statement::Sql).collect());
         }
         let mut out = Vec::new();
         for piece in pieces {
             match piece {
                 Piece::Flush => out.push(Statement::Flush),
-                Piece::Sql(text) => {
-                    out.extend(self.parse_sql(text)?.into_iter().map(Statement::Sql))
-                }
+                Piece::Sql(text) => out.extend(self.parse_sql(text)?.into_iter().map(Statement::Sql)),
             }
         }
         Ok(out)
@@ -74,9 +66,7 @@ impl SqlParser {
         let mut statements = self.inner.parse(sql).map_err(|e| {
             // The compatibility parser's token rewriting drops source locations; sqlparser on
             // the original text reports the same error with its line and column.
-            let located = Parser::parse_sql(&PostgreSqlDialect {}, sql)
-                .err()
-                .unwrap_or(e);
+            let located = Parser::parse_sql(&PostgreSqlDialect {}, sql).err().unwrap_or(e);
             syntax_error(sql, located)
         })?;
         for statement in &mut statements {
@@ -98,27 +88,20 @@ impl SqlParser {
 ///   names functions in `pg_type.typinput` and the like rather than numbering them.
 pub fn rewrite_catalog_idioms(statement: &mut ast::Statement) {
     use datafusion::sql::sqlparser::ast::{
-        visit_expressions_mut, AccessExpr, Expr, Function, FunctionArguments, Ident, ObjectName,
-        SelectItem, SetExpr, Subscript, Value,
+        visit_expressions_mut, AccessExpr, Expr, Function, FunctionArguments, Ident, ObjectName, SelectItem, SetExpr,
+        Subscript, Value,
     };
     use std::ops::ControlFlow;
     let _ = visit_expressions_mut(statement, |expr| {
         match expr {
-            Expr::Function(f)
-                if f.name
-                    .to_string()
-                    .to_ascii_lowercase()
-                    .ends_with("_pg_expandarray") =>
-            {
+            Expr::Function(f) if f.name.to_string().to_ascii_lowercase().ends_with("_pg_expandarray") => {
                 let mut inner = f.clone();
                 inner.name = ObjectName::from(vec![Ident::new("weir_pg_expandarray")]);
                 let mut outer: Function = f.clone();
                 outer.name = ObjectName::from(vec![Ident::new("unnest")]);
                 if let FunctionArguments::List(list) = &mut outer.args {
                     list.args = vec![datafusion::sql::sqlparser::ast::FunctionArg::Unnamed(
-                        datafusion::sql::sqlparser::ast::FunctionArgExpr::Expr(Expr::Function(
-                            inner,
-                        )),
+                        datafusion::sql::sqlparser::ast::FunctionArgExpr::Expr(Expr::Function(inner)),
                     )];
                 }
                 *expr = Expr::Function(outer);
@@ -126,11 +109,8 @@ pub fn rewrite_catalog_idioms(statement: &mut ast::Statement) {
             Expr::CompoundFieldAccess { access_chain, .. } => {
                 for access in access_chain.iter_mut() {
                     if let AccessExpr::Dot(Expr::Identifier(field)) = access {
-                        let name = if field.quote_style.is_some() {
-                            field.value.clone()
-                        } else {
-                            field.value.to_lowercase()
-                        };
+                        let name =
+                            if field.quote_style.is_some() { field.value.clone() } else { field.value.to_lowercase() };
                         *access = AccessExpr::Subscript(Subscript::Index {
                             index: Expr::value(Value::SingleQuotedString(name)),
                         });
@@ -143,17 +123,12 @@ pub fn rewrite_catalog_idioms(statement: &mut ast::Statement) {
             }
             Expr::Subquery(query) => {
                 if let SetExpr::Select(select) = query.body.as_mut() {
-                    let from = select
-                        .from
-                        .iter()
-                        .map(|t| t.to_string())
-                        .collect::<Vec<_>>()
-                        .join(" ")
-                        .to_ascii_lowercase();
+                    let from =
+                        select.from.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(" ").to_ascii_lowercase();
                     let grouped = !matches!(&select.group_by, datafusion::sql::sqlparser::ast::GroupByExpr::Expressions(e, _) if e.is_empty());
                     if from.contains("pg_catalog.") && !grouped && select.projection.len() == 1 {
-                        if let SelectItem::UnnamedExpr(e)
-                        | SelectItem::ExprWithAlias { expr: e, .. } = &mut select.projection[0]
+                        if let SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } =
+                            &mut select.projection[0]
                         {
                             let text = e.to_string().to_ascii_lowercase();
                             let aggregated = [
@@ -205,11 +180,7 @@ fn split_weir_statements(sql: &str) -> Vec<Piece<'_>> {
         let mut at = 0usize;
         for (i, l) in sql.split_inclusive('\n').enumerate() {
             if i + 1 == line as usize {
-                return at
-                    + l.char_indices()
-                        .nth(column.saturating_sub(1) as usize)
-                        .map(|(b, _)| b)
-                        .unwrap_or(l.len());
+                return at + l.char_indices().nth(column.saturating_sub(1) as usize).map(|(b, _)| b).unwrap_or(l.len());
             }
             at += l.len();
         }
@@ -225,11 +196,7 @@ fn split_weir_statements(sql: &str) -> Vec<Piece<'_>> {
                 let end = offset(t.span.start.line, t.span.start.column);
                 let is_flush = words.len() == 1 && words[0].eq_ignore_ascii_case("flush");
                 any_flush |= is_flush;
-                pieces.push(if is_flush {
-                    Piece::Flush
-                } else {
-                    Piece::Sql(&sql[start..end])
-                });
+                pieces.push(if is_flush { Piece::Flush } else { Piece::Sql(&sql[start..end]) });
                 start = end + 1;
                 words.clear();
             }
@@ -240,11 +207,7 @@ fn split_weir_statements(sql: &str) -> Vec<Piece<'_>> {
     if !words.is_empty() {
         let is_flush = words.len() == 1 && words[0].eq_ignore_ascii_case("flush");
         any_flush |= is_flush;
-        pieces.push(if is_flush {
-            Piece::Flush
-        } else {
-            Piece::Sql(&sql[start..])
-        });
+        pieces.push(if is_flush { Piece::Flush } else { Piece::Sql(&sql[start..]) });
     }
     if any_flush {
         pieces.retain(|p| !matches!(p, Piece::Sql(s) if s.trim().is_empty()));
@@ -259,9 +222,7 @@ fn proc_lookup(query: &datafusion::sql::sqlparser::ast::Query) -> Option<String>
     let text = query.to_string();
     let rest = text
         .strip_prefix("SELECT oid FROM pg_catalog.pg_proc WHERE proname = '")
-        .or_else(|| {
-            text.strip_prefix("SELECT max(oid) FROM pg_catalog.pg_proc WHERE proname = '")
-        })?;
+        .or_else(|| text.strip_prefix("SELECT max(oid) FROM pg_catalog.pg_proc WHERE proname = '"))?;
     let name = rest.strip_suffix('\'')?;
     (!name.contains('\'')).then(|| name.trim_start_matches("pg_catalog.").to_string())
 }
@@ -286,14 +247,8 @@ fn split_location(sql: &str, text: &str) -> (String, Option<usize>) {
     };
     let loc = &text[at + " at Line: ".len()..];
     let mut parts = loc.split(", Column: ");
-    let line: usize = parts
-        .next()
-        .and_then(|l| l.trim().parse().ok())
-        .unwrap_or(0);
-    let column: usize = parts
-        .next()
-        .and_then(|c| c.trim().parse().ok())
-        .unwrap_or(0);
+    let line: usize = parts.next().and_then(|l| l.trim().parse().ok()).unwrap_or(0);
+    let column: usize = parts.next().and_then(|c| c.trim().parse().ok()).unwrap_or(0);
     if line == 0 || column == 0 {
         return (text[..at].to_string(), None);
     }
@@ -322,9 +277,6 @@ mod tests {
 
     #[test]
     fn several_statements() {
-        assert_eq!(
-            SqlParser::new().parse("select 1; select 2;").unwrap().len(),
-            2
-        );
+        assert_eq!(SqlParser::new().parse("select 1; select 2;").unwrap().len(), 2);
     }
 }

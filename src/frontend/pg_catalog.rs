@@ -16,9 +16,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use datafusion::arrow::array::{
-    Array, ArrayRef, AsArray, Int32Array, ListArray, RecordBatch, StructArray,
-};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, Int32Array, ListArray, RecordBatch, StructArray};
 use datafusion::arrow::buffer::OffsetBuffer;
 use datafusion::arrow::datatypes::{DataType, Field, Fields, SchemaRef};
 use datafusion::catalog::{SchemaProvider, Session, TableProvider};
@@ -146,10 +144,8 @@ impl Extended {
             .filter(|r| r.def.kind == crate::catalog::RelationKind::MaterializedView)
             .map(|r| r.def.name.clone())
             .collect();
-        let (Ok(name_idx), Ok(kind_idx)) = (
-            batch.schema().index_of("relname"),
-            batch.schema().index_of("relkind"),
-        ) else {
+        let (Ok(name_idx), Ok(kind_idx)) = (batch.schema().index_of("relname"), batch.schema().index_of("relkind"))
+        else {
             return Ok(batch);
         };
         if views.is_empty() {
@@ -163,18 +159,14 @@ impl Extended {
             .map(|i| {
                 if kinds.is_null(i) {
                     None
-                } else if !names.is_null(i)
-                    && views.contains(names.value(i))
-                    && kinds.value(i) == "r"
-                {
+                } else if !names.is_null(i) && views.contains(names.value(i)) && kinds.value(i) == "r" {
                     Some("m")
                 } else {
                     Some(kinds.value(i))
                 }
             })
             .collect();
-        let patched =
-            datafusion::arrow::compute::cast(&patched, batch.column(kind_idx).data_type())?;
+        let patched = datafusion::arrow::compute::cast(&patched, batch.column(kind_idx).data_type())?;
         let mut columns = batch.columns().to_vec();
         columns[kind_idx] = patched;
         Ok(RecordBatch::try_new(batch.schema(), columns)?)
@@ -189,9 +181,7 @@ impl Extended {
         let plan = pg_class.scan(state, None, &[], None).await?;
         for batch in collect(plan, state.task_ctx()).await? {
             let get = |name: &str| batch.column_by_name(name).cloned();
-            let (Some(oid), Some(relname), Some(ns)) =
-                (get("oid"), get("relname"), get("relnamespace"))
-            else {
+            let (Some(oid), Some(relname), Some(ns)) = (get("oid"), get("relname"), get("relnamespace")) else {
                 continue;
             };
             let oid = datafusion::arrow::compute::cast(&oid, &DataType::Int64)?;
@@ -204,8 +194,7 @@ impl Extended {
             );
             for i in 0..batch.num_rows() {
                 if !relname.is_null(i) {
-                    out.entry(relname.value(i).to_string())
-                        .or_insert((oid.value(i), ns.value(i)));
+                    out.entry(relname.value(i).to_string()).or_insert((oid.value(i), ns.value(i)));
                 }
             }
         }
@@ -224,12 +213,7 @@ impl Extended {
             };
             let key_oid = KEY_OID_BASE + relation.def.id as i64;
             let name = format!("{}_pkey", relation.def.name);
-            let attnums: Vec<String> = relation
-                .def
-                .primary_key
-                .iter()
-                .map(|i| (i + 1).to_string())
-                .collect();
+            let attnums: Vec<String> = relation.def.primary_key.iter().map(|i| (i + 1).to_string()).collect();
             let n = attnums.len() as i64;
             let row: Row = match table {
                 "pg_index" => HashMap::from([
@@ -291,11 +275,7 @@ fn settings_rows() -> Vec<Row> {
             ])
         })
         .collect();
-    for (name, value) in [
-        ("max_index_keys", "32"),
-        ("block_size", "8192"),
-        ("max_connections", "1000"),
-    ] {
+    for (name, value) in [("max_index_keys", "32"), ("block_size", "8192"), ("max_connections", "1000")] {
         rows.push(HashMap::from([
             ("name", text(name)),
             ("setting", text(value)),
@@ -329,16 +309,9 @@ impl TableProvider for Extended {
             // The crate's one pg_settings row is replaced by the full list.
             Extra::Settings => vec![],
             Extra::Keys(table) => {
-                let batches = collect(
-                    self.inner.scan(state, None, &[], None).await?,
-                    state.task_ctx(),
-                )
-                .await?;
+                let batches = collect(self.inner.scan(state, None, &[], None).await?, state.task_ctx()).await?;
                 if table == "pg_class" {
-                    batches
-                        .into_iter()
-                        .map(|b| self.mark_views(b))
-                        .collect::<DfResult<Vec<_>>>()?
+                    batches.into_iter().map(|b| self.mark_views(b)).collect::<DfResult<Vec<_>>>()?
                 } else {
                     batches
                 }
@@ -355,16 +328,11 @@ impl TableProvider for Extended {
                 if b.schema() == schema {
                     Ok(b)
                 } else {
-                    b.with_schema(Arc::clone(&schema))
-                        .map_err(DataFusionError::from)
+                    b.with_schema(Arc::clone(&schema)).map_err(DataFusionError::from)
                 }
             })
             .collect::<DfResult<Vec<_>>>()?;
-        Ok(MemorySourceConfig::try_new_exec(
-            &[batches],
-            schema,
-            projection.cloned(),
-        )?)
+        Ok(MemorySourceConfig::try_new_exec(&[batches], schema, projection.cloned())?)
     }
 }
 
@@ -383,11 +351,7 @@ pub fn sql_type_name_udf() -> datafusion::logical_expr::ScalarUDF {
                 .as_string::<i32>()
                 .iter()
                 .map(|n| {
-                    n.map(|n| {
-                        n.parse::<DataType>()
-                            .map(|dt| sql_type_name(&dt))
-                            .unwrap_or_else(|_| n.to_string())
-                    })
+                    n.map(|n| n.parse::<DataType>().map(|dt| sql_type_name(&dt)).unwrap_or_else(|_| n.to_string()))
                 })
                 .collect();
             Ok(ColumnarValue::Array(Arc::new(out)))
@@ -415,10 +379,7 @@ pub fn register_functions(ctx: &SessionContext, type_oids: HashMap<String, i32>)
             Ok(ColumnarValue::Array(Arc::new(oids)))
         }),
     ));
-    let element = Fields::from(vec![
-        Field::new("x", DataType::Int32, true),
-        Field::new("n", DataType::Int32, false),
-    ]);
+    let element = Fields::from(vec![Field::new("x", DataType::Int32, true), Field::new("n", DataType::Int32, false)]);
     let item = Arc::new(Field::new("item", DataType::Struct(element.clone()), false));
     let list_type = DataType::List(Arc::clone(&item));
     ctx.register_udf(create_udf(
@@ -434,9 +395,7 @@ pub fn register_functions(ctx: &SessionContext, type_oids: HashMap<String, i32>)
             for v in input.iter() {
                 for (i, x) in v
                     .unwrap_or("")
-                    .split(|c: char| {
-                        c == ' ' || c == ',' || c == '{' || c == '}' || c == '[' || c == ']'
-                    })
+                    .split(|c: char| c == ' ' || c == ',' || c == '{' || c == '}' || c == '[' || c == ']')
                     .filter(|s| !s.is_empty())
                     .enumerate()
                 {
@@ -447,18 +406,10 @@ pub fn register_functions(ctx: &SessionContext, type_oids: HashMap<String, i32>)
             }
             let structs = StructArray::new(
                 element.clone(),
-                vec![
-                    Arc::new(Int32Array::from(xs)) as ArrayRef,
-                    Arc::new(Int32Array::from(ns)) as ArrayRef,
-                ],
+                vec![Arc::new(Int32Array::from(xs)) as ArrayRef, Arc::new(Int32Array::from(ns)) as ArrayRef],
                 None,
             );
-            let list = ListArray::new(
-                Arc::clone(&item),
-                OffsetBuffer::new(offsets.into()),
-                Arc::new(structs),
-                None,
-            );
+            let list = ListArray::new(Arc::clone(&item), OffsetBuffer::new(offsets.into()), Arc::new(structs), None);
             Ok(ColumnarValue::Array(Arc::new(list)))
         }),
     ));
@@ -466,11 +417,7 @@ pub fn register_functions(ctx: &SessionContext, type_oids: HashMap<String, i32>)
 
 /// `integer`, `pg_catalog.int4` and `INT4` all name `int4`.
 fn normalize_type_name(name: &str) -> String {
-    let n = name
-        .trim()
-        .trim_start_matches("pg_catalog.")
-        .trim_matches('"')
-        .to_ascii_lowercase();
+    let n = name.trim().trim_start_matches("pg_catalog.").trim_matches('"').to_ascii_lowercase();
     let base = match n.as_str() {
         "integer" | "int" => "int4",
         "smallint" => "int2",
@@ -492,17 +439,17 @@ fn normalize_type_name(name: &str) -> String {
 
 /// The `typname -> oid` map of the crate's pg_type (arrays as `_int4` and `int4[]`).
 pub async fn type_oids(ctx: &SessionContext) -> DfResult<HashMap<String, i32>> {
-    let batches = ctx.sql("SELECT typname, CAST(oid AS INT) AS oid, CAST(typarray AS INT) AS typarray FROM pg_catalog.pg_type").await?.collect().await?;
+    let batches = ctx
+        .sql("SELECT typname, CAST(oid AS INT) AS oid, CAST(typarray AS INT) AS typarray FROM pg_catalog.pg_type")
+        .await?
+        .collect()
+        .await?;
     let mut out = HashMap::new();
     for b in batches {
         let names = datafusion::arrow::compute::cast(b.column(0), &DataType::Utf8)?;
         let names = names.as_string::<i32>();
-        let oids = b
-            .column(1)
-            .as_primitive::<datafusion::arrow::datatypes::Int32Type>();
-        let arrays = b
-            .column(2)
-            .as_primitive::<datafusion::arrow::datatypes::Int32Type>();
+        let oids = b.column(1).as_primitive::<datafusion::arrow::datatypes::Int32Type>();
+        let arrays = b.column(2).as_primitive::<datafusion::arrow::datatypes::Int32Type>();
         for i in 0..b.num_rows() {
             if names.is_null(i) || oids.is_null(i) {
                 continue;
@@ -528,10 +475,9 @@ pub fn sql_type_name(dt: &DataType) -> String {
         DataType::Float64 => "double precision".into(),
         DataType::Decimal128(p, s) | DataType::Decimal256(p, s) => format!("numeric({p},{s})"),
         DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "character varying".into(),
-        DataType::Binary
-        | DataType::LargeBinary
-        | DataType::BinaryView
-        | DataType::FixedSizeBinary(_) => "bytea".into(),
+        DataType::Binary | DataType::LargeBinary | DataType::BinaryView | DataType::FixedSizeBinary(_) => {
+            "bytea".into()
+        }
         DataType::Date32 | DataType::Date64 => "date".into(),
         DataType::Time32(_) | DataType::Time64(_) => "time without time zone".into(),
         DataType::Timestamp(_, None) => "timestamp without time zone".into(),

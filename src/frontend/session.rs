@@ -207,19 +207,12 @@ fn spec(name: &str) -> Option<&'static SettingSpec> {
 
 /// The settings reported to a client right after it connects.
 pub fn startup_parameters() -> Vec<(&'static str, &'static str)> {
-    SETTINGS
-        .iter()
-        .filter(|s| s.reported)
-        .map(|s| (s.name, s.default))
-        .collect()
+    SETTINGS.iter().filter(|s| s.reported).map(|s| (s.name, s.default)).collect()
 }
 
 /// Every known setting with its default value and description.
 pub fn all_defaults() -> Vec<(&'static str, &'static str, &'static str)> {
-    SETTINGS
-        .iter()
-        .map(|s| (s.name, s.default, s.description))
-        .collect()
+    SETTINGS.iter().map(|s| (s.name, s.default, s.description)).collect()
 }
 
 pub struct Session {
@@ -234,13 +227,7 @@ pub struct Session {
 
 impl Session {
     pub fn new(user: String, database: String, ctx: SessionContext) -> Session {
-        Session {
-            user,
-            database,
-            ctx,
-            values: BTreeMap::new(),
-            reports: Vec::new(),
-        }
+        Session { user, database, ctx, values: BTreeMap::new(), reports: Vec::new() }
     }
 
     /// The current value of a setting, or 42704 if there is no such setting.
@@ -249,16 +236,8 @@ impl Session {
             return Ok(self.user.clone());
         }
         match spec(name) {
-            Some(s) => Ok(self
-                .values
-                .get(s.name)
-                .cloned()
-                .unwrap_or_else(|| s.default.to_string())),
-            None => self
-                .values
-                .get(&name.to_ascii_lowercase())
-                .cloned()
-                .ok_or_else(|| unknown(name)),
+            Some(s) => Ok(self.values.get(s.name).cloned().unwrap_or_else(|| s.default.to_string())),
+            None => self.values.get(&name.to_ascii_lowercase()).cloned().ok_or_else(|| unknown(name)),
         }
     }
 
@@ -275,10 +254,7 @@ impl Session {
             return Ok(());
         };
         if s.read_only {
-            return Err(WeirError::new(
-                SqlState("55P02"),
-                format!("parameter \"{}\" cannot be changed", s.name),
-            ));
+            return Err(WeirError::new(SqlState("55P02"), format!("parameter \"{}\" cannot be changed", s.name)));
         }
         let value = value.unwrap_or_else(|| s.default.to_string());
         let value = self.apply(s.name, value)?;
@@ -307,7 +283,12 @@ impl Session {
             "client_encoding" => {
                 let v = value.to_ascii_uppercase().replace('-', "");
                 if v != "UTF8" && v != "UNICODE" {
-                    return Err(WeirError::new(SqlState("22023"), format!("invalid value for parameter \"client_encoding\": \"{value}\" (only UTF8 is supported)")));
+                    return Err(WeirError::new(
+                        SqlState("22023"),
+                        format!(
+                            "invalid value for parameter \"client_encoding\": \"{value}\" (only UTF8 is supported)"
+                        ),
+                    ));
                 }
                 Ok("UTF8".into())
             }
@@ -330,14 +311,8 @@ impl Session {
                         format!("parameter \"{name}\" requires a Boolean value"),
                     )
                 }),
-            "statement_timeout"
-            | "lock_timeout"
-            | "idle_in_transaction_session_timeout"
-            | "extra_float_digits" => {
-                let digits: String = value
-                    .chars()
-                    .take_while(|c| c.is_ascii_digit() || *c == '-')
-                    .collect();
+            "statement_timeout" | "lock_timeout" | "idle_in_transaction_session_timeout" | "extra_float_digits" => {
+                let digits: String = value.chars().take_while(|c| c.is_ascii_digit() || *c == '-').collect();
                 digits.parse::<i64>().map_err(|_| {
                     WeirError::new(
                         SqlState::INVALID_PARAMETER_VALUE,
@@ -354,13 +329,7 @@ impl Session {
     pub fn all(&self) -> Vec<(String, String, String)> {
         SETTINGS
             .iter()
-            .map(|s| {
-                (
-                    s.name.to_string(),
-                    self.get(s.name).unwrap_or_default(),
-                    s.description.to_string(),
-                )
-            })
+            .map(|s| (s.name.to_string(), self.get(s.name).unwrap_or_default(), s.description.to_string()))
             .collect()
     }
 
@@ -370,17 +339,12 @@ impl Session {
     }
 
     pub fn implicit_flush(&self) -> bool {
-        self.get("implicit_flush")
-            .map(|v| v == "true")
-            .unwrap_or(false)
+        self.get("implicit_flush").map(|v| v == "true").unwrap_or(false)
     }
 }
 
 fn unknown(name: &str) -> WeirError {
-    WeirError::new(
-        SqlState::UNDEFINED_PARAMETER,
-        format!("unrecognized configuration parameter \"{name}\""),
-    )
+    WeirError::new(SqlState::UNDEFINED_PARAMETER, format!("unrecognized configuration parameter \"{name}\""))
 }
 
 fn parse_bool(v: &str) -> Option<bool> {
@@ -395,11 +359,7 @@ fn parse_bool(v: &str) -> Option<bool> {
 /// than UTC are passed through for DataFusion (chrono-tz) to resolve.
 fn timezone_offset(tz: &str) -> Option<String> {
     let t = tz.trim();
-    if t.eq_ignore_ascii_case("utc")
-        || t.eq_ignore_ascii_case("gmt")
-        || t.eq_ignore_ascii_case("z")
-        || t == "Etc/UTC"
-    {
+    if t.eq_ignore_ascii_case("utc") || t.eq_ignore_ascii_case("gmt") || t.eq_ignore_ascii_case("z") || t == "Etc/UTC" {
         return Some("+00:00".into());
     }
     if t.starts_with('+') || t.starts_with('-') {

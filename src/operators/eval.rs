@@ -3,7 +3,9 @@
 //! A runtime error in one row (division by zero, a bad cast, an overflow) must neither stop the
 //! view nor drop the row silently: that row's value becomes NULL, and the error is counted in
 //! `weir_view_errors_total{view}` and logged. The batch is first evaluated whole; only when that
-//! fails is it evaluated row by row to find the failing rows.
+//! fails is it evaluated row by row to find the failing rows. Errors are listed in
+//! `weir_catalog.view_errors`. Errors are listed in
+//! `weir_catalog.view_errors`.
 
 use std::sync::Arc;
 
@@ -15,10 +17,7 @@ use crate::error::{Result, WeirError};
 use crate::metrics;
 
 pub fn evaluate(expr: &Arc<dyn PhysicalExpr>, batch: &RecordBatch, view: &str) -> Result<ArrayRef> {
-    match expr
-        .evaluate(batch)
-        .and_then(|v| v.into_array(batch.num_rows()))
-    {
+    match expr.evaluate(batch).and_then(|v| v.into_array(batch.num_rows())) {
         Ok(array) => Ok(array),
         Err(first) => {
             let data_type = expr.data_type(&batch.schema())?;
@@ -34,20 +33,14 @@ pub fn evaluate(expr: &Arc<dyn PhysicalExpr>, batch: &RecordBatch, view: &str) -
                     }
                 }
             }
-            metrics::VIEW_ERRORS_TOTAL
-                .with_label_values(&[view])
-                .inc_by(failures.max(1));
-            tracing::warn!(
-                view,
-                rows = failures,
-                "expression failed, the rows get NULL: {}",
-                WeirError::from(first)
-            );
+            let message = WeirError::from(first).message;
+            metrics::VIEW_ERRORS_TOTAL.with_label_values(&[view]).inc_by(failures.max(1));
+            crate::system::record_view_error(view, &message, failures.max(1));
+            tracing::warn!(view, rows = failures, "expression failed, the rows get NULL: {message}");
             if pieces.is_empty() {
                 return Ok(new_null_array(&data_type, 0));
             }
-            let refs: Vec<&dyn datafusion::arrow::array::Array> =
-                pieces.iter().map(|a| a.as_ref()).collect();
+            let refs: Vec<&dyn datafusion::arrow::array::Array> = pieces.iter().map(|a| a.as_ref()).collect();
             Ok(concat(&refs)?)
         }
     }

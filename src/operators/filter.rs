@@ -19,10 +19,7 @@ pub struct Filter {
 
 impl Filter {
     pub fn new(predicate: Arc<dyn PhysicalExpr>, view: &str) -> Filter {
-        Filter {
-            predicate,
-            view: view.to_string(),
-        }
+        Filter { predicate, view: view.to_string() }
     }
 }
 
@@ -34,10 +31,7 @@ impl Operator for Filter {
     fn apply(&mut self, _input: usize, batch: ChangeBatch) -> Result<Vec<ChangeBatch>> {
         let mask = evaluate(&self.predicate, &batch.data, &self.view)?;
         let mask = mask.as_boolean();
-        let keep: Vec<u32> = (0..mask.len())
-            .filter(|&i| mask.is_valid(i) && mask.value(i))
-            .map(|i| i as u32)
-            .collect();
+        let keep: Vec<u32> = (0..mask.len()).filter(|&i| mask.is_valid(i) && mask.value(i)).map(|i| i as u32).collect();
         if keep.len() == batch.num_rows() {
             return Ok(vec![batch]);
         }

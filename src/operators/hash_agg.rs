@@ -75,40 +75,19 @@ impl Ord for Ordered {
 
 enum Acc {
     Count(i64),
-    Sum {
-        sum: ScalarValue,
-        values: i64,
-    },
-    Avg {
-        sum: f64,
-        values: i64,
-    },
-    Extreme {
-        values: BTreeMap<Ordered, i64>,
-        max: bool,
-    },
+    Sum { sum: ScalarValue, values: i64 },
+    Avg { sum: f64, values: i64 },
+    Extreme { values: BTreeMap<Ordered, i64>, max: bool },
 }
 
 impl Acc {
     fn new(spec: &AggSpec) -> Result<Acc> {
         Ok(match spec.kind {
             AggKind::CountRows | AggKind::Count => Acc::Count(0),
-            AggKind::Sum => Acc::Sum {
-                sum: ScalarValue::new_zero(&spec.output_type)?,
-                values: 0,
-            },
-            AggKind::Avg => Acc::Avg {
-                sum: 0.0,
-                values: 0,
-            },
-            AggKind::Min => Acc::Extreme {
-                values: BTreeMap::new(),
-                max: false,
-            },
-            AggKind::Max => Acc::Extreme {
-                values: BTreeMap::new(),
-                max: true,
-            },
+            AggKind::Sum => Acc::Sum { sum: ScalarValue::new_zero(&spec.output_type)?, values: 0 },
+            AggKind::Avg => Acc::Avg { sum: 0.0, values: 0 },
+            AggKind::Min => Acc::Extreme { values: BTreeMap::new(), max: false },
+            AggKind::Max => Acc::Extreme { values: BTreeMap::new(), max: true },
         })
     }
 
@@ -124,11 +103,7 @@ impl Acc {
             Acc::Sum { sum, values } => {
                 if let Some(v) = value {
                     let v = v.cast_to(&spec.output_type)?;
-                    *sum = if sign > 0 {
-                        sum.add_checked(&v)?
-                    } else {
-                        sum.sub_checked(&v)?
-                    };
+                    *sum = if sign > 0 { sum.add_checked(&v)? } else { sum.sub_checked(&v)? };
                     *values += sign;
                 }
             }
@@ -173,11 +148,7 @@ impl Acc {
                 }
             }
             Acc::Extreme { values, max } => {
-                let v = if *max {
-                    values.keys().next_back()
-                } else {
-                    values.keys().next()
-                };
+                let v = if *max { values.keys().next_back() } else { values.keys().next() };
                 v.map(|o| o.0.clone()).unwrap_or(ScalarValue::Null)
             }
         };
@@ -205,20 +176,9 @@ pub struct HashAgg {
 }
 
 impl HashAgg {
-    pub fn new(
-        group_by: Vec<Arc<dyn PhysicalExpr>>,
-        aggs: Vec<AggSpec>,
-        schema: SchemaRef,
-        view: &str,
-    ) -> HashAgg {
-        let mut agg = HashAgg {
-            group_by,
-            aggs,
-            schema,
-            groups: HashMap::new(),
-            dirty: HashSet::new(),
-            view: view.to_string(),
-        };
+    pub fn new(group_by: Vec<Arc<dyn PhysicalExpr>>, aggs: Vec<AggSpec>, schema: SchemaRef, view: &str) -> HashAgg {
+        let mut agg =
+            HashAgg { group_by, aggs, schema, groups: HashMap::new(), dirty: HashSet::new(), view: view.to_string() };
         if agg.group_by.is_empty() {
             // The one group of a global aggregate exists from the start.
             agg.dirty.insert(vec![]);
@@ -237,16 +197,11 @@ impl HashAgg {
     fn rows_to_batch(&self, rows: &[Vec<ScalarValue>], ops: Vec<Op>) -> Result<ChangeBatch> {
         let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.schema.fields().len());
         for (i, field) in self.schema.fields().iter().enumerate() {
-            let values = rows
-                .iter()
-                .map(|r| r[i].cast_to(field.data_type()))
-                .collect::<datafusion::error::Result<Vec<_>>>()?;
+            let values =
+                rows.iter().map(|r| r[i].cast_to(field.data_type())).collect::<datafusion::error::Result<Vec<_>>>()?;
             columns.push(ScalarValue::iter_to_array(values)?);
         }
-        Ok(ChangeBatch::new(
-            RecordBatch::try_new(Arc::clone(&self.schema), columns)?,
-            ops,
-        ))
+        Ok(ChangeBatch::new(RecordBatch::try_new(Arc::clone(&self.schema), columns)?, ops))
     }
 }
 
@@ -256,39 +211,17 @@ impl Operator for HashAgg {
         let aggs: Vec<String> = self
             .aggs
             .iter()
-            .map(|a| {
-                format!(
-                    "{:?}({})",
-                    a.kind,
-                    a.arg
-                        .as_ref()
-                        .map(|e| e.to_string())
-                        .unwrap_or_else(|| "*".into())
-                )
-            })
+            .map(|a| format!("{:?}({})", a.kind, a.arg.as_ref().map(|e| e.to_string()).unwrap_or_else(|| "*".into())))
             .collect();
-        format!(
-            "HashAgg: group by [{}], [{}]",
-            keys.join(", "),
-            aggs.join(", ")
-        )
+        format!("HashAgg: group by [{}], [{}]", keys.join(", "), aggs.join(", "))
     }
 
     fn apply(&mut self, _input: usize, batch: ChangeBatch) -> Result<Vec<ChangeBatch>> {
-        let keys = self
-            .group_by
-            .iter()
-            .map(|e| evaluate(e, &batch.data, &self.view))
-            .collect::<Result<Vec<_>>>()?;
+        let keys = self.group_by.iter().map(|e| evaluate(e, &batch.data, &self.view)).collect::<Result<Vec<_>>>()?;
         let args = self
             .aggs
             .iter()
-            .map(|a| {
-                a.arg
-                    .as_ref()
-                    .map(|e| evaluate(e, &batch.data, &self.view))
-                    .transpose()
-            })
+            .map(|a| a.arg.as_ref().map(|e| evaluate(e, &batch.data, &self.view)).transpose())
             .collect::<Result<Vec<_>>>()?;
         for (row, op) in batch.ops.iter().enumerate() {
             let key = keys
@@ -297,23 +230,13 @@ impl Operator for HashAgg {
                 .collect::<datafusion::error::Result<Vec<_>>>()?;
             if !self.groups.contains_key(&key) {
                 let accs = self.aggs.iter().map(Acc::new).collect::<Result<Vec<_>>>()?;
-                self.groups.insert(
-                    key.clone(),
-                    Group {
-                        rows: 0,
-                        accs,
-                        emitted: None,
-                    },
-                );
+                self.groups.insert(key.clone(), Group { rows: 0, accs, emitted: None });
             }
             let group = self.groups.get_mut(&key).expect("inserted");
             let sign = op.sign();
             group.rows += sign;
             for ((acc, spec), arg) in group.accs.iter_mut().zip(&self.aggs).zip(&args) {
-                let value = arg
-                    .as_ref()
-                    .map(|a| ScalarValue::try_from_array(a, row))
-                    .transpose()?;
+                let value = arg.as_ref().map(|a| ScalarValue::try_from_array(a, row)).transpose()?;
                 acc.update(spec, value, sign)?;
             }
             self.dirty.insert(key);
@@ -328,23 +251,12 @@ impl Operator for HashAgg {
         for key in std::mem::take(&mut self.dirty) {
             if global && !self.groups.contains_key(&key) {
                 let accs = self.aggs.iter().map(Acc::new).collect::<Result<Vec<_>>>()?;
-                self.groups.insert(
-                    key.clone(),
-                    Group {
-                        rows: 0,
-                        accs,
-                        emitted: None,
-                    },
-                );
+                self.groups.insert(key.clone(), Group { rows: 0, accs, emitted: None });
             }
             let Some(group) = self.groups.get(&key) else {
                 continue;
             };
-            let new = if group.rows > 0 || global {
-                Some(self.group_row(&key, group)?)
-            } else {
-                None
-            };
+            let new = if group.rows > 0 || global { Some(self.group_row(&key, group)?) } else { None };
             let old = group.emitted.clone();
             if old == new {
                 continue;
@@ -396,16 +308,8 @@ mod tests {
         HashAgg::new(
             vec![col("c0", &input).unwrap()],
             vec![
-                AggSpec {
-                    kind: AggKind::CountRows,
-                    arg: None,
-                    output_type: DataType::Int64,
-                },
-                AggSpec {
-                    kind: AggKind::Max,
-                    arg: Some(col("c1", &input).unwrap()),
-                    output_type: DataType::Int64,
-                },
+                AggSpec { kind: AggKind::CountRows, arg: None, output_type: DataType::Int64 },
+                AggSpec { kind: AggKind::Max, arg: Some(col("c1", &input).unwrap()), output_type: DataType::Int64 },
             ],
             schema,
             "test",
@@ -414,20 +318,13 @@ mod tests {
 
     fn step(agg: &mut HashAgg, input: &str) -> String {
         agg.apply(0, from_pretty(input)).unwrap();
-        agg.on_barrier()
-            .unwrap()
-            .iter()
-            .map(|b| b.to_pretty())
-            .collect()
+        agg.on_barrier().unwrap().iter().map(|b| b.to_pretty()).collect()
     }
 
     #[test]
     fn max_survives_deleting_the_extreme_and_empty_groups_vanish() {
         let mut a = agg();
-        let mut first: Vec<String> = step(&mut a, "I I\n+ 1 10\n+ 1 30\n+ 2 5")
-            .lines()
-            .map(String::from)
-            .collect();
+        let mut first: Vec<String> = step(&mut a, "I I\n+ 1 10\n+ 1 30\n+ 2 5").lines().map(String::from).collect();
         first.sort();
         assert_eq!(first, vec!["+ 1 2 30", "+ 2 1 5"]);
         assert_eq!(step(&mut a, "I I\n- 1 30"), "U- 1 2 30\nU+ 1 1 10\n");

@@ -68,34 +68,18 @@ impl HashJoin {
             JoinType::Right => (false, true),
             JoinType::Full => (true, true),
             other => {
-                return Err(WeirError::unsupported(format!(
-                    "{other} JOIN is not supported in a materialized view yet"
-                )))
+                return Err(WeirError::unsupported(format!("{other} JOIN is not supported in a materialized view yet")))
             }
         };
         if join_type != JoinType::Inner && residual.is_some() {
-            return Err(WeirError::unsupported(
-                "an outer join condition other than equalities is not supported yet",
-            ));
+            return Err(WeirError::unsupported("an outer join condition other than equalities is not supported yet"));
         }
-        let side = |(input, keys): (SchemaRef, Vec<Arc<dyn PhysicalExpr>>),
-                    padded: bool|
-         -> Result<Side> {
-            let key_fields = keys
-                .iter()
-                .map(|k| Ok(SortField::new(k.data_type(&input)?)))
-                .collect::<Result<Vec<_>>>()?;
-            let row_fields = input
-                .fields()
-                .iter()
-                .map(|f| SortField::new(f.data_type().clone()))
-                .collect();
+        let side = |(input, keys): (SchemaRef, Vec<Arc<dyn PhysicalExpr>>), padded: bool| -> Result<Side> {
+            let key_fields =
+                keys.iter().map(|k| Ok(SortField::new(k.data_type(&input)?))).collect::<Result<Vec<_>>>()?;
+            let row_fields = input.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
             let row_codec = RowConverter::new(row_fields)?;
-            let nulls: Vec<ArrayRef> = input
-                .fields()
-                .iter()
-                .map(|f| new_null_array(f.data_type(), 1))
-                .collect();
+            let nulls: Vec<ArrayRef> = input.fields().iter().map(|f| new_null_array(f.data_type(), 1)).collect();
             let null_row = row_codec.convert_columns(&nulls)?.row(0).as_ref().to_vec();
             Ok(Side {
                 keys,
@@ -127,59 +111,28 @@ impl HashJoin {
     fn to_batch(&self, pairs: Vec<Pair>) -> Result<ChangeBatch> {
         let decode = |side: &Side, rows: Vec<&[u8]>| -> Result<Vec<ArrayRef>> {
             let parser = side.row_codec.parser();
-            Ok(side
-                .row_codec
-                .convert_rows(rows.into_iter().map(|r| parser.parse(r)))?)
+            Ok(side.row_codec.convert_rows(rows.into_iter().map(|r| parser.parse(r)))?)
         };
-        let left = decode(
-            &self.sides[0],
-            pairs.iter().map(|p| p.0.as_slice()).collect(),
-        )?;
-        let right = decode(
-            &self.sides[1],
-            pairs.iter().map(|p| p.1.as_slice()).collect(),
-        )?;
+        let left = decode(&self.sides[0], pairs.iter().map(|p| p.0.as_slice()).collect())?;
+        let right = decode(&self.sides[1], pairs.iter().map(|p| p.1.as_slice()).collect())?;
         let ops = pairs.iter().map(|p| p.2).collect();
-        Ok(ChangeBatch::new(
-            RecordBatch::try_new(Arc::clone(&self.schema), [left, right].concat())?,
-            ops,
-        ))
+        Ok(ChangeBatch::new(RecordBatch::try_new(Arc::clone(&self.schema), [left, right].concat())?, ops))
     }
 }
 
 impl Operator for HashJoin {
     fn describe(&self) -> String {
-        let keys = |s: &Side| {
-            s.keys
-                .iter()
-                .map(|k| k.to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        let residual = self
-            .residual
-            .as_ref()
-            .map(|r| format!(", {}", r.describe()))
-            .unwrap_or_default();
-        format!(
-            "HashJoin: {} on [{}] = [{}]{residual}",
-            self.join_type,
-            keys(&self.sides[0]),
-            keys(&self.sides[1])
-        )
+        let keys = |s: &Side| s.keys.iter().map(|k| k.to_string()).collect::<Vec<_>>().join(", ");
+        let residual = self.residual.as_ref().map(|r| format!(", {}", r.describe())).unwrap_or_default();
+        format!("HashJoin: {} on [{}] = [{}]{residual}", self.join_type, keys(&self.sides[0]), keys(&self.sides[1]))
     }
 
     fn apply(&mut self, input: usize, batch: ChangeBatch) -> Result<Vec<ChangeBatch>> {
         let (this, other) = if input == 0 { (0, 1) } else { (1, 0) };
-        let key_arrays = self.sides[this]
-            .keys
-            .iter()
-            .map(|k| evaluate(k, &batch.data, &self.view))
-            .collect::<Result<Vec<_>>>()?;
+        let key_arrays =
+            self.sides[this].keys.iter().map(|k| evaluate(k, &batch.data, &self.view)).collect::<Result<Vec<_>>>()?;
         let keys = self.sides[this].key_codec.convert_columns(&key_arrays)?;
-        let rows = self.sides[this]
-            .row_codec
-            .convert_columns(batch.data.columns())?;
+        let rows = self.sides[this].row_codec.convert_columns(batch.data.columns())?;
         let mut pairs: Vec<Pair> = Vec::new();
         for (i, op) in batch.ops.iter().enumerate() {
             let row = rows.row(i).as_ref().to_vec();
@@ -207,20 +160,11 @@ impl Operator for HashJoin {
             // The other side's rows lose their padding with our first row, regain it with our last.
             let mine_after = mine_before + sign;
             if self.sides[other].padded && (mine_before == 0) != (mine_after == 0) {
-                let padding_op = if mine_after == 0 {
-                    Op::Insert
-                } else {
-                    Op::Delete
-                };
+                let padding_op = if mine_after == 0 { Op::Insert } else { Op::Delete };
                 if let Some(matches) = self.sides[other].rows.get(&key) {
                     for (other_row, count) in matches {
                         for _ in 0..*count {
-                            pairs.push(Self::pair(
-                                other,
-                                other_row,
-                                &self.sides[this].null_row,
-                                padding_op,
-                            ));
+                            pairs.push(Self::pair(other, other_row, &self.sides[this].null_row, padding_op));
                         }
                     }
                 }
@@ -273,30 +217,17 @@ mod tests {
     }
 
     fn step(j: &mut HashJoin, input: usize, changes: &str) -> String {
-        j.apply(input, from_pretty(changes))
-            .unwrap()
-            .iter()
-            .map(|b| b.to_pretty())
-            .collect()
+        j.apply(input, from_pretty(changes)).unwrap().iter().map(|b| b.to_pretty()).collect()
     }
 
     #[test]
     fn left_join_padding_comes_and_goes() {
         let mut j = left_join();
-        assert_eq!(
-            step(&mut j, 0, "I T\n+ 1 a\n+ . n"),
-            "+ 1 a NULL NULL\n+ NULL n NULL NULL\n"
-        );
-        assert_eq!(
-            step(&mut j, 1, "I T\n+ 1 x"),
-            "+ 1 a 1 x\n- 1 a NULL NULL\n"
-        );
+        assert_eq!(step(&mut j, 0, "I T\n+ 1 a\n+ . n"), "+ 1 a NULL NULL\n+ NULL n NULL NULL\n");
+        assert_eq!(step(&mut j, 1, "I T\n+ 1 x"), "+ 1 a 1 x\n- 1 a NULL NULL\n");
         assert_eq!(step(&mut j, 1, "I T\n+ 1 y"), "+ 1 a 1 y\n");
         assert_eq!(step(&mut j, 1, "I T\n- 1 x"), "- 1 a 1 x\n");
-        assert_eq!(
-            step(&mut j, 1, "I T\n- 1 y"),
-            "- 1 a 1 y\n+ 1 a NULL NULL\n"
-        );
+        assert_eq!(step(&mut j, 1, "I T\n- 1 y"), "- 1 a 1 y\n+ 1 a NULL NULL\n");
         assert_eq!(step(&mut j, 0, "I T\n- 1 a"), "- 1 a NULL NULL\n");
         // Right rows alone never show in a LEFT join.
         assert_eq!(step(&mut j, 1, "I T\n+ 2 z"), "");

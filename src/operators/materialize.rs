@@ -25,11 +25,7 @@ pub struct Materialize {
 
 impl Materialize {
     pub fn new(relation: Arc<Relation>, store: Arc<dyn StateStore>) -> Materialize {
-        Materialize {
-            relation,
-            store,
-            pending: Vec::new(),
-        }
+        Materialize { relation, store, pending: Vec::new() }
     }
 
     pub fn relation(&self) -> &Arc<Relation> {
@@ -83,11 +79,7 @@ impl Materialize {
             }
             let current = table
                 .get(self.store.as_ref(), &key)?
-                .map(|b| {
-                    b.column(b.num_columns() - 1)
-                        .as_primitive::<Int64Type>()
-                        .value(0)
-                })
+                .map(|b| b.column(b.num_columns() - 1).as_primitive::<Int64Type>().value(0))
                 .unwrap_or(0);
             let updated = current + delta;
             if updated > 0 {
@@ -120,9 +112,6 @@ impl Materialize {
     fn with_counts(&self, rows: RecordBatch, counts: Vec<i64>) -> Result<RecordBatch> {
         let mut columns = rows.columns().to_vec();
         columns.push(Arc::new(Int64Array::from(counts)) as Arc<dyn Array>);
-        Ok(RecordBatch::try_new(
-            Arc::clone(self.relation.table.schema()),
-            columns,
-        )?)
+        Ok(RecordBatch::try_new(Arc::clone(self.relation.table.schema()), columns)?)
     }
 }

@@ -21,12 +21,7 @@ pub struct Project {
 
 impl Project {
     pub fn new(exprs: Vec<Arc<dyn PhysicalExpr>>, schema: SchemaRef, view: &str) -> Project {
-        Project {
-            exprs,
-            schema,
-            view: view.to_string(),
-            label: "Project".into(),
-        }
+        Project { exprs, schema, view: view.to_string(), label: "Project".into() }
     }
 
     pub fn with_label(mut self, label: String) -> Project {
@@ -42,13 +37,8 @@ impl Operator for Project {
     }
 
     fn apply(&mut self, _input: usize, batch: ChangeBatch) -> Result<Vec<ChangeBatch>> {
-        let columns = self
-            .exprs
-            .iter()
-            .map(|e| evaluate(e, &batch.data, &self.view))
-            .collect::<Result<Vec<_>>>()?;
-        let options = datafusion::arrow::array::RecordBatchOptions::new()
-            .with_row_count(Some(batch.num_rows()));
+        let columns = self.exprs.iter().map(|e| evaluate(e, &batch.data, &self.view)).collect::<Result<Vec<_>>>()?;
+        let options = datafusion::arrow::array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
         let data = RecordBatch::try_new_with_options(Arc::clone(&self.schema), columns, &options)?;
         Ok(vec![batch.with_data(data)])
     }

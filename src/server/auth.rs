@@ -12,8 +12,8 @@ use pgwire::api::auth::cleartext::CleartextPasswordAuthStartupHandler;
 use pgwire::api::auth::sasl::scram::{gen_salted_password, ScramAuth};
 use pgwire::api::auth::sasl::SASLAuthStartupHandler;
 use pgwire::api::auth::{
-    finish_authentication, protocol_negotiation, save_startup_parameters_to_metadata, AuthSource,
-    LoginInfo, Password, ServerParameterProvider, StartupHandler,
+    finish_authentication, protocol_negotiation, save_startup_parameters_to_metadata, AuthSource, LoginInfo, Password,
+    ServerParameterProvider, StartupHandler,
 };
 use pgwire::api::{
     ClientInfo, ConnectionHandle, ConnectionManager, PgWireConnectionState, PidSecretKeyGenerator,
@@ -33,10 +33,8 @@ pub struct WeirParameters;
 
 impl ServerParameterProvider for WeirParameters {
     fn server_parameters<C: ClientInfo>(&self, client: &C) -> Option<HashMap<String, String>> {
-        let mut params: HashMap<String, String> = startup_parameters()
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let mut params: HashMap<String, String> =
+            startup_parameters().into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         let metadata = client.metadata();
         if let Some(app) = metadata.get(pgwire::api::METADATA_APPLICATION_NAME) {
             params.insert("application_name".into(), app.clone());
@@ -64,10 +62,7 @@ impl AuthSource for ConfiguredUsers {
         };
         if self.scram {
             let salt: [u8; 16] = rand_salt();
-            Ok(Password::new(
-                Some(salt.to_vec()),
-                gen_salted_password(&user.password, &salt, SCRAM_ITERATIONS),
-            ))
+            Ok(Password::new(Some(salt.to_vec()), gen_salted_password(&user.password, &salt, SCRAM_ITERATIONS)))
         } else {
             Ok(Password::new(None, user.password.as_bytes().to_vec()))
         }
@@ -80,12 +75,7 @@ fn rand_salt() -> [u8; 16] {
     let mut out = [0u8; 16];
     for chunk in out.chunks_mut(8) {
         let mut h = RandomState::new().build_hasher();
-        h.write_u128(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap_or_default()
-                .as_nanos(),
-        );
+        h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
         chunk.copy_from_slice(&h.finish().to_le_bytes()[..chunk.len()]);
     }
     out
@@ -103,14 +93,8 @@ pub struct WeirStartup {
 
 impl WeirStartup {
     pub fn new(database: &str, auth: &AuthConfig, manager: Arc<ConnectionManager>) -> WeirStartup {
-        let password_users = ConfiguredUsers {
-            users: auth.users.clone(),
-            scram: false,
-        };
-        let scram_users = Arc::new(ConfiguredUsers {
-            users: auth.users.clone(),
-            scram: true,
-        });
+        let password_users = ConfiguredUsers { users: auth.users.clone(), scram: false };
+        let scram_users = Arc::new(ConfiguredUsers { users: auth.users.clone(), scram: true });
         let mut scram = ScramAuth::new(scram_users);
         scram.set_iterations(SCRAM_ITERATIONS);
         WeirStartup {
@@ -129,30 +113,20 @@ impl WeirStartup {
 
 #[async_trait]
 impl StartupHandler for WeirStartup {
-    async fn on_startup<C>(
-        &self,
-        client: &mut C,
-        message: PgWireFrontendMessage,
-    ) -> PgWireResult<()>
+    async fn on_startup<C>(&self, client: &mut C, message: PgWireFrontendMessage) -> PgWireResult<()>
     where
         C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         if let PgWireFrontendMessage::Startup(ref startup) = message {
-            let database = startup
-                .parameters
-                .get("database")
-                .or_else(|| startup.parameters.get("user"));
+            let database = startup.parameters.get("database").or_else(|| startup.parameters.get("user"));
             if let Some(db) = database {
                 if db != &self.database {
                     return Err(PgWireError::UserError(Box::new(ErrorInfo::new(
                         "FATAL".into(),
                         "3D000".into(),
-                        format!(
-                            "database \"{db}\" does not exist (this server serves \"{}\")",
-                            self.database
-                        ),
+                        format!("database \"{db}\" does not exist (this server serves \"{}\")", self.database),
                     ))));
                 }
             }
@@ -167,9 +141,7 @@ impl StartupHandler for WeirStartup {
                     let (pid, secret) = self.pids.generate(client);
                     client.set_pid_and_secret_key(pid, secret.clone());
                     let (handle, guard) = self.manager.register(pid, secret);
-                    client
-                        .session_extensions()
-                        .insert::<Arc<ConnectionHandle>>(handle);
+                    client.session_extensions().insert::<Arc<ConnectionHandle>>(handle);
                     client.session_extensions().insert(guard);
                     finish_authentication(client, &WeirParameters).await?;
                     client.set_state(PgWireConnectionState::ReadyForQuery);

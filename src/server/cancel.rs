@@ -32,9 +32,7 @@ pub struct CancelSignal {
 
 impl Default for CancelSignal {
     fn default() -> Self {
-        CancelSignal {
-            generation: watch::channel(0).0,
-        }
+        CancelSignal { generation: watch::channel(0).0 }
     }
 }
 
@@ -70,12 +68,7 @@ impl CancelRegistry {
     }
 
     fn fire(&self, pid: i32, secret: Vec<u8>) {
-        if let Some(signal) = self
-            .sessions
-            .lock()
-            .get(&(pid, secret))
-            .and_then(Weak::upgrade)
-        {
+        if let Some(signal) = self.sessions.lock().get(&(pid, secret)).and_then(Weak::upgrade) {
             signal.fire();
         }
     }
@@ -90,22 +83,14 @@ pub struct WeirCancel {
 #[async_trait]
 impl CancelHandler for WeirCancel {
     async fn on_cancel_request(&self, request: CancelRequest) {
-        self.registry
-            .fire(request.pid, request.secret_key.to_bytes().to_vec());
+        self.registry.fire(request.pid, request.secret_key.to_bytes().to_vec());
         self.manager.cancel(request.pid, &request.secret_key).await;
     }
 }
 
 /// `stream`, ending with a 57014 error if `signal` fires before it is done.
-pub fn cancellable(
-    stream: SendableRecordBatchStream,
-    signal: &CancelSignal,
-) -> SendableRecordBatchStream {
-    Box::pin(Cancellable {
-        schema: stream.schema(),
-        inner: Some(stream),
-        fired: signal.fired(),
-    })
+pub fn cancellable(stream: SendableRecordBatchStream, signal: &CancelSignal) -> SendableRecordBatchStream {
+    Box::pin(Cancellable { schema: stream.schema(), inner: Some(stream), fired: signal.fired() })
 }
 
 struct Cancellable {
@@ -128,10 +113,7 @@ impl Stream for Cancellable {
         if self.fired.as_mut().poll(cx).is_ready() {
             // Dropping the inner stream stops DataFusion's work on it.
             self.inner = None;
-            let e = WeirError::new(
-                SqlState::QUERY_CANCELED,
-                "canceling statement due to user request",
-            );
+            let e = WeirError::new(SqlState::QUERY_CANCELED, "canceling statement due to user request");
             return Poll::Ready(Some(Err(DataFusionError::External(Box::new(e)))));
         }
         Poll::Pending

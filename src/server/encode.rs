@@ -30,21 +30,16 @@ pub fn fields(schema: &Schema, format: &Format) -> PgWireResult<Vec<FieldInfo>> 
 
 pub fn into_response(result: StatementResult, format: &Format) -> PgWireResult<Response> {
     Ok(match result {
-        StatementResult::Rows {
-            schema,
-            stream: batches,
-        } => {
+        StatementResult::Rows { schema, stream: batches } => {
             let fields = Arc::new(fields(&schema, format)?);
             let row_fields = Arc::clone(&fields);
             let rows = batches
                 .map(move |batch| {
-                    let rows: Box<dyn Iterator<Item = PgWireResult<_>> + Send + Sync> = match batch
-                        .map_err(WeirError::from)
-                        .and_then(|b| postgres_text(b, &row_fields))
-                    {
-                        Ok(batch) => encode_recordbatch(Arc::clone(&row_fields), batch),
-                        Err(e) => Box::new(std::iter::once(Err::<_, PgWireError>(e.into_pg()))),
-                    };
+                    let rows: Box<dyn Iterator<Item = PgWireResult<_>> + Send + Sync> =
+                        match batch.map_err(WeirError::from).and_then(|b| postgres_text(b, &row_fields)) {
+                            Ok(batch) => encode_recordbatch(Arc::clone(&row_fields), batch),
+                            Err(e) => Box::new(std::iter::once(Err::<_, PgWireError>(e.into_pg()))),
+                        };
                     stream::iter(rows)
                 })
                 .flatten();
@@ -69,9 +64,7 @@ pub fn into_response(result: StatementResult, format: &Format) -> PgWireResult<R
 /// Postgres text form.
 pub fn postgres_text(batch: RecordBatch, fields: &[FieldInfo]) -> Result<RecordBatch, WeirError> {
     let needs = |i: usize, dt: &DataType| {
-        fields
-            .get(i)
-            .is_some_and(|f| f.format() == FieldFormat::Text)
+        fields.get(i).is_some_and(|f| f.format() == FieldFormat::Text)
             && matches!(
                 dt,
                 DataType::Timestamp(..)
@@ -81,24 +74,12 @@ pub fn postgres_text(batch: RecordBatch, fields: &[FieldInfo]) -> Result<RecordB
                     | DataType::Float64
             )
     };
-    if !batch
-        .schema()
-        .fields()
-        .iter()
-        .enumerate()
-        .any(|(i, f)| needs(i, f.data_type()))
-    {
+    if !batch.schema().fields().iter().enumerate().any(|(i, f)| needs(i, f.data_type())) {
         return Ok(batch);
     }
     let mut columns: Vec<ArrayRef> = Vec::with_capacity(batch.num_columns());
     let mut schema_fields = Vec::with_capacity(batch.num_columns());
-    for (i, (field, column)) in batch
-        .schema()
-        .fields()
-        .iter()
-        .zip(batch.columns())
-        .enumerate()
-    {
+    for (i, (field, column)) in batch.schema().fields().iter().zip(batch.columns()).enumerate() {
         if needs(i, field.data_type()) {
             columns.push(Arc::new(render_times(column)?));
             schema_fields.push(field.as_ref().clone().with_data_type(DataType::Utf8));
@@ -107,62 +88,36 @@ pub fn postgres_text(batch: RecordBatch, fields: &[FieldInfo]) -> Result<RecordB
             schema_fields.push(field.as_ref().clone());
         }
     }
-    Ok(RecordBatch::try_new(
-        Arc::new(Schema::new(schema_fields)),
-        columns,
-    )?)
+    Ok(RecordBatch::try_new(Arc::new(Schema::new(schema_fields)), columns)?)
 }
 
 fn render_times(column: &ArrayRef) -> Result<StringArray, WeirError> {
-    use datafusion::arrow::array::{
-        Float32Array, Float64Array, Time64MicrosecondArray, TimestampMicrosecondArray,
-    };
+    use datafusion::arrow::array::{Float32Array, Float64Array, Time64MicrosecondArray, TimestampMicrosecondArray};
     Ok(match column.data_type() {
         DataType::Float64 => {
-            let a = column
-                .as_any()
-                .downcast_ref::<Float64Array>()
-                .expect("float64");
-            a.iter()
-                .map(|v| v.map(|v| float_text(v, &v.to_string(), format!("{v:e}"), 15)))
-                .collect()
+            let a = column.as_any().downcast_ref::<Float64Array>().expect("float64");
+            a.iter().map(|v| v.map(|v| float_text(v, &v.to_string(), format!("{v:e}"), 15))).collect()
         }
         DataType::Float32 => {
-            let a = column
-                .as_any()
-                .downcast_ref::<Float32Array>()
-                .expect("float32");
-            a.iter()
-                .map(|v| v.map(|v| float_text(v as f64, &v.to_string(), format!("{v:e}"), 6)))
-                .collect()
+            let a = column.as_any().downcast_ref::<Float32Array>().expect("float32");
+            a.iter().map(|v| v.map(|v| float_text(v as f64, &v.to_string(), format!("{v:e}"), 6))).collect()
         }
         DataType::Timestamp(_, tz) => {
             let micros = cast(column, &DataType::Timestamp(TimeUnit::Microsecond, None))?;
-            let micros = micros
-                .as_any()
-                .downcast_ref::<TimestampMicrosecondArray>()
-                .expect("cast");
+            let micros = micros.as_any().downcast_ref::<TimestampMicrosecondArray>().expect("cast");
             let suffix = if tz.is_some() { "+00" } else { "" };
             micros
                 .iter()
                 .map(|v| {
-                    v.and_then(chrono::DateTime::from_timestamp_micros)
-                        .map(|t| {
-                            format!(
-                                "{}{}{suffix}",
-                                t.format("%Y-%m-%d %H:%M:%S"),
-                                fraction(t.timestamp_subsec_micros())
-                            )
-                        })
+                    v.and_then(chrono::DateTime::from_timestamp_micros).map(|t| {
+                        format!("{}{}{suffix}", t.format("%Y-%m-%d %H:%M:%S"), fraction(t.timestamp_subsec_micros()))
+                    })
                 })
                 .collect()
         }
         _ => {
             let micros = cast(column, &DataType::Time64(TimeUnit::Microsecond))?;
-            let micros = micros
-                .as_any()
-                .downcast_ref::<Time64MicrosecondArray>()
-                .expect("cast");
+            let micros = micros.as_any().downcast_ref::<Time64MicrosecondArray>().expect("cast");
             micros
                 .iter()
                 .map(|v| {
@@ -191,11 +146,7 @@ fn float_text(v: f64, plain: &str, sci: String, precision: i32) -> String {
         return "NaN".into();
     }
     if v.is_infinite() {
-        return if v > 0.0 {
-            "Infinity".into()
-        } else {
-            "-Infinity".into()
-        };
+        return if v > 0.0 { "Infinity".into() } else { "-Infinity".into() };
     }
     let (mantissa, exponent) = sci.split_once('e').expect("scientific form");
     let exponent: i32 = exponent.parse().expect("exponent");

@@ -16,9 +16,7 @@ use datafusion::arrow::datatypes::DataType;
 use futures::Sink;
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::ExtendedQueryHandler;
-use pgwire::api::results::{
-    DescribePortalResponse, DescribeResponse, DescribeStatementResponse, FieldInfo, Response,
-};
+use pgwire::api::results::{DescribePortalResponse, DescribeResponse, DescribeStatementResponse, FieldInfo, Response};
 use pgwire::api::stmt::{QueryParser, StoredStatement};
 use pgwire::api::store::PortalStore;
 use pgwire::api::{ClientInfo, ClientPortalStore, Type};
@@ -46,25 +44,15 @@ pub struct WeirQueryParser {
 impl QueryParser for WeirQueryParser {
     type Statement = Prepared;
 
-    async fn parse_sql<C>(
-        &self,
-        _client: &C,
-        sql: &str,
-        _types: &[Option<Type>],
-    ) -> PgWireResult<Option<Prepared>>
+    async fn parse_sql<C>(&self, _client: &C, sql: &str, _types: &[Option<Type>]) -> PgWireResult<Option<Prepared>>
     where
         C: ClientInfo + Unpin + Send + Sync,
     {
         let mut statements = self.frontend.parse(sql).map_err(reject)?;
         match statements.len() {
             0 => Ok(None),
-            1 => Ok(Some(Prepared {
-                sql: sql.to_string(),
-                statement: statements.remove(0),
-            })),
-            _ => Err(reject(WeirError::syntax(
-                "cannot insert multiple commands into a prepared statement",
-            ))),
+            1 => Ok(Some(Prepared { sql: sql.to_string(), statement: statements.remove(0) })),
+            _ => Err(reject(WeirError::syntax("cannot insert multiple commands into a prepared statement"))),
         }
     }
 
@@ -73,19 +61,12 @@ impl QueryParser for WeirQueryParser {
         Ok(vec![])
     }
 
-    fn get_result_schema(
-        &self,
-        _stmt: &Prepared,
-        _format: Option<&Format>,
-    ) -> PgWireResult<Vec<FieldInfo>> {
+    fn get_result_schema(&self, _stmt: &Prepared, _format: Option<&Format>) -> PgWireResult<Vec<FieldInfo>> {
         Ok(vec![])
     }
 }
 
-fn parameter_types(
-    described: &StatementDescription,
-    client_types: &[Option<Type>],
-) -> PgWireResult<Vec<Type>> {
+fn parameter_types(described: &StatementDescription, client_types: &[Option<Type>]) -> PgWireResult<Vec<Type>> {
     let n = described.parameters.len().max(client_types.len());
     (0..n)
         .map(|i| match client_types.get(i).cloned().flatten() {
@@ -107,10 +88,7 @@ impl WeirHandler {
     ) -> PgWireResult<StatementDescription> {
         let cell = session_of(self, client);
         let mut session = cell.session.lock().await;
-        self.frontend
-            .describe(&mut session, statement)
-            .await
-            .map_err(reject)
+        self.frontend.describe(&mut session, statement).await.map_err(reject)
     }
 }
 
@@ -134,9 +112,7 @@ impl ExtendedQueryHandler for WeirHandler {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let described = self
-            .describe_in_session(client, &target.statement.statement)
-            .await?;
+        let described = self.describe_in_session(client, &target.statement.statement).await?;
         let params = parameter_types(&described, &target.parameter_types)?;
         let columns = match &described.columns {
             Some(schema) => fields(schema, &Format::UnifiedText)?,
@@ -156,24 +132,14 @@ impl ExtendedQueryHandler for WeirHandler {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let described = self
-            .describe_in_session(client, &portal.statement.statement.statement)
-            .await?;
+        let described = self.describe_in_session(client, &portal.statement.statement.statement).await?;
         match &described.columns {
-            Some(schema) => Ok(DescribePortalResponse::new(fields(
-                schema,
-                &portal.result_column_format,
-            )?)),
+            Some(schema) => Ok(DescribePortalResponse::new(fields(schema, &portal.result_column_format)?)),
             None => Ok(DescribePortalResponse::no_data()),
         }
     }
 
-    async fn do_query<C>(
-        &self,
-        client: &mut C,
-        portal: &Portal<Prepared>,
-        _max_rows: usize,
-    ) -> PgWireResult<Response>
+    async fn do_query<C>(&self, client: &mut C, portal: &Portal<Prepared>, _max_rows: usize) -> PgWireResult<Response>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::PortalStore: PortalStore<Statement = Prepared>,
@@ -184,13 +150,8 @@ impl ExtendedQueryHandler for WeirHandler {
         let mut session = cell.session.lock().await;
         let statement = portal.statement.statement.statement.clone();
         let params = if portal.parameter_len() > 0 {
-            let described = self
-                .frontend
-                .describe(&mut session, &statement)
-                .await
-                .map_err(reject)?;
-            let inferred: Vec<Option<&DataType>> =
-                described.parameters.iter().map(|t| t.as_ref()).collect();
+            let described = self.frontend.describe(&mut session, &statement).await.map_err(reject)?;
+            let inferred: Vec<Option<&DataType>> = described.parameters.iter().map(|t| t.as_ref()).collect();
             Some(deserialize_parameters(portal, &inferred)?)
         } else {
             None

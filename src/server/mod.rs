@@ -60,17 +60,12 @@ impl Handlers {
         Handlers {
             query: Arc::new(WeirHandler {
                 cancels: Arc::clone(&cancels),
-                query_parser: Arc::new(extended_query::WeirQueryParser {
-                    frontend: Arc::clone(&frontend),
-                }),
+                query_parser: Arc::new(extended_query::WeirQueryParser { frontend: Arc::clone(&frontend) }),
                 frontend,
             }),
             database: config.database.clone(),
             auth: config.auth.clone(),
-            cancel: Arc::new(cancel::WeirCancel {
-                manager: Arc::clone(&manager),
-                registry: cancels,
-            }),
+            cancel: Arc::new(cancel::WeirCancel { manager: Arc::clone(&manager), registry: cancels }),
             manager,
         }
     }
@@ -100,11 +95,7 @@ impl PgWireServerHandlers for Handlers {
     }
     /// Called once per connection: the SASL exchange keeps its state in the handler.
     fn startup_handler(&self) -> Arc<impl StartupHandler> {
-        Arc::new(auth::WeirStartup::new(
-            &self.database,
-            &self.auth,
-            Arc::clone(&self.manager),
-        ))
+        Arc::new(auth::WeirStartup::new(&self.database, &self.auth, Arc::clone(&self.manager)))
     }
     fn cancel_handler(&self) -> Arc<impl CancelHandler> {
         Arc::clone(&self.cancel)
@@ -135,10 +126,7 @@ fn tls_acceptor(config: &Config) -> Result<Option<TlsAcceptor>> {
 
 /// Opens the data directory and serves until SIGINT or SIGTERM.
 pub async fn run(config: Config) -> Result<()> {
-    let store = Arc::new(RocksStore::open(
-        &config.data_dir.join("state"),
-        &config.storage,
-    )?);
+    let store = Arc::new(RocksStore::open(&config.data_dir.join("state"), &config.storage)?);
     let catalog = Arc::new(Catalog::open(store, &config.database)?);
     info!(relations = catalog.relations().len(), data_dir = %config.data_dir.display(), "catalog loaded");
     let streaming = Streaming::new(Arc::clone(&catalog), config.barrier_interval);
@@ -147,9 +135,7 @@ pub async fn run(config: Config) -> Result<()> {
     let tls = tls_acceptor(&config)?;
 
     if let Some(addr) = config.metrics_listen {
-        metrics::serve(addr)
-            .await
-            .map_err(|e| WeirError::io(format!("metrics endpoint {addr}: {e}")))?;
+        metrics::serve(addr).await.map_err(|e| WeirError::io(format!("metrics endpoint {addr}: {e}")))?;
     }
     let listener = TcpListener::bind(config.listen)
         .await

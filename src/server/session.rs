@@ -36,20 +36,11 @@ pub struct SessionCell {
 
 pub fn session_of<C: ClientInfo>(handler: &WeirHandler, client: &C) -> Arc<SessionCell> {
     client.session_extensions().get_or_insert_with(|| {
-        let user = client
-            .metadata()
-            .get(pgwire::api::METADATA_USER)
-            .cloned()
-            .unwrap_or_else(|| "root".into());
+        let user = client.metadata().get(pgwire::api::METADATA_USER).cloned().unwrap_or_else(|| "root".into());
         let cancel = Arc::new(CancelSignal::default());
         let (pid, secret) = client.pid_and_secret_key();
-        handler
-            .cancels
-            .register(pid, secret.to_bytes().to_vec(), &cancel);
-        SessionCell {
-            session: Mutex::new(handler.frontend.new_session(&user)),
-            cancel,
-        }
+        handler.cancels.register(pid, secret.to_bytes().to_vec(), &cancel);
+        SessionCell { session: Mutex::new(handler.frontend.new_session(&user)), cancel }
     })
 }
 
@@ -89,10 +80,8 @@ where
     C::Error: Debug,
     PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
 {
-    let ends_block = matches!(
-        statement,
-        Statement::Sql(ast::Statement::Commit { .. } | ast::Statement::Rollback { .. })
-    );
+    let ends_block =
+        matches!(statement, Statement::Sql(ast::Statement::Commit { .. } | ast::Statement::Rollback { .. }));
     if *block == Block::Failed && !ends_block {
         return Err(fail(
             block,
@@ -107,11 +96,7 @@ where
     let result = frontend.execute(session, statement, params).await;
     metrics::STATEMENT_SECONDS.observe(started.elapsed().as_secs_f64());
     for (name, value) in session.take_reports() {
-        client
-            .send(PgWireBackendMessage::ParameterStatus(ParameterStatus::new(
-                name, value,
-            )))
-            .await?;
+        client.send(PgWireBackendMessage::ParameterStatus(ParameterStatus::new(name, value))).await?;
     }
     let result = match result {
         Ok(r) => r,
@@ -124,18 +109,13 @@ where
             StatementResult::TransactionStart { tag }
         }
         StatementResult::TransactionEnd { tag } => {
-            let tag = if *block == Block::Failed {
-                "ROLLBACK".to_string()
-            } else {
-                tag
-            };
+            let tag = if *block == Block::Failed { "ROLLBACK".to_string() } else { tag };
             *block = Block::Idle;
             StatementResult::TransactionEnd { tag }
         }
-        StatementResult::Rows { schema, stream } => StatementResult::Rows {
-            schema,
-            stream: cancellable(stream, &cell.cancel),
-        },
+        StatementResult::Rows { schema, stream } => {
+            StatementResult::Rows { schema, stream: cancellable(stream, &cell.cancel) }
+        }
         other => other,
     };
     into_response(result, format)
@@ -150,12 +130,8 @@ fn fail(block: &mut Block, e: WeirError) -> PgWireError {
 
 /// The ErrorResponse for `e`, counted.
 pub fn reject(e: WeirError) -> PgWireError {
-    metrics::STATEMENTS_TOTAL
-        .with_label_values(&["error"])
-        .inc();
-    metrics::ERRORS_TOTAL
-        .with_label_values(&[e.state.code()])
-        .inc();
+    metrics::STATEMENTS_TOTAL.with_label_values(&["error"]).inc();
+    metrics::ERRORS_TOTAL.with_label_values(&[e.state.code()]).inc();
     if e.domain() != crate::error::ErrorDomain::User {
         tracing::warn!(sqlstate = e.state.code(), "{}", e.message);
     }

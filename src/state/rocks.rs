@@ -20,8 +20,7 @@ pub struct RocksStore {
 
 impl RocksStore {
     pub fn open(dir: &Path, config: &StorageConfig) -> Result<RocksStore> {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| WeirError::io(format!("cannot create {}: {e}", dir.display())))?;
+        std::fs::create_dir_all(dir).map_err(|e| WeirError::io(format!("cannot create {}: {e}", dir.display())))?;
         let mut opts = Options::default();
         opts.create_if_missing(true);
         opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
@@ -37,10 +36,7 @@ impl RocksStore {
                 format!("cannot open state store at {}: {e}", dir.display()),
             )
         })?;
-        Ok(RocksStore {
-            db,
-            sync_writes: config.sync_writes,
-        })
+        Ok(RocksStore { db, sync_writes: config.sync_writes })
     }
 }
 
@@ -49,11 +45,7 @@ impl StateStore for RocksStore {
         Ok(self.db.get(key)?)
     }
 
-    fn scan_prefix(
-        &self,
-        prefix: &[u8],
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<ScanControl>,
-    ) -> Result<()> {
+    fn scan_prefix(&self, prefix: &[u8], visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<ScanControl>) -> Result<()> {
         let mut read_opts = ReadOptions::default();
         if let Some(end) = prefix_end(prefix) {
             read_opts.set_iterate_upper_bound(end);

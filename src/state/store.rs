@@ -52,11 +52,7 @@ pub trait StateStore: Send + Sync + 'static {
 
     /// Calls `visit` on every entry whose key starts with `prefix`, in key order, over one
     /// consistent snapshot.
-    fn scan_prefix(
-        &self,
-        prefix: &[u8],
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<ScanControl>,
-    ) -> Result<()>;
+    fn scan_prefix(&self, prefix: &[u8], visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<ScanControl>) -> Result<()>;
 
     fn write(&self, batch: WriteBatch) -> Result<()>;
 }

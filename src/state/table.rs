@@ -30,20 +30,9 @@ pub struct StateTable {
 
 impl StateTable {
     /// `schema` is every stored column; `key_indices` the columns that identify a row.
-    pub fn new(
-        table_id: TableId,
-        schema: SchemaRef,
-        key_indices: Vec<usize>,
-    ) -> Result<StateTable> {
-        let key_fields = key_indices
-            .iter()
-            .map(|&i| SortField::new(schema.field(i).data_type().clone()))
-            .collect();
-        let value_fields = schema
-            .fields()
-            .iter()
-            .map(|f| SortField::new(f.data_type().clone()))
-            .collect();
+    pub fn new(table_id: TableId, schema: SchemaRef, key_indices: Vec<usize>) -> Result<StateTable> {
+        let key_fields = key_indices.iter().map(|&i| SortField::new(schema.field(i).data_type().clone())).collect();
+        let value_fields = schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
         Ok(StateTable {
             table_id,
             key_codec: RowConverter::new(key_fields)?,
@@ -67,11 +56,7 @@ impl StateTable {
 
     /// The memcomparable key of every row of `batch` (without table id and vnode).
     pub fn encode_keys(&self, batch: &RecordBatch) -> Result<Rows> {
-        let cols: Vec<ArrayRef> = self
-            .key_indices
-            .iter()
-            .map(|&i| batch.column(i).clone())
-            .collect();
+        let cols: Vec<ArrayRef> = self.key_indices.iter().map(|&i| batch.column(i).clone()).collect();
         Ok(self.key_codec.convert_columns(&cols)?)
     }
 
@@ -95,10 +80,7 @@ impl StateTable {
 
     /// Adds the deletion of every row of the table to `wb`.
     pub fn clear(&self, wb: &mut WriteBatch) {
-        wb.delete_range(
-            table_prefix(self.table_id).to_vec(),
-            table_prefix(self.table_id + 1).to_vec(),
-        );
+        wb.delete_range(table_prefix(self.table_id).to_vec(), table_prefix(self.table_id + 1).to_vec());
     }
 
     /// Every row, in key order per vnode, as batches of at most `batch_size` rows, read from one
@@ -140,10 +122,8 @@ impl StateTable {
 
     fn decode_values(&self, values: &[Vec<u8>]) -> Result<RecordBatch> {
         let parser = self.value_codec.parser();
-        let decoded = catch_unwind(AssertUnwindSafe(|| {
-            self.value_codec
-                .convert_rows(values.iter().map(|v| parser.parse(v)))
-        }));
+        let decoded =
+            catch_unwind(AssertUnwindSafe(|| self.value_codec.convert_rows(values.iter().map(|v| parser.parse(v)))));
         let columns = match decoded {
             Ok(Ok(columns)) => columns,
             Ok(Err(e)) => return Err(self.corrupt(&e.to_string())),
@@ -153,13 +133,7 @@ impl StateTable {
     }
 
     fn corrupt(&self, what: &str) -> WeirError {
-        WeirError::new(
-            SqlState::DATA_CORRUPTED,
-            format!(
-                "stored row of table id {} is corrupt: {what}",
-                self.table_id
-            ),
-        )
+        WeirError::new(SqlState::DATA_CORRUPTED, format!("stored row of table id {} is corrupt: {what}", self.table_id))
     }
 }
 
@@ -177,10 +151,7 @@ mod tests {
         ]));
         RecordBatch::try_new(
             schema,
-            vec![
-                Arc::new(Int64Array::from(ids.to_vec())),
-                Arc::new(StringArray::from(names.to_vec())),
-            ],
+            vec![Arc::new(Int64Array::from(ids.to_vec())), Arc::new(StringArray::from(names.to_vec()))],
         )
         .unwrap()
     }
@@ -190,9 +161,7 @@ mod tests {
         let store = MemoryStore::new();
         let table = StateTable::new(1, people(&[], &[]).schema(), vec![0]).unwrap();
         let mut wb = WriteBatch::default();
-        table
-            .put_batch(&people(&[1, 2, 3], &["a", "b", "c"]), &mut wb)
-            .unwrap();
+        table.put_batch(&people(&[1, 2, 3], &["a", "b", "c"]), &mut wb).unwrap();
         table.put_batch(&people(&[2], &["B"]), &mut wb).unwrap();
         table.delete_batch(&people(&[3], &["c"]), &mut wb).unwrap();
         store.write(wb).unwrap();

@@ -79,20 +79,14 @@ impl ChangeBatch {
 
     /// The same rows with other columns (a projection of `data`).
     pub fn with_data(&self, data: RecordBatch) -> ChangeBatch {
-        ChangeBatch {
-            data,
-            ops: self.ops.clone(),
-        }
+        ChangeBatch { data, ops: self.ops.clone() }
     }
 
     /// The rows at `indices`, in that order.
     pub fn take(&self, indices: &[u32]) -> Result<ChangeBatch> {
         let idx = UInt32Array::from(indices.to_vec());
         let data = take_record_batch(&self.data, &idx)?;
-        Ok(ChangeBatch {
-            data,
-            ops: indices.iter().map(|&i| self.ops[i as usize]).collect(),
-        })
+        Ok(ChangeBatch { data, ops: indices.iter().map(|&i| self.ops[i as usize]).collect() })
     }
 
     /// Several batches of one schema as one.
@@ -138,12 +132,8 @@ pub fn from_pretty(text: &str) -> ChangeBatch {
     use datafusion::arrow::array::{Float64Array, Int64Array, StringArray};
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
     let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
-    let types: Vec<char> = lines
-        .next()
-        .expect("type line")
-        .split_whitespace()
-        .map(|t| t.chars().next().unwrap())
-        .collect();
+    let types: Vec<char> =
+        lines.next().expect("type line").split_whitespace().map(|t| t.chars().next().unwrap()).collect();
     let mut ops = Vec::new();
     let mut cells: Vec<Vec<Option<String>>> = vec![Vec::new(); types.len()];
     for line in lines {
@@ -165,33 +155,19 @@ pub fn from_pretty(text: &str) -> ChangeBatch {
         let (dt, array): (DataType, ArrayRef) = match t {
             'I' => (
                 DataType::Int64,
-                Arc::new(
-                    col.iter()
-                        .map(|v| v.as_ref().map(|s| s.parse::<i64>().unwrap()))
-                        .collect::<Int64Array>(),
-                ),
+                Arc::new(col.iter().map(|v| v.as_ref().map(|s| s.parse::<i64>().unwrap())).collect::<Int64Array>()),
             ),
             'F' => (
                 DataType::Float64,
-                Arc::new(
-                    col.iter()
-                        .map(|v| v.as_ref().map(|s| s.parse::<f64>().unwrap()))
-                        .collect::<Float64Array>(),
-                ),
+                Arc::new(col.iter().map(|v| v.as_ref().map(|s| s.parse::<f64>().unwrap())).collect::<Float64Array>()),
             ),
-            'T' => (
-                DataType::Utf8,
-                Arc::new(col.iter().map(|v| v.clone()).collect::<StringArray>()),
-            ),
+            'T' => (DataType::Utf8, Arc::new(col.iter().map(|v| v.clone()).collect::<StringArray>())),
             other => panic!("unknown type {other}"),
         };
         fields.push(Field::new(format!("c{i}"), dt, true));
         columns.push(array);
     }
-    ChangeBatch::new(
-        RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).expect("batch"),
-        ops,
-    )
+    ChangeBatch::new(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).expect("batch"), ops)
 }
 
 #[cfg(test)]

@@ -19,11 +19,7 @@ pub struct TestServer {
 }
 
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 impl TestServer {
@@ -52,11 +48,7 @@ impl TestServer {
     fn spawn(&mut self) {
         self.port = free_port();
         self.metrics_port = free_port();
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .expect("log file");
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("log file");
         let child = Command::new(env!("CARGO_BIN_EXE_weir"))
             .arg("--listen")
             .arg(format!("127.0.0.1:{}", self.port))
@@ -79,10 +71,7 @@ impl TestServer {
         loop {
             if let Some(child) = self.child.as_mut() {
                 if let Ok(Some(status)) = child.try_wait() {
-                    panic!(
-                        "weir exited during startup ({status}):\n{}",
-                        self.log_text()
-                    );
+                    panic!("weir exited during startup ({status}):\n{}", self.log_text());
                 }
             }
             if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
@@ -139,9 +128,8 @@ impl Drop for TestServer {
 
 /// A client on `conn` (a libpq-style connection string), its connection driven in the background.
 pub async fn connect(conn: &str) -> tokio_postgres::Client {
-    let (client, connection) = tokio_postgres::connect(conn, tokio_postgres::NoTls)
-        .await
-        .unwrap_or_else(|e| panic!("connect to {conn}: {e}"));
+    let (client, connection) =
+        tokio_postgres::connect(conn, tokio_postgres::NoTls).await.unwrap_or_else(|e| panic!("connect to {conn}: {e}"));
     tokio::spawn(async move {
         let _ = connection.await;
     });

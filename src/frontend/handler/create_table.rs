@@ -16,36 +16,22 @@ use super::{query, relation_name};
 use crate::error::{Result, WeirError};
 use crate::frontend::{Frontend, Session, StatementResult};
 
-pub async fn handle(
-    fe: &Frontend,
-    session: &mut Session,
-    statement: Statement,
-) -> Result<StatementResult> {
-    let Statement::CreateTable(create) = &statement else {
-        unreachable!("dispatched on CreateTable")
-    };
+pub async fn handle(fe: &Frontend, session: &mut Session, statement: Statement) -> Result<StatementResult> {
+    let Statement::CreateTable(create) = &statement else { unreachable!("dispatched on CreateTable") };
     let name = relation_name(&create.name)?;
     if create.external || create.temporary {
-        return Err(WeirError::unsupported(
-            "TEMPORARY and EXTERNAL tables are not supported",
-        ));
+        return Err(WeirError::unsupported("TEMPORARY and EXTERNAL tables are not supported"));
     }
     let definition = statement.to_string();
     let plan = query::plan(session, statement).await?;
     let LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(cmt)) = plan else {
-        return Err(WeirError::unsupported(
-            "this form of CREATE TABLE is not supported",
-        ));
+        return Err(WeirError::unsupported("this form of CREATE TABLE is not supported"));
     };
     if cmt.or_replace {
-        return Err(WeirError::unsupported(
-            "CREATE OR REPLACE TABLE is not supported; DROP it first",
-        ));
+        return Err(WeirError::unsupported("CREATE OR REPLACE TABLE is not supported; DROP it first"));
     }
     if !cmt.column_defaults.is_empty() {
-        return Err(WeirError::unsupported(
-            "column DEFAULT values are not supported yet",
-        ));
+        return Err(WeirError::unsupported("column DEFAULT values are not supported yet"));
     }
 
     let mut primary_key = Vec::new();
@@ -53,9 +39,7 @@ pub async fn handle(
         match constraint {
             Constraint::PrimaryKey(columns) => primary_key = columns.clone(),
             Constraint::Unique(_) => {
-                return Err(WeirError::unsupported(
-                    "UNIQUE constraints are not supported; declare a PRIMARY KEY",
-                ))
+                return Err(WeirError::unsupported("UNIQUE constraints are not supported; declare a PRIMARY KEY"))
             }
         }
     }
@@ -75,34 +59,20 @@ pub async fn handle(
         })
         .collect();
     let schema = Schema::new(fields);
-    let sort_fields: Vec<SortField> = schema
-        .fields()
-        .iter()
-        .map(|f| SortField::new(f.data_type().clone()))
-        .collect();
+    let sort_fields: Vec<SortField> = schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
     if !RowConverter::supports_fields(&sort_fields) {
-        return Err(WeirError::unsupported(
-            "a column type of this table cannot be stored yet",
-        ));
+        return Err(WeirError::unsupported("a column type of this table cannot be stored yet"));
     }
 
     let is_ctas = !matches!(cmt.input.as_ref(), LogicalPlan::EmptyRelation(_));
-    let created =
-        fe.catalog()
-            .create_table(&name, &definition, schema, primary_key, cmt.if_not_exists)?;
+    let created = fe.catalog().create_table(&name, &definition, schema, primary_key, cmt.if_not_exists)?;
     if !is_ctas {
         return Ok(StatementResult::command("CREATE TABLE"));
     }
     if !created {
-        return Ok(StatementResult::Command {
-            tag: "SELECT".into(),
-            rows: Some(0),
-        });
+        return Ok(StatementResult::Command { tag: "SELECT".into(), rows: Some(0) });
     }
-    let frame = session
-        .ctx
-        .execute_logical_plan(cmt.input.as_ref().clone())
-        .await?;
+    let frame = session.ctx.execute_logical_plan(cmt.input.as_ref().clone()).await?;
     let written = frame.write_table(&name, DataFrameWriteOptions::new()).await;
     match written {
         Ok(batches) => {
@@ -115,10 +85,7 @@ pub async fn handle(
                         .map(|a| a.iter().flatten().sum::<u64>())
                 })
                 .sum::<u64>();
-            Ok(StatementResult::Command {
-                tag: "SELECT".into(),
-                rows: Some(rows as usize),
-            })
+            Ok(StatementResult::Command { tag: "SELECT".into(), rows: Some(rows as usize) })
         }
         Err(e) => {
             // CREATE TABLE AS is one statement: no table if its rows could not be written.

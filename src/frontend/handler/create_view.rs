@@ -16,24 +16,12 @@ use crate::error::{Result, SqlState, WeirError};
 use crate::frontend::{Frontend, Session, StatementResult};
 
 /// Plans a view's query: its columns and its operators.
-pub async fn plan_view(
-    fe: &Frontend,
-    session: &Session,
-    name: &str,
-    statement: &Statement,
-) -> Result<(Schema, Built)> {
-    let Statement::CreateView(view) = statement else {
-        unreachable!("dispatched on CreateView")
-    };
+pub async fn plan_view(fe: &Frontend, session: &Session, name: &str, statement: &Statement) -> Result<(Schema, Built)> {
+    let Statement::CreateView(view) = statement else { unreachable!("dispatched on CreateView") };
     let logical = query::plan(session, Statement::Query(view.query.clone())).await?;
     let state = session.ctx.state();
     let optimized = state.optimize(&logical)?;
-    let fields: Vec<Field> = logical
-        .schema()
-        .fields()
-        .iter()
-        .map(|f| f.as_ref().clone().with_nullable(true))
-        .collect();
+    let fields: Vec<Field> = logical.schema().fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();
     for (i, f) in fields.iter().enumerate() {
         if fields[..i].iter().any(|g| g.name() == f.name()) {
             return Err(WeirError::new(
@@ -48,22 +36,13 @@ pub async fn plan_view(
 }
 
 /// `EXPLAIN CREATE MATERIALIZED VIEW ...`: the view's operators, root first, without creating it.
-pub async fn explain(
-    fe: &Frontend,
-    session: &mut Session,
-    statement: &Statement,
-) -> Result<StatementResult> {
-    let Statement::CreateView(view) = statement else {
-        unreachable!("dispatched on CreateView")
-    };
+pub async fn explain(fe: &Frontend, session: &mut Session, statement: &Statement) -> Result<StatementResult> {
+    let Statement::CreateView(view) = statement else { unreachable!("dispatched on CreateView") };
     let name = relation_name(&view.name)?;
     let (_, built) = plan_view(fe, session, &name, statement).await?;
     let plan = format!("Materialize {name}\n{}", indent(&built.graph.explain()));
-    let schema = Arc::new(Schema::new(vec![Field::new(
-        "QUERY PLAN",
-        datafusion::arrow::datatypes::DataType::Utf8,
-        false,
-    )]));
+    let schema =
+        Arc::new(Schema::new(vec![Field::new("QUERY PLAN", datafusion::arrow::datatypes::DataType::Utf8, false)]));
     let lines: Vec<String> = plan.lines().map(String::from).collect();
     super::rows(datafusion::arrow::array::RecordBatch::try_new(
         schema,
@@ -72,34 +51,19 @@ pub async fn explain(
 }
 
 fn indent(text: &str) -> String {
-    text.lines()
-        .map(|l| format!("  {l}"))
-        .collect::<Vec<_>>()
-        .join("\n")
+    text.lines().map(|l| format!("  {l}")).collect::<Vec<_>>().join("\n")
 }
 
-pub async fn handle(
-    fe: &Frontend,
-    session: &mut Session,
-    statement: Statement,
-) -> Result<StatementResult> {
-    let Statement::CreateView(view) = &statement else {
-        unreachable!("dispatched on CreateView")
-    };
+pub async fn handle(fe: &Frontend, session: &mut Session, statement: Statement) -> Result<StatementResult> {
+    let Statement::CreateView(view) = &statement else { unreachable!("dispatched on CreateView") };
     if !view.materialized {
-        return Err(WeirError::unsupported(
-            "plain views are not supported yet; use CREATE MATERIALIZED VIEW",
-        ));
+        return Err(WeirError::unsupported("plain views are not supported yet; use CREATE MATERIALIZED VIEW"));
     }
     if view.or_replace {
-        return Err(WeirError::unsupported(
-            "CREATE OR REPLACE MATERIALIZED VIEW is not supported; DROP it first",
-        ));
+        return Err(WeirError::unsupported("CREATE OR REPLACE MATERIALIZED VIEW is not supported; DROP it first"));
     }
     if !view.columns.is_empty() {
-        return Err(WeirError::unsupported(
-            "a column list after the view name is not supported; name columns with AS",
-        ));
+        return Err(WeirError::unsupported("a column list after the view name is not supported; name columns with AS"));
     }
     let name = relation_name(&view.name)?;
     if view.if_not_exists && fe.catalog().get(&name).is_some() {
@@ -109,17 +73,9 @@ pub async fn handle(
     let mut depends_on = built.inputs.clone();
     depends_on.sort_unstable();
     depends_on.dedup();
-    fe.catalog()
-        .create_view(&name, &statement.to_string(), schema, depends_on, false)?;
-    let relation = fe
-        .catalog()
-        .get(&name)
-        .ok_or_else(|| WeirError::internal("view vanished while being created"))?;
-    if let Err(e) = fe
-        .streaming()
-        .start_view(Arc::clone(&relation), built)
-        .await
-    {
+    fe.catalog().create_view(&name, &statement.to_string(), schema, depends_on, false)?;
+    let relation = fe.catalog().get(&name).ok_or_else(|| WeirError::internal("view vanished while being created"))?;
+    if let Err(e) = fe.streaming().start_view(Arc::clone(&relation), built).await {
         let _ = fe.catalog().drop_relation(&name, true);
         return Err(e);
     }

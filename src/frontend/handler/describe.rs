@@ -14,20 +14,12 @@ use crate::frontend::{Frontend, StatementResult};
 
 pub fn handle(fe: &Frontend, name: &ObjectName) -> Result<StatementResult> {
     let name = relation_name(name)?;
-    let relation = fe
-        .catalog()
-        .get(&name)
-        .ok_or_else(|| WeirError::undefined_table(&name))?;
+    let relation = fe.catalog().get(&name).ok_or_else(|| WeirError::undefined_table(&name))?;
     let fields = relation.schema.fields();
     let names: Vec<String> = fields.iter().map(|f| f.name().clone()).collect();
-    let types: Vec<String> = fields
-        .iter()
-        .map(|f| sql_type_name(f.data_type()))
-        .collect();
+    let types: Vec<String> = fields.iter().map(|f| sql_type_name(f.data_type())).collect();
     let nullable: Vec<bool> = fields.iter().map(|f| f.is_nullable()).collect();
-    let pk: Vec<bool> = (0..fields.len())
-        .map(|i| relation.def.primary_key.contains(&i))
-        .collect();
+    let pk: Vec<bool> = (0..fields.len()).map(|i| relation.def.primary_key.contains(&i)).collect();
     let schema = Arc::new(Schema::new(vec![
         Field::new("Name", DataType::Utf8, false),
         Field::new("Type", DataType::Utf8, false),

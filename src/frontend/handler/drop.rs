@@ -11,24 +11,13 @@ use crate::error::{Result, SqlState, WeirError};
 use crate::frontend::{Frontend, StatementResult};
 
 pub async fn handle(fe: &Frontend, statement: Statement) -> Result<StatementResult> {
-    let Statement::Drop {
-        object_type,
-        if_exists,
-        names,
-        cascade,
-        ..
-    } = statement
-    else {
+    let Statement::Drop { object_type, if_exists, names, cascade, .. } = statement else {
         unreachable!("dispatched on Drop")
     };
     let (kind, tag) = match object_type {
         ObjectType::Table => (RelationKind::Table, "DROP TABLE"),
         ObjectType::MaterializedView => (RelationKind::MaterializedView, "DROP MATERIALIZED VIEW"),
-        other => {
-            return Err(WeirError::unsupported(format!(
-                "DROP {other} is not supported"
-            )))
-        }
+        other => return Err(WeirError::unsupported(format!("DROP {other} is not supported"))),
     };
     // Check every name before dropping any, so a failing statement changes nothing.
     let mut doomed = Vec::new();
@@ -57,10 +46,7 @@ pub async fn handle(fe: &Frontend, statement: Statement) -> Result<StatementResu
                 }
                 // Dependents first, most dependent first.
                 for d in dependents.into_iter().rev() {
-                    if !doomed
-                        .iter()
-                        .any(|x: &std::sync::Arc<crate::catalog::Relation>| x.def.id == d.def.id)
-                    {
+                    if !doomed.iter().any(|x: &std::sync::Arc<crate::catalog::Relation>| x.def.id == d.def.id) {
                         doomed.push(d);
                     }
                 }
@@ -73,6 +59,7 @@ pub async fn handle(fe: &Frontend, statement: Statement) -> Result<StatementResu
     for relation in doomed {
         if relation.def.kind == RelationKind::MaterializedView {
             fe.streaming().stop_view(relation.def.id).await;
+            crate::system::forget_view(&relation.def.name);
         }
         fe.catalog().drop_relation(&relation.def.name, true)?;
     }

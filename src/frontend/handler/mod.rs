@@ -40,14 +40,10 @@ pub async fn execute(
         Statement::CreateTable(_) => create_table::handle(fe, session, statement).await,
         Statement::Drop { .. } => drop::handle(fe, statement).await,
         Statement::CreateView(_) => create_view::handle(fe, session, statement).await,
-        Statement::Explain {
-            statement: inner, ..
-        } if matches!(inner.as_ref(), Statement::CreateView(_)) => {
+        Statement::Explain { statement: inner, .. } if matches!(inner.as_ref(), Statement::CreateView(_)) => {
             create_view::explain(fe, session, &inner).await
         }
-        Statement::ShowViews {
-            materialized: true, ..
-        } => show::materialized_views(fe),
+        Statement::ShowViews { materialized: true, .. } => show::materialized_views(fe),
         Statement::Query(_)
         | Statement::Insert(_)
         | Statement::Update(_)
@@ -57,30 +53,21 @@ pub async fn execute(
         Statement::ShowTables { .. } => show::tables(fe),
         Statement::ShowVariable { variable } => show::variable(session, &variable),
         Statement::ExplainTable { table_name, .. } => describe::handle(fe, &table_name),
-        Statement::ShowColumns { show_options, .. } => {
-            match show_options.show_in.and_then(|s| s.parent_name) {
-                Some(name) => describe::handle(fe, &name),
-                None => Err(WeirError::syntax("SHOW COLUMNS needs FROM <table>")),
-            }
-        }
+        Statement::ShowColumns { show_options, .. } => match show_options.show_in.and_then(|s| s.parent_name) {
+            Some(name) => describe::handle(fe, &name),
+            None => Err(WeirError::syntax("SHOW COLUMNS needs FROM <table>")),
+        },
         Statement::Set(set) => set::handle(session, set),
-        Statement::StartTransaction { .. }
-        | Statement::Commit { .. }
-        | Statement::Rollback { .. } => transaction::handle(statement),
+        Statement::StartTransaction { .. } | Statement::Commit { .. } | Statement::Rollback { .. } => {
+            transaction::handle(statement)
+        }
         Statement::Discard { .. } => Ok(StatementResult::command("DISCARD ALL")),
         Statement::Deallocate { .. } => Ok(StatementResult::command("DEALLOCATE")),
-        other => Err(WeirError::unsupported(format!(
-            "statement not supported: {}",
-            first_words(&other.to_string())
-        ))),
+        other => Err(WeirError::unsupported(format!("statement not supported: {}", first_words(&other.to_string())))),
     }
 }
 
-pub async fn describe(
-    fe: &Frontend,
-    session: &mut Session,
-    statement: &Statement,
-) -> Result<StatementDescription> {
+pub async fn describe(fe: &Frontend, session: &mut Session, statement: &Statement) -> Result<StatementDescription> {
     match statement {
         Statement::Query(_)
         | Statement::Insert(_)
@@ -98,34 +85,23 @@ pub async fn describe(
                 StatementResult::Rows { schema, .. } => Some(schema),
                 _ => None,
             };
-            Ok(StatementDescription {
-                parameters: vec![],
-                columns,
-            })
+            Ok(StatementDescription { parameters: vec![], columns })
         }
-        _ => Ok(StatementDescription {
-            parameters: vec![],
-            columns: None,
-        }),
+        _ => Ok(StatementDescription { parameters: vec![], columns: None }),
     }
 }
 
 /// Whether a statement changes table rows (and so must be visible after `implicit_flush`).
 pub fn writes_rows(statement: &Statement) -> bool {
-    matches!(
-        statement,
-        Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) | Statement::Truncate(_)
-    ) || matches!(statement, Statement::CreateTable(c) if c.query.is_some())
+    matches!(statement, Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) | Statement::Truncate(_))
+        || matches!(statement, Statement::CreateTable(c) if c.query.is_some())
 }
 
 /// A rows result from batches already in memory.
 pub fn rows(batch: RecordBatch) -> Result<StatementResult> {
     let schema = batch.schema();
     let stream = MemoryStream::try_new(vec![batch], Arc::clone(&schema), None)?;
-    Ok(StatementResult::Rows {
-        schema,
-        stream: Box::pin(stream),
-    })
+    Ok(StatementResult::Rows { schema, stream: Box::pin(stream) })
 }
 
 /// The relation name an object name refers to: unquoted identifiers fold to lower case, and the
@@ -150,16 +126,11 @@ pub fn relation_name(name: &ObjectName) -> Result<String> {
         [table] => Ok(fold(table)),
         [schema, table] | [_, schema, table] => {
             if fold(schema) != DEFAULT_SCHEMA {
-                return Err(WeirError::new(
-                    SqlState("3F000"),
-                    format!("schema \"{}\" does not exist", fold(schema)),
-                ));
+                return Err(WeirError::new(SqlState("3F000"), format!("schema \"{}\" does not exist", fold(schema))));
             }
             Ok(fold(table))
         }
-        _ => Err(WeirError::syntax(format!(
-            "improper qualified name: {name}"
-        ))),
+        _ => Err(WeirError::syntax(format!("improper qualified name: {name}"))),
     }
 }
 

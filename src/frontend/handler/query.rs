@@ -25,9 +25,7 @@ fn dml_tag(statement: &Statement) -> Option<&'static str> {
 
 pub async fn plan(session: &Session, statement: Statement) -> Result<LogicalPlan> {
     let state = session.ctx.state();
-    Ok(state
-        .statement_to_plan(DfStatement::Statement(Box::new(statement)))
-        .await?)
+    Ok(state.statement_to_plan(DfStatement::Statement(Box::new(statement))).await?)
 }
 
 pub async fn handle(
@@ -47,21 +45,10 @@ pub async fn handle(
             let count: u64 = batches
                 .iter()
                 .filter_map(|b| b.column_by_name("count"))
-                .filter_map(|c| {
-                    c.as_any()
-                        .downcast_ref::<UInt64Array>()
-                        .map(|a| a.iter().flatten().sum::<u64>())
-                })
+                .filter_map(|c| c.as_any().downcast_ref::<UInt64Array>().map(|a| a.iter().flatten().sum::<u64>()))
                 .sum();
-            let rows = if tag == "TRUNCATE TABLE" {
-                None
-            } else {
-                Some(count as usize)
-            };
-            Ok(StatementResult::Command {
-                tag: tag.to_string(),
-                rows,
-            })
+            let rows = if tag == "TRUNCATE TABLE" { None } else { Some(count as usize) };
+            Ok(StatementResult::Command { tag: tag.to_string(), rows })
         }
         None => {
             let schema = frame.schema().inner().clone();
@@ -77,12 +64,7 @@ pub async fn describe(session: &Session, statement: &Statement) -> Result<Statem
     let mut params: Vec<(usize, Option<_>)> = logical
         .get_parameter_types()?
         .into_iter()
-        .filter_map(|(name, ty)| {
-            name.trim_start_matches('$')
-                .parse::<usize>()
-                .ok()
-                .map(|i| (i, ty))
-        })
+        .filter_map(|(name, ty)| name.trim_start_matches('$').parse::<usize>().ok().map(|i| (i, ty)))
         .collect();
     params.sort_by_key(|(i, _)| *i);
     // $n may be used without $1..$n-1; fill the gaps so positions line up.
@@ -91,8 +73,5 @@ pub async fn describe(session: &Session, statement: &Statement) -> Result<Statem
     for (i, ty) in params {
         parameters[i - 1] = ty;
     }
-    Ok(StatementDescription {
-        parameters,
-        columns: returns_rows.then(|| logical.schema().inner().clone()),
-    })
+    Ok(StatementDescription { parameters, columns: returns_rows.then(|| logical.schema().inner().clone()) })
 }

@@ -9,9 +9,7 @@ use crate::frontend::{Session, StatementResult};
 
 pub fn handle(session: &mut Session, set: Set) -> Result<StatementResult> {
     match set {
-        Set::SingleAssignment {
-            variable, values, ..
-        } => {
+        Set::SingleAssignment { variable, values, .. } => {
             let name = variable.to_string();
             let value = setting_value(&values)?;
             session.set(&name, value)?;
@@ -20,14 +18,10 @@ pub fn handle(session: &mut Session, set: Set) -> Result<StatementResult> {
             let value = setting_value(std::slice::from_ref(&value))?;
             session.set("TimeZone", value)?;
         }
-        Set::SetNames { charset_name, .. } => {
-            session.set("client_encoding", Some(charset_name.value))?
-        }
+        Set::SetNames { charset_name, .. } => session.set("client_encoding", Some(charset_name.value))?,
         Set::SetTransaction { .. } => {}
         Set::SetRole { .. } | Set::SetSessionAuthorization(_) => {
-            return Err(WeirError::unsupported(
-                "SET ROLE and SET SESSION AUTHORIZATION are not supported",
-            ))
+            return Err(WeirError::unsupported("SET ROLE and SET SESSION AUTHORIZATION are not supported"))
         }
         other => return Err(WeirError::unsupported(format!("not supported: {other}"))),
     }
@@ -45,9 +39,7 @@ fn setting_value(values: &[Expr]) -> Result<Option<String>> {
                 Value::Boolean(b) => b.to_string(),
                 other => other.to_string(),
             },
-            Expr::Identifier(i) if i.value.eq_ignore_ascii_case("default") && values.len() == 1 => {
-                return Ok(None)
-            }
+            Expr::Identifier(i) if i.value.eq_ignore_ascii_case("default") && values.len() == 1 => return Ok(None),
             Expr::Identifier(i) => i.value.clone(),
             Expr::UnaryOp { .. } => v.to_string().replace(' ', ""),
             other => other.to_string(),

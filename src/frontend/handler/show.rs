@@ -12,27 +12,14 @@ use crate::error::Result;
 use crate::frontend::{Frontend, Session, StatementResult};
 
 fn text_columns(names: &[&str], columns: Vec<Vec<String>>) -> Result<StatementResult> {
-    let schema = Arc::new(Schema::new(
-        names
-            .iter()
-            .map(|n| Field::new(*n, DataType::Utf8, false))
-            .collect::<Vec<_>>(),
-    ));
-    let arrays = columns
-        .into_iter()
-        .map(|c| Arc::new(StringArray::from(c)) as _)
-        .collect();
+    let schema = Arc::new(Schema::new(names.iter().map(|n| Field::new(*n, DataType::Utf8, false)).collect::<Vec<_>>()));
+    let arrays = columns.into_iter().map(|c| Arc::new(StringArray::from(c)) as _).collect();
     rows(RecordBatch::try_new(schema, arrays)?)
 }
 
 fn names_of(fe: &Frontend, kind: RelationKind) -> Result<StatementResult> {
-    let mut names: Vec<String> = fe
-        .catalog()
-        .relations()
-        .iter()
-        .filter(|r| r.def.kind == kind)
-        .map(|r| r.def.name.clone())
-        .collect();
+    let mut names: Vec<String> =
+        fe.catalog().relations().iter().filter(|r| r.def.kind == kind).map(|r| r.def.name.clone()).collect();
     names.sort();
     text_columns(&["Name"], vec![names])
 }
@@ -61,10 +48,7 @@ pub fn variable(session: &Session, variable: &[Ident]) -> Result<StatementResult
             values.push(v);
             descriptions.push(d);
         }
-        return text_columns(
-            &["name", "setting", "description"],
-            vec![names, values, descriptions],
-        );
+        return text_columns(&["name", "setting", "description"], vec![names, values, descriptions]);
     }
     let name = match name.to_ascii_lowercase().as_str() {
         "time zone" => "TimeZone".to_string(),

@@ -12,18 +12,10 @@ use crate::frontend::StatementResult;
 
 pub fn handle(statement: Statement) -> Result<StatementResult> {
     match statement {
-        Statement::StartTransaction { .. } => Ok(StatementResult::TransactionStart {
-            tag: "BEGIN".into(),
-        }),
-        Statement::Commit { .. } => Ok(StatementResult::TransactionEnd {
-            tag: "COMMIT".into(),
-        }),
-        Statement::Rollback {
-            savepoint: Some(_), ..
-        } => Err(WeirError::unsupported("savepoints are not supported")),
-        Statement::Rollback { .. } => Ok(StatementResult::TransactionEnd {
-            tag: "ROLLBACK".into(),
-        }),
+        Statement::StartTransaction { .. } => Ok(StatementResult::TransactionStart { tag: "BEGIN".into() }),
+        Statement::Commit { .. } => Ok(StatementResult::TransactionEnd { tag: "COMMIT".into() }),
+        Statement::Rollback { savepoint: Some(_), .. } => Err(WeirError::unsupported("savepoints are not supported")),
+        Statement::Rollback { .. } => Ok(StatementResult::TransactionEnd { tag: "ROLLBACK".into() }),
         _ => unreachable!("dispatched on transaction statements"),
     }
 }
