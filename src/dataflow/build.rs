@@ -121,11 +121,13 @@ impl Builder<'_> {
                         return Err(unsupported(&format!("aggregate {expr}")));
                     };
                     let params = &f.params;
-                    if params.distinct || params.filter.is_some() || !params.order_by.is_empty() {
-                        return Err(unsupported("DISTINCT, FILTER or ORDER BY inside an aggregate"));
+                    if params.filter.is_some() || !params.order_by.is_empty() {
+                        return Err(unsupported("FILTER or ORDER BY inside an aggregate"));
                     }
-                    let kind = AggKind::from_name(f.func.name(), !params.args.is_empty())
-                        .ok_or_else(|| unsupported(&format!("the aggregate {}", f.func.name())))?;
+                    let kind = AggKind::from_name(f.func.name(), !params.args.is_empty(), params.distinct).ok_or_else(|| {
+                        let distinct = if params.distinct { "DISTINCT " } else { "" };
+                        unsupported(&format!("the aggregate {}({distinct}...)", f.func.name()))
+                    })?;
                     let arg = params.args.first().map(|e| self.physical(e, a.input.schema())).transpose()?;
                     aggs.push(AggSpec { kind, arg, output_type });
                 }

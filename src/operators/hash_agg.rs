@@ -1,4 +1,5 @@
-//! Grouped aggregation with retraction.
+//! Grouped aggregation with retraction: count, count(DISTINCT), sum, avg, min, max, bool_and,
+//! bool_or.
 //!
 //! Per group it keeps the number of input rows and one accumulator per aggregate, each able to
 //! take a row back: counts and sums subtract, `min` / `max` keep every value with its
@@ -34,18 +35,26 @@ pub enum AggKind {
     Avg,
     Min,
     Max,
+    /// `count(DISTINCT x)`.
+    CountDistinct,
+    BoolAnd,
+    BoolOr,
 }
 
 impl AggKind {
     /// The kind for a DataFusion aggregate function name, if Weir can maintain it.
-    pub fn from_name(name: &str, has_arg: bool) -> Option<AggKind> {
-        Some(match (name.to_ascii_lowercase().as_str(), has_arg) {
-            ("count", false) => AggKind::CountRows,
-            ("count", true) => AggKind::Count,
-            ("sum", true) => AggKind::Sum,
-            ("avg" | "mean", true) => AggKind::Avg,
-            ("min", true) => AggKind::Min,
-            ("max", true) => AggKind::Max,
+    pub fn from_name(name: &str, has_arg: bool, distinct: bool) -> Option<AggKind> {
+        Some(match (name.to_ascii_lowercase().as_str(), has_arg, distinct) {
+            ("count", false, false) => AggKind::CountRows,
+            ("count", true, false) => AggKind::Count,
+            ("count", true, true) => AggKind::CountDistinct,
+            ("sum", true, false) => AggKind::Sum,
+            ("avg" | "mean", true, false) => AggKind::Avg,
+            // DISTINCT does not change an extreme.
+            ("min", true, _) => AggKind::Min,
+            ("max", true, _) => AggKind::Max,
+            ("bool_and", true, _) => AggKind::BoolAnd,
+            ("bool_or", true, _) => AggKind::BoolOr,
             _ => return None,
         })
     }
@@ -78,6 +87,8 @@ enum Acc {
     Sum { sum: ScalarValue, values: i64 },
     Avg { sum: f64, values: i64 },
     Extreme { values: BTreeMap<Ordered, i64>, max: bool },
+    Distinct(BTreeMap<Ordered, i64>),
+    Bools { trues: i64, falses: i64 },
 }
 
 impl Acc {
@@ -88,6 +99,8 @@ impl Acc {
             AggKind::Avg => Acc::Avg { sum: 0.0, values: 0 },
             AggKind::Min => Acc::Extreme { values: BTreeMap::new(), max: false },
             AggKind::Max => Acc::Extreme { values: BTreeMap::new(), max: true },
+            AggKind::CountDistinct => Acc::Distinct(BTreeMap::new()),
+            AggKind::BoolAnd | AggKind::BoolOr => Acc::Bools { trues: 0, falses: 0 },
         })
     }
 
@@ -116,7 +129,7 @@ impl Acc {
                     *values += sign;
                 }
             }
-            Acc::Extreme { values, .. } => {
+            Acc::Extreme { values, .. } | Acc::Distinct(values) => {
                 if let Some(v) = value {
                     let key = Ordered(v);
                     let count = values.entry(key.clone()).or_insert(0);
@@ -126,6 +139,11 @@ impl Acc {
                     }
                 }
             }
+            Acc::Bools { trues, falses } => match value {
+                Some(ScalarValue::Boolean(Some(true))) => *trues += sign,
+                Some(ScalarValue::Boolean(Some(false))) => *falses += sign,
+                _ => {}
+            },
         }
         Ok(())
     }
@@ -150,6 +168,16 @@ impl Acc {
             Acc::Extreme { values, max } => {
                 let v = if *max { values.keys().next_back() } else { values.keys().next() };
                 v.map(|o| o.0.clone()).unwrap_or(ScalarValue::Null)
+            }
+            Acc::Distinct(values) => ScalarValue::Int64(Some(values.len() as i64)),
+            Acc::Bools { trues, falses } => {
+                if trues + falses == 0 {
+                    ScalarValue::Boolean(None)
+                } else if spec.kind == AggKind::BoolAnd {
+                    ScalarValue::Boolean(Some(*falses == 0))
+                } else {
+                    ScalarValue::Boolean(Some(*trues > 0))
+                }
             }
         };
         if out.is_null() {
