@@ -52,6 +52,37 @@ pub static VIEW_ERRORS_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
     )
 });
 
+/// Rows into and out of each operator of each view.
+pub static OPERATOR_ROWS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register(
+        IntCounterVec::new(
+            Opts::new("weir_operator_rows_total", "Rows into and out of view operators"),
+            &["view", "operator", "direction"],
+        )
+        .unwrap(),
+    )
+});
+
+/// Time from a barrier's injection to a view's commit of its epoch.
+pub static BARRIER_LATENCY_SECONDS: LazyLock<prometheus::HistogramVec> = LazyLock::new(|| {
+    register(
+        prometheus::HistogramVec::new(
+            HistogramOpts::new("weir_barrier_latency_seconds", "Barrier injection to view commit")
+                .buckets(vec![0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]),
+            &["view"],
+        )
+        .unwrap(),
+    )
+});
+
+/// The last epoch each view committed.
+pub static VIEW_EPOCH: LazyLock<prometheus::IntGaugeVec> = LazyLock::new(|| {
+    register(
+        prometheus::IntGaugeVec::new(Opts::new("weir_view_committed_epoch", "Last committed epoch"), &["view"])
+            .unwrap(),
+    )
+});
+
 /// Time to run a statement (until its result starts streaming).
 pub static STATEMENT_SECONDS: LazyLock<Histogram> = LazyLock::new(|| {
     register(
@@ -63,6 +94,7 @@ pub static STATEMENT_SECONDS: LazyLock<Histogram> = LazyLock::new(|| {
 pub fn render() -> String {
     // Touch the statics so that every metric is listed even before its first use.
     let _ = (&*CONNECTIONS_TOTAL, &*CONNECTIONS_ACTIVE, &*STATEMENTS_TOTAL, &*ERRORS_TOTAL, &*STATEMENT_SECONDS);
+    let _ = (&*VIEW_ERRORS_TOTAL, &*OPERATOR_ROWS, &*BARRIER_LATENCY_SECONDS, &*VIEW_EPOCH);
     let mut buf = Vec::new();
     TextEncoder::new().encode(&REGISTRY.gather(), &mut buf).expect("text encoding");
     String::from_utf8(buf).expect("utf-8 metrics")

@@ -38,7 +38,7 @@ struct Builder<'a> {
 }
 
 pub fn build(plan: &LogicalPlan, state: &dyn Session, catalog: &Catalog, view: &str) -> Result<Built> {
-    let mut b = Builder { state, catalog, view: view.to_string(), graph: Graph::default(), inputs: Vec::new() };
+    let mut b = Builder { state, catalog, view: view.to_string(), graph: Graph::new(view), inputs: Vec::new() };
     b.node(plan)?;
     Ok(Built { graph: b.graph, inputs: b.inputs })
 }
@@ -124,10 +124,12 @@ impl Builder<'_> {
                     if params.filter.is_some() || !params.order_by.is_empty() {
                         return Err(unsupported("FILTER or ORDER BY inside an aggregate"));
                     }
-                    let kind = AggKind::from_name(f.func.name(), !params.args.is_empty(), params.distinct).ok_or_else(|| {
-                        let distinct = if params.distinct { "DISTINCT " } else { "" };
-                        unsupported(&format!("the aggregate {}({distinct}...)", f.func.name()))
-                    })?;
+                    let kind = AggKind::from_name(f.func.name(), !params.args.is_empty(), params.distinct).ok_or_else(
+                        || {
+                            let distinct = if params.distinct { "DISTINCT " } else { "" };
+                            unsupported(&format!("the aggregate {}({distinct}...)", f.func.name()))
+                        },
+                    )?;
                     let arg = params.args.first().map(|e| self.physical(e, a.input.schema())).transpose()?;
                     aggs.push(AggSpec { kind, arg, output_type });
                 }

@@ -44,10 +44,11 @@ impl BarrierCoordinator {
     pub async fn inject(&self) -> Epoch {
         let _guard = self.inject_lock.lock().await;
         let epoch = self.epoch.fetch_add(1, Ordering::SeqCst) + 1;
+        let injected_at = std::time::Instant::now();
         for relation in self.hub.subscribed_relations() {
             let is_table = self.catalog.by_id(relation).is_some_and(|r| r.def.kind == RelationKind::Table);
             if is_table {
-                self.hub.publish(relation, vec![Message::Barrier(Barrier { epoch })]).await;
+                self.hub.publish(relation, vec![Message::Barrier(Barrier { epoch, injected_at })]).await;
             }
         }
         epoch

@@ -5,30 +5,42 @@
 //! is handed from node to parent until it leaves the root.
 
 use crate::error::Result;
+use crate::metrics;
 use crate::operators::operator::Operator;
 use crate::types::ChangeBatch;
 
 struct Node {
     op: Box<dyn Operator>,
+    rows_in: prometheus::IntCounter,
+    rows_out: prometheus::IntCounter,
     /// The parent node and which of its inputs this node feeds.
     parent: Option<(usize, usize)>,
 }
 
 #[derive(Default)]
 pub struct Graph {
+    /// The view, for metrics.
+    view: String,
     nodes: Vec<Node>,
     /// The leaf node reading each of the view's inputs.
     leaves: Vec<usize>,
 }
 
 impl Graph {
+    pub fn new(view: &str) -> Graph {
+        Graph { view: view.to_string(), ..Default::default() }
+    }
+
     /// Adds a node whose inputs are `children` (in input order); returns its index.
     pub fn add(&mut self, op: Box<dyn Operator>, children: &[usize]) -> usize {
         let index = self.nodes.len();
         for (slot, &child) in children.iter().enumerate() {
             self.nodes[child].parent = Some((index, slot));
         }
-        self.nodes.push(Node { op, parent: None });
+        let name = format!("{index}:{}", op.describe().split(':').next().unwrap_or("operator"));
+        let counter = |direction: &str| metrics::OPERATOR_ROWS.with_label_values(&[&self.view, &name, direction]);
+        let (rows_in, rows_out) = (counter("in"), counter("out"));
+        self.nodes.push(Node { op, rows_in, rows_out, parent: None });
         index
     }
 
@@ -47,6 +59,7 @@ impl Graph {
     pub fn push(&mut self, input: usize, batch: ChangeBatch) -> Result<Vec<ChangeBatch>> {
         let mut out = Vec::new();
         let leaf = self.leaves[input];
+        self.nodes[leaf].rows_in.inc_by(batch.num_rows() as u64);
         let produced = self.nodes[leaf].op.apply(0, batch)?;
         self.forward(leaf, produced, &mut out)?;
         Ok(out)
@@ -64,9 +77,11 @@ impl Graph {
 
     fn forward(&mut self, from: usize, batches: Vec<ChangeBatch>, out: &mut Vec<ChangeBatch>) -> Result<()> {
         for batch in batches.into_iter().filter(|b| !b.is_empty()) {
+            self.nodes[from].rows_out.inc_by(batch.num_rows() as u64);
             match self.nodes[from].parent {
                 None => out.push(batch),
                 Some((parent, slot)) => {
+                    self.nodes[parent].rows_in.inc_by(batch.num_rows() as u64);
                     let produced = self.nodes[parent].op.apply(slot, batch)?;
                     self.forward(parent, produced, out)?;
                 }

@@ -78,7 +78,8 @@ impl ViewJob {
                     Ok(out) => out.into_iter().for_each(|b| self.materialize.apply(b)),
                     Err(e) => self.report(&e),
                 },
-                Some(Message::Barrier(Barrier { epoch })) => {
+                Some(Message::Barrier(barrier)) => {
+                    let epoch = barrier.epoch;
                     // A barrier from before this view started (a view input catching up) only
                     // separates changes the view takes into its first epoch.
                     if epoch <= *self.committed.borrow() {
@@ -87,7 +88,7 @@ impl ViewJob {
                     waiting[input] = Some(epoch);
                     if waiting.iter().all(|w| w.is_some()) {
                         let epoch = waiting.iter().flatten().copied().min().unwrap_or(epoch);
-                        if let Err(e) = self.commit(epoch).await {
+                        if let Err(e) = self.commit(Barrier { epoch, ..barrier }).await {
                             self.report(&e);
                         }
                         waiting.iter_mut().for_each(|w| *w = None);
@@ -98,7 +99,8 @@ impl ViewJob {
         tracing::info!(view = %name, "view stopped");
     }
 
-    async fn commit(&mut self, epoch: Epoch) -> Result<()> {
+    async fn commit(&mut self, barrier: Barrier) -> Result<()> {
+        let epoch = barrier.epoch;
         let out = self.graph.barrier()?;
         out.into_iter().for_each(|b| self.materialize.apply(b));
         let (wb, changes) = self.materialize.barrier()?;
@@ -113,9 +115,14 @@ impl ViewJob {
         if let Some(changes) = changes {
             messages.push(Message::Data(changes));
         }
-        messages.push(Message::Barrier(Barrier { epoch }));
+        messages.push(Message::Barrier(barrier));
         self.changes.publish(self.relation.def.id, messages).await;
         self.committed.send_replace(epoch);
+        let view = self.relation.def.name.as_str();
+        metrics::BARRIER_LATENCY_SECONDS
+            .with_label_values(&[view])
+            .observe(barrier.injected_at.elapsed().as_secs_f64());
+        metrics::VIEW_EPOCH.with_label_values(&[view]).set(epoch as i64);
         Ok(())
     }
 

@@ -12,6 +12,8 @@ pub type Epoch = u64;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Barrier {
     pub epoch: Epoch,
+    /// When the coordinator injected it (views built on views keep the original time).
+    pub injected_at: std::time::Instant,
 }
 
 #[derive(Debug, Clone)]
