@@ -6,3 +6,8 @@ DELETE FROM t WHERE id = 2;
 -- An INSERT of an existing key replaces the row.
 INSERT INTO t VALUES (3, 'a', 5.0, now());
 SELECT name, count(*) AS n, sum(price) AS total FROM t GROUP BY name ORDER BY 1;
+-- A view that stays equal to its query as the table changes.
+CREATE MATERIALIZED VIEW IF NOT EXISTS spend AS SELECT name, count(*) AS n, sum(price) AS total FROM t GROUP BY name;
+INSERT INTO t VALUES (4, 'b', 7.5, now());
+FLUSH;
+SELECT * FROM spend ORDER BY name;
