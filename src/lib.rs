@@ -24,6 +24,7 @@
 //! - A user-visible error always carries a SQLSTATE; a failing statement never takes the server
 //!   or another session down.
 
+pub mod bench;
 pub mod catalog;
 pub mod config;
 pub mod dataflow;

@@ -20,6 +20,27 @@ struct Cli {
 enum Command {
     /// Run the server (the default).
     Serve(ServeArgs),
+    /// Measure throughput on this machine.
+    Bench {
+        #[command(subcommand)]
+        what: BenchCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum BenchCommand {
+    /// Rows/s through a keyed aggregate, a join, and a view's backfill (see src/bench.rs).
+    Streaming {
+        /// Rows to insert per scenario.
+        #[arg(long, default_value_t = 1_000_000)]
+        rows: u64,
+        /// Rows per INSERT statement.
+        #[arg(long, default_value_t = 100_000)]
+        batch: u64,
+        /// Scenarios to run: agg, join, backfill.
+        #[arg(long, value_delimiter = ',', default_value = "agg,join,backfill")]
+        scenarios: Vec<String>,
+    },
 }
 
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -48,6 +69,18 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let args = match cli.command {
         Some(Command::Serve(args)) => args,
+        Some(Command::Bench { what: BenchCommand::Streaming { rows, batch, scenarios } }) => {
+            tracing_subscriber::fmt().with_env_filter(EnvFilter::new("warn")).init();
+            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+            let options = weir::bench::BenchOptions { rows, batch: batch.max(1), scenarios };
+            return match runtime.block_on(weir::bench::run(options)) {
+                Ok(()) => std::process::ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("weir bench: {e}");
+                    std::process::ExitCode::FAILURE
+                }
+            };
+        }
         None => cli.serve,
     };
     let overrides = Overrides {

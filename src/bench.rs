@@ -1,0 +1,160 @@
+//! `weir bench streaming`: throughput of the streaming core on this machine, in process (no
+//! network), with RocksDB state and the default 1 s epochs, as a user would run Weir.
+//!
+//! Scenarios, each on a fresh temporary data directory:
+//! - `agg`: rows inserted into a table while a view keeps `count, sum, max` per key (10,000
+//!   keys) up to date; rows/s from the first INSERT until FLUSH returns.
+//! - `join`: the same rows joined with a 10,000-row dimension table and aggregated per region.
+//! - `backfill`: a view created over a table that already holds the rows.
+//!
+//! Prints one human line and one JSON line per scenario, with peak RSS.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::catalog::Catalog;
+use crate::config::StorageConfig;
+use crate::dataflow::manager::Streaming;
+use crate::error::{Result, WeirError};
+use crate::frontend::{Frontend, StatementResult};
+use crate::state::rocks::RocksStore;
+
+pub struct BenchOptions {
+    pub rows: u64,
+    pub batch: u64,
+    pub scenarios: Vec<String>,
+}
+
+struct Harness {
+    frontend: Frontend,
+    session: crate::frontend::Session,
+    _dir: tempdir::TempDir,
+}
+
+mod tempdir {
+    /// A directory removed on drop.
+    pub struct TempDir(pub std::path::PathBuf);
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+impl Harness {
+    async fn new() -> Result<Harness> {
+        let dir = std::env::temp_dir().join(format!("weir-bench-{}-{}", std::process::id(), rand_suffix()));
+        let store = Arc::new(RocksStore::open(&dir.join("state"), &StorageConfig::default())?);
+        let catalog = Arc::new(Catalog::open(store, "dev")?);
+        let streaming = Streaming::new(Arc::clone(&catalog), Duration::from_secs(1));
+        let frontend = Frontend::new(catalog, streaming).await?;
+        let session = frontend.new_session("bench");
+        Ok(Harness { frontend, session, _dir: tempdir::TempDir(dir) })
+    }
+
+    async fn run(&mut self, sql: &str) -> Result<()> {
+        for statement in self.frontend.parse(sql)? {
+            if let StatementResult::Rows { mut stream, .. } = self.frontend.execute(&mut self.session, statement, None).await? {
+                use futures::StreamExt;
+                while let Some(batch) = stream.next().await {
+                    batch?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn scalar_i64(&mut self, sql: &str) -> Result<i64> {
+        use datafusion::arrow::array::AsArray;
+        use datafusion::arrow::datatypes::Int64Type;
+        use futures::StreamExt;
+        let statement = self.frontend.parse(sql)?.remove(0);
+        let StatementResult::Rows { mut stream, .. } = self.frontend.execute(&mut self.session, statement, None).await? else {
+            return Err(WeirError::internal("expected rows"));
+        };
+        let batch = stream.next().await.ok_or_else(|| WeirError::internal("no row"))??;
+        let column = datafusion::arrow::compute::cast(batch.column(0), &datafusion::arrow::datatypes::DataType::Int64)?;
+        Ok(column.as_primitive::<Int64Type>().value(0))
+    }
+
+    async fn insert_events(&mut self, rows: u64, batch: u64) -> Result<()> {
+        let mut start = 0;
+        while start < rows {
+            let end = (start + batch).min(rows) - 1;
+            self.run(&format!(
+                "INSERT INTO events SELECT value % 10000, value % 997, value FROM generate_series({start}, {end})"
+            ))
+            .await?;
+            start = end + 1;
+        }
+        Ok(())
+    }
+}
+
+fn rand_suffix() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(0);
+    h.finish() % 1_000_000
+}
+
+/// Peak resident set size of this process, in MiB (Linux).
+fn peak_rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).map(|l| l.to_string()))
+        .and_then(|l| l.split_whitespace().nth(1).and_then(|kb| kb.parse::<f64>().ok()))
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(0.0)
+}
+
+const SETUP: &str = "CREATE TABLE events (k BIGINT, v BIGINT, seq BIGINT);
+     CREATE TABLE dim (k BIGINT PRIMARY KEY, region VARCHAR);
+     INSERT INTO dim SELECT value, 'r' || CAST(value % 10 AS VARCHAR) FROM generate_series(0, 9999);";
+
+async fn scenario(name: &str, options: &BenchOptions) -> Result<(f64, f64)> {
+    let mut h = Harness::new().await?;
+    h.run(SETUP).await?;
+    let view = match name {
+        "agg" | "backfill" => "CREATE MATERIALIZED VIEW per_key AS SELECT k, count(*) AS n, sum(v) AS s, max(v) AS top FROM events GROUP BY k",
+        "join" => "CREATE MATERIALIZED VIEW per_region AS SELECT d.region, count(*) AS n, sum(e.v) AS s FROM events e JOIN dim d ON e.k = d.k GROUP BY d.region",
+        other => return Err(WeirError::syntax(format!("unknown scenario {other}: agg, join, backfill"))),
+    };
+    let started;
+    if name == "backfill" {
+        h.insert_events(options.rows, options.batch).await?;
+        started = Instant::now();
+        h.run(view).await?;
+    } else {
+        h.run(view).await?;
+        started = Instant::now();
+        h.insert_events(options.rows, options.batch).await?;
+        h.run("FLUSH").await?;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    // The view must hold every row, or the figure means nothing.
+    let check = if name == "join" { "SELECT sum(n) FROM per_region" } else { "SELECT sum(n) FROM per_key" };
+    let counted = h.scalar_i64(check).await?;
+    if counted != options.rows as i64 {
+        return Err(WeirError::internal(format!("{name}: the view counts {counted} rows, expected {}", options.rows)));
+    }
+    Ok((options.rows as f64 / seconds, seconds))
+}
+
+pub async fn run(options: BenchOptions) -> Result<()> {
+    for name in &options.scenarios {
+        let (rate, seconds) = scenario(name, &options).await?;
+        let rss = peak_rss_mib();
+        println!(
+            "{name}: {} rows in {seconds:.2} s = {:.0} rows/s, peak RSS {rss:.0} MiB ({} cores)",
+            options.rows,
+            rate,
+            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+        );
+        println!(
+            "{{\"scenario\":\"{name}\",\"rows\":{},\"seconds\":{seconds:.3},\"rows_per_second\":{rate:.0},\"peak_rss_mib\":{rss:.0}}}",
+            options.rows
+        );
+    }
+    Ok(())
+}
