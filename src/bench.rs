@@ -46,7 +46,8 @@ impl Harness {
         let dir = std::env::temp_dir().join(format!("weir-bench-{}-{}", std::process::id(), rand_suffix()));
         let store = Arc::new(RocksStore::open(&dir.join("state"), &StorageConfig::default())?);
         let catalog = Arc::new(Catalog::open(store, "dev")?);
-        let streaming = Streaming::new(Arc::clone(&catalog), Duration::from_secs(1));
+        let streaming =
+            Streaming::new(Arc::clone(&catalog), Duration::from_secs(1), StorageConfig::default().state_cache_entries);
         let frontend = Frontend::new(catalog, streaming).await?;
         let session = frontend.new_session("bench");
         Ok(Harness { frontend, session, _dir: tempdir::TempDir(dir) })
@@ -54,7 +55,9 @@ impl Harness {
 
     async fn run(&mut self, sql: &str) -> Result<()> {
         for statement in self.frontend.parse(sql)? {
-            if let StatementResult::Rows { mut stream, .. } = self.frontend.execute(&mut self.session, statement, None).await? {
+            if let StatementResult::Rows { mut stream, .. } =
+                self.frontend.execute(&mut self.session, statement, None).await?
+            {
                 use futures::StreamExt;
                 while let Some(batch) = stream.next().await {
                     batch?;
@@ -69,7 +72,9 @@ impl Harness {
         use datafusion::arrow::datatypes::Int64Type;
         use futures::StreamExt;
         let statement = self.frontend.parse(sql)?.remove(0);
-        let StatementResult::Rows { mut stream, .. } = self.frontend.execute(&mut self.session, statement, None).await? else {
+        let StatementResult::Rows { mut stream, .. } =
+            self.frontend.execute(&mut self.session, statement, None).await?
+        else {
             return Err(WeirError::internal("expected rows"));
         };
         let batch = stream.next().await.ok_or_else(|| WeirError::internal("no row"))??;

@@ -55,11 +55,13 @@ pub struct StorageConfig {
     pub sync_writes: bool,
     /// RocksDB block cache, in MiB.
     pub block_cache_mb: usize,
+    /// Entries each operator state table of a view keeps in memory (the rest is in RocksDB).
+    pub state_cache_entries: usize,
 }
 
 impl Default for StorageConfig {
     fn default() -> Self {
-        StorageConfig { sync_writes: false, block_cache_mb: 256 }
+        StorageConfig { sync_writes: false, block_cache_mb: 256, state_cache_entries: 100_000 }
     }
 }
 

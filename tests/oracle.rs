@@ -117,7 +117,11 @@ async fn setup(client: &tokio_postgres::Client) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn views_equal_their_queries_after_random_changes() {
     for seed in [7u64, 1234567] {
-        let server = TestServer::start_with(&["--barrier-interval-ms", "50"]);
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("weir.toml");
+        // A tiny operator state cache, so state really goes to RocksDB and back.
+        std::fs::write(&config, "[storage]\nstate_cache_entries = 16\n").unwrap();
+        let server = TestServer::start_with(&["--barrier-interval-ms", "50", "--config", config.to_str().unwrap()]);
         let client = server.connect().await;
         setup(&client).await;
         check_views(&client, "after backfill").await;

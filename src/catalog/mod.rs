@@ -266,6 +266,8 @@ impl Catalog {
     pub fn clear(&self, relation: &Relation) -> Result<()> {
         let mut wb = WriteBatch::default();
         relation.table.clear(&mut wb);
+        let (start, end) = crate::state::keys::operator_state_range(relation.def.id);
+        wb.delete_range(start, end);
         self.store.write(wb)
     }
 
@@ -280,6 +282,8 @@ impl Catalog {
         };
         let mut wb = WriteBatch::default();
         persist::delete_relation(relation.def.id, &mut wb);
+        let (start, end) = crate::state::keys::operator_state_range(relation.def.id);
+        wb.delete_range(start, end);
         wb.delete(persist::sequence_key(&format!("rowid/{}", relation.def.id)));
         relation.table.clear(&mut wb);
         self.store.write(wb)?;

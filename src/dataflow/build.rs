@@ -10,7 +10,7 @@ use std::sync::Arc;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::Session;
 use datafusion::common::DFSchema;
-use datafusion::logical_expr::{Distinct, Expr, LogicalPlan};
+use datafusion::logical_expr::{Distinct, Expr, ExprSchemable, LogicalPlan};
 use datafusion::physical_expr::PhysicalExpr;
 
 use super::graph::Graph;
@@ -21,7 +21,8 @@ use crate::operators::hash_agg::{AggKind, AggSpec, HashAgg};
 use crate::operators::hash_join::HashJoin;
 use crate::operators::project::Project;
 use crate::operators::union::Union;
-use crate::state::keys::TableId;
+use crate::state::keyed::KeyedState;
+use crate::state::keys::{operator_state_table, TableId};
 
 pub struct Built {
     pub graph: Graph,
@@ -33,12 +34,34 @@ struct Builder<'a> {
     state: &'a dyn Session,
     catalog: &'a Catalog,
     view: String,
+    view_id: TableId,
     graph: Graph,
     inputs: Vec<TableId>,
+    /// The next operator state table number of this view.
+    next_state_table: u8,
+    cache_entries: usize,
 }
 
-pub fn build(plan: &LogicalPlan, state: &dyn Session, catalog: &Catalog, view: &str) -> Result<Built> {
-    let mut b = Builder { state, catalog, view: view.to_string(), graph: Graph::new(view), inputs: Vec::new() };
+/// Builds view `view_id`'s operators for `plan`; each operator state table caches at most
+/// `cache_entries` entries in memory.
+pub fn build(
+    plan: &LogicalPlan,
+    state: &dyn Session,
+    catalog: &Catalog,
+    view: &str,
+    view_id: TableId,
+    cache_entries: usize,
+) -> Result<Built> {
+    let mut b = Builder {
+        state,
+        catalog,
+        view: view.to_string(),
+        view_id,
+        graph: Graph::new(view),
+        inputs: Vec::new(),
+        next_state_table: 0,
+        cache_entries,
+    };
     b.node(plan)?;
     Ok(Built { graph: b.graph, inputs: b.inputs })
 }
@@ -48,6 +71,14 @@ fn unsupported(what: &str) -> WeirError {
 }
 
 impl Builder<'_> {
+    /// A new state table for an operator of this view.
+    fn state_table(&mut self) -> Result<KeyedState> {
+        let n = self.next_state_table;
+        self.next_state_table =
+            n.checked_add(1).ok_or_else(|| unsupported("a view with this many stateful operators"))?;
+        Ok(KeyedState::new(operator_state_table(self.view_id, n), Arc::clone(self.catalog.store()), self.cache_entries))
+    }
+
     fn physical(&self, expr: &Expr, input: &DFSchema) -> Result<Arc<dyn PhysicalExpr>> {
         Ok(self.state.create_physical_expr(expr.clone(), input)?)
     }
@@ -100,6 +131,8 @@ impl Builder<'_> {
             }
             LogicalPlan::Aggregate(a) => {
                 let child = self.node(&a.input)?;
+                let group_types =
+                    a.group_expr.iter().map(|e| Ok(e.get_type(a.input.schema())?)).collect::<Result<Vec<_>>>()?;
                 let group_by = a
                     .group_expr
                     .iter()
@@ -131,9 +164,12 @@ impl Builder<'_> {
                         },
                     )?;
                     let arg = params.args.first().map(|e| self.physical(e, a.input.schema())).transpose()?;
-                    aggs.push(AggSpec { kind, arg, output_type });
+                    let arg_type = params.args.first().map(|e| e.get_type(a.input.schema())).transpose()?;
+                    aggs.push(AggSpec { kind, arg, arg_type, output_type });
                 }
-                Ok(self.graph.add(Box::new(HashAgg::new(group_by, aggs, Self::schema(plan), &self.view)), &[child]))
+                let state = (self.state_table()?, self.state_table()?);
+                let op = HashAgg::new(group_by, group_types, aggs, Self::schema(plan), state, &self.view)?;
+                Ok(self.graph.add(Box::new(op), &[child]))
             }
             LogicalPlan::Distinct(Distinct::All(input)) => {
                 let child = self.node(input)?;
@@ -145,7 +181,10 @@ impl Builder<'_> {
                         )) as Arc<dyn PhysicalExpr>)
                     })
                     .collect::<Result<Vec<_>>>()?;
-                Ok(self.graph.add(Box::new(HashAgg::new(keys, vec![], Self::schema(plan), &self.view)), &[child]))
+                let types = input.schema().fields().iter().map(|f| f.data_type().clone()).collect();
+                let state = (self.state_table()?, self.state_table()?);
+                let op = HashAgg::new(keys, types, vec![], Self::schema(plan), state, &self.view)?;
+                Ok(self.graph.add(Box::new(op), &[child]))
             }
             LogicalPlan::Join(j) => {
                 if j.on.is_empty() {

@@ -7,6 +7,7 @@
 use crate::error::Result;
 use crate::metrics;
 use crate::operators::operator::Operator;
+use crate::state::store::WriteBatch;
 use crate::types::ChangeBatch;
 
 struct Node {
@@ -65,12 +66,16 @@ impl Graph {
         Ok(out)
     }
 
-    /// The epoch is complete: flushes every operator, children first; returns the root's output.
-    pub fn barrier(&mut self) -> Result<Vec<ChangeBatch>> {
+    /// The epoch is complete: flushes every operator, children first, and adds their state
+    /// changes to `wb`; returns the root's output.
+    pub fn barrier(&mut self, wb: &mut WriteBatch) -> Result<Vec<ChangeBatch>> {
         let mut out = Vec::new();
         for index in 0..self.nodes.len() {
             let produced = self.nodes[index].op.on_barrier()?;
             self.forward(index, produced, &mut out)?;
+        }
+        for node in &mut self.nodes {
+            node.op.flush_state(wb);
         }
         Ok(out)
     }

@@ -22,7 +22,7 @@ use crate::catalog::Relation;
 use crate::error::{Result, WeirError};
 use crate::metrics;
 use crate::operators::materialize::Materialize;
-use crate::state::store::StateStore;
+use crate::state::store::{StateStore, WriteBatch};
 use crate::types::{Barrier, ChangeBatch, Epoch, Message};
 
 pub struct ViewJob {
@@ -47,9 +47,11 @@ impl ViewJob {
                 }
             }
         }
-        let out = self.graph.barrier()?;
+        let mut wb = WriteBatch::default();
+        let out = self.graph.barrier(&mut wb)?;
         out.into_iter().for_each(|b| self.materialize.apply(b));
-        let (wb, _) = self.materialize.barrier()?;
+        let (view_wb, _) = self.materialize.barrier()?;
+        wb.ops.extend(view_wb.ops);
         let store = Arc::clone(&self.store);
         tokio::task::spawn_blocking(move || store.write(wb))
             .await
@@ -101,9 +103,11 @@ impl ViewJob {
 
     async fn commit(&mut self, barrier: Barrier) -> Result<()> {
         let epoch = barrier.epoch;
-        let out = self.graph.barrier()?;
+        let mut wb = WriteBatch::default();
+        let out = self.graph.barrier(&mut wb)?;
         out.into_iter().for_each(|b| self.materialize.apply(b));
-        let (wb, changes) = self.materialize.barrier()?;
+        let (view_wb, changes) = self.materialize.barrier()?;
+        wb.ops.extend(view_wb.ops);
         let _guard = self.relation.write_lock.lock().await;
         if !wb.is_empty() {
             let store = Arc::clone(&self.store);

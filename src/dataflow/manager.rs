@@ -26,15 +26,17 @@ use crate::state::keys::TableId;
 
 pub struct Streaming {
     catalog: Arc<Catalog>,
+    /// Entries each operator state table may cache in memory.
+    pub state_cache_entries: usize,
     pub coordinator: Arc<BarrierCoordinator>,
     jobs: parking_lot::Mutex<HashMap<TableId, JoinHandle<()>>>,
 }
 
 impl Streaming {
-    pub fn new(catalog: Arc<Catalog>, barrier_interval: Duration) -> Arc<Streaming> {
+    pub fn new(catalog: Arc<Catalog>, barrier_interval: Duration, state_cache_entries: usize) -> Arc<Streaming> {
         let coordinator = BarrierCoordinator::new(Arc::clone(&catalog.changes), Arc::clone(&catalog));
         coordinator.start_ticker(barrier_interval);
-        Arc::new(Streaming { catalog, coordinator, jobs: parking_lot::Mutex::new(HashMap::new()) })
+        Arc::new(Streaming { catalog, state_cache_entries, coordinator, jobs: parking_lot::Mutex::new(HashMap::new()) })
     }
 
     /// Waits until every change made so far is visible in every view.

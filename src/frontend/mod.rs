@@ -81,7 +81,8 @@ impl Frontend {
                     Some(Statement::Sql(s)) => s,
                     _ => return Err(crate::error::WeirError::internal("view definition is not a statement")),
                 };
-                let (_, built) = handler::create_view::plan_view(self, &session, &name, &statement).await?;
+                let (_, logical) = handler::create_view::plan_view(&session, &statement).await?;
+                let built = handler::create_view::build_view(self, &session, &logical, &name, relation.def.id)?;
                 self.streaming.start_view(Arc::clone(&relation), built).await
             };
             match started.await {

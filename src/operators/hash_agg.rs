@@ -2,26 +2,31 @@
 //! bool_or.
 //!
 //! Per group it keeps the number of input rows and one accumulator per aggregate, each able to
-//! take a row back: counts and sums subtract, `min` / `max` keep every value with its
-//! multiplicity so that deleting the current extreme reveals the next one. Changes are applied
-//! as they arrive; at each barrier every group touched in the epoch emits its change once
-//! (`U-` old row, `U+` new row; `-` when its last row left, `+` when it appeared). An aggregate
-//! without GROUP BY has one group that always exists, as in SQL (`count(*)` of nothing is 0).
+//! take a row back: counts and sums subtract, and `min`, `max` and `count(DISTINCT)` keep every
+//! value with its multiplicity, so deleting the current extreme reveals the next one. Changes
+//! are applied as they arrive; at each barrier every group touched in the epoch emits its
+//! change once (`U-` old row, `U+` new row; `-` when its last row left, `+` when it appeared).
+//! An aggregate without GROUP BY has one group that always exists, as in SQL.
 //!
-//! State lives in memory for now (see docs/architecture.md, "Streaming").
+//! State is in the store ([`KeyedState`], bounded cache): table 0 holds each group's counters
+//! and last emitted row, keyed by the group key; table 1 the value multisets, keyed by group
+//! key, aggregate and value (memcomparable, so the first and last entries are min and max).
+//! Only the groups touched in the current epoch are held in memory.
 
-use std::cmp::Ordering;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, RecordBatch};
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::common::ScalarValue;
 use datafusion::physical_expr::PhysicalExpr;
 
 use super::eval::evaluate;
 use super::operator::Operator;
 use crate::error::{Result, WeirError};
+use crate::state::keyed::KeyedState;
+use crate::state::store::WriteBatch;
 use crate::types::{ChangeBatch, Op};
 
 /// What an aggregate computes.
@@ -58,56 +63,173 @@ impl AggKind {
             _ => return None,
         })
     }
+
+    /// Whether the aggregate keeps its values (with multiplicities) in the multiset table.
+    fn keeps_values(self) -> bool {
+        matches!(self, AggKind::Min | AggKind::Max | AggKind::CountDistinct)
+    }
 }
 
 pub struct AggSpec {
     pub kind: AggKind,
     pub arg: Option<Arc<dyn PhysicalExpr>>,
+    /// The argument's type (None for `count(*)`).
+    pub arg_type: Option<DataType>,
     /// The output column's type.
     pub output_type: DataType,
 }
 
-/// A ScalarValue with a total order, for min/max multisets.
+/// One aggregate's counters for one group. Value multisets are in the store.
 #[derive(Debug, Clone, PartialEq)]
-struct Ordered(ScalarValue);
-impl Eq for Ordered {}
-impl PartialOrd for Ordered {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Ordered {
-    fn cmp(&self, other: &Self) -> Ordering {
-        self.0.partial_cmp(&other.0).unwrap_or(Ordering::Equal)
-    }
-}
-
 enum Acc {
     Count(i64),
-    Sum { sum: ScalarValue, values: i64 },
-    Avg { sum: f64, values: i64 },
-    Extreme { values: BTreeMap<Ordered, i64>, max: bool },
-    Distinct(BTreeMap<Ordered, i64>),
-    Bools { trues: i64, falses: i64 },
+    Sum {
+        sum: Option<ScalarValue>,
+        values: i64,
+    },
+    Avg {
+        sum: f64,
+        values: i64,
+    },
+    /// min / max: everything is in the multiset.
+    Extreme,
+    Distinct(i64),
+    Bools {
+        trues: i64,
+        falses: i64,
+    },
 }
 
-impl Acc {
-    fn new(spec: &AggSpec) -> Result<Acc> {
-        Ok(match spec.kind {
-            AggKind::CountRows | AggKind::Count => Acc::Count(0),
-            AggKind::Sum => Acc::Sum { sum: ScalarValue::new_zero(&spec.output_type)?, values: 0 },
-            AggKind::Avg => Acc::Avg { sum: 0.0, values: 0 },
-            AggKind::Min => Acc::Extreme { values: BTreeMap::new(), max: false },
-            AggKind::Max => Acc::Extreme { values: BTreeMap::new(), max: true },
-            AggKind::CountDistinct => Acc::Distinct(BTreeMap::new()),
-            AggKind::BoolAnd | AggKind::BoolOr => Acc::Bools { trues: 0, falses: 0 },
-        })
+#[derive(Debug, Clone)]
+struct Group {
+    rows: i64,
+    accs: Vec<Acc>,
+    /// The row last emitted for this group (output-row encoding).
+    emitted: Option<Vec<u8>>,
+}
+
+/// Codec of single scalars of one type, through arrow-row (reversible and memcomparable).
+struct ScalarCodec(RowConverter);
+
+impl ScalarCodec {
+    fn new(data_type: &DataType) -> Result<ScalarCodec> {
+        Ok(ScalarCodec(RowConverter::new(vec![SortField::new(data_type.clone())])?))
+    }
+    fn encode(&self, v: &ScalarValue) -> Result<Vec<u8>> {
+        let rows = self.0.convert_columns(&[v.to_array()?])?;
+        Ok(rows.row(0).as_ref().to_vec())
+    }
+    fn decode(&self, bytes: &[u8]) -> Result<ScalarValue> {
+        let parser = self.0.parser();
+        let arrays = self.0.convert_rows([parser.parse(bytes)])?;
+        Ok(ScalarValue::try_from_array(&arrays[0], 0)?)
+    }
+}
+
+pub struct HashAgg {
+    group_by: Vec<Arc<dyn PhysicalExpr>>,
+    /// Encodes group keys (None without GROUP BY: the one group's key is empty).
+    group_codec: Option<RowConverter>,
+    aggs: Vec<AggSpec>,
+    /// Per aggregate: sums' values (by output type) or multiset values (by argument type).
+    value_codecs: Vec<Option<ScalarCodec>>,
+    output_codec: RowConverter,
+    schema: SchemaRef,
+    groups: KeyedState,
+    values: KeyedState,
+    /// Groups touched in this epoch.
+    dirty: HashMap<Vec<u8>, Group>,
+    view: String,
+}
+
+impl HashAgg {
+    pub fn new(
+        group_by: Vec<Arc<dyn PhysicalExpr>>,
+        group_types: Vec<DataType>,
+        aggs: Vec<AggSpec>,
+        schema: SchemaRef,
+        state: (KeyedState, KeyedState),
+        view: &str,
+    ) -> Result<HashAgg> {
+        let group_codec = if group_types.is_empty() {
+            None
+        } else {
+            Some(RowConverter::new(group_types.into_iter().map(SortField::new).collect())?)
+        };
+        let value_codecs = aggs
+            .iter()
+            .map(|a| match a.kind {
+                AggKind::Sum => ScalarCodec::new(&a.output_type).map(Some),
+                k if k.keeps_values() => ScalarCodec::new(a.arg_type.as_ref().expect("an argument")).map(Some),
+                _ => Ok(None),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let output_codec =
+            RowConverter::new(schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect())?;
+        let mut agg = HashAgg {
+            group_by,
+            group_codec,
+            aggs,
+            value_codecs,
+            output_codec,
+            schema,
+            groups: state.0,
+            values: state.1,
+            dirty: HashMap::new(),
+            view: view.to_string(),
+        };
+        if agg.group_codec.is_none() {
+            // The one group of a global aggregate exists from the start.
+            let group = agg.load(&[])?;
+            agg.dirty.insert(vec![], group);
+        }
+        Ok(agg)
     }
 
-    /// Adds (`sign` 1) or takes back (`sign` -1) one row's value.
-    fn update(&mut self, spec: &AggSpec, value: Option<ScalarValue>, sign: i64) -> Result<()> {
+    fn new_group(&self) -> Group {
+        let accs = self
+            .aggs
+            .iter()
+            .map(|a| match a.kind {
+                AggKind::CountRows | AggKind::Count => Acc::Count(0),
+                AggKind::Sum => Acc::Sum { sum: None, values: 0 },
+                AggKind::Avg => Acc::Avg { sum: 0.0, values: 0 },
+                AggKind::Min | AggKind::Max => Acc::Extreme,
+                AggKind::CountDistinct => Acc::Distinct(0),
+                AggKind::BoolAnd | AggKind::BoolOr => Acc::Bools { trues: 0, falses: 0 },
+            })
+            .collect();
+        Group { rows: 0, accs, emitted: None }
+    }
+
+    /// The group's state: this epoch's, else the store's, else new.
+    fn load(&mut self, key: &[u8]) -> Result<Group> {
+        match self.groups.get(key, key.len())? {
+            Some(bytes) => self.decode_group(&bytes),
+            None => Ok(self.new_group()),
+        }
+    }
+
+    fn multiset_key(group: &[u8], agg: usize, value: &[u8]) -> Vec<u8> {
+        let mut k = Vec::with_capacity(group.len() + 1 + value.len());
+        k.extend_from_slice(group);
+        k.push(agg as u8);
+        k.extend_from_slice(value);
+        k
+    }
+
+    /// Adds (`sign` 1) or takes back (`sign` -1) one row's value of aggregate `i`.
+    fn update(
+        &mut self,
+        group_key: &[u8],
+        group: &mut Group,
+        i: usize,
+        value: Option<ScalarValue>,
+        sign: i64,
+    ) -> Result<()> {
         let value = value.filter(|v| !v.is_null());
-        match self {
+        let spec = &self.aggs[i];
+        match &mut group.accs[i] {
             Acc::Count(n) => {
                 if spec.kind == AggKind::CountRows || value.is_some() {
                     *n += sign;
@@ -116,7 +238,11 @@ impl Acc {
             Acc::Sum { sum, values } => {
                 if let Some(v) = value {
                     let v = v.cast_to(&spec.output_type)?;
-                    *sum = if sign > 0 { sum.add_checked(&v)? } else { sum.sub_checked(&v)? };
+                    let current = match sum.take() {
+                        Some(s) => s,
+                        None => ScalarValue::new_zero(&spec.output_type)?,
+                    };
+                    *sum = Some(if sign > 0 { current.add_checked(&v)? } else { current.sub_checked(&v)? });
                     *values += sign;
                 }
             }
@@ -129,54 +255,66 @@ impl Acc {
                     *values += sign;
                 }
             }
-            Acc::Extreme { values, .. } | Acc::Distinct(values) => {
-                if let Some(v) = value {
-                    let key = Ordered(v);
-                    let count = values.entry(key.clone()).or_insert(0);
-                    *count += sign;
-                    if *count == 0 {
-                        values.remove(&key);
-                    }
-                }
-            }
             Acc::Bools { trues, falses } => match value {
                 Some(ScalarValue::Boolean(Some(true))) => *trues += sign,
                 Some(ScalarValue::Boolean(Some(false))) => *falses += sign,
                 _ => {}
             },
+            acc @ (Acc::Extreme | Acc::Distinct(_)) => {
+                let Some(v) = value else { return Ok(()) };
+                let encoded = self.value_codecs[i].as_ref().expect("codec").encode(&v)?;
+                let key = Self::multiset_key(group_key, i, &encoded);
+                let before = match self.values.get(&key, group_key.len())? {
+                    Some(b) => i64::from_le_bytes(b.as_slice().try_into().map_err(|_| corrupt())?),
+                    None => 0,
+                };
+                let after = before + sign;
+                if after == 0 {
+                    self.values.delete(&key, group_key.len());
+                } else {
+                    self.values.put(&key, group_key.len(), after.to_le_bytes().to_vec());
+                }
+                if let Acc::Distinct(n) = acc {
+                    *n += (after > 0) as i64 - (before > 0) as i64;
+                }
+            }
         }
         Ok(())
     }
 
-    fn value(&self, spec: &AggSpec) -> Result<ScalarValue> {
-        let out = match self {
+    fn value(&self, group_key: &[u8], group: &Group, i: usize) -> Result<ScalarValue> {
+        let spec = &self.aggs[i];
+        let out = match &group.accs[i] {
             Acc::Count(n) => ScalarValue::Int64(Some(*n)),
-            Acc::Sum { sum, values } => {
-                if *values == 0 {
-                    ScalarValue::try_from(&spec.output_type)?
-                } else {
-                    sum.clone()
-                }
-            }
+            Acc::Sum { sum, values } => match sum {
+                Some(s) if *values > 0 => s.clone(),
+                _ => ScalarValue::Null,
+            },
             Acc::Avg { sum, values } => {
                 if *values == 0 {
-                    ScalarValue::Float64(None)
+                    ScalarValue::Null
                 } else {
                     ScalarValue::Float64(Some(sum / *values as f64))
                 }
             }
-            Acc::Extreme { values, max } => {
-                let v = if *max { values.keys().next_back() } else { values.keys().next() };
-                v.map(|o| o.0.clone()).unwrap_or(ScalarValue::Null)
-            }
-            Acc::Distinct(values) => ScalarValue::Int64(Some(values.len() as i64)),
+            Acc::Distinct(n) => ScalarValue::Int64(Some(*n)),
             Acc::Bools { trues, falses } => {
                 if trues + falses == 0 {
-                    ScalarValue::Boolean(None)
+                    ScalarValue::Null
                 } else if spec.kind == AggKind::BoolAnd {
                     ScalarValue::Boolean(Some(*falses == 0))
                 } else {
                     ScalarValue::Boolean(Some(*trues > 0))
+                }
+            }
+            Acc::Extreme => {
+                let mut prefix = group_key.to_vec();
+                prefix.push(i as u8);
+                let entries = self.values.scan_prefix(&prefix, group_key.len())?;
+                let pick = if spec.kind == AggKind::Max { entries.last() } else { entries.first() };
+                match pick {
+                    Some((k, _)) => self.value_codecs[i].as_ref().expect("codec").decode(&k[prefix.len()..])?,
+                    None => ScalarValue::Null,
                 }
             }
         };
@@ -185,52 +323,124 @@ impl Acc {
         }
         Ok(out.cast_to(&spec.output_type)?)
     }
-}
 
-struct Group {
-    rows: i64,
-    accs: Vec<Acc>,
-    /// The row last emitted for this group.
-    emitted: Option<Vec<ScalarValue>>,
-}
-
-pub struct HashAgg {
-    group_by: Vec<Arc<dyn PhysicalExpr>>,
-    aggs: Vec<AggSpec>,
-    schema: SchemaRef,
-    groups: HashMap<Vec<ScalarValue>, Group>,
-    dirty: HashSet<Vec<ScalarValue>>,
-    view: String,
-}
-
-impl HashAgg {
-    pub fn new(group_by: Vec<Arc<dyn PhysicalExpr>>, aggs: Vec<AggSpec>, schema: SchemaRef, view: &str) -> HashAgg {
-        let mut agg =
-            HashAgg { group_by, aggs, schema, groups: HashMap::new(), dirty: HashSet::new(), view: view.to_string() };
-        if agg.group_by.is_empty() {
-            // The one group of a global aggregate exists from the start.
-            agg.dirty.insert(vec![]);
+    fn encode_group(&self, group: &Group) -> Result<Vec<u8>> {
+        let mut out = Vec::with_capacity(64);
+        out.extend_from_slice(&group.rows.to_le_bytes());
+        let bytes = |out: &mut Vec<u8>, b: &[u8]| {
+            out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+            out.extend_from_slice(b);
+        };
+        for (i, acc) in group.accs.iter().enumerate() {
+            match acc {
+                Acc::Count(n) | Acc::Distinct(n) => out.extend_from_slice(&n.to_le_bytes()),
+                Acc::Sum { sum, values } => {
+                    out.extend_from_slice(&values.to_le_bytes());
+                    match sum {
+                        Some(s) => {
+                            out.push(1);
+                            bytes(&mut out, &self.value_codecs[i].as_ref().expect("codec").encode(s)?);
+                        }
+                        None => out.push(0),
+                    }
+                }
+                Acc::Avg { sum, values } => {
+                    out.extend_from_slice(&sum.to_le_bytes());
+                    out.extend_from_slice(&values.to_le_bytes());
+                }
+                Acc::Extreme => {}
+                Acc::Bools { trues, falses } => {
+                    out.extend_from_slice(&trues.to_le_bytes());
+                    out.extend_from_slice(&falses.to_le_bytes());
+                }
+            }
         }
-        agg
+        match &group.emitted {
+            Some(e) => {
+                out.push(1);
+                bytes(&mut out, e);
+            }
+            None => out.push(0),
+        }
+        Ok(out)
     }
 
-    fn group_row(&self, key: &[ScalarValue], group: &Group) -> Result<Vec<ScalarValue>> {
-        let mut row = key.to_vec();
-        for (acc, spec) in group.accs.iter().zip(&self.aggs) {
-            row.push(acc.value(spec)?);
+    fn decode_group(&self, bytes: &[u8]) -> Result<Group> {
+        let mut r = Reader { bytes, at: 0 };
+        let rows = r.i64()?;
+        let mut accs = Vec::with_capacity(self.aggs.len());
+        for (i, spec) in self.aggs.iter().enumerate() {
+            accs.push(match spec.kind {
+                AggKind::CountRows | AggKind::Count => Acc::Count(r.i64()?),
+                AggKind::CountDistinct => Acc::Distinct(r.i64()?),
+                AggKind::Sum => {
+                    let values = r.i64()?;
+                    let sum = if r.u8()? == 1 {
+                        Some(self.value_codecs[i].as_ref().expect("codec").decode(r.slice()?)?)
+                    } else {
+                        None
+                    };
+                    Acc::Sum { sum, values }
+                }
+                AggKind::Avg => {
+                    Acc::Avg { sum: f64::from_le_bytes(r.take(8)?.try_into().expect("8 bytes")), values: r.i64()? }
+                }
+                AggKind::Min | AggKind::Max => Acc::Extreme,
+                AggKind::BoolAnd | AggKind::BoolOr => Acc::Bools { trues: r.i64()?, falses: r.i64()? },
+            });
         }
-        Ok(row)
+        let emitted = if r.u8()? == 1 { Some(r.slice()?.to_vec()) } else { None };
+        Ok(Group { rows, accs, emitted })
     }
 
-    fn rows_to_batch(&self, rows: &[Vec<ScalarValue>], ops: Vec<Op>) -> Result<ChangeBatch> {
+    fn rows_to_batch(&self, rows: &[Vec<ScalarValue>]) -> Result<RecordBatch> {
         let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.schema.fields().len());
         for (i, field) in self.schema.fields().iter().enumerate() {
             let values =
                 rows.iter().map(|r| r[i].cast_to(field.data_type())).collect::<datafusion::error::Result<Vec<_>>>()?;
             columns.push(ScalarValue::iter_to_array(values)?);
         }
-        Ok(ChangeBatch::new(RecordBatch::try_new(Arc::clone(&self.schema), columns)?, ops))
+        Ok(RecordBatch::try_new(Arc::clone(&self.schema), columns)?)
     }
+
+    fn decode_rows(&self, rows: &[&[u8]]) -> Result<Vec<Vec<ScalarValue>>> {
+        if rows.is_empty() {
+            return Ok(vec![]);
+        }
+        let parser = self.output_codec.parser();
+        let arrays = self.output_codec.convert_rows(rows.iter().map(|r| parser.parse(r)))?;
+        (0..rows.len())
+            .map(|row| arrays.iter().map(|a| Ok(ScalarValue::try_from_array(a, row)?)).collect::<Result<Vec<_>>>())
+            .collect()
+    }
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        let end = self.at + n;
+        let out = self.bytes.get(self.at..end).ok_or_else(corrupt)?;
+        self.at = end;
+        Ok(out)
+    }
+    fn i64(&mut self) -> Result<i64> {
+        Ok(i64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+    }
+    fn u8(&mut self) -> Result<u8> {
+        Ok(self.take(1)?[0])
+    }
+    fn slice(&mut self) -> Result<&'a [u8]> {
+        let n = u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")) as usize;
+        self.take(n)
+    }
+}
+
+fn corrupt() -> WeirError {
+    WeirError::new(crate::error::SqlState::DATA_CORRUPTED, "aggregate state is corrupt")
 }
 
 impl Operator for HashAgg {
@@ -246,87 +456,131 @@ impl Operator for HashAgg {
 
     fn apply(&mut self, _input: usize, batch: ChangeBatch) -> Result<Vec<ChangeBatch>> {
         let keys = self.group_by.iter().map(|e| evaluate(e, &batch.data, &self.view)).collect::<Result<Vec<_>>>()?;
+        let encoded = match &self.group_codec {
+            Some(codec) => Some(codec.convert_columns(&keys)?),
+            None => None,
+        };
         let args = self
             .aggs
             .iter()
             .map(|a| a.arg.as_ref().map(|e| evaluate(e, &batch.data, &self.view)).transpose())
             .collect::<Result<Vec<_>>>()?;
         for (row, op) in batch.ops.iter().enumerate() {
-            let key = keys
-                .iter()
-                .map(|k| ScalarValue::try_from_array(k, row))
-                .collect::<datafusion::error::Result<Vec<_>>>()?;
-            if !self.groups.contains_key(&key) {
-                let accs = self.aggs.iter().map(Acc::new).collect::<Result<Vec<_>>>()?;
-                self.groups.insert(key.clone(), Group { rows: 0, accs, emitted: None });
-            }
-            let group = self.groups.get_mut(&key).expect("inserted");
+            let key: Vec<u8> = encoded.as_ref().map(|e| e.row(row).as_ref().to_vec()).unwrap_or_default();
+            let mut group = match self.dirty.remove(&key) {
+                Some(g) => g,
+                None => self.load(&key)?,
+            };
             let sign = op.sign();
             group.rows += sign;
-            for ((acc, spec), arg) in group.accs.iter_mut().zip(&self.aggs).zip(&args) {
+            for (i, arg) in args.iter().enumerate() {
                 let value = arg.as_ref().map(|a| ScalarValue::try_from_array(a, row)).transpose()?;
-                acc.update(spec, value, sign)?;
+                self.update(&key, &mut group, i, value, sign)?;
             }
-            self.dirty.insert(key);
+            self.dirty.insert(key, group);
         }
         Ok(vec![])
     }
 
     fn on_barrier(&mut self) -> Result<Vec<ChangeBatch>> {
-        let mut rows = Vec::new();
-        let mut ops = Vec::new();
-        let global = self.group_by.is_empty();
-        for key in std::mem::take(&mut self.dirty) {
-            if global && !self.groups.contains_key(&key) {
-                let accs = self.aggs.iter().map(Acc::new).collect::<Result<Vec<_>>>()?;
-                self.groups.insert(key.clone(), Group { rows: 0, accs, emitted: None });
-            }
-            let Some(group) = self.groups.get(&key) else {
-                continue;
-            };
-            let new = if group.rows > 0 || global { Some(self.group_row(&key, group)?) } else { None };
-            let old = group.emitted.clone();
-            if old == new {
-                continue;
-            }
-            match (old, &new) {
-                (Some(old), Some(new)) => {
-                    rows.push(old);
-                    ops.push(Op::UpdateDelete);
-                    rows.push(new.clone());
-                    ops.push(Op::UpdateInsert);
-                }
-                (Some(old), None) => {
-                    rows.push(old);
-                    ops.push(Op::Delete);
-                }
-                (None, Some(new)) => {
-                    rows.push(new.clone());
-                    ops.push(Op::Insert);
-                }
-                (None, None) => {}
-            }
-            if new.is_none() {
-                self.groups.remove(&key);
-            } else if let Some(group) = self.groups.get_mut(&key) {
-                group.emitted = new;
-            }
-        }
-        if rows.is_empty() {
+        let global = self.group_codec.is_none();
+        let dirty: Vec<(Vec<u8>, Group)> = self.dirty.drain().collect();
+        if dirty.is_empty() {
             return Ok(vec![]);
         }
-        Ok(vec![self.rows_to_batch(&rows, ops)?])
+        // Group key values of every touched group, decoded at once.
+        let key_values: Vec<Vec<ScalarValue>> = match &self.group_codec {
+            Some(codec) => {
+                let parser = codec.parser();
+                let arrays = codec.convert_rows(dirty.iter().map(|(k, _)| parser.parse(k)))?;
+                (0..dirty.len())
+                    .map(|row| {
+                        arrays.iter().map(|a| Ok(ScalarValue::try_from_array(a, row)?)).collect::<Result<Vec<_>>>()
+                    })
+                    .collect::<Result<_>>()?
+            }
+            None => vec![vec![]; dirty.len()],
+        };
+        let mut new_rows: Vec<Option<Vec<ScalarValue>>> = Vec::with_capacity(dirty.len());
+        for ((key, group), key_values) in dirty.iter().zip(key_values) {
+            if group.rows > 0 || global {
+                let mut row = key_values;
+                for i in 0..self.aggs.len() {
+                    row.push(self.value(key, group, i)?);
+                }
+                new_rows.push(Some(row));
+            } else {
+                new_rows.push(None);
+            }
+        }
+        // Encode the new rows to compare with (and replace) what each group emitted before.
+        let present: Vec<Vec<ScalarValue>> = new_rows.iter().flatten().cloned().collect();
+        let encoded_new = if present.is_empty() {
+            None
+        } else {
+            Some(self.output_codec.convert_columns(self.rows_to_batch(&present)?.columns())?)
+        };
+        let mut next_present = 0;
+        let mut out_rows: Vec<Vec<ScalarValue>> = Vec::new();
+        let mut ops = Vec::new();
+        let old_bytes: Vec<&[u8]> = dirty.iter().filter_map(|(_, g)| g.emitted.as_deref()).collect();
+        let mut old_decoded = self.decode_rows(&old_bytes)?.into_iter();
+        for ((key, mut group), new) in dirty.into_iter().zip(new_rows) {
+            let new_bytes = new.as_ref().map(|_| {
+                let b = encoded_new.as_ref().expect("encoded").row(next_present).as_ref().to_vec();
+                next_present += 1;
+                b
+            });
+            let old = group.emitted.as_ref().map(|_| old_decoded.next().expect("decoded"));
+            if group.emitted != new_bytes {
+                match (old, new) {
+                    (Some(old), Some(new)) => {
+                        out_rows.push(old);
+                        ops.push(Op::UpdateDelete);
+                        out_rows.push(new);
+                        ops.push(Op::UpdateInsert);
+                    }
+                    (Some(old), None) => {
+                        out_rows.push(old);
+                        ops.push(Op::Delete);
+                    }
+                    (None, Some(new)) => {
+                        out_rows.push(new);
+                        ops.push(Op::Insert);
+                    }
+                    (None, None) => {}
+                }
+            }
+            group.emitted = new_bytes;
+            if group.rows == 0 && !global {
+                self.groups.delete(&key, key.len());
+            } else {
+                let encoded = self.encode_group(&group)?;
+                self.groups.put(&key, key.len(), encoded);
+            }
+        }
+        if out_rows.is_empty() {
+            return Ok(vec![]);
+        }
+        Ok(vec![ChangeBatch::new(self.rows_to_batch(&out_rows)?, ops)])
+    }
+
+    fn flush_state(&mut self, wb: &mut WriteBatch) {
+        self.groups.flush(wb);
+        self.values.flush(wb);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::memory::MemoryStore;
+    use crate::state::store::StateStore;
     use crate::types::change_batch::from_pretty;
     use datafusion::arrow::datatypes::{Field, Schema};
     use datafusion::physical_expr::expressions::col;
 
-    fn agg() -> HashAgg {
+    fn agg(store: &Arc<dyn StateStore>) -> HashAgg {
         let input = from_pretty("I I\n+ 1 1").schema();
         let schema = Arc::new(Schema::new(vec![
             Field::new("k", DataType::Int64, true),
@@ -335,28 +589,48 @@ mod tests {
         ]));
         HashAgg::new(
             vec![col("c0", &input).unwrap()],
+            vec![DataType::Int64],
             vec![
-                AggSpec { kind: AggKind::CountRows, arg: None, output_type: DataType::Int64 },
-                AggSpec { kind: AggKind::Max, arg: Some(col("c1", &input).unwrap()), output_type: DataType::Int64 },
+                AggSpec { kind: AggKind::CountRows, arg: None, arg_type: None, output_type: DataType::Int64 },
+                AggSpec {
+                    kind: AggKind::Max,
+                    arg: Some(col("c1", &input).unwrap()),
+                    arg_type: Some(DataType::Int64),
+                    output_type: DataType::Int64,
+                },
             ],
             schema,
+            (KeyedState::new(1, Arc::clone(store), 4), KeyedState::new(2, Arc::clone(store), 4)),
             "test",
         )
+        .unwrap()
     }
 
-    fn step(agg: &mut HashAgg, input: &str) -> String {
+    fn step(agg: &mut HashAgg, store: &Arc<dyn StateStore>, input: &str) -> String {
         agg.apply(0, from_pretty(input)).unwrap();
-        agg.on_barrier().unwrap().iter().map(|b| b.to_pretty()).collect()
+        let out: String = agg.on_barrier().unwrap().iter().map(|b| b.to_pretty()).collect();
+        let mut wb = WriteBatch::default();
+        agg.flush_state(&mut wb);
+        store.write(wb).unwrap();
+        out
     }
 
     #[test]
     fn max_survives_deleting_the_extreme_and_empty_groups_vanish() {
-        let mut a = agg();
-        let mut first: Vec<String> = step(&mut a, "I I\n+ 1 10\n+ 1 30\n+ 2 5").lines().map(String::from).collect();
+        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+        let mut a = agg(&store);
+        let mut first: Vec<String> =
+            step(&mut a, &store, "I I\n+ 1 10\n+ 1 30\n+ 2 5").lines().map(String::from).collect();
         first.sort();
         assert_eq!(first, vec!["+ 1 2 30", "+ 2 1 5"]);
-        assert_eq!(step(&mut a, "I I\n- 1 30"), "U- 1 2 30\nU+ 1 1 10\n");
-        assert_eq!(step(&mut a, "I I\n- 2 5"), "- 2 1 5\n");
-        assert_eq!(step(&mut a, "I I\n+ 1 20\n- 1 20"), "");
+        assert_eq!(step(&mut a, &store, "I I\n- 1 30"), "U- 1 2 30\nU+ 1 1 10\n");
+        assert_eq!(step(&mut a, &store, "I I\n- 2 5"), "- 2 1 5\n");
+        assert_eq!(step(&mut a, &store, "I I\n+ 1 20\n- 1 20"), "");
+        // Many groups through a tiny cache: state comes back from the store.
+        for k in 3..40 {
+            step(&mut a, &store, &format!("I I\n+ {k} {k}"));
+        }
+        assert_eq!(step(&mut a, &store, "I I\n+ 3 1"), "U- 3 1 3\nU+ 3 2 3\n");
+        assert_eq!(step(&mut a, &store, "I I\n- 1 10"), "- 1 1 10\n");
     }
 }

@@ -6,6 +6,7 @@
 //! barriers or the store: they only turn changes into changes.
 
 use crate::error::Result;
+use crate::state::store::WriteBatch;
 use crate::types::ChangeBatch;
 
 pub trait Operator: Send {
@@ -21,4 +22,7 @@ pub trait Operator: Send {
     fn on_barrier(&mut self) -> Result<Vec<ChangeBatch>> {
         Ok(vec![])
     }
+
+    /// Adds the epoch's state changes to the epoch's write batch (after `on_barrier`).
+    fn flush_state(&mut self, _wb: &mut WriteBatch) {}
 }

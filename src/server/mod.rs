@@ -129,7 +129,7 @@ pub async fn run(config: Config) -> Result<()> {
     let store = Arc::new(RocksStore::open(&config.data_dir.join("state"), &config.storage)?);
     let catalog = Arc::new(Catalog::open(store, &config.database)?);
     info!(relations = catalog.relations().len(), data_dir = %config.data_dir.display(), "catalog loaded");
-    let streaming = Streaming::new(Arc::clone(&catalog), config.barrier_interval);
+    let streaming = Streaming::new(Arc::clone(&catalog), config.barrier_interval, config.storage.state_cache_entries);
     let frontend = Arc::new(Frontend::new(catalog, streaming).await?);
     let handlers = Arc::new(Handlers::new(frontend, &config));
     let tls = tls_acceptor(&config)?;

@@ -18,6 +18,24 @@ pub const META_TABLE_ID: u32 = 0;
 
 pub type TableId = u32;
 
+/// Operator state tables of view `view_id` have ids `OPERATOR_STATE_BASE | view_id << 8 | n`,
+/// `n` < 256, apart from every relation's id; the range is cleared when the view is rebuilt or
+/// dropped.
+pub const OPERATOR_STATE_BASE: TableId = 0x8000_0000;
+
+/// The id of state table `n` of view `view_id`'s operators.
+pub fn operator_state_table(view_id: TableId, n: u8) -> TableId {
+    OPERATOR_STATE_BASE | (view_id << 8) | n as TableId
+}
+
+/// The key range holding every operator state table of view `view_id`.
+pub fn operator_state_range(view_id: TableId) -> (Vec<u8>, Vec<u8>) {
+    (
+        table_prefix(operator_state_table(view_id, 0)).to_vec(),
+        table_prefix(operator_state_table(view_id + 1, 0)).to_vec(),
+    )
+}
+
 /// The prefix shared by all keys of one table.
 pub fn table_prefix(table_id: TableId) -> [u8; 4] {
     table_id.to_be_bytes()

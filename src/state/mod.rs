@@ -10,6 +10,7 @@
 //!
 //! Callers: the catalog (table rows and catalog entries), and later the streaming operators.
 
+pub mod keyed;
 pub mod keys;
 pub mod memory;
 pub mod rocks;

@@ -11,12 +11,15 @@ use datafusion::arrow::datatypes::{Field, Schema};
 use datafusion::sql::sqlparser::ast::Statement;
 
 use super::{query, relation_name};
+use datafusion::logical_expr::LogicalPlan;
+
 use crate::dataflow::build::{build, Built};
 use crate::error::{Result, SqlState, WeirError};
 use crate::frontend::{Frontend, Session, StatementResult};
+use crate::state::keys::TableId;
 
-/// Plans a view's query: its columns and its operators.
-pub async fn plan_view(fe: &Frontend, session: &Session, name: &str, statement: &Statement) -> Result<(Schema, Built)> {
+/// Plans a view's query: its columns and its optimized logical plan.
+pub async fn plan_view(session: &Session, statement: &Statement) -> Result<(Schema, LogicalPlan)> {
     let Statement::CreateView(view) = statement else { unreachable!("dispatched on CreateView") };
     let logical = query::plan(session, Statement::Query(view.query.clone())).await?;
     let state = session.ctx.state();
@@ -31,15 +34,20 @@ pub async fn plan_view(fe: &Frontend, session: &Session, name: &str, statement: 
             .with_hint("Give the columns distinct names with AS."));
         }
     }
-    let built = build(&optimized, &state, fe.catalog(), name)?;
-    Ok((Schema::new(fields), built))
+    Ok((Schema::new(fields), optimized))
+}
+
+/// The operators of view `view` (named `name`) for its optimized plan.
+pub fn build_view(fe: &Frontend, session: &Session, plan: &LogicalPlan, name: &str, view: TableId) -> Result<Built> {
+    build(plan, &session.ctx.state(), fe.catalog(), name, view, fe.streaming().state_cache_entries)
 }
 
 /// `EXPLAIN CREATE MATERIALIZED VIEW ...`: the view's operators, root first, without creating it.
 pub async fn explain(fe: &Frontend, session: &mut Session, statement: &Statement) -> Result<StatementResult> {
     let Statement::CreateView(view) = statement else { unreachable!("dispatched on CreateView") };
     let name = relation_name(&view.name)?;
-    let (_, built) = plan_view(fe, session, &name, statement).await?;
+    let (_, logical) = plan_view(session, statement).await?;
+    let built = build_view(fe, session, &logical, &name, 0)?;
     let plan = format!("Materialize {name}\n{}", indent(&built.graph.explain()));
     let schema =
         Arc::new(Schema::new(vec![Field::new("QUERY PLAN", datafusion::arrow::datatypes::DataType::Utf8, false)]));
@@ -69,13 +77,18 @@ pub async fn handle(fe: &Frontend, session: &mut Session, statement: Statement) 
     if view.if_not_exists && fe.catalog().get(&name).is_some() {
         return Ok(StatementResult::command("CREATE MATERIALIZED VIEW"));
     }
-    let (schema, built) = plan_view(fe, session, &name, &statement).await?;
-    let mut depends_on = built.inputs.clone();
+    let (schema, logical) = plan_view(session, &statement).await?;
+    // Check the plan can be maintained before the view exists.
+    let mut depends_on = build_view(fe, session, &logical, &name, 0)?.inputs;
     depends_on.sort_unstable();
     depends_on.dedup();
     fe.catalog().create_view(&name, &statement.to_string(), schema, depends_on, false)?;
     let relation = fe.catalog().get(&name).ok_or_else(|| WeirError::internal("view vanished while being created"))?;
-    if let Err(e) = fe.streaming().start_view(Arc::clone(&relation), built).await {
+    let started = match build_view(fe, session, &logical, &name, relation.def.id) {
+        Ok(built) => fe.streaming().start_view(Arc::clone(&relation), built).await,
+        Err(e) => Err(e),
+    };
+    if let Err(e) = started {
         let _ = fe.catalog().drop_relation(&name, true);
         return Err(e);
     }
