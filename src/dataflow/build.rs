@@ -199,8 +199,8 @@ impl Builder<'_> {
                 let residual = j.filter.as_ref().map(|f| self.physical(f, &j.schema)).transpose()?;
                 let op = HashJoin::new(
                     j.join_type,
-                    (Self::schema(&j.left), left_keys),
-                    (Self::schema(&j.right), right_keys),
+                    (Self::schema(&j.left), left_keys, self.state_table()?),
+                    (Self::schema(&j.right), right_keys, self.state_table()?),
                     Self::schema(plan),
                     residual,
                     &self.view,

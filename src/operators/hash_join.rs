@@ -1,14 +1,16 @@
 //! Equi-join of two changelogs: inner, left, right and full outer, with an optional residual
 //! condition for inner joins.
 //!
-//! Each side keeps its rows (as arrow-row bytes, with multiplicities) by join key. A change on
-//! one side is joined with the other side's current rows and emitted with the change's op, so
-//! `Δ(L ⋈ R) = ΔL ⋈ R + L ⋈ ΔR` holds change by change. Outer joins also keep the NULL-padded
-//! rows right: a row whose key has no partner is emitted padded; when its first partner
-//! arrives the padded row is retracted, and when its last partner leaves it comes back. Rows
-//! with a NULL key never match, as in SQL. State lives in memory for now.
+//! A change on one side is joined with the other side's current rows and emitted with the
+//! change's op, so `Δ(L ⋈ R) = ΔL ⋈ R + L ⋈ ΔR` holds change by change. Outer joins also keep
+//! the NULL-padded rows right: a row whose key has no partner is emitted padded; when its first
+//! partner arrives the padded row is retracted, and when its last partner leaves it comes back.
+//! Rows with a NULL key never match, as in SQL.
+//!
+//! Each side's state is a [`KeyedState`] in the store (bounded cache), distributed by join key:
+//! `key ++ 0` holds how many rows the side has for the key, `key ++ 1 ++ row` each row's
+//! multiplicity (rows as arrow-row bytes), so a key's rows are one range read.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{new_null_array, Array, ArrayRef, RecordBatch};
@@ -20,8 +22,13 @@ use datafusion::physical_expr::PhysicalExpr;
 use super::eval::evaluate;
 use super::filter::Filter;
 use super::operator::Operator;
-use crate::error::{Result, WeirError};
+use crate::error::{Result, SqlState, WeirError};
+use crate::state::keyed::KeyedState;
+use crate::state::store::WriteBatch;
 use crate::types::{ChangeBatch, Op};
+
+/// One input of the join: its columns, its key expressions and its state.
+pub type JoinInput = (SchemaRef, Vec<Arc<dyn PhysicalExpr>>, KeyedState);
 
 struct Side {
     keys: Vec<Arc<dyn PhysicalExpr>>,
@@ -29,15 +36,64 @@ struct Side {
     row_codec: RowConverter,
     /// The encoding of a row of NULLs, for padding.
     null_row: Vec<u8>,
-    /// join key -> row -> multiplicity
-    rows: HashMap<Vec<u8>, HashMap<Vec<u8>, i64>>,
+    state: KeyedState,
     /// Whether this side's rows without a partner appear NULL-padded (LEFT for the left side).
     padded: bool,
 }
 
+fn count_of(bytes: Option<Vec<u8>>) -> Result<i64> {
+    match bytes {
+        None => Ok(0),
+        Some(b) => Ok(i64::from_le_bytes(
+            b.as_slice().try_into().map_err(|_| WeirError::new(SqlState::DATA_CORRUPTED, "join state is corrupt"))?,
+        )),
+    }
+}
+
 impl Side {
-    fn partners(&self, key: &[u8]) -> i64 {
-        self.rows.get(key).map(|m| m.values().sum()).unwrap_or(0)
+    fn new((input, keys, state): JoinInput, padded: bool) -> Result<Side> {
+        let key_fields = keys.iter().map(|k| Ok(SortField::new(k.data_type(&input)?))).collect::<Result<Vec<_>>>()?;
+        let row_codec =
+            RowConverter::new(input.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect())?;
+        let nulls: Vec<ArrayRef> = input.fields().iter().map(|f| new_null_array(f.data_type(), 1)).collect();
+        let null_row = row_codec.convert_columns(&nulls)?.row(0).as_ref().to_vec();
+        Ok(Side { keys, key_codec: RowConverter::new(key_fields)?, row_codec, null_row, state, padded })
+    }
+
+    fn tagged(key: &[u8], tag: u8, rest: &[u8]) -> Vec<u8> {
+        let mut k = Vec::with_capacity(key.len() + 1 + rest.len());
+        k.extend_from_slice(key);
+        k.push(tag);
+        k.extend_from_slice(rest);
+        k
+    }
+
+    /// How many rows this side has with join key `key`.
+    fn partners(&mut self, key: &[u8]) -> Result<i64> {
+        count_of(self.state.get(&Self::tagged(key, 0, &[]), key.len())?)
+    }
+
+    /// This side's rows with join key `key`, with multiplicities.
+    fn matches(&self, key: &[u8]) -> Result<Vec<(Vec<u8>, i64)>> {
+        let prefix = Self::tagged(key, 1, &[]);
+        self.state
+            .scan_prefix(&prefix, key.len())?
+            .into_iter()
+            .map(|(k, v)| Ok((k[prefix.len()..].to_vec(), count_of(Some(v))?)))
+            .collect()
+    }
+
+    /// Adds (`sign` 1) or removes (`sign` -1) one row with join key `key`.
+    fn update(&mut self, key: &[u8], row: &[u8], sign: i64) -> Result<()> {
+        for k in [Self::tagged(key, 1, row), Self::tagged(key, 0, &[])] {
+            let n = count_of(self.state.get(&k, key.len())?)? + sign;
+            if n == 0 {
+                self.state.delete(&k, key.len());
+            } else {
+                self.state.put(&k, key.len(), n.to_le_bytes().to_vec());
+            }
+        }
+        Ok(())
     }
 }
 
@@ -53,11 +109,11 @@ pub struct HashJoin {
 }
 
 impl HashJoin {
-    /// `left_keys[i] = right_keys[i]` are the equi-join conditions.
+    /// The left input's keys equal the right input's, position by position.
     pub fn new(
         join_type: JoinType,
-        left: (SchemaRef, Vec<Arc<dyn PhysicalExpr>>),
-        right: (SchemaRef, Vec<Arc<dyn PhysicalExpr>>),
+        left: JoinInput,
+        right: JoinInput,
         schema: SchemaRef,
         residual: Option<Arc<dyn PhysicalExpr>>,
         view: &str,
@@ -74,24 +130,8 @@ impl HashJoin {
         if join_type != JoinType::Inner && residual.is_some() {
             return Err(WeirError::unsupported("an outer join condition other than equalities is not supported yet"));
         }
-        let side = |(input, keys): (SchemaRef, Vec<Arc<dyn PhysicalExpr>>), padded: bool| -> Result<Side> {
-            let key_fields =
-                keys.iter().map(|k| Ok(SortField::new(k.data_type(&input)?))).collect::<Result<Vec<_>>>()?;
-            let row_fields = input.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
-            let row_codec = RowConverter::new(row_fields)?;
-            let nulls: Vec<ArrayRef> = input.fields().iter().map(|f| new_null_array(f.data_type(), 1)).collect();
-            let null_row = row_codec.convert_columns(&nulls)?.row(0).as_ref().to_vec();
-            Ok(Side {
-                keys,
-                key_codec: RowConverter::new(key_fields)?,
-                row_codec,
-                null_row,
-                rows: HashMap::new(),
-                padded,
-            })
-        };
         Ok(HashJoin {
-            sides: [side(left, pad_left)?, side(right, pad_right)?],
+            sides: [Side::new(left, pad_left)?, Side::new(right, pad_right)?],
             join_type,
             schema,
             residual: residual.map(|r| Filter::new(r, view)),
@@ -145,39 +185,29 @@ impl Operator for HashJoin {
                 continue;
             }
             let key = keys.row(i).as_ref().to_vec();
-            let partners = self.sides[other].partners(&key);
-            let mine_before = self.sides[this].partners(&key);
-            if let Some(matches) = self.sides[other].rows.get(&key) {
-                for (other_row, count) in matches {
+            let partners = self.sides[other].partners(&key)?;
+            let mine_before = self.sides[this].partners(&key)?;
+            let other_rows = if partners > 0 { self.sides[other].matches(&key)? } else { vec![] };
+            if partners > 0 {
+                for (other_row, count) in &other_rows {
                     for _ in 0..*count {
                         pairs.push(Self::pair(this, &row, other_row, *op));
                     }
                 }
-            }
-            if partners == 0 && self.sides[this].padded {
+            } else if self.sides[this].padded {
                 pairs.push(Self::pair(this, &row, &self.sides[other].null_row, *op));
             }
             // The other side's rows lose their padding with our first row, regain it with our last.
             let mine_after = mine_before + sign;
             if self.sides[other].padded && (mine_before == 0) != (mine_after == 0) {
                 let padding_op = if mine_after == 0 { Op::Insert } else { Op::Delete };
-                if let Some(matches) = self.sides[other].rows.get(&key) {
-                    for (other_row, count) in matches {
-                        for _ in 0..*count {
-                            pairs.push(Self::pair(other, other_row, &self.sides[this].null_row, padding_op));
-                        }
+                for (other_row, count) in &other_rows {
+                    for _ in 0..*count {
+                        pairs.push(Self::pair(other, other_row, &self.sides[this].null_row, padding_op));
                     }
                 }
             }
-            let bucket = self.sides[this].rows.entry(key.clone()).or_default();
-            let count = bucket.entry(row.clone()).or_insert(0);
-            *count += sign;
-            if *count == 0 {
-                bucket.remove(&row);
-                if bucket.is_empty() {
-                    self.sides[this].rows.remove(&key);
-                }
-            }
+            self.sides[this].update(&key, &row, sign)?;
         }
         if pairs.is_empty() {
             return Ok(vec![]);
@@ -188,16 +218,25 @@ impl Operator for HashJoin {
             None => Ok(vec![joined]),
         }
     }
+
+    fn flush_state(&mut self, wb: &mut WriteBatch) {
+        for side in &mut self.sides {
+            side.state.flush(wb);
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::memory::MemoryStore;
+    use crate::state::store::StateStore;
     use crate::types::change_batch::from_pretty;
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
     use datafusion::physical_expr::expressions::col;
 
     fn left_join() -> HashJoin {
+        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
         let side = from_pretty("I T\n+ 1 a").schema();
         let schema = Arc::new(Schema::new(vec![
             Field::new("lk", DataType::Int64, true),
@@ -207,8 +246,8 @@ mod tests {
         ]));
         HashJoin::new(
             JoinType::Left,
-            (side.clone(), vec![col("c0", &side).unwrap()]),
-            (side.clone(), vec![col("c0", &side).unwrap()]),
+            (side.clone(), vec![col("c0", &side).unwrap()], KeyedState::new(1, Arc::clone(&store), 2)),
+            (side.clone(), vec![col("c0", &side).unwrap()], KeyedState::new(2, store, 2)),
             schema,
             None,
             "test",
