@@ -29,8 +29,9 @@ if [ ${#apt_missing[@]} -gt 0 ]; then
 fi
 
 if [ "$what" = test ]; then
-  if ! python3 -c 'import psycopg' 2>/dev/null; then
-    echo "installing from PyPI: psycopg[binary]"
-    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore 'psycopg[binary]==3.2.*'
+  if ! python3 -c 'import psycopg, sqlalchemy, asyncpg' 2>/dev/null; then
+    echo "installing from PyPI: psycopg, sqlalchemy, asyncpg"
+    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
+      'psycopg[binary]==3.2.*' 'sqlalchemy==2.0.*' 'asyncpg==0.30.*'
   fi
 fi

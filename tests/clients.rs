@@ -1,5 +1,5 @@
-//! Real client programs against a real server: psql's meta-commands, psycopg 3 (Python) and
-//! pgjdbc (Java), installed by scripts/install-deps.sh.
+//! Real client programs against a real server: psql's meta-commands, psycopg 3, SQLAlchemy's
+//! inspector and asyncpg (Python), and pgjdbc (Java), installed by scripts/install-deps.sh.
 
 mod common;
 
@@ -59,6 +59,16 @@ async fn psycopg_application() {
     let server = TestServer::start();
     let out = run(Command::new("python3").arg(clients_dir().join("psycopg_check.py")).arg(server.url()));
     assert!(out.contains("psycopg ok"), "{out}\n{}", server.log_text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlalchemy_inspector_and_asyncpg() {
+    let server = TestServer::start();
+    let out = run(Command::new("python3")
+        .arg(clients_dir().join("sqlalchemy_check.py"))
+        .arg("127.0.0.1")
+        .arg(server.port.to_string()));
+    assert!(out.contains("sqlalchemy and asyncpg ok"), "{out}\n{}", server.log_text());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -92,11 +92,59 @@ pub fn rewrite_catalog_idioms(statement: &mut ast::Statement) {
         Subscript, Value,
     };
     use std::ops::ControlFlow;
+    let parse =
+        |text: String| Parser::new(&PostgreSqlDialect {}).try_with_sql(&text).and_then(|mut p| p.parse_expr()).ok();
     let _ = visit_expressions_mut(statement, |expr| {
+        let name = match expr {
+            Expr::Function(f) => f.name.to_string().to_ascii_lowercase(),
+            _ => String::new(),
+        };
+        let single_arg = match expr {
+            Expr::Function(f) => match &f.args {
+                FunctionArguments::List(list) if !list.args.is_empty() => Some(list.args[0].to_string()),
+                _ => None,
+            },
+            _ => None,
+        };
         match expr {
-            Expr::Function(f) if f.name.to_string().to_ascii_lowercase().ends_with("_pg_expandarray") => {
+            Expr::Function(_) if name.ends_with("generate_subscripts") && single_arg.is_some() => {
+                // The subscripts of a one-dimensional array, as rows next to unnest(array).
+                let array = single_arg.expect("checked");
+                if let Some(e) = parse(format!("unnest(range(1, CAST(cardinality({array}) AS BIGINT) + 1))")) {
+                    *expr = e;
+                }
+            }
+            Expr::Function(_)
+                if name.ends_with("pg_table_is_visible")
+                    && single_arg.as_deref().is_some_and(|a| a.to_ascii_lowercase().ends_with(".oid")) =>
+            {
+                // Visible = in a schema of the search path.
+                let arg = single_arg.expect("checked");
+                let namespace = format!("{}.relnamespace", &arg[..arg.len() - 4]);
+                if let Some(e) = parse(format!("{namespace} IN (SELECT oid FROM pg_catalog.pg_namespace WHERE nspname IN ('public', 'pg_catalog'))")) {
+                    *expr = e;
+                }
+            }
+            Expr::Like { pattern, escape_char, .. } | Expr::ILike { pattern, escape_char, .. }
+                if escape_char.as_ref().is_some_and(|c| c.to_string() != "'\\\\'" && c.to_string() != "'\\'") =>
+            {
+                // DataFusion escapes with a backslash only: translate the pattern.
+                let c = escape_char.take().expect("checked");
+                if let Some(e) = parse(format!("weir_like_escape({pattern}, {c})")) {
+                    **pattern = e;
+                }
+            }
+            Expr::Function(f) if name.ends_with("_pg_expandarray") => {
                 let mut inner = f.clone();
                 inner.name = ObjectName::from(vec![Ident::new("weir_pg_expandarray")]);
+                // Its argument (an int2vector, an array here) as text `1 2`.
+                if let (FunctionArguments::List(list), Some(arg)) = (&mut inner.args, single_arg.as_deref()) {
+                    if let Some(e) = parse(format!("array_to_string({arg}, ' ')")) {
+                        list.args = vec![datafusion::sql::sqlparser::ast::FunctionArg::Unnamed(
+                            datafusion::sql::sqlparser::ast::FunctionArgExpr::Expr(e),
+                        )];
+                    }
+                }
                 let mut outer: Function = f.clone();
                 outer.name = ObjectName::from(vec![Ident::new("unnest")]);
                 if let FunctionArguments::List(list) = &mut outer.args {

@@ -23,7 +23,7 @@ use datafusion::catalog::{SchemaProvider, Session, TableProvider};
 use datafusion::common::ScalarValue;
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::datasource::TableType;
-use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::error::Result as DfResult;
 use datafusion::logical_expr::{create_udf, ColumnarValue, Expr, Volatility};
 use datafusion::physical_plan::{collect, ExecutionPlan};
 use datafusion::prelude::SessionContext;
@@ -134,7 +134,39 @@ fn rows_to_batch(schema: &SchemaRef, rows: &[Row]) -> DfResult<RecordBatch> {
     Ok(RecordBatch::try_new(Arc::clone(schema), columns)?)
 }
 
+/// `int2vector` / `int2[]` columns: the crate stores them as text (`1 2`, `{1,2}`); clients
+/// unnest and subscript them, so Weir serves them as arrays.
+const INT_ARRAY_COLUMNS: &[(&str, &str)] =
+    &[("pg_index", "indkey"), ("pg_constraint", "conkey"), ("pg_constraint", "confkey")];
+
+fn int_array_type() -> DataType {
+    DataType::List(Arc::new(Field::new("item", DataType::Int16, true)))
+}
+
+/// Text like `1 2`, `{1,2}` or `[1]` as Int16 lists (NULL stays NULL).
+fn int_arrays(column: &ArrayRef) -> DfResult<ArrayRef> {
+    let text = datafusion::arrow::compute::cast(column, &DataType::Utf8)?;
+    let text = text.as_string::<i32>();
+    let mut builder = datafusion::arrow::array::ListBuilder::new(datafusion::arrow::array::Int16Builder::new());
+    for v in text.iter() {
+        match v {
+            None => builder.append(false),
+            Some(s) => {
+                for n in s.split(|c: char| !(c.is_ascii_digit() || c == '-')).filter(|t| !t.is_empty()) {
+                    builder.values().append_option(n.parse::<i16>().ok());
+                }
+                builder.append(true);
+            }
+        }
+    }
+    Ok(Arc::new(builder.finish()))
+}
+
 impl Extended {
+    fn is_int_array(&self, column: &str) -> bool {
+        matches!(&self.extra, Extra::Keys(t) if INT_ARRAY_COLUMNS.iter().any(|(table, c)| table == t && *c == column))
+    }
+
     /// The crate reports every relation as a table (`r`); materialized views are `m`.
     fn mark_views(&self, batch: RecordBatch) -> DfResult<RecordBatch> {
         let views: std::collections::HashSet<String> = self
@@ -290,7 +322,19 @@ fn settings_rows() -> Vec<Row> {
 #[async_trait]
 impl TableProvider for Extended {
     fn schema(&self) -> SchemaRef {
-        self.inner.schema()
+        let inner = self.inner.schema();
+        let fields: Vec<Field> = inner
+            .fields()
+            .iter()
+            .map(|f| {
+                if self.is_int_array(f.name()) {
+                    Field::new(f.name(), int_array_type(), true)
+                } else {
+                    f.as_ref().clone()
+                }
+            })
+            .collect();
+        Arc::new(datafusion::arrow::datatypes::Schema::new(fields))
     }
 
     fn table_type(&self) -> TableType {
@@ -304,7 +348,7 @@ impl TableProvider for Extended {
         _filters: &[Expr],
         _limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let schema = self.schema();
+        let schema = self.inner.schema();
         let mut batches = match &self.extra {
             // The crate's one pg_settings row is replaced by the full list.
             Extra::Settings => vec![],
@@ -322,14 +366,17 @@ impl TableProvider for Extended {
             Extra::Keys(table) => self.extra_rows(state, table).await?,
         };
         batches.push(rows_to_batch(&schema, &rows)?);
+        let schema = self.schema();
         let batches = batches
             .into_iter()
             .map(|b| {
-                if b.schema() == schema {
-                    Ok(b)
-                } else {
-                    b.with_schema(Arc::clone(&schema)).map_err(DataFusionError::from)
-                }
+                let columns = b
+                    .columns()
+                    .iter()
+                    .zip(schema.fields())
+                    .map(|(c, f)| if self.is_int_array(f.name()) { int_arrays(c) } else { Ok(Arc::clone(c)) })
+                    .collect::<DfResult<Vec<_>>>()?;
+                Ok(RecordBatch::try_new(Arc::clone(&schema), columns)?)
             })
             .collect::<DfResult<Vec<_>>>()?;
         Ok(MemorySourceConfig::try_new_exec(&[batches], schema, projection.cloned())?)
@@ -362,6 +409,36 @@ pub fn sql_type_name_udf() -> datafusion::logical_expr::ScalarUDF {
 /// Registers the functions clients' catalog queries call that the crate does not provide.
 pub fn register_functions(ctx: &SessionContext, type_oids: HashMap<String, i32>) {
     ctx.register_udf(sql_type_name_udf());
+    // Every type is in pg_catalog, which is always on the search path.
+    ctx.register_udf(create_udf(
+        "pg_type_is_visible",
+        vec![DataType::Int32],
+        DataType::Boolean,
+        Volatility::Stable,
+        Arc::new(|_| Ok(ColumnarValue::Scalar(ScalarValue::Boolean(Some(true))))),
+    ));
+    ctx.register_udf(create_udf(
+        "weir_like_escape",
+        vec![DataType::Utf8, DataType::Utf8],
+        DataType::Utf8,
+        Volatility::Immutable,
+        Arc::new(|args| {
+            let n = args
+                .iter()
+                .find_map(|a| match a {
+                    ColumnarValue::Array(a) => Some(a.len()),
+                    _ => None,
+                })
+                .unwrap_or(1);
+            let patterns = args[0].clone().into_array(n)?;
+            let escapes = args[1].clone().into_array(n)?;
+            let (patterns, escapes) = (patterns.as_string::<i32>(), escapes.as_string::<i32>());
+            let out: datafusion::arrow::array::StringArray = (0..n)
+                .map(|i| (!patterns.is_null(i)).then(|| backslash_escapes(patterns.value(i), escapes.value(i))))
+                .collect();
+            Ok(ColumnarValue::Array(Arc::new(out)))
+        }),
+    ));
     let type_oids = Arc::new(type_oids);
     ctx.register_udf(create_udf(
         "to_regtype",
@@ -488,4 +565,24 @@ pub fn sql_type_name(dt: &DataType) -> String {
         }
         other => other.to_string().to_lowercase(),
     }
+}
+
+/// A LIKE pattern written with escape character `escape`, rewritten with backslash escapes.
+fn backslash_escapes(pattern: &str, escape: &str) -> String {
+    let Some(esc) = escape.chars().next() else { return pattern.replace('\\', "\\\\") };
+    let mut out = String::with_capacity(pattern.len() + 4);
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        if c == esc {
+            if let Some(next) = chars.next() {
+                out.push('\\');
+                out.push(next);
+            }
+        } else if c == '\\' {
+            out.push_str("\\\\");
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }

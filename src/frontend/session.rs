@@ -7,6 +7,7 @@
 //! (custom settings, as in Postgres).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use datafusion::prelude::SessionContext;
 
@@ -107,6 +108,13 @@ const SETTINGS: &[SettingSpec] = &[
         reported: true,
         read_only: false,
         description: "Sets the display format for interval values.",
+    },
+    SettingSpec {
+        name: "jit",
+        default: "off",
+        reported: false,
+        read_only: false,
+        description: "Accepted for compatibility; Weir has no JIT to switch.",
     },
     SettingSpec {
         name: "is_superuser",
@@ -220,25 +228,21 @@ pub struct Session {
     pub database: String,
     pub ctx: SessionContext,
     /// Values set in this session, by canonical name (lower case for custom settings).
-    values: BTreeMap<String, String>,
+    values: Values,
     /// ParameterStatus messages owed to the client.
     reports: Vec<(String, String)>,
 }
 
 impl Session {
     pub fn new(user: String, database: String, ctx: SessionContext) -> Session {
-        Session { user, database, ctx, values: BTreeMap::new(), reports: Vec::new() }
+        let values: Values = Arc::default();
+        register_current_setting(&ctx, &user, &values);
+        Session { user, database, ctx, values, reports: Vec::new() }
     }
 
     /// The current value of a setting, or 42704 if there is no such setting.
     pub fn get(&self, name: &str) -> Result<String> {
-        if name.eq_ignore_ascii_case("session_authorization") {
-            return Ok(self.user.clone());
-        }
-        match spec(name) {
-            Some(s) => Ok(self.values.get(s.name).cloned().unwrap_or_else(|| s.default.to_string())),
-            None => self.values.get(&name.to_ascii_lowercase()).cloned().ok_or_else(|| unknown(name)),
-        }
+        lookup(&self.values, &self.user, name)
     }
 
     /// Changes a setting; `None` resets it to its default.
@@ -248,8 +252,8 @@ impl Session {
                 return Err(unknown(name));
             }
             match value {
-                Some(v) => self.values.insert(name.to_ascii_lowercase(), v),
-                None => self.values.remove(&name.to_ascii_lowercase()),
+                Some(v) => self.values.write().insert(name.to_ascii_lowercase(), v),
+                None => self.values.write().remove(&name.to_ascii_lowercase()),
             };
             return Ok(());
         };
@@ -261,7 +265,7 @@ impl Session {
         if s.reported {
             self.reports.push((s.name.to_string(), value.clone()));
         }
-        self.values.insert(s.name.to_string(), value);
+        self.values.write().insert(s.name.to_string(), value);
         Ok(())
     }
 
@@ -341,6 +345,107 @@ impl Session {
     pub fn implicit_flush(&self) -> bool {
         self.get("implicit_flush").map(|v| v == "true").unwrap_or(false)
     }
+}
+
+/// Values set in a session, by canonical name; shared with its `current_setting` function.
+type Values = Arc<parking_lot::RwLock<BTreeMap<String, String>>>;
+
+fn lookup(values: &Values, user: &str, name: &str) -> Result<String> {
+    if name.eq_ignore_ascii_case("session_authorization") {
+        return Ok(user.to_string());
+    }
+    let values = values.read();
+    match spec(name) {
+        Some(s) => Ok(values.get(s.name).cloned().unwrap_or_else(|| s.default.to_string())),
+        None => values.get(&name.to_ascii_lowercase()).cloned().ok_or_else(|| unknown(name)),
+    }
+}
+
+/// `current_setting(name [, missing_ok])` and `set_config(name, value, is_local)` over this
+/// session's settings (set_config does not re-apply TimeZone to DataFusion; use SET for that).
+fn register_current_setting(ctx: &SessionContext, user: &str, values: &Values) {
+    use datafusion::arrow::array::{Array, AsArray, StringArray};
+    use datafusion::arrow::datatypes::DataType;
+    use datafusion::logical_expr::expr_fn::SimpleScalarUDF;
+    use datafusion::logical_expr::{ColumnarValue, ScalarUDF, Signature, TypeSignature, Volatility};
+    let values_for_set = Arc::clone(values);
+    let (values, user) = (Arc::clone(values), user.to_string());
+    let signature = Signature::one_of(
+        vec![TypeSignature::Exact(vec![DataType::Utf8]), TypeSignature::Exact(vec![DataType::Utf8, DataType::Boolean])],
+        Volatility::Stable,
+    );
+    let udf = SimpleScalarUDF::new_with_signature(
+        "current_setting",
+        signature,
+        DataType::Utf8,
+        Arc::new(move |args| {
+            let n = args
+                .iter()
+                .find_map(|a| match a {
+                    ColumnarValue::Array(a) => Some(a.len()),
+                    _ => None,
+                })
+                .unwrap_or(1);
+            let names = args[0].clone().into_array(n)?;
+            let names = names.as_string::<i32>();
+            let missing_ok = args.get(1).map(|a| a.clone().into_array(n)).transpose()?;
+            let mut out = Vec::with_capacity(n);
+            for i in 0..n {
+                if names.is_null(i) {
+                    out.push(None);
+                    continue;
+                }
+                match lookup(&values, &user, names.value(i)) {
+                    Ok(v) => out.push(Some(v)),
+                    Err(_) if missing_ok.as_ref().is_some_and(|m| m.as_boolean().value(i)) => out.push(None),
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Ok(ColumnarValue::Array(Arc::new(StringArray::from(out))))
+        }),
+    );
+    ctx.register_udf(ScalarUDF::from(udf));
+
+    // set_config(name, value, is_local): what drivers call instead of SET.
+    let values = Arc::clone(&values_for_set);
+    let set_config = SimpleScalarUDF::new_with_signature(
+        "set_config",
+        Signature::exact(vec![DataType::Utf8, DataType::Utf8, DataType::Boolean], Volatility::Volatile),
+        DataType::Utf8,
+        Arc::new(move |args| {
+            let n = args
+                .iter()
+                .find_map(|a| match a {
+                    ColumnarValue::Array(a) => Some(a.len()),
+                    _ => None,
+                })
+                .unwrap_or(1);
+            let names = args[0].clone().into_array(n)?;
+            let new_values = args[1].clone().into_array(n)?;
+            let (names, new_values) = (names.as_string::<i32>(), new_values.as_string::<i32>());
+            let mut out = Vec::with_capacity(n);
+            for i in 0..n {
+                let name = names.value(i);
+                let key = match spec(name) {
+                    Some(s) if s.read_only => {
+                        return Err(WeirError::new(
+                            SqlState("55P02"),
+                            format!("parameter \"{}\" cannot be changed", s.name),
+                        )
+                        .into())
+                    }
+                    Some(s) => s.name.to_string(),
+                    None if name.contains('.') => name.to_ascii_lowercase(),
+                    None => return Err(unknown(name).into()),
+                };
+                let value = (!new_values.is_null(i)).then(|| new_values.value(i).to_string()).unwrap_or_default();
+                values.write().insert(key, value.clone());
+                out.push(Some(value));
+            }
+            Ok(ColumnarValue::Array(Arc::new(StringArray::from(out))))
+        }),
+    );
+    ctx.register_udf(ScalarUDF::from(set_config));
 }
 
 fn unknown(name: &str) -> WeirError {

@@ -58,9 +58,11 @@ pub async fn execute(
             None => Err(WeirError::syntax("SHOW COLUMNS needs FROM <table>")),
         },
         Statement::Set(set) => set::handle(session, set),
-        Statement::StartTransaction { .. } | Statement::Commit { .. } | Statement::Rollback { .. } => {
-            transaction::handle(statement)
-        }
+        Statement::Savepoint { .. }
+        | Statement::ReleaseSavepoint { .. }
+        | Statement::StartTransaction { .. }
+        | Statement::Commit { .. }
+        | Statement::Rollback { .. } => transaction::handle(statement),
         Statement::Discard { .. } => Ok(StatementResult::command("DISCARD ALL")),
         Statement::Deallocate { .. } => Ok(StatementResult::command("DEALLOCATE")),
         other => Err(WeirError::unsupported(format!("statement not supported: {}", first_words(&other.to_string())))),

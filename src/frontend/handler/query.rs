@@ -73,5 +73,33 @@ pub async fn describe(session: &Session, statement: &Statement) -> Result<Statem
     for (i, ty) in params {
         parameters[i - 1] = ty;
     }
+    // DataFusion leaves `$1::timestamp` untyped; Postgres types it by the cast.
+    for (i, ty) in cast_parameter_types(&logical)? {
+        if let Some(slot) = parameters.get_mut(i - 1) {
+            slot.get_or_insert(ty);
+        }
+    }
     Ok(StatementDescription { parameters, columns: returns_rows.then(|| logical.schema().inner().clone()) })
+}
+
+/// `(n, type)` for every `CAST($n AS type)` in the plan.
+fn cast_parameter_types(plan: &LogicalPlan) -> Result<Vec<(usize, datafusion::arrow::datatypes::DataType)>> {
+    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+    use datafusion::logical_expr::Expr;
+    let mut found = Vec::new();
+    plan.apply_with_subqueries(|node| {
+        node.apply_expressions(|expr| {
+            expr.apply(|e| {
+                if let Expr::Cast(cast) = e {
+                    if let Expr::Placeholder(p) = cast.expr.as_ref() {
+                        if let Ok(n) = p.id.trim_start_matches('$').parse::<usize>() {
+                            found.push((n, cast.field.data_type().clone()));
+                        }
+                    }
+                }
+                Ok(TreeNodeRecursion::Continue)
+            })
+        })
+    })?;
+    Ok(found)
 }

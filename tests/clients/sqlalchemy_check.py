@@ -1,0 +1,47 @@
+"""SQLAlchemy's inspector (the reflection BI tools and ORMs run) and asyncpg against Weir.
+
+Usage: sqlalchemy_check.py HOST PORT. Exits non-zero with a message on the first mismatch.
+"""
+import asyncio
+import datetime
+import sys
+
+import asyncpg
+from sqlalchemy import create_engine, inspect, text
+
+host, port = sys.argv[1], sys.argv[2]
+engine = create_engine(f"postgresql+psycopg://root@{host}:{port}/dev")
+with engine.connect() as c:
+    c.execute(text("CREATE TABLE orders (id BIGINT PRIMARY KEY, customer VARCHAR NOT NULL, amount DOUBLE PRECISION)"))
+    c.execute(text("CREATE TABLE composite (a INT, b INT, c TEXT, PRIMARY KEY (b, a))"))
+    c.execute(text("CREATE MATERIALIZED VIEW per_customer AS SELECT customer, sum(amount) AS total FROM orders GROUP BY customer"))
+    c.commit()
+
+insp = inspect(engine)
+assert sorted(insp.get_table_names()) == ["composite", "orders"], insp.get_table_names()
+assert insp.get_materialized_view_names() == ["per_customer"], insp.get_materialized_view_names()
+assert "public" in insp.get_schema_names(), insp.get_schema_names()
+columns = {c["name"]: c for c in insp.get_columns("orders")}
+assert list(columns) == ["id", "customer", "amount"], columns
+assert str(columns["id"]["type"]) == "BIGINT" and not columns["id"]["nullable"], columns["id"]
+assert not columns["customer"]["nullable"] and columns["amount"]["nullable"], columns
+assert insp.get_pk_constraint("orders")["constrained_columns"] == ["id"], insp.get_pk_constraint("orders")
+assert insp.get_pk_constraint("composite")["constrained_columns"] == ["b", "a"], insp.get_pk_constraint("composite")
+assert insp.has_table("orders") and not insp.has_table("nope")
+
+
+async def with_asyncpg():
+    conn = await asyncpg.connect(f"postgresql://root@{host}:{port}/dev")
+    ts = datetime.datetime(2026, 1, 2, 3, 4, 5)
+    await conn.executemany("INSERT INTO orders VALUES ($1, $2, $3)", [(i, f"c{i % 2}", i * 2.5) for i in range(4)])
+    rows = await conn.fetch("SELECT id, customer, amount FROM orders WHERE id > $1 ORDER BY id", 1)
+    assert [tuple(r) for r in rows] == [(2, "c0", 5.0), (3, "c1", 7.5)], rows
+    assert await conn.fetchval("SELECT $1::timestamp", ts) == ts
+    await conn.execute("FLUSH")
+    totals = await conn.fetch("SELECT customer, total FROM per_customer ORDER BY customer")
+    assert [tuple(r) for r in totals] == [("c0", 5.0), ("c1", 10.0)], totals
+    await conn.close()
+
+
+asyncio.run(with_asyncpg())
+print("sqlalchemy and asyncpg ok")
