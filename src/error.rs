@@ -158,7 +158,12 @@ fn classify_arrow(e: &ArrowError) -> Option<WeirError> {
         ArrowError::DivideByZero => SqlState::DIVISION_BY_ZERO,
         ArrowError::ArithmeticOverflow(_) => SqlState::NUMERIC_VALUE_OUT_OF_RANGE,
         ArrowError::CastError(m) | ArrowError::ParseError(m) => {
-            if m.contains("overflow") || m.contains("too large") || m.contains("out of range") {
+            // "Can't cast value 100000 to type Int16": a number that does not fit.
+            if m.contains("overflow")
+                || m.contains("too large")
+                || m.contains("out of range")
+                || m.contains("Can't cast value")
+            {
                 SqlState::NUMERIC_VALUE_OUT_OF_RANGE
             } else {
                 SqlState::INVALID_TEXT_REPRESENTATION
