@@ -140,7 +140,14 @@ impl TableProvider for RelationTable {
     }
 
     fn table_type(&self) -> TableType {
-        TableType::Base
+        match self.relation.def.kind {
+            RelationKind::Table => TableType::Base,
+            RelationKind::MaterializedView => TableType::View,
+        }
+    }
+
+    fn get_table_definition(&self) -> Option<&str> {
+        (self.relation.def.kind == RelationKind::MaterializedView).then_some(self.relation.def.definition.as_str())
     }
 
     async fn scan(

@@ -5,7 +5,7 @@
 //!   `get_pk_constraint`). [`WeirPgCatalog`] appends one primary-key index per keyed table to
 //!   `pg_index`, its index relation to `pg_class`, and its constraint to `pg_constraint`, with
 //!   the table's OID as the crate's `pg_class` reports it.
-//! - `pg_settings`: the server's settings (the crate lists one).
+//! - `pg_settings`: the server's settings (the crate lists one); `pg_matviews`: the views.
 //! - Functions: `to_regtype` (psycopg's type introspection) and `_pg_expandarray` (JDBC's key
 //!   queries, rewritten to `unnest(weir_pg_expandarray(..))` by the parser).
 //!
@@ -64,6 +64,7 @@ impl SchemaProvider for WeirPgCatalog {
         let extra = match name {
             "pg_index" | "pg_class" | "pg_constraint" => Extra::Keys(name.to_string()),
             "pg_settings" => Extra::Settings,
+            "pg_matviews" => Extra::Matviews,
             _ => return Ok(Some(inner)),
         };
         Ok(Some(Arc::new(Extended {
@@ -83,6 +84,7 @@ impl SchemaProvider for WeirPgCatalog {
 enum Extra {
     Keys(String),
     Settings,
+    Matviews,
 }
 
 /// A crate table with Weir's rows appended.
@@ -163,6 +165,25 @@ fn int_arrays(column: &ArrayRef) -> DfResult<ArrayRef> {
 }
 
 impl Extended {
+    fn matview_rows(&self) -> Vec<Row> {
+        self.catalog
+            .relations()
+            .iter()
+            .filter(|r| r.def.kind == crate::catalog::RelationKind::MaterializedView)
+            .map(|r| {
+                let query = r.def.definition.split_once(" AS ").map(|(_, q)| q).unwrap_or(&r.def.definition);
+                HashMap::from([
+                    ("schemaname", text(crate::catalog::DEFAULT_SCHEMA)),
+                    ("matviewname", text(&r.def.name)),
+                    ("matviewowner", text("root")),
+                    ("hasindexes", boolean(false)),
+                    ("ispopulated", boolean(true)),
+                    ("definition", text(query)),
+                ])
+            })
+            .collect()
+    }
+
     fn is_int_array(&self, column: &str) -> bool {
         matches!(&self.extra, Extra::Keys(t) if INT_ARRAY_COLUMNS.iter().any(|(table, c)| table == t && *c == column))
     }
@@ -191,7 +212,7 @@ impl Extended {
             .map(|i| {
                 if kinds.is_null(i) {
                     None
-                } else if !names.is_null(i) && views.contains(names.value(i)) && kinds.value(i) == "r" {
+                } else if !names.is_null(i) && views.contains(names.value(i)) && matches!(kinds.value(i), "r" | "v") {
                     Some("m")
                 } else {
                     Some(kinds.value(i))
@@ -351,7 +372,7 @@ impl TableProvider for Extended {
         let schema = self.inner.schema();
         let mut batches = match &self.extra {
             // The crate's one pg_settings row is replaced by the full list.
-            Extra::Settings => vec![],
+            Extra::Settings | Extra::Matviews => vec![],
             Extra::Keys(table) => {
                 let batches = collect(self.inner.scan(state, None, &[], None).await?, state.task_ctx()).await?;
                 if table == "pg_class" {
@@ -363,6 +384,7 @@ impl TableProvider for Extended {
         };
         let rows = match &self.extra {
             Extra::Settings => settings_rows(),
+            Extra::Matviews => self.matview_rows(),
             Extra::Keys(table) => self.extra_rows(state, table).await?,
         };
         batches.push(rows_to_batch(&schema, &rows)?);
