@@ -83,6 +83,10 @@ pub static VIEW_EPOCH: LazyLock<prometheus::IntGaugeVec> = LazyLock::new(|| {
     )
 });
 
+/// Bytes in the state store (RocksDB's estimate of live data plus memtables), every 5 s.
+pub static STATE_BYTES: LazyLock<IntGauge> =
+    LazyLock::new(|| register(IntGauge::new("weir_state_bytes", "Bytes held by the state store").unwrap()));
+
 /// Time to run a statement (until its result starts streaming).
 pub static STATEMENT_SECONDS: LazyLock<Histogram> = LazyLock::new(|| {
     register(
@@ -94,7 +98,7 @@ pub static STATEMENT_SECONDS: LazyLock<Histogram> = LazyLock::new(|| {
 pub fn render() -> String {
     // Touch the statics so that every metric is listed even before its first use.
     let _ = (&*CONNECTIONS_TOTAL, &*CONNECTIONS_ACTIVE, &*STATEMENTS_TOTAL, &*ERRORS_TOTAL, &*STATEMENT_SECONDS);
-    let _ = (&*VIEW_ERRORS_TOTAL, &*OPERATOR_ROWS, &*BARRIER_LATENCY_SECONDS, &*VIEW_EPOCH);
+    let _ = (&*VIEW_ERRORS_TOTAL, &*OPERATOR_ROWS, &*BARRIER_LATENCY_SECONDS, &*VIEW_EPOCH, &*STATE_BYTES);
     let mut buf = Vec::new();
     TextEncoder::new().encode(&REGISTRY.gather(), &mut buf).expect("text encoding");
     String::from_utf8(buf).expect("utf-8 metrics")

@@ -36,6 +36,7 @@ use crate::error::{Result, WeirError};
 use crate::frontend::Frontend;
 use crate::metrics;
 use crate::state::rocks::RocksStore;
+use crate::state::StateStore;
 
 /// Query handling shared by all connections.
 pub struct WeirHandler {
@@ -127,6 +128,13 @@ fn tls_acceptor(config: &Config) -> Result<Option<TlsAcceptor>> {
 /// Opens the data directory and serves until SIGINT or SIGTERM.
 pub async fn run(config: Config) -> Result<()> {
     let store = Arc::new(RocksStore::open(&config.data_dir.join("state"), &config.storage)?);
+    let sized = Arc::clone(&store);
+    tokio::spawn(async move {
+        loop {
+            metrics::STATE_BYTES.set(sized.approximate_bytes() as i64);
+            tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+        }
+    });
     let catalog = Arc::new(Catalog::open(store, &config.database)?);
     info!(relations = catalog.relations().len(), data_dir = %config.data_dir.display(), "catalog loaded");
     let streaming = Streaming::new(Arc::clone(&catalog), config.barrier_interval, config.storage.state_cache_entries);

@@ -65,6 +65,11 @@ impl StateStore for RocksStore {
         Ok(())
     }
 
+    fn approximate_bytes(&self) -> u64 {
+        let property = |name: &str| self.db.property_int_value(name).ok().flatten().unwrap_or(0);
+        property("rocksdb.estimate-live-data-size") + property("rocksdb.cur-size-all-mem-tables")
+    }
+
     fn write(&self, batch: WriteBatch) -> Result<()> {
         let mut wb = rocksdb::WriteBatch::default();
         for op in batch.ops {

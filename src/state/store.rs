@@ -55,4 +55,9 @@ pub trait StateStore: Send + Sync + 'static {
     fn scan_prefix(&self, prefix: &[u8], visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<ScanControl>) -> Result<()>;
 
     fn write(&self, batch: WriteBatch) -> Result<()>;
+
+    /// Roughly how many bytes the store holds (for metrics).
+    fn approximate_bytes(&self) -> u64 {
+        0
+    }
 }
