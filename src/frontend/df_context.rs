@@ -44,6 +44,22 @@ pub fn version_string() -> String {
     )
 }
 
+/// A scalar function's arguments as arrays of the batch's length (scalars repeated), with that
+/// length; what every function written here needs first.
+pub fn argument_arrays(
+    args: &[ColumnarValue],
+) -> datafusion::error::Result<(usize, Vec<datafusion::arrow::array::ArrayRef>)> {
+    let rows = args
+        .iter()
+        .find_map(|a| match a {
+            ColumnarValue::Array(a) => Some(a.len()),
+            ColumnarValue::Scalar(_) => None,
+        })
+        .unwrap_or(1);
+    let arrays = args.iter().map(|a| a.clone().into_array(rows)).collect::<datafusion::error::Result<Vec<_>>>()?;
+    Ok((rows, arrays))
+}
+
 /// Builds the template session state every session starts from.
 pub async fn template_state(catalog: Arc<Catalog>) -> Result<SessionState> {
     let database = catalog.database().to_string();

@@ -28,6 +28,7 @@ use datafusion::logical_expr::{create_udf, ColumnarValue, Expr, Volatility};
 use datafusion::physical_plan::{collect, ExecutionPlan};
 use datafusion::prelude::SessionContext;
 
+use super::df_context::argument_arrays;
 use crate::catalog::Catalog;
 use crate::frontend::session::all_defaults;
 
@@ -414,8 +415,8 @@ pub fn sql_type_name_udf() -> datafusion::logical_expr::ScalarUDF {
         DataType::Utf8,
         Volatility::Immutable,
         Arc::new(|args| {
-            let names = args[0].clone().into_array(1)?;
-            let names = datafusion::arrow::compute::cast(&names, &DataType::Utf8)?;
+            let (_, arrays) = argument_arrays(args)?;
+            let names = datafusion::arrow::compute::cast(&arrays[0], &DataType::Utf8)?;
             let out: datafusion::arrow::array::StringArray = names
                 .as_string::<i32>()
                 .iter()
@@ -445,16 +446,8 @@ pub fn register_functions(ctx: &SessionContext, type_oids: HashMap<String, i32>)
         DataType::Utf8,
         Volatility::Immutable,
         Arc::new(|args| {
-            let n = args
-                .iter()
-                .find_map(|a| match a {
-                    ColumnarValue::Array(a) => Some(a.len()),
-                    _ => None,
-                })
-                .unwrap_or(1);
-            let patterns = args[0].clone().into_array(n)?;
-            let escapes = args[1].clone().into_array(n)?;
-            let (patterns, escapes) = (patterns.as_string::<i32>(), escapes.as_string::<i32>());
+            let (n, arrays) = argument_arrays(args)?;
+            let (patterns, escapes) = (arrays[0].as_string::<i32>(), arrays[1].as_string::<i32>());
             let out: datafusion::arrow::array::StringArray = (0..n)
                 .map(|i| (!patterns.is_null(i)).then(|| backslash_escapes(patterns.value(i), escapes.value(i))))
                 .collect();
@@ -468,8 +461,8 @@ pub fn register_functions(ctx: &SessionContext, type_oids: HashMap<String, i32>)
         DataType::Int32,
         Volatility::Stable,
         Arc::new(move |args| {
-            let names = args[0].clone().into_array(1)?;
-            let names = datafusion::arrow::compute::cast(&names, &DataType::Utf8)?;
+            let (_, arrays) = argument_arrays(args)?;
+            let names = datafusion::arrow::compute::cast(&arrays[0], &DataType::Utf8)?;
             let oids: Int32Array = names
                 .as_string::<i32>()
                 .iter()
@@ -487,8 +480,8 @@ pub fn register_functions(ctx: &SessionContext, type_oids: HashMap<String, i32>)
         list_type,
         Volatility::Immutable,
         Arc::new(move |args| {
-            let input = args[0].clone().into_array(1)?;
-            let input = datafusion::arrow::compute::cast(&input, &DataType::Utf8)?;
+            let (_, arrays) = argument_arrays(args)?;
+            let input = datafusion::arrow::compute::cast(&arrays[0], &DataType::Utf8)?;
             let input = input.as_string::<i32>();
             let (mut xs, mut ns, mut offsets) = (Vec::new(), Vec::new(), vec![0i32]);
             for v in input.iter() {

@@ -364,6 +364,7 @@ fn lookup(values: &Values, user: &str, name: &str) -> Result<String> {
 /// `current_setting(name [, missing_ok])` and `set_config(name, value, is_local)` over this
 /// session's settings (set_config does not re-apply TimeZone to DataFusion; use SET for that).
 fn register_current_setting(ctx: &SessionContext, user: &str, values: &Values) {
+    use super::df_context::argument_arrays;
     use datafusion::arrow::array::{Array, AsArray, StringArray};
     use datafusion::arrow::datatypes::DataType;
     use datafusion::logical_expr::expr_fn::SimpleScalarUDF;
@@ -379,16 +380,9 @@ fn register_current_setting(ctx: &SessionContext, user: &str, values: &Values) {
         signature,
         DataType::Utf8,
         Arc::new(move |args| {
-            let n = args
-                .iter()
-                .find_map(|a| match a {
-                    ColumnarValue::Array(a) => Some(a.len()),
-                    _ => None,
-                })
-                .unwrap_or(1);
-            let names = args[0].clone().into_array(n)?;
-            let names = names.as_string::<i32>();
-            let missing_ok = args.get(1).map(|a| a.clone().into_array(n)).transpose()?;
+            let (n, arrays) = argument_arrays(args)?;
+            let names = arrays[0].as_string::<i32>();
+            let missing_ok = arrays.get(1);
             let mut out = Vec::with_capacity(n);
             for i in 0..n {
                 if names.is_null(i) {
@@ -413,16 +407,8 @@ fn register_current_setting(ctx: &SessionContext, user: &str, values: &Values) {
         Signature::exact(vec![DataType::Utf8, DataType::Utf8, DataType::Boolean], Volatility::Volatile),
         DataType::Utf8,
         Arc::new(move |args| {
-            let n = args
-                .iter()
-                .find_map(|a| match a {
-                    ColumnarValue::Array(a) => Some(a.len()),
-                    _ => None,
-                })
-                .unwrap_or(1);
-            let names = args[0].clone().into_array(n)?;
-            let new_values = args[1].clone().into_array(n)?;
-            let (names, new_values) = (names.as_string::<i32>(), new_values.as_string::<i32>());
+            let (n, arrays) = argument_arrays(args)?;
+            let (names, new_values) = (arrays[0].as_string::<i32>(), arrays[1].as_string::<i32>());
             let mut out = Vec::with_capacity(n);
             for i in 0..n {
                 let name = names.value(i);
