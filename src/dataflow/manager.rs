@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt;
 use tokio::task::JoinHandle;
 
 use super::build::Built;
@@ -102,7 +103,21 @@ impl Streaming {
             self.stop_view(id).await;
             return Err(e);
         }
-        let handle = tokio::spawn(job.run());
+        let name = job.relation.def.name.clone();
+        let handle = tokio::spawn(async move {
+            // A bug that panics inside a view stops that view, visibly, and nothing else.
+            if let Err(panic) = std::panic::AssertUnwindSafe(job.run()).catch_unwind().await {
+                let what = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()));
+                let message =
+                    format!("view stopped after an internal error: {}", what.unwrap_or_else(|| "panic".into()));
+                tracing::error!(view = %name, "{message}");
+                crate::system::record_view_error(&name, &message, 1);
+                crate::metrics::VIEW_ERRORS_TOTAL.with_label_values(&[&name]).inc();
+            }
+        });
         self.jobs.lock().insert(id, handle);
         Ok(())
     }
