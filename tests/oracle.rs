@@ -25,6 +25,7 @@ const VIEWS: &[(&str, &str)] = &[
     ("right_join", "SELECT a.k, b.k AS bk, b.w FROM a RIGHT JOIN b ON a.g = b.k"),
     ("full_join", "SELECT a.k, b.k AS bk FROM a FULL JOIN b ON a.g = b.k"),
     ("distincts", "SELECT g, count(DISTINCT v % 5) AS d, bool_and(v > 10) AS all_big, bool_or(v > 90) AS any_huge FROM a GROUP BY g"),
+    ("names", "SELECT g, string_agg(CAST(v AS VARCHAR), ',' ORDER BY CAST(v AS VARCHAR)) AS vs FROM a GROUP BY g"),
     ("per_b", "SELECT b.k AS bk, count(a.k) AS n, sum(a.v) AS s FROM b LEFT JOIN a ON a.g = b.k GROUP BY b.k"),
 ];
 

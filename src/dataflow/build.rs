@@ -154,7 +154,11 @@ impl Builder<'_> {
                         return Err(unsupported(&format!("aggregate {expr}")));
                     };
                     let params = &f.params;
-                    if params.filter.is_some() || !params.order_by.is_empty() {
+                    // ORDER BY only as string_agg(x, d ORDER BY x): the order Weir keeps values in.
+                    let ordered_by_arg = params.order_by.len() == 1
+                        && params.order_by[0].asc
+                        && params.args.first().is_some_and(|a| *a == params.order_by[0].expr);
+                    if params.filter.is_some() || !(params.order_by.is_empty() || ordered_by_arg) {
                         return Err(unsupported("FILTER or ORDER BY inside an aggregate"));
                     }
                     let kind = AggKind::from_name(f.func.name(), !params.args.is_empty(), params.distinct).ok_or_else(
@@ -165,7 +169,14 @@ impl Builder<'_> {
                     )?;
                     let arg = params.args.first().map(|e| self.physical(e, a.input.schema())).transpose()?;
                     let arg_type = params.args.first().map(|e| e.get_type(a.input.schema())).transpose()?;
-                    aggs.push(AggSpec { kind, arg, arg_type, output_type });
+                    let delimiter = match (kind, params.args.get(1)) {
+                        (AggKind::StringAgg, Some(Expr::Literal(v, _))) => Some(v.to_string()),
+                        (AggKind::StringAgg, _) => {
+                            return Err(unsupported("string_agg with a delimiter that is not a constant"))
+                        }
+                        _ => None,
+                    };
+                    aggs.push(AggSpec { kind, arg, arg_type, output_type, delimiter });
                 }
                 let state = (self.state_table()?, self.state_table()?);
                 let op = HashAgg::new(group_by, group_types, aggs, Self::schema(plan), state, &self.view)?;

@@ -1,5 +1,5 @@
 //! Grouped aggregation with retraction: count, count(DISTINCT), sum, avg, min, max, bool_and,
-//! bool_or.
+//! bool_or, string_agg (values in ascending order).
 //!
 //! Per group it keeps the number of input rows and one accumulator per aggregate, each able to
 //! take a row back: counts and sums subtract, and `min`, `max` and `count(DISTINCT)` keep every
@@ -44,6 +44,8 @@ pub enum AggKind {
     CountDistinct,
     BoolAnd,
     BoolOr,
+    /// `string_agg(x, delimiter [ORDER BY x])`: the values in ascending order.
+    StringAgg,
 }
 
 impl AggKind {
@@ -60,13 +62,14 @@ impl AggKind {
             ("max", true, _) => AggKind::Max,
             ("bool_and", true, _) => AggKind::BoolAnd,
             ("bool_or", true, _) => AggKind::BoolOr,
+            ("string_agg", true, false) => AggKind::StringAgg,
             _ => return None,
         })
     }
 
     /// Whether the aggregate keeps its values (with multiplicities) in the multiset table.
     fn keeps_values(self) -> bool {
-        matches!(self, AggKind::Min | AggKind::Max | AggKind::CountDistinct)
+        matches!(self, AggKind::Min | AggKind::Max | AggKind::CountDistinct | AggKind::StringAgg)
     }
 }
 
@@ -77,6 +80,8 @@ pub struct AggSpec {
     pub arg_type: Option<DataType>,
     /// The output column's type.
     pub output_type: DataType,
+    /// string_agg's delimiter.
+    pub delimiter: Option<String>,
 }
 
 /// One aggregate's counters for one group. Value multisets are in the store.
@@ -194,7 +199,7 @@ impl HashAgg {
                 AggKind::CountRows | AggKind::Count => Acc::Count(0),
                 AggKind::Sum => Acc::Sum { sum: None, values: 0 },
                 AggKind::Avg => Acc::Avg { sum: 0.0, values: 0 },
-                AggKind::Min | AggKind::Max => Acc::Extreme,
+                AggKind::Min | AggKind::Max | AggKind::StringAgg => Acc::Extreme,
                 AggKind::CountDistinct => Acc::Distinct(0),
                 AggKind::BoolAnd | AggKind::BoolOr => Acc::Bools { trues: 0, falses: 0 },
             })
@@ -307,6 +312,22 @@ impl HashAgg {
                     ScalarValue::Boolean(Some(*trues > 0))
                 }
             }
+            Acc::Extreme if spec.kind == AggKind::StringAgg => {
+                let mut prefix = group_key.to_vec();
+                prefix.push(i as u8);
+                let codec = self.value_codecs[i].as_ref().expect("codec");
+                let mut parts = Vec::new();
+                for (k, count) in self.values.scan_prefix(&prefix, group_key.len())? {
+                    let count = i64::from_le_bytes(count.as_slice().try_into().map_err(|_| corrupt())?);
+                    let value = codec.decode(&k[prefix.len()..])?.cast_to(&DataType::Utf8)?.to_string();
+                    parts.extend(std::iter::repeat_n(value, count.max(0) as usize));
+                }
+                if parts.is_empty() {
+                    ScalarValue::Null
+                } else {
+                    ScalarValue::Utf8(Some(parts.join(spec.delimiter.as_deref().unwrap_or(""))))
+                }
+            }
             Acc::Extreme => {
                 let mut prefix = group_key.to_vec();
                 prefix.push(i as u8);
@@ -385,7 +406,7 @@ impl HashAgg {
                 AggKind::Avg => {
                     Acc::Avg { sum: f64::from_le_bytes(r.take(8)?.try_into().expect("8 bytes")), values: r.i64()? }
                 }
-                AggKind::Min | AggKind::Max => Acc::Extreme,
+                AggKind::Min | AggKind::Max | AggKind::StringAgg => Acc::Extreme,
                 AggKind::BoolAnd | AggKind::BoolOr => Acc::Bools { trues: r.i64()?, falses: r.i64()? },
             });
         }
@@ -591,12 +612,19 @@ mod tests {
             vec![col("c0", &input).unwrap()],
             vec![DataType::Int64],
             vec![
-                AggSpec { kind: AggKind::CountRows, arg: None, arg_type: None, output_type: DataType::Int64 },
+                AggSpec {
+                    kind: AggKind::CountRows,
+                    arg: None,
+                    arg_type: None,
+                    output_type: DataType::Int64,
+                    delimiter: None,
+                },
                 AggSpec {
                     kind: AggKind::Max,
                     arg: Some(col("c1", &input).unwrap()),
                     arg_type: Some(DataType::Int64),
                     output_type: DataType::Int64,
+                    delimiter: None,
                 },
             ],
             schema,
