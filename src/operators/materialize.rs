@@ -115,3 +115,52 @@ impl Materialize {
         Ok(RecordBatch::try_new(Arc::clone(self.relation.table.schema()), columns)?)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::Catalog;
+    use crate::state::memory::MemoryStore;
+    use crate::types::change_batch::from_pretty;
+
+    fn view() -> (Arc<Catalog>, Materialize) {
+        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+        let catalog = Arc::new(Catalog::open(Arc::clone(&store), "dev").unwrap());
+        let schema = from_pretty("I T\n+ 1 a").schema().as_ref().clone();
+        catalog.create_view("v", "CREATE MATERIALIZED VIEW v AS ...", schema, vec![], false).unwrap();
+        let relation = catalog.get("v").unwrap();
+        (Arc::clone(&catalog), Materialize::new(relation, store))
+    }
+
+    fn epoch(m: &mut Materialize, catalog: &Catalog, changes: &str) -> String {
+        m.apply(from_pretty(changes));
+        let (wb, out) = m.barrier().unwrap();
+        catalog.store().write(wb).unwrap();
+        out.map(|b| b.to_pretty()).unwrap_or_default()
+    }
+
+    fn rows(catalog: &Catalog) -> Vec<String> {
+        let relation = catalog.get("v").unwrap();
+        let batches = relation.scan_rows(catalog.store().as_ref()).unwrap();
+        let mut out: Vec<String> = batches
+            .iter()
+            .flat_map(|b| ChangeBatch::inserts(b.clone()).to_pretty().lines().map(String::from).collect::<Vec<_>>())
+            .collect();
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn changes_net_within_an_epoch_and_duplicates_count() {
+        let (catalog, mut m) = view();
+        // Inserted and deleted in one epoch: no trace.
+        assert_eq!(epoch(&mut m, &catalog, "I T\n+ 1 a\n+ 2 b\n- 1 a\n+ 2 b"), "+ 2 b\n+ 2 b\n");
+        assert_eq!(rows(&catalog), vec!["+ 2 b", "+ 2 b"]);
+        // An update is a delete and an insert.
+        assert_eq!(epoch(&mut m, &catalog, "I T\nU- 2 b\nU+ 2 c"), "- 2 b\n+ 2 c\n");
+        assert_eq!(rows(&catalog), vec!["+ 2 b", "+ 2 c"]);
+        assert_eq!(epoch(&mut m, &catalog, "I T\n- 2 b\n- 2 c"), "- 2 b\n- 2 c\n");
+        assert!(rows(&catalog).is_empty());
+        assert_eq!(epoch(&mut m, &catalog, "I T"), "");
+    }
+}
