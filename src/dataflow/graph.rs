@@ -52,10 +52,6 @@ impl Graph {
         index
     }
 
-    pub fn input_count(&self) -> usize {
-        self.leaves.len()
-    }
-
     /// Pushes changes of input `input` through; returns the root's output.
     pub fn push(&mut self, input: usize, batch: ChangeBatch) -> Result<Vec<ChangeBatch>> {
         let mut out = Vec::new();

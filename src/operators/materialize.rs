@@ -28,10 +28,6 @@ impl Materialize {
         Materialize { relation, store, pending: Vec::new() }
     }
 
-    pub fn relation(&self) -> &Arc<Relation> {
-        &self.relation
-    }
-
     pub fn apply(&mut self, batch: ChangeBatch) {
         if !batch.is_empty() {
             self.pending.push(batch);

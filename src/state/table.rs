@@ -111,6 +111,7 @@ impl StateTable {
     }
 
     /// Number of rows (a full scan of the keys).
+    #[cfg(test)]
     pub fn count(&self, store: &dyn StateStore) -> Result<u64> {
         let mut n = 0u64;
         store.scan_prefix(&table_prefix(self.table_id), &mut |_, _| {
