@@ -16,7 +16,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, RecordBatch};
+use datafusion::arrow::array::{Array, ArrayRef, RecordBatch};
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::common::ScalarValue;
@@ -265,24 +265,37 @@ impl HashAgg {
                 Some(ScalarValue::Boolean(Some(false))) => *falses += sign,
                 _ => {}
             },
-            acc @ (Acc::Extreme | Acc::Distinct(_)) => {
+            Acc::Extreme | Acc::Distinct(_) => {
                 let Some(v) = value else { return Ok(()) };
                 let encoded = self.value_codecs[i].as_ref().expect("codec").encode(&v)?;
-                let key = Self::multiset_key(group_key, i, &encoded);
-                let before = match self.values.get(&key, group_key.len())? {
-                    Some(b) => i64::from_le_bytes(b.as_slice().try_into().map_err(|_| corrupt())?),
-                    None => 0,
-                };
-                let after = before + sign;
-                if after == 0 {
-                    self.values.delete(&key, group_key.len());
-                } else {
-                    self.values.put(&key, group_key.len(), after.to_le_bytes().to_vec());
-                }
-                if let Acc::Distinct(n) = acc {
-                    *n += (after > 0) as i64 - (before > 0) as i64;
-                }
+                self.add_to_multiset(group_key, group, i, &encoded, sign)?;
             }
+        }
+        Ok(())
+    }
+
+    /// Changes the multiplicity of one (encoded) value of aggregate `i` by `delta`.
+    fn add_to_multiset(
+        &mut self,
+        group_key: &[u8],
+        group: &mut Group,
+        i: usize,
+        value: &[u8],
+        delta: i64,
+    ) -> Result<()> {
+        let key = Self::multiset_key(group_key, i, value);
+        let before = match self.values.get(&key, group_key.len())? {
+            Some(b) => i64::from_le_bytes(b.as_slice().try_into().map_err(|_| corrupt())?),
+            None => 0,
+        };
+        let after = before + delta;
+        if after == 0 {
+            self.values.delete(&key, group_key.len());
+        } else {
+            self.values.put(&key, group_key.len(), after.to_le_bytes().to_vec());
+        }
+        if let Acc::Distinct(n) = &mut group.accs[i] {
+            *n += (after > 0) as i64 - (before > 0) as i64;
         }
         Ok(())
     }
@@ -486,17 +499,54 @@ impl Operator for HashAgg {
             .iter()
             .map(|a| a.arg.as_ref().map(|e| evaluate(e, &batch.data, &self.view)).transpose())
             .collect::<Result<Vec<_>>>()?;
-        for (row, op) in batch.ops.iter().enumerate() {
+        // Values of multiset aggregates (min, max, count distinct, string_agg), encoded once.
+        let encoded_values = self
+            .aggs
+            .iter()
+            .zip(&args)
+            .enumerate()
+            .map(|(i, (spec, arg))| match (spec.kind.keeps_values(), arg) {
+                (true, Some(arg)) => {
+                    let codec = &self.value_codecs[i].as_ref().expect("codec").0;
+                    Ok(Some(codec.convert_columns(std::slice::from_ref(arg))?))
+                }
+                _ => Ok(None),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        // Rows by group, so each group's state is looked up once per batch.
+        let mut rows_of: HashMap<Vec<u8>, Vec<usize>> = HashMap::new();
+        for row in 0..batch.num_rows() {
             let key: Vec<u8> = encoded.as_ref().map(|e| e.row(row).as_ref().to_vec()).unwrap_or_default();
+            rows_of.entry(key).or_default().push(row);
+        }
+        for (key, rows) in rows_of {
             let mut group = match self.dirty.remove(&key) {
                 Some(g) => g,
                 None => self.load(&key)?,
             };
-            let sign = op.sign();
-            group.rows += sign;
-            for (i, arg) in args.iter().enumerate() {
-                let value = arg.as_ref().map(|a| ScalarValue::try_from_array(a, row)).transpose()?;
-                self.update(&key, &mut group, i, value, sign)?;
+            // A value's net change per multiset aggregate, applied to the state once.
+            let mut deltas: Vec<HashMap<&[u8], i64>> = vec![HashMap::new(); self.aggs.len()];
+            for &row in &rows {
+                let sign = batch.ops[row].sign();
+                group.rows += sign;
+                for (i, arg) in args.iter().enumerate() {
+                    match (&encoded_values[i], arg) {
+                        (Some(values), Some(arg)) => {
+                            if arg.is_valid(row) {
+                                *deltas[i].entry(values.row(row).data()).or_insert(0) += sign;
+                            }
+                        }
+                        _ => {
+                            let value = arg.as_ref().map(|a| ScalarValue::try_from_array(a, row)).transpose()?;
+                            self.update(&key, &mut group, i, value, sign)?;
+                        }
+                    }
+                }
+            }
+            for (i, values) in deltas.into_iter().enumerate() {
+                for (value, delta) in values.into_iter().filter(|(_, d)| *d != 0) {
+                    self.add_to_multiset(&key, &mut group, i, value, delta)?;
+                }
             }
             self.dirty.insert(key, group);
         }
