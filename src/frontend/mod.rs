@@ -45,9 +45,12 @@ impl StatementResult {
 }
 
 /// What a prepared statement takes and returns, for the extended protocol's Describe.
+#[derive(Default)]
 pub struct StatementDescription {
     /// Parameter types in `$1..$n` order (None where DataFusion could not infer one).
     pub parameters: Vec<Option<DataType>>,
+    /// The SQL type a parameter is cast to (`oid[]` for `$1::oid[]`), by position.
+    pub parameter_casts: Vec<Option<String>>,
     /// The result columns; None for statements that return no rows.
     pub columns: Option<SchemaRef>,
 }
@@ -141,7 +144,7 @@ impl Frontend {
     /// Describes a statement without running it.
     pub async fn describe(&self, session: &mut Session, statement: &Statement) -> Result<StatementDescription> {
         match statement {
-            Statement::Flush => Ok(StatementDescription { parameters: vec![], columns: None }),
+            Statement::Flush => Ok(StatementDescription::default()),
             Statement::Sql(statement) => handler::describe(self, session, statement).await,
         }
     }

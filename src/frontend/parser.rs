@@ -83,6 +83,7 @@ impl SqlParser {
 ///   `getTypeInfo`), which DataFusion requires to be aggregated, gets `max(...)` around its one
 ///   column: the subqueries select by OID, so they yield at most one row and `max` is that row;
 /// - `(record).field` becomes `(record)['field']`, the form DataFusion reads;
+/// - asyncpg's domain and composite lookups become typed NULLs ([`domain_or_composite_lookup`]);
 /// - a function looked up by name, `(SELECT oid FROM pg_catalog.pg_proc WHERE proname = 'f')`
 ///   (how the compatibility parser expands `'f'::regproc`), becomes `'f'`: this pg_catalog
 ///   names functions in `pg_type.typinput` and the like rather than numbering them.
@@ -107,6 +108,12 @@ pub fn rewrite_catalog_idioms(statement: &mut ast::Statement) {
             _ => None,
         };
         match expr {
+            Expr::Case { .. } if domain_or_composite_lookup(expr).is_some() => {
+                let typed_null = domain_or_composite_lookup(expr).expect("checked");
+                if let Some(e) = parse(typed_null.to_string()) {
+                    *expr = e;
+                }
+            }
             Expr::Function(_) if name.ends_with("generate_subscripts") && single_arg.is_some() => {
                 // The subscripts of a one-dimensional array, as rows next to unnest(array).
                 let array = single_arg.expect("checked");
@@ -263,6 +270,46 @@ fn split_weir_statements(sql: &str) -> Vec<Piece<'_>> {
     } else {
         whole
     }
+}
+
+/// `CASE WHEN t.typtype = 'd' THEN (SELECT ...) ELSE NULL END` (and `'c'`) is how asyncpg's
+/// type introspection finds a domain's base type or a composite's fields, with correlated
+/// subqueries DataFusion cannot plan. Weir never sends domain or composite values, so the
+/// answer is NULL for every type a client asks about: returns that NULL, typed as asyncpg
+/// decodes without further introspection (an `oid` base type as int4, field lists as text[]).
+fn domain_or_composite_lookup(expr: &ast::Expr) -> Option<&'static str> {
+    let text = expr.to_string();
+    if !text.starts_with("CASE WHEN ") || !text.ends_with("ELSE NULL END") {
+        return None;
+    }
+    if text.contains(".typtype = 'd' THEN (") {
+        Some("CAST(NULL AS INT)")
+    } else if text.contains(".typtype = 'c' THEN (") {
+        Some("CAST(NULL AS TEXT[])")
+    } else {
+        None
+    }
+}
+
+/// The SQL type each placeholder is cast to in `statement` (`$1::oid[]` -> `oid[]`), by
+/// position; DataFusion plans `oid` as int4, but clients must be told `oid`.
+pub fn placeholder_casts(statement: &ast::Statement) -> Vec<(usize, String)> {
+    use datafusion::sql::sqlparser::ast::{visit_expressions, Expr, Value};
+    use std::ops::ControlFlow;
+    let mut found = Vec::new();
+    let _ = visit_expressions(statement, |expr| {
+        if let Expr::Cast { expr: inner, data_type, .. } = expr {
+            if let Expr::Value(v) = inner.as_ref() {
+                if let Value::Placeholder(p) = &v.value {
+                    if let Ok(n) = p.trim_start_matches('$').parse::<usize>() {
+                        found.push((n, data_type.to_string().to_ascii_lowercase()));
+                    }
+                }
+            }
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    found
 }
 
 /// `f` if `query` is `SELECT [max(]oid[)] FROM pg_catalog.pg_proc WHERE proname = '[pg_catalog.]f'`.

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use arrow_pg::datatypes::{arrow_schema_to_pg_fields, encode_recordbatch};
 use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, StringArray};
 use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{DataType, Schema, TimeUnit};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use futures::{stream, StreamExt};
 use pgwire::api::portal::Format;
 use pgwire::api::results::FieldFormat;
@@ -25,7 +25,22 @@ use crate::frontend::StatementResult;
 
 /// RowDescription fields for `schema`, each in the format the client asked for.
 pub fn fields(schema: &Schema, format: &Format) -> PgWireResult<Vec<FieldInfo>> {
-    arrow_schema_to_pg_fields(schema, format, None)
+    // An `oid` / `regtype` marker describes an int4 column; a cast (`oid::regtype::text`) can
+    // carry it onto a column of another type, whose values must not be announced as oids.
+    let cleaned: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(|f| {
+            let mut f = f.as_ref().clone();
+            if f.data_type() != &DataType::Int32 && f.metadata().contains_key(arrow_pg::datatypes::PG_OID_ALIAS_KEY) {
+                let mut metadata = f.metadata().clone();
+                metadata.remove(arrow_pg::datatypes::PG_OID_ALIAS_KEY);
+                f = f.with_metadata(metadata);
+            }
+            f
+        })
+        .collect();
+    arrow_schema_to_pg_fields(&Schema::new(cleaned), format, None)
 }
 
 pub fn into_response(result: StatementResult, format: &Format) -> PgWireResult<Response> {

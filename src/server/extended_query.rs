@@ -9,7 +9,7 @@
 use std::fmt::Debug;
 use std::sync::Arc;
 
-use arrow_pg::datatypes::df::deserialize_parameters;
+use arrow_pg::datatypes::df::deserialize_parameters_with_server_types;
 use arrow_pg::datatypes::into_pg_type;
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::DataType;
@@ -66,17 +66,31 @@ impl QueryParser for WeirQueryParser {
     }
 }
 
+/// The type of each parameter as the client is told in ParameterDescription: the client's own
+/// choice from Parse, else `oid` / `oid[]` where the statement casts to those (DataFusion
+/// plans them as int4), else the inferred type.
 fn parameter_types(described: &StatementDescription, client_types: &[Option<Type>]) -> PgWireResult<Vec<Type>> {
     let n = described.parameters.len().max(client_types.len());
     (0..n)
         .map(|i| match client_types.get(i).cloned().flatten() {
             Some(t) => Ok(t),
-            None => match described.parameters.get(i).cloned().flatten() {
-                Some(dt) => into_pg_type(&dt),
-                None => Ok(Type::UNKNOWN),
+            None => match (oid_type(described, i), described.parameters.get(i).cloned().flatten()) {
+                (Some((advertised, _)), _) => Ok(advertised),
+                (None, Some(dt)) => into_pg_type(&dt),
+                (None, None) => Ok(Type::UNKNOWN),
             },
         })
         .collect()
+}
+
+/// For a parameter cast to `oid` or `oid[]`: the type to advertise and the int4 type its bytes
+/// decode as (an oid is four bytes, like an int4).
+fn oid_type(described: &StatementDescription, i: usize) -> Option<(Type, Type)> {
+    match described.parameter_casts.get(i).cloned().flatten().as_deref() {
+        Some("oid") => Some((Type::OID, Type::INT4)),
+        Some("oid[]") => Some((Type::OID_ARRAY, Type::INT4_ARRAY)),
+        _ => None,
+    }
 }
 
 impl WeirHandler {
@@ -152,7 +166,10 @@ impl ExtendedQueryHandler for WeirHandler {
         let params = if portal.parameter_len() > 0 {
             let described = self.frontend.describe(&mut session, &statement).await.map_err(reject)?;
             let inferred: Vec<Option<&DataType>> = described.parameters.iter().map(|t| t.as_ref()).collect();
-            Some(deserialize_parameters(portal, &inferred)?)
+            let decode_as: Vec<Option<Type>> =
+                (0..portal.parameter_len()).map(|i| oid_type(&described, i).map(|(_, decode)| decode)).collect();
+            let decode_as: Vec<Option<&Type>> = decode_as.iter().map(|t| t.as_ref()).collect();
+            Some(deserialize_parameters_with_server_types(portal, &inferred, &decode_as)?)
         } else {
             None
         };

@@ -37,6 +37,9 @@ async def with_asyncpg():
     rows = await conn.fetch("SELECT id, customer, amount FROM orders WHERE id > $1 ORDER BY id", 1)
     assert [tuple(r) for r in rows] == [(2, "c0", 5.0), (3, "c1", 7.5)], rows
     assert await conn.fetchval("SELECT $1::timestamp", ts) == ts
+    # Arrays make asyncpg introspect their types through pg_catalog.
+    assert await conn.fetchval("SELECT make_array(1, 2, 3)") == [1, 2, 3]
+    assert await conn.fetchval("SELECT make_array('a', 'b')") == ["a", "b"]
     await conn.execute("FLUSH")
     totals = await conn.fetch("SELECT customer, total FROM per_customer ORDER BY customer")
     assert [tuple(r) for r in totals] == [("c0", 5.0), ("c1", 10.0)], totals

@@ -87,9 +87,9 @@ pub async fn describe(fe: &Frontend, session: &mut Session, statement: &Statemen
                 StatementResult::Rows { schema, .. } => Some(schema),
                 _ => None,
             };
-            Ok(StatementDescription { parameters: vec![], columns })
+            Ok(StatementDescription { columns, ..Default::default() })
         }
-        _ => Ok(StatementDescription { parameters: vec![], columns: None }),
+        _ => Ok(StatementDescription::default()),
     }
 }
 

@@ -79,7 +79,17 @@ pub async fn describe(session: &Session, statement: &Statement) -> Result<Statem
             slot.get_or_insert(ty);
         }
     }
-    Ok(StatementDescription { parameters, columns: returns_rows.then(|| logical.schema().inner().clone()) })
+    let mut parameter_casts = vec![None; parameters.len()];
+    for (n, sql_type) in crate::frontend::parser::placeholder_casts(statement) {
+        if let Some(slot) = parameter_casts.get_mut(n - 1) {
+            *slot = Some(sql_type);
+        }
+    }
+    Ok(StatementDescription {
+        parameters,
+        parameter_casts,
+        columns: returns_rows.then(|| logical.schema().inner().clone()),
+    })
 }
 
 /// `(n, type)` for every `CAST($n AS type)` in the plan.
