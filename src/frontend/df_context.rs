@@ -93,7 +93,7 @@ pub async fn template_state(catalog: Arc<Catalog>) -> Result<SessionState> {
     db_catalog
         .register_schema("pg_catalog", Arc::new(WeirPgCatalog::new(crate_pg_catalog, Arc::clone(&catalog))))
         .map_err(WeirError::from)?;
-    pg_catalog::register_functions(&ctx, pg_catalog::type_oids(&ctx).await?);
+    pg_catalog::register_functions(&ctx, pg_catalog::type_oids(&ctx).await?, &catalog);
 
     let version = version_string();
     ctx.register_udf(create_udf(

@@ -161,7 +161,10 @@ pub fn rewrite_catalog_idioms(statement: &mut ast::Statement) {
                 }
                 *expr = Expr::Function(outer);
             }
-            Expr::CompoundFieldAccess { access_chain, .. } => {
+            // `(unnest(x)).n` is a field of a record; `con.conkey[1]` is a column of a table.
+            Expr::CompoundFieldAccess { root, access_chain }
+                if !matches!(root.as_ref(), Expr::Identifier(_) | Expr::CompoundIdentifier(_)) =>
+            {
                 for access in access_chain.iter_mut() {
                     if let AccessExpr::Dot(Expr::Identifier(field)) = access {
                         let name =

@@ -137,32 +137,40 @@ fn rows_to_batch(schema: &SchemaRef, rows: &[Row]) -> DfResult<RecordBatch> {
     Ok(RecordBatch::try_new(Arc::clone(schema), columns)?)
 }
 
-/// `int2vector` / `int2[]` columns: the crate stores them as text (`1 2`, `{1,2}`); clients
-/// unnest and subscript them, so Weir serves them as arrays.
-const INT_ARRAY_COLUMNS: &[(&str, &str)] =
-    &[("pg_index", "indkey"), ("pg_constraint", "conkey"), ("pg_constraint", "confkey")];
+/// `int2vector` / `oidvector` / `int2[]` columns: the crate stores them as text (`1 2`,
+/// `{1,2}`); clients unnest and subscript them, so Weir serves them as arrays.
+const INT_ARRAY_COLUMNS: &[(&str, &str, bool)] = &[
+    // (table, column, holds oids rather than small ints)
+    ("pg_index", "indkey", false),
+    ("pg_index", "indoption", false),
+    ("pg_index", "indcollation", true),
+    ("pg_index", "indclass", true),
+    ("pg_constraint", "conkey", false),
+    ("pg_constraint", "confkey", false),
+];
 
-fn int_array_type() -> DataType {
-    DataType::List(Arc::new(Field::new("item", DataType::Int16, true)))
+fn int_array_type(oids: bool) -> DataType {
+    let item = if oids { DataType::Int32 } else { DataType::Int16 };
+    DataType::List(Arc::new(Field::new("item", item, true)))
 }
 
-/// Text like `1 2`, `{1,2}` or `[1]` as Int16 lists (NULL stays NULL).
-fn int_arrays(column: &ArrayRef) -> DfResult<ArrayRef> {
+/// Text like `1 2`, `{1,2}` or `[1]` as integer lists (NULL stays NULL).
+fn int_arrays(column: &ArrayRef, oids: bool) -> DfResult<ArrayRef> {
     let text = datafusion::arrow::compute::cast(column, &DataType::Utf8)?;
     let text = text.as_string::<i32>();
-    let mut builder = datafusion::arrow::array::ListBuilder::new(datafusion::arrow::array::Int16Builder::new());
+    let mut builder = datafusion::arrow::array::ListBuilder::new(datafusion::arrow::array::Int32Builder::new());
     for v in text.iter() {
         match v {
             None => builder.append(false),
             Some(s) => {
                 for n in s.split(|c: char| !(c.is_ascii_digit() || c == '-')).filter(|t| !t.is_empty()) {
-                    builder.values().append_option(n.parse::<i16>().ok());
+                    builder.values().append_option(n.parse::<i32>().ok());
                 }
                 builder.append(true);
             }
         }
     }
-    Ok(Arc::new(builder.finish()))
+    Ok(datafusion::arrow::compute::cast(&builder.finish(), &int_array_type(oids))?)
 }
 
 impl Extended {
@@ -185,8 +193,23 @@ impl Extended {
             .collect()
     }
 
-    fn is_int_array(&self, column: &str) -> bool {
-        matches!(&self.extra, Extra::Keys(t) if INT_ARRAY_COLUMNS.iter().any(|(table, c)| table == t && *c == column))
+    /// Columns clients read that the crate's table lacks (always NULL).
+    fn missing_columns(&self, inner: &SchemaRef) -> Vec<Field> {
+        let wanted: &[(&str, &str, DataType)] =
+            &[("pg_class", "reloptions", DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))))];
+        wanted
+            .iter()
+            .filter(|(table, column, _)| {
+                matches!(&self.extra, Extra::Keys(t) if t == table) && inner.field_with_name(column).is_err()
+            })
+            .map(|(_, column, data_type)| Field::new(*column, data_type.clone(), true))
+            .collect()
+    }
+
+    /// For an integer-array column of this table: whether it holds oids.
+    fn int_array(&self, column: &str) -> Option<bool> {
+        let Extra::Keys(t) = &self.extra else { return None };
+        INT_ARRAY_COLUMNS.iter().find(|(table, c, _)| table == t && *c == column).map(|(_, _, oids)| *oids)
     }
 
     /// The crate reports every relation as a table (`r`); materialized views are `m`.
@@ -349,12 +372,15 @@ impl TableProvider for Extended {
             .fields()
             .iter()
             .map(|f| {
-                if self.is_int_array(f.name()) {
-                    Field::new(f.name(), int_array_type(), true)
+                if let Some(oids) = self.int_array(f.name()) {
+                    Field::new(f.name(), int_array_type(oids), true)
                 } else {
                     f.as_ref().clone()
                 }
             })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .chain(self.missing_columns(&inner))
             .collect();
         Arc::new(datafusion::arrow::datatypes::Schema::new(fields))
     }
@@ -393,17 +419,73 @@ impl TableProvider for Extended {
         let batches = batches
             .into_iter()
             .map(|b| {
-                let columns = b
+                let mut columns = b
                     .columns()
                     .iter()
                     .zip(schema.fields())
-                    .map(|(c, f)| if self.is_int_array(f.name()) { int_arrays(c) } else { Ok(Arc::clone(c)) })
+                    .map(|(c, f)| match self.int_array(f.name()) {
+                        Some(oids) => int_arrays(c, oids),
+                        None => Ok(Arc::clone(c)),
+                    })
                     .collect::<DfResult<Vec<_>>>()?;
+                // Columns Postgres has and the crate lacks are NULL.
+                for f in &schema.fields()[columns.len()..] {
+                    columns.push(datafusion::arrow::array::new_null_array(f.data_type(), b.num_rows()));
+                }
                 Ok(RecordBatch::try_new(Arc::clone(&schema), columns)?)
             })
             .collect::<DfResult<Vec<_>>>()?;
         Ok(MemorySourceConfig::try_new_exec(&[batches], schema, projection.cloned())?)
     }
+}
+
+/// `pg_get_indexdef(index_oid [, column, pretty])`: the definition of a primary-key index
+/// (`CREATE UNIQUE INDEX t_pkey ON public.t USING btree (id)`), or with `column` > 0 that key
+/// column's name; NULL for indexes Weir does not have.
+fn index_definition_udf(catalog: Arc<Catalog>) -> datafusion::logical_expr::ScalarUDF {
+    use datafusion::logical_expr::expr_fn::SimpleScalarUDF;
+    use datafusion::logical_expr::{Signature, TypeSignature};
+    let signature = Signature::one_of(
+        vec![
+            TypeSignature::Exact(vec![DataType::Int32]),
+            // (oid, column, pretty): clients pass the column as int4 or int8, pretty as NULL.
+            TypeSignature::Any(3),
+        ],
+        Volatility::Stable,
+    );
+    let udf = SimpleScalarUDF::new_with_signature(
+        "pg_get_indexdef",
+        signature,
+        DataType::Utf8,
+        Arc::new(move |args| {
+            let (n, arrays) = argument_arrays(args)?;
+            let oids = arrays[0].as_primitive::<datafusion::arrow::datatypes::Int32Type>();
+            let columns = arrays.get(1).map(|c| datafusion::arrow::compute::cast(c, &DataType::Int32)).transpose()?;
+            let columns = columns.as_ref().map(|c| c.as_primitive::<datafusion::arrow::datatypes::Int32Type>());
+            let out: datafusion::arrow::array::StringArray = (0..n)
+                .map(|i| {
+                    if oids.is_null(i) {
+                        return None;
+                    }
+                    let id = (oids.value(i) as i64).checked_sub(KEY_OID_BASE)?;
+                    let relation = catalog.by_id(u32::try_from(id).ok()?)?;
+                    let key: Vec<&str> =
+                        relation.def.primary_key.iter().map(|&c| relation.schema.field(c).name().as_str()).collect();
+                    match columns.filter(|c| c.is_valid(i)).map(|c| c.value(i)).unwrap_or(0) {
+                        0 => Some(format!(
+                            "CREATE UNIQUE INDEX {name}_pkey ON {schema}.{name} USING btree ({})",
+                            key.join(", "),
+                            name = relation.def.name,
+                            schema = crate::catalog::DEFAULT_SCHEMA
+                        )),
+                        c => key.get(c as usize - 1).map(|k| k.to_string()),
+                    }
+                })
+                .collect();
+            Ok(ColumnarValue::Array(Arc::new(out)))
+        }),
+    );
+    datafusion::logical_expr::ScalarUDF::from(udf)
 }
 
 /// `weir_sql_type_name(arrow_type_text)`: an Arrow type's display name as Postgres names the
@@ -430,7 +512,8 @@ pub fn sql_type_name_udf() -> datafusion::logical_expr::ScalarUDF {
 }
 
 /// Registers the functions clients' catalog queries call that the crate does not provide.
-pub fn register_functions(ctx: &SessionContext, type_oids: HashMap<String, i32>) {
+pub fn register_functions(ctx: &SessionContext, type_oids: HashMap<String, i32>, catalog: &Arc<Catalog>) {
+    ctx.register_udf(index_definition_udf(Arc::clone(catalog)));
     ctx.register_udf(sql_type_name_udf());
     // Every type is in pg_catalog, which is always on the search path.
     ctx.register_udf(create_udf(

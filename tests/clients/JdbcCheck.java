@@ -47,6 +47,14 @@ public class JdbcCheck {
                 while (r.next()) pk.add(r.getString("COLUMN_NAME"));
             }
             check(pk.equals(List.of("id")), "getPrimaryKeys " + pk);
+            List<String> indexes = new ArrayList<>();
+            try (ResultSet r = md.getIndexInfo(null, "public", "j", true, false)) {
+                while (r.next()) indexes.add(r.getString("INDEX_NAME") + ":" + r.getString("COLUMN_NAME"));
+            }
+            check(indexes.equals(List.of("j_pkey:id")), "getIndexInfo " + indexes);
+            try (ResultSet r = md.getImportedKeys(null, "public", "j")) {
+                check(!r.next(), "getImportedKeys: no foreign keys");
+            }
             int types = 0;
             try (ResultSet r = md.getTypeInfo()) {
                 while (r.next()) types++;

@@ -28,6 +28,9 @@ assert not columns["customer"]["nullable"] and columns["amount"]["nullable"], co
 assert insp.get_pk_constraint("orders")["constrained_columns"] == ["id"], insp.get_pk_constraint("orders")
 assert insp.get_pk_constraint("composite")["constrained_columns"] == ["b", "a"], insp.get_pk_constraint("composite")
 assert insp.has_table("orders") and not insp.has_table("nope")
+# Primary keys are not listed as indexes, as in Postgres; there are no foreign keys.
+assert insp.get_indexes("orders") == [], insp.get_indexes("orders")
+assert insp.get_foreign_keys("orders") == [], insp.get_foreign_keys("orders")
 
 
 async def with_asyncpg():
