@@ -38,7 +38,7 @@ async fn psql_meta_commands() {
     let dt = psql(&server, "\\dt");
     assert!(dt.contains(" t ") && dt.contains("table"), "\\dt:\n{dt}");
     let d = psql(&server, "\\d t");
-    for expected in ["id", "name", "price", "ts", "integer", "double precision"] {
+    for expected in ["id", "name", "price", "ts", "integer", "double precision", "\"t_pkey\" PRIMARY KEY, btree (id)"] {
         assert!(d.contains(expected), "\\d t lacks {expected}:\n{d}");
     }
     let l = psql(&server, "\\l");

@@ -212,7 +212,8 @@ impl Extended {
         INT_ARRAY_COLUMNS.iter().find(|(table, c, _)| table == t && *c == column).map(|(_, _, oids)| *oids)
     }
 
-    /// The crate reports every relation as a table (`r`); materialized views are `m`.
+    /// The crate reports every relation as a table (`r`) without indexes; materialized views
+    /// are `m`, and tables with a primary key have its index.
     fn mark_views(&self, batch: RecordBatch) -> DfResult<RecordBatch> {
         let views: std::collections::HashSet<String> = self
             .catalog
@@ -225,9 +226,6 @@ impl Extended {
         else {
             return Ok(batch);
         };
-        if views.is_empty() {
-            return Ok(batch);
-        }
         let names = datafusion::arrow::compute::cast(batch.column(name_idx), &DataType::Utf8)?;
         let names = names.as_string::<i32>();
         let kinds = datafusion::arrow::compute::cast(batch.column(kind_idx), &DataType::Utf8)?;
@@ -246,6 +244,24 @@ impl Extended {
         let patched = datafusion::arrow::compute::cast(&patched, batch.column(kind_idx).data_type())?;
         let mut columns = batch.columns().to_vec();
         columns[kind_idx] = patched;
+        // Keyed tables have their primary-key index (psql's \d shows it under "Indexes").
+        if let Ok(has_index_idx) = batch.schema().index_of("relhasindex") {
+            let keyed: std::collections::HashSet<String> = self
+                .catalog
+                .relations()
+                .iter()
+                .filter(|r| !r.def.primary_key.is_empty())
+                .map(|r| r.def.name.clone())
+                .collect();
+            let current = batch.column(has_index_idx).as_boolean();
+            let patched: datafusion::arrow::array::BooleanArray = (0..batch.num_rows())
+                .map(|i| {
+                    let keyed = !names.is_null(i) && keyed.contains(names.value(i)) && kinds.value(i) == "r";
+                    Some(keyed || (current.is_valid(i) && current.value(i)))
+                })
+                .collect();
+            columns[has_index_idx] = Arc::new(patched);
+        }
         Ok(RecordBatch::try_new(batch.schema(), columns)?)
     }
 
