@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
 # Runs Weir's whole test suite: installs what it needs, then `cargo test`.
 # Every test starts its own Weir server on a free loopback port with a temporary data directory.
-# Arguments go to `cargo test` (e.g. scripts/test.sh --test slt).
+# Arguments go to `cargo test` (e.g. scripts/test.sh --test slt). Ends with one summary line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh test
-exec cargo test --locked "$@"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+status=0
+cargo test --locked --all-targets "$@" 2>&1 | tee "$log" || status=$?
+passed=$(grep -oE 'test result: [a-zA-Z]+\. [0-9]+ passed' "$log" | awk '{s += $4} END {print s + 0}')
+failed=$(grep -oE '[0-9]+ failed;' "$log" | awk '{s += $1} END {print s + 0}')
+echo "tests: ${passed} passed, ${failed} failed"
+exit "$status"
