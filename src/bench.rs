@@ -6,6 +6,8 @@
 //!   keys) up to date; rows/s from the first INSERT until FLUSH returns.
 //! - `join`: the same rows joined with a 10,000-row dimension table and aggregated per region.
 //! - `backfill`: a view created over a table that already holds the rows.
+//! - `upsert`: as `agg`, into a table with a primary key (the changelog needs each key's
+//!   previous row).
 //!
 //! Prints one human line and one JSON line per scenario, with peak RSS.
 
@@ -113,17 +115,19 @@ fn peak_rss_mib() -> f64 {
         .unwrap_or(0.0)
 }
 
-const SETUP: &str = "CREATE TABLE events (k BIGINT, v BIGINT, seq BIGINT);
-     CREATE TABLE dim (k BIGINT PRIMARY KEY, region VARCHAR);
+const SETUP: &str = "CREATE TABLE dim (k BIGINT PRIMARY KEY, region VARCHAR);
      INSERT INTO dim SELECT value, 'r' || CAST(value % 10 AS VARCHAR) FROM generate_series(0, 9999);";
 
 async fn scenario(name: &str, options: &BenchOptions) -> Result<(f64, f64)> {
     let mut h = Harness::new().await?;
     h.run(SETUP).await?;
+    // `upsert` writes to a keyed table: each row's key is looked up to build the changelog.
+    let key = if name == "upsert" { " PRIMARY KEY" } else { "" };
+    h.run(&format!("CREATE TABLE events (k BIGINT, v BIGINT, seq BIGINT{key})")).await?;
     let view = match name {
-        "agg" | "backfill" => "CREATE MATERIALIZED VIEW per_key AS SELECT k, count(*) AS n, sum(v) AS s, max(v) AS top FROM events GROUP BY k",
+        "agg" | "backfill" | "upsert" => "CREATE MATERIALIZED VIEW per_key AS SELECT k, count(*) AS n, sum(v) AS s, max(v) AS top FROM events GROUP BY k",
         "join" => "CREATE MATERIALIZED VIEW per_region AS SELECT d.region, count(*) AS n, sum(e.v) AS s FROM events e JOIN dim d ON e.k = d.k GROUP BY d.region",
-        other => return Err(WeirError::syntax(format!("unknown scenario {other}: agg, join, backfill"))),
+        other => return Err(WeirError::syntax(format!("unknown scenario {other}: agg, join, backfill, upsert"))),
     };
     let started;
     if name == "backfill" {

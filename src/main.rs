@@ -37,8 +37,8 @@ enum BenchCommand {
         /// Rows per INSERT statement.
         #[arg(long, default_value_t = 100_000)]
         batch: u64,
-        /// Scenarios to run: agg, join, backfill.
-        #[arg(long, value_delimiter = ',', default_value = "agg,join,backfill")]
+        /// Scenarios to run: agg, join, backfill, upsert.
+        #[arg(long, value_delimiter = ',', default_value = "agg,join,backfill,upsert")]
         scenarios: Vec<String>,
     },
 }

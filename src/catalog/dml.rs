@@ -213,40 +213,57 @@ impl Writer {
     /// (earlier rows of the same statement included).
     fn insert_changes(&self, stored: &[RecordBatch]) -> Result<ChangeBatch> {
         let schema = Arc::clone(&self.relation.schema);
-        if !self.relation.def.primary_key.is_empty() {
-            let mut rows: Vec<RecordBatch> = Vec::new();
-            let mut ops = Vec::new();
-            let mut latest: HashMap<Vec<u8>, RecordBatch> = HashMap::new();
-            for batch in stored {
-                let keys = self.relation.table.encode_keys(batch)?;
-                for i in 0..batch.num_rows() {
-                    let key = keys.row(i).as_ref().to_vec();
-                    let old = match latest.get(&key) {
-                        Some(row) => Some(row.clone()),
-                        None => self
-                            .relation
-                            .table
-                            .get(self.store.as_ref(), &key)?
-                            .map(|b| self.user_columns(&b))
-                            .transpose()?,
-                    };
-                    let new = self.user_columns(&batch.slice(i, 1))?;
-                    match old {
-                        Some(old) => {
-                            rows.push(old);
-                            ops.push(Op::UpdateDelete);
-                            ops.push(Op::UpdateInsert);
-                        }
-                        None => ops.push(Op::Insert),
-                    }
-                    rows.push(new.clone());
-                    latest.insert(key, new);
+        let all = concat_batches(self.relation.table.schema(), stored)?;
+        let new_rows = self.user_columns(&all)?;
+        if self.relation.def.primary_key.is_empty() {
+            return Ok(ChangeBatch::inserts(new_rows));
+        }
+        // Which rows replace one stored before the statement (looked up in one read), and
+        // which replace an earlier row of the same statement.
+        let keys = self.relation.table.encode_keys(&all)?;
+        let mut earlier: HashMap<&[u8], usize> = HashMap::new();
+        let mut replaces: Vec<Option<(usize, usize)>> = Vec::with_capacity(all.num_rows()); // (source, row)
+        let mut to_read: Vec<(usize, Vec<u8>)> = Vec::new();
+        for i in 0..all.num_rows() {
+            let key = keys.row(i).data();
+            match earlier.insert(key, i) {
+                Some(previous) => replaces.push(Some((1, previous))),
+                None => {
+                    replaces.push(None);
+                    to_read.push((i, key.to_vec()));
                 }
             }
-            return Ok(ChangeBatch::new(concat_batches(&schema, &rows)?, ops));
         }
-        let rows = stored.iter().map(|b| self.user_columns(b)).collect::<Result<Vec<_>>>()?;
-        Ok(ChangeBatch::inserts(concat_batches(&schema, &rows)?))
+        let read_keys: Vec<Vec<u8>> = to_read.iter().map(|(_, k)| k.clone()).collect();
+        let (old_rows, found) = self.relation.table.get_many(self.store.as_ref(), &read_keys)?;
+        for ((i, _), hit) in to_read.iter().zip(found) {
+            if let Some(old) = hit {
+                replaces[*i] = Some((0, old));
+            }
+        }
+        // Each new row, preceded by the row it replaces.
+        let old_rows = self.user_columns(&old_rows)?;
+        let mut picks: Vec<(usize, usize)> = Vec::with_capacity(all.num_rows() * 2);
+        let mut ops = Vec::with_capacity(all.num_rows() * 2);
+        for (i, replaced) in replaces.into_iter().enumerate() {
+            match replaced {
+                Some(old) => {
+                    picks.push(old);
+                    ops.push(Op::UpdateDelete);
+                    ops.push(Op::UpdateInsert);
+                }
+                None => ops.push(Op::Insert),
+            }
+            picks.push((1, i));
+        }
+        let columns = (0..schema.fields().len())
+            .map(|c| {
+                let sources: [&dyn datafusion::arrow::array::Array; 2] =
+                    [old_rows.column(c).as_ref(), new_rows.column(c).as_ref()];
+                datafusion::arrow::compute::interleave(&sources, &picks)
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        Ok(ChangeBatch::new(RecordBatch::try_new(schema, columns)?, ops))
     }
 
     /// DELETE (and TRUNCATE, with no filters).

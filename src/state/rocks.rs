@@ -65,6 +65,10 @@ impl StateStore for RocksStore {
         Ok(())
     }
 
+    fn multi_get(&self, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>> {
+        self.db.multi_get(keys).into_iter().map(|v| v.map_err(WeirError::from)).collect()
+    }
+
     fn approximate_bytes(&self) -> u64 {
         let property = |name: &str| self.db.property_int_value(name).ok().flatten().unwrap_or(0);
         property("rocksdb.estimate-live-data-size") + property("rocksdb.cur-size-all-mem-tables")

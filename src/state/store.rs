@@ -56,6 +56,11 @@ pub trait StateStore: Send + Sync + 'static {
 
     fn write(&self, batch: WriteBatch) -> Result<()>;
 
+    /// The values of `keys`, in order, from one snapshot where the store can.
+    fn multi_get(&self, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>> {
+        keys.iter().map(|k| self.get(k)).collect()
+    }
+
     /// Roughly how many bytes the store holds (for metrics).
     fn approximate_bytes(&self) -> u64 {
         0

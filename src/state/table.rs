@@ -110,6 +110,26 @@ impl StateTable {
         }
     }
 
+    /// The rows stored under `keys` (memcomparable, as from [`Self::encode_keys`]), read in one
+    /// batched lookup: the found rows, and for each key the index of its row among them.
+    pub fn get_many(&self, store: &dyn StateStore, keys: &[Vec<u8>]) -> Result<(RecordBatch, Vec<Option<usize>>)> {
+        let full: Vec<Vec<u8>> = keys.iter().map(|k| row_key(self.table_id, k)).collect();
+        let mut values = Vec::new();
+        let mut index = Vec::with_capacity(keys.len());
+        for value in store.multi_get(&full)? {
+            index.push(value.map(|v| {
+                values.push(v);
+                values.len() - 1
+            }));
+        }
+        let rows = if values.is_empty() {
+            RecordBatch::new_empty(Arc::clone(&self.schema))
+        } else {
+            self.decode_values(&values)?
+        };
+        Ok((rows, index))
+    }
+
     /// Number of rows (a full scan of the keys).
     #[cfg(test)]
     pub fn count(&self, store: &dyn StateStore) -> Result<u64> {
