@@ -99,7 +99,8 @@ async fn check_views(client: &tokio_postgres::Client, context: &str) {
     }
 }
 
-async fn setup(client: &tokio_postgres::Client) {
+async fn setup(client: &tokio_postgres::Client, parallelism: usize) {
+    client.batch_execute(&format!("SET streaming_parallelism = {parallelism}")).await.unwrap();
     client
         .batch_execute(
             "CREATE TABLE a (k INT PRIMARY KEY, g INT, v INT);
@@ -117,24 +118,26 @@ async fn setup(client: &tokio_postgres::Client) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn views_equal_their_queries_after_random_changes() {
-    for seed in [7u64, 1234567] {
+    // Each seed at one shard and at four (rows are then routed between shards by key).
+    for (seed, parallelism) in [(7u64, 1), (7, 4), (1234567, 1), (1234567, 4)] {
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("weir.toml");
         // A tiny operator state cache, so state really goes to RocksDB and back.
         std::fs::write(&config, "[storage]\nstate_cache_entries = 16\n").unwrap();
         let server = TestServer::start_with(&["--barrier-interval-ms", "50", "--config", config.to_str().unwrap()]);
         let client = server.connect().await;
-        setup(&client).await;
-        check_views(&client, "after backfill").await;
+        setup(&client, parallelism).await;
+        check_views(&client, &format!("after backfill (parallelism {parallelism})")).await;
         let mut rng = Rng(seed);
         for step in 0..150 {
             let sql = random_statement(&mut rng);
             client.batch_execute(&sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
             if step % 15 == 14 {
-                check_views(&client, &format!("(seed {seed}, step {step}, last: {sql})")).await;
+                check_views(&client, &format!("(seed {seed}, parallelism {parallelism}, step {step}, last: {sql})"))
+                    .await;
             }
         }
-        check_views(&client, &format!("(seed {seed}, end)")).await;
+        check_views(&client, &format!("(seed {seed}, parallelism {parallelism}, end)")).await;
     }
 }
 
@@ -144,7 +147,7 @@ async fn views_after_sigkill_equal_views_that_never_stopped() {
     let mut rng = Rng(99);
     {
         let client = server.connect().await;
-        setup(&client).await;
+        setup(&client, 4).await;
         for _ in 0..60 {
             client.batch_execute(&random_statement(&mut rng)).await.unwrap();
         }

@@ -206,7 +206,7 @@ impl Catalog {
         primary_key: Vec<usize>,
         if_not_exists: bool,
     ) -> Result<bool> {
-        self.create(name, RelationKind::Table, definition, schema, primary_key, vec![], if_not_exists)
+        self.create(name, RelationKind::Table, definition, schema, primary_key, vec![], 0, if_not_exists)
     }
 
     /// Creates a materialized view's entry and empty state. Returns false when it exists and
@@ -217,9 +217,9 @@ impl Catalog {
         definition: &str,
         schema: Schema,
         depends_on: Vec<TableId>,
-        if_not_exists: bool,
+        parallelism: usize,
     ) -> Result<bool> {
-        self.create(name, RelationKind::MaterializedView, definition, schema, vec![], depends_on, if_not_exists)
+        self.create(name, RelationKind::MaterializedView, definition, schema, vec![], depends_on, parallelism, false)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -231,6 +231,7 @@ impl Catalog {
         schema: Schema,
         primary_key: Vec<usize>,
         depends_on: Vec<TableId>,
+        parallelism: usize,
         if_not_exists: bool,
     ) -> Result<bool> {
         let mut inner = self.inner.write();
@@ -249,6 +250,7 @@ impl Catalog {
             schema,
             primary_key,
             depends_on,
+            parallelism,
         };
         let relation = Self::materialize(self.store.as_ref(), def)?;
         let mut wb = WriteBatch::default();

@@ -37,6 +37,9 @@ pub struct RelationDef {
     /// The relations a view reads.
     #[serde(default)]
     pub depends_on: Vec<TableId>,
+    /// How many shards a view's operators run in (0 for tables).
+    #[serde(default)]
+    pub parallelism: usize,
 }
 
 const ENTRY_PREFIX: &str = "catalog/rel/";

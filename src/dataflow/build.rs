@@ -19,6 +19,7 @@ use crate::error::{Result, WeirError};
 use crate::operators::filter::Filter;
 use crate::operators::hash_agg::{AggKind, AggSpec, HashAgg};
 use crate::operators::hash_join::HashJoin;
+use crate::operators::operator::Operator;
 use crate::operators::project::Project;
 use crate::operators::union::Union;
 use crate::state::keyed::KeyedState;
@@ -42,6 +43,8 @@ struct Builder<'a> {
     cache_entries: usize,
 }
 
+type Ops = Vec<Box<dyn Operator>>;
+
 /// Builds view `view_id`'s operators for `plan`; each operator state table caches at most
 /// `cache_entries` entries in memory.
 pub fn build(
@@ -51,13 +54,14 @@ pub fn build(
     view: &str,
     view_id: TableId,
     cache_entries: usize,
+    parallelism: usize,
 ) -> Result<Built> {
     let mut b = Builder {
         state,
         catalog,
         view: view.to_string(),
         view_id,
-        graph: Graph::new(view),
+        graph: Graph::new(view, parallelism),
         inputs: Vec::new(),
         next_state_table: 0,
         cache_entries,
@@ -71,12 +75,22 @@ fn unsupported(what: &str) -> WeirError {
 }
 
 impl Builder<'_> {
-    /// A new state table for an operator of this view.
-    fn state_table(&mut self) -> Result<KeyedState> {
+    /// A new state table for an operator of this view (shared by its shards, whose keys differ).
+    fn state_table(&mut self) -> Result<TableId> {
         let n = self.next_state_table;
         self.next_state_table =
             n.checked_add(1).ok_or_else(|| unsupported("a view with this many stateful operators"))?;
-        Ok(KeyedState::new(operator_state_table(self.view_id, n), Arc::clone(self.catalog.store()), self.cache_entries))
+        Ok(operator_state_table(self.view_id, n))
+    }
+
+    /// A shard's access to state table `id`.
+    fn keyed(&self, id: TableId) -> KeyedState {
+        KeyedState::new(id, Arc::clone(self.catalog.store()), self.cache_entries)
+    }
+
+    /// One operator per shard, made by `make(shard)`.
+    fn each(&self, mut make: impl FnMut(usize) -> Result<Box<dyn Operator>>) -> Result<Ops> {
+        (0..self.graph.parallelism()).map(&mut make).collect()
     }
 
     fn physical(&self, expr: &Expr, input: &DFSchema) -> Result<Arc<dyn PhysicalExpr>> {
@@ -109,25 +123,31 @@ impl Builder<'_> {
                     })
                     .collect::<Result<_>>()?;
                 let label = format!("Source {}", relation.def.name);
-                let leaf = self
-                    .graph
-                    .add_leaf(Box::new(Project::new(exprs, Self::schema(plan), &self.view).with_label(label)));
+                let schema = Self::schema(plan);
+                let ops = self.each(|_| {
+                    Ok(Box::new(Project::new(exprs.clone(), Arc::clone(&schema), &self.view).with_label(label.clone())))
+                })?;
+                let leaf = self.graph.add_leaf(ops)?;
                 self.inputs.push(relation.def.id);
                 if let Some(predicate) = scan.filters.iter().cloned().reduce(|a, b| a.and(b)) {
                     let predicate = self.physical(&predicate, scan.projected_schema.as_ref())?;
-                    return Ok(self.graph.add(Box::new(Filter::new(predicate, &self.view)), &[leaf]));
+                    let ops = self.each(|_| Ok(Box::new(Filter::new(Arc::clone(&predicate), &self.view))))?;
+                    return self.graph.add(ops, &[leaf], None);
                 }
                 Ok(leaf)
             }
             LogicalPlan::Projection(p) => {
                 let child = self.node(&p.input)?;
                 let exprs = p.expr.iter().map(|e| self.physical(e, p.input.schema())).collect::<Result<Vec<_>>>()?;
-                Ok(self.graph.add(Box::new(Project::new(exprs, Self::schema(plan), &self.view)), &[child]))
+                let schema = Self::schema(plan);
+                let ops = self.each(|_| Ok(Box::new(Project::new(exprs.clone(), Arc::clone(&schema), &self.view))))?;
+                self.graph.add(ops, &[child], None)
             }
             LogicalPlan::Filter(f) => {
                 let child = self.node(&f.input)?;
                 let predicate = self.physical(&f.predicate, f.input.schema())?;
-                Ok(self.graph.add(Box::new(Filter::new(predicate, &self.view)), &[child]))
+                let ops = self.each(|_| Ok(Box::new(Filter::new(Arc::clone(&predicate), &self.view))))?;
+                self.graph.add(ops, &[child], None)
             }
             LogicalPlan::Aggregate(a) => {
                 let child = self.node(&a.input)?;
@@ -178,9 +198,22 @@ impl Builder<'_> {
                     };
                     aggs.push(AggSpec { kind, arg, arg_type, output_type, delimiter });
                 }
-                let state = (self.state_table()?, self.state_table()?);
-                let op = HashAgg::new(group_by, group_types, aggs, Self::schema(plan), state, &self.view)?;
-                Ok(self.graph.add(Box::new(op), &[child]))
+                let (groups, values) = (self.state_table()?, self.state_table()?);
+                let schema = Self::schema(plan);
+                let ops = self.each(|shard| {
+                    let state = (self.keyed(groups), self.keyed(values));
+                    let op = HashAgg::new(
+                        group_by.clone(),
+                        group_types.clone(),
+                        aggs.clone(),
+                        Arc::clone(&schema),
+                        state,
+                        &self.view,
+                    )?;
+                    // A global aggregate's one group lives in shard 0 (where all its rows go).
+                    Ok(Box::new(if shard == 0 { op } else { op.without_initial_group() }))
+                })?;
+                self.graph.add(ops, &[child], Some(vec![group_by]))
             }
             LogicalPlan::Distinct(Distinct::All(input)) => {
                 let child = self.node(input)?;
@@ -192,10 +225,21 @@ impl Builder<'_> {
                         )) as Arc<dyn PhysicalExpr>)
                     })
                     .collect::<Result<Vec<_>>>()?;
-                let types = input.schema().fields().iter().map(|f| f.data_type().clone()).collect();
-                let state = (self.state_table()?, self.state_table()?);
-                let op = HashAgg::new(keys, types, vec![], Self::schema(plan), state, &self.view)?;
-                Ok(self.graph.add(Box::new(op), &[child]))
+                let types: Vec<_> = input.schema().fields().iter().map(|f| f.data_type().clone()).collect();
+                let (groups, values) = (self.state_table()?, self.state_table()?);
+                let schema = Self::schema(plan);
+                let ops = self.each(|_| {
+                    let state = (self.keyed(groups), self.keyed(values));
+                    Ok(Box::new(HashAgg::new(
+                        keys.clone(),
+                        types.clone(),
+                        vec![],
+                        Arc::clone(&schema),
+                        state,
+                        &self.view,
+                    )?))
+                })?;
+                self.graph.add(ops, &[child], Some(vec![keys]))
             }
             LogicalPlan::Join(j) => {
                 if j.on.is_empty() {
@@ -208,19 +252,24 @@ impl Builder<'_> {
                 let right_keys =
                     j.on.iter().map(|(_, r)| self.physical(r, j.right.schema())).collect::<Result<Vec<_>>>()?;
                 let residual = j.filter.as_ref().map(|f| self.physical(f, &j.schema)).transpose()?;
-                let op = HashJoin::new(
-                    j.join_type,
-                    (Self::schema(&j.left), left_keys, self.state_table()?),
-                    (Self::schema(&j.right), right_keys, self.state_table()?),
-                    Self::schema(plan),
-                    residual,
-                    &self.view,
-                )?;
-                Ok(self.graph.add(Box::new(op), &[left, right]))
+                let (left_state, right_state) = (self.state_table()?, self.state_table()?);
+                let ops = self.each(|_| {
+                    Ok(Box::new(HashJoin::new(
+                        j.join_type,
+                        (Self::schema(&j.left), left_keys.clone(), self.keyed(left_state)),
+                        (Self::schema(&j.right), right_keys.clone(), self.keyed(right_state)),
+                        Self::schema(plan),
+                        residual.clone(),
+                        &self.view,
+                    )?))
+                })?;
+                self.graph.add(ops, &[left, right], Some(vec![left_keys, right_keys]))
             }
             LogicalPlan::Union(u) => {
                 let children = u.inputs.iter().map(|i| self.node(i)).collect::<Result<Vec<_>>>()?;
-                Ok(self.graph.add(Box::new(Union::new(Self::schema(plan), children.len())), &children))
+                let schema = Self::schema(plan);
+                let ops = self.each(|_| Ok(Box::new(Union::new(Arc::clone(&schema), children.len()))))?;
+                self.graph.add(ops, &children, None)
             }
             LogicalPlan::SubqueryAlias(s) => self.node(&s.input),
             LogicalPlan::Sort(s) if s.fetch.is_none() => self.node(&s.input),

@@ -1,64 +1,117 @@
-//! A view's operators as a tree: leaves read the view's inputs, the root produces its rows.
+//! A view's operators as a tree, run as `parallelism` shards.
 //!
-//! Nodes are stored children first, so walking them in order visits every child before its
-//! parent; that is the order in which barriers flush operators. A change enters at a leaf and
-//! is handed from node to parent until it leaves the root.
+//! Leaves read the view's inputs, the root produces its rows. Nodes are stored children first,
+//! so walking them in order visits every child before its parent; that is the order in which
+//! barriers flush operators.
+//!
+//! Every node has one operator instance per shard. A stateful node (aggregate, join, distinct)
+//! declares, per input, the key its rows are routed by: a change entering it goes to shard
+//! `vnode(key) % parallelism` (an exchange), so each shard owns a disjoint set of keys (and of
+//! state). Other edges keep a change in the shard it is in; the view's inputs enter shard 0.
+//! Work queued for different shards runs on different threads, so a view's stateful operators
+//! use every core; the root's output of all shards is the view's change.
 
-use crate::error::Result;
+use std::sync::Arc;
+
+use datafusion::arrow::array::ArrayRef;
+use datafusion::arrow::row::{RowConverter, SortField};
+use datafusion::physical_expr::PhysicalExpr;
+
+use crate::error::{Result, WeirError};
 use crate::metrics;
+use crate::operators::eval::evaluate;
 use crate::operators::operator::Operator;
+use crate::state::keys::vnode_of;
 use crate::state::store::WriteBatch;
 use crate::types::ChangeBatch;
 
-struct Node {
-    op: Box<dyn Operator>,
-    rows_in: prometheus::IntCounter,
-    rows_out: prometheus::IntCounter,
-    /// The parent node and which of its inputs this node feeds.
-    parent: Option<(usize, usize)>,
+/// Routes the rows of a node's input to shards by the vnode of their key.
+struct Partitioner {
+    keys: Vec<Arc<dyn PhysicalExpr>>,
+    /// Built from the first batch's key types.
+    codec: Option<RowConverter>,
 }
 
-#[derive(Default)]
+struct Node {
+    /// The parent node and which of its inputs this node feeds.
+    parent: Option<(usize, usize)>,
+    /// For a stateful node, per input: the key its rows are routed to shards by.
+    partition: Option<Vec<Partitioner>>,
+    rows_in: prometheus::IntCounter,
+    rows_out: prometheus::IntCounter,
+}
+
+/// A change waiting to enter `node` (input `slot`) in `shard`.
+struct Item {
+    shard: usize,
+    node: usize,
+    slot: usize,
+    batch: ChangeBatch,
+}
+
 pub struct Graph {
-    /// The view, for metrics.
+    /// The view, for metrics and errors.
     view: String,
     nodes: Vec<Node>,
+    /// `shards[s][n]`: node `n`'s operator in shard `s`.
+    shards: Vec<Vec<Box<dyn Operator>>>,
     /// The leaf node reading each of the view's inputs.
     leaves: Vec<usize>,
 }
 
 impl Graph {
-    pub fn new(view: &str) -> Graph {
-        Graph { view: view.to_string(), ..Default::default() }
+    pub fn new(view: &str, parallelism: usize) -> Graph {
+        Graph {
+            view: view.to_string(),
+            nodes: Vec::new(),
+            shards: (0..parallelism.max(1)).map(|_| Vec::new()).collect(),
+            leaves: Vec::new(),
+        }
     }
 
-    /// Adds a node whose inputs are `children` (in input order); returns its index.
-    pub fn add(&mut self, op: Box<dyn Operator>, children: &[usize]) -> usize {
+    pub fn parallelism(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// Adds a node with one operator per shard (`ops`), whose inputs are `children` (in input
+    /// order); `partition` gives, per input, the key rows are routed by (stateful nodes).
+    /// Returns its index.
+    pub fn add(
+        &mut self,
+        ops: Vec<Box<dyn Operator>>,
+        children: &[usize],
+        partition: Option<Vec<Vec<Arc<dyn PhysicalExpr>>>>,
+    ) -> Result<usize> {
+        if ops.len() != self.shards.len() {
+            return Err(WeirError::internal("an operator instance per shard is needed"));
+        }
         let index = self.nodes.len();
         for (slot, &child) in children.iter().enumerate() {
             self.nodes[child].parent = Some((index, slot));
         }
-        let name = format!("{index}:{}", op.describe().split(':').next().unwrap_or("operator"));
+        let name = format!("{index}:{}", ops[0].describe().split(':').next().unwrap_or("operator"));
         let counter = |direction: &str| metrics::OPERATOR_ROWS.with_label_values(&[&self.view, &name, direction]);
         let (rows_in, rows_out) = (counter("in"), counter("out"));
-        self.nodes.push(Node { op, rows_in, rows_out, parent: None });
-        index
+        let partition = partition.map(|p| p.into_iter().map(|keys| Partitioner { keys, codec: None }).collect());
+        self.nodes.push(Node { parent: None, partition, rows_in, rows_out });
+        for (shard, op) in self.shards.iter_mut().zip(ops) {
+            shard.push(op);
+        }
+        Ok(index)
     }
 
     /// Adds a leaf reading the view's next input; returns its index.
-    pub fn add_leaf(&mut self, op: Box<dyn Operator>) -> usize {
-        let index = self.add(op, &[]);
+    pub fn add_leaf(&mut self, ops: Vec<Box<dyn Operator>>) -> Result<usize> {
+        let index = self.add(ops, &[], None)?;
         self.leaves.push(index);
-        index
+        Ok(index)
     }
 
     /// Pushes changes of input `input` through; returns the root's output.
     pub fn push(&mut self, input: usize, batch: ChangeBatch) -> Result<Vec<ChangeBatch>> {
         let mut out = Vec::new();
-        let leaf = self.leaves[input];
-        self.nodes[leaf].rows_in.inc_by(batch.num_rows() as u64);
-        let produced = self.nodes[leaf].op.apply(0, batch)?;
-        self.forward(leaf, produced, &mut out)?;
+        let node = self.leaves[input];
+        self.run(vec![Item { shard: 0, node, slot: 0, batch }], &mut out)?;
         Ok(out)
     }
 
@@ -66,27 +119,77 @@ impl Graph {
     /// changes to `wb`; returns the root's output.
     pub fn barrier(&mut self, wb: &mut WriteBatch) -> Result<Vec<ChangeBatch>> {
         let mut out = Vec::new();
-        for index in 0..self.nodes.len() {
-            let produced = self.nodes[index].op.on_barrier()?;
-            self.forward(index, produced, &mut out)?;
+        for node in 0..self.nodes.len() {
+            let everyone: Vec<()> = vec![(); self.shards.len()];
+            let produced = on_each_shard(&mut self.shards, everyone, |ops, ()| ops[node].on_barrier())?;
+            let mut pending = Vec::new();
+            for (shard, batches) in produced.into_iter().enumerate() {
+                for batch in batches {
+                    self.route(shard, node, batch, &mut pending, &mut out)?;
+                }
+            }
+            self.run(pending, &mut out)?;
         }
-        for node in &mut self.nodes {
-            node.op.flush_state(wb);
+        for shard in &mut self.shards {
+            for op in shard.iter_mut() {
+                op.flush_state(wb);
+            }
         }
         Ok(out)
     }
 
-    fn forward(&mut self, from: usize, batches: Vec<ChangeBatch>, out: &mut Vec<ChangeBatch>) -> Result<()> {
-        for batch in batches.into_iter().filter(|b| !b.is_empty()) {
-            self.nodes[from].rows_out.inc_by(batch.num_rows() as u64);
-            match self.nodes[from].parent {
-                None => out.push(batch),
-                Some((parent, slot)) => {
-                    self.nodes[parent].rows_in.inc_by(batch.num_rows() as u64);
-                    let produced = self.nodes[parent].op.apply(slot, batch)?;
-                    self.forward(parent, produced, out)?;
+    /// Applies queued changes until none are left, shard by shard in parallel.
+    fn run(&mut self, mut pending: Vec<Item>, out: &mut Vec<ChangeBatch>) -> Result<()> {
+        while !pending.is_empty() {
+            let mut per_shard: Vec<Vec<Item>> = (0..self.shards.len()).map(|_| Vec::new()).collect();
+            for item in pending.drain(..) {
+                self.nodes[item.node].rows_in.inc_by(item.batch.num_rows() as u64);
+                per_shard[item.shard].push(item);
+            }
+            let produced = on_each_shard(&mut self.shards, per_shard, |ops, items| {
+                let mut produced = Vec::new();
+                for item in items {
+                    for batch in ops[item.node].apply(item.slot, item.batch)? {
+                        produced.push((item.node, batch));
+                    }
+                }
+                Ok(produced)
+            })?;
+            for (shard, batches) in produced.into_iter().enumerate() {
+                for (node, batch) in batches {
+                    self.route(shard, node, batch, &mut pending, out)?;
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Sends `batch`, produced by `node` in `shard`, to its parent (or to the view's output).
+    fn route(
+        &mut self,
+        shard: usize,
+        node: usize,
+        batch: ChangeBatch,
+        pending: &mut Vec<Item>,
+        out: &mut Vec<ChangeBatch>,
+    ) -> Result<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.nodes[node].rows_out.inc_by(batch.num_rows() as u64);
+        let Some((parent, slot)) = self.nodes[node].parent else {
+            out.push(batch);
+            return Ok(());
+        };
+        let shards = self.shards.len();
+        let view = self.view.clone();
+        match self.nodes[parent].partition.as_mut().map(|p| &mut p[slot]) {
+            Some(partitioner) if shards > 1 => {
+                for (target, part) in partitioner.split(&batch, shards, &view)? {
+                    pending.push(Item { shard: target, node: parent, slot, batch: part });
+                }
+            }
+            _ => pending.push(Item { shard, node: parent, slot, batch }),
         }
         Ok(())
     }
@@ -101,7 +204,7 @@ impl Graph {
     }
 
     fn explain_node(&self, index: usize, depth: usize, lines: &mut Vec<String>) {
-        lines.push(format!("{}{}", "  ".repeat(depth), self.nodes[index].op.describe()));
+        lines.push(format!("{}{}", "  ".repeat(depth), self.shards[0][index].describe()));
         let mut children: Vec<(usize, usize)> = self
             .nodes
             .iter()
@@ -112,5 +215,75 @@ impl Graph {
         for (_, child) in children {
             self.explain_node(child, depth + 1, lines);
         }
+    }
+}
+
+impl Partitioner {
+    /// `batch`'s rows grouped by the shard their key belongs to.
+    fn split(&mut self, batch: &ChangeBatch, shards: usize, view: &str) -> Result<Vec<(usize, ChangeBatch)>> {
+        if self.keys.is_empty() {
+            // No key (a global aggregate): everything in shard 0.
+            return Ok(vec![(0, batch.clone())]);
+        }
+        let keys: Vec<ArrayRef> = self.keys.iter().map(|k| evaluate(k, &batch.data, view)).collect::<Result<_>>()?;
+        if self.codec.is_none() {
+            self.codec = Some(RowConverter::new(keys.iter().map(|k| SortField::new(k.data_type().clone())).collect())?);
+        }
+        let rows = self.codec.as_ref().expect("built").convert_columns(&keys)?;
+        let mut by_shard: Vec<Vec<u32>> = vec![Vec::new(); shards];
+        for i in 0..batch.num_rows() {
+            by_shard[vnode_of(rows.row(i).data()) as usize % shards].push(i as u32);
+        }
+        let mut parts = Vec::new();
+        for (shard, indices) in by_shard.into_iter().enumerate().filter(|(_, i)| !i.is_empty()) {
+            let part = if indices.len() == batch.num_rows() { batch.clone() } else { batch.take(&indices)? };
+            parts.push((shard, part));
+        }
+        Ok(parts)
+    }
+}
+
+/// Runs `f` on each shard's operators with that shard's `work`, on separate threads when more
+/// than one shard has work (`is_empty` work is skipped for threads but still gets `f`).
+fn on_each_shard<W: Send + Idle, T: Send + Default>(
+    shards: &mut [Vec<Box<dyn Operator>>],
+    work: Vec<W>,
+    f: impl Fn(&mut Vec<Box<dyn Operator>>, W) -> Result<T> + Sync,
+) -> Result<Vec<T>> {
+    let busy = work.iter().filter(|w| !w.idle()).count();
+    if busy <= 1 {
+        return shards
+            .iter_mut()
+            .zip(work)
+            .map(|(ops, w)| if w.idle() { Ok(T::default()) } else { f(ops, w) })
+            .collect();
+    }
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = shards
+            .iter_mut()
+            .zip(work)
+            .map(|(ops, w)| {
+                let f = &f;
+                scope.spawn(move || if w.idle() { Ok(T::default()) } else { f(ops, w) })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(WeirError::internal("a shard panicked")))).collect()
+    })
+}
+
+/// Whether a shard has nothing to do.
+trait Idle {
+    fn idle(&self) -> bool;
+}
+
+impl Idle for Vec<Item> {
+    fn idle(&self) -> bool {
+        self.is_empty()
+    }
+}
+
+impl Idle for () {
+    fn idle(&self) -> bool {
+        false
     }
 }

@@ -110,6 +110,13 @@ const SETTINGS: &[SettingSpec] = &[
         description: "Sets the display format for interval values.",
     },
     SettingSpec {
+        name: "streaming_parallelism",
+        default: "0",
+        reported: false,
+        read_only: false,
+        description: "Weir: shards a new materialized view's operators run in (0 = one per core).",
+    },
+    SettingSpec {
         name: "jit",
         default: "off",
         reported: false,
@@ -315,6 +322,13 @@ impl Session {
                         format!("parameter \"{name}\" requires a Boolean value"),
                     )
                 }),
+            "streaming_parallelism" => match value.parse::<usize>() {
+                Ok(n) if n <= 64 => Ok(n.to_string()),
+                _ => Err(WeirError::new(
+                    SqlState::INVALID_PARAMETER_VALUE,
+                    format!("streaming_parallelism must be a number from 0 to 64, not \"{value}\""),
+                )),
+            },
             "statement_timeout" | "lock_timeout" | "idle_in_transaction_session_timeout" | "extra_float_digits" => {
                 let digits: String = value.chars().take_while(|c| c.is_ascii_digit() || *c == '-').collect();
                 digits.parse::<i64>().map_err(|_| {
@@ -340,6 +354,14 @@ impl Session {
     /// Takes the ParameterStatus messages owed to the client.
     pub fn take_reports(&mut self) -> Vec<(String, String)> {
         std::mem::take(&mut self.reports)
+    }
+
+    /// Shards for a new view: `streaming_parallelism`, or one per core when it is 0.
+    pub fn streaming_parallelism(&self) -> usize {
+        match self.get("streaming_parallelism").ok().and_then(|v| v.parse::<usize>().ok()) {
+            Some(n) if n > 0 => n,
+            _ => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        }
     }
 
     pub fn implicit_flush(&self) -> bool {

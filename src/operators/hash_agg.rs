@@ -73,6 +73,7 @@ impl AggKind {
     }
 }
 
+#[derive(Clone)]
 pub struct AggSpec {
     pub kind: AggKind,
     pub arg: Option<Arc<dyn PhysicalExpr>>,
@@ -189,6 +190,13 @@ impl HashAgg {
             agg.dirty.insert(vec![], group);
         }
         Ok(agg)
+    }
+
+    /// For the shards of a global aggregate other than the first: they get no rows, and must
+    /// not emit the one group's row too.
+    pub fn without_initial_group(mut self) -> HashAgg {
+        self.dirty.clear();
+        self
     }
 
     fn new_group(&self) -> Group {

@@ -39,7 +39,13 @@ pub async fn plan_view(session: &Session, statement: &Statement) -> Result<(Sche
 
 /// The operators of view `view` (named `name`) for its optimized plan.
 pub fn build_view(fe: &Frontend, session: &Session, plan: &LogicalPlan, name: &str, view: TableId) -> Result<Built> {
-    build(plan, &session.ctx.state(), fe.catalog(), name, view, fe.streaming().state_cache_entries)
+    let parallelism = fe
+        .catalog()
+        .by_id(view)
+        .map(|r| r.def.parallelism)
+        .filter(|p| *p > 0)
+        .unwrap_or_else(|| session.streaming_parallelism());
+    build(plan, &session.ctx.state(), fe.catalog(), name, view, fe.streaming().state_cache_entries, parallelism)
 }
 
 /// `EXPLAIN CREATE MATERIALIZED VIEW ...`: the view's operators, root first, without creating it.
@@ -82,7 +88,7 @@ pub async fn handle(fe: &Frontend, session: &mut Session, statement: Statement) 
     let mut depends_on = build_view(fe, session, &logical, &name, 0)?.inputs;
     depends_on.sort_unstable();
     depends_on.dedup();
-    fe.catalog().create_view(&name, &statement.to_string(), schema, depends_on, false)?;
+    fe.catalog().create_view(&name, &statement.to_string(), schema, depends_on, session.streaming_parallelism())?;
     let relation = fe.catalog().get(&name).ok_or_else(|| WeirError::internal("view vanished while being created"))?;
     let started = match build_view(fe, session, &logical, &name, relation.def.id) {
         Ok(built) => fe.streaming().start_view(Arc::clone(&relation), built).await,
