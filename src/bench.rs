@@ -24,6 +24,8 @@ use crate::state::rocks::RocksStore;
 pub struct BenchOptions {
     pub rows: u64,
     pub batch: u64,
+    /// Shards per view (0: one per core).
+    pub parallelism: usize,
     pub scenarios: Vec<String>,
 }
 
@@ -120,6 +122,7 @@ const SETUP: &str = "CREATE TABLE dim (k BIGINT PRIMARY KEY, region VARCHAR);
 
 async fn scenario(name: &str, options: &BenchOptions) -> Result<(f64, f64)> {
     let mut h = Harness::new().await?;
+    h.run(&format!("SET streaming_parallelism = {}", options.parallelism)).await?;
     h.run(SETUP).await?;
     // `upsert` writes to a keyed table: each row's key is looked up to build the changelog.
     let key = if name == "upsert" { " PRIMARY KEY" } else { "" };
@@ -155,14 +158,16 @@ pub async fn run(options: BenchOptions) -> Result<()> {
         let (rate, seconds) = scenario(name, &options).await?;
         let rss = peak_rss_mib();
         println!(
-            "{name}: {} rows in {seconds:.2} s = {:.0} rows/s, peak RSS {rss:.0} MiB ({} cores)",
+            "{name}: {} rows in {seconds:.2} s = {:.0} rows/s, peak RSS {rss:.0} MiB (parallelism {}, {} cores)",
             options.rows,
             rate,
+            if options.parallelism == 0 { "per core".to_string() } else { options.parallelism.to_string() },
             std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
         );
         println!(
-            "{{\"scenario\":\"{name}\",\"rows\":{},\"seconds\":{seconds:.3},\"rows_per_second\":{rate:.0},\"peak_rss_mib\":{rss:.0}}}",
-            options.rows
+            "{{\"scenario\":\"{name}\",\"rows\":{},\"parallelism\":{},\"seconds\":{seconds:.3},\"rows_per_second\":{rate:.0},\"peak_rss_mib\":{rss:.0}}}",
+            options.rows,
+            options.parallelism
         );
     }
     Ok(())

@@ -37,6 +37,9 @@ enum BenchCommand {
         /// Rows per INSERT statement.
         #[arg(long, default_value_t = 100_000)]
         batch: u64,
+        /// Shards per view (0: one per core).
+        #[arg(long, default_value_t = 0)]
+        parallelism: usize,
         /// Scenarios to run: agg, join, backfill, upsert.
         #[arg(long, value_delimiter = ',', default_value = "agg,join,backfill,upsert")]
         scenarios: Vec<String>,
@@ -69,10 +72,10 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let args = match cli.command {
         Some(Command::Serve(args)) => args,
-        Some(Command::Bench { what: BenchCommand::Streaming { rows, batch, scenarios } }) => {
+        Some(Command::Bench { what: BenchCommand::Streaming { rows, batch, parallelism, scenarios } }) => {
             tracing_subscriber::fmt().with_env_filter(EnvFilter::new("warn")).init();
             let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
-            let options = weir::bench::BenchOptions { rows, batch: batch.max(1), scenarios };
+            let options = weir::bench::BenchOptions { rows, batch: batch.max(1), parallelism, scenarios };
             return match runtime.block_on(weir::bench::run(options)) {
                 Ok(()) => std::process::ExitCode::SUCCESS,
                 Err(e) => {
