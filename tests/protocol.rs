@@ -344,3 +344,20 @@ async fn metrics_endpoint_serves_prometheus_text() {
     assert!(body.contains("weir_operator_rows_total{direction=\"out\",operator=\"1:Filter\",view=\"mv\"} 1"), "{body}");
     assert!(body.contains("weir_barrier_latency_seconds_count{view=\"mv\"}"), "{body}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statement_timeout_cancels_long_statements() {
+    let server = TestServer::start();
+    let c = server.connect().await;
+    c.batch_execute("SET statement_timeout = '300ms'").await.unwrap();
+    let started = std::time::Instant::now();
+    let err = c
+        .simple_query("SELECT count(*) FROM generate_series(1, 2000000000) AS g(x) WHERE x % 7 = 3")
+        .await
+        .unwrap_err();
+    assert_eq!(err.code().unwrap().code(), "57014", "{err}");
+    assert!(err.as_db_error().unwrap().message().contains("statement timeout"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(30));
+    c.batch_execute("SET statement_timeout = 0").await.unwrap();
+    c.simple_query("SELECT count(*) FROM generate_series(1, 1000)").await.unwrap();
+}

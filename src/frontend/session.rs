@@ -364,6 +364,22 @@ impl Session {
         }
     }
 
+    /// `statement_timeout` (milliseconds, or with a unit: `5s`, `2min`), None when 0.
+    pub fn statement_timeout(&self) -> Option<std::time::Duration> {
+        let value = self.get("statement_timeout").ok()?;
+        let v = value.trim().to_ascii_lowercase();
+        let digits: String = v.chars().take_while(|c| c.is_ascii_digit()).collect();
+        let n: u64 = digits.parse().ok()?;
+        let millis = match v[digits.len()..].trim() {
+            "" | "ms" => n,
+            "s" => n * 1000,
+            "min" => n * 60_000,
+            "h" => n * 3_600_000,
+            _ => return None,
+        };
+        (millis > 0).then(|| std::time::Duration::from_millis(millis))
+    }
+
     pub fn implicit_flush(&self) -> bool {
         self.get("implicit_flush").map(|v| v == "true").unwrap_or(false)
     }

@@ -4,7 +4,8 @@
 //! pgwire cancels the handler future while it runs; but a query's rows are produced after the
 //! handler returns, while pgwire streams them. So each session also has a [`CancelSignal`],
 //! found through the [`CancelRegistry`] by the connection's process id and secret key, and every
-//! result stream is wrapped by [`cancellable`] to end with SQLSTATE 57014 when it fires.
+//! result stream is wrapped by [`cancellable`] to end with SQLSTATE 57014 when it fires, or
+//! when the session's `statement_timeout` passes.
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -89,14 +90,34 @@ impl CancelHandler for WeirCancel {
 }
 
 /// `stream`, ending with a 57014 error if `signal` fires before it is done.
-pub fn cancellable(stream: SendableRecordBatchStream, signal: &CancelSignal) -> SendableRecordBatchStream {
-    Box::pin(Cancellable { schema: stream.schema(), inner: Some(stream), fired: signal.fired() })
+/// With a `deadline` (statement_timeout), it also ends with 57014 when that passes first.
+pub fn cancellable(
+    stream: SendableRecordBatchStream,
+    signal: &CancelSignal,
+    deadline: Option<tokio::time::Instant>,
+) -> SendableRecordBatchStream {
+    let cancelled = signal.fired();
+    let fired = async move {
+        match deadline {
+            Some(deadline) => tokio::select! {
+                _ = cancelled => "canceling statement due to user request",
+                _ = tokio::time::sleep_until(deadline) => "canceling statement due to statement timeout",
+            },
+            None => {
+                cancelled.await;
+                "canceling statement due to user request"
+            }
+        }
+    }
+    .boxed();
+    Box::pin(Cancellable { schema: stream.schema(), inner: Some(stream), fired })
 }
 
 struct Cancellable {
     schema: SchemaRef,
     inner: Option<SendableRecordBatchStream>,
-    fired: BoxFuture<'static, ()>,
+    /// Resolves, with the reason, when the stream must end.
+    fired: BoxFuture<'static, &'static str>,
 }
 
 impl Stream for Cancellable {
@@ -110,10 +131,10 @@ impl Stream for Cancellable {
         if next.is_ready() {
             return next;
         }
-        if self.fired.as_mut().poll(cx).is_ready() {
+        if let Poll::Ready(reason) = self.fired.as_mut().poll(cx) {
             // Dropping the inner stream stops DataFusion's work on it.
             self.inner = None;
-            let e = WeirError::new(SqlState::QUERY_CANCELED, "canceling statement due to user request");
+            let e = WeirError::new(SqlState::QUERY_CANCELED, reason);
             return Poll::Ready(Some(Err(DataFusionError::External(Box::new(e)))));
         }
         Poll::Pending

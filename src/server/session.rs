@@ -93,7 +93,15 @@ where
     }
     tracing::debug!(statement = %statement, "run");
     let started = Instant::now();
-    let result = frontend.execute(session, statement, params).await;
+    let timeout = session.statement_timeout();
+    let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+    let result = match timeout {
+        Some(t) => match tokio::time::timeout(t, frontend.execute(session, statement, params)).await {
+            Ok(result) => result,
+            Err(_) => Err(WeirError::new(SqlState::QUERY_CANCELED, "canceling statement due to statement timeout")),
+        },
+        None => frontend.execute(session, statement, params).await,
+    };
     metrics::STATEMENT_SECONDS.observe(started.elapsed().as_secs_f64());
     for (name, value) in session.take_reports() {
         client.send(PgWireBackendMessage::ParameterStatus(ParameterStatus::new(name, value))).await?;
@@ -114,7 +122,7 @@ where
             StatementResult::TransactionEnd { tag }
         }
         StatementResult::Rows { schema, stream } => {
-            StatementResult::Rows { schema, stream: cancellable(stream, &cell.cancel) }
+            StatementResult::Rows { schema, stream: cancellable(stream, &cell.cancel, deadline) }
         }
         other => other,
     };
