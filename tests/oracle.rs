@@ -26,6 +26,10 @@ const VIEWS: &[(&str, &str)] = &[
     ("full_join", "SELECT a.k, b.k AS bk FROM a FULL JOIN b ON a.g = b.k"),
     ("distincts", "SELECT g, count(DISTINCT v % 5) AS d, bool_and(v > 10) AS all_big, bool_or(v > 90) AS any_huge FROM a GROUP BY g"),
     ("names", "SELECT g, string_agg(CAST(v AS VARCHAR), ',' ORDER BY CAST(v AS VARCHAR)) AS vs FROM a GROUP BY g"),
+    // Grouped by the join key: the aggregate reads the join's shards without an exchange.
+    ("join_then_group", "SELECT a.g, count(*) AS n, sum(b.w) AS s FROM a JOIN b ON a.g = b.k GROUP BY a.g"),
+    // Grouped by another column than the join key: the rows must move again.
+    ("join_then_regroup", "SELECT a.k, count(*) AS n FROM a JOIN bag ON a.g = bag.x GROUP BY a.k"),
     ("per_b", "SELECT b.k AS bk, count(a.k) AS n, sum(a.v) AS s FROM b LEFT JOIN a ON a.g = b.k GROUP BY b.k"),
 ];
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::Session;
 use datafusion::common::DFSchema;
-use datafusion::logical_expr::{Distinct, Expr, ExprSchemable, LogicalPlan};
+use datafusion::logical_expr::{Distinct, Expr, ExprSchemable, JoinType, LogicalPlan};
 use datafusion::physical_expr::PhysicalExpr;
 
 use super::graph::Graph;
@@ -70,6 +70,32 @@ pub fn build(
     Ok(Built { graph: b.graph, inputs: b.inputs })
 }
 
+/// Where a node's output rows are among a view's shards; derived once per node while
+/// building, and used to put exchanges only where rows are not already where an operator needs
+/// them.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Distribution {
+    /// All in shard 0 (a view's inputs, a global aggregate).
+    Single,
+    /// In any shard.
+    Any,
+    /// Rows with equal values in these output columns are in one shard, `vnode % shards`.
+    Hash(Vec<usize>),
+}
+
+/// The input column `expr` is, if it is a plain column.
+fn column_index(expr: &Expr, schema: &DFSchema) -> Option<usize> {
+    match expr {
+        Expr::Column(c) => schema.index_of_column(c).ok(),
+        _ => None,
+    }
+}
+
+/// The distribution rows keyed by `keys` must have, when the keys are plain columns.
+fn hash_of(keys: &[Expr], schema: &DFSchema) -> Option<Distribution> {
+    keys.iter().map(|k| column_index(k, schema)).collect::<Option<Vec<_>>>().map(Distribution::Hash)
+}
+
 fn unsupported(what: &str) -> WeirError {
     WeirError::unsupported(format!("{what} is not supported in a materialized view yet"))
 }
@@ -101,8 +127,8 @@ impl Builder<'_> {
         Arc::new(plan.schema().as_arrow().clone())
     }
 
-    /// Adds `plan`'s operators; returns the index of its top node.
-    fn node(&mut self, plan: &LogicalPlan) -> Result<usize> {
+    /// Adds `plan`'s operators; returns the index of its top node and where its rows are.
+    fn node(&mut self, plan: &LogicalPlan) -> Result<(usize, Distribution)> {
         match plan {
             LogicalPlan::TableScan(scan) => {
                 if scan.fetch.is_some() {
@@ -132,25 +158,34 @@ impl Builder<'_> {
                 if let Some(predicate) = scan.filters.iter().cloned().reduce(|a, b| a.and(b)) {
                     let predicate = self.physical(&predicate, scan.projected_schema.as_ref())?;
                     let ops = self.each(|_| Ok(Box::new(Filter::new(Arc::clone(&predicate), &self.view))))?;
-                    return self.graph.add(ops, &[leaf], None);
+                    return Ok((self.graph.add(ops, &[leaf], vec![None])?, Distribution::Single));
                 }
-                Ok(leaf)
+                Ok((leaf, Distribution::Single))
             }
             LogicalPlan::Projection(p) => {
-                let child = self.node(&p.input)?;
+                let (child, distribution) = self.node(&p.input)?;
                 let exprs = p.expr.iter().map(|e| self.physical(e, p.input.schema())).collect::<Result<Vec<_>>>()?;
+                // Where a column moves to, if it is passed on unchanged.
+                let moved = |c: usize| p.expr.iter().position(|e| column_index(e, p.input.schema()) == Some(c));
+                let distribution = match distribution {
+                    Distribution::Hash(cols) => match cols.iter().map(|&c| moved(c)).collect::<Option<Vec<_>>>() {
+                        Some(cols) => Distribution::Hash(cols),
+                        None => Distribution::Any,
+                    },
+                    other => other,
+                };
                 let schema = Self::schema(plan);
                 let ops = self.each(|_| Ok(Box::new(Project::new(exprs.clone(), Arc::clone(&schema), &self.view))))?;
-                self.graph.add(ops, &[child], None)
+                Ok((self.graph.add(ops, &[child], vec![None])?, distribution))
             }
             LogicalPlan::Filter(f) => {
-                let child = self.node(&f.input)?;
+                let (child, distribution) = self.node(&f.input)?;
                 let predicate = self.physical(&f.predicate, f.input.schema())?;
                 let ops = self.each(|_| Ok(Box::new(Filter::new(Arc::clone(&predicate), &self.view))))?;
-                self.graph.add(ops, &[child], None)
+                Ok((self.graph.add(ops, &[child], vec![None])?, distribution))
             }
             LogicalPlan::Aggregate(a) => {
-                let child = self.node(&a.input)?;
+                let (child, input_distribution) = self.node(&a.input)?;
                 let group_types =
                     a.group_expr.iter().map(|e| Ok(e.get_type(a.input.schema())?)).collect::<Result<Vec<_>>>()?;
                 let group_by = a
@@ -213,10 +248,17 @@ impl Builder<'_> {
                     // A global aggregate's one group lives in shard 0 (where all its rows go).
                     Ok(Box::new(if shard == 0 { op } else { op.without_initial_group() }))
                 })?;
-                self.graph.add(ops, &[child], Some(vec![group_by]))
+                let groups = a.group_expr.len();
+                let (needed, output) = if groups == 0 {
+                    (Some(Distribution::Single), Distribution::Single)
+                } else {
+                    (hash_of(&a.group_expr, a.input.schema()), Distribution::Hash((0..groups).collect()))
+                };
+                let exchange = (needed != Some(input_distribution)).then_some(group_by);
+                Ok((self.graph.add(ops, &[child], vec![exchange])?, output))
             }
             LogicalPlan::Distinct(Distinct::All(input)) => {
-                let child = self.node(input)?;
+                let (child, input_distribution) = self.node(input)?;
                 let keys = (0..input.schema().fields().len())
                     .map(|i| {
                         Ok(Arc::new(datafusion::physical_expr::expressions::Column::new(
@@ -239,14 +281,25 @@ impl Builder<'_> {
                         &self.view,
                     )?))
                 })?;
-                self.graph.add(ops, &[child], Some(vec![keys]))
+                let all = Distribution::Hash((0..input.schema().fields().len()).collect());
+                let exchange = (input_distribution != all).then_some(keys);
+                Ok((self.graph.add(ops, &[child], vec![exchange])?, all))
             }
             LogicalPlan::Join(j) => {
                 if j.on.is_empty() {
                     return Err(unsupported("a join without an equality condition"));
                 }
-                let left = self.node(&j.left)?;
-                let right = self.node(&j.right)?;
+                let (left, left_distribution) = self.node(&j.left)?;
+                let (right, right_distribution) = self.node(&j.right)?;
+                let left_on: Vec<Expr> = j.on.iter().map(|(l, _)| l.clone()).collect();
+                let right_on: Vec<Expr> = j.on.iter().map(|(_, r)| r.clone()).collect();
+                let (left_needed, right_needed) =
+                    (hash_of(&left_on, j.left.schema()), hash_of(&right_on, j.right.schema()));
+                // Inner join rows are where their left key put them; outer joins pad keys with NULL.
+                let output = match (&left_needed, j.join_type) {
+                    (Some(needed), JoinType::Inner) => needed.clone(),
+                    _ => Distribution::Any,
+                };
                 let left_keys =
                     j.on.iter().map(|(l, _)| self.physical(l, j.left.schema())).collect::<Result<Vec<_>>>()?;
                 let right_keys =
@@ -263,13 +316,24 @@ impl Builder<'_> {
                         &self.view,
                     )?))
                 })?;
-                self.graph.add(ops, &[left, right], Some(vec![left_keys, right_keys]))
+                let exchanges = vec![
+                    (left_needed != Some(left_distribution)).then_some(left_keys),
+                    (right_needed != Some(right_distribution)).then_some(right_keys),
+                ];
+                Ok((self.graph.add(ops, &[left, right], exchanges)?, output))
             }
             LogicalPlan::Union(u) => {
-                let children = u.inputs.iter().map(|i| self.node(i)).collect::<Result<Vec<_>>>()?;
+                let (children, distributions): (Vec<usize>, Vec<Distribution>) =
+                    u.inputs.iter().map(|i| self.node(i)).collect::<Result<Vec<_>>>()?.into_iter().unzip();
+                let output = if distributions.iter().all(|d| *d == Distribution::Single) {
+                    Distribution::Single
+                } else {
+                    Distribution::Any
+                };
                 let schema = Self::schema(plan);
                 let ops = self.each(|_| Ok(Box::new(Union::new(Arc::clone(&schema), children.len()))))?;
-                self.graph.add(ops, &children, None)
+                let none = vec![None; children.len()];
+                Ok((self.graph.add(ops, &children, none)?, output))
             }
             LogicalPlan::SubqueryAlias(s) => self.node(&s.input),
             LogicalPlan::Sort(s) if s.fetch.is_none() => self.node(&s.input),

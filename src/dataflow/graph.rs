@@ -35,8 +35,8 @@ struct Partitioner {
 struct Node {
     /// The parent node and which of its inputs this node feeds.
     parent: Option<(usize, usize)>,
-    /// For a stateful node, per input: the key its rows are routed to shards by.
-    partition: Option<Vec<Partitioner>>,
+    /// Per input: the key its rows are routed to shards by (an exchange), if they must move.
+    partition: Vec<Option<Partitioner>>,
     rows_in: prometheus::IntCounter,
     rows_out: prometheus::IntCounter,
 }
@@ -74,13 +74,14 @@ impl Graph {
     }
 
     /// Adds a node with one operator per shard (`ops`), whose inputs are `children` (in input
-    /// order); `partition` gives, per input, the key rows are routed by (stateful nodes).
+    /// order); `exchanges` gives, per input, the key its rows are routed to shards by, where they
+    /// are not already in the right shard (stateful nodes).
     /// Returns its index.
     pub fn add(
         &mut self,
         ops: Vec<Box<dyn Operator>>,
         children: &[usize],
-        partition: Option<Vec<Vec<Arc<dyn PhysicalExpr>>>>,
+        exchanges: Vec<Option<Vec<Arc<dyn PhysicalExpr>>>>,
     ) -> Result<usize> {
         if ops.len() != self.shards.len() {
             return Err(WeirError::internal("an operator instance per shard is needed"));
@@ -92,7 +93,7 @@ impl Graph {
         let name = format!("{index}:{}", ops[0].describe().split(':').next().unwrap_or("operator"));
         let counter = |direction: &str| metrics::OPERATOR_ROWS.with_label_values(&[&self.view, &name, direction]);
         let (rows_in, rows_out) = (counter("in"), counter("out"));
-        let partition = partition.map(|p| p.into_iter().map(|keys| Partitioner { keys, codec: None }).collect());
+        let partition = exchanges.into_iter().map(|e| e.map(|keys| Partitioner { keys, codec: None })).collect();
         self.nodes.push(Node { parent: None, partition, rows_in, rows_out });
         for (shard, op) in self.shards.iter_mut().zip(ops) {
             shard.push(op);
@@ -102,7 +103,7 @@ impl Graph {
 
     /// Adds a leaf reading the view's next input; returns its index.
     pub fn add_leaf(&mut self, ops: Vec<Box<dyn Operator>>) -> Result<usize> {
-        let index = self.add(ops, &[], None)?;
+        let index = self.add(ops, &[], vec![])?;
         self.leaves.push(index);
         Ok(index)
     }
@@ -183,7 +184,7 @@ impl Graph {
         };
         let shards = self.shards.len();
         let view = self.view.clone();
-        match self.nodes[parent].partition.as_mut().map(|p| &mut p[slot]) {
+        match self.nodes[parent].partition.get_mut(slot).and_then(|p| p.as_mut()) {
             Some(partitioner) if shards > 1 => {
                 for (target, part) in partitioner.split(&batch, shards, &view)? {
                     pending.push(Item { shard: target, node: parent, slot, batch: part });
@@ -212,8 +213,15 @@ impl Graph {
             .filter_map(|(i, n)| n.parent.filter(|(p, _)| *p == index).map(|(_, slot)| (slot, i)))
             .collect();
         children.sort();
-        for (_, child) in children {
-            self.explain_node(child, depth + 1, lines);
+        for (slot, child) in children {
+            match self.nodes[index].partition.get(slot).and_then(|p| p.as_ref()) {
+                Some(exchange) => {
+                    let keys: Vec<String> = exchange.keys.iter().map(|k| k.to_string()).collect();
+                    lines.push(format!("{}Exchange: hash [{}]", "  ".repeat(depth + 1), keys.join(", ")));
+                    self.explain_node(child, depth + 2, lines);
+                }
+                None => self.explain_node(child, depth + 1, lines),
+            }
         }
     }
 }
