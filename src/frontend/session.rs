@@ -400,7 +400,7 @@ fn lookup(values: &Values, user: &str, name: &str) -> Result<String> {
 }
 
 /// `current_setting(name [, missing_ok])` and `set_config(name, value, is_local)` over this
-/// session's settings (set_config does not re-apply TimeZone to DataFusion; use SET for that).
+/// session's settings (set_config refuses TimeZone and client_encoding, which need SET).
 fn register_current_setting(ctx: &SessionContext, user: &str, values: &Values) {
     use super::df_context::argument_arrays;
     use datafusion::arrow::array::{Array, AsArray, StringArray};
@@ -456,6 +456,14 @@ fn register_current_setting(ctx: &SessionContext, user: &str, values: &Values) {
                             SqlState("55P02"),
                             format!("parameter \"{}\" cannot be changed", s.name),
                         )
+                        .into())
+                    }
+                    // These also reconfigure the session's query engine, which only SET does.
+                    Some(s) if matches!(s.name, "TimeZone" | "client_encoding") => {
+                        return Err(WeirError::unsupported(format!(
+                            "set_config cannot change \"{}\"; use SET {} = ...",
+                            s.name, s.name
+                        ))
                         .into())
                     }
                     Some(s) => s.name.to_string(),
