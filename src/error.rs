@@ -21,7 +21,6 @@ impl SqlState {
     pub const SYNTAX_ERROR: SqlState = SqlState("42601");
     pub const UNDEFINED_TABLE: SqlState = SqlState("42P01");
     pub const UNDEFINED_COLUMN: SqlState = SqlState("42703");
-    pub const UNDEFINED_OBJECT: SqlState = SqlState("42704");
     pub const AMBIGUOUS_COLUMN: SqlState = SqlState("42702");
     pub const DUPLICATE_TABLE: SqlState = SqlState("42P07");
     pub const DUPLICATE_COLUMN: SqlState = SqlState("42701");
@@ -32,11 +31,9 @@ impl SqlState {
     pub const NUMERIC_VALUE_OUT_OF_RANGE: SqlState = SqlState("22003");
     pub const DIVISION_BY_ZERO: SqlState = SqlState("22012");
     pub const NOT_NULL_VIOLATION: SqlState = SqlState("23502");
-    pub const UNIQUE_VIOLATION: SqlState = SqlState("23505");
     pub const IN_FAILED_TRANSACTION: SqlState = SqlState("25P02");
     pub const FEATURE_NOT_SUPPORTED: SqlState = SqlState("0A000");
     pub const UNDEFINED_PARAMETER: SqlState = SqlState("42704");
-    pub const INVALID_PASSWORD: SqlState = SqlState("28P01");
     pub const QUERY_CANCELED: SqlState = SqlState("57014");
     pub const DEPENDENT_OBJECTS_STILL_EXIST: SqlState = SqlState("2BP01");
     pub const WRONG_OBJECT_TYPE: SqlState = SqlState("42809");

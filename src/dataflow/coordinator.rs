@@ -45,11 +45,10 @@ impl BarrierCoordinator {
         let _guard = self.inject_lock.lock().await;
         let epoch = self.epoch.fetch_add(1, Ordering::SeqCst) + 1;
         let injected_at = std::time::Instant::now();
-        for relation in self.hub.subscribed_relations() {
-            let is_table = self.catalog.by_id(relation).is_some_and(|r| r.def.kind == RelationKind::Table);
-            if is_table {
-                self.hub.publish(relation, vec![Message::Barrier(Barrier { epoch, injected_at })]).await;
-            }
+        let tables: std::collections::HashSet<TableId> =
+            self.catalog.relations().iter().filter(|r| r.def.kind == RelationKind::Table).map(|r| r.def.id).collect();
+        for relation in self.hub.subscribed_relations().into_iter().filter(|r| tables.contains(r)) {
+            self.hub.publish(relation, vec![Message::Barrier(Barrier { epoch, injected_at })]).await;
         }
         epoch
     }

@@ -232,14 +232,7 @@ impl HashAgg {
     }
 
     /// Adds (`sign` 1) or takes back (`sign` -1) one row's value of aggregate `i`.
-    fn update(
-        &mut self,
-        group_key: &[u8],
-        group: &mut Group,
-        i: usize,
-        value: Option<ScalarValue>,
-        sign: i64,
-    ) -> Result<()> {
+    fn update(&mut self, group: &mut Group, i: usize, value: Option<ScalarValue>, sign: i64) -> Result<()> {
         let value = value.filter(|v| !v.is_null());
         let spec = &self.aggs[i];
         match &mut group.accs[i] {
@@ -273,11 +266,8 @@ impl HashAgg {
                 Some(ScalarValue::Boolean(Some(false))) => *falses += sign,
                 _ => {}
             },
-            Acc::Extreme | Acc::Distinct(_) => {
-                let Some(v) = value else { return Ok(()) };
-                let encoded = self.value_codecs[i].as_ref().expect("codec").encode(&v)?;
-                self.add_to_multiset(group_key, group, i, &encoded, sign)?;
-            }
+            // Values of these live in the multiset; `apply` nets them per batch (add_to_multiset).
+            Acc::Extreme | Acc::Distinct(_) => {}
         }
         Ok(())
     }
@@ -546,7 +536,7 @@ impl Operator for HashAgg {
                         }
                         _ => {
                             let value = arg.as_ref().map(|a| ScalarValue::try_from_array(a, row)).transpose()?;
-                            self.update(&key, &mut group, i, value, sign)?;
+                            self.update(&mut group, i, value, sign)?;
                         }
                     }
                 }

@@ -66,17 +66,16 @@ impl Materialize {
             entry.0 += op.sign();
         }
 
+        // Current multiplicities of the changed rows, read in one batched lookup.
+        order.retain(|key| net[key].0 != 0);
+        let (stored, found) = table.get_many(self.store.as_ref(), &order)?;
+        let counts = stored.column(stored.num_columns() - 1).as_primitive::<Int64Type>();
+
         let (mut put_rows, mut put_counts, mut delete_rows) = (Vec::new(), Vec::new(), Vec::new());
         let (mut out_rows, mut out_ops) = (Vec::new(), Vec::new());
-        for key in order {
-            let (delta, row) = net[&key];
-            if delta == 0 {
-                continue;
-            }
-            let current = table
-                .get(self.store.as_ref(), &key)?
-                .map(|b| b.column(b.num_columns() - 1).as_primitive::<Int64Type>().value(0))
-                .unwrap_or(0);
+        for (key, stored_at) in order.iter().zip(found) {
+            let (delta, row) = net[key];
+            let current = stored_at.map(|i| counts.value(i)).unwrap_or(0);
             let updated = current + delta;
             if updated > 0 {
                 put_rows.push(row);

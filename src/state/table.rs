@@ -102,14 +102,6 @@ impl StateTable {
         Ok(batches)
     }
 
-    /// The row stored under the memcomparable `key` (as produced by [`Self::encode_keys`]).
-    pub fn get(&self, store: &dyn StateStore, key: &[u8]) -> Result<Option<RecordBatch>> {
-        match store.get(&row_key(self.table_id, key))? {
-            Some(value) => Ok(Some(self.decode_values(&[value])?)),
-            None => Ok(None),
-        }
-    }
-
     /// The rows stored under `keys` (memcomparable, as from [`Self::encode_keys`]), read in one
     /// batched lookup: the found rows, and for each key the index of its row among them.
     pub fn get_many(&self, store: &dyn StateStore, keys: &[Vec<u8>]) -> Result<(RecordBatch, Vec<Option<usize>>)> {
