@@ -50,8 +50,12 @@ impl Harness {
         let dir = std::env::temp_dir().join(format!("weir-bench-{}-{}", std::process::id(), rand_suffix()));
         let store = Arc::new(RocksStore::open(&dir.join("state"), &StorageConfig::default())?);
         let catalog = Arc::new(Catalog::open(store, "dev")?);
-        let streaming =
-            Streaming::new(Arc::clone(&catalog), Duration::from_secs(1), StorageConfig::default().state_cache_entries);
+        let streaming = Streaming::new(
+            Arc::clone(&catalog),
+            Duration::from_secs(1),
+            StorageConfig::default().state_cache_entries,
+            Duration::from_secs(10),
+        );
         let frontend = Frontend::new(catalog, streaming).await?;
         let session = frontend.new_session("bench");
         Ok(Harness { frontend, session, _dir: tempdir::TempDir(dir) })

@@ -81,6 +81,9 @@ pub struct FileConfig {
     pub storage: StorageConfig,
     /// Milliseconds between barriers (default 1000).
     pub barrier_interval_ms: Option<u64>,
+    /// Milliseconds without rows after which an input no longer holds back a view's
+    /// watermark (default 10000).
+    pub watermark_idle_timeout_ms: Option<u64>,
 }
 
 /// The resolved configuration.
@@ -97,6 +100,8 @@ pub struct Config {
     pub storage: StorageConfig,
     /// How often a barrier closes an epoch and views commit.
     pub barrier_interval: std::time::Duration,
+    /// How long an input without rows holds back the watermark of the views reading it.
+    pub watermark_idle_timeout: std::time::Duration,
 }
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:4566";
@@ -112,6 +117,7 @@ pub struct Overrides {
     pub metrics_listen: Option<String>,
     pub log: Option<String>,
     pub barrier_interval_ms: Option<u64>,
+    pub watermark_idle_timeout_ms: Option<u64>,
 }
 
 impl Config {
@@ -148,6 +154,9 @@ impl Config {
             storage: file_cfg.storage,
             barrier_interval: std::time::Duration::from_millis(
                 overrides.barrier_interval_ms.or(file_cfg.barrier_interval_ms).unwrap_or(1000).max(1),
+            ),
+            watermark_idle_timeout: std::time::Duration::from_millis(
+                overrides.watermark_idle_timeout_ms.or(file_cfg.watermark_idle_timeout_ms).unwrap_or(10_000).max(1),
             ),
         };
         if config.auth.method != AuthMethod::Trust && config.auth.users.is_empty() {

@@ -66,6 +66,10 @@ struct ServeArgs {
     /// Milliseconds between barriers: how often views commit their changes [default: 1000]
     #[arg(long, env = "WEIR_BARRIER_INTERVAL_MS", value_name = "MS")]
     barrier_interval_ms: Option<u64>,
+    /// Milliseconds without rows after which an input no longer holds back the watermark of
+    /// the views reading it [default: 10000]
+    #[arg(long, env = "WEIR_WATERMARK_IDLE_TIMEOUT_MS", value_name = "MS")]
+    watermark_idle_timeout_ms: Option<u64>,
 }
 
 fn main() -> std::process::ExitCode {
@@ -92,6 +96,7 @@ fn main() -> std::process::ExitCode {
         metrics_listen: args.metrics_listen,
         log: args.log,
         barrier_interval_ms: args.barrier_interval_ms,
+        watermark_idle_timeout_ms: args.watermark_idle_timeout_ms,
     };
     let config = match Config::resolve(args.config.as_deref(), overrides) {
         Ok(c) => c,

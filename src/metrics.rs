@@ -83,6 +83,51 @@ pub static VIEW_EPOCH: LazyLock<prometheus::IntGaugeVec> = LazyLock::new(|| {
     )
 });
 
+/// Event time: each view's watermark (seconds since the epoch).
+pub static VIEW_WATERMARK_SECONDS: LazyLock<prometheus::GaugeVec> = LazyLock::new(|| {
+    register(
+        prometheus::GaugeVec::new(
+            Opts::new("weir_view_watermark_seconds", "Event-time watermark of a view"),
+            &["view"],
+        )
+        .unwrap(),
+    )
+});
+
+/// Event time: the watermark of each watermarked input as a view reads it.
+pub static SOURCE_WATERMARK_SECONDS: LazyLock<prometheus::GaugeVec> = LazyLock::new(|| {
+    register(
+        prometheus::GaugeVec::new(
+            Opts::new("weir_source_watermark_seconds", "Event-time watermark of a view's input"),
+            &["view", "source"],
+        )
+        .unwrap(),
+    )
+});
+
+/// Wall-clock time minus the view's watermark, at its last commit.
+pub static WATERMARK_LAG_SECONDS: LazyLock<prometheus::GaugeVec> = LazyLock::new(|| {
+    register(
+        prometheus::GaugeVec::new(Opts::new("weir_watermark_lag_seconds", "Now minus the view's watermark"), &["view"])
+            .unwrap(),
+    )
+});
+
+/// Row copies that arrived after their window could no longer change, by view.
+pub static LATE_ROWS_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register(
+        IntCounterVec::new(Opts::new("weir_late_rows_total", "Rows too late for their window, by view"), &["view"])
+            .unwrap(),
+    )
+});
+
+/// Windows (or rows waiting for their window to close) a view holds state for.
+pub static OPEN_WINDOWS: LazyLock<prometheus::IntGaugeVec> = LazyLock::new(|| {
+    register(
+        prometheus::IntGaugeVec::new(Opts::new("weir_open_windows", "Windows with state, by view"), &["view"]).unwrap(),
+    )
+});
+
 /// Bytes in the state store (RocksDB's estimate of live data plus memtables), every 5 s.
 pub static STATE_BYTES: LazyLock<IntGauge> =
     LazyLock::new(|| register(IntGauge::new("weir_state_bytes", "Bytes held by the state store").unwrap()));

@@ -4,6 +4,9 @@
 //!   bad casts, overflows), by view and message, with how often and when last. The failing rows
 //!   got NULL for the failing expression; this table says so. Kept in memory: it describes the
 //!   running server (and `weir_view_errors_total` counts the same in the metrics).
+//! - `weir_catalog.event_time`: per view with event time, its watermark, how many windows it
+//!   holds state for and how many rows came too late (since the server started), as of its
+//!   last commit.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, LazyLock};
@@ -38,9 +41,56 @@ pub fn record_view_error(view: &str, message: &str, count: u64) {
     entry.last_micros = now;
 }
 
+#[derive(Default)]
+struct EventTimeEntry {
+    watermark_micros: Option<i64>,
+    open_windows: u64,
+    late_rows: u64,
+}
+
+static EVENT_TIME: LazyLock<Mutex<BTreeMap<String, EventTimeEntry>>> = LazyLock::new(Default::default);
+
+/// Counts `count` late row copies of `view`.
+pub fn record_late_rows(view: &str, count: u64) {
+    EVENT_TIME.lock().entry(view.to_string()).or_default().late_rows += count;
+}
+
+/// A view's watermark (nanoseconds) and open windows at its last commit.
+pub fn record_event_time(view: &str, watermark: Option<i64>, open_windows: usize) {
+    if watermark.is_none() && open_windows == 0 && !EVENT_TIME.lock().contains_key(view) {
+        return;
+    }
+    let mut all = EVENT_TIME.lock();
+    let entry = all.entry(view.to_string()).or_default();
+    entry.watermark_micros = watermark.map(|w| w.div_euclid(1000));
+    entry.open_windows = open_windows as u64;
+}
+
 /// Forgets the errors of a dropped view.
 pub fn forget_view(view: &str) {
     VIEW_ERRORS.lock().retain(|(v, _), _| v != view);
+    EVENT_TIME.lock().remove(view);
+}
+
+fn event_time_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("view_name", DataType::Utf8, false),
+        Field::new("watermark", DataType::Timestamp(TimeUnit::Microsecond, None), true),
+        Field::new("open_windows", DataType::UInt64, false),
+        Field::new("late_rows", DataType::UInt64, false),
+    ]))
+}
+
+fn event_time_batch() -> DfResult<RecordBatch> {
+    let all = EVENT_TIME.lock();
+    let views: StringArray = all.keys().map(|v| Some(v.as_str())).collect();
+    let watermarks: TimestampMicrosecondArray = all.values().map(|e| e.watermark_micros).collect();
+    let open: UInt64Array = all.values().map(|e| Some(e.open_windows)).collect();
+    let late: UInt64Array = all.values().map(|e| Some(e.late_rows)).collect();
+    Ok(RecordBatch::try_new(
+        event_time_schema(),
+        vec![Arc::new(views), Arc::new(watermarks), Arc::new(open), Arc::new(late)],
+    )?)
 }
 
 fn view_errors_batch() -> DfResult<RecordBatch> {
@@ -72,25 +122,33 @@ pub struct SystemSchema;
 #[async_trait]
 impl SchemaProvider for SystemSchema {
     fn table_names(&self) -> Vec<String> {
-        vec!["view_errors".into()]
+        vec!["view_errors".into(), "event_time".into()]
     }
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
-        Ok((name == "view_errors").then(|| Arc::new(ViewErrorsTable) as Arc<dyn TableProvider>))
+        Ok(match name {
+            "view_errors" => Some(Arc::new(SystemTable { schema: view_errors_schema(), rows: view_errors_batch })),
+            "event_time" => Some(Arc::new(SystemTable { schema: event_time_schema(), rows: event_time_batch })),
+            _ => None,
+        })
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        name == "view_errors"
+        matches!(name, "view_errors" | "event_time")
     }
 }
 
+/// A system relation: its rows computed at scan time.
 #[derive(Debug)]
-struct ViewErrorsTable;
+struct SystemTable {
+    schema: SchemaRef,
+    rows: fn() -> DfResult<RecordBatch>,
+}
 
 #[async_trait]
-impl TableProvider for ViewErrorsTable {
+impl TableProvider for SystemTable {
     fn schema(&self) -> SchemaRef {
-        view_errors_schema()
+        Arc::clone(&self.schema)
     }
 
     fn table_type(&self) -> TableType {
@@ -104,6 +162,6 @@ impl TableProvider for ViewErrorsTable {
         _filters: &[Expr],
         _limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        Ok(MemorySourceConfig::try_new_exec(&[vec![view_errors_batch()?]], self.schema(), projection.cloned())?)
+        Ok(MemorySourceConfig::try_new_exec(&[vec![(self.rows)()?]], self.schema(), projection.cloned())?)
     }
 }

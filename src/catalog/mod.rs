@@ -14,6 +14,7 @@ pub mod changes;
 pub mod dml;
 pub mod persist;
 pub mod provider;
+pub mod windowed;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,7 +23,7 @@ use std::sync::Arc;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use parking_lot::RwLock;
 
-pub use persist::{RelationDef, RelationKind};
+pub use persist::{RelationDef, RelationKind, WatermarkDef};
 
 use crate::error::{Result, SqlState, WeirError};
 use crate::state::keys::TableId;
@@ -37,6 +38,13 @@ pub const COUNT_COLUMN: &str = "_weir_count";
 
 /// The one schema every relation lives in.
 pub const DEFAULT_SCHEMA: &str = "public";
+
+/// What a table is besides its columns and key.
+#[derive(Debug, Clone, Default)]
+pub struct TableOptions {
+    pub append_only: bool,
+    pub watermark: Option<WatermarkDef>,
+}
 
 /// A live relation: its definition plus what is derived from it.
 pub struct Relation {
@@ -206,7 +214,24 @@ impl Catalog {
         primary_key: Vec<usize>,
         if_not_exists: bool,
     ) -> Result<bool> {
-        self.create(name, RelationKind::Table, definition, schema, primary_key, vec![], 0, if_not_exists)
+        self.create_table_with(name, definition, schema, primary_key, TableOptions::default(), if_not_exists)
+    }
+
+    /// Creates a table with streaming options (append-only, a watermark).
+    pub fn create_table_with(
+        &self,
+        name: &str,
+        definition: &str,
+        schema: Schema,
+        primary_key: Vec<usize>,
+        options: TableOptions,
+        if_not_exists: bool,
+    ) -> Result<bool> {
+        let mut def = self.new_def(name, RelationKind::Table, definition, schema);
+        def.primary_key = primary_key;
+        def.append_only = options.append_only;
+        def.watermark = options.watermark;
+        self.create(def, if_not_exists)
     }
 
     /// Creates a materialized view's entry and empty state. Returns false when it exists and
@@ -219,39 +244,39 @@ impl Catalog {
         depends_on: Vec<TableId>,
         parallelism: usize,
     ) -> Result<bool> {
-        self.create(name, RelationKind::MaterializedView, definition, schema, vec![], depends_on, parallelism, false)
+        let mut def = self.new_def(name, RelationKind::MaterializedView, definition, schema);
+        def.depends_on = depends_on;
+        def.parallelism = parallelism;
+        self.create(def, false)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn create(
-        &self,
-        name: &str,
-        kind: RelationKind,
-        definition: &str,
-        schema: Schema,
-        primary_key: Vec<usize>,
-        depends_on: Vec<TableId>,
-        parallelism: usize,
-        if_not_exists: bool,
-    ) -> Result<bool> {
+    /// A definition with defaults, its id assigned by [`Catalog::create`].
+    fn new_def(&self, name: &str, kind: RelationKind, definition: &str, schema: Schema) -> RelationDef {
+        RelationDef {
+            id: 0,
+            name: name.to_string(),
+            kind,
+            definition: definition.to_string(),
+            schema,
+            primary_key: vec![],
+            depends_on: vec![],
+            parallelism: 0,
+            append_only: false,
+            watermark: None,
+        }
+    }
+
+    fn create(&self, mut def: RelationDef, if_not_exists: bool) -> Result<bool> {
         let mut inner = self.inner.write();
-        if inner.by_name.contains_key(name) {
+        let name = def.name.clone();
+        if inner.by_name.contains_key(&name) {
             if if_not_exists {
                 return Ok(false);
             }
             return Err(WeirError::new(SqlState::DUPLICATE_TABLE, format!("relation \"{name}\" already exists")));
         }
         let id = inner.next_id;
-        let def = RelationDef {
-            id,
-            name: name.to_string(),
-            kind,
-            definition: definition.to_string(),
-            schema,
-            primary_key,
-            depends_on,
-            parallelism,
-        };
+        def.id = id;
         let relation = Self::materialize(self.store.as_ref(), def)?;
         let mut wb = WriteBatch::default();
         persist::put_relation(&relation.def, &mut wb)?;
@@ -260,16 +285,20 @@ impl Catalog {
         relation.table.clear(&mut wb);
         self.store.write(wb)?;
         inner.next_id = id + 1;
-        inner.by_name.insert(name.to_string(), Arc::new(relation));
+        inner.by_name.insert(name, Arc::new(relation));
         Ok(true)
     }
 
-    /// Deletes every row of a relation (views are rebuilt from their inputs at start).
+    /// Deletes every row of a relation and its operators' state (views are rebuilt from their
+    /// inputs at start), except the state that must survive a rebuild
+    /// ([`crate::state::keys::DURABLE_STATE_TABLE`]).
     pub fn clear(&self, relation: &Relation) -> Result<()> {
         let mut wb = WriteBatch::default();
         relation.table.clear(&mut wb);
-        let (start, end) = crate::state::keys::operator_state_range(relation.def.id);
-        wb.delete_range(start, end);
+        let (start, _) = crate::state::keys::operator_state_range(relation.def.id);
+        let durable =
+            crate::state::keys::operator_state_table(relation.def.id, crate::state::keys::DURABLE_STATE_TABLE);
+        wb.delete_range(start, crate::state::keys::table_prefix(durable).to_vec());
         self.store.write(wb)
     }
 

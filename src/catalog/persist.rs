@@ -40,6 +40,22 @@ pub struct RelationDef {
     /// How many shards a view's operators run in (0 for tables).
     #[serde(default)]
     pub parallelism: usize,
+    /// A table that takes only INSERT (`APPEND ONLY`).
+    #[serde(default)]
+    pub append_only: bool,
+    /// `WATERMARK FOR column AS expr` of an append-only table.
+    #[serde(default)]
+    pub watermark: Option<WatermarkDef>,
+}
+
+/// A table's watermark declaration: views reading the table take `max(expr)` over the rows
+/// they have seen as the table's watermark.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WatermarkDef {
+    /// Index of the event-time column in the table's schema.
+    pub column: usize,
+    /// The watermark expression over a row, as SQL (`date_time - INTERVAL '5' SECOND`).
+    pub expr: String,
 }
 
 const ENTRY_PREFIX: &str = "catalog/rel/";

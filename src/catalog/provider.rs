@@ -107,6 +107,20 @@ impl RelationTable {
         Ok(())
     }
 
+    /// Only tables that are not APPEND ONLY take UPDATE, DELETE and TRUNCATE.
+    fn changeable(&self, statement: &str) -> DfResult<()> {
+        self.writable()?;
+        if self.relation.def.append_only {
+            return Err(WeirError::new(
+                crate::error::SqlState::WRONG_OBJECT_TYPE,
+                format!("cannot {statement} table \"{}\": it is APPEND ONLY", self.relation.def.name),
+            )
+            .with_hint("An append-only table takes INSERT only.")
+            .into());
+        }
+        Ok(())
+    }
+
     fn writer(&self) -> dml::Writer {
         dml::Writer {
             relation: Arc::clone(&self.relation),
@@ -188,7 +202,7 @@ impl TableProvider for RelationTable {
     }
 
     async fn delete_from(&self, state: &dyn Session, filters: Vec<Expr>) -> DfResult<Arc<dyn ExecutionPlan>> {
-        self.writable()?;
+        self.changeable("DELETE FROM")?;
         let filters = self.physical(state, filters)?;
         let writer = self.writer();
         Ok(DmlExec::new(
@@ -203,7 +217,7 @@ impl TableProvider for RelationTable {
         assignments: Vec<(String, Expr)>,
         filters: Vec<Expr>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        self.writable()?;
+        self.changeable("UPDATE")?;
         let filters = self.physical(state, filters)?;
         let mut planned = Vec::with_capacity(assignments.len());
         for (column, expr) in assignments {
@@ -227,7 +241,7 @@ impl TableProvider for RelationTable {
     }
 
     async fn truncate(&self, _state: &dyn Session) -> DfResult<Arc<dyn ExecutionPlan>> {
-        self.writable()?;
+        self.changeable("TRUNCATE")?;
         let writer = self.writer();
         Ok(DmlExec::new(
             format!("truncate {}", self.relation.def.name),

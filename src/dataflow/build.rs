@@ -4,6 +4,13 @@
 //! condition; left, right and full outer), grouped and global aggregates (count, sum, avg, min, max), DISTINCT, UNION ALL,
 //! and subquery aliases; ORDER BY is ignored (a view is a set of rows). Anything else is
 //! SQLSTATE 0A000, naming what is missing.
+//!
+//! Event time: a scan of `TUMBLE(...)` / `HOP(...)` reads its relation through a
+//! `WindowAssign`; each node's output columns that are window bounds are tracked
+//! ([`TimeColumn`]), so an aggregate grouped by one becomes a windowed aggregate, and
+//! `EMIT ON WINDOW CLOSE` either goes to those aggregates or, without one, to an
+//! `EowcBuffer` on top. For every input with a `WATERMARK`, [`Built::watermarks`] has the
+//! expression the job computes the view's watermark from.
 
 use std::sync::Arc;
 
@@ -14,21 +21,48 @@ use datafusion::logical_expr::{Distinct, Expr, ExprSchemable, JoinType, LogicalP
 use datafusion::physical_expr::PhysicalExpr;
 
 use super::graph::Graph;
+use crate::catalog::windowed::windowed_relation;
 use crate::catalog::Catalog;
 use crate::error::{Result, WeirError};
+use crate::operators::eowc_buffer::EowcBuffer;
 use crate::operators::filter::Filter;
+use crate::operators::hash_agg::AggWindow;
 use crate::operators::hash_agg::{AggKind, AggSpec, HashAgg};
 use crate::operators::hash_join::HashJoin;
 use crate::operators::operator::Operator;
 use crate::operators::project::Project;
 use crate::operators::union::Union;
+use crate::operators::window_assign::WindowAssign;
 use crate::state::keyed::KeyedState;
-use crate::state::keys::{operator_state_table, TableId};
+use crate::state::keys::{operator_state_table, TableId, DURABLE_STATE_TABLE};
+use crate::types::window::{TimeColumn, WindowSpec};
 
 pub struct Built {
     pub graph: Graph,
     /// The relation each graph input reads, in input order.
     pub inputs: Vec<TableId>,
+    /// Per input: its watermark expression over the input's rows, if it declares one.
+    pub watermarks: Vec<Option<Arc<dyn PhysicalExpr>>>,
+    /// The columns of late rows (a windowed input's columns and its window), if the view
+    /// windows its input.
+    pub late_rows_schema: Option<SchemaRef>,
+}
+
+/// What a view's event-time clauses ask of its operators.
+#[derive(Debug, Clone, Default)]
+pub struct EventTimeOptions {
+    pub emit_on_window_close: bool,
+    /// `ALLOW LATENESS`, nanoseconds.
+    pub lateness: i64,
+    /// `LATE ROWS TO`: late rows are kept for a table.
+    pub keep_late_rows: bool,
+}
+
+/// A node's top, where its rows are, and which of its output columns are window bounds.
+struct Out {
+    node: usize,
+    distribution: Distribution,
+    times: Vec<Option<TimeColumn>>,
 }
 
 struct Builder<'a> {
@@ -38,15 +72,23 @@ struct Builder<'a> {
     view_id: TableId,
     graph: Graph,
     inputs: Vec<TableId>,
+    watermarks: Vec<Option<Arc<dyn PhysicalExpr>>>,
+    late_rows_schema: Option<SchemaRef>,
     /// The next operator state table number of this view.
     next_state_table: u8,
     cache_entries: usize,
+    event_time: EventTimeOptions,
+    /// Windowed aggregates built (they emit on window close themselves).
+    windowed_aggregates: usize,
+    /// WindowAssign nodes built (each has its own prefix in the ledger).
+    assigners: u8,
 }
 
 type Ops = Vec<Box<dyn Operator>>;
 
 /// Builds view `view_id`'s operators for `plan`; each operator state table caches at most
 /// `cache_entries` entries in memory.
+#[allow(clippy::too_many_arguments)]
 pub fn build(
     plan: &LogicalPlan,
     state: &dyn Session,
@@ -55,6 +97,7 @@ pub fn build(
     view_id: TableId,
     cache_entries: usize,
     parallelism: usize,
+    event_time: &EventTimeOptions,
 ) -> Result<Built> {
     let mut b = Builder {
         state,
@@ -63,11 +106,24 @@ pub fn build(
         view_id,
         graph: Graph::new(view, parallelism),
         inputs: Vec::new(),
+        watermarks: Vec::new(),
+        late_rows_schema: None,
         next_state_table: 0,
         cache_entries,
+        event_time: event_time.clone(),
+        windowed_aggregates: 0,
+        assigners: 0,
     };
-    b.node(plan)?;
-    Ok(Built { graph: b.graph, inputs: b.inputs })
+    let top = b.node(plan)?;
+    if event_time.emit_on_window_close && b.windowed_aggregates == 0 {
+        b.emit_on_window_close(plan, top)?;
+    }
+    if (event_time.keep_late_rows || event_time.lateness > 0) && b.assigners == 0 {
+        return Err(WeirError::unsupported(
+            "ALLOW LATENESS and LATE ROWS TO need a window: read a table through TUMBLE(...) or HOP(...)",
+        ));
+    }
+    Ok(Built { graph: b.graph, inputs: b.inputs, watermarks: b.watermarks, late_rows_schema: b.late_rows_schema })
 }
 
 /// Where a node's output rows are among a view's shards; derived once per node while
@@ -104,9 +160,30 @@ impl Builder<'_> {
     /// A new state table for an operator of this view (shared by its shards, whose keys differ).
     fn state_table(&mut self) -> Result<TableId> {
         let n = self.next_state_table;
-        self.next_state_table =
-            n.checked_add(1).ok_or_else(|| unsupported("a view with this many stateful operators"))?;
+        if n == DURABLE_STATE_TABLE {
+            return Err(unsupported("a view with this many stateful operators"));
+        }
+        self.next_state_table = n + 1;
         Ok(operator_state_table(self.view_id, n))
+    }
+
+    /// `EMIT ON WINDOW CLOSE` without a windowed aggregate: a buffer on top, by a window
+    /// column of the view's rows.
+    fn emit_on_window_close(&mut self, plan: &LogicalPlan, top: Out) -> Result<()> {
+        let Some((column, time)) = top.times.iter().enumerate().find_map(|(i, t)| t.map(|t| (i, t))) else {
+            return Err(WeirError::unsupported(
+                "EMIT ON WINDOW CLOSE needs a window: read from TUMBLE(...) or HOP(...) and GROUP BY (or select) window_start or window_end",
+            ));
+        };
+        let table = self.state_table()?;
+        let schema = Self::schema(plan);
+        let ops = self.each(|shard| {
+            Ok(Box::new(EowcBuffer::new(column, time, Arc::clone(&schema), self.keyed(table), shard == 0)?))
+        })?;
+        // Every row to shard 0.
+        let exchange = (top.distribution != Distribution::Single).then_some(vec![]);
+        self.graph.add(ops, &[top.node], vec![exchange])?;
+        Ok(())
     }
 
     /// A shard's access to state table `id`.
@@ -127,65 +204,124 @@ impl Builder<'_> {
         Arc::new(plan.schema().as_arrow().clone())
     }
 
-    /// Adds `plan`'s operators; returns the index of its top node and where its rows are.
-    fn node(&mut self, plan: &LogicalPlan) -> Result<(usize, Distribution)> {
+    /// The leaf reading the columns `indices` of relation `relation` (as `schema`); records it
+    /// as the view's next input, with its watermark.
+    fn source(
+        &mut self,
+        relation: &Arc<crate::catalog::Relation>,
+        indices: &[usize],
+        schema: SchemaRef,
+    ) -> Result<usize> {
+        let source = relation.schema.clone();
+        let exprs: Vec<Arc<dyn PhysicalExpr>> = indices
+            .iter()
+            .map(|&i| {
+                Arc::new(datafusion::physical_expr::expressions::Column::new(source.field(i).name(), i))
+                    as Arc<dyn PhysicalExpr>
+            })
+            .collect();
+        let label = format!("Source {}", relation.def.name);
+        let ops = self.each(|_| {
+            Ok(Box::new(Project::new(exprs.clone(), Arc::clone(&schema), &self.view).with_label(label.clone())))
+        })?;
+        let leaf = self.graph.add_leaf(ops)?;
+        self.inputs.push(relation.def.id);
+        let watermark = match &relation.def.watermark {
+            Some(w) => {
+                let schema = DFSchema::try_from(source.as_ref().clone())?;
+                // Built-in functions only: a table's watermark does not depend on a session.
+                let expr = datafusion::prelude::SessionContext::new().parse_sql_expr(&w.expr, &schema)?;
+                Some(self.physical(&expr, &schema)?)
+            }
+            None => None,
+        };
+        self.watermarks.push(watermark);
+        Ok(leaf)
+    }
+
+    /// Projects node `child`'s rows (of `input` columns) to the columns at `indices`.
+    fn project(&mut self, child: usize, input: &SchemaRef, indices: &[usize], output: SchemaRef) -> Result<usize> {
+        let exprs: Vec<Arc<dyn PhysicalExpr>> = indices
+            .iter()
+            .map(|&i| {
+                Arc::new(datafusion::physical_expr::expressions::Column::new(input.field(i).name(), i))
+                    as Arc<dyn PhysicalExpr>
+            })
+            .collect();
+        let ops = self.each(|_| Ok(Box::new(Project::new(exprs.clone(), Arc::clone(&output), &self.view))))?;
+        self.graph.add(ops, &[child], vec![None])
+    }
+
+    /// Adds `plan`'s operators; returns its top node, where its rows are and its window columns.
+    fn node(&mut self, plan: &LogicalPlan) -> Result<Out> {
         match plan {
             LogicalPlan::TableScan(scan) => {
                 if scan.fetch.is_some() {
                     return Err(unsupported("LIMIT"));
                 }
-                let name = scan.table_name.table();
-                let relation = self.catalog.get(name).ok_or_else(|| WeirError::undefined_table(name))?;
-                let source = relation.schema.clone();
-                let indices: Vec<usize> = match &scan.projection {
-                    Some(p) => p.clone(),
-                    None => (0..source.fields().len()).collect(),
-                };
-                let exprs: Vec<Arc<dyn PhysicalExpr>> = indices
-                    .iter()
-                    .map(|&i| {
-                        Ok(Arc::new(datafusion::physical_expr::expressions::Column::new(source.field(i).name(), i))
-                            as Arc<dyn PhysicalExpr>)
-                    })
-                    .collect::<Result<_>>()?;
-                let label = format!("Source {}", relation.def.name);
                 let schema = Self::schema(plan);
-                let ops = self.each(|_| {
-                    Ok(Box::new(Project::new(exprs.clone(), Arc::clone(&schema), &self.view).with_label(label.clone())))
-                })?;
-                let leaf = self.graph.add_leaf(ops)?;
-                self.inputs.push(relation.def.id);
+                let mut top;
+                let mut times;
+                match windowed_relation(&scan.source) {
+                    Some((relation, spec)) => {
+                        // Every column into the window (late rows keep them all), then the
+                        // scan's projection.
+                        let n = relation.schema.fields().len();
+                        let all: Vec<usize> = (0..n).collect();
+                        let leaf = self.source(&relation, &all, relation.schema.clone())?;
+                        let full;
+                        (top, full) = self.window_assign(leaf, &relation, spec.clone())?;
+                        times = vec![None; n + 2];
+                        times[n] = Some(TimeColumn { close_offset: spec.size() });
+                        times[n + 1] = Some(TimeColumn { close_offset: 0 });
+                        let indices: Vec<usize> = scan.projection.clone().unwrap_or_else(|| (0..n + 2).collect());
+                        if indices.len() != n + 2 || indices.iter().enumerate().any(|(i, &c)| i != c) {
+                            top = self.project(top, &full, &indices, Arc::clone(&schema))?;
+                            times = indices.iter().map(|&i| times[i]).collect();
+                        }
+                    }
+                    None => {
+                        let name = scan.table_name.table();
+                        let relation = self.catalog.get(name).ok_or_else(|| WeirError::undefined_table(name))?;
+                        let indices: Vec<usize> =
+                            scan.projection.clone().unwrap_or_else(|| (0..relation.schema.fields().len()).collect());
+                        top = self.source(&relation, &indices, Arc::clone(&schema))?;
+                        times = vec![None; indices.len()];
+                    }
+                }
                 if let Some(predicate) = scan.filters.iter().cloned().reduce(|a, b| a.and(b)) {
                     let predicate = self.physical(&predicate, scan.projected_schema.as_ref())?;
                     let ops = self.each(|_| Ok(Box::new(Filter::new(Arc::clone(&predicate), &self.view))))?;
-                    return Ok((self.graph.add(ops, &[leaf], vec![None])?, Distribution::Single));
+                    top = self.graph.add(ops, &[top], vec![None])?;
                 }
-                Ok((leaf, Distribution::Single))
+                Ok(Out { node: top, distribution: Distribution::Single, times })
             }
             LogicalPlan::Projection(p) => {
-                let (child, distribution) = self.node(&p.input)?;
+                let child = self.node(&p.input)?;
                 let exprs = p.expr.iter().map(|e| self.physical(e, p.input.schema())).collect::<Result<Vec<_>>>()?;
                 // Where a column moves to, if it is passed on unchanged.
                 let moved = |c: usize| p.expr.iter().position(|e| column_index(e, p.input.schema()) == Some(c));
-                let distribution = match distribution {
+                let distribution = match child.distribution {
                     Distribution::Hash(cols) => match cols.iter().map(|&c| moved(c)).collect::<Option<Vec<_>>>() {
                         Some(cols) => Distribution::Hash(cols),
                         None => Distribution::Any,
                     },
                     other => other,
                 };
+                let times =
+                    p.expr.iter().map(|e| column_index(e, p.input.schema()).and_then(|c| child.times[c])).collect();
                 let schema = Self::schema(plan);
                 let ops = self.each(|_| Ok(Box::new(Project::new(exprs.clone(), Arc::clone(&schema), &self.view))))?;
-                Ok((self.graph.add(ops, &[child], vec![None])?, distribution))
+                Ok(Out { node: self.graph.add(ops, &[child.node], vec![None])?, distribution, times })
             }
             LogicalPlan::Filter(f) => {
-                let (child, distribution) = self.node(&f.input)?;
+                let child = self.node(&f.input)?;
                 let predicate = self.physical(&f.predicate, f.input.schema())?;
                 let ops = self.each(|_| Ok(Box::new(Filter::new(Arc::clone(&predicate), &self.view))))?;
-                Ok((self.graph.add(ops, &[child], vec![None])?, distribution))
+                Ok(Out { node: self.graph.add(ops, &[child.node], vec![None])?, ..child })
             }
             LogicalPlan::Aggregate(a) => {
-                let (child, input_distribution) = self.node(&a.input)?;
+                let child = self.node(&a.input)?;
                 let group_types =
                     a.group_expr.iter().map(|e| Ok(e.get_type(a.input.schema())?)).collect::<Result<Vec<_>>>()?;
                 let group_by = a
@@ -233,11 +369,28 @@ impl Builder<'_> {
                     };
                     aggs.push(AggSpec { kind, arg, arg_type, output_type, delimiter });
                 }
+                // Grouped by a window bound: a windowed aggregate.
+                let group_times: Vec<Option<TimeColumn>> = a
+                    .group_expr
+                    .iter()
+                    .map(|e| column_index(e, a.input.schema()).and_then(|c| child.times[c]))
+                    .collect();
+                let window = group_times.iter().enumerate().find_map(|(i, t)| {
+                    t.map(|column| AggWindow {
+                        group_index: i,
+                        column,
+                        lateness: self.event_time.lateness,
+                        emit_on_close: self.event_time.emit_on_window_close,
+                    })
+                });
+                if window.is_some() {
+                    self.windowed_aggregates += 1;
+                }
                 let (groups, values) = (self.state_table()?, self.state_table()?);
                 let schema = Self::schema(plan);
                 let ops = self.each(|shard| {
                     let state = (self.keyed(groups), self.keyed(values));
-                    let op = HashAgg::new(
+                    let mut op = HashAgg::new(
                         group_by.clone(),
                         group_types.clone(),
                         aggs.clone(),
@@ -245,6 +398,9 @@ impl Builder<'_> {
                         state,
                         &self.view,
                     )?;
+                    if let Some(window) = window {
+                        op = op.with_window(window);
+                    }
                     // A global aggregate's one group lives in shard 0 (where all its rows go).
                     Ok(Box::new(if shard == 0 { op } else { op.without_initial_group() }))
                 })?;
@@ -254,11 +410,13 @@ impl Builder<'_> {
                 } else {
                     (hash_of(&a.group_expr, a.input.schema()), Distribution::Hash((0..groups).collect()))
                 };
-                let exchange = (needed != Some(input_distribution)).then_some(group_by);
-                Ok((self.graph.add(ops, &[child], vec![exchange])?, output))
+                let exchange = (needed != Some(child.distribution)).then_some(group_by);
+                let mut times = group_times;
+                times.resize(a.schema.fields().len(), None);
+                Ok(Out { node: self.graph.add(ops, &[child.node], vec![exchange])?, distribution: output, times })
             }
             LogicalPlan::Distinct(Distinct::All(input)) => {
-                let (child, input_distribution) = self.node(input)?;
+                let child = self.node(input)?;
                 let keys = (0..input.schema().fields().len())
                     .map(|i| {
                         Ok(Arc::new(datafusion::physical_expr::expressions::Column::new(
@@ -282,15 +440,19 @@ impl Builder<'_> {
                     )?))
                 })?;
                 let all = Distribution::Hash((0..input.schema().fields().len()).collect());
-                let exchange = (input_distribution != all).then_some(keys);
-                Ok((self.graph.add(ops, &[child], vec![exchange])?, all))
+                let exchange = (child.distribution != all).then_some(keys);
+                Ok(Out {
+                    node: self.graph.add(ops, &[child.node], vec![exchange])?,
+                    distribution: all,
+                    times: child.times,
+                })
             }
             LogicalPlan::Join(j) => {
                 if j.on.is_empty() {
                     return Err(unsupported("a join without an equality condition"));
                 }
-                let (left, left_distribution) = self.node(&j.left)?;
-                let (right, right_distribution) = self.node(&j.right)?;
+                let left = self.node(&j.left)?;
+                let right = self.node(&j.right)?;
                 let left_on: Vec<Expr> = j.on.iter().map(|(l, _)| l.clone()).collect();
                 let right_on: Vec<Expr> = j.on.iter().map(|(_, r)| r.clone()).collect();
                 let (left_needed, right_needed) =
@@ -317,27 +479,76 @@ impl Builder<'_> {
                     )?))
                 })?;
                 let exchanges = vec![
-                    (left_needed != Some(left_distribution)).then_some(left_keys),
-                    (right_needed != Some(right_distribution)).then_some(right_keys),
+                    (left_needed != Some(left.distribution)).then_some(left_keys),
+                    (right_needed != Some(right.distribution)).then_some(right_keys),
                 ];
-                Ok((self.graph.add(ops, &[left, right], exchanges)?, output))
+                // Semi and anti joins output one side only.
+                let times = match j.join_type {
+                    JoinType::Inner | JoinType::Left | JoinType::Right | JoinType::Full => {
+                        left.times.into_iter().chain(right.times).collect()
+                    }
+                    _ => vec![None; j.schema.fields().len()],
+                };
+                Ok(Out { node: self.graph.add(ops, &[left.node, right.node], exchanges)?, distribution: output, times })
             }
             LogicalPlan::Union(u) => {
-                let (children, distributions): (Vec<usize>, Vec<Distribution>) =
-                    u.inputs.iter().map(|i| self.node(i)).collect::<Result<Vec<_>>>()?.into_iter().unzip();
-                let output = if distributions.iter().all(|d| *d == Distribution::Single) {
+                let children = u.inputs.iter().map(|i| self.node(i)).collect::<Result<Vec<_>>>()?;
+                let output = if children.iter().all(|c| c.distribution == Distribution::Single) {
                     Distribution::Single
                 } else {
                     Distribution::Any
                 };
+                // A column is a window bound only if it is the same one in every input.
+                let times = (0..u.schema.fields().len())
+                    .map(|i| {
+                        let first = children[0].times.get(i).copied().flatten();
+                        children.iter().all(|c| c.times.get(i).copied().flatten() == first).then_some(first).flatten()
+                    })
+                    .collect();
+                let nodes: Vec<usize> = children.iter().map(|c| c.node).collect();
                 let schema = Self::schema(plan);
-                let ops = self.each(|_| Ok(Box::new(Union::new(Arc::clone(&schema), children.len()))))?;
-                let none = vec![None; children.len()];
-                Ok((self.graph.add(ops, &children, none)?, output))
+                let ops = self.each(|_| Ok(Box::new(Union::new(Arc::clone(&schema), nodes.len()))))?;
+                let none = vec![None; nodes.len()];
+                Ok(Out { node: self.graph.add(ops, &nodes, none)?, distribution: output, times })
             }
             LogicalPlan::SubqueryAlias(s) => self.node(&s.input),
             LogicalPlan::Sort(s) if s.fetch.is_none() => self.node(&s.input),
             other => Err(unsupported(other.display().to_string().split(':').next().unwrap_or("this plan"))),
         }
+    }
+
+    /// A `WindowAssign` over leaf `leaf` (relation's rows); returns it and its output schema.
+    fn window_assign(
+        &mut self,
+        leaf: usize,
+        relation: &crate::catalog::Relation,
+        spec: WindowSpec,
+    ) -> Result<(usize, SchemaRef)> {
+        let schema = spec.output_schema(&relation.schema);
+        let prefix = self.assigners;
+        self.assigners = prefix.checked_add(1).ok_or_else(|| unsupported("a view with this many windows"))?;
+        if self.event_time.keep_late_rows {
+            if let Some(existing) = &self.late_rows_schema {
+                if existing.fields() != schema.fields() {
+                    return Err(unsupported(
+                        "LATE ROWS TO one table from windows over relations with different columns",
+                    ));
+                }
+            }
+            self.late_rows_schema = Some(Arc::clone(&schema));
+        }
+        let ledger = operator_state_table(self.view_id, DURABLE_STATE_TABLE);
+        let (lateness, keep) = (self.event_time.lateness, self.event_time.keep_late_rows);
+        let ops = self.each(|_| {
+            Ok(Box::new(WindowAssign::new(
+                spec.clone(),
+                Arc::clone(&schema),
+                lateness,
+                keep,
+                (self.keyed(ledger), prefix),
+                &self.view,
+            )?))
+        })?;
+        Ok((self.graph.add(ops, &[leaf], vec![None])?, schema))
     }
 }

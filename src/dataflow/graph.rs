@@ -195,6 +195,26 @@ impl Graph {
         Ok(())
     }
 
+    /// The view's watermark advanced: every operator of every shard learns it (changes are
+    /// applied to completion before, so it follows exactly the data before it).
+    pub fn watermark(&mut self, watermark: i64) {
+        for shard in &mut self.shards {
+            for op in shard.iter_mut() {
+                op.on_watermark(watermark);
+            }
+        }
+    }
+
+    /// Rows that arrived too late for their windows since the last call.
+    pub fn take_late_rows(&mut self) -> Vec<datafusion::arrow::array::RecordBatch> {
+        self.shards.iter_mut().flat_map(|shard| shard.iter_mut().flat_map(|op| op.take_late_rows())).collect()
+    }
+
+    /// Windows with state, over all operators and shards.
+    pub fn open_windows(&self) -> usize {
+        self.shards.iter().flat_map(|shard| shard.iter().map(|op| op.open_windows())).sum()
+    }
+
     /// The tree, root first, indented by depth.
     pub fn explain(&self) -> String {
         let mut lines = Vec::new();

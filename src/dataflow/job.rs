@@ -9,6 +9,15 @@
 //!
 //! A failing operator (a bug, not a row's expression error, which becomes NULL) is logged and
 //! counted, and the job carries on; the view is not silently stuck.
+//!
+//! Event time: for each input with a `WATERMARK`, the job keeps the largest watermark
+//! expression value of the rows it has read. The view's watermark is the least of those over
+//! its inputs, leaving out inputs idle (no rows) for longer than the idle timeout, so a quiet
+//! input does not hold every window open; an input that has never had a row holds it until it
+//! is idle. The watermark is pushed into the graph after the data that moved it, and only
+//! forward. Rows that came too late for their windows are written, in the epoch's write batch,
+//! to the view's `LATE ROWS TO` table (with the view's name and their arrival time) and
+//! published to that table's subscribers like an INSERT.
 
 use std::sync::Arc;
 
@@ -16,14 +25,36 @@ use futures::future::select_all;
 use futures::FutureExt;
 use tokio::sync::{mpsc, watch};
 
+use std::time::{Duration, Instant};
+
+use datafusion::arrow::array::{ArrayRef, RecordBatch, StringArray, TimestampMicrosecondArray};
+use datafusion::physical_expr::PhysicalExpr;
+
 use super::graph::Graph;
 use crate::catalog::changes::ChangeHub;
 use crate::catalog::Relation;
 use crate::error::{Result, WeirError};
 use crate::metrics;
+use crate::operators::eval::evaluate;
 use crate::operators::materialize::Materialize;
 use crate::state::store::{StateStore, WriteBatch};
+use crate::types::window::to_nanos;
 use crate::types::{Barrier, ChangeBatch, Epoch, Message};
+
+/// One input's watermark: the largest value of its watermark expression seen so far.
+pub struct InputWatermark {
+    pub expr: Arc<dyn PhysicalExpr>,
+    /// The input relation's name (metrics).
+    pub source: String,
+    pub max: Option<i64>,
+    pub last_data: Instant,
+}
+
+impl InputWatermark {
+    pub fn new(expr: Arc<dyn PhysicalExpr>, source: &str) -> InputWatermark {
+        InputWatermark { expr, source: source.to_string(), max: None, last_data: Instant::now() }
+    }
+}
 
 pub struct ViewJob {
     pub relation: Arc<Relation>,
@@ -33,20 +64,103 @@ pub struct ViewJob {
     pub store: Arc<dyn StateStore>,
     pub changes: Arc<ChangeHub>,
     pub committed: watch::Sender<Epoch>,
+    /// Per input, its watermark if it declares one.
+    pub watermarks: Vec<Option<InputWatermark>>,
+    /// The view's watermark (nanoseconds), as last pushed into the graph.
+    pub watermark: Option<i64>,
+    pub idle_timeout: Duration,
+    /// The `LATE ROWS TO` table.
+    pub late_table: Option<Arc<Relation>>,
 }
 
 impl ViewJob {
+    /// Takes the rows of `batch`, from input `input`, into that input's watermark.
+    fn observe(&mut self, input: usize, batch: &ChangeBatch) {
+        let view = &self.relation.def.name;
+        let Some(w) = self.watermarks.get_mut(input).and_then(|w| w.as_mut()) else { return };
+        w.last_data = Instant::now();
+        let max = evaluate(&w.expr, &batch.data, view)
+            .and_then(|values| to_nanos(&values))
+            .map(|nanos| datafusion::arrow::compute::max(&nanos));
+        match max {
+            Ok(Some(m)) => {
+                if w.max.is_none_or(|current| m > current) {
+                    w.max = Some(m);
+                    metrics::SOURCE_WATERMARK_SECONDS.with_label_values(&[view, &w.source]).set(m as f64 / 1e9);
+                }
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(view = %view, "watermark expression failed: {e}"),
+        }
+    }
+
+    /// Recomputes the view's watermark from its inputs' and pushes it into the graph if it
+    /// advanced.
+    fn advance_watermark(&mut self) {
+        let now = Instant::now();
+        let declared: Vec<&InputWatermark> = self.watermarks.iter().flatten().collect();
+        if declared.is_empty() {
+            return;
+        }
+        let active: Vec<&InputWatermark> =
+            declared.iter().copied().filter(|w| now.duration_since(w.last_data) < self.idle_timeout).collect();
+        // Every input idle: the least of them (no progress without new rows).
+        let considered = if active.is_empty() { &declared } else { &active };
+        let next = if considered.iter().any(|w| w.max.is_none()) {
+            None
+        } else {
+            considered.iter().filter_map(|w| w.max).min()
+        };
+        if let Some(next) = next {
+            if self.watermark.is_none_or(|current| next > current) {
+                self.watermark = Some(next);
+                self.graph.watermark(next);
+                metrics::VIEW_WATERMARK_SECONDS.with_label_values(&[&self.relation.def.name]).set(next as f64 / 1e9);
+            }
+        }
+    }
+
+    /// The late rows of this epoch as rows of the `LATE ROWS TO` table: their columns and
+    /// window, the view's name and the arrival time.
+    fn late_rows(&mut self) -> Result<Option<RecordBatch>> {
+        let late = self.graph.take_late_rows();
+        let Some(table) = &self.late_table else { return Ok(None) };
+        if late.is_empty() {
+            return Ok(None);
+        }
+        let schema = late[0].schema();
+        let all = datafusion::arrow::compute::concat_batches(&schema, &late)?;
+        let n = all.num_columns() - 2;
+        let rows = all.num_rows();
+        let now = chrono::Utc::now().timestamp_micros();
+        let mut columns: Vec<ArrayRef> = all.columns()[..n].to_vec();
+        columns.push(Arc::new(StringArray::from(vec![self.relation.def.name.as_str(); rows])));
+        columns.extend_from_slice(&all.columns()[n..]);
+        columns.push(Arc::new(TimestampMicrosecondArray::from(vec![now; rows]).with_timezone("+00:00")));
+        let target = Arc::clone(&table.schema);
+        let columns = columns
+            .iter()
+            .zip(target.fields())
+            .map(|(c, f)| Ok(datafusion::arrow::compute::cast(c, f.data_type())?))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Some(RecordBatch::try_new(target, columns)?))
+    }
+
     /// Runs the view over its inputs' current rows (`snapshots[i]` for input `i`) and commits
     /// the result, before the job starts following changes.
     pub async fn backfill(&mut self, snapshots: Vec<Vec<datafusion::arrow::array::RecordBatch>>) -> Result<()> {
         for (input, batches) in snapshots.into_iter().enumerate() {
             for batch in batches {
                 if batch.num_rows() > 0 {
-                    let out = self.graph.push(input, ChangeBatch::inserts(batch))?;
+                    let batch = ChangeBatch::inserts(batch);
+                    self.observe(input, &batch);
+                    let out = self.graph.push(input, batch)?;
                     out.into_iter().for_each(|b| self.materialize.apply(b));
                 }
             }
         }
+        // The watermark only after every existing row: they all count as on time.
+        self.advance_watermark();
         let mut wb = WriteBatch::default();
         let out = self.graph.barrier(&mut wb)?;
         out.into_iter().for_each(|b| self.materialize.apply(b));
@@ -76,10 +190,14 @@ impl ViewJob {
             match message {
                 // An input is gone: the view is being dropped.
                 None => break,
-                Some(Message::Data(batch)) => match self.graph.push(input, batch) {
-                    Ok(out) => out.into_iter().for_each(|b| self.materialize.apply(b)),
-                    Err(e) => self.report(&e),
-                },
+                Some(Message::Data(batch)) => {
+                    self.observe(input, &batch);
+                    match self.graph.push(input, batch) {
+                        Ok(out) => out.into_iter().for_each(|b| self.materialize.apply(b)),
+                        Err(e) => self.report(&e),
+                    }
+                    self.advance_watermark();
+                }
                 Some(Message::Barrier(barrier)) => {
                     let epoch = barrier.epoch;
                     // A barrier from before this view started (a view input catching up) only
@@ -103,11 +221,24 @@ impl ViewJob {
 
     async fn commit(&mut self, barrier: Barrier) -> Result<()> {
         let epoch = barrier.epoch;
+        // Inputs may have gone idle since the last rows.
+        self.advance_watermark();
         let mut wb = WriteBatch::default();
         let out = self.graph.barrier(&mut wb)?;
         out.into_iter().for_each(|b| self.materialize.apply(b));
         let (view_wb, changes) = self.materialize.barrier()?;
         wb.ops.extend(view_wb.ops);
+        let late = self.late_rows()?;
+        let late_table = self.late_table.clone().filter(|_| late.is_some());
+        let _late_guard = match &late_table {
+            Some(table) => Some(table.write_lock.lock().await),
+            None => None,
+        };
+        if let (Some(table), Some(rows)) = (&late_table, &late) {
+            let stored = crate::catalog::dml::to_stored(table, rows)?;
+            table.table.put_batch(&stored, &mut wb)?;
+            table.persist_row_id(&mut wb);
+        }
         let _guard = self.relation.write_lock.lock().await;
         if !wb.is_empty() {
             let store = Arc::clone(&self.store);
@@ -115,6 +246,16 @@ impl ViewJob {
                 .await
                 .map_err(|e| WeirError::internal(e.to_string()))??;
         }
+        if let (Some(table), Some(rows)) = (&late_table, late) {
+            self.changes.publish(table.def.id, vec![Message::Data(ChangeBatch::inserts(rows))]).await;
+        }
+        let view = self.relation.def.name.as_str();
+        crate::system::record_event_time(view, self.watermark, self.graph.open_windows());
+        if let Some(w) = self.watermark {
+            let lag = chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX).saturating_sub(w);
+            metrics::WATERMARK_LAG_SECONDS.with_label_values(&[view]).set(lag as f64 / 1e9);
+        }
+        metrics::OPEN_WINDOWS.with_label_values(&[view]).set(self.graph.open_windows() as i64);
         let mut messages = Vec::with_capacity(2);
         if let Some(changes) = changes {
             messages.push(Message::Data(changes));

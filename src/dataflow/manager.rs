@@ -19,7 +19,7 @@ use tokio::task::JoinHandle;
 
 use super::build::Built;
 use super::coordinator::BarrierCoordinator;
-use super::job::ViewJob;
+use super::job::{InputWatermark, ViewJob};
 use crate::catalog::{Catalog, Relation};
 use crate::error::{Result, WeirError};
 use crate::operators::materialize::Materialize;
@@ -29,15 +29,28 @@ pub struct Streaming {
     catalog: Arc<Catalog>,
     /// Entries each operator state table may cache in memory.
     pub state_cache_entries: usize,
+    /// How long an input without rows is left out of a view's watermark.
+    pub watermark_idle_timeout: Duration,
     pub coordinator: Arc<BarrierCoordinator>,
     jobs: parking_lot::Mutex<HashMap<TableId, JoinHandle<()>>>,
 }
 
 impl Streaming {
-    pub fn new(catalog: Arc<Catalog>, barrier_interval: Duration, state_cache_entries: usize) -> Arc<Streaming> {
+    pub fn new(
+        catalog: Arc<Catalog>,
+        barrier_interval: Duration,
+        state_cache_entries: usize,
+        watermark_idle_timeout: Duration,
+    ) -> Arc<Streaming> {
         let coordinator = BarrierCoordinator::new(Arc::clone(&catalog.changes), Arc::clone(&catalog));
         coordinator.start_ticker(barrier_interval);
-        Arc::new(Streaming { catalog, state_cache_entries, coordinator, jobs: parking_lot::Mutex::new(HashMap::new()) })
+        Arc::new(Streaming {
+            catalog,
+            state_cache_entries,
+            watermark_idle_timeout,
+            coordinator,
+            jobs: parking_lot::Mutex::new(HashMap::new()),
+        })
     }
 
     /// Waits until every change made so far is visible in every view.
@@ -45,8 +58,9 @@ impl Streaming {
         self.coordinator.flush().await;
     }
 
-    /// Backfills `view` from its inputs' current rows and starts following their changes.
-    pub async fn start_view(&self, view: Arc<Relation>, built: Built) -> Result<()> {
+    /// Backfills `view` from its inputs' current rows and starts following their changes;
+    /// late rows go to `late_table` if given.
+    pub async fn start_view(&self, view: Arc<Relation>, built: Built, late_table: Option<Arc<Relation>>) -> Result<()> {
         let id = view.def.id;
         let inputs: Vec<Arc<Relation>> = built
             .inputs
@@ -90,7 +104,17 @@ impl Streaming {
                 return Err(e);
             }
         };
+        let watermarks = built
+            .watermarks
+            .into_iter()
+            .zip(&inputs)
+            .map(|(expr, input)| expr.map(|e| InputWatermark::new(e, &input.def.name)))
+            .collect();
         let mut job = ViewJob {
+            watermarks,
+            watermark: None,
+            idle_timeout: self.watermark_idle_timeout,
+            late_table,
             materialize: Materialize::new(Arc::clone(&view), Arc::clone(self.catalog.store())),
             relation: view,
             graph: built.graph,

@@ -95,6 +95,10 @@ pub async fn template_state(catalog: Arc<Catalog>) -> Result<SessionState> {
         .map_err(WeirError::from)?;
     pg_catalog::register_functions(&ctx, pg_catalog::type_oids(&ctx).await?, &catalog);
 
+    // Windows over relations (event time): TUMBLE(rel, col, size) and HOP(rel, col, slide, size).
+    ctx.register_udtf("tumble", Arc::new(crate::catalog::windowed::WindowFunction::tumble(Arc::clone(&catalog))));
+    ctx.register_udtf("hop", Arc::new(crate::catalog::windowed::WindowFunction::hop(Arc::clone(&catalog))));
+
     let version = version_string();
     ctx.register_udf(create_udf(
         "version",

@@ -6,6 +6,7 @@
 //! [`StatementResult`]. The server never looks inside a statement: it parses through
 //! [`Frontend::parse`], then hands each statement here.
 
+pub mod clauses;
 pub mod df_context;
 pub mod handler;
 pub mod parser;
@@ -80,13 +81,17 @@ impl Frontend {
             let name = relation.def.name.clone();
             let started = async {
                 self.catalog.clear(&relation)?;
-                let statement = match self.parser.parse(&relation.def.definition)?.pop() {
-                    Some(Statement::Sql(s)) => s,
+                let (statement, clauses) = match self.parser.parse(&relation.def.definition)?.pop() {
+                    Some(Statement::Sql(s)) => (s, Default::default()),
+                    Some(Statement::Streaming(s, c)) => (s, c),
                     _ => return Err(crate::error::WeirError::internal("view definition is not a statement")),
                 };
+                let event_time = handler::create_view::event_time_options(&session, &clauses).await?;
                 let (_, logical) = handler::create_view::plan_view(&session, &statement).await?;
-                let built = handler::create_view::build_view(self, &session, &logical, &name, relation.def.id)?;
-                self.streaming.start_view(Arc::clone(&relation), built).await
+                let built =
+                    handler::create_view::build_view(self, &session, &logical, &name, relation.def.id, &event_time)?;
+                let late_table = clauses.late_rows_to.as_deref().and_then(|t| self.catalog.get(t));
+                self.streaming.start_view(Arc::clone(&relation), built, late_table).await
             };
             match started.await {
                 Ok(()) => tracing::info!(view = %name, "view rebuilt"),
@@ -130,6 +135,9 @@ impl Frontend {
                 self.streaming.flush().await;
                 Ok(StatementResult::command("FLUSH"))
             }
+            Statement::Streaming(statement, clauses) => {
+                handler::execute_streaming(self, session, statement, clauses).await
+            }
             Statement::Sql(statement) => {
                 let writes = handler::writes_rows(&statement);
                 let result = handler::execute(self, session, statement, params).await?;
@@ -144,7 +152,7 @@ impl Frontend {
     /// Describes a statement without running it.
     pub async fn describe(&self, session: &mut Session, statement: &Statement) -> Result<StatementDescription> {
         match statement {
-            Statement::Flush => Ok(StatementDescription::default()),
+            Statement::Flush | Statement::Streaming(..) => Ok(StatementDescription::default()),
             Statement::Sql(statement) => handler::describe(self, session, statement).await,
         }
     }

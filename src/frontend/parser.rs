@@ -12,6 +12,7 @@ use datafusion::sql::sqlparser::parser::{Parser, ParserError};
 use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
 use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
 
+use super::clauses::{self, StreamingClauses};
 use crate::error::{Result, WeirError};
 
 /// A parsed statement: Postgres SQL, or one of Weir's own.
@@ -20,6 +21,9 @@ pub enum Statement {
     Sql(ast::Statement),
     /// `FLUSH`: wait until every change made so far is visible in every view.
     Flush,
+    /// `CREATE TABLE` or `CREATE MATERIALIZED VIEW` with Weir's streaming clauses
+    /// (`WATERMARK FOR`, `APPEND ONLY`, `EMIT ON WINDOW CLOSE`, ...), taken out by [`clauses`].
+    Streaming(ast::Statement, StreamingClauses),
 }
 
 impl std::fmt::Display for Statement {
@@ -27,6 +31,7 @@ impl std::fmt::Display for Statement {
         match self {
             Statement::Sql(s) => write!(f, "{s}"),
             Statement::Flush => f.write_str("FLUSH"),
+            Statement::Streaming(s, c) => write!(f, "{s} {}", c.view_suffix()),
         }
     }
 }
@@ -48,15 +53,26 @@ impl SqlParser {
 
     /// Parses one or more `;`-separated statements.
     pub fn parse(&self, sql: &str) -> Result<Vec<Statement>> {
-        let pieces = split_weir_statements(sql);
-        if pieces.iter().all(|p| matches!(p, Piece::Sql(_))) {
+        let streaming = clauses::may_contain(sql);
+        let pieces = split_weir_statements(sql, streaming);
+        if pieces.iter().all(|p| matches!(p, Piece::Sql(_))) && !streaming {
             return Ok(self.parse_sql(sql)?.into_iter().map(Statement::Sql).collect());
         }
         let mut out = Vec::new();
         for piece in pieces {
             match piece {
                 Piece::Flush => out.push(Statement::Flush),
-                Piece::Sql(text) => out.extend(self.parse_sql(text)?.into_iter().map(Statement::Sql)),
+                Piece::Sql(text) => {
+                    let (rest, found) = clauses::extract(text)?;
+                    let mut statements = self.parse_sql(&rest)?;
+                    if found.is_empty() {
+                        out.extend(statements.into_iter().map(Statement::Sql));
+                    } else if statements.len() == 1 {
+                        out.push(Statement::Streaming(statements.remove(0), found));
+                    } else {
+                        return Err(WeirError::syntax("streaming clauses must end a CREATE statement"));
+                    }
+                }
             }
         }
         Ok(out)
@@ -71,9 +87,26 @@ impl SqlParser {
         })?;
         for statement in &mut statements {
             rewrite_catalog_idioms(statement);
+            fold_window_function_names(statement);
         }
         Ok(statements)
     }
+}
+
+/// `TUMBLE(...)` / `Hop(...)` in FROM as the registered table functions `tumble` / `hop`:
+/// DataFusion looks table functions up by their name as written.
+fn fold_window_function_names(statement: &mut ast::Statement) {
+    use datafusion::sql::sqlparser::ast::{visit_relations_mut, ObjectNamePart};
+    use std::ops::ControlFlow;
+    let _ = visit_relations_mut(statement, |name| {
+        if let [ObjectNamePart::Identifier(ident)] = name.0.as_mut_slice() {
+            let lower = ident.value.to_ascii_lowercase();
+            if ident.quote_style.is_none() && (lower == "tumble" || lower == "hop") {
+                ident.value = lower;
+            }
+        }
+        ControlFlow::<()>::Continue(())
+    });
 }
 
 /// Postgres idioms of catalog queries that DataFusion cannot plan, in forms it can:
@@ -226,9 +259,9 @@ enum Piece<'a> {
     Flush,
 }
 
-/// Splits `sql` at top-level semicolons when one of the statements is Weir's own (`FLUSH`);
-/// otherwise returns it whole as SQL.
-fn split_weir_statements(sql: &str) -> Vec<Piece<'_>> {
+/// Splits `sql` at top-level semicolons when one of the statements is Weir's own (`FLUSH`) or
+/// `always`; otherwise returns it whole as SQL.
+fn split_weir_statements(sql: &str, always: bool) -> Vec<Piece<'_>> {
     let whole = vec![Piece::Sql(sql)];
     let Ok(tokens) = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize_with_location() else {
         return whole;
@@ -267,7 +300,7 @@ fn split_weir_statements(sql: &str) -> Vec<Piece<'_>> {
         any_flush |= is_flush;
         pieces.push(if is_flush { Piece::Flush } else { Piece::Sql(&sql[start..]) });
     }
-    if any_flush {
+    if any_flush || always {
         pieces.retain(|p| !matches!(p, Piece::Sql(s) if s.trim().is_empty()));
         pieces
     } else {

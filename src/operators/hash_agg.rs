@@ -12,8 +12,19 @@
 //! and last emitted row, keyed by the group key; table 1 the value multisets, keyed by group
 //! key, aggregate and value (memcomparable, so the first and last entries are min and max).
 //! Only the groups touched in the current epoch are held in memory.
+//!
+//! Windowed aggregation ([`AggWindow`]): when a group key column is a window's start or end,
+//! the aggregate knows when each group's window closes and follows the view's watermark:
+//! - with `EMIT ON WINDOW CLOSE`, a group's row is emitted first at the barrier after the
+//!   watermark reached the window's end; a change within the allowed lateness then emits a
+//!   correction (`U-` / `U+`);
+//! - in either mode, once the watermark passes the end plus the allowed lateness, the group's
+//!   state is deleted (its row stays in the view): state is bounded by the open windows.
+//!
+//! Which groups are open is indexed in memory by close time; views are rebuilt at start, so
+//! the index is rebuilt with them.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, RecordBatch};
@@ -27,7 +38,19 @@ use super::operator::Operator;
 use crate::error::{Result, WeirError};
 use crate::state::keyed::KeyedState;
 use crate::state::store::WriteBatch;
+use crate::types::window::{close_times, TimeColumn};
 use crate::types::{ChangeBatch, Op};
+
+/// How a windowed aggregate's groups close.
+#[derive(Debug, Clone, Copy)]
+pub struct AggWindow {
+    /// The group key column that is a window's start or end, and when its window closes.
+    pub group_index: usize,
+    pub column: TimeColumn,
+    /// Nanoseconds after its close that a window keeps its state and takes late rows.
+    pub lateness: i64,
+    pub emit_on_close: bool,
+}
 
 /// What an aggregate computes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,6 +169,13 @@ pub struct HashAgg {
     /// Groups touched in this epoch.
     dirty: HashMap<Vec<u8>, Group>,
     view: String,
+    window: Option<AggWindow>,
+    watermark: Option<i64>,
+    /// Windowed groups by close time: not yet emitted (`open`, or every group when emitting
+    /// continuously) and emitted but still taking late rows (`closed`).
+    open: BTreeMap<i64, Vec<Vec<u8>>>,
+    closed: BTreeMap<i64, Vec<Vec<u8>>>,
+    close_of: HashMap<Vec<u8>, i64>,
 }
 
 impl HashAgg {
@@ -183,6 +213,11 @@ impl HashAgg {
             values: state.1,
             dirty: HashMap::new(),
             view: view.to_string(),
+            window: None,
+            watermark: None,
+            open: BTreeMap::new(),
+            closed: BTreeMap::new(),
+            close_of: HashMap::new(),
         };
         if agg.group_codec.is_none() {
             // The one group of a global aggregate exists from the start.
@@ -190,6 +225,12 @@ impl HashAgg {
             agg.dirty.insert(vec![], group);
         }
         Ok(agg)
+    }
+
+    /// Makes this a windowed aggregate.
+    pub fn with_window(mut self, window: AggWindow) -> HashAgg {
+        self.window = Some(window);
+        self
     }
 
     /// For the shards of a global aggregate other than the first: they get no rows, and must
@@ -483,7 +524,16 @@ impl Operator for HashAgg {
             .iter()
             .map(|a| format!("{:?}({})", a.kind, a.arg.as_ref().map(|e| e.to_string()).unwrap_or_else(|| "*".into())))
             .collect();
-        format!("HashAgg: group by [{}], [{}]", keys.join(", "), aggs.join(", "))
+        let window = match &self.window {
+            Some(w) => format!(
+                ", window {}{}{}",
+                keys[w.group_index],
+                if w.emit_on_close { ", emit on close" } else { "" },
+                if w.lateness > 0 { format!(", lateness {}s", w.lateness as f64 / 1e9) } else { String::new() }
+            ),
+            None => String::new(),
+        };
+        format!("HashAgg: group by [{}], [{}]{window}", keys.join(", "), aggs.join(", "))
     }
 
     fn apply(&mut self, _input: usize, batch: ChangeBatch) -> Result<Vec<ChangeBatch>> {
@@ -516,6 +566,19 @@ impl Operator for HashAgg {
         for row in 0..batch.num_rows() {
             let key: Vec<u8> = encoded.as_ref().map(|e| e.row(row).as_ref().to_vec()).unwrap_or_default();
             rows_of.entry(key).or_default().push(row);
+        }
+        if let Some(window) = self.window {
+            let closes = close_times(&keys[window.group_index], window.column)?;
+            for (key, rows) in &rows_of {
+                if let (Some(close), false) = (closes[rows[0]], self.close_of.contains_key(key)) {
+                    self.close_of.insert(key.clone(), close);
+                    let closed = !window.emit_on_close || self.watermark.is_some_and(|w| close <= w);
+                    // A window that is already closed when its first row arrives (within the
+                    // allowed lateness) emits at the next barrier like any closed window.
+                    let index = if window.emit_on_close && closed { &mut self.closed } else { &mut self.open };
+                    index.entry(close).or_default().push(key.clone());
+                }
+            }
         }
         for (key, rows) in rows_of {
             let mut group = match self.dirty.remove(&key) {
@@ -552,8 +615,93 @@ impl Operator for HashAgg {
     }
 
     fn on_barrier(&mut self) -> Result<Vec<ChangeBatch>> {
-        let global = self.group_codec.is_none();
         let dirty: Vec<(Vec<u8>, Group)> = self.dirty.drain().collect();
+        let Some(window) = self.window else {
+            return self.emit(dirty);
+        };
+        let watermark = self.watermark.unwrap_or(i64::MIN);
+        let out = if window.emit_on_close {
+            // Windows closed since the last barrier emit now, touched in this epoch or not.
+            let still_open = self.open.split_off(&watermark.saturating_add(1));
+            let newly_closed = std::mem::replace(&mut self.open, still_open);
+            let is_closed = |key: &Vec<u8>, close_of: &HashMap<Vec<u8>, i64>| {
+                close_of.get(key).is_some_and(|&close| close <= watermark)
+            };
+            let (mut emit, held): (Vec<_>, Vec<_>) = dirty.into_iter().partition(|(k, _)| is_closed(k, &self.close_of));
+            for (key, group) in held {
+                self.store_group(&key, &group)?;
+            }
+            for (close, keys) in newly_closed {
+                for key in &keys {
+                    if !emit.iter().any(|(k, _)| k == key) {
+                        let group = self.load(key)?;
+                        emit.push((key.clone(), group));
+                    }
+                }
+                self.closed.entry(close).or_default().extend(keys);
+            }
+            self.emit(emit)?
+        } else {
+            self.emit(dirty)?
+        };
+        self.forget_windows_before(watermark.saturating_sub(window.lateness))?;
+        Ok(out)
+    }
+
+    fn flush_state(&mut self, wb: &mut WriteBatch) {
+        self.groups.flush(wb);
+        self.values.flush(wb);
+    }
+
+    fn on_watermark(&mut self, watermark: i64) {
+        self.watermark = Some(watermark);
+    }
+
+    fn open_windows(&self) -> usize {
+        self.close_of.len()
+    }
+}
+
+impl HashAgg {
+    /// Writes a group's state (or deletes it when it has no rows left).
+    fn store_group(&mut self, key: &[u8], group: &Group) -> Result<()> {
+        if group.rows == 0 && self.group_codec.is_some() {
+            self.groups.delete(key, key.len());
+        } else {
+            let encoded = self.encode_group(group)?;
+            self.groups.put(key, key.len(), encoded);
+        }
+        Ok(())
+    }
+
+    /// Deletes the state of every window that closed at or before `limit`: nothing can change
+    /// them any more (later rows for them are late, and left out before they get here).
+    fn forget_windows_before(&mut self, limit: i64) -> Result<()> {
+        let bound = limit.saturating_add(1);
+        let mut done = Vec::new();
+        for index in [&mut self.open, &mut self.closed] {
+            let keep = index.split_off(&bound);
+            done.extend(std::mem::replace(index, keep).into_values().flatten());
+        }
+        for key in done {
+            self.close_of.remove(&key);
+            self.groups.delete(&key, key.len());
+            for (i, spec) in self.aggs.iter().enumerate() {
+                if spec.kind.keeps_values() {
+                    let mut prefix = key.clone();
+                    prefix.push(i as u8);
+                    for (value_key, _) in self.values.scan_prefix(&prefix, key.len())? {
+                        self.values.delete(&value_key, key.len());
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Emits the changes of `groups` since each last emitted, and stores their state.
+    fn emit(&mut self, dirty: Vec<(Vec<u8>, Group)>) -> Result<Vec<ChangeBatch>> {
+        let global = self.group_codec.is_none();
         if dirty.is_empty() {
             return Ok(vec![]);
         }
@@ -621,22 +769,12 @@ impl Operator for HashAgg {
                 }
             }
             group.emitted = new_bytes;
-            if group.rows == 0 && !global {
-                self.groups.delete(&key, key.len());
-            } else {
-                let encoded = self.encode_group(&group)?;
-                self.groups.put(&key, key.len(), encoded);
-            }
+            self.store_group(&key, &group)?;
         }
         if out_rows.is_empty() {
             return Ok(vec![]);
         }
         Ok(vec![ChangeBatch::new(self.rows_to_batch(&out_rows)?, ops)])
-    }
-
-    fn flush_state(&mut self, wb: &mut WriteBatch) {
-        self.groups.flush(wb);
-        self.values.flush(wb);
     }
 }
 

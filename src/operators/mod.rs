@@ -7,9 +7,12 @@
 //! - [`hash_agg`]: grouped aggregates (count, sum, avg, min, max) with retraction.
 //! - [`hash_join`]: inner equi-joins with a residual condition.
 //! - [`union`]: UNION ALL.
+//! - [`window_assign`]: rows into `TUMBLE` / `HOP` windows; judges lateness.
+//! - [`eowc_buffer`]: `EMIT ON WINDOW CLOSE` for views without a windowed aggregate.
 //! - [`materialize`]: a view's rows in a state table, committed per epoch.
 //! - [`eval`]: expression evaluation that turns a row's runtime error into NULL and a count.
 
+pub mod eowc_buffer;
 pub mod eval;
 pub mod filter;
 pub mod hash_agg;
@@ -18,3 +21,4 @@ pub mod materialize;
 pub mod operator;
 pub mod project;
 pub mod union;
+pub mod window_assign;

@@ -25,4 +25,19 @@ pub trait Operator: Send {
 
     /// Adds the epoch's state changes to the epoch's write batch (after `on_barrier`).
     fn flush_state(&mut self, _wb: &mut WriteBatch) {}
+
+    /// The view's event-time watermark advanced to `watermark` (nanoseconds): no more rows with
+    /// an event time below it are expected. Arrives after the data it follows; monotone.
+    fn on_watermark(&mut self, _watermark: i64) {}
+
+    /// Rows that arrived after their window could no longer change, since the last call
+    /// (input columns, then `window_start`, `window_end`); the runtime stores and counts them.
+    fn take_late_rows(&mut self) -> Vec<datafusion::arrow::array::RecordBatch> {
+        vec![]
+    }
+
+    /// Windows this operator holds state for (a metric).
+    fn open_windows(&self) -> usize {
+        0
+    }
 }

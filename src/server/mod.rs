@@ -137,7 +137,12 @@ pub async fn run(config: Config) -> Result<()> {
     });
     let catalog = Arc::new(Catalog::open(store, &config.database)?);
     info!(relations = catalog.relations().len(), data_dir = %config.data_dir.display(), "catalog loaded");
-    let streaming = Streaming::new(Arc::clone(&catalog), config.barrier_interval, config.storage.state_cache_entries);
+    let streaming = Streaming::new(
+        Arc::clone(&catalog),
+        config.barrier_interval,
+        config.storage.state_cache_entries,
+        config.watermark_idle_timeout,
+    );
     let frontend = Arc::new(Frontend::new(catalog, streaming).await?);
     let handlers = Arc::new(Handlers::new(frontend, &config));
     let tls = tls_acceptor(&config)?;

@@ -23,6 +23,10 @@ pub type TableId = u32;
 /// dropped.
 pub const OPERATOR_STATE_BASE: TableId = 0x8000_0000;
 
+/// The one operator state table of a view that survives the view's rebuild at start: what
+/// happened that the inputs' rows cannot tell again (which rows arrived too late).
+pub const DURABLE_STATE_TABLE: u8 = 255;
+
 /// The id of state table `n` of view `view_id`'s operators.
 pub fn operator_state_table(view_id: TableId, n: u8) -> TableId {
     OPERATOR_STATE_BASE | (view_id << 8) | n as TableId

@@ -4,6 +4,10 @@
 //! them and validates the column list; the catalog then records the table. With a primary key,
 //! an INSERT of an existing key replaces that row (upsert); without one, every row is kept,
 //! keyed by a hidden row id.
+//!
+//! `APPEND ONLY` tables take INSERT only; only they may declare `WATERMARK FOR col AS expr`,
+//! checked here: the column is a TIMESTAMP and the expression, over that table's row, has the
+//! column's type (`date_time - INTERVAL '5' SECOND`).
 
 use datafusion::arrow::datatypes::{Field, Schema};
 use datafusion::arrow::row::{RowConverter, SortField};
@@ -13,16 +17,67 @@ use datafusion::logical_expr::{DdlStatement, LogicalPlan};
 use datafusion::sql::sqlparser::ast::Statement;
 
 use super::{query, relation_name};
-use crate::error::{Result, WeirError};
+use crate::catalog::{TableOptions, WatermarkDef};
+use crate::error::{Result, SqlState, WeirError};
+use crate::frontend::clauses::StreamingClauses;
 use crate::frontend::{Frontend, Session, StatementResult};
+use crate::types::window::is_time_type;
 
-pub async fn handle(fe: &Frontend, session: &mut Session, statement: Statement) -> Result<StatementResult> {
+/// The statement as stored: the parsed statement with its streaming clauses put back.
+fn table_definition(statement: &str, clauses: &StreamingClauses) -> String {
+    let mut text = statement.to_string();
+    if let (Some(w), Some(close)) = (&clauses.watermark, text.rfind(')')) {
+        text.insert_str(close, &format!(", {w}"));
+    }
+    if clauses.append_only {
+        text.push_str(" APPEND ONLY");
+    }
+    text
+}
+
+/// Checks `WATERMARK FOR column AS expr` against the table's columns.
+fn check_watermark(session: &Session, schema: &Schema, column: &str, expr: &str) -> Result<WatermarkDef> {
+    let index = schema
+        .fields()
+        .iter()
+        .position(|f| f.name() == column || f.name() == &column.to_lowercase())
+        .ok_or_else(|| {
+            WeirError::new(SqlState::UNDEFINED_COLUMN, format!("column \"{column}\" of the WATERMARK does not exist"))
+        })?;
+    let time_type = schema.field(index).data_type();
+    if !is_time_type(time_type) {
+        return Err(WeirError::new(
+            SqlState::DATATYPE_MISMATCH,
+            format!("the WATERMARK column \"{column}\" must be a TIMESTAMP, not {time_type}"),
+        ));
+    }
+    let df_schema = datafusion::common::DFSchema::try_from(schema.clone())?;
+    let planned = session.ctx.parse_sql_expr(expr, &df_schema)?;
+    let planned_type = datafusion::logical_expr::ExprSchemable::get_type(&planned, &df_schema)?;
+    if !is_time_type(&planned_type) {
+        return Err(WeirError::new(
+            SqlState::DATATYPE_MISMATCH,
+            format!("the WATERMARK expression must give a TIMESTAMP, not {planned_type}"),
+        ));
+    }
+    Ok(WatermarkDef { column: index, expr: expr.to_string() })
+}
+
+pub async fn handle(
+    fe: &Frontend,
+    session: &mut Session,
+    statement: Statement,
+    clauses: StreamingClauses,
+) -> Result<StatementResult> {
     let Statement::CreateTable(create) = &statement else { unreachable!("dispatched on CreateTable") };
     let name = relation_name(&create.name)?;
     if create.external || create.temporary {
         return Err(WeirError::unsupported("TEMPORARY and EXTERNAL tables are not supported"));
     }
-    let definition = statement.to_string();
+    if clauses.has_view_clauses() {
+        return Err(WeirError::syntax("EMIT, ALLOW LATENESS and LATE ROWS belong to CREATE MATERIALIZED VIEW"));
+    }
+    let definition = table_definition(&statement.to_string(), &clauses);
     let plan = query::plan(session, statement).await?;
     let LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(cmt)) = plan else {
         return Err(WeirError::unsupported("this form of CREATE TABLE is not supported"));
@@ -65,7 +120,24 @@ pub async fn handle(fe: &Frontend, session: &mut Session, statement: Statement) 
     }
 
     let is_ctas = !matches!(cmt.input.as_ref(), LogicalPlan::EmptyRelation(_));
-    let created = fe.catalog().create_table(&name, &definition, schema, primary_key, cmt.if_not_exists)?;
+    if clauses.append_only && !primary_key.is_empty() {
+        return Err(WeirError::unsupported(
+            "an APPEND ONLY table cannot have a PRIMARY KEY (an insert would replace a row)",
+        ));
+    }
+    let watermark = match &clauses.watermark {
+        Some(w) => {
+            if !clauses.append_only {
+                return Err(WeirError::unsupported("WATERMARK FOR needs an APPEND ONLY table")
+                    .with_hint("Add APPEND ONLY after the column list."));
+            }
+            Some(check_watermark(session, &schema, &w.column, &w.expr)?)
+        }
+        None => None,
+    };
+    let options = TableOptions { append_only: clauses.append_only, watermark };
+    let created =
+        fe.catalog().create_table_with(&name, &definition, schema, primary_key, options, cmt.if_not_exists)?;
     if !is_ctas {
         return Ok(StatementResult::command("CREATE TABLE"));
     }

@@ -4,6 +4,11 @@
 //! the catalog records the view; the streaming manager backfills it from its inputs' current
 //! rows before this statement returns, then keeps it up to date. If any step fails the view
 //! does not exist afterwards.
+//!
+//! Event-time clauses (`EMIT ON WINDOW CLOSE`, `ALLOW LATENESS`, `LATE ROWS TO`) become
+//! [`EventTimeOptions`] for the builder; `LATE ROWS TO name` creates the append-only table
+//! `name` (the windowed input's columns, `view_name`, `window_start`, `window_end`,
+//! `arrived_at`) unless it exists with those columns, and the view depends on it.
 
 use std::sync::Arc;
 
@@ -13,10 +18,16 @@ use datafusion::sql::sqlparser::ast::Statement;
 use super::{query, relation_name};
 use datafusion::logical_expr::LogicalPlan;
 
-use crate::dataflow::build::{build, Built};
+use datafusion::arrow::datatypes::{DataType, TimeUnit};
+use datafusion::common::ScalarValue;
+
+use crate::catalog::{RelationKind, TableOptions};
+use crate::dataflow::build::{build, Built, EventTimeOptions};
 use crate::error::{Result, SqlState, WeirError};
+use crate::frontend::clauses::StreamingClauses;
 use crate::frontend::{Frontend, Session, StatementResult};
 use crate::state::keys::TableId;
+use crate::types::window::interval_nanos;
 
 /// Plans a view's query: its columns and its optimized logical plan.
 pub async fn plan_view(session: &Session, statement: &Statement) -> Result<(Schema, LogicalPlan)> {
@@ -38,22 +49,111 @@ pub async fn plan_view(session: &Session, statement: &Statement) -> Result<(Sche
 }
 
 /// The operators of view `view` (named `name`) for its optimized plan.
-pub fn build_view(fe: &Frontend, session: &Session, plan: &LogicalPlan, name: &str, view: TableId) -> Result<Built> {
+pub fn build_view(
+    fe: &Frontend,
+    session: &Session,
+    plan: &LogicalPlan,
+    name: &str,
+    view: TableId,
+    event_time: &EventTimeOptions,
+) -> Result<Built> {
     let parallelism = fe
         .catalog()
         .by_id(view)
         .map(|r| r.def.parallelism)
         .filter(|p| *p > 0)
         .unwrap_or_else(|| session.streaming_parallelism());
-    build(plan, &session.ctx.state(), fe.catalog(), name, view, fe.streaming().state_cache_entries, parallelism)
+    build(
+        plan,
+        &session.ctx.state(),
+        fe.catalog(),
+        name,
+        view,
+        fe.streaming().state_cache_entries,
+        parallelism,
+        event_time,
+    )
+}
+
+/// What the view's event-time clauses ask of its operators.
+pub async fn event_time_options(session: &Session, clauses: &StreamingClauses) -> Result<EventTimeOptions> {
+    let lateness = match &clauses.allow_lateness {
+        Some(interval) => {
+            let batches = session.ctx.sql(&format!("SELECT {interval}")).await?.collect().await?;
+            let value = batches
+                .first()
+                .filter(|b| b.num_rows() == 1 && b.num_columns() == 1)
+                .map(|b| ScalarValue::try_from_array(b.column(0), 0))
+                .transpose()?
+                .ok_or_else(|| WeirError::syntax("ALLOW LATENESS needs one INTERVAL"))?;
+            let nanos = interval_nanos(&value)?;
+            if nanos < 0 {
+                return Err(WeirError::new(SqlState::INVALID_PARAMETER_VALUE, "ALLOW LATENESS must not be negative"));
+            }
+            nanos
+        }
+        None => 0,
+    };
+    Ok(EventTimeOptions {
+        emit_on_window_close: clauses.emit_on_window_close,
+        lateness,
+        keep_late_rows: clauses.late_rows_to.is_some(),
+    })
+}
+
+/// The columns of a `LATE ROWS TO` table for late rows of `late_rows` columns (the windowed
+/// input's, then `window_start`, `window_end`).
+pub fn late_table_schema(late_rows: &Schema) -> Schema {
+    let n = late_rows.fields().len() - 2;
+    let mut fields: Vec<Field> =
+        late_rows.fields()[..n].iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();
+    fields.push(Field::new("view_name", DataType::Utf8, true));
+    fields.extend(late_rows.fields()[n..].iter().map(|f| f.as_ref().clone().with_nullable(true)));
+    fields.push(Field::new("arrived_at", DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into())), true));
+    Schema::new(fields)
+}
+
+/// The `LATE ROWS TO` table: created (append-only) if missing, else checked.
+fn late_table(fe: &Frontend, name: &str, late_rows: &Schema) -> Result<Arc<crate::catalog::Relation>> {
+    let schema = late_table_schema(late_rows);
+    if let Some(existing) = fe.catalog().get(name) {
+        let same = existing.def.kind == RelationKind::Table
+            && existing.def.append_only
+            && existing.schema.fields().len() == schema.fields().len()
+            && existing
+                .schema
+                .fields()
+                .iter()
+                .zip(schema.fields())
+                .all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type());
+        if !same {
+            return Err(WeirError::new(
+                SqlState::DUPLICATE_TABLE,
+                format!("relation \"{name}\" exists and is not a late-rows table with the columns this view needs"),
+            )
+            .with_hint("Name another table in LATE ROWS TO, or drop this one."));
+        }
+        return Ok(existing);
+    }
+    let columns: Vec<String> = schema.fields().iter().map(|f| format!("\"{}\" {}", f.name(), f.data_type())).collect();
+    let definition = format!("CREATE TABLE {name} ({}) APPEND ONLY", columns.join(", "));
+    let options = TableOptions { append_only: true, watermark: None };
+    fe.catalog().create_table_with(name, &definition, schema, vec![], options, false)?;
+    fe.catalog().get(name).ok_or_else(|| WeirError::internal("late-rows table vanished"))
 }
 
 /// `EXPLAIN CREATE MATERIALIZED VIEW ...`: the view's operators, root first, without creating it.
-pub async fn explain(fe: &Frontend, session: &mut Session, statement: &Statement) -> Result<StatementResult> {
+pub async fn explain(
+    fe: &Frontend,
+    session: &mut Session,
+    statement: &Statement,
+    clauses: &StreamingClauses,
+) -> Result<StatementResult> {
     let Statement::CreateView(view) = statement else { unreachable!("dispatched on CreateView") };
     let name = relation_name(&view.name)?;
+    let event_time = event_time_options(session, clauses).await?;
     let (_, logical) = plan_view(session, statement).await?;
-    let built = build_view(fe, session, &logical, &name, 0)?;
+    let built = build_view(fe, session, &logical, &name, 0, &event_time)?;
     let plan = format!("Materialize {name}\n{}", indent(&built.graph.explain()));
     let schema =
         Arc::new(Schema::new(vec![Field::new("QUERY PLAN", datafusion::arrow::datatypes::DataType::Utf8, false)]));
@@ -68,7 +168,12 @@ fn indent(text: &str) -> String {
     text.lines().map(|l| format!("  {l}")).collect::<Vec<_>>().join("\n")
 }
 
-pub async fn handle(fe: &Frontend, session: &mut Session, statement: Statement) -> Result<StatementResult> {
+pub async fn handle(
+    fe: &Frontend,
+    session: &mut Session,
+    statement: Statement,
+    clauses: StreamingClauses,
+) -> Result<StatementResult> {
     let Statement::CreateView(view) = &statement else { unreachable!("dispatched on CreateView") };
     if !view.materialized {
         return Err(WeirError::unsupported("plain views are not supported yet; use CREATE MATERIALIZED VIEW"));
@@ -83,19 +188,48 @@ pub async fn handle(fe: &Frontend, session: &mut Session, statement: Statement) 
     if view.if_not_exists && fe.catalog().get(&name).is_some() {
         return Ok(StatementResult::command("CREATE MATERIALIZED VIEW"));
     }
+    let event_time = event_time_options(session, &clauses).await?;
     let (schema, logical) = plan_view(session, &statement).await?;
     // Check the plan can be maintained before the view exists.
-    let mut depends_on = build_view(fe, session, &logical, &name, 0)?.inputs;
+    let checked = build_view(fe, session, &logical, &name, 0, &event_time)?;
+    let mut depends_on = checked.inputs;
+    let late = match (&clauses.late_rows_to, &checked.late_rows_schema) {
+        (Some(table), Some(late_rows)) => {
+            if *table == name {
+                return Err(WeirError::new(
+                    SqlState::DUPLICATE_TABLE,
+                    "LATE ROWS TO must name another table than the view",
+                ));
+            }
+            let created = fe.catalog().get(table).is_none();
+            Some((late_table(fe, table, late_rows)?, created))
+        }
+        _ => None,
+    };
+    depends_on.extend(late.as_ref().map(|(t, _)| t.def.id));
     depends_on.sort_unstable();
     depends_on.dedup();
-    fe.catalog().create_view(&name, &statement.to_string(), schema, depends_on, session.streaming_parallelism())?;
-    let relation = fe.catalog().get(&name).ok_or_else(|| WeirError::internal("view vanished while being created"))?;
-    let started = match build_view(fe, session, &logical, &name, relation.def.id) {
-        Ok(built) => fe.streaming().start_view(Arc::clone(&relation), built).await,
+    let suffix = clauses.view_suffix();
+    let definition = if suffix.is_empty() { statement.to_string() } else { format!("{statement} {suffix}") };
+    let created = fe.catalog().create_view(&name, &definition, schema, depends_on, session.streaming_parallelism());
+    let started = match created {
+        Ok(_) => {
+            let relation =
+                fe.catalog().get(&name).ok_or_else(|| WeirError::internal("view vanished while being created"))?;
+            match build_view(fe, session, &logical, &name, relation.def.id, &event_time) {
+                Ok(built) => {
+                    fe.streaming().start_view(relation, built, late.as_ref().map(|(t, _)| Arc::clone(t))).await
+                }
+                Err(e) => Err(e),
+            }
+        }
         Err(e) => Err(e),
     };
     if let Err(e) = started {
         let _ = fe.catalog().drop_relation(&name, true);
+        if let Some((table, true)) = &late {
+            let _ = fe.catalog().drop_relation(&table.def.name, true);
+        }
         return Err(e);
     }
     Ok(StatementResult::command("CREATE MATERIALIZED VIEW"))

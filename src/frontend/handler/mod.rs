@@ -26,6 +26,7 @@ use datafusion::common::ParamValues;
 use datafusion::physical_plan::memory::MemoryStream;
 use datafusion::sql::sqlparser::ast::{Ident, ObjectName, ObjectNamePart, Statement};
 
+use super::clauses::StreamingClauses;
 use super::{Frontend, Session, StatementDescription, StatementResult};
 use crate::catalog::DEFAULT_SCHEMA;
 use crate::error::{Result, SqlState, WeirError};
@@ -37,11 +38,11 @@ pub async fn execute(
     params: Option<ParamValues>,
 ) -> Result<StatementResult> {
     match statement {
-        Statement::CreateTable(_) => create_table::handle(fe, session, statement).await,
+        Statement::CreateTable(_) => create_table::handle(fe, session, statement, StreamingClauses::default()).await,
         Statement::Drop { .. } => drop::handle(fe, statement).await,
-        Statement::CreateView(_) => create_view::handle(fe, session, statement).await,
+        Statement::CreateView(_) => create_view::handle(fe, session, statement, StreamingClauses::default()).await,
         Statement::Explain { statement: inner, .. } if matches!(inner.as_ref(), Statement::CreateView(_)) => {
-            create_view::explain(fe, session, &inner).await
+            create_view::explain(fe, session, &inner, &StreamingClauses::default()).await
         }
         Statement::ShowViews { materialized: true, .. } => show::materialized_views(fe),
         Statement::Query(_)
@@ -66,6 +67,25 @@ pub async fn execute(
         Statement::Discard { .. } => Ok(StatementResult::command("DISCARD ALL")),
         Statement::Deallocate { .. } => Ok(StatementResult::command("DEALLOCATE")),
         other => Err(WeirError::unsupported(format!("statement not supported: {}", first_words(&other.to_string())))),
+    }
+}
+
+/// Runs a CREATE statement that has Weir's streaming clauses.
+pub async fn execute_streaming(
+    fe: &Frontend,
+    session: &mut Session,
+    statement: Statement,
+    clauses: StreamingClauses,
+) -> Result<StatementResult> {
+    match statement {
+        Statement::CreateTable(_) => create_table::handle(fe, session, statement, clauses).await,
+        Statement::CreateView(_) => create_view::handle(fe, session, statement, clauses).await,
+        Statement::Explain { statement: inner, .. } if matches!(inner.as_ref(), Statement::CreateView(_)) => {
+            create_view::explain(fe, session, &inner, &clauses).await
+        }
+        _ => Err(WeirError::syntax(
+            "WATERMARK and APPEND ONLY belong to CREATE TABLE; EMIT, ALLOW LATENESS and LATE ROWS to CREATE MATERIALIZED VIEW",
+        )),
     }
 }
 

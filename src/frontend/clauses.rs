@@ -1,0 +1,270 @@
+//! Weir's streaming clauses, which Postgres's grammar (and so sqlparser) does not have:
+//!
+//! ```sql
+//! CREATE TABLE bids (..., WATERMARK FOR date_time AS date_time - INTERVAL '5' SECOND) APPEND ONLY;
+//! CREATE MATERIALIZED VIEW v AS SELECT ...
+//!   EMIT ON WINDOW CLOSE ALLOW LATENESS INTERVAL '30' SECOND LATE ROWS TO v_late;
+//! ```
+//!
+//! [`extract`] takes them out of a statement's text, so that the rest parses as ordinary
+//! PostgreSQL, and returns them as [`StreamingClauses`]; `Display` writes them back in the
+//! canonical form, which is how a view's stored definition keeps them. Clause expressions are
+//! kept as SQL text: the handlers plan them with DataFusion against the right schema.
+
+use std::fmt;
+
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
+
+use crate::error::{Result, WeirError};
+
+/// `WATERMARK FOR column AS expression`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WatermarkClause {
+    pub column: String,
+    pub expr: String,
+}
+
+/// The streaming clauses found in one statement.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StreamingClauses {
+    pub watermark: Option<WatermarkClause>,
+    pub append_only: bool,
+    /// `EMIT ON WINDOW CLOSE`.
+    pub emit_on_window_close: bool,
+    /// The interval of `ALLOW LATENESS INTERVAL ...`, as SQL (`INTERVAL '30' SECOND`).
+    pub allow_lateness: Option<String>,
+    /// `LATE ROWS TO name`.
+    pub late_rows_to: Option<String>,
+}
+
+impl StreamingClauses {
+    pub fn is_empty(&self) -> bool {
+        *self == StreamingClauses::default()
+    }
+
+    /// Whether any clause of a materialized view is present.
+    pub fn has_view_clauses(&self) -> bool {
+        self.emit_on_window_close || self.allow_lateness.is_some() || self.late_rows_to.is_some()
+    }
+
+    /// The view clauses as they are written after the query.
+    pub fn view_suffix(&self) -> String {
+        let mut parts = Vec::new();
+        if self.emit_on_window_close {
+            parts.push("EMIT ON WINDOW CLOSE".to_string());
+        }
+        if let Some(l) = &self.allow_lateness {
+            parts.push(format!("ALLOW LATENESS {l}"));
+        }
+        if let Some(t) = &self.late_rows_to {
+            parts.push(format!("LATE ROWS TO {t}"));
+        }
+        parts.join(" ")
+    }
+}
+
+impl fmt::Display for WatermarkClause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "WATERMARK FOR {} AS {}", self.column, self.expr)
+    }
+}
+
+fn is_word(t: &Token, keyword: &str) -> bool {
+    matches!(t, Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case(keyword))
+}
+
+fn text(tokens: &[Token]) -> String {
+    tokens.iter().map(|t| t.to_string()).collect::<String>().trim().to_string()
+}
+
+/// Whether `sql` may contain a streaming clause (a cheap test before tokenizing).
+pub fn may_contain(sql: &str) -> bool {
+    let upper = sql.to_ascii_uppercase();
+    ["WATERMARK", "APPEND", "EMIT", "LATENESS", "LATE"].iter().any(|k| upper.contains(k))
+}
+
+/// Splits the streaming clauses off one statement: the remaining SQL and the clauses.
+/// A statement without them comes back unchanged.
+pub fn extract(sql: &str) -> Result<(String, StreamingClauses)> {
+    let mut clauses = StreamingClauses::default();
+    if !may_contain(sql) {
+        return Ok((sql.to_string(), clauses));
+    }
+    let Ok(tokens) = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize() else {
+        return Ok((sql.to_string(), clauses));
+    };
+    let words: Vec<usize> =
+        tokens.iter().enumerate().filter(|(_, t)| !matches!(t, Token::Whitespace(_))).map(|(i, _)| i).collect();
+    let word = |n: usize, k: &str| words.get(n).is_some_and(|&i| is_word(&tokens[i], k));
+    // `EXPLAIN CREATE MATERIALIZED VIEW ...` too.
+    let first = if word(0, "EXPLAIN") { 1 } else { 0 };
+    let is_table = word(first, "CREATE") && word(first + 1, "TABLE");
+    let is_view = word(first, "CREATE") && word(first + 1, "MATERIALIZED") && word(first + 2, "VIEW");
+    if !is_table && !is_view {
+        return Ok((sql.to_string(), clauses));
+    }
+    let mut keep = vec![true; tokens.len()];
+    let mut depth = 0i32;
+    let mut n = 0; // index into `words`
+    while n < words.len() {
+        let i = words[n];
+        match &tokens[i] {
+            Token::LParen => depth += 1,
+            Token::RParen => depth -= 1,
+            _ => {}
+        }
+        if is_table && depth == 1 && is_word(&tokens[i], "WATERMARK") && word(n + 1, "FOR") {
+            // `, WATERMARK FOR col AS expr` up to the next top-level comma or closing paren.
+            let column = words.get(n + 2).map(|&c| tokens[c].to_string()).unwrap_or_default();
+            if !word(n + 3, "AS") {
+                return Err(WeirError::syntax("expected WATERMARK FOR <column> AS <expression>"));
+            }
+            let start = (0..i)
+                .rev()
+                .find(|&p| !matches!(tokens[p], Token::Whitespace(_)))
+                .filter(|&p| tokens[p] == Token::Comma);
+            let expr_start = words[n + 3] + 1;
+            let mut end = expr_start;
+            let mut d = 0i32;
+            while end < tokens.len() {
+                match &tokens[end] {
+                    Token::LParen => d += 1,
+                    Token::RParen if d == 0 => break,
+                    Token::RParen => d -= 1,
+                    Token::Comma if d == 0 => break,
+                    _ => {}
+                }
+                end += 1;
+            }
+            let expr = text(&tokens[expr_start..end]);
+            if expr.is_empty() {
+                return Err(WeirError::syntax("WATERMARK FOR needs an expression after AS"));
+            }
+            if clauses.watermark.is_some() {
+                return Err(WeirError::syntax("a table can have only one WATERMARK"));
+            }
+            clauses.watermark = Some(WatermarkClause { column: column.trim_matches('"').to_string(), expr });
+            let from = start.unwrap_or(i);
+            keep[from..end].iter_mut().for_each(|k| *k = false);
+            while n < words.len() && words[n] < end {
+                n += 1;
+            }
+            continue;
+        }
+        if is_table && depth == 0 && is_word(&tokens[i], "APPEND") && word(n + 1, "ONLY") {
+            clauses.append_only = true;
+            keep[i..=words[n + 1]].iter_mut().for_each(|k| *k = false);
+            n += 2;
+            continue;
+        }
+        if is_view
+            && depth == 0
+            && ((is_word(&tokens[i], "EMIT") && word(n + 1, "ON"))
+                || (is_word(&tokens[i], "ALLOW") && word(n + 1, "LATENESS"))
+                || (is_word(&tokens[i], "LATE") && word(n + 1, "ROWS")))
+        {
+            parse_view_clauses(&tokens, &words[n..], &mut clauses)?;
+            keep[i..].iter_mut().for_each(|k| *k = false);
+            // A trailing semicolon stays.
+            if let Some(&last) = words.last() {
+                if tokens[last] == Token::SemiColon {
+                    keep[last] = true;
+                }
+            }
+            break;
+        }
+        n += 1;
+    }
+    let rest: String = tokens.iter().zip(&keep).filter(|(_, k)| **k).map(|(t, _)| t.to_string()).collect();
+    Ok((rest, clauses))
+}
+
+/// `[EMIT ON WINDOW CLOSE] [ALLOW LATENESS <interval>] [LATE ROWS TO <name>]`, in that order,
+/// to the end of the statement.
+fn parse_view_clauses(tokens: &[Token], words: &[usize], clauses: &mut StreamingClauses) -> Result<()> {
+    let w = |n: usize| words.get(n).map(|&i| &tokens[i]);
+    let is = |n: usize, k: &str| w(n).is_some_and(|t| is_word(t, k));
+    let mut n = 0;
+    if is(n, "EMIT") {
+        if !(is(n + 1, "ON") && is(n + 2, "WINDOW") && is(n + 3, "CLOSE")) {
+            return Err(WeirError::syntax("expected EMIT ON WINDOW CLOSE"));
+        }
+        clauses.emit_on_window_close = true;
+        n += 4;
+    }
+    if is(n, "ALLOW") && is(n + 1, "LATENESS") {
+        // The interval runs until LATE ROWS or the end.
+        let start = n + 2;
+        let mut end = start;
+        while end < words.len() && !(is(end, "LATE") && is(end + 1, "ROWS")) && w(end) != Some(&Token::SemiColon) {
+            end += 1;
+        }
+        if end == start {
+            return Err(WeirError::syntax("ALLOW LATENESS needs an interval, e.g. INTERVAL '30' SECOND"));
+        }
+        clauses.allow_lateness = Some(text(&tokens[words[start]..=words[end - 1]]));
+        n = end;
+    }
+    if is(n, "LATE") && is(n + 1, "ROWS") {
+        if !is(n + 2, "TO") {
+            return Err(WeirError::syntax("expected LATE ROWS TO <table>"));
+        }
+        let name = match w(n + 3) {
+            Some(Token::Word(word)) if word.quote_style.is_some() => word.value.clone(),
+            Some(Token::Word(word)) => word.value.to_lowercase(),
+            _ => return Err(WeirError::syntax("LATE ROWS TO needs a table name")),
+        };
+        clauses.late_rows_to = Some(name);
+        n += 4;
+    }
+    match w(n) {
+        None | Some(Token::SemiColon) => Ok(()),
+        Some(other) => Err(WeirError::syntax(format!(
+            "unexpected \"{other}\": the clauses after a view's query are EMIT ON WINDOW CLOSE, ALLOW LATENESS <interval>, LATE ROWS TO <table>, in that order"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_clauses_come_out_and_the_rest_parses() {
+        let (rest, c) = extract(
+            "CREATE TABLE bids (auction BIGINT, date_time TIMESTAMP,\n WATERMARK FOR date_time AS date_time - INTERVAL '5' SECOND) APPEND ONLY",
+        )
+        .unwrap();
+        assert_eq!(
+            rest.split_whitespace().collect::<Vec<_>>().join(" "),
+            "CREATE TABLE bids (auction BIGINT, date_time TIMESTAMP)"
+        );
+        assert!(c.append_only);
+        assert_eq!(
+            c.watermark,
+            Some(WatermarkClause { column: "date_time".into(), expr: "date_time - INTERVAL '5' SECOND".into() })
+        );
+    }
+
+    #[test]
+    fn view_clauses_come_out() {
+        let (rest, c) = extract(
+            "CREATE MATERIALIZED VIEW v AS SELECT a FROM (SELECT 1 AS a) t EMIT ON WINDOW CLOSE ALLOW LATENESS INTERVAL '30' SECOND LATE ROWS TO Late;",
+        )
+        .unwrap();
+        assert_eq!(rest.trim(), "CREATE MATERIALIZED VIEW v AS SELECT a FROM (SELECT 1 AS a) t ;");
+        assert!(c.emit_on_window_close);
+        assert_eq!(c.allow_lateness.as_deref(), Some("INTERVAL '30' SECOND"));
+        assert_eq!(c.late_rows_to.as_deref(), Some("late"));
+        assert_eq!(c.view_suffix(), "EMIT ON WINDOW CLOSE ALLOW LATENESS INTERVAL '30' SECOND LATE ROWS TO late");
+        assert!(extract("CREATE MATERIALIZED VIEW v AS SELECT 1 EMIT ON CLOSE").is_err());
+        assert!(extract("CREATE MATERIALIZED VIEW v AS SELECT 1 LATE ROWS TO x y").is_err());
+    }
+
+    #[test]
+    fn other_statements_are_untouched() {
+        let sql = "SELECT 'emit late' AS append FROM t";
+        assert_eq!(extract(sql).unwrap(), (sql.to_string(), StreamingClauses::default()));
+    }
+}

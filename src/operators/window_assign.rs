@@ -1,0 +1,226 @@
+//! WindowAssign: puts each row of a relation into its `TUMBLE` / `HOP` windows (adding
+//! `window_start` and `window_end`), and is where a view judges lateness.
+//!
+//! A row's copy for a window is *late* when the view's watermark has already passed that
+//! window's end plus the allowed lateness: the window's result can no longer change (its state
+//! is gone). Late copies do not go on; they are counted (`weir_late_rows_total`) and handed to
+//! the runtime ([`Operator::take_late_rows`]) for the view's `LATE ROWS TO` table. Rows are
+//! judged against the watermark of the data before them (a statement's rows do not make each
+//! other late), so the verdict depends only on the order of the input, not on barrier timing.
+//!
+//! Which rows were late is also kept in the view's durable state table (a *ledger*, keyed by
+//! the row and its window): views are rebuilt from their inputs at start, and then every row
+//! arrives at once, before any watermark, so nothing would look late. While rebuilding (until
+//! the first watermark) the ledger's rows are left out again, and the rebuilt view equals the
+//! one that never stopped.
+
+use std::collections::HashMap;
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::row::{RowConverter, SortField};
+
+use super::operator::Operator;
+use crate::error::Result;
+use crate::metrics;
+use crate::state::keyed::KeyedState;
+use crate::state::store::WriteBatch;
+use crate::types::window::{close_times, TimeColumn, WindowSpec};
+use crate::types::{ChangeBatch, Op};
+
+pub struct WindowAssign {
+    spec: WindowSpec,
+    /// Input columns, `window_start`, `window_end`.
+    schema: SchemaRef,
+    /// How long after its end a window still takes rows (nanoseconds).
+    lateness: i64,
+    watermark: Option<i64>,
+    /// Whether late rows are kept for a `LATE ROWS TO` table.
+    keep_late: bool,
+    late: Vec<RecordBatch>,
+    /// Late rows by (row, window), in the view's durable state table under `ledger_prefix`.
+    ledger: KeyedState,
+    ledger_prefix: u8,
+    codec: RowConverter,
+    /// The ledger's rows still to leave out while rebuilding.
+    to_skip: HashMap<Vec<u8>, i64>,
+    view: String,
+}
+
+impl WindowAssign {
+    pub fn new(
+        spec: WindowSpec,
+        schema: SchemaRef,
+        lateness: i64,
+        keep_late: bool,
+        ledger: (KeyedState, u8),
+        view: &str,
+    ) -> Result<WindowAssign> {
+        let codec = RowConverter::new(schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect())?;
+        let (ledger, ledger_prefix) = ledger;
+        let mut to_skip = HashMap::new();
+        for (key, count) in ledger.scan_prefix(&[ledger_prefix], 1)? {
+            let count = i64::from_le_bytes(count.as_slice().try_into().unwrap_or_default());
+            to_skip.insert(key[1..].to_vec(), count);
+        }
+        Ok(WindowAssign {
+            spec,
+            schema,
+            lateness,
+            watermark: None,
+            keep_late,
+            late: Vec::new(),
+            ledger,
+            ledger_prefix,
+            codec,
+            to_skip,
+            view: view.to_string(),
+        })
+    }
+
+    fn ledger_key(&self, row: &[u8]) -> Vec<u8> {
+        let mut key = Vec::with_capacity(row.len() + 1);
+        key.push(self.ledger_prefix);
+        key.extend_from_slice(row);
+        key
+    }
+}
+
+impl Operator for WindowAssign {
+    fn describe(&self) -> String {
+        let lateness =
+            if self.lateness > 0 { format!(", lateness {}s", self.lateness as f64 / 1e9) } else { String::new() };
+        format!(
+            "WindowAssign: {} on {}{lateness}",
+            self.spec.describe(),
+            self.schema.field(self.spec.time_column).name()
+        )
+    }
+
+    fn apply(&mut self, _input: usize, batch: ChangeBatch) -> Result<Vec<ChangeBatch>> {
+        let (data, origins) = self.spec.assign(&batch.data, &self.schema)?;
+        let ops: Vec<Op> = origins.iter().map(|&o| batch.ops[o as usize]).collect();
+        let windowed = ChangeBatch::new(data, ops);
+        let keep: Vec<u32> = match self.watermark {
+            None if self.to_skip.is_empty() => return Ok(vec![windowed]),
+            None => {
+                // Rebuilding: leave out the rows the ledger says were late.
+                let rows = self.codec.convert_columns(windowed.data.columns())?;
+                (0..windowed.num_rows() as u32)
+                    .filter(|&i| {
+                        if windowed.ops[i as usize].sign() < 0 {
+                            return true;
+                        }
+                        match self.to_skip.get_mut(rows.row(i as usize).as_ref()) {
+                            Some(n) if *n > 0 => {
+                                *n -= 1;
+                                false
+                            }
+                            _ => true,
+                        }
+                    })
+                    .collect()
+            }
+            Some(watermark) => {
+                let end_column = windowed.data.num_columns() - 1;
+                let closes = close_times(windowed.data.column(end_column), TimeColumn { close_offset: 0 })?;
+                let final_before = watermark.saturating_sub(self.lateness);
+                let late: Vec<u32> = (0..windowed.num_rows() as u32)
+                    .filter(|&i| closes[i as usize].is_some_and(|c| c <= final_before))
+                    .collect();
+                if late.is_empty() {
+                    return Ok(vec![windowed]);
+                }
+                let late_rows = windowed.take(&late)?;
+                let inserted: Vec<u32> =
+                    (0..late_rows.num_rows() as u32).filter(|&i| late_rows.ops[i as usize].sign() > 0).collect();
+                let inserted = late_rows.take(&inserted)?;
+                let encoded = self.codec.convert_columns(inserted.data.columns())?;
+                for row in encoded.iter() {
+                    let key = self.ledger_key(row.as_ref());
+                    let before = match self.ledger.get(&key, 1)? {
+                        Some(v) => i64::from_le_bytes(v.as_slice().try_into().unwrap_or_default()),
+                        None => 0,
+                    };
+                    self.ledger.put(&key, 1, (before + 1).to_le_bytes().to_vec());
+                }
+                metrics::LATE_ROWS_TOTAL.with_label_values(&[&self.view]).inc_by(late.len() as u64);
+                crate::system::record_late_rows(&self.view, late.len() as u64);
+                if self.keep_late && inserted.num_rows() > 0 {
+                    self.late.push(inserted.data);
+                }
+                let mut is_late = vec![false; windowed.num_rows()];
+                late.iter().for_each(|&i| is_late[i as usize] = true);
+                (0..windowed.num_rows() as u32).filter(|&i| !is_late[i as usize]).collect()
+            }
+        };
+        if keep.len() == windowed.num_rows() {
+            return Ok(vec![windowed]);
+        }
+        Ok(vec![windowed.take(&keep)?])
+    }
+
+    fn on_watermark(&mut self, watermark: i64) {
+        self.watermark = Some(watermark);
+        // Rebuilt: the ledger's rows have been left out.
+        self.to_skip = HashMap::new();
+    }
+
+    fn take_late_rows(&mut self) -> Vec<RecordBatch> {
+        std::mem::take(&mut self.late)
+    }
+
+    fn flush_state(&mut self, wb: &mut WriteBatch) {
+        self.ledger.flush(wb);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::memory::MemoryStore;
+    use crate::state::store::StateStore;
+    use crate::types::window::{from_nanos, WindowKind};
+    use datafusion::arrow::array::{ArrayRef, Int64Array};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+    use std::sync::Arc;
+
+    const S: i64 = 1_000_000_000;
+
+    fn rows(times: &[i64]) -> ChangeBatch {
+        let time_type = DataType::Timestamp(TimeUnit::Microsecond, None);
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, true),
+            Field::new("t", time_type.clone(), true),
+        ]));
+        let ids: ArrayRef = Arc::new(Int64Array::from(times.to_vec()));
+        let t = from_nanos(times.iter().map(|&t| Some(t * S)).collect(), &time_type).unwrap();
+        ChangeBatch::inserts(RecordBatch::try_new(schema, vec![ids, t]).unwrap())
+    }
+
+    fn assigner(store: &Arc<dyn StateStore>) -> WindowAssign {
+        let spec = WindowSpec::new(WindowKind::Tumble { size: 10 * S }, 0, 1).unwrap();
+        let schema = spec.output_schema(&rows(&[]).schema());
+        WindowAssign::new(spec, schema, 0, true, (KeyedState::new(9, Arc::clone(store), 16), 0), "test").unwrap()
+    }
+
+    #[test]
+    fn late_rows_are_diverted_and_left_out_again_when_rebuilt() {
+        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+        let mut a = assigner(&store);
+        assert_eq!(a.apply(0, rows(&[1, 12])).unwrap()[0].num_rows(), 2);
+        a.on_watermark(20 * S);
+        // 5 s is in [0, 10): closed; 25 s is not.
+        let out = a.apply(0, rows(&[5, 25])).unwrap();
+        assert_eq!(out[0].num_rows(), 1);
+        let late = a.take_late_rows();
+        assert_eq!(late.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
+        let mut wb = WriteBatch::default();
+        a.flush_state(&mut wb);
+        store.write(wb).unwrap();
+        // Rebuilt from every row, before any watermark: the late row stays out.
+        let mut rebuilt = assigner(&store);
+        let out = rebuilt.apply(0, rows(&[1, 12, 5, 25])).unwrap();
+        assert_eq!(out[0].num_rows(), 3);
+    }
+}

@@ -1,0 +1,221 @@
+//! Event time and windows: the arithmetic every event-time piece shares.
+//!
+//! Event times are handled as `i64` nanoseconds since 1970-01-01 UTC (a TIMESTAMP column of
+//! any unit is converted; TIMESTAMPTZ values are instants, so the zone does not matter).
+//! Windows are aligned to the epoch plus an offset: the tumbling window of `t` starts at
+//! `t - (t - offset) mod size`, and contains `[start, start + size)`, so an event exactly at a
+//! window's end belongs to the next window. A hopping window of `size` every `slide` holds
+//! `size / slide` overlapping windows per event.
+//!
+//! [`WindowSpec::assign`] is used both by ad-hoc queries over `TUMBLE(...)` / `HOP(...)`
+//! (`catalog::windowed`) and by the streaming `WindowAssign` operator, so a view and its
+//! query as a batch put every row in the same windows.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch, TimestampNanosecondArray, UInt32Array};
+use datafusion::arrow::compute::{cast, take};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit, TimestampNanosecondType};
+use datafusion::common::ScalarValue;
+
+use crate::error::{Result, SqlState, WeirError};
+
+pub const WINDOW_START: &str = "window_start";
+pub const WINDOW_END: &str = "window_end";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowKind {
+    Tumble { size: i64 },
+    Hop { slide: i64, size: i64 },
+}
+
+/// Which windows the rows of a relation fall into, by which column.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WindowSpec {
+    pub kind: WindowKind,
+    pub offset: i64,
+    /// The event-time column of the input.
+    pub time_column: usize,
+}
+
+fn invalid(message: impl Into<String>) -> WeirError {
+    WeirError::new(SqlState::INVALID_PARAMETER_VALUE, message)
+}
+
+/// Whether a column can carry event time.
+pub fn is_time_type(t: &DataType) -> bool {
+    matches!(t, DataType::Timestamp(_, _))
+}
+
+/// A constant interval as nanoseconds; months are refused (they have no fixed length).
+pub fn interval_nanos(value: &ScalarValue) -> Result<i64> {
+    let nanos = match value {
+        ScalarValue::IntervalMonthDayNano(Some(v)) if v.months == 0 => {
+            (v.days as i64).checked_mul(86_400_000_000_000).and_then(|d| d.checked_add(v.nanoseconds))
+        }
+        ScalarValue::IntervalDayTime(Some(v)) => {
+            Some(v.days as i64 * 86_400_000_000_000 + v.milliseconds as i64 * 1_000_000)
+        }
+        ScalarValue::IntervalYearMonth(Some(0)) => Some(0),
+        ScalarValue::IntervalMonthDayNano(Some(_)) | ScalarValue::IntervalYearMonth(Some(_)) => {
+            return Err(invalid(
+                "an interval of months or years has no fixed length; use days, hours, minutes or seconds",
+            ))
+        }
+        other => return Err(invalid(format!("expected a constant INTERVAL, got {other}"))),
+    };
+    nanos.ok_or_else(|| invalid("interval out of range"))
+}
+
+/// Event times of `array` (a TIMESTAMP column) in nanoseconds; NULL stays NULL.
+pub fn to_nanos(array: &ArrayRef) -> Result<TimestampNanosecondArray> {
+    let DataType::Timestamp(_, tz) = array.data_type() else {
+        return Err(invalid(format!("event time must be a TIMESTAMP, not {}", array.data_type())));
+    };
+    let converted = cast(array, &DataType::Timestamp(TimeUnit::Nanosecond, tz.clone()))?;
+    Ok(converted.as_primitive::<TimestampNanosecondType>().clone())
+}
+
+/// Nanoseconds back to the type of a TIMESTAMP column.
+pub fn from_nanos(values: Vec<Option<i64>>, data_type: &DataType) -> Result<ArrayRef> {
+    let DataType::Timestamp(_, tz) = data_type else {
+        return Err(invalid(format!("event time must be a TIMESTAMP, not {data_type}")));
+    };
+    let array: ArrayRef = Arc::new(TimestampNanosecondArray::from(values).with_timezone_opt(tz.clone()));
+    Ok(cast(&array, data_type)?)
+}
+
+/// Nanoseconds as text, for messages (`2026-01-01 00:00:10`).
+pub fn format_nanos(nanos: i64) -> String {
+    chrono::DateTime::from_timestamp_nanos(nanos).naive_utc().to_string()
+}
+
+impl WindowSpec {
+    /// A checked window: sizes positive, a hop's size a multiple of its slide.
+    pub fn new(kind: WindowKind, offset: i64, time_column: usize) -> Result<WindowSpec> {
+        match kind {
+            WindowKind::Tumble { size } if size <= 0 => return Err(invalid("TUMBLE's size must be positive")),
+            WindowKind::Hop { slide, size } => {
+                if slide <= 0 || size <= 0 {
+                    return Err(invalid("HOP's slide and size must be positive"));
+                }
+                if size % slide != 0 {
+                    return Err(invalid(format!(
+                        "HOP's size must be a multiple of its slide (size {} s, slide {} s)",
+                        size as f64 / 1e9,
+                        slide as f64 / 1e9
+                    )));
+                }
+            }
+            _ => {}
+        }
+        Ok(WindowSpec { kind, offset, time_column })
+    }
+
+    pub fn size(&self) -> i64 {
+        match self.kind {
+            WindowKind::Tumble { size } | WindowKind::Hop { size, .. } => size,
+        }
+    }
+
+    fn slide(&self) -> i64 {
+        match self.kind {
+            WindowKind::Tumble { size } => size,
+            WindowKind::Hop { slide, .. } => slide,
+        }
+    }
+
+    /// The input's columns, then `window_start` and `window_end` (of the time column's type).
+    pub fn output_schema(&self, input: &Schema) -> SchemaRef {
+        let time_type = input.field(self.time_column).data_type().clone();
+        let mut fields: Vec<Field> = input.fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields.push(Field::new(WINDOW_START, time_type.clone(), true));
+        fields.push(Field::new(WINDOW_END, time_type, true));
+        Arc::new(Schema::new(fields))
+    }
+
+    /// The start of the last window containing `t` (the only one for a tumbling window).
+    fn last_start(&self, t: i64) -> i64 {
+        let slide = self.slide();
+        t - (t - self.offset).rem_euclid(slide)
+    }
+
+    /// Every window start of `t`, earliest first.
+    pub fn starts(&self, t: i64) -> impl Iterator<Item = i64> {
+        let last = self.last_start(t);
+        let (slide, copies) = (self.slide(), self.size() / self.slide());
+        (0..copies).rev().map(move |k| last - k * slide)
+    }
+
+    /// `batch`'s rows with their windows (`output_schema`): one row per row and window, rows
+    /// with a NULL time left out. Also returns, per output row, the input row it came from.
+    pub fn assign(&self, batch: &RecordBatch, schema: &SchemaRef) -> Result<(RecordBatch, Vec<u32>)> {
+        let times = to_nanos(batch.column(self.time_column))?;
+        let mut origins: Vec<u32> = Vec::with_capacity(times.len());
+        let mut starts: Vec<Option<i64>> = Vec::with_capacity(times.len());
+        let mut ends: Vec<Option<i64>> = Vec::with_capacity(times.len());
+        for (row, t) in times.iter().enumerate() {
+            let Some(t) = t else { continue };
+            for start in self.starts(t) {
+                origins.push(row as u32);
+                starts.push(Some(start));
+                ends.push(Some(start + self.size()));
+            }
+        }
+        let time_type = batch.schema().field(self.time_column).data_type().clone();
+        let indices = UInt32Array::from(origins.clone());
+        let mut columns: Vec<ArrayRef> = if origins.len() == batch.num_rows()
+            && origins.iter().enumerate().all(|(i, &o)| i as u32 == o)
+        {
+            batch.columns().to_vec()
+        } else {
+            batch.columns().iter().map(|c| take(c.as_ref(), &indices, None)).collect::<std::result::Result<_, _>>()?
+        };
+        columns.push(from_nanos(starts, &time_type)?);
+        columns.push(from_nanos(ends, &time_type)?);
+        Ok((RecordBatch::try_new(Arc::clone(schema), columns)?, origins))
+    }
+
+    /// `TUMBLE(size => 10s)` for EXPLAIN.
+    pub fn describe(&self) -> String {
+        let secs = |n: i64| format!("{}s", n as f64 / 1e9);
+        let offset = if self.offset != 0 { format!(", offset {}", secs(self.offset)) } else { String::new() };
+        match self.kind {
+            WindowKind::Tumble { size } => format!("TUMBLE(size {}{offset})", secs(size)),
+            WindowKind::Hop { slide, size } => format!("HOP(slide {}, size {}{offset})", secs(slide), secs(size)),
+        }
+    }
+}
+
+/// How a column tells when its row's window closes: at its value plus `close_offset`
+/// (`window_start` + size, `window_end` + 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeColumn {
+    pub close_offset: i64,
+}
+
+/// The close time of each row by column `array` (a window column), NULL where it is NULL.
+pub fn close_times(array: &ArrayRef, column: TimeColumn) -> Result<Vec<Option<i64>>> {
+    Ok(to_nanos(array)?.iter().map(|v| v.map(|v| v.saturating_add(column.close_offset))).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: i64 = 1_000_000_000;
+
+    #[test]
+    fn windows_align_to_the_epoch_and_the_end_belongs_to_the_next() {
+        let tumble = WindowSpec::new(WindowKind::Tumble { size: 10 * S }, 0, 0).unwrap();
+        assert_eq!(tumble.starts(15 * S).collect::<Vec<_>>(), vec![10 * S]);
+        assert_eq!(tumble.starts(20 * S).collect::<Vec<_>>(), vec![20 * S]);
+        assert_eq!(tumble.starts(-1).collect::<Vec<_>>(), vec![-10 * S]);
+        let shifted = WindowSpec::new(WindowKind::Tumble { size: 10 * S }, 3 * S, 0).unwrap();
+        assert_eq!(shifted.starts(12 * S).collect::<Vec<_>>(), vec![3 * S]);
+        let hop = WindowSpec::new(WindowKind::Hop { slide: 2 * S, size: 6 * S }, 0, 0).unwrap();
+        assert_eq!(hop.starts(7 * S).collect::<Vec<_>>(), vec![2 * S, 4 * S, 6 * S]);
+        assert!(WindowSpec::new(WindowKind::Hop { slide: 4 * S, size: 6 * S }, 0, 0).is_err());
+        assert!(WindowSpec::new(WindowKind::Tumble { size: 0 }, 0, 0).is_err());
+    }
+}
