@@ -84,7 +84,8 @@ async fn sqllogictest_files() {
     assert!(!files.is_empty(), "no .slt files found");
     let mut failures = Vec::new();
     for file in &files {
-        let server = common::TestServer::start();
+        // event_time.slt's idle-input case waits for this timeout.
+        let server = common::TestServer::start_with(&["--watermark-idle-timeout-ms", "3000"]);
         let conn = server.conn_str();
         let mut runner = sqllogictest::Runner::new(move || {
             let conn = conn.clone();
