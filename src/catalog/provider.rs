@@ -143,6 +143,14 @@ impl RelationTable {
     }
 }
 
+/// `plan` through the session's physical optimizer rules.
+fn optimize_physical(state: &dyn Session, plan: Arc<dyn ExecutionPlan>) -> DfResult<Arc<dyn ExecutionPlan>> {
+    let Some(state) = state.as_any().downcast_ref::<datafusion::execution::session_state::SessionState>() else {
+        return Ok(plan);
+    };
+    state.physical_optimizers().iter().try_fold(plan, |plan, rule| rule.optimize(plan, state.config_options()))
+}
+
 #[async_trait]
 impl TableProvider for RelationTable {
     fn schema(&self) -> SchemaRef {
@@ -181,7 +189,7 @@ impl TableProvider for RelationTable {
 
     async fn insert_into(
         &self,
-        _state: &dyn Session,
+        state: &dyn Session,
         input: Arc<dyn ExecutionPlan>,
         insert_op: InsertOp,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
@@ -189,6 +197,9 @@ impl TableProvider for RelationTable {
             return Err(DataFusionError::NotImplemented(format!("{insert_op} is not supported")));
         }
         self.writable()?;
+        // The input runs inside DmlExec, a leaf the physical optimizer does not look into:
+        // optimize it here (a join's partition mode is chosen there, for one).
+        let input = optimize_physical(state, input)?;
         let writer = self.writer();
         Ok(DmlExec::new(
             format!("insert into {}", self.relation.def.name),
