@@ -177,3 +177,132 @@ async fn views_after_sigkill_equal_views_that_never_stopped() {
     }
     check_views(&client, "after restart and more changes").await;
 }
+
+/// Event-time views over one append-only stream with bounded disorder: (name, query, clauses).
+const EVENT_TIME_VIEWS: &[(&str, &str, &str)] = &[
+    (
+        "strict",
+        "SELECT window_start, window_end, k, count(*) AS n, sum(p) AS s, max(p) AS top FROM TUMBLE(ev, ts, INTERVAL '5' SECOND) GROUP BY window_start, window_end, k",
+        "EMIT ON WINDOW CLOSE LATE ROWS TO ev_late",
+    ),
+    (
+        "lenient",
+        "SELECT window_start, window_end, k, count(*) AS n, sum(p) AS s, max(p) AS top FROM TUMBLE(ev, ts, INTERVAL '5' SECOND) GROUP BY window_start, window_end, k",
+        "EMIT ON WINDOW CLOSE ALLOW LATENESS INTERVAL '10' SECOND",
+    ),
+    (
+        "hopping",
+        "SELECT window_start, window_end, k, count(*) AS n, min(p) AS lo FROM HOP(ev, ts, INTERVAL '2' SECOND, INTERVAL '6' SECOND) GROUP BY window_start, window_end, k",
+        "EMIT ON WINDOW CLOSE ALLOW LATENESS INTERVAL '10' SECOND LATE ROWS TO ev_late",
+    ),
+    (
+        "continuous",
+        "SELECT window_start, window_end, k, count(*) AS n, sum(p) AS s FROM TUMBLE(ev, ts, INTERVAL '5' SECOND) GROUP BY window_start, window_end, k",
+        "LATE ROWS TO ev_late",
+    ),
+    ("plain", "SELECT id, k, window_start, window_end FROM TUMBLE(ev, ts, INTERVAL '5' SECOND)", "EMIT ON WINDOW CLOSE LATE ROWS TO ev_late"),
+];
+
+/// Events: ids in order, times 250 ms apart on average, up to 8 s out of order (the watermark
+/// delay is 2 s, so some rows are late unless the view allows 10 s of lateness).
+fn random_events(rng: &mut Rng, next_id: &mut i64) -> String {
+    let rows: Vec<String> = (0..1 + rng.below(5))
+        .map(|_| {
+            let id = *next_id;
+            *next_id += 1;
+            let millis = (id * 250 - rng.below(32) * 250).max(0);
+            let ts = chrono::DateTime::from_timestamp_millis(1_767_225_600_000 + millis).unwrap().naive_utc();
+            format!("({id}, {}, {}, '{ts}')", rng.below(4), rng.below(1000))
+        })
+        .collect();
+    format!("INSERT INTO ev VALUES {}", rows.join(", "))
+}
+
+/// Each event-time view equals its query as a batch over the rows that were not late for it
+/// (all rows where lateness covers the disorder), over the windows closed by the watermark
+/// (all windows when emitting continuously).
+async fn check_event_time_views(client: &tokio_postgres::Client, context: &str) {
+    client.simple_query("FLUSH").await.unwrap();
+    let watermark = "(SELECT max(ts) FROM ev) - INTERVAL '2' SECOND";
+    for (name, query, clauses) in EVENT_TIME_VIEWS {
+        let kept = format!("kept_{name}");
+        client
+            .batch_execute(&format!(
+                "CREATE TABLE {kept} AS SELECT id, k, p, ts FROM ev EXCEPT SELECT id, k, p, ts FROM ev_late WHERE view_name = '{name}'"
+            ))
+            .await
+            .unwrap();
+        let batch_query = query.replace("(ev,", &format!("({kept},"));
+        let closed = if clauses.contains("EMIT ON WINDOW CLOSE") {
+            format!("WHERE window_end <= {watermark}")
+        } else {
+            String::new()
+        };
+        let expected = rows(client, &format!("SELECT * FROM ({batch_query}) q {closed}")).await;
+        let view = rows(client, &format!("SELECT * FROM {name}")).await;
+        client.batch_execute(&format!("DROP TABLE {kept}")).await.unwrap();
+        assert_eq!(view, expected, "event-time view {name} differs from its query {context}");
+    }
+    let late_lenient = rows(client, "SELECT count(*) FROM ev_late WHERE view_name IN ('lenient', 'hopping')").await;
+    assert_eq!(late_lenient, vec!["0".to_string()], "no row is late for 10 s of allowed lateness {context}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn event_time_views_equal_batch_over_rows_not_late_and_survive_sigkill() {
+    for (seed, parallelism) in [(11u64, 1), (2026, 4)] {
+        let mut server = TestServer::start_with(&["--barrier-interval-ms", "50"]);
+        let mut rng = Rng(seed);
+        let mut next_id = 0i64;
+        let client = server.connect().await;
+        client.batch_execute(&format!("SET streaming_parallelism = {parallelism}")).await.unwrap();
+        client
+            .batch_execute(
+                "CREATE TABLE ev (id BIGINT, k INT, p INT, ts TIMESTAMP,
+                   WATERMARK FOR ts AS ts - INTERVAL '2' SECOND) APPEND ONLY",
+            )
+            .await
+            .unwrap();
+        // Some rows before the views exist: they backfill.
+        for _ in 0..10 {
+            client.batch_execute(&random_events(&mut rng, &mut next_id)).await.unwrap();
+        }
+        for (name, query, clauses) in EVENT_TIME_VIEWS {
+            client.batch_execute(&format!("CREATE MATERIALIZED VIEW {name} AS {query} {clauses}")).await.unwrap();
+        }
+        for step in 0..120 {
+            client.batch_execute(&random_events(&mut rng, &mut next_id)).await.unwrap();
+            // Epochs end at varying points of the stream (state is freed at barriers).
+            if rng.below(3) == 0 {
+                client.batch_execute("FLUSH").await.unwrap();
+            }
+            if step % 30 == 29 {
+                check_event_time_views(&client, &format!("(seed {seed}, parallelism {parallelism}, step {step})"))
+                    .await;
+            }
+        }
+        let late = rows(&client, "SELECT count(*) FROM ev_late").await;
+        assert_ne!(late, vec!["0".to_string()], "the stream should have late rows for the strict views");
+        if parallelism == 1 {
+            continue;
+        }
+        // Killed and restarted: the same views (late rows stay out), and they keep going.
+        let before: Vec<Vec<String>> = {
+            let mut all = Vec::new();
+            for (name, _, _) in EVENT_TIME_VIEWS {
+                all.push(rows(&client, &format!("SELECT * FROM {name}")).await);
+            }
+            all
+        };
+        drop(client);
+        server.kill();
+        server.restart();
+        let client = server.connect().await;
+        for ((name, _, _), expected) in EVENT_TIME_VIEWS.iter().zip(&before) {
+            assert_eq!(&rows(&client, &format!("SELECT * FROM {name}")).await, expected, "view {name} after restart");
+        }
+        for _ in 0..40 {
+            client.batch_execute(&random_events(&mut rng, &mut next_id)).await.unwrap();
+        }
+        check_event_time_views(&client, "after restart and more events").await;
+    }
+}
