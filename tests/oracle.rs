@@ -201,6 +201,11 @@ const EVENT_TIME_VIEWS: &[(&str, &str, &str)] = &[
         "LATE ROWS TO ev_late",
     ),
     ("plain", "SELECT id, k, window_start, window_end FROM TUMBLE(ev, ts, INTERVAL '5' SECOND)", "EMIT ON WINDOW CLOSE LATE ROWS TO ev_late"),
+    (
+        "pairs",
+        "SELECT a.id AS l, b.id AS r, a.window_end FROM TUMBLE(ev, ts, INTERVAL '5' SECOND) a JOIN TUMBLE(ev, ts, INTERVAL '5' SECOND) b ON a.window_start = b.window_start AND a.k = b.k AND a.id < b.id",
+        "EMIT ON WINDOW CLOSE LATE ROWS TO ev_late",
+    ),
 ];
 
 /// Events: ids in order, times 250 ms apart on average, up to 8 s out of order (the watermark

@@ -28,7 +28,7 @@ use crate::operators::eowc_buffer::EowcBuffer;
 use crate::operators::filter::Filter;
 use crate::operators::hash_agg::AggWindow;
 use crate::operators::hash_agg::{AggKind, AggSpec, HashAgg};
-use crate::operators::hash_join::HashJoin;
+use crate::operators::hash_join::{HashJoin, JoinWindow};
 use crate::operators::operator::Operator;
 use crate::operators::project::Project;
 use crate::operators::union::Union;
@@ -467,16 +467,30 @@ impl Builder<'_> {
                 let right_keys =
                     j.on.iter().map(|(_, r)| self.physical(r, j.right.schema())).collect::<Result<Vec<_>>>()?;
                 let residual = j.filter.as_ref().map(|f| self.physical(f, &j.schema)).transpose()?;
+                // Joined on a window bound of both sides: state is freed as windows become final.
+                let window = j.on.iter().enumerate().find_map(|(i, (l, r))| {
+                    let l = column_index(l, j.left.schema()).and_then(|c| left.times[c])?;
+                    let r = column_index(r, j.right.schema()).and_then(|c| right.times[c])?;
+                    Some(JoinWindow {
+                        key_index: i,
+                        column: TimeColumn { close_offset: l.close_offset.max(r.close_offset) },
+                        lateness: self.event_time.lateness,
+                    })
+                });
                 let (left_state, right_state) = (self.state_table()?, self.state_table()?);
                 let ops = self.each(|_| {
-                    Ok(Box::new(HashJoin::new(
+                    let join = HashJoin::new(
                         j.join_type,
                         (Self::schema(&j.left), left_keys.clone(), self.keyed(left_state)),
                         (Self::schema(&j.right), right_keys.clone(), self.keyed(right_state)),
                         Self::schema(plan),
                         residual.clone(),
                         &self.view,
-                    )?))
+                    )?;
+                    Ok(Box::new(match window {
+                        Some(w) => join.with_window(w),
+                        None => join,
+                    }))
                 })?;
                 let exchanges = vec![
                     (left_needed != Some(left.distribution)).then_some(left_keys),

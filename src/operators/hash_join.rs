@@ -10,7 +10,14 @@
 //! Each side's state is a [`KeyedState`] in the store (bounded cache), distributed by join key:
 //! `key ++ 0` holds how many rows the side has for the key, `key ++ 1 ++ row` each row's
 //! multiplicity (rows as arrow-row bytes), so a key's rows are one range read.
+//!
+//! Joined on a window bound of both sides (`l.window_start = r.window_start`), the join knows
+//! when each key's window closes ([`JoinWindow`]); once the view's watermark has passed that
+//! close plus the allowed lateness, no row for the key can come any more (it would be late),
+//! and the key's state on both sides is deleted. The keys are indexed by close time in memory
+//! (views are rebuilt at start, and the index with them).
 
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use datafusion::arrow::array::{new_null_array, Array, ArrayRef, RecordBatch};
@@ -25,7 +32,16 @@ use super::operator::Operator;
 use crate::error::{Result, SqlState, WeirError};
 use crate::state::keyed::KeyedState;
 use crate::state::store::WriteBatch;
+use crate::types::window::{close_times, TimeColumn};
 use crate::types::{ChangeBatch, Op};
+
+/// A join on a window bound: which key position, and when its window closes.
+#[derive(Debug, Clone, Copy)]
+pub struct JoinWindow {
+    pub key_index: usize,
+    pub column: TimeColumn,
+    pub lateness: i64,
+}
 
 /// One input of the join: its columns, its key expressions and its state.
 pub type JoinInput = (SchemaRef, Vec<Arc<dyn PhysicalExpr>>, KeyedState);
@@ -106,6 +122,11 @@ pub struct HashJoin {
     schema: SchemaRef,
     residual: Option<Filter>,
     view: String,
+    window: Option<JoinWindow>,
+    watermark: Option<i64>,
+    /// Join keys by the close time of their window.
+    open: BTreeMap<i64, Vec<Vec<u8>>>,
+    indexed: HashSet<Vec<u8>>,
 }
 
 impl HashJoin {
@@ -136,7 +157,17 @@ impl HashJoin {
             schema,
             residual: residual.map(|r| Filter::new(r, view)),
             view: view.to_string(),
+            window: None,
+            watermark: None,
+            open: BTreeMap::new(),
+            indexed: HashSet::new(),
         })
+    }
+
+    /// Makes this a join on a window bound, whose state is freed as windows become final.
+    pub fn with_window(mut self, window: JoinWindow) -> HashJoin {
+        self.window = Some(window);
+        self
     }
 
     /// The output row joining `this` (on side `this_side`) with `other`.
@@ -164,7 +195,16 @@ impl Operator for HashJoin {
     fn describe(&self) -> String {
         let keys = |s: &Side| s.keys.iter().map(|k| k.to_string()).collect::<Vec<_>>().join(", ");
         let residual = self.residual.as_ref().map(|r| format!(", {}", r.describe())).unwrap_or_default();
-        format!("HashJoin: {} on [{}] = [{}]{residual}", self.join_type, keys(&self.sides[0]), keys(&self.sides[1]))
+        let window = match &self.window {
+            Some(w) => format!(", window {}", self.sides[0].keys[w.key_index]),
+            None => String::new(),
+        };
+        format!(
+            "HashJoin: {} on [{}] = [{}]{residual}{window}",
+            self.join_type,
+            keys(&self.sides[0]),
+            keys(&self.sides[1])
+        )
     }
 
     fn apply(&mut self, input: usize, batch: ChangeBatch) -> Result<Vec<ChangeBatch>> {
@@ -173,6 +213,10 @@ impl Operator for HashJoin {
             self.sides[this].keys.iter().map(|k| evaluate(k, &batch.data, &self.view)).collect::<Result<Vec<_>>>()?;
         let keys = self.sides[this].key_codec.convert_columns(&key_arrays)?;
         let rows = self.sides[this].row_codec.convert_columns(batch.data.columns())?;
+        let closes = match self.window {
+            Some(w) => Some(close_times(&key_arrays[w.key_index], w.column)?),
+            None => None,
+        };
         let mut pairs: Vec<Pair> = Vec::new();
         for (i, op) in batch.ops.iter().enumerate() {
             let row = rows.row(i).as_ref().to_vec();
@@ -185,6 +229,11 @@ impl Operator for HashJoin {
                 continue;
             }
             let key = keys.row(i).as_ref().to_vec();
+            if let Some(close) = closes.as_ref().and_then(|c| c[i]) {
+                if self.indexed.insert(key.clone()) {
+                    self.open.entry(close).or_default().push(key.clone());
+                }
+            }
             let partners = self.sides[other].partners(&key)?;
             let mine_before = self.sides[this].partners(&key)?;
             let other_rows = if partners > 0 { self.sides[other].matches(&key)? } else { vec![] };
@@ -219,10 +268,36 @@ impl Operator for HashJoin {
         }
     }
 
+    fn on_barrier(&mut self) -> Result<Vec<ChangeBatch>> {
+        // Keys whose window is final: nothing can join with them any more.
+        if let (Some(window), Some(watermark)) = (self.window, self.watermark) {
+            let bound = watermark.saturating_sub(window.lateness).saturating_add(1);
+            let keep = self.open.split_off(&bound);
+            for key in std::mem::replace(&mut self.open, keep).into_values().flatten() {
+                self.indexed.remove(&key);
+                for side in &mut self.sides {
+                    for (row, _) in side.matches(&key)? {
+                        side.state.delete(&Side::tagged(&key, 1, &row), key.len());
+                    }
+                    side.state.delete(&Side::tagged(&key, 0, &[]), key.len());
+                }
+            }
+        }
+        Ok(vec![])
+    }
+
     fn flush_state(&mut self, wb: &mut WriteBatch) {
         for side in &mut self.sides {
             side.state.flush(wb);
         }
+    }
+
+    fn on_watermark(&mut self, watermark: i64) {
+        self.watermark = Some(watermark);
+    }
+
+    fn open_windows(&self) -> usize {
+        self.indexed.len()
     }
 }
 
