@@ -1,11 +1,13 @@
-//! `TUMBLE(rel, col, size [, offset])` and `HOP(rel, col, slide, size [, offset])`: table
-//! functions over a relation that add `window_start` and `window_end`.
+//! `TUMBLE(rel, col, size [, offset])`, `HOP(rel, col, slide, size [, offset])` and
+//! `SESSION(rel, col, gap [, key_col ...])`: table functions over a relation that add
+//! `window_start` and `window_end`.
 //!
 //! DataFusion calls [`WindowFunction`] while planning; it checks the arguments and returns a
 //! [`WindowedRelation`]. An ad-hoc query scans it (the relation's rows, each with its windows,
-//! via [`WindowSpec::assign`]); the streaming builder recognises it ([`windowed_relation`]) and
-//! reads the relation as a stream through a `WindowAssign` operator instead, so the same
-//! arithmetic puts rows into windows in both.
+//! via [`WindowSpec::assign`] and [`SessionSpec::assign_all`]); the streaming builder
+//! recognises it ([`windowed_relation`]) and reads the relation as a stream through a
+//! `WindowAssign` or `SessionAssign` operator instead, so the same arithmetic puts rows into
+//! windows in both.
 
 use std::sync::Arc;
 
@@ -21,34 +23,45 @@ use datafusion::physical_plan::ExecutionPlan;
 use super::{Catalog, Relation};
 use crate::error::{SqlState, WeirError};
 use crate::state::store::StateStore;
-use crate::types::window::{interval_nanos, is_time_type, WindowKind, WindowSpec};
+use crate::types::window::{interval_nanos, is_time_type, SessionSpec, WindowKind, WindowSpec, Windowing};
 
-/// The table function `TUMBLE` or `HOP`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Tumble,
+    Hop,
+    Session,
+}
+
+/// The table function `TUMBLE`, `HOP` or `SESSION`.
 pub struct WindowFunction {
-    hop: bool,
+    kind: Kind,
     catalog: Arc<Catalog>,
 }
 
 impl std::fmt::Debug for WindowFunction {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.hop { "HOP" } else { "TUMBLE" })
+        write!(f, "{:?}", self.kind)
     }
 }
 
 impl WindowFunction {
     pub fn tumble(catalog: Arc<Catalog>) -> WindowFunction {
-        WindowFunction { hop: false, catalog }
+        WindowFunction { kind: Kind::Tumble, catalog }
     }
 
     pub fn hop(catalog: Arc<Catalog>) -> WindowFunction {
-        WindowFunction { hop: true, catalog }
+        WindowFunction { kind: Kind::Hop, catalog }
+    }
+
+    pub fn session(catalog: Arc<Catalog>) -> WindowFunction {
+        WindowFunction { kind: Kind::Session, catalog }
     }
 
     fn usage(&self) -> &'static str {
-        if self.hop {
-            "HOP(relation, time_column, slide, size [, offset])"
-        } else {
-            "TUMBLE(relation, time_column, size [, offset])"
+        match self.kind {
+            Kind::Tumble => "TUMBLE(relation, time_column, size [, offset])",
+            Kind::Hop => "HOP(relation, time_column, slide, size [, offset])",
+            Kind::Session => "SESSION(relation, time_column, gap [, key_column ...])",
         }
     }
 }
@@ -60,8 +73,12 @@ fn error(e: WeirError) -> DataFusionError {
 impl TableFunctionImpl for WindowFunction {
     fn call_with_args(&self, args: TableFunctionArgs) -> DfResult<Arc<dyn TableProvider>> {
         let exprs = args.exprs();
-        let intervals = if self.hop { 2 } else { 1 };
-        if exprs.len() != 2 + intervals && exprs.len() != 3 + intervals {
+        let intervals = if self.kind == Kind::Hop { 2 } else { 1 };
+        let fits = match self.kind {
+            Kind::Session => exprs.len() >= 3,
+            _ => exprs.len() == 2 + intervals || exprs.len() == 3 + intervals,
+        };
+        if !fits {
             return Err(error(WeirError::syntax(format!("expected {}", self.usage()))));
         }
         let name = |e: &Expr| match e {
@@ -71,13 +88,16 @@ impl TableFunctionImpl for WindowFunction {
         let relation_name = name(&exprs[0])?;
         let relation =
             self.catalog.get(&relation_name).ok_or_else(|| error(WeirError::undefined_table(&relation_name)))?;
-        let column = name(&exprs[1])?;
-        let time_column = relation.schema.index_of(&column).map_err(|_| {
-            error(WeirError::new(
-                SqlState::UNDEFINED_COLUMN,
-                format!("column \"{column}\" of relation \"{relation_name}\" does not exist"),
-            ))
-        })?;
+        let column_of = |e: &Expr| {
+            let column = name(e)?;
+            relation.schema.index_of(&column).map_err(|_| {
+                error(WeirError::new(
+                    SqlState::UNDEFINED_COLUMN,
+                    format!("column \"{column}\" of relation \"{relation_name}\" does not exist"),
+                ))
+            })
+        };
+        let time_column = column_of(&exprs[1])?;
         let time_type = relation.schema.field(time_column).data_type();
         if !is_time_type(time_type) {
             return Err(error(WeirError::new(
@@ -93,13 +113,21 @@ impl TableFunctionImpl for WindowFunction {
             },
             other => Err(error(WeirError::syntax(format!("expected a constant INTERVAL, got {other}")))),
         };
-        let kind = if self.hop {
-            WindowKind::Hop { slide: interval(&exprs[2])?, size: interval(&exprs[3])? }
-        } else {
-            WindowKind::Tumble { size: interval(&exprs[2])? }
+        let spec = match self.kind {
+            Kind::Session => {
+                let keys = exprs[3..].iter().map(column_of).collect::<DfResult<Vec<_>>>()?;
+                Windowing::Session(SessionSpec::new(interval(&exprs[2])?, time_column, keys).map_err(error)?)
+            }
+            kind => {
+                let window = if kind == Kind::Hop {
+                    WindowKind::Hop { slide: interval(&exprs[2])?, size: interval(&exprs[3])? }
+                } else {
+                    WindowKind::Tumble { size: interval(&exprs[2])? }
+                };
+                let offset = exprs.get(2 + intervals).map(interval).transpose()?.unwrap_or(0);
+                Windowing::Fixed(WindowSpec::new(window, offset, time_column).map_err(error)?)
+            }
         };
-        let offset = exprs.get(2 + intervals).map(interval).transpose()?.unwrap_or(0);
-        let spec = WindowSpec::new(kind, offset, time_column).map_err(error)?;
         let schema = spec.output_schema(&relation.schema);
         Ok(Arc::new(WindowedRelation { relation, spec, schema, store: Arc::clone(self.catalog.store()) }))
     }
@@ -108,19 +136,19 @@ impl TableFunctionImpl for WindowFunction {
 /// A relation's rows, each once per window it falls into.
 pub struct WindowedRelation {
     pub relation: Arc<Relation>,
-    pub spec: WindowSpec,
+    pub spec: Windowing,
     schema: SchemaRef,
     store: Arc<dyn StateStore>,
 }
 
 impl std::fmt::Debug for WindowedRelation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} of {}", self.spec.describe(), self.relation.def.name)
+        write!(f, "{:?} of {}", self.spec, self.relation.def.name)
     }
 }
 
 /// The windowed relation a scan reads, if it reads one.
-pub fn windowed_relation(source: &Arc<dyn TableSource>) -> Option<(Arc<Relation>, WindowSpec)> {
+pub fn windowed_relation(source: &Arc<dyn TableSource>) -> Option<(Arc<Relation>, Windowing)> {
     let provider = datafusion::datasource::source_as_provider(source).ok()?;
     let windowed = provider.downcast_ref::<WindowedRelation>()?;
     Some((Arc::clone(&windowed.relation), windowed.spec.clone()))
@@ -148,10 +176,13 @@ impl TableProvider for WindowedRelation {
         let batches = tokio::task::spawn_blocking(move || relation.scan_rows(store.as_ref()))
             .await
             .map_err(|e| DataFusionError::External(Box::new(e)))??;
-        let windowed = batches
-            .iter()
-            .map(|b| self.spec.assign(b, &self.schema).map(|(batch, _)| batch))
-            .collect::<crate::error::Result<Vec<_>>>()?;
+        let windowed = match &self.spec {
+            Windowing::Fixed(spec) => batches
+                .iter()
+                .map(|b| spec.assign(b, &self.schema).map(|(batch, _)| batch))
+                .collect::<crate::error::Result<Vec<_>>>()?,
+            Windowing::Session(spec) => vec![spec.assign_all(&batches, &self.schema)?],
+        };
         Ok(MemorySourceConfig::try_new_exec(&[windowed], self.schema(), projection.cloned())?)
     }
 }

@@ -31,11 +31,12 @@ use crate::operators::hash_agg::{AggKind, AggSpec, HashAgg};
 use crate::operators::hash_join::{HashJoin, JoinWindow};
 use crate::operators::operator::Operator;
 use crate::operators::project::Project;
+use crate::operators::session_assign::SessionAssign;
 use crate::operators::union::Union;
 use crate::operators::window_assign::WindowAssign;
 use crate::state::keyed::KeyedState;
 use crate::state::keys::{operator_state_table, TableId, DURABLE_STATE_TABLE};
-use crate::types::window::{TimeColumn, WindowSpec};
+use crate::types::window::{TimeColumn, Windowing};
 
 pub struct Built {
     pub graph: Graph,
@@ -262,22 +263,29 @@ impl Builder<'_> {
                 let schema = Self::schema(plan);
                 let mut top;
                 let mut times;
+                let mut distribution = Distribution::Single;
                 match windowed_relation(&scan.source) {
-                    Some((relation, spec)) => {
+                    Some((relation, windowing)) => {
                         // Every column into the window (late rows keep them all), then the
                         // scan's projection.
                         let n = relation.schema.fields().len();
                         let all: Vec<usize> = (0..n).collect();
                         let leaf = self.source(&relation, &all, relation.schema.clone())?;
                         let full;
-                        (top, full) = self.window_assign(leaf, &relation, spec.clone())?;
-                        times = vec![None; n + 2];
-                        times[n] = Some(TimeColumn { close_offset: spec.size() });
-                        times[n + 1] = Some(TimeColumn { close_offset: 0 });
+                        (top, full, distribution, times) = self.window_assign(leaf, &relation, windowing)?;
                         let indices: Vec<usize> = scan.projection.clone().unwrap_or_else(|| (0..n + 2).collect());
                         if indices.len() != n + 2 || indices.iter().enumerate().any(|(i, &c)| i != c) {
                             top = self.project(top, &full, &indices, Arc::clone(&schema))?;
                             times = indices.iter().map(|&i| times[i]).collect();
+                            distribution = match distribution {
+                                Distribution::Hash(cols) => {
+                                    match cols.iter().map(|c| indices.iter().position(|i| i == c)).collect() {
+                                        Some(cols) => Distribution::Hash(cols),
+                                        None => Distribution::Any,
+                                    }
+                                }
+                                other => other,
+                            };
                         }
                     }
                     None => {
@@ -294,7 +302,7 @@ impl Builder<'_> {
                     let ops = self.each(|_| Ok(Box::new(Filter::new(Arc::clone(&predicate), &self.view))))?;
                     top = self.graph.add(ops, &[top], vec![None])?;
                 }
-                Ok(Out { node: top, distribution: Distribution::Single, times })
+                Ok(Out { node: top, distribution, times })
             }
             LogicalPlan::Projection(p) => {
                 let child = self.node(&p.input)?;
@@ -531,14 +539,15 @@ impl Builder<'_> {
         }
     }
 
-    /// A `WindowAssign` over leaf `leaf` (relation's rows); returns it and its output schema.
+    /// The window assigner over leaf `leaf` (relation's rows): returns its node, output schema,
+    /// distribution and window columns.
     fn window_assign(
         &mut self,
         leaf: usize,
         relation: &crate::catalog::Relation,
-        spec: WindowSpec,
-    ) -> Result<(usize, SchemaRef)> {
-        let schema = spec.output_schema(&relation.schema);
+        windowing: Windowing,
+    ) -> Result<(usize, SchemaRef, Distribution, Vec<Option<TimeColumn>>)> {
+        let schema = windowing.output_schema(&relation.schema);
         let prefix = self.assigners;
         self.assigners = prefix.checked_add(1).ok_or_else(|| unsupported("a view with this many windows"))?;
         if self.event_time.keep_late_rows {
@@ -553,16 +562,54 @@ impl Builder<'_> {
         }
         let ledger = operator_state_table(self.view_id, DURABLE_STATE_TABLE);
         let (lateness, keep) = (self.event_time.lateness, self.event_time.keep_late_rows);
-        let ops = self.each(|_| {
-            Ok(Box::new(WindowAssign::new(
-                spec.clone(),
-                Arc::clone(&schema),
-                lateness,
-                keep,
-                (self.keyed(ledger), prefix),
-                &self.view,
-            )?))
-        })?;
-        Ok((self.graph.add(ops, &[leaf], vec![None])?, schema))
+        let n = relation.schema.fields().len();
+        let mut times = vec![None; n + 2];
+        match windowing {
+            Windowing::Fixed(spec) => {
+                times[n] = Some(TimeColumn { close_offset: spec.size() });
+                times[n + 1] = Some(TimeColumn { close_offset: 0 });
+                let ops = self.each(|_| {
+                    Ok(Box::new(WindowAssign::new(
+                        spec.clone(),
+                        Arc::clone(&schema),
+                        lateness,
+                        keep,
+                        (self.keyed(ledger), prefix),
+                        &self.view,
+                    )?))
+                })?;
+                Ok((self.graph.add(ops, &[leaf], vec![None])?, schema, Distribution::Single, times))
+            }
+            Windowing::Session(spec) => {
+                // A session's end moves as rows arrive; only `window_end` tells when it closes.
+                times[n + 1] = Some(TimeColumn { close_offset: 0 });
+                let state = self.state_table()?;
+                let keys: Vec<Arc<dyn PhysicalExpr>> = spec
+                    .keys
+                    .iter()
+                    .map(|&k| {
+                        Arc::new(datafusion::physical_expr::expressions::Column::new(
+                            relation.schema.field(k).name(),
+                            k,
+                        )) as Arc<dyn PhysicalExpr>
+                    })
+                    .collect();
+                let distribution =
+                    if spec.keys.is_empty() { Distribution::Single } else { Distribution::Hash(spec.keys.clone()) };
+                let ops = self.each(|_| {
+                    Ok(Box::new(SessionAssign::new(
+                        spec.clone(),
+                        Arc::clone(&schema),
+                        lateness,
+                        keep,
+                        self.keyed(state),
+                        (self.keyed(ledger), prefix),
+                        &self.view,
+                    )?))
+                })?;
+                let exchange = (!spec.keys.is_empty()).then_some(keys);
+                Ok((self.graph.add(ops, &[leaf], vec![exchange])?, schema, distribution, times))
+            }
+        }
     }
 }

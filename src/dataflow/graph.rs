@@ -237,7 +237,8 @@ impl Graph {
             match self.nodes[index].partition.get(slot).and_then(|p| p.as_ref()) {
                 Some(exchange) => {
                     let keys: Vec<String> = exchange.keys.iter().map(|k| k.to_string()).collect();
-                    let how = if keys.is_empty() { "single".to_string() } else { format!("hash [{}]", keys.join(", ")) };
+                    let how =
+                        if keys.is_empty() { "single".to_string() } else { format!("hash [{}]", keys.join(", ")) };
                     lines.push(format!("{}Exchange: {how}", "  ".repeat(depth + 1)));
                     self.explain_node(child, depth + 2, lines);
                 }

@@ -95,9 +95,10 @@ pub async fn template_state(catalog: Arc<Catalog>) -> Result<SessionState> {
         .map_err(WeirError::from)?;
     pg_catalog::register_functions(&ctx, pg_catalog::type_oids(&ctx).await?, &catalog);
 
-    // Windows over relations (event time): TUMBLE(rel, col, size) and HOP(rel, col, slide, size).
+    // Windows over relations (event time): TUMBLE, HOP and SESSION (catalog::windowed).
     ctx.register_udtf("tumble", Arc::new(crate::catalog::windowed::WindowFunction::tumble(Arc::clone(&catalog))));
     ctx.register_udtf("hop", Arc::new(crate::catalog::windowed::WindowFunction::hop(Arc::clone(&catalog))));
+    ctx.register_udtf("session", Arc::new(crate::catalog::windowed::WindowFunction::session(Arc::clone(&catalog))));
 
     let version = version_string();
     ctx.register_udf(create_udf(

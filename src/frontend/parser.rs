@@ -93,7 +93,7 @@ impl SqlParser {
     }
 }
 
-/// `TUMBLE(...)` / `Hop(...)` in FROM as the registered table functions `tumble` / `hop`:
+/// `TUMBLE(...)`, `Hop(...)`, `SESSION(...)` in FROM as the registered table functions:
 /// DataFusion looks table functions up by their name as written.
 fn fold_window_function_names(statement: &mut ast::Statement) {
     use datafusion::sql::sqlparser::ast::{visit_relations_mut, ObjectNamePart};
@@ -101,7 +101,7 @@ fn fold_window_function_names(statement: &mut ast::Statement) {
     let _ = visit_relations_mut(statement, |name| {
         if let [ObjectNamePart::Identifier(ident)] = name.0.as_mut_slice() {
             let lower = ident.value.to_ascii_lowercase();
-            if ident.quote_style.is_none() && (lower == "tumble" || lower == "hop") {
+            if ident.quote_style.is_none() && matches!(lower.as_str(), "tumble" | "hop" | "session") {
                 ident.value = lower;
             }
         }

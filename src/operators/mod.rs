@@ -8,6 +8,8 @@
 //! - [`hash_join`]: inner equi-joins with a residual condition.
 //! - [`union`]: UNION ALL.
 //! - [`window_assign`]: rows into `TUMBLE` / `HOP` windows; judges lateness.
+//! - [`session_assign`]: rows into `SESSION` windows, re-assigned as sessions grow and merge.
+//! - [`lateness`]: what both assigners do with late rows (count, keep, ledger).
 //! - [`eowc_buffer`]: `EMIT ON WINDOW CLOSE` for views without a windowed aggregate.
 //! - [`materialize`]: a view's rows in a state table, committed per epoch.
 //! - [`eval`]: expression evaluation that turns a row's runtime error into NULL and a count.
@@ -17,8 +19,10 @@ pub mod eval;
 pub mod filter;
 pub mod hash_agg;
 pub mod hash_join;
+pub mod lateness;
 pub mod materialize;
 pub mod operator;
 pub mod project;
+pub mod session_assign;
 pub mod union;
 pub mod window_assign;

@@ -8,21 +8,15 @@
 //! judged against the watermark of the data before them (a statement's rows do not make each
 //! other late), so the verdict depends only on the order of the input, not on barrier timing.
 //!
-//! Which rows were late is also kept in the view's durable state table (a *ledger*, keyed by
-//! the row and its window): views are rebuilt from their inputs at start, and then every row
-//! arrives at once, before any watermark, so nothing would look late. While rebuilding (until
-//! the first watermark) the ledger's rows are left out again, and the rebuilt view equals the
-//! one that never stopped.
-
-use std::collections::HashMap;
+//! Which rows were late is also kept in a ledger, so a view rebuilt at start leaves them out
+//! again ([`LateRows`]).
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::arrow::row::{RowConverter, SortField};
 
+use super::lateness::LateRows;
 use super::operator::Operator;
 use crate::error::Result;
-use crate::metrics;
 use crate::state::keyed::KeyedState;
 use crate::state::store::WriteBatch;
 use crate::types::window::{close_times, TimeColumn, WindowSpec};
@@ -35,16 +29,7 @@ pub struct WindowAssign {
     /// How long after its end a window still takes rows (nanoseconds).
     lateness: i64,
     watermark: Option<i64>,
-    /// Whether late rows are kept for a `LATE ROWS TO` table.
-    keep_late: bool,
-    late: Vec<RecordBatch>,
-    /// Late rows by (row, window), in the view's durable state table under `ledger_prefix`.
-    ledger: KeyedState,
-    ledger_prefix: u8,
-    codec: RowConverter,
-    /// The ledger's rows still to leave out while rebuilding.
-    to_skip: HashMap<Vec<u8>, i64>,
-    view: String,
+    late: LateRows,
 }
 
 impl WindowAssign {
@@ -56,33 +41,8 @@ impl WindowAssign {
         ledger: (KeyedState, u8),
         view: &str,
     ) -> Result<WindowAssign> {
-        let codec = RowConverter::new(schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect())?;
-        let (ledger, ledger_prefix) = ledger;
-        let mut to_skip = HashMap::new();
-        for (key, count) in ledger.scan_prefix(&[ledger_prefix], 1)? {
-            let count = i64::from_le_bytes(count.as_slice().try_into().unwrap_or_default());
-            to_skip.insert(key[1..].to_vec(), count);
-        }
-        Ok(WindowAssign {
-            spec,
-            schema,
-            lateness,
-            watermark: None,
-            keep_late,
-            late: Vec::new(),
-            ledger,
-            ledger_prefix,
-            codec,
-            to_skip,
-            view: view.to_string(),
-        })
-    }
-
-    fn ledger_key(&self, row: &[u8]) -> Vec<u8> {
-        let mut key = Vec::with_capacity(row.len() + 1);
-        key.push(self.ledger_prefix);
-        key.extend_from_slice(row);
-        key
+        let late = LateRows::new(&schema, keep_late, ledger, view)?;
+        Ok(WindowAssign { spec, schema, lateness, watermark: None, late })
     }
 }
 
@@ -101,57 +61,19 @@ impl Operator for WindowAssign {
         let (data, origins) = self.spec.assign(&batch.data, &self.schema)?;
         let ops: Vec<Op> = origins.iter().map(|&o| batch.ops[o as usize]).collect();
         let windowed = ChangeBatch::new(data, ops);
-        let keep: Vec<u32> = match self.watermark {
-            None if self.to_skip.is_empty() => return Ok(vec![windowed]),
-            None => {
-                // Rebuilding: leave out the rows the ledger says were late.
-                let rows = self.codec.convert_columns(windowed.data.columns())?;
-                (0..windowed.num_rows() as u32)
-                    .filter(|&i| {
-                        if windowed.ops[i as usize].sign() < 0 {
-                            return true;
-                        }
-                        match self.to_skip.get_mut(rows.row(i as usize).as_ref()) {
-                            Some(n) if *n > 0 => {
-                                *n -= 1;
-                                false
-                            }
-                            _ => true,
-                        }
-                    })
-                    .collect()
-            }
+        let keep = match self.watermark {
+            None => self.late.not_late_before(&windowed)?,
             Some(watermark) => {
+                // Late: the window ended at or before the watermark minus the allowed lateness.
                 let end_column = windowed.data.num_columns() - 1;
                 let closes = close_times(windowed.data.column(end_column), TimeColumn { close_offset: 0 })?;
                 let final_before = watermark.saturating_sub(self.lateness);
-                let late: Vec<u32> = (0..windowed.num_rows() as u32)
-                    .filter(|&i| closes[i as usize].is_some_and(|c| c <= final_before))
-                    .collect();
-                if late.is_empty() {
-                    return Ok(vec![windowed]);
+                let (late, on_time): (Vec<u32>, Vec<u32>) = (0..windowed.num_rows() as u32)
+                    .partition(|&i| closes[i as usize].is_some_and(|c| c <= final_before));
+                if !late.is_empty() {
+                    self.late.divert(windowed.take(&late)?)?;
                 }
-                let late_rows = windowed.take(&late)?;
-                let inserted: Vec<u32> =
-                    (0..late_rows.num_rows() as u32).filter(|&i| late_rows.ops[i as usize].sign() > 0).collect();
-                let inserted = late_rows.take(&inserted)?;
-                let encoded = self.codec.convert_columns(inserted.data.columns())?;
-                for row in encoded.iter() {
-                    let key = self.ledger_key(row.as_ref());
-                    let before = match self.ledger.get(&key, 1)? {
-                        Some(v) => i64::from_le_bytes(v.as_slice().try_into().unwrap_or_default()),
-                        None => 0,
-                    };
-                    self.ledger.put(&key, 1, (before + 1).to_le_bytes().to_vec());
-                }
-                metrics::LATE_ROWS_TOTAL.with_label_values(&[&self.view]).inc_by(late.len() as u64);
-                crate::system::record_late_rows(&self.view, late.len() as u64);
-                if self.keep_late && inserted.num_rows() > 0 {
-                    self.late.push(inserted.data);
-                }
-                let mut is_late = vec![false; windowed.num_rows()];
-                late.iter().for_each(|&i| is_late[i as usize] = true);
-                (0..windowed.num_rows() as u32).filter(|&i| !is_late[i as usize]).collect()
+                on_time
             }
         };
         if keep.len() == windowed.num_rows() {
@@ -162,16 +84,15 @@ impl Operator for WindowAssign {
 
     fn on_watermark(&mut self, watermark: i64) {
         self.watermark = Some(watermark);
-        // Rebuilt: the ledger's rows have been left out.
-        self.to_skip = HashMap::new();
+        self.late.rebuilt();
     }
 
     fn take_late_rows(&mut self) -> Vec<RecordBatch> {
-        std::mem::take(&mut self.late)
+        self.late.take()
     }
 
     fn flush_state(&mut self, wb: &mut WriteBatch) {
-        self.ledger.flush(wb);
+        self.late.flush(wb);
     }
 }
 

@@ -127,11 +127,7 @@ impl WindowSpec {
 
     /// The input's columns, then `window_start` and `window_end` (of the time column's type).
     pub fn output_schema(&self, input: &Schema) -> SchemaRef {
-        let time_type = input.field(self.time_column).data_type().clone();
-        let mut fields: Vec<Field> = input.fields().iter().map(|f| f.as_ref().clone()).collect();
-        fields.push(Field::new(WINDOW_START, time_type.clone(), true));
-        fields.push(Field::new(WINDOW_END, time_type, true));
-        Arc::new(Schema::new(fields))
+        Windowing::Fixed(self.clone()).output_schema(input)
     }
 
     /// The start of the last window containing `t` (the only one for a tumbling window).
@@ -187,6 +183,115 @@ impl WindowSpec {
     }
 }
 
+/// Session windows: rows with the same key values whose event times are less than `gap`
+/// apart form a session `[first time, last time + gap)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionSpec {
+    pub gap: i64,
+    pub time_column: usize,
+    /// The columns sessions are kept per (none: one series of sessions for all rows).
+    pub keys: Vec<usize>,
+}
+
+impl SessionSpec {
+    pub fn new(gap: i64, time_column: usize, keys: Vec<usize>) -> Result<SessionSpec> {
+        if gap <= 0 {
+            return Err(invalid("SESSION's gap must be positive"));
+        }
+        Ok(SessionSpec { gap, time_column, keys })
+    }
+
+    /// The sessions of one key's event times (sorted ascending): `(start, end)` per session.
+    pub fn sessions(&self, sorted_times: &[i64]) -> Vec<(i64, i64)> {
+        let mut out: Vec<(i64, i64)> = Vec::new();
+        for &t in sorted_times {
+            match out.last_mut() {
+                Some((_, end)) if t < *end => *end = (*end).max(t.saturating_add(self.gap)),
+                _ => out.push((t, t.saturating_add(self.gap))),
+            }
+        }
+        out
+    }
+
+    /// The session of each time in `sorted_times`, given its sessions.
+    pub fn session_of(sessions: &[(i64, i64)], t: i64) -> (i64, i64) {
+        let i = sessions.partition_point(|&(start, _)| start <= t);
+        sessions[i.saturating_sub(1)]
+    }
+
+    /// Every row of `batches` (all rows of a relation) with its session, for ad-hoc queries;
+    /// rows with a NULL time are left out.
+    pub fn assign_all(&self, batches: &[RecordBatch], schema: &SchemaRef) -> Result<RecordBatch> {
+        use datafusion::arrow::row::{RowConverter, SortField};
+        use std::collections::HashMap;
+        let input = match batches.first() {
+            Some(b) => b.schema(),
+            None => return Ok(RecordBatch::new_empty(Arc::clone(schema))),
+        };
+        let all = datafusion::arrow::compute::concat_batches(&input, batches)?;
+        let times = to_nanos(all.column(self.time_column))?;
+        let key_columns: Vec<ArrayRef> = self.keys.iter().map(|&k| Arc::clone(all.column(k))).collect();
+        let codec = RowConverter::new(key_columns.iter().map(|c| SortField::new(c.data_type().clone())).collect())?;
+        let keys = codec.convert_columns(&key_columns)?;
+        let mut by_key: HashMap<&[u8], Vec<(i64, u32)>> = HashMap::new();
+        for (row, t) in times.iter().enumerate() {
+            if let Some(t) = t {
+                by_key.entry(keys.row(row).data()).or_default().push((t, row as u32));
+            }
+        }
+        let (mut origins, mut starts, mut ends) = (Vec::new(), Vec::new(), Vec::new());
+        for (_, mut rows) in by_key {
+            rows.sort_unstable();
+            let sorted: Vec<i64> = rows.iter().map(|(t, _)| *t).collect();
+            let sessions = self.sessions(&sorted);
+            for (t, row) in rows {
+                let (start, end) = Self::session_of(&sessions, t);
+                origins.push(row);
+                starts.push(Some(start));
+                ends.push(Some(end));
+            }
+        }
+        let time_type = input.field(self.time_column).data_type().clone();
+        let indices = UInt32Array::from(origins);
+        let mut columns: Vec<ArrayRef> =
+            all.columns().iter().map(|c| take(c.as_ref(), &indices, None)).collect::<std::result::Result<_, _>>()?;
+        columns.push(from_nanos(starts, &time_type)?);
+        columns.push(from_nanos(ends, &time_type)?);
+        Ok(RecordBatch::try_new(Arc::clone(schema), columns)?)
+    }
+
+    pub fn describe(&self, input: &Schema) -> String {
+        let keys: Vec<&str> = self.keys.iter().map(|&k| input.field(k).name().as_str()).collect();
+        let by = if keys.is_empty() { String::new() } else { format!(" per [{}]", keys.join(", ")) };
+        format!("SESSION(gap {}s){by}", self.gap as f64 / 1e9)
+    }
+}
+
+/// The windows of a `TUMBLE`, `HOP` or `SESSION` relation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Windowing {
+    Fixed(WindowSpec),
+    Session(SessionSpec),
+}
+
+impl Windowing {
+    pub fn time_column(&self) -> usize {
+        match self {
+            Windowing::Fixed(w) => w.time_column,
+            Windowing::Session(s) => s.time_column,
+        }
+    }
+
+    /// The input's columns, then `window_start` and `window_end` (of the time column's type).
+    pub fn output_schema(&self, input: &Schema) -> SchemaRef {
+        let time_type = input.field(self.time_column()).data_type().clone();
+        let mut fields: Vec<Field> = input.fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields.push(Field::new(WINDOW_START, time_type.clone(), true));
+        fields.push(Field::new(WINDOW_END, time_type, true));
+        Arc::new(Schema::new(fields))
+    }
+}
+
 /// How a column tells when its row's window closes: at its value plus `close_offset`
 /// (`window_start` + size, `window_end` + 0).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -217,5 +322,16 @@ mod tests {
         assert_eq!(hop.starts(7 * S).collect::<Vec<_>>(), vec![2 * S, 4 * S, 6 * S]);
         assert!(WindowSpec::new(WindowKind::Hop { slide: 4 * S, size: 6 * S }, 0, 0).is_err());
         assert!(WindowSpec::new(WindowKind::Tumble { size: 0 }, 0, 0).is_err());
+    }
+
+    #[test]
+    fn sessions_split_at_gaps_of_at_least_the_gap() {
+        let s = SessionSpec::new(10, 0, vec![]).unwrap();
+        assert_eq!(s.sessions(&[0, 5, 14, 23, 40]), vec![(0, 33), (40, 50)]);
+        // Exactly `gap` apart: two sessions.
+        assert_eq!(s.sessions(&[0, 10]), vec![(0, 10), (10, 20)]);
+        assert_eq!(SessionSpec::session_of(&[(0, 33), (40, 50)], 23), (0, 33));
+        assert_eq!(SessionSpec::session_of(&[(0, 33), (40, 50)], 40), (40, 50));
+        assert!(SessionSpec::new(0, 0, vec![]).is_err());
     }
 }

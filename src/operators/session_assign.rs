@@ -1,0 +1,297 @@
+//! SessionAssign: puts each row into its `SESSION` window — per key, rows less than `gap`
+//! apart in event time form one session `[first, last + gap)` — and keeps that assignment right
+//! as rows arrive: a row that extends a session or bridges two re-assigns every row of them,
+//! emitted as retractions of the old windows and inserts of the new ones, so a downstream
+//! aggregate grouped by the session is corrected like any other change.
+//!
+//! State: per key, the rows of its sessions that are not final yet, keyed
+//! `[key][event time][row] -> multiplicity` (one range read per key). A row is late when its
+//! event time is below the watermark minus the allowed lateness: it could only join a session
+//! that may already be final (handled by [`LateRows`], with its would-be window `[t, t + gap)`).
+//! A session is final once the watermark passes its end plus the allowed lateness (no row on
+//! time can reach it any more); its rows then leave the state. Keys are indexed in memory by
+//! the end of their earliest session (views are rebuilt at start, the index with them).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, RecordBatch};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::row::{RowConverter, SortField};
+
+use super::lateness::LateRows;
+use super::operator::Operator;
+use crate::error::Result;
+use crate::state::keyed::KeyedState;
+use crate::state::store::WriteBatch;
+use crate::types::window::{from_nanos, to_nanos, SessionSpec};
+use crate::types::{ChangeBatch, Op};
+
+pub struct SessionAssign {
+    spec: SessionSpec,
+    /// Input columns, `window_start`, `window_end`.
+    schema: SchemaRef,
+    lateness: i64,
+    watermark: Option<i64>,
+    late: LateRows,
+    /// Encodes the key columns (None without keys: one key, empty).
+    key_codec: Option<RowConverter>,
+    row_codec: RowConverter,
+    state: KeyedState,
+    /// Keys by the end of their earliest session still in state.
+    by_end: BTreeMap<i64, HashSet<Vec<u8>>>,
+    earliest_end: HashMap<Vec<u8>, i64>,
+    description: String,
+}
+
+/// Event time as bytes that sort like the time.
+fn time_key(t: i64) -> [u8; 8] {
+    ((t as u64) ^ (1 << 63)).to_be_bytes()
+}
+
+fn time_of(bytes: &[u8]) -> i64 {
+    (u64::from_be_bytes(bytes[..8].try_into().expect("8 bytes")) ^ (1 << 63)) as i64
+}
+
+/// One key's rows: (event time, row) -> multiplicity.
+type Rows = BTreeMap<(i64, Vec<u8>), i64>;
+
+impl SessionAssign {
+    pub fn new(
+        spec: SessionSpec,
+        schema: SchemaRef,
+        lateness: i64,
+        keep_late: bool,
+        state: KeyedState,
+        ledger: (KeyedState, u8),
+        view: &str,
+    ) -> Result<SessionAssign> {
+        let n = schema.fields().len() - 2;
+        let input: Vec<SortField> =
+            schema.fields()[..n].iter().map(|f| SortField::new(f.data_type().clone())).collect();
+        let key_codec = if spec.keys.is_empty() {
+            None
+        } else {
+            Some(RowConverter::new(spec.keys.iter().map(|&k| input[k].clone()).collect())?)
+        };
+        let late = LateRows::new(&schema, keep_late, ledger, view)?;
+        let description = format!(
+            "SessionAssign: {} on {}{}",
+            spec.describe(&schema),
+            schema.field(spec.time_column).name(),
+            if lateness > 0 { format!(", lateness {}s", lateness as f64 / 1e9) } else { String::new() }
+        );
+        Ok(SessionAssign {
+            row_codec: RowConverter::new(input)?,
+            spec,
+            schema,
+            lateness,
+            watermark: None,
+            late,
+            key_codec,
+            state,
+            by_end: BTreeMap::new(),
+            earliest_end: HashMap::new(),
+            description,
+        })
+    }
+
+    /// `rows` (input columns) with windows `[start, end)`.
+    fn with_windows(&self, rows: RecordBatch, starts: Vec<Option<i64>>, ends: Vec<Option<i64>>) -> Result<RecordBatch> {
+        let time_type = self.schema.field(self.spec.time_column).data_type().clone();
+        let mut columns: Vec<ArrayRef> = rows.columns().to_vec();
+        columns.push(from_nanos(starts, &time_type)?);
+        columns.push(from_nanos(ends, &time_type)?);
+        Ok(RecordBatch::try_new(Arc::clone(&self.schema), columns)?)
+    }
+
+    fn decode(&self, rows: &[&[u8]]) -> Result<RecordBatch> {
+        let parser = self.row_codec.parser();
+        let columns = self.row_codec.convert_rows(rows.iter().map(|r| parser.parse(r)))?;
+        let n = self.schema.fields().len() - 2;
+        let input = Arc::new(datafusion::arrow::datatypes::Schema::new(self.schema.fields()[..n].to_vec()));
+        Ok(RecordBatch::try_new(input, columns)?)
+    }
+
+    fn load(&self, key: &[u8]) -> Result<Rows> {
+        let mut rows = Rows::new();
+        for (k, v) in self.state.scan_prefix(key, key.len())? {
+            let rest = &k[key.len()..];
+            let count = i64::from_le_bytes(v.as_slice().try_into().unwrap_or_default());
+            rows.insert((time_of(rest), rest[8..].to_vec()), count);
+        }
+        Ok(rows)
+    }
+
+    fn sessions(&self, rows: &Rows) -> Vec<(i64, i64)> {
+        let mut times: Vec<i64> = rows.keys().map(|(t, _)| *t).collect();
+        times.dedup();
+        self.spec.sessions(&times)
+    }
+
+    fn reindex(&mut self, key: &[u8], earliest: Option<i64>) {
+        if let Some(old) = self.earliest_end.remove(key) {
+            if let Some(set) = self.by_end.get_mut(&old) {
+                set.remove(key);
+                if set.is_empty() {
+                    self.by_end.remove(&old);
+                }
+            }
+        }
+        if let Some(end) = earliest {
+            self.earliest_end.insert(key.to_vec(), end);
+            self.by_end.entry(end).or_default().insert(key.to_vec());
+        }
+    }
+
+    fn state_key(key: &[u8], t: i64, row: &[u8]) -> Vec<u8> {
+        let mut k = Vec::with_capacity(key.len() + 8 + row.len());
+        k.extend_from_slice(key);
+        k.extend_from_slice(&time_key(t));
+        k.extend_from_slice(row);
+        k
+    }
+}
+
+impl Operator for SessionAssign {
+    fn describe(&self) -> String {
+        self.description.clone()
+    }
+
+    fn apply(&mut self, _input: usize, batch: ChangeBatch) -> Result<Vec<ChangeBatch>> {
+        let times = to_nanos(batch.data.column(self.spec.time_column))?;
+        // Each row with its would-be window [t, t + gap), to judge and keep late rows.
+        let with_time: Vec<u32> = (0..batch.num_rows() as u32).filter(|&i| times.is_valid(i as usize)).collect();
+        let batch = batch.take(&with_time)?;
+        let times: Vec<i64> = with_time.iter().map(|&i| times.value(i as usize)).collect();
+        let own = self.with_windows(
+            batch.data.clone(),
+            times.iter().map(|&t| Some(t)).collect(),
+            times.iter().map(|&t| Some(t.saturating_add(self.spec.gap))).collect(),
+        )?;
+        let own = batch.with_data(own);
+        let keep = match self.watermark {
+            None => self.late.not_late_before(&own)?,
+            Some(watermark) => {
+                let (late, on_time): (Vec<u32>, Vec<u32>) = (0..own.num_rows() as u32)
+                    .partition(|&i| times[i as usize] < watermark.saturating_sub(self.lateness));
+                if !late.is_empty() {
+                    self.late.divert(own.take(&late)?)?;
+                }
+                on_time
+            }
+        };
+        let key_columns: Vec<ArrayRef> = self.spec.keys.iter().map(|&k| Arc::clone(batch.data.column(k))).collect();
+        let keys = match &self.key_codec {
+            Some(codec) => Some(codec.convert_columns(&key_columns)?),
+            None => None,
+        };
+        let rows = self.row_codec.convert_columns(batch.data.columns())?;
+        let mut changes_of: HashMap<Vec<u8>, Vec<u32>> = HashMap::new();
+        for &i in &keep {
+            let key = keys.as_ref().map(|k| k.row(i as usize).as_ref().to_vec()).unwrap_or_default();
+            changes_of.entry(key).or_default().push(i);
+        }
+        // Output: (row bytes, start, end, op).
+        let mut out: Vec<(Vec<u8>, i64, i64, Op)> = Vec::new();
+        for (key, changed) in changes_of {
+            let before = self.load(&key)?;
+            let old_sessions = self.sessions(&before);
+            let mut after = before.clone();
+            for &i in &changed {
+                let (t, row) = (times[i as usize], rows.row(i as usize).as_ref().to_vec());
+                let sign = batch.ops[i as usize].sign();
+                let n = after.entry((t, row.clone())).or_insert(0);
+                *n += sign;
+                let n = *n;
+                let state_key = Self::state_key(&key, t, &row);
+                if n == 0 {
+                    after.remove(&(t, row));
+                    self.state.delete(&state_key, key.len());
+                } else {
+                    self.state.put(&state_key, key.len(), n.to_le_bytes().to_vec());
+                }
+            }
+            let new_sessions = self.sessions(&after);
+            let touched: std::collections::BTreeSet<&(i64, Vec<u8>)> = before.keys().chain(after.keys()).collect();
+            for entry in touched {
+                let old = before.get(entry).copied().unwrap_or(0);
+                let new = after.get(entry).copied().unwrap_or(0);
+                let old_window = (old != 0).then(|| SessionSpec::session_of(&old_sessions, entry.0));
+                let new_window = (new != 0).then(|| SessionSpec::session_of(&new_sessions, entry.0));
+                let mut emit = |window: (i64, i64), n: i64, op: Op| {
+                    for _ in 0..n {
+                        out.push((entry.1.clone(), window.0, window.1, op));
+                    }
+                };
+                match (old_window, new_window) {
+                    (Some(o), Some(w)) if o == w => {
+                        if new > old {
+                            emit(w, new - old, Op::Insert);
+                        } else {
+                            emit(w, old - new, Op::Delete);
+                        }
+                    }
+                    (o, w) => {
+                        if let Some(o) = o {
+                            emit(o, old, Op::Delete);
+                        }
+                        if let Some(w) = w {
+                            emit(w, new, Op::Insert);
+                        }
+                    }
+                }
+            }
+            self.reindex(&key, new_sessions.first().map(|s| s.1));
+        }
+        if out.is_empty() {
+            return Ok(vec![]);
+        }
+        let row_refs: Vec<&[u8]> = out.iter().map(|o| o.0.as_slice()).collect();
+        let data = self.with_windows(
+            self.decode(&row_refs)?,
+            out.iter().map(|o| Some(o.1)).collect(),
+            out.iter().map(|o| Some(o.2)).collect(),
+        )?;
+        Ok(vec![ChangeBatch::new(data, out.iter().map(|o| o.3).collect())])
+    }
+
+    fn on_barrier(&mut self) -> Result<Vec<ChangeBatch>> {
+        // Sessions final at this watermark leave the state.
+        let Some(watermark) = self.watermark else { return Ok(vec![]) };
+        let bound = watermark.saturating_sub(self.lateness).saturating_add(1);
+        let keep = self.by_end.split_off(&bound);
+        let due = std::mem::replace(&mut self.by_end, keep);
+        for key in due.into_values().flatten() {
+            self.earliest_end.remove(&key);
+            let rows = self.load(&key)?;
+            let sessions = self.sessions(&rows);
+            for (t, row) in rows.keys() {
+                if SessionSpec::session_of(&sessions, *t).1 < bound {
+                    self.state.delete(&Self::state_key(&key, *t, row), key.len());
+                }
+            }
+            let remaining = sessions.iter().find(|s| s.1 >= bound).map(|s| s.1);
+            self.reindex(&key, remaining);
+        }
+        Ok(vec![])
+    }
+
+    fn on_watermark(&mut self, watermark: i64) {
+        self.watermark = Some(watermark);
+        self.late.rebuilt();
+    }
+
+    fn take_late_rows(&mut self) -> Vec<RecordBatch> {
+        self.late.take()
+    }
+
+    fn flush_state(&mut self, wb: &mut WriteBatch) {
+        self.state.flush(wb);
+        self.late.flush(wb);
+    }
+
+    fn open_windows(&self) -> usize {
+        self.earliest_end.len()
+    }
+}
