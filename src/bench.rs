@@ -8,6 +8,12 @@
 //! - `backfill`: a view created over a table that already holds the rows.
 //! - `upsert`: as `agg`, into a table with a primary key (the changelog needs each key's
 //!   previous row).
+//! - `tumble`, `hop`: event-time windows. Rows go into an append-only table with a watermark
+//!   (1,000 events per second of event time, up to 1.8 s out of order, 5 s watermark delay);
+//!   the view counts and takes the max per key (1,000 keys) per 10 s `TUMBLE` window, or counts
+//!   per key per `HOP` window (2 s slide, 10 s size: five windows per event), `EMIT ON WINDOW
+//!   CLOSE`. Resident memory is sampled after each quarter of the stream: closed windows free
+//!   their state, so it must stay flat.
 //!
 //! Prints one human line and one JSON line per scenario, with peak RSS.
 
@@ -91,14 +97,18 @@ impl Harness {
     }
 
     async fn insert_events(&mut self, rows: u64, batch: u64) -> Result<()> {
+        self.insert_rows(rows, batch, "value % 10000, value % 997, value", |_| {}).await
+    }
+
+    /// Inserts rows `0..rows` into `events`, `batch` per statement, each computed from `value`
+    /// by `columns`; calls `progress` with the rows inserted after each statement.
+    async fn insert_rows(&mut self, rows: u64, batch: u64, columns: &str, mut progress: impl FnMut(u64)) -> Result<()> {
         let mut start = 0;
         while start < rows {
             let end = (start + batch).min(rows) - 1;
-            self.run(&format!(
-                "INSERT INTO events SELECT value % 10000, value % 997, value FROM generate_series({start}, {end})"
-            ))
-            .await?;
+            self.run(&format!("INSERT INTO events SELECT {columns} FROM generate_series({start}, {end})")).await?;
             start = end + 1;
+            progress(start);
         }
         Ok(())
     }
@@ -113,12 +123,60 @@ fn rand_suffix() -> u64 {
 
 /// Peak resident set size of this process, in MiB (Linux).
 fn peak_rss_mib() -> f64 {
+    memory_mib("VmHWM:")
+}
+
+/// Resident set size now, in MiB (Linux).
+fn rss_mib() -> f64 {
+    memory_mib("VmRSS:")
+}
+
+fn memory_mib(field: &str) -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).map(|l| l.to_string()))
+        .and_then(|s| s.lines().find(|l| l.starts_with(field)).map(|l| l.to_string()))
         .and_then(|l| l.split_whitespace().nth(1).and_then(|kb| kb.parse::<f64>().ok()))
         .map(|kb| kb / 1024.0)
         .unwrap_or(0.0)
+}
+
+/// An event-time scenario: rows/s and the resident memory after each quarter of the stream.
+async fn windowed(name: &str, options: &BenchOptions) -> Result<(f64, f64, Vec<f64>)> {
+    let mut h = Harness::new().await?;
+    h.run(&format!("SET streaming_parallelism = {}", options.parallelism)).await?;
+    h.run(
+        "CREATE TABLE events (k BIGINT, v BIGINT, ts TIMESTAMP,
+           WATERMARK FOR ts AS ts - INTERVAL '5' SECOND) APPEND ONLY",
+    )
+    .await?;
+    let (view, copies) = match name {
+        "tumble" => ("CREATE MATERIALIZED VIEW per_window AS SELECT window_start, k, count(*) AS n, max(v) AS top FROM TUMBLE(events, ts, INTERVAL '10' SECOND) GROUP BY window_start, k EMIT ON WINDOW CLOSE", 1),
+        _ => ("CREATE MATERIALIZED VIEW per_window AS SELECT window_start, k, count(*) AS n FROM HOP(events, ts, INTERVAL '2' SECOND, INTERVAL '10' SECOND) GROUP BY window_start, k EMIT ON WINDOW CLOSE", 5),
+    };
+    h.run(view).await?;
+    // Event time: `value` milliseconds, minus up to 1.8 s of disorder.
+    let columns = "value % 1000, value % 997, to_timestamp_millis(value - (value % 7) * 300)";
+    let started = Instant::now();
+    let quarter = (options.rows / 4).max(1);
+    let mut samples = Vec::new();
+    h.insert_rows(options.rows, options.batch, columns, |done| {
+        if done / quarter > samples.len() as u64 && samples.len() < 4 {
+            samples.push(rss_mib());
+        }
+    })
+    .await?;
+    h.run("FLUSH").await?;
+    let seconds = started.elapsed().as_secs_f64();
+    // One event long after the stream closes every window; then every event must be counted.
+    h.run("INSERT INTO events VALUES (0, 0, to_timestamp_millis(1000000000000)); FLUSH").await?;
+    let counted = h.scalar_i64("SELECT sum(n) FROM per_window").await?;
+    if counted != (options.rows * copies) as i64 {
+        return Err(WeirError::internal(format!(
+            "{name}: the view counts {counted} rows, expected {}",
+            options.rows * copies
+        )));
+    }
+    Ok((options.rows as f64 / seconds, seconds, samples))
 }
 
 const SETUP: &str = "CREATE TABLE dim (k BIGINT PRIMARY KEY, region VARCHAR);
@@ -134,7 +192,9 @@ async fn scenario(name: &str, options: &BenchOptions) -> Result<(f64, f64)> {
     let view = match name {
         "agg" | "backfill" | "upsert" => "CREATE MATERIALIZED VIEW per_key AS SELECT k, count(*) AS n, sum(v) AS s, max(v) AS top FROM events GROUP BY k",
         "join" => "CREATE MATERIALIZED VIEW per_region AS SELECT d.region, count(*) AS n, sum(e.v) AS s FROM events e JOIN dim d ON e.k = d.k GROUP BY d.region",
-        other => return Err(WeirError::syntax(format!("unknown scenario {other}: agg, join, backfill, upsert"))),
+        other => {
+            return Err(WeirError::syntax(format!("unknown scenario {other}: agg, join, backfill, upsert, tumble, hop")))
+        }
     };
     let started;
     if name == "backfill" {
@@ -159,8 +219,17 @@ async fn scenario(name: &str, options: &BenchOptions) -> Result<(f64, f64)> {
 
 pub async fn run(options: BenchOptions) -> Result<()> {
     for name in &options.scenarios {
-        let (rate, seconds) = scenario(name, &options).await?;
+        let (rate, seconds, samples) = if name == "tumble" || name == "hop" {
+            windowed(name, &options).await?
+        } else {
+            let (rate, seconds) = scenario(name, &options).await?;
+            (rate, seconds, vec![])
+        };
         let rss = peak_rss_mib();
+        let by_quarter: Vec<String> = samples.iter().map(|m| format!("{m:.0}")).collect();
+        if !samples.is_empty() {
+            println!("{name}: resident MiB after each quarter of the stream: {}", by_quarter.join(", "));
+        }
         println!(
             "{name}: {} rows in {seconds:.2} s = {:.0} rows/s, peak RSS {rss:.0} MiB (parallelism {}, {} cores)",
             options.rows,
@@ -169,9 +238,10 @@ pub async fn run(options: BenchOptions) -> Result<()> {
             std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
         );
         println!(
-            "{{\"scenario\":\"{name}\",\"rows\":{},\"parallelism\":{},\"seconds\":{seconds:.3},\"rows_per_second\":{rate:.0},\"peak_rss_mib\":{rss:.0}}}",
+            "{{\"scenario\":\"{name}\",\"rows\":{},\"parallelism\":{},\"seconds\":{seconds:.3},\"rows_per_second\":{rate:.0},\"peak_rss_mib\":{rss:.0},\"rss_mib_by_quarter\":[{}]}}",
             options.rows,
-            options.parallelism
+            options.parallelism,
+            by_quarter.join(",")
         );
     }
     Ok(())

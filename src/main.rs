@@ -29,7 +29,8 @@ enum Command {
 
 #[derive(Subcommand, Debug)]
 enum BenchCommand {
-    /// Rows/s through a keyed aggregate, a join, and a view's backfill (see src/bench.rs).
+    /// Rows/s through a keyed aggregate, a join, a view's backfill, and tumbling and hopping
+    /// event-time windows (see src/bench.rs).
     Streaming {
         /// Rows to insert per scenario.
         #[arg(long, default_value_t = 1_000_000)]
@@ -40,7 +41,7 @@ enum BenchCommand {
         /// Shards per view (0: one per core).
         #[arg(long, default_value_t = 0)]
         parallelism: usize,
-        /// Scenarios to run: agg, join, backfill, upsert.
+        /// Scenarios to run: agg, join, backfill, upsert, tumble, hop.
         #[arg(long, value_delimiter = ',', default_value = "agg,join,backfill,upsert")]
         scenarios: Vec<String>,
     },
