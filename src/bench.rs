@@ -12,8 +12,8 @@
 //!   (1,000 events per second of event time, up to 1.8 s out of order, 5 s watermark delay);
 //!   the view counts and takes the max per key (1,000 keys) per 10 s `TUMBLE` window, or counts
 //!   per key per `HOP` window (2 s slide, 10 s size: five windows per event), `EMIT ON WINDOW
-//!   CLOSE`. Resident memory is sampled after each quarter of the stream: closed windows free
-//!   their state, so it must stay flat.
+//!   CLOSE`. Resident memory is sampled after each quarter of the stream (flushed first, so no
+//!   rows wait in channels): closed windows free their state, so it must stay flat.
 //!
 //! Prints one human line and one JSON line per scenario, with peak RSS.
 
@@ -97,18 +97,17 @@ impl Harness {
     }
 
     async fn insert_events(&mut self, rows: u64, batch: u64) -> Result<()> {
-        self.insert_rows(rows, batch, "value % 10000, value % 997, value", |_| {}).await
+        self.insert_range(0, rows, batch, "value % 10000, value % 997, value").await
     }
 
-    /// Inserts rows `0..rows` into `events`, `batch` per statement, each computed from `value`
-    /// by `columns`; calls `progress` with the rows inserted after each statement.
-    async fn insert_rows(&mut self, rows: u64, batch: u64, columns: &str, mut progress: impl FnMut(u64)) -> Result<()> {
-        let mut start = 0;
-        while start < rows {
-            let end = (start + batch).min(rows) - 1;
+    /// Inserts rows `from..to` into `events`, `batch` per statement, each computed from `value`
+    /// by `columns`.
+    async fn insert_range(&mut self, from: u64, to: u64, batch: u64, columns: &str) -> Result<()> {
+        let mut start = from;
+        while start < to {
+            let end = (start + batch).min(to) - 1;
             self.run(&format!("INSERT INTO events SELECT {columns} FROM generate_series({start}, {end})")).await?;
             start = end + 1;
-            progress(start);
         }
         Ok(())
     }
@@ -157,14 +156,20 @@ async fn windowed(name: &str, options: &BenchOptions) -> Result<(f64, f64, Vec<f
     // Event time: `value` milliseconds, minus up to 1.8 s of disorder.
     let columns = "value % 1000, value % 997, to_timestamp_millis(value - (value % 7) * 300)";
     let started = Instant::now();
-    let quarter = (options.rows / 4).max(1);
+    // Four quarters, each flushed (no rows waiting for the view) before memory is sampled.
     let mut samples = Vec::new();
-    h.insert_rows(options.rows, options.batch, columns, |done| {
-        if done / quarter > samples.len() as u64 && samples.len() < 4 {
-            samples.push(rss_mib());
-        }
-    })
-    .await?;
+    let store = Arc::clone(h.frontend.catalog().store());
+    let mut done = 0;
+    for q in 1..=4u64 {
+        let end = options.rows * q / 4;
+        h.insert_range(done, end, options.batch, columns).await?;
+        done = end;
+        h.run("FLUSH").await?;
+        samples.push(rss_mib());
+        let parts: Vec<String> =
+            store.memory_bytes().iter().map(|(part, bytes)| format!("{part} {} MiB", bytes >> 20)).collect();
+        eprintln!("{name}: after {done} rows: resident {:.0} MiB; RocksDB {}", rss_mib(), parts.join(", "));
+    }
     h.run("FLUSH").await?;
     let seconds = started.elapsed().as_secs_f64();
     // One event long after the stream closes every window; then every event must be counted.

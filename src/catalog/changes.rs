@@ -2,8 +2,10 @@
 //! (catalog::dml) publish into it; the streaming runtime (`dataflow`) subscribes views.
 //!
 //! A table publishes each committed statement's changes; a view publishes each epoch's net
-//! changes followed by the epoch's barrier. A subscriber is a bounded channel, so a slow view
-//! slows down (back-pressures) the writers of what it reads instead of buffering without bound.
+//! changes followed by the epoch's barrier. A subscriber is a bounded channel with a memory
+//! budget ([`BUDGET_KIB`] of Arrow buffers waiting, however many rows a statement has), so a slow
+//! view slows down (back-pressures) the writers of what it reads instead of buffering without
+//! bound.
 //! Each relation's subscriber list has its own lock; publishing to one relation never waits for
 //! another.
 //!
@@ -14,7 +16,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
 use crate::state::keys::TableId;
 use crate::types::Message;
@@ -22,9 +24,30 @@ use crate::types::Message;
 /// Messages a subscriber may have queued before publishers wait.
 pub const CHANNEL_CAPACITY: usize = 256;
 
+/// KiB of batches a subscriber may have queued before publishers wait (a batch larger than
+/// this waits until the queue is empty).
+pub const BUDGET_KIB: u32 = 64 * 1024;
+
+/// A message and the share of its subscriber's budget it holds while queued.
+type Envelope = (Message, Option<OwnedSemaphorePermit>);
+
 struct Subscriber {
     job: TableId,
-    tx: mpsc::Sender<Message>,
+    tx: mpsc::Sender<Envelope>,
+    budget: Arc<Semaphore>,
+}
+
+/// The receiving end of a subscription.
+pub struct ChangeReceiver {
+    rx: mpsc::Receiver<Envelope>,
+}
+
+impl ChangeReceiver {
+    /// The next message; None once the publisher side is gone. Its budget is released now:
+    /// the caller applies it before receiving the next.
+    pub async fn recv(&mut self) -> Option<Message> {
+        self.rx.recv().await.map(|(message, _permit)| message)
+    }
 }
 
 #[derive(Default)]
@@ -38,10 +61,11 @@ impl ChangeHub {
     }
 
     /// A new subscription of `job` to `relation`.
-    pub async fn subscribe(&self, relation: TableId, job: TableId) -> mpsc::Receiver<Message> {
+    pub async fn subscribe(&self, relation: TableId, job: TableId) -> ChangeReceiver {
         let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
-        self.list(relation).lock().await.push(Subscriber { job, tx });
-        rx
+        let budget = Arc::new(Semaphore::new(BUDGET_KIB as usize));
+        self.list(relation).lock().await.push(Subscriber { job, tx, budget });
+        ChangeReceiver { rx }
     }
 
     /// Removes every subscription of `job`.
@@ -69,7 +93,14 @@ impl ChangeHub {
         let mut gone = Vec::new();
         for (i, s) in subscribers.iter().enumerate() {
             for m in &messages {
-                if s.tx.send(m.clone()).await.is_err() {
+                let permit = match m {
+                    Message::Data(batch) => {
+                        let kib = (batch.data.get_array_memory_size() / 1024).clamp(1, BUDGET_KIB as usize) as u32;
+                        Arc::clone(&s.budget).acquire_many_owned(kib).await.ok()
+                    }
+                    Message::Barrier(_) => None,
+                };
+                if s.tx.send((m.clone(), permit)).await.is_err() {
                     gone.push(i);
                     break;
                 }

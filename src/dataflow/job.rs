@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use futures::future::select_all;
 use futures::FutureExt;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 use std::time::{Duration, Instant};
 
@@ -31,7 +31,7 @@ use datafusion::arrow::array::{ArrayRef, RecordBatch, StringArray, TimestampMicr
 use datafusion::physical_expr::PhysicalExpr;
 
 use super::graph::Graph;
-use crate::catalog::changes::ChangeHub;
+use crate::catalog::changes::{ChangeHub, ChangeReceiver};
 use crate::catalog::Relation;
 use crate::error::{Result, WeirError};
 use crate::metrics;
@@ -59,7 +59,7 @@ impl InputWatermark {
 pub struct ViewJob {
     pub relation: Arc<Relation>,
     pub graph: Graph,
-    pub inputs: Vec<mpsc::Receiver<Message>>,
+    pub inputs: Vec<ChangeReceiver>,
     pub materialize: Materialize,
     pub store: Arc<dyn StateStore>,
     pub changes: Arc<ChangeHub>,

@@ -631,9 +631,10 @@ impl Operator for HashAgg {
             for (key, group) in held {
                 self.store_group(&key, &group)?;
             }
+            let mut emitting: std::collections::HashSet<Vec<u8>> = emit.iter().map(|(k, _)| k.clone()).collect();
             for (close, keys) in newly_closed {
                 for key in &keys {
-                    if !emit.iter().any(|(k, _)| k == key) {
+                    if emitting.insert(key.clone()) {
                         let group = self.load(key)?;
                         emit.push((key.clone(), group));
                     }

@@ -16,6 +16,7 @@ use crate::error::{Result, WeirError};
 pub struct RocksStore {
     db: DB,
     sync_writes: bool,
+    block_cache: Cache,
 }
 
 impl RocksStore {
@@ -27,7 +28,8 @@ impl RocksStore {
         opts.set_bottommost_compression_type(rocksdb::DBCompressionType::Zstd);
         opts.increase_parallelism(2);
         let mut table_opts = BlockBasedOptions::default();
-        table_opts.set_block_cache(&Cache::new_lru_cache(config.block_cache_mb.max(8) << 20));
+        let block_cache = Cache::new_lru_cache(config.block_cache_mb.max(8) << 20);
+        table_opts.set_block_cache(&block_cache);
         table_opts.set_bloom_filter(10.0, false);
         opts.set_block_based_table_factory(&table_opts);
         let db = DB::open(&opts, dir).map_err(|e| {
@@ -36,7 +38,7 @@ impl RocksStore {
                 format!("cannot open state store at {}: {e}", dir.display()),
             )
         })?;
-        Ok(RocksStore { db, sync_writes: config.sync_writes })
+        Ok(RocksStore { db, sync_writes: config.sync_writes, block_cache })
     }
 }
 
@@ -72,6 +74,15 @@ impl StateStore for RocksStore {
     fn approximate_bytes(&self) -> u64 {
         let property = |name: &str| self.db.property_int_value(name).ok().flatten().unwrap_or(0);
         property("rocksdb.estimate-live-data-size") + property("rocksdb.cur-size-all-mem-tables")
+    }
+
+    fn memory_bytes(&self) -> Vec<(&'static str, u64)> {
+        let property = |name: &str| self.db.property_int_value(name).ok().flatten().unwrap_or(0);
+        vec![
+            ("memtables", property("rocksdb.cur-size-all-mem-tables")),
+            ("block_cache", self.block_cache.get_usage() as u64),
+            ("table_readers", property("rocksdb.estimate-table-readers-mem")),
+        ]
     }
 
     fn write(&self, batch: WriteBatch) -> Result<()> {

@@ -65,4 +65,9 @@ pub trait StateStore: Send + Sync + 'static {
     fn approximate_bytes(&self) -> u64 {
         0
     }
+
+    /// Memory the store itself uses, by part (for metrics and benchmarks).
+    fn memory_bytes(&self) -> Vec<(&'static str, u64)> {
+        vec![]
+    }
 }
