@@ -58,12 +58,24 @@ impl SqlParser {
         if pieces.iter().all(|p| matches!(p, Piece::Sql(_))) && !streaming {
             return Ok(self.parse_sql(sql)?.into_iter().map(Statement::Sql).collect());
         }
+        // Statement by statement, taking out streaming clauses; when there were none (and no
+        // FLUSH), the text is parsed whole as usual.
+        let mut extracted = Vec::with_capacity(pieces.len());
+        for piece in &pieces {
+            extracted.push(match piece {
+                Piece::Flush => None,
+                Piece::Sql(text) => Some(clauses::extract(text)?),
+            });
+        }
+        let plain = extracted.iter().all(|e| matches!(e, Some((_, found)) if found.is_empty()));
+        if plain {
+            return Ok(self.parse_sql(sql)?.into_iter().map(Statement::Sql).collect());
+        }
         let mut out = Vec::new();
-        for piece in pieces {
+        for piece in extracted {
             match piece {
-                Piece::Flush => out.push(Statement::Flush),
-                Piece::Sql(text) => {
-                    let (rest, found) = clauses::extract(text)?;
+                None => out.push(Statement::Flush),
+                Some((rest, found)) => {
                     let mut statements = self.parse_sql(&rest)?;
                     if found.is_empty() {
                         out.extend(statements.into_iter().map(Statement::Sql));
@@ -404,6 +416,20 @@ mod tests {
         let err = p.parse("SELECT 1;\nSELEC 2").unwrap_err();
         assert_eq!(err.state, SqlState::SYNTAX_ERROR);
         assert_eq!(err.position, Some(11), "{err:?}");
+    }
+
+    #[test]
+    fn streaming_clauses_are_taken_out_and_other_text_parses_whole() {
+        let p = SqlParser::new();
+        let parsed = p
+            .parse("CREATE TABLE t (ts TIMESTAMP, WATERMARK FOR ts AS ts) APPEND ONLY; SELECT 'too late'; FLUSH")
+            .unwrap();
+        assert!(matches!(&parsed[0], Statement::Streaming(_, c) if c.append_only && c.watermark.is_some()));
+        assert!(matches!(&parsed[1], Statement::Sql(_)));
+        assert!(matches!(&parsed[2], Statement::Flush));
+        // Words like "late" in ordinary SQL change nothing, positions included.
+        let err = p.parse("SELECT 'late';\nSELEC 2").unwrap_err();
+        assert_eq!(err.position, Some(16), "{err:?}");
     }
 
     #[test]
