@@ -27,6 +27,7 @@
 pub mod bench;
 pub mod catalog;
 pub mod config;
+pub mod connectors;
 pub mod dataflow;
 pub mod error;
 pub mod frontend;

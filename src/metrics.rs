@@ -128,6 +128,11 @@ pub static OPEN_WINDOWS: LazyLock<prometheus::IntGaugeVec> = LazyLock::new(|| {
     )
 });
 
+/// Rows each source's connector has stored.
+pub static SOURCE_ROWS_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register(IntCounterVec::new(Opts::new("weir_source_rows_total", "Rows stored by a source"), &["source"]).unwrap())
+});
+
 /// Bytes in the state store (RocksDB's estimate of live data plus memtables), every 5 s.
 pub static STATE_BYTES: LazyLock<IntGauge> =
     LazyLock::new(|| register(IntGauge::new("weir_state_bytes", "Bytes held by the state store").unwrap()));

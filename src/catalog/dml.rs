@@ -187,14 +187,29 @@ impl Writer {
     /// INSERT: stores every row of `input`, upserting on the primary key.
     pub async fn insert(&self, mut input: SendableRecordBatchStream) -> Result<u64> {
         let _guard = self.relation.write_lock.lock().await;
+        let mut batches = Vec::new();
+        while let Some(batch) = input.next().await {
+            batches.push(batch?);
+        }
+        self.insert_locked(&batches, WriteBatch::default()).await
+    }
+
+    /// Appends `batches` (user columns) and the writes in `also` in one atomic write: how a
+    /// source stores a chunk of rows together with its new offset.
+    pub async fn append(&self, batches: &[RecordBatch], also: WriteBatch) -> Result<u64> {
+        let _guard = self.relation.write_lock.lock().await;
+        self.insert_locked(batches, also).await
+    }
+
+    /// Stores `batches` with `wb`'s other writes, then publishes the changelog (under the write
+    /// lock, held by the caller).
+    async fn insert_locked(&self, batches: &[RecordBatch], mut wb: WriteBatch) -> Result<u64> {
         let listening = self.changes.has_subscribers(self.relation.def.id).await;
-        let mut wb = WriteBatch::default();
         let mut count = 0u64;
         let mut stored_batches = Vec::new();
-        while let Some(batch) = input.next().await {
-            let batch = batch?;
+        for batch in batches {
             count += batch.num_rows() as u64;
-            let stored = to_stored(&self.relation, &batch)?;
+            let stored = to_stored(&self.relation, batch)?;
             self.relation.table.put_batch(&stored, &mut wb)?;
             if listening {
                 stored_batches.push(stored);

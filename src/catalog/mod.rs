@@ -44,6 +44,8 @@ pub const DEFAULT_SCHEMA: &str = "public";
 pub struct TableOptions {
     pub append_only: bool,
     pub watermark: Option<WatermarkDef>,
+    /// A source's connector: its rows come from it, not from INSERT.
+    pub connector: Option<crate::connectors::options::ConnectorOptions>,
 }
 
 /// A live relation: its definition plus what is derived from it.
@@ -231,6 +233,7 @@ impl Catalog {
         def.primary_key = primary_key;
         def.append_only = options.append_only;
         def.watermark = options.watermark;
+        def.connector = options.connector;
         self.create(def, if_not_exists)
     }
 
@@ -263,6 +266,7 @@ impl Catalog {
             parallelism: 0,
             append_only: false,
             watermark: None,
+            connector: None,
         }
     }
 

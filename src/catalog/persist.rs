@@ -46,6 +46,9 @@ pub struct RelationDef {
     /// `WATERMARK FOR column AS expr` of an append-only table.
     #[serde(default)]
     pub watermark: Option<WatermarkDef>,
+    /// A source's connector and its options (`CREATE SOURCE ... WITH (connector = ...)`).
+    #[serde(default)]
+    pub connector: Option<crate::connectors::options::ConnectorOptions>,
 }
 
 /// A table's watermark declaration: views reading the table take `max(expr)` over the rows

@@ -197,6 +197,13 @@ impl TableProvider for RelationTable {
             return Err(DataFusionError::NotImplemented(format!("{insert_op} is not supported")));
         }
         self.writable()?;
+        if self.relation.def.connector.is_some() {
+            return Err(WeirError::new(
+                crate::error::SqlState::WRONG_OBJECT_TYPE,
+                format!("cannot INSERT into source \"{}\": its rows come from its connector", self.relation.def.name),
+            )
+            .into());
+        }
         // The input runs inside DmlExec, a leaf the physical optimizer does not look into:
         // optimize it here (a join's partition mode is chosen there, for one).
         let input = optimize_physical(state, input)?;

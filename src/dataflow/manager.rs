@@ -33,6 +33,8 @@ pub struct Streaming {
     pub watermark_idle_timeout: Duration,
     pub coordinator: Arc<BarrierCoordinator>,
     jobs: parking_lot::Mutex<HashMap<TableId, JoinHandle<()>>>,
+    /// The task feeding each source.
+    sources: parking_lot::Mutex<HashMap<TableId, JoinHandle<()>>>,
 }
 
 impl Streaming {
@@ -50,6 +52,7 @@ impl Streaming {
             watermark_idle_timeout,
             coordinator,
             jobs: parking_lot::Mutex::new(HashMap::new()),
+            sources: parking_lot::Mutex::new(HashMap::new()),
         })
     }
 
@@ -144,6 +147,25 @@ impl Streaming {
         });
         self.jobs.lock().insert(id, handle);
         Ok(())
+    }
+
+    /// Starts feeding source `relation` from its connector, from its stored offset.
+    pub fn start_source(&self, relation: Arc<Relation>) -> Result<()> {
+        let options = relation.def.connector.clone().ok_or_else(|| WeirError::internal("not a source"))?;
+        let reader = crate::connectors::registry::reader(&options)?;
+        let id = relation.def.id;
+        let handle = crate::connectors::source::start(Arc::clone(&self.catalog), relation, reader)?;
+        if let Some(previous) = self.sources.lock().insert(id, handle) {
+            previous.abort();
+        }
+        Ok(())
+    }
+
+    /// Stops feeding a source.
+    pub fn stop_source(&self, id: TableId) {
+        if let Some(handle) = self.sources.lock().remove(&id) {
+            handle.abort();
+        }
     }
 
     /// Stops a view's job and its subscriptions (its rows are the catalog's to delete).

@@ -16,6 +16,7 @@ use std::fmt;
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
 
+use crate::connectors::options::ConnectorOptions;
 use crate::error::{Result, WeirError};
 
 /// `WATERMARK FOR column AS expression`.
@@ -36,6 +37,11 @@ pub struct StreamingClauses {
     pub allow_lateness: Option<String>,
     /// `LATE ROWS TO name`.
     pub late_rows_to: Option<String>,
+    /// `CREATE SOURCE ... WITH (connector = '...', ...) [FORMAT f ENCODE e]`: the options (the
+    /// statement itself is rewritten to `CREATE TABLE`).
+    pub source: Option<ConnectorOptions>,
+    /// `DROP SOURCE` (rewritten to `DROP TABLE`).
+    pub drop_source: bool,
 }
 
 impl StreamingClauses {
@@ -81,7 +87,7 @@ fn text(tokens: &[Token]) -> String {
 /// Whether `sql` may contain a streaming clause (a cheap test before tokenizing).
 pub fn may_contain(sql: &str) -> bool {
     let upper = sql.to_ascii_uppercase();
-    ["WATERMARK", "APPEND", "EMIT", "LATENESS", "LATE"].iter().any(|k| upper.contains(k))
+    ["WATERMARK", "APPEND", "EMIT", "LATENESS", "LATE", "SOURCE"].iter().any(|k| upper.contains(k))
 }
 
 /// Splits the streaming clauses off one statement: the remaining SQL and the clauses.
@@ -99,12 +105,31 @@ pub fn extract(sql: &str) -> Result<(String, StreamingClauses)> {
     let word = |n: usize, k: &str| words.get(n).is_some_and(|&i| is_word(&tokens[i], k));
     // `EXPLAIN CREATE MATERIALIZED VIEW ...` too.
     let first = if word(0, "EXPLAIN") { 1 } else { 0 };
-    let is_table = word(first, "CREATE") && word(first + 1, "TABLE");
+    let is_source = word(first, "CREATE") && word(first + 1, "SOURCE");
+    let is_table = word(first, "CREATE") && (word(first + 1, "TABLE") || is_source);
     let is_view = word(first, "CREATE") && word(first + 1, "MATERIALIZED") && word(first + 2, "VIEW");
+    // `SOURCE` is written as `TABLE`.
+    let mut table_at = None;
+    if word(0, "DROP") && word(1, "SOURCE") {
+        clauses.drop_source = true;
+        let text =
+            tokens.iter().enumerate().map(|(i, t)| if i == words[1] { "TABLE".to_string() } else { t.to_string() });
+        return Ok((text.collect(), clauses));
+    }
     if !is_table && !is_view {
         return Ok((sql.to_string(), clauses));
     }
     let mut keep = vec![true; tokens.len()];
+    // Text to put before a token (the empty column list of a source declared without one).
+    let mut insert_before: Option<(usize, &str)> = None;
+    if is_source {
+        table_at = Some(words[first + 1]);
+        let (options, with_at, columns_given) = source_options(&tokens, &words, &mut keep)?;
+        if !columns_given {
+            insert_before = Some((with_at, "() "));
+        }
+        clauses.source = Some(options);
+    }
     let mut depth = 0i32;
     let mut n = 0; // index into `words`
     while n < words.len() {
@@ -176,8 +201,98 @@ pub fn extract(sql: &str) -> Result<(String, StreamingClauses)> {
         }
         n += 1;
     }
-    let rest: String = tokens.iter().zip(&keep).filter(|(_, k)| **k).map(|(t, _)| t.to_string()).collect();
+    let mut rest = String::with_capacity(sql.len());
+    for (i, (t, k)) in tokens.iter().zip(&keep).enumerate() {
+        if let Some((at, text)) = insert_before {
+            if at == i {
+                rest.push_str(text);
+            }
+        }
+        if table_at == Some(i) {
+            rest.push_str("TABLE");
+        } else if *k {
+            rest.push_str(&t.to_string());
+        }
+    }
     Ok((rest, clauses))
+}
+
+/// The `WITH (key = 'value', ...)` of `CREATE SOURCE` and a trailing `FORMAT f ENCODE e`
+/// (kept as options `format` and `encode`), marked as not kept. Returns the options, the index
+/// of the `WITH` token, and whether a column list comes before it.
+fn source_options(tokens: &[Token], words: &[usize], keep: &mut [bool]) -> Result<(ConnectorOptions, usize, bool)> {
+    let mut depth = 0;
+    let mut columns_given = false;
+    let mut with = None;
+    for (n, &i) in words.iter().enumerate() {
+        match &tokens[i] {
+            Token::LParen => {
+                if depth == 0 {
+                    columns_given = true;
+                }
+                depth += 1;
+            }
+            Token::RParen => depth -= 1,
+            t if depth == 0 && is_word(t, "WITH") => {
+                with = Some(n);
+                break;
+            }
+            _ => {}
+        }
+    }
+    let Some(w) = with else {
+        return Err(WeirError::syntax("CREATE SOURCE needs WITH (connector = '...', ...)"));
+    };
+    if words.get(w + 1).map(|&i| &tokens[i]) != Some(&Token::LParen) {
+        return Err(WeirError::syntax("expected ( after WITH"));
+    }
+    let mut options = ConnectorOptions::default();
+    let mut n = w + 2;
+    loop {
+        // key: words joined by dots, `=`, a string or number.
+        let mut key = String::new();
+        while let Some(&i) = words.get(n) {
+            match &tokens[i] {
+                Token::Word(word) => key.push_str(&word.value.to_lowercase()),
+                Token::Period => key.push('.'),
+                _ => break,
+            }
+            n += 1;
+        }
+        if words.get(n).map(|&i| &tokens[i]) != Some(&Token::Eq) || key.is_empty() {
+            return Err(WeirError::syntax("expected key = 'value' in WITH (...)"));
+        }
+        let value = match words.get(n + 1).map(|&i| &tokens[i]) {
+            Some(Token::SingleQuotedString(v)) => v.clone(),
+            Some(Token::Number(v, _)) => v.clone(),
+            Some(Token::Word(word)) => word.value.clone(),
+            _ => return Err(WeirError::syntax(format!("expected a value for {key} in WITH (...)"))),
+        };
+        options.0.insert(key, value);
+        n += 2;
+        match words.get(n).map(|&i| &tokens[i]) {
+            Some(Token::Comma) => n += 1,
+            Some(Token::RParen) => break,
+            _ => return Err(WeirError::syntax("expected , or ) in WITH (...)")),
+        }
+    }
+    let mut end = words[n] + 1;
+    // FORMAT f ENCODE e
+    let after = |k: usize| words.get(n + k).map(|&i| &tokens[i]);
+    if after(1).is_some_and(|t| is_word(t, "FORMAT")) {
+        let value = |k: usize| match after(k) {
+            Some(Token::Word(word)) => Ok(word.value.to_lowercase()),
+            _ => Err(WeirError::syntax("expected FORMAT <format> ENCODE <encoding>")),
+        };
+        options.0.insert("format".into(), value(2)?);
+        if !after(3).is_some_and(|t| is_word(t, "ENCODE")) {
+            return Err(WeirError::syntax("expected ENCODE after FORMAT <format>"));
+        }
+        options.0.insert("encode".into(), value(4)?);
+        end = words[n + 4] + 1;
+    }
+    keep[words[w]..end].iter_mut().for_each(|k| *k = false);
+    Ok((options, words[w], columns_given))
 }
 
 /// `[EMIT ON WINDOW CLOSE] [ALLOW LATENESS <interval>] [LATE ROWS TO <name>]`, in that order,
@@ -260,6 +375,29 @@ mod tests {
         assert_eq!(c.view_suffix(), "EMIT ON WINDOW CLOSE ALLOW LATENESS INTERVAL '30' SECOND LATE ROWS TO late");
         assert!(extract("CREATE MATERIALIZED VIEW v AS SELECT 1 EMIT ON CLOSE").is_err());
         assert!(extract("CREATE MATERIALIZED VIEW v AS SELECT 1 LATE ROWS TO x y").is_err());
+    }
+
+    #[test]
+    fn create_source_becomes_create_table_with_options() {
+        let (rest, c) = extract(
+            "CREATE SOURCE bid WITH (connector = 'nexmark', nexmark.table.type = 'bid', nexmark.event.num = 100)",
+        )
+        .unwrap();
+        assert_eq!(rest.trim(), "CREATE TABLE bid ()");
+        let options = c.source.unwrap();
+        assert_eq!(options.get("nexmark.table.type"), Some("bid"));
+        assert_eq!(options.get("nexmark.event.num"), Some("100"));
+        let (rest, c) = extract(
+            "CREATE SOURCE s (a BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts) WITH (connector = 'x') FORMAT PLAIN ENCODE JSON",
+        )
+        .unwrap();
+        assert_eq!(rest.trim(), "CREATE TABLE s (a BIGINT, ts TIMESTAMP)");
+        assert!(c.watermark.is_some());
+        assert_eq!(c.source.unwrap().get("encode"), Some("json"));
+        let (rest, c) = extract("DROP SOURCE IF EXISTS s").unwrap();
+        assert_eq!(rest, "DROP TABLE IF EXISTS s");
+        assert!(c.drop_source);
+        assert!(extract("CREATE SOURCE s").is_err());
     }
 
     #[test]

@@ -68,8 +68,19 @@ impl Frontend {
     pub async fn new(catalog: Arc<Catalog>, streaming: Arc<Streaming>) -> Result<Frontend> {
         let template = df_context::template_state(Arc::clone(&catalog)).await?;
         let frontend = Frontend { catalog, parser: parser::SqlParser::new(), template, streaming };
+        frontend.restart_sources();
         frontend.restart_views().await;
         Ok(frontend)
+    }
+
+    /// Starts every source's connector again, from its stored offset.
+    fn restart_sources(&self) {
+        for relation in self.catalog.relations().into_iter().filter(|r| r.def.connector.is_some()) {
+            let name = relation.def.name.clone();
+            if let Err(e) = self.streaming.start_source(relation) {
+                tracing::error!(source = %name, "source could not be restarted: {e}");
+            }
+        }
     }
 
     /// Rebuilds every view from its inputs (see `dataflow::manager`), in creation order so a

@@ -9,7 +9,7 @@
 //! checked here: the column is a TIMESTAMP and the expression, over that table's row, has the
 //! column's type (`date_time - INTERVAL '5' SECOND`).
 
-use datafusion::arrow::datatypes::{Field, Schema};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::common::Constraint;
 use datafusion::dataframe::DataFrameWriteOptions;
@@ -18,10 +18,39 @@ use datafusion::sql::sqlparser::ast::Statement;
 
 use super::{query, relation_name};
 use crate::catalog::{TableOptions, WatermarkDef};
+use crate::connectors::options::ConnectorOptions;
 use crate::error::{Result, SqlState, WeirError};
 use crate::frontend::clauses::StreamingClauses;
 use crate::frontend::{Frontend, Session, StatementResult};
 use crate::types::window::is_time_type;
+
+/// A source's columns: its connector's (timestamps as TIMESTAMP, nanoseconds, like a table's),
+/// or, when the statement lists columns, those, which must have the connector's names in its
+/// order (their types are what the connector's values are cast to).
+fn source_schema(options: &ConnectorOptions, declared: Schema) -> Result<Schema> {
+    let connector = crate::connectors::registry::reader(options)?.schema();
+    if declared.fields().is_empty() {
+        let fields: Vec<Field> = connector
+            .fields()
+            .iter()
+            .map(|f| match f.data_type() {
+                DataType::Timestamp(_, tz) => {
+                    Field::new(f.name(), DataType::Timestamp(TimeUnit::Nanosecond, tz.clone()), f.is_nullable())
+                }
+                _ => f.as_ref().clone(),
+            })
+            .collect();
+        return Ok(Schema::new(fields));
+    }
+    let names = |s: &Schema| s.fields().iter().map(|f| f.name().clone()).collect::<Vec<_>>();
+    if names(&declared) != names(&connector) {
+        return Err(WeirError::new(
+            SqlState::DATATYPE_MISMATCH,
+            format!("this source's columns are ({}), in that order", names(&connector).join(", ")),
+        ));
+    }
+    Ok(declared)
+}
 
 /// The statement as stored: the parsed statement with its streaming clauses put back.
 fn table_definition(statement: &str, clauses: &StreamingClauses) -> String {
@@ -113,21 +142,29 @@ pub async fn handle(
             }
         })
         .collect();
-    let schema = Schema::new(fields);
+    let mut schema = Schema::new(fields);
+    let is_source = clauses.source.is_some();
+    if let Some(options) = &clauses.source {
+        schema = source_schema(options, schema)?;
+    }
+    let append_only = clauses.append_only || is_source;
     let sort_fields: Vec<SortField> = schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
     if !RowConverter::supports_fields(&sort_fields) {
         return Err(WeirError::unsupported("a column type of this table cannot be stored yet"));
     }
 
     let is_ctas = !matches!(cmt.input.as_ref(), LogicalPlan::EmptyRelation(_));
-    if clauses.append_only && !primary_key.is_empty() {
+    if is_source && (is_ctas || !primary_key.is_empty()) {
+        return Err(WeirError::unsupported("a source takes neither AS SELECT nor a PRIMARY KEY"));
+    }
+    if append_only && !primary_key.is_empty() {
         return Err(WeirError::unsupported(
             "an APPEND ONLY table cannot have a PRIMARY KEY (an insert would replace a row)",
         ));
     }
     let watermark = match &clauses.watermark {
         Some(w) => {
-            if !clauses.append_only {
+            if !append_only {
                 return Err(WeirError::unsupported("WATERMARK FOR needs an APPEND ONLY table")
                     .with_hint("Add APPEND ONLY after the column list."));
             }
@@ -135,9 +172,19 @@ pub async fn handle(
         }
         None => None,
     };
-    let options = TableOptions { append_only: clauses.append_only, watermark };
+    let options = TableOptions { append_only, watermark, connector: clauses.source.clone() };
     let created =
         fe.catalog().create_table_with(&name, &definition, schema, primary_key, options, cmt.if_not_exists)?;
+    if is_source {
+        if created {
+            let relation = fe.catalog().get(&name).ok_or_else(|| WeirError::internal("source vanished"))?;
+            if let Err(e) = fe.streaming().start_source(relation) {
+                let _ = fe.catalog().drop_relation(&name, true);
+                return Err(e);
+            }
+        }
+        return Ok(StatementResult::command("CREATE SOURCE"));
+    }
     if !is_ctas {
         return Ok(StatementResult::command("CREATE TABLE"));
     }

@@ -137,7 +137,7 @@ fn late_table(fe: &Frontend, name: &str, late_rows: &Schema) -> Result<Arc<crate
     }
     let columns: Vec<String> = schema.fields().iter().map(|f| format!("\"{}\" {}", f.name(), f.data_type())).collect();
     let definition = format!("CREATE TABLE {name} ({}) APPEND ONLY", columns.join(", "));
-    let options = TableOptions { append_only: true, watermark: None };
+    let options = TableOptions { append_only: true, ..Default::default() };
     fe.catalog().create_table_with(name, &definition, schema, vec![], options, false)?;
     fe.catalog().get(name).ok_or_else(|| WeirError::internal("late-rows table vanished"))
 }

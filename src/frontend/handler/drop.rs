@@ -11,10 +11,20 @@ use crate::error::{Result, SqlState, WeirError};
 use crate::frontend::{Frontend, StatementResult};
 
 pub async fn handle(fe: &Frontend, statement: Statement) -> Result<StatementResult> {
+    drop_relations(fe, statement, false).await
+}
+
+/// `DROP SOURCE`: as DROP TABLE, for sources only.
+pub async fn handle_source(fe: &Frontend, statement: Statement) -> Result<StatementResult> {
+    drop_relations(fe, statement, true).await
+}
+
+async fn drop_relations(fe: &Frontend, statement: Statement, sources: bool) -> Result<StatementResult> {
     let Statement::Drop { object_type, if_exists, names, cascade, .. } = statement else {
         unreachable!("dispatched on Drop")
     };
     let (kind, tag) = match object_type {
+        ObjectType::Table if sources => (RelationKind::Table, "DROP SOURCE"),
         ObjectType::Table => (RelationKind::Table, "DROP TABLE"),
         ObjectType::MaterializedView => (RelationKind::MaterializedView, "DROP MATERIALIZED VIEW"),
         other => return Err(WeirError::unsupported(format!("DROP {other} is not supported"))),
@@ -29,6 +39,9 @@ pub async fn handle(fe: &Frontend, statement: Statement) -> Result<StatementResu
                     SqlState::WRONG_OBJECT_TYPE,
                     format!("\"{name}\" is not a {}", kind_name(kind)),
                 ));
+            }
+            Some(rel) if sources && rel.def.connector.is_none() => {
+                return Err(WeirError::new(SqlState::WRONG_OBJECT_TYPE, format!("\"{name}\" is not a source")));
             }
             Some(rel) => {
                 let dependents = fe.catalog().dependents(rel.def.id);
@@ -60,6 +73,9 @@ pub async fn handle(fe: &Frontend, statement: Statement) -> Result<StatementResu
         if relation.def.kind == RelationKind::MaterializedView {
             fe.streaming().stop_view(relation.def.id).await;
             crate::system::forget_view(&relation.def.name);
+        }
+        if relation.def.connector.is_some() {
+            fe.streaming().stop_source(relation.def.id);
         }
         fe.catalog().drop_relation(&relation.def.name, true)?;
     }

@@ -78,6 +78,7 @@ pub async fn execute_streaming(
     clauses: StreamingClauses,
 ) -> Result<StatementResult> {
     match statement {
+        Statement::Drop { .. } if clauses.drop_source => drop::handle_source(fe, statement).await,
         Statement::CreateTable(_) => create_table::handle(fe, session, statement, clauses).await,
         Statement::CreateView(_) => create_view::handle(fe, session, statement, clauses).await,
         Statement::Explain { statement: inner, .. } if matches!(inner.as_ref(), Statement::CreateView(_)) => {

@@ -1,0 +1,18 @@
+//! Connectors: where a source's rows come from. One connector per folder; the runtime that
+//! stores what a connector reads is shared ([`source`]).
+//!
+//! A source is an append-only relation whose rows are produced by its connector instead of by
+//! INSERT. Its rows are stored like a table's (so ad-hoc queries read them, and views backfill
+//! from them and are rebuilt from them at start), together with the connector's offset, in one
+//! atomic write per chunk: after a crash a source resumes exactly after its last stored chunk,
+//! nothing lost and nothing doubled.
+//!
+//! - [`options`]: the `WITH (key = 'value', ...)` options of `CREATE SOURCE`.
+//! - [`source`]: the [`source::SourceReader`] trait and the task that runs a reader.
+//! - [`registry`]: from `connector = '...'` to a reader.
+//! - [`nexmark`]: the built-in Nexmark generator (`connector = 'nexmark'`).
+
+pub mod nexmark;
+pub mod options;
+pub mod registry;
+pub mod source;

@@ -1,0 +1,16 @@
+//! Which connector a source's `connector = '...'` option names.
+
+use super::nexmark::NexmarkReader;
+use super::options::ConnectorOptions;
+use super::source::SourceReader;
+use crate::error::{Result, SqlState, WeirError};
+
+/// A reader for a source with `options`; fails (and so CREATE SOURCE fails) on unknown
+/// connectors and bad options.
+pub fn reader(options: &ConnectorOptions) -> Result<Box<dyn SourceReader>> {
+    match options.get("connector").map(str::to_ascii_lowercase).as_deref() {
+        Some("nexmark") => Ok(Box::new(NexmarkReader::new(options)?)),
+        Some(other) => Err(WeirError::unsupported(format!("connector '{other}' is not supported yet (nexmark is)"))),
+        None => Err(WeirError::new(SqlState::INVALID_PARAMETER_VALUE, "a source needs WITH (connector = '...')")),
+    }
+}

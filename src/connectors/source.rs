@@ -1,0 +1,89 @@
+//! The source runtime: a task per source that asks its connector's [`SourceReader`] for the next
+//! chunk of rows and stores it, with the reader's new offset, in one atomic write (through the
+//! relation's writer, so views reading the source get the rows as an INSERT's changes).
+//!
+//! The offset lives at meta key `source_offset/<relation id>`; a restarted source continues
+//! from it. A bounded source (one that reports it is done) stops its task; rate limits are the
+//! reader's business (it says how long to wait before the next chunk).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::SchemaRef;
+use tokio::task::JoinHandle;
+
+use crate::catalog::dml::Writer;
+use crate::catalog::{persist, Catalog, Relation};
+use crate::error::Result;
+use crate::state::store::WriteBatch;
+
+/// What a reader produced.
+pub enum Chunk {
+    /// Rows, and the offset after them.
+    Rows(RecordBatch, u64),
+    /// Nothing now; ask again after this long.
+    Wait(Duration),
+    /// The source is exhausted.
+    Done,
+}
+
+/// A connector's reading side.
+pub trait SourceReader: Send {
+    /// The rows' columns.
+    fn schema(&self) -> SchemaRef;
+
+    /// The rows after `offset` (at most the connector's chunk size).
+    fn read(&mut self, offset: u64) -> Result<Chunk>;
+}
+
+fn offset_key(relation: &Relation) -> Vec<u8> {
+    persist::sequence_key(&format!("source_offset/{}", relation.def.id))
+}
+
+/// The stored offset of a source (0 for a new one).
+pub fn stored_offset(catalog: &Catalog, relation: &Relation) -> Result<u64> {
+    persist::load_sequence(catalog.store().as_ref(), &format!("source_offset/{}", relation.def.id))
+}
+
+/// Starts the task that feeds `relation` from `reader`.
+pub fn start(
+    catalog: Arc<Catalog>,
+    relation: Arc<Relation>,
+    mut reader: Box<dyn SourceReader>,
+) -> Result<JoinHandle<()>> {
+    let mut offset = stored_offset(&catalog, &relation)?;
+    let writer = Writer {
+        relation: Arc::clone(&relation),
+        store: Arc::clone(catalog.store()),
+        changes: Arc::clone(&catalog.changes),
+    };
+    let name = relation.def.name.clone();
+    Ok(tokio::spawn(async move {
+        loop {
+            let chunk = tokio::task::block_in_place(|| reader.read(offset));
+            match chunk {
+                Ok(Chunk::Rows(batch, next)) => {
+                    let mut wb = WriteBatch::default();
+                    wb.put(offset_key(&writer.relation), next.to_be_bytes().to_vec());
+                    let rows = batch.num_rows() as u64;
+                    if let Err(e) = writer.append(&[batch], wb).await {
+                        tracing::error!(source = %name, "source stopped: storing rows failed: {e}");
+                        return;
+                    }
+                    crate::metrics::SOURCE_ROWS_TOTAL.with_label_values(&[&name]).inc_by(rows);
+                    offset = next;
+                }
+                Ok(Chunk::Wait(pause)) => tokio::time::sleep(pause).await,
+                Ok(Chunk::Done) => {
+                    tracing::info!(source = %name, offset, "source finished");
+                    return;
+                }
+                Err(e) => {
+                    tracing::error!(source = %name, "source stopped: {e}");
+                    return;
+                }
+            }
+        }
+    }))
+}
