@@ -323,3 +323,46 @@ async fn event_time_views_equal_batch_over_rows_not_late_and_survive_sigkill() {
         check_event_time_views(&client, "after restart and more events").await;
     }
 }
+
+/// Every query shipped in `sql/nexmark/` equals, as a view, the same SELECT run as a batch over
+/// the same generated events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nexmark_queries_equal_their_batch_queries() {
+    let events = 20_000;
+    let server = TestServer::start_with(&["--barrier-interval-ms", "50"]);
+    let client = server.connect().await;
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("sql/nexmark");
+    let sources = std::fs::read_to_string(dir.join("sources.sql")).unwrap().replace("'100000'", &format!("'{events}'"));
+    client.batch_execute(&sources).await.unwrap();
+    // The sources are bounded: wait until each has stored its share of the events.
+    for (source, expected) in [("person", events / 50), ("auction", events * 3 / 50), ("bid", events * 46 / 50)] {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let n = rows(&client, &format!("SELECT count(*) FROM {source}")).await;
+            if n == vec![expected.to_string()] {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{source} has {n:?} rows, expected {expected}");
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with('q'))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 8, "{files:?}");
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let body: String = text.lines().filter(|l| !l.trim_start().starts_with("--")).collect::<Vec<_>>().join("\n");
+        let (head, query) = body.split_once(" AS\n").or_else(|| body.split_once(" AS ")).unwrap();
+        let name = head.split_whitespace().last().unwrap();
+        client.batch_execute(&body).await.unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        client.simple_query("FLUSH").await.unwrap();
+        let view = rows(&client, &format!("SELECT * FROM {name}")).await;
+        let batch = rows(&client, query.trim().trim_end_matches(';')).await;
+        assert!(!batch.is_empty() || name == "q3", "{name} has no rows: the test would not test it");
+        assert_eq!(view, batch, "nexmark {name} differs from its query as a batch");
+    }
+}

@@ -111,6 +111,19 @@ pub async fn template_state(catalog: Arc<Catalog>) -> Result<SessionState> {
     Ok(ctx.state())
 }
 
+/// Optimizes a materialized view's plan: DataFusion's rules, except `eliminate_join`, which
+/// turns an inner join whose other side is unique on the key into a semi join. That is the same
+/// result, but a semi join with a condition on the other side's columns needs a different
+/// incremental operator than the inner join Weir maintains; the inner join is kept.
+pub fn optimize_for_view(
+    state: &SessionState,
+    plan: &datafusion::logical_expr::LogicalPlan,
+) -> Result<datafusion::logical_expr::LogicalPlan> {
+    let rules = state.optimizers().iter().filter(|r| r.name() != "eliminate_join").cloned().collect();
+    let view_state = SessionStateBuilder::new_from_existing(state.clone()).with_optimizer_rules(rules).build();
+    Ok(view_state.optimize(plan)?)
+}
+
 /// A session's own context, started from the template, knowing who its user is.
 pub fn session_context(template: &SessionState, user: &str) -> SessionContext {
     let state = SessionStateBuilder::new_from_existing(template.clone()).build();

@@ -135,6 +135,7 @@ pub fn kind_of(n: u64) -> EventKind {
 }
 
 /// Persons created up to event `n` (0-based id of the latest).
+#[allow(clippy::unnecessary_min_or_max)] // general in the proportions, constant for 1 person in 50
 fn last_base0_person_id(n: u64) -> u64 {
     let epoch = n / PROPORTION_DENOMINATOR;
     let offset = (n % PROPORTION_DENOMINATOR).min(PERSON_PROPORTION - 1);

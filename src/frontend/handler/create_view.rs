@@ -33,8 +33,7 @@ use crate::types::window::interval_nanos;
 pub async fn plan_view(session: &Session, statement: &Statement) -> Result<(Schema, LogicalPlan)> {
     let Statement::CreateView(view) = statement else { unreachable!("dispatched on CreateView") };
     let logical = query::plan(session, Statement::Query(view.query.clone())).await?;
-    let state = session.ctx.state();
-    let optimized = state.optimize(&logical)?;
+    let optimized = crate::frontend::df_context::optimize_for_view(&session.ctx.state(), &logical)?;
     let fields: Vec<Field> = logical.schema().fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();
     for (i, f) in fields.iter().enumerate() {
         if fields[..i].iter().any(|g| g.name() == f.name()) {
