@@ -17,6 +17,8 @@
 //!
 //! Prints one human line and one JSON line per scenario, with peak RSS.
 
+pub mod nexmark;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -35,8 +37,8 @@ pub struct BenchOptions {
     pub scenarios: Vec<String>,
 }
 
-struct Harness {
-    frontend: Frontend,
+pub(crate) struct Harness {
+    pub(crate) frontend: Frontend,
     session: crate::frontend::Session,
     _dir: tempdir::TempDir,
 }
@@ -52,7 +54,7 @@ mod tempdir {
 }
 
 impl Harness {
-    async fn new() -> Result<Harness> {
+    pub(crate) async fn new() -> Result<Harness> {
         let dir = std::env::temp_dir().join(format!("weir-bench-{}-{}", std::process::id(), rand_suffix()));
         let store = Arc::new(RocksStore::open(&dir.join("state"), &StorageConfig::default())?);
         let catalog = Arc::new(Catalog::open(store, "dev")?);
@@ -67,7 +69,7 @@ impl Harness {
         Ok(Harness { frontend, session, _dir: tempdir::TempDir(dir) })
     }
 
-    async fn run(&mut self, sql: &str) -> Result<()> {
+    pub(crate) async fn run(&mut self, sql: &str) -> Result<()> {
         for statement in self.frontend.parse(sql)? {
             if let StatementResult::Rows { mut stream, .. } =
                 self.frontend.execute(&mut self.session, statement, None).await?
@@ -81,7 +83,7 @@ impl Harness {
         Ok(())
     }
 
-    async fn scalar_i64(&mut self, sql: &str) -> Result<i64> {
+    pub(crate) async fn scalar_i64(&mut self, sql: &str) -> Result<i64> {
         use datafusion::arrow::array::AsArray;
         use datafusion::arrow::datatypes::Int64Type;
         use futures::StreamExt;
@@ -121,7 +123,7 @@ fn rand_suffix() -> u64 {
 }
 
 /// Peak resident set size of this process, in MiB (Linux).
-fn peak_rss_mib() -> f64 {
+pub(crate) fn peak_rss_mib() -> f64 {
     memory_mib("VmHWM:")
 }
 

@@ -45,6 +45,21 @@ enum BenchCommand {
         #[arg(long, value_delimiter = ',', default_value = "agg,join,backfill,upsert")]
         scenarios: Vec<String>,
     },
+    /// A Nexmark query over the built-in generator (see src/bench/nexmark.rs).
+    Nexmark {
+        /// q0, q1, q2, q3, q4, q5, q7, q8 (sql/nexmark/), or `generator` for the generator alone.
+        #[arg(long, default_value = "q0")]
+        query: String,
+        /// Events (persons, auctions and bids together).
+        #[arg(long, default_value_t = 10_000_000)]
+        events: u64,
+        /// Shards per view (0: one per core).
+        #[arg(long, default_value_t = 0)]
+        parallelism: usize,
+        /// Events per stored chunk.
+        #[arg(long, default_value_t = 100_000)]
+        chunk: u64,
+    },
 }
 
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -79,21 +94,30 @@ struct ServeArgs {
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// Runs a benchmark to completion; its errors go to stderr.
+fn run_bench(bench: impl std::future::Future<Output = weir::error::Result<()>>) -> std::process::ExitCode {
+    tracing_subscriber::fmt().with_env_filter(EnvFilter::new("warn")).init();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    match runtime.block_on(bench) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("weir bench: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let args = match cli.command {
         Some(Command::Serve(args)) => args,
         Some(Command::Bench { what: BenchCommand::Streaming { rows, batch, parallelism, scenarios } }) => {
-            tracing_subscriber::fmt().with_env_filter(EnvFilter::new("warn")).init();
-            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
             let options = weir::bench::BenchOptions { rows, batch: batch.max(1), parallelism, scenarios };
-            return match runtime.block_on(weir::bench::run(options)) {
-                Ok(()) => std::process::ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("weir bench: {e}");
-                    std::process::ExitCode::FAILURE
-                }
-            };
+            return run_bench(weir::bench::run(options));
+        }
+        Some(Command::Bench { what: BenchCommand::Nexmark { query, events, parallelism, chunk } }) => {
+            let options = weir::bench::nexmark::NexmarkOptions { query, events, parallelism, chunk: chunk.max(1) };
+            return run_bench(weir::bench::nexmark::run(options));
         }
         None => cli.serve,
     };

@@ -1,0 +1,111 @@
+//! `weir bench nexmark --query qN --events N`: a Nexmark query over the built-in generator, as
+//! a user would run it: the three sources (`sql/nexmark/sources.sql`, bounded to N events)
+//! store their rows in RocksDB, the view (`sql/nexmark/qN.sql`) commits every 1 s epoch.
+//! Timed from creating the sources until every event is stored and the view has committed it.
+//! `--query generator` times the generator alone (all three streams, no storage).
+//!
+//! Prints one human line and one JSON line: events/s, CPU seconds per million events (user +
+//! system, all threads) and peak RSS.
+
+use std::time::{Duration, Instant};
+
+use super::{peak_rss_mib, Harness};
+use crate::connectors::nexmark::generator::{EventKind, Generator, GeneratorConfig};
+use crate::connectors::source::stored_offset;
+use crate::error::{Result, WeirError};
+
+pub struct NexmarkOptions {
+    pub query: String,
+    pub events: u64,
+    /// Shards per view (0: one per core).
+    pub parallelism: usize,
+    /// Events per stored chunk.
+    pub chunk: u64,
+}
+
+/// The queries shipped in `sql/nexmark/`.
+const QUERIES: &[(&str, &str)] = &[
+    ("q0", include_str!("../../sql/nexmark/q0.sql")),
+    ("q1", include_str!("../../sql/nexmark/q1.sql")),
+    ("q2", include_str!("../../sql/nexmark/q2.sql")),
+    ("q3", include_str!("../../sql/nexmark/q3.sql")),
+    ("q4", include_str!("../../sql/nexmark/q4.sql")),
+    ("q5", include_str!("../../sql/nexmark/q5.sql")),
+    ("q7", include_str!("../../sql/nexmark/q7.sql")),
+    ("q8", include_str!("../../sql/nexmark/q8.sql")),
+];
+const SOURCES: &str = include_str!("../../sql/nexmark/sources.sql");
+
+/// CPU seconds this process has used (user + system).
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which is in parentheses): utime and stime are 14 and 15.
+    let after = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+pub async fn run(options: NexmarkOptions) -> Result<()> {
+    let cpu_before = cpu_seconds();
+    let started = Instant::now();
+    if options.query == "generator" {
+        let config = GeneratorConfig::default();
+        let kinds = [EventKind::Person, EventKind::Auction, EventKind::Bid];
+        let generators: Vec<Generator> = kinds.iter().map(|&k| Generator::new(k, config.clone())).collect();
+        let mut rows = 0usize;
+        let mut from = 0;
+        while from < options.events {
+            let to = (from + options.chunk).min(options.events);
+            for g in &generators {
+                rows += g.batch(from, to)?.num_rows();
+            }
+            from = to;
+        }
+        if rows as u64 != options.events {
+            return Err(WeirError::internal(format!("generated {rows} rows for {} events", options.events)));
+        }
+    } else {
+        let (_, view) = QUERIES.iter().find(|(name, _)| *name == options.query).ok_or_else(|| {
+            let names: Vec<&str> = QUERIES.iter().map(|(n, _)| *n).collect();
+            WeirError::syntax(format!("unknown query {}: generator, {}", options.query, names.join(", ")))
+        })?;
+        let mut h = Harness::new().await?;
+        h.run(&format!("SET streaming_parallelism = {}", options.parallelism)).await?;
+        let sources = SOURCES.replace("nexmark.event.num = '100000'", &format!(
+            "nexmark.event.num = '{}', nexmark.max.chunk.size = '{}'",
+            options.events, options.chunk
+        ));
+        h.run(&sources).await?;
+        h.run(view).await?;
+        // Wait until every source has stored every event, then until the view has them.
+        let catalog = std::sync::Arc::clone(h.frontend.catalog());
+        for source in ["person", "auction", "bid"] {
+            let relation = catalog.get(source).ok_or_else(|| WeirError::internal("source missing"))?;
+            while stored_offset(&catalog, &relation)? < options.events {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        h.run("FLUSH").await?;
+        let bids = h.scalar_i64("SELECT count(*) FROM bid").await?;
+        if bids as u64 != options.events / 50 * 46 + (options.events % 50).saturating_sub(4) {
+            return Err(WeirError::internal(format!("bid holds {bids} rows for {} events", options.events)));
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let cpu = cpu_seconds() - cpu_before;
+    let rate = options.events as f64 / seconds;
+    let cpu_per_million = cpu / (options.events as f64 / 1e6);
+    let rss = peak_rss_mib();
+    println!(
+        "nexmark {}: {} events in {seconds:.2} s = {rate:.0} events/s, {cpu_per_million:.2} CPU s per million events, peak RSS {rss:.0} MiB ({} cores)",
+        options.query,
+        options.events,
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    );
+    println!(
+        "{{\"query\":\"{}\",\"events\":{},\"parallelism\":{},\"seconds\":{seconds:.3},\"events_per_second\":{rate:.0},\"cpu_seconds_per_million_events\":{cpu_per_million:.3},\"peak_rss_mib\":{rss:.0}}}",
+        options.query, options.events, options.parallelism
+    );
+    Ok(())
+}
