@@ -72,10 +72,10 @@ pub async fn run(options: NexmarkOptions) -> Result<()> {
         })?;
         let mut h = Harness::new().await?;
         h.run(&format!("SET streaming_parallelism = {}", options.parallelism)).await?;
-        let sources = SOURCES.replace("nexmark.event.num = '100000'", &format!(
-            "nexmark.event.num = '{}', nexmark.max.chunk.size = '{}'",
-            options.events, options.chunk
-        ));
+        let sources = SOURCES.replace(
+            "nexmark.event.num = '100000'",
+            &format!("nexmark.event.num = '{}', nexmark.max.chunk.size = '{}'", options.events, options.chunk),
+        );
         h.run(&sources).await?;
         h.run(view).await?;
         // Wait until every source has stored every event, then until the view has them.

@@ -11,7 +11,9 @@
 //! - [`source`]: the [`source::SourceReader`] trait and the task that runs a reader.
 //! - [`registry`]: from `connector = '...'` to a reader.
 //! - [`nexmark`]: the built-in Nexmark generator (`connector = 'nexmark'`).
+//! - [`file`]: CSV, JSON and Parquet files (`connector = 'file'`).
 
+pub mod file;
 pub mod nexmark;
 pub mod options;
 pub mod registry;

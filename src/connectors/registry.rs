@@ -1,16 +1,22 @@
 //! Which connector a source's `connector = '...'` option names.
 
+use datafusion::arrow::datatypes::SchemaRef;
+
+use super::file::FileReader;
 use super::nexmark::NexmarkReader;
 use super::options::ConnectorOptions;
 use super::source::SourceReader;
 use crate::error::{Result, SqlState, WeirError};
 
-/// A reader for a source with `options`; fails (and so CREATE SOURCE fails) on unknown
-/// connectors and bad options.
-pub fn reader(options: &ConnectorOptions) -> Result<Box<dyn SourceReader>> {
+/// A reader for a source with `options` and the columns it declares (if any); fails (and so
+/// CREATE SOURCE fails) on unknown connectors and bad options.
+pub fn reader(options: &ConnectorOptions, declared: Option<SchemaRef>) -> Result<Box<dyn SourceReader>> {
     match options.get("connector").map(str::to_ascii_lowercase).as_deref() {
         Some("nexmark") => Ok(Box::new(NexmarkReader::new(options)?)),
-        Some(other) => Err(WeirError::unsupported(format!("connector '{other}' is not supported yet (nexmark is)"))),
+        Some("file") => Ok(Box::new(FileReader::new(options, declared)?)),
+        Some(other) => {
+            Err(WeirError::unsupported(format!("connector '{other}' is not supported yet (nexmark and file are)")))
+        }
         None => Err(WeirError::new(SqlState::INVALID_PARAMETER_VALUE, "a source needs WITH (connector = '...')")),
     }
 }

@@ -28,7 +28,7 @@ use crate::types::window::is_time_type;
 /// or, when the statement lists columns, those, which must have the connector's names in its
 /// order (their types are what the connector's values are cast to).
 fn source_schema(options: &ConnectorOptions, declared: Schema) -> Result<Schema> {
-    let connector = crate::connectors::registry::reader(options)?.schema();
+    let connector = crate::connectors::registry::reader(options, Some(std::sync::Arc::new(declared.clone())))?.schema();
     if declared.fields().is_empty() {
         let fields: Vec<Field> = connector
             .fields()

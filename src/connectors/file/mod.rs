@@ -1,0 +1,248 @@
+//! `connector = 'file'`: rows from CSV, JSON (one object per line) or Parquet files, read with
+//! arrow's readers, replayed as an append-only stream.
+//!
+//! ```sql
+//! CREATE SOURCE bids (auction BIGINT, bidder BIGINT, price BIGINT, date_time TIMESTAMP,
+//!   WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND)
+//! WITH (connector = 'file', path = 'data/bids/*.csv') FORMAT PLAIN ENCODE CSV;
+//! ```
+//! `path` is a file or a directory pattern whose last part may hold `*` wildcards; matching
+//! files are read in name order. The offset is the number of rows read so far over those files,
+//! so a restarted source skips what it has stored. Bounded by default (the source finishes after
+//! the last file); with `file.follow = 'true'` it keeps looking for new files (which must sort
+//! after the ones read) every `file.poll.ms` (default 1000). CSV files have a header line unless
+//! `csv.header = 'false'`. CSV and JSON need the column list; Parquet takes its own schema when
+//! none is given. `s3://` paths are not supported yet.
+
+use std::fs::File;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::SchemaRef;
+
+use super::options::ConnectorOptions;
+use super::source::{Chunk, SourceReader};
+use crate::error::{Result, SqlState, WeirError};
+
+pub const OPTIONS: &[&str] =
+    &["connector", "path", "format", "encode", "file.follow", "file.poll.ms", "csv.header", "batch.size"];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Encoding {
+    Csv,
+    Json,
+    Parquet,
+}
+
+type Batches = Box<dyn Iterator<Item = std::result::Result<RecordBatch, datafusion::arrow::error::ArrowError>> + Send>;
+
+pub struct FileReader {
+    pattern: String,
+    encoding: Encoding,
+    schema: SchemaRef,
+    header: bool,
+    follow: bool,
+    poll: Duration,
+    batch_size: usize,
+    /// Files already read to the end, and the rows they held.
+    done: Vec<(PathBuf, u64)>,
+    /// The file being read, its batches, and the rows read from it so far.
+    current: Option<(PathBuf, Batches, u64)>,
+    /// Rows to skip on resuming (the stored offset within the files).
+    skip: Option<u64>,
+}
+
+fn invalid(message: String) -> WeirError {
+    WeirError::new(SqlState::INVALID_PARAMETER_VALUE, message)
+}
+
+fn io(path: &Path, e: impl std::fmt::Display) -> WeirError {
+    WeirError::io(format!("cannot read {}: {e}", path.display()))
+}
+
+/// The files `pattern` names, in name order: a path, or a directory and a last part with `*`s.
+fn list(pattern: &str) -> Result<Vec<PathBuf>> {
+    let path = Path::new(pattern);
+    let name = path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+    if !name.contains('*') {
+        return Ok(if path.is_file() { vec![path.to_path_buf()] } else { vec![] });
+    }
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let Ok(entries) = std::fs::read_dir(dir) else { return Ok(vec![]) };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.is_file() && p.file_name().is_some_and(|n| matches(&name, &n.to_string_lossy())))
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// Whether `name` matches `pattern`, where `*` is any run of characters.
+fn matches(pattern: &str, name: &str) -> bool {
+    let parts: Vec<&str> = pattern.split('*').collect();
+    let (first, last) = (parts[0], parts[parts.len() - 1]);
+    if !name.starts_with(first) || name.len() < first.len() + last.len() || !name.ends_with(last) {
+        return false;
+    }
+    let mut rest = &name[first.len()..name.len() - last.len()];
+    for part in &parts[1..parts.len() - 1] {
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+impl FileReader {
+    pub fn new(options: &ConnectorOptions, declared: Option<SchemaRef>) -> Result<FileReader> {
+        options.only(OPTIONS)?;
+        let pattern =
+            options.get("path").ok_or_else(|| invalid("a file source needs path = '...'".into()))?.to_string();
+        if pattern.contains("://") {
+            return Err(WeirError::unsupported("file sources read local paths only for now (no s3:// yet)"));
+        }
+        let encoding = match options.get("encode").unwrap_or("csv") {
+            "csv" => Encoding::Csv,
+            "json" => Encoding::Json,
+            "parquet" => Encoding::Parquet,
+            other => return Err(invalid(format!("ENCODE must be CSV, JSON or PARQUET, not {other}"))),
+        };
+        let schema = match declared {
+            Some(s) if !s.fields().is_empty() => s,
+            _ if encoding == Encoding::Parquet => {
+                let first = list(&pattern)?.into_iter().next().ok_or_else(|| {
+                    invalid(format!("no file matches {pattern}: declare the columns, or add a file first"))
+                })?;
+                let file = File::open(&first).map_err(|e| io(&first, e))?;
+                let builder = datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+                    .map_err(|e| io(&first, e))?;
+                Arc::clone(builder.schema())
+            }
+            _ => return Err(invalid("a CSV or JSON file source needs its column list".into())),
+        };
+        Ok(FileReader {
+            pattern,
+            encoding,
+            schema,
+            header: options.get("csv.header").is_none_or(|h| h.eq_ignore_ascii_case("true")),
+            follow: options.get("file.follow").is_some_and(|f| f.eq_ignore_ascii_case("true")),
+            poll: Duration::from_millis(options.u64_or("file.poll.ms", 1000)?),
+            batch_size: options.u64_or("batch.size", 8192)?.max(1) as usize,
+            done: Vec::new(),
+            current: None,
+            skip: None,
+        })
+    }
+
+    fn open(&self, path: &Path) -> Result<Batches> {
+        let file = File::open(path).map_err(|e| io(path, e))?;
+        Ok(match self.encoding {
+            Encoding::Csv => Box::new(
+                datafusion::arrow::csv::ReaderBuilder::new(Arc::clone(&self.schema))
+                    .with_header(self.header)
+                    .with_batch_size(self.batch_size)
+                    .build(file)
+                    .map_err(|e| io(path, e))?,
+            ),
+            Encoding::Json => Box::new(
+                datafusion::arrow::json::ReaderBuilder::new(Arc::clone(&self.schema))
+                    .with_batch_size(self.batch_size)
+                    .build(BufReader::new(file))
+                    .map_err(|e| io(path, e))?,
+            ),
+            Encoding::Parquet => {
+                let reader = datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+                    .and_then(|b| b.with_batch_size(self.batch_size).build())
+                    .map_err(|e| io(path, e))?;
+                let schema = Arc::clone(&self.schema);
+                // Parquet columns by name, cast to the source's types.
+                Box::new(reader.map(move |batch| {
+                    let batch = batch?;
+                    let columns = schema
+                        .fields()
+                        .iter()
+                        .map(|f| {
+                            let column = batch.column_by_name(f.name()).ok_or_else(|| {
+                                datafusion::arrow::error::ArrowError::SchemaError(format!("no column {}", f.name()))
+                            })?;
+                            datafusion::arrow::compute::cast(column, f.data_type())
+                        })
+                        .collect::<std::result::Result<Vec<_>, _>>()?;
+                    RecordBatch::try_new(Arc::clone(&schema), columns)
+                }))
+            }
+        })
+    }
+
+    fn rows_done(&self) -> u64 {
+        self.done.iter().map(|(_, n)| n).sum::<u64>() + self.current.as_ref().map(|c| c.2).unwrap_or(0)
+    }
+}
+
+impl SourceReader for FileReader {
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    fn read(&mut self, offset: u64) -> Result<Chunk> {
+        let mut skip = *self.skip.get_or_insert(offset);
+        loop {
+            if self.current.is_none() {
+                let next = list(&self.pattern)?.into_iter().find(|p| !self.done.iter().any(|(d, _)| d == p));
+                match next {
+                    Some(path) => {
+                        let batches = self.open(&path)?;
+                        self.current = Some((path, batches, 0));
+                    }
+                    None if self.follow => return Ok(Chunk::Wait(self.poll)),
+                    None => return Ok(Chunk::Done),
+                }
+            }
+            let (path, batches, read) = self.current.as_mut().expect("opened");
+            match batches.next() {
+                Some(Ok(batch)) => {
+                    let n = batch.num_rows() as u64;
+                    *read += n;
+                    // Resuming: rows already stored are read again and dropped.
+                    if skip >= n {
+                        skip -= n;
+                        self.skip = Some(skip);
+                        continue;
+                    }
+                    let batch = batch.slice(skip as usize, (n - skip) as usize);
+                    self.skip = Some(0);
+                    return Ok(Chunk::Rows(batch, self.rows_done()));
+                }
+                Some(Err(e)) => {
+                    return Err(WeirError::new(
+                        SqlState::INVALID_TEXT_REPRESENTATION,
+                        format!("{}: row {} and after could not be read: {e}", path.display(), *read + 1),
+                    ))
+                }
+                None => {
+                    let (path, _, read) = self.current.take().expect("opened");
+                    self.done.push((path, read));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::matches;
+
+    #[test]
+    fn wildcards_match_runs_of_characters() {
+        assert!(matches("*.csv", "bids-1.csv"));
+        assert!(matches("bids-*.csv", "bids-1.csv"));
+        assert!(!matches("bids-*.csv", "asks-1.csv"));
+        assert!(matches("b*-*.json", "bids-2026.json"));
+        assert!(!matches("*.csv", "x.json"));
+    }
+}
