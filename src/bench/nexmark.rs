@@ -33,6 +33,16 @@ const QUERIES: &[(&str, &str)] = &[
     ("q5", include_str!("../../sql/nexmark/q5.sql")),
     ("q7", include_str!("../../sql/nexmark/q7.sql")),
     ("q8", include_str!("../../sql/nexmark/q8.sql")),
+    ("q10", include_str!("../../sql/nexmark/q10.sql")),
+    ("q11", include_str!("../../sql/nexmark/q11.sql")),
+    ("q13", include_str!("../../sql/nexmark/q13.sql")),
+    ("q14", include_str!("../../sql/nexmark/q14.sql")),
+    ("q15", include_str!("../../sql/nexmark/q15.sql")),
+    ("q16", include_str!("../../sql/nexmark/q16.sql")),
+    ("q17", include_str!("../../sql/nexmark/q17.sql")),
+    ("q20", include_str!("../../sql/nexmark/q20.sql")),
+    ("q21", include_str!("../../sql/nexmark/q21.sql")),
+    ("q22", include_str!("../../sql/nexmark/q22.sql")),
 ];
 const SOURCES: &str = include_str!("../../sql/nexmark/sources.sql");
 
