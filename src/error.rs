@@ -181,7 +181,7 @@ fn classify_arrow(e: &ArrowError) -> Option<WeirError> {
             return inner
                 .downcast_ref::<WeirError>()
                 .cloned()
-                .or_else(|| inner.downcast_ref::<DataFusionError>().map(|d| classify_datafusion_ref(d)))
+                .or_else(|| inner.downcast_ref::<DataFusionError>().map(classify_datafusion_ref))
         }
         _ => return None,
     };

@@ -584,11 +584,8 @@ pub fn register_functions(ctx: &SessionContext, type_oids: HashMap<String, i32>,
             let input = input.as_string::<i32>();
             let (mut xs, mut ns, mut offsets) = (Vec::new(), Vec::new(), vec![0i32]);
             for v in input.iter() {
-                for (i, x) in v
-                    .unwrap_or("")
-                    .split(|c: char| c == ' ' || c == ',' || c == '{' || c == '}' || c == '[' || c == ']')
-                    .filter(|s| !s.is_empty())
-                    .enumerate()
+                for (i, x) in
+                    v.unwrap_or("").split([' ', ',', '{', '}', '[', ']']).filter(|s| !s.is_empty()).enumerate()
                 {
                     xs.push(x.parse::<i32>().ok());
                     ns.push((i + 1) as i32);

@@ -470,7 +470,7 @@ fn register_current_setting(ctx: &SessionContext, user: &str, values: &Values) {
                     None if name.contains('.') => name.to_ascii_lowercase(),
                     None => return Err(unknown(name).into()),
                 };
-                let value = (!new_values.is_null(i)).then(|| new_values.value(i).to_string()).unwrap_or_default();
+                let value = if new_values.is_null(i) { String::new() } else { new_values.value(i).to_string() };
                 values.write().insert(key, value.clone());
                 out.push(Some(value));
             }

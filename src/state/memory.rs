@@ -6,7 +6,7 @@ use std::ops::Bound;
 
 use parking_lot::RwLock;
 
-use super::store::{ScanControl, StateStore, WriteBatch, WriteOp};
+use super::store::{ScanControl, StateStore, Visitor, WriteBatch, WriteOp};
 use crate::error::Result;
 
 #[derive(Default)]
@@ -25,7 +25,7 @@ impl StateStore for MemoryStore {
         Ok(self.map.read().get(key).cloned())
     }
 
-    fn scan_prefix(&self, prefix: &[u8], visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<ScanControl>) -> Result<()> {
+    fn scan_prefix(&self, prefix: &[u8], visit: &mut Visitor<'_>) -> Result<()> {
         let map = self.map.read();
         for (k, v) in map.range::<[u8], _>((Bound::Included(prefix), Bound::Unbounded)) {
             if !k.starts_with(prefix) || visit(k, v)? == ScanControl::Stop {

@@ -9,7 +9,7 @@ use std::path::Path;
 use rocksdb::{BlockBasedOptions, Cache, Options, ReadOptions, WriteOptions, DB};
 
 use super::keys::prefix_end;
-use super::store::{ScanControl, StateStore, WriteBatch, WriteOp};
+use super::store::{ScanControl, StateStore, Visitor, WriteBatch, WriteOp};
 use crate::config::StorageConfig;
 use crate::error::{Result, WeirError};
 
@@ -47,7 +47,7 @@ impl StateStore for RocksStore {
         Ok(self.db.get(key)?)
     }
 
-    fn scan_prefix(&self, prefix: &[u8], visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<ScanControl>) -> Result<()> {
+    fn scan_prefix(&self, prefix: &[u8], visit: &mut Visitor<'_>) -> Result<()> {
         let mut read_opts = ReadOptions::default();
         if let Some(end) = prefix_end(prefix) {
             read_opts.set_iterate_upper_bound(end);

@@ -47,12 +47,15 @@ pub enum ScanControl {
     Stop,
 }
 
+/// What a prefix scan calls with each entry's key and value.
+pub type Visitor<'a> = dyn FnMut(&[u8], &[u8]) -> Result<ScanControl> + 'a;
+
 pub trait StateStore: Send + Sync + 'static {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>>;
 
     /// Calls `visit` on every entry whose key starts with `prefix`, in key order, over one
     /// consistent snapshot.
-    fn scan_prefix(&self, prefix: &[u8], visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<ScanControl>) -> Result<()>;
+    fn scan_prefix(&self, prefix: &[u8], visit: &mut Visitor<'_>) -> Result<()>;
 
     fn write(&self, batch: WriteBatch) -> Result<()>;
 

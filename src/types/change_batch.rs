@@ -161,7 +161,7 @@ pub fn from_pretty(text: &str) -> ChangeBatch {
                 DataType::Float64,
                 Arc::new(col.iter().map(|v| v.as_ref().map(|s| s.parse::<f64>().unwrap())).collect::<Float64Array>()),
             ),
-            'T' => (DataType::Utf8, Arc::new(col.iter().map(|v| v.clone()).collect::<StringArray>())),
+            'T' => (DataType::Utf8, Arc::new(col.iter().cloned().collect::<StringArray>())),
             other => panic!("unknown type {other}"),
         };
         fields.push(Field::new(format!("c{i}"), dt, true));
