@@ -59,6 +59,9 @@ enum BenchCommand {
         /// Events per stored chunk.
         #[arg(long, default_value_t = 100_000)]
         chunk: u64,
+        /// Events per second the sources produce (0: as fast as they can), for latency runs.
+        #[arg(long, default_value_t = 0)]
+        rate: u64,
     },
 }
 
@@ -115,8 +118,9 @@ fn main() -> std::process::ExitCode {
             let options = weir::bench::BenchOptions { rows, batch: batch.max(1), parallelism, scenarios };
             return run_bench(weir::bench::run(options));
         }
-        Some(Command::Bench { what: BenchCommand::Nexmark { query, events, parallelism, chunk } }) => {
-            let options = weir::bench::nexmark::NexmarkOptions { query, events, parallelism, chunk: chunk.max(1) };
+        Some(Command::Bench { what: BenchCommand::Nexmark { query, events, parallelism, chunk, rate } }) => {
+            let options =
+                weir::bench::nexmark::NexmarkOptions { query, events, parallelism, chunk: chunk.max(1), rate };
             return run_bench(weir::bench::nexmark::run(options));
         }
         None => cli.serve,

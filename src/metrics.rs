@@ -75,6 +75,19 @@ pub static BARRIER_LATENCY_SECONDS: LazyLock<prometheus::HistogramVec> = LazyLoc
     )
 });
 
+/// From a change being published by a view's input (a table's statement, a source's chunk) to
+/// the view's commit that includes it: how stale a view is.
+pub static VIEW_FRESHNESS_SECONDS: LazyLock<prometheus::HistogramVec> = LazyLock::new(|| {
+    register(
+        prometheus::HistogramVec::new(
+            HistogramOpts::new("weir_view_freshness_seconds", "Input change published to view commit")
+                .buckets(prometheus::exponential_buckets(0.001, 1.25, 60).expect("buckets")),
+            &["view"],
+        )
+        .unwrap(),
+    )
+});
+
 /// The last epoch each view committed.
 pub static VIEW_EPOCH: LazyLock<prometheus::IntGaugeVec> = LazyLock::new(|| {
     register(

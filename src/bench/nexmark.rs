@@ -5,7 +5,9 @@
 //! `--query generator` times the generator alone (all three streams, no storage).
 //!
 //! Prints one human line and one JSON line: events/s, CPU seconds per million events (user +
-//! system, all threads) and peak RSS.
+//! system, all threads), p50 / p99 latency from an event's chunk being stored by its source to
+//! the view's commit of it (`weir_view_freshness_seconds`, so to bucket precision, 25%) and
+//! peak RSS.
 
 use std::time::{Duration, Instant};
 
@@ -21,6 +23,8 @@ pub struct NexmarkOptions {
     pub parallelism: usize,
     /// Events per stored chunk.
     pub chunk: u64,
+    /// Events per second of wall-clock time the sources produce (0: as fast as they can).
+    pub rate: u64,
 }
 
 /// The queries shipped in `sql/nexmark/`.
@@ -45,6 +49,15 @@ const QUERIES: &[(&str, &str)] = &[
     ("q22", include_str!("../../sql/nexmark/q22.sql")),
 ];
 const SOURCES: &str = include_str!("../../sql/nexmark/sources.sql");
+
+/// The `q` quantile of a histogram, as the upper bound of the bucket it falls in.
+fn quantile(histogram: &prometheus::Histogram, q: f64) -> f64 {
+    use prometheus::core::Metric;
+    let metric = histogram.metric();
+    let h = metric.get_histogram();
+    let target = (h.get_sample_count() as f64 * q).ceil().max(1.0) as u64;
+    h.get_bucket().iter().find(|b| b.cumulative_count() >= target).map(|b| b.upper_bound()).unwrap_or(f64::NAN)
+}
 
 /// CPU seconds this process has used (user + system).
 fn cpu_seconds() -> f64 {
@@ -84,7 +97,10 @@ pub async fn run(options: NexmarkOptions) -> Result<()> {
         h.run(&format!("SET streaming_parallelism = {}", options.parallelism)).await?;
         let sources = SOURCES.replace(
             "nexmark.event.num = '100000'",
-            &format!("nexmark.event.num = '{}', nexmark.max.chunk.size = '{}'", options.events, options.chunk),
+            &format!(
+                "nexmark.event.num = '{}', nexmark.max.chunk.size = '{}', nexmark.events.per.second = '{}'",
+                options.events, options.chunk, options.rate
+            ),
         );
         h.run(&sources).await?;
         h.run(view).await?;
@@ -107,14 +123,16 @@ pub async fn run(options: NexmarkOptions) -> Result<()> {
     let rate = options.events as f64 / seconds;
     let cpu_per_million = cpu / (options.events as f64 / 1e6);
     let rss = peak_rss_mib();
+    let freshness = crate::metrics::VIEW_FRESHNESS_SECONDS.with_label_values(&[&options.query]);
+    let (p50, p99) = (quantile(&freshness, 0.5) * 1000.0, quantile(&freshness, 0.99) * 1000.0);
     println!(
-        "nexmark {}: {} events in {seconds:.2} s = {rate:.0} events/s, {cpu_per_million:.2} CPU s per million events, peak RSS {rss:.0} MiB ({} cores)",
+        "nexmark {}: {} events in {seconds:.2} s = {rate:.0} events/s, {cpu_per_million:.2} CPU s per million events, latency p50 <= {p50:.0} ms p99 <= {p99:.0} ms, peak RSS {rss:.0} MiB ({} cores)",
         options.query,
         options.events,
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
     );
     println!(
-        "{{\"query\":\"{}\",\"events\":{},\"parallelism\":{},\"seconds\":{seconds:.3},\"events_per_second\":{rate:.0},\"cpu_seconds_per_million_events\":{cpu_per_million:.3},\"peak_rss_mib\":{rss:.0}}}",
+        "{{\"query\":\"{}\",\"events\":{},\"parallelism\":{},\"seconds\":{seconds:.3},\"events_per_second\":{rate:.0},\"cpu_seconds_per_million_events\":{cpu_per_million:.3},\"latency_p50_ms\":{p50:.0},\"latency_p99_ms\":{p99:.0},\"peak_rss_mib\":{rss:.0}}}",
         options.query, options.events, options.parallelism
     );
     Ok(())

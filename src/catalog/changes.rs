@@ -28,8 +28,9 @@ pub const CHANNEL_CAPACITY: usize = 256;
 /// this waits until the queue is empty).
 pub const BUDGET_KIB: u32 = 64 * 1024;
 
-/// A message and the share of its subscriber's budget it holds while queued.
-type Envelope = (Message, Option<OwnedSemaphorePermit>);
+/// A message, when it was published, and the share of its subscriber's budget it holds while
+/// queued.
+type Envelope = (Message, std::time::Instant, Option<OwnedSemaphorePermit>);
 
 struct Subscriber {
     job: TableId,
@@ -43,10 +44,10 @@ pub struct ChangeReceiver {
 }
 
 impl ChangeReceiver {
-    /// The next message; None once the publisher side is gone. Its budget is released now:
-    /// the caller applies it before receiving the next.
-    pub async fn recv(&mut self) -> Option<Message> {
-        self.rx.recv().await.map(|(message, _permit)| message)
+    /// The next message and when it was published; None once the publisher side is gone. Its
+    /// budget is released now: the caller applies it before receiving the next.
+    pub async fn recv(&mut self) -> Option<(Message, std::time::Instant)> {
+        self.rx.recv().await.map(|(message, published, _permit)| (message, published))
     }
 }
 
@@ -91,6 +92,7 @@ impl ChangeHub {
         let list = self.list(relation);
         let mut subscribers = list.lock().await;
         let mut gone = Vec::new();
+        let published = std::time::Instant::now();
         for (i, s) in subscribers.iter().enumerate() {
             for m in &messages {
                 let permit = match m {
@@ -100,7 +102,7 @@ impl ChangeHub {
                     }
                     Message::Barrier(_) => None,
                 };
-                if s.tx.send((m.clone(), permit)).await.is_err() {
+                if s.tx.send((m.clone(), published, permit)).await.is_err() {
                     gone.push(i);
                     break;
                 }

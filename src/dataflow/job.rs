@@ -71,6 +71,8 @@ pub struct ViewJob {
     pub idle_timeout: Duration,
     /// The `LATE ROWS TO` table.
     pub late_table: Option<Arc<Relation>>,
+    /// When each change applied since the last commit was published by its input.
+    pub unseen: Vec<Instant>,
 }
 
 impl ViewJob {
@@ -190,7 +192,8 @@ impl ViewJob {
             match message {
                 // An input is gone: the view is being dropped.
                 None => break,
-                Some(Message::Data(batch)) => {
+                Some((Message::Data(batch), published)) => {
+                    self.unseen.push(published);
                     self.observe(input, &batch);
                     match self.graph.push(input, batch) {
                         Ok(out) => out.into_iter().for_each(|b| self.materialize.apply(b)),
@@ -198,7 +201,7 @@ impl ViewJob {
                     }
                     self.advance_watermark();
                 }
-                Some(Message::Barrier(barrier)) => {
+                Some((Message::Barrier(barrier), _)) => {
                     let epoch = barrier.epoch;
                     // A barrier from before this view started (a view input catching up) only
                     // separates changes the view takes into its first epoch.
@@ -263,6 +266,11 @@ impl ViewJob {
         messages.push(Message::Barrier(barrier));
         self.changes.publish(self.relation.def.id, messages).await;
         self.committed.send_replace(epoch);
+        // Freshness: from an input's change being published to the view's commit of it.
+        let freshness = metrics::VIEW_FRESHNESS_SECONDS.with_label_values(&[&self.relation.def.name]);
+        for published in self.unseen.drain(..) {
+            freshness.observe(published.elapsed().as_secs_f64());
+        }
         let view = self.relation.def.name.as_str();
         metrics::BARRIER_LATENCY_SECONDS
             .with_label_values(&[view])

@@ -118,6 +118,7 @@ impl Streaming {
             watermark: None,
             idle_timeout: self.watermark_idle_timeout,
             late_table,
+            unseen: Vec::new(),
             materialize: Materialize::new(Arc::clone(&view), Arc::clone(self.catalog.store())),
             relation: view,
             graph: built.graph,
