@@ -57,10 +57,11 @@ pub fn record_late_rows(view: &str, count: u64) {
 
 /// A view's watermark (nanoseconds) and open windows at its last commit.
 pub fn record_event_time(view: &str, watermark: Option<i64>, open_windows: usize) {
-    if watermark.is_none() && open_windows == 0 && !EVENT_TIME.lock().contains_key(view) {
+    let mut all = EVENT_TIME.lock();
+    // Views without event time (no watermark, no windows, no late rows) are not listed.
+    if watermark.is_none() && open_windows == 0 && !all.contains_key(view) {
         return;
     }
-    let mut all = EVENT_TIME.lock();
     let entry = all.entry(view.to_string()).or_default();
     entry.watermark_micros = watermark.map(|w| w.div_euclid(1000));
     entry.open_windows = open_windows as u64;

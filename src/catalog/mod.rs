@@ -96,6 +96,17 @@ impl Relation {
             .collect()
     }
 
+    /// [`Relation::scan_rows`] on a blocking thread, for async callers.
+    pub async fn read_rows(
+        self: &Arc<Self>,
+        store: &Arc<dyn StateStore>,
+    ) -> Result<Vec<datafusion::arrow::array::RecordBatch>> {
+        let (relation, store) = (Arc::clone(self), Arc::clone(store));
+        tokio::task::spawn_blocking(move || relation.scan_rows(store.as_ref()))
+            .await
+            .map_err(|e| WeirError::internal(e.to_string()))?
+    }
+
     /// Reserves `n` row ids, returning the first; the caller persists the new high-water mark
     /// with [`Relation::persist_row_id`] in the same batch as the rows.
     pub fn allocate_row_ids(&self, n: u64) -> u64 {

@@ -179,11 +179,7 @@ impl TableProvider for RelationTable {
         _filters: &[Expr],
         _limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let relation = Arc::clone(&self.relation);
-        let store = Arc::clone(&self.store);
-        let batches = tokio::task::spawn_blocking(move || relation.scan_rows(store.as_ref()))
-            .await
-            .map_err(|e| DataFusionError::External(Box::new(e)))??;
+        let batches = self.relation.read_rows(&self.store).await?;
         Ok(MemorySourceConfig::try_new_exec(&[batches], self.schema(), projection.cloned())?)
     }
 

@@ -171,11 +171,7 @@ impl TableProvider for WindowedRelation {
         _filters: &[Expr],
         _limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let relation = Arc::clone(&self.relation);
-        let store = Arc::clone(&self.store);
-        let batches = tokio::task::spawn_blocking(move || relation.scan_rows(store.as_ref()))
-            .await
-            .map_err(|e| DataFusionError::External(Box::new(e)))??;
+        let batches = self.relation.read_rows(&self.store).await?;
         let windowed = match &self.spec {
             Windowing::Fixed(spec) => batches
                 .iter()

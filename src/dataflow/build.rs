@@ -140,6 +140,17 @@ pub enum Distribution {
     Hash(Vec<usize>),
 }
 
+/// Physical expressions reading the columns at `indices` of `schema`.
+fn columns(schema: &datafusion::arrow::datatypes::Schema, indices: &[usize]) -> Vec<Arc<dyn PhysicalExpr>> {
+    indices
+        .iter()
+        .map(|&i| {
+            Arc::new(datafusion::physical_expr::expressions::Column::new(schema.field(i).name(), i))
+                as Arc<dyn PhysicalExpr>
+        })
+        .collect()
+}
+
 /// The input column `expr` is, if it is a plain column.
 fn column_index(expr: &Expr, schema: &DFSchema) -> Option<usize> {
     match expr {
@@ -214,13 +225,7 @@ impl Builder<'_> {
         schema: SchemaRef,
     ) -> Result<usize> {
         let source = relation.schema.clone();
-        let exprs: Vec<Arc<dyn PhysicalExpr>> = indices
-            .iter()
-            .map(|&i| {
-                Arc::new(datafusion::physical_expr::expressions::Column::new(source.field(i).name(), i))
-                    as Arc<dyn PhysicalExpr>
-            })
-            .collect();
+        let exprs = columns(&source, indices);
         let label = format!("Source {}", relation.def.name);
         let ops = self.each(|_| {
             Ok(Box::new(Project::new(exprs.clone(), Arc::clone(&schema), &self.view).with_label(label.clone())))
@@ -242,13 +247,7 @@ impl Builder<'_> {
 
     /// Projects node `child`'s rows (of `input` columns) to the columns at `indices`.
     fn project(&mut self, child: usize, input: &SchemaRef, indices: &[usize], output: SchemaRef) -> Result<usize> {
-        let exprs: Vec<Arc<dyn PhysicalExpr>> = indices
-            .iter()
-            .map(|&i| {
-                Arc::new(datafusion::physical_expr::expressions::Column::new(input.field(i).name(), i))
-                    as Arc<dyn PhysicalExpr>
-            })
-            .collect();
+        let exprs = columns(input, indices);
         let ops = self.each(|_| Ok(Box::new(Project::new(exprs.clone(), Arc::clone(&output), &self.view))))?;
         self.graph.add(ops, &[child], vec![None])
     }
@@ -425,14 +424,8 @@ impl Builder<'_> {
             }
             LogicalPlan::Distinct(Distinct::All(input)) => {
                 let child = self.node(input)?;
-                let keys = (0..input.schema().fields().len())
-                    .map(|i| {
-                        Ok(Arc::new(datafusion::physical_expr::expressions::Column::new(
-                            input.schema().field(i).name(),
-                            i,
-                        )) as Arc<dyn PhysicalExpr>)
-                    })
-                    .collect::<Result<Vec<_>>>()?;
+                let all: Vec<usize> = (0..input.schema().fields().len()).collect();
+                let keys = columns(input.schema().as_arrow(), &all);
                 let types: Vec<_> = input.schema().fields().iter().map(|f| f.data_type().clone()).collect();
                 let (groups, values) = (self.state_table()?, self.state_table()?);
                 let schema = Self::schema(plan);
@@ -584,16 +577,7 @@ impl Builder<'_> {
                 // A session's end moves as rows arrive; only `window_end` tells when it closes.
                 times[n + 1] = Some(TimeColumn { close_offset: 0 });
                 let state = self.state_table()?;
-                let keys: Vec<Arc<dyn PhysicalExpr>> = spec
-                    .keys
-                    .iter()
-                    .map(|&k| {
-                        Arc::new(datafusion::physical_expr::expressions::Column::new(
-                            relation.schema.field(k).name(),
-                            k,
-                        )) as Arc<dyn PhysicalExpr>
-                    })
-                    .collect();
+                let keys = columns(&relation.schema, &spec.keys);
                 let distribution =
                     if spec.keys.is_empty() { Distribution::Single } else { Distribution::Hash(spec.keys.clone()) };
                 let ops = self.each(|_| {

@@ -253,12 +253,13 @@ impl ViewJob {
             self.changes.publish(table.def.id, vec![Message::Data(ChangeBatch::inserts(rows))]).await;
         }
         let view = self.relation.def.name.as_str();
-        crate::system::record_event_time(view, self.watermark, self.graph.open_windows());
+        let open_windows = self.graph.open_windows();
+        crate::system::record_event_time(view, self.watermark, open_windows);
         if let Some(w) = self.watermark {
             let lag = chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX).saturating_sub(w);
             metrics::WATERMARK_LAG_SECONDS.with_label_values(&[view]).set(lag as f64 / 1e9);
         }
-        metrics::OPEN_WINDOWS.with_label_values(&[view]).set(self.graph.open_windows() as i64);
+        metrics::OPEN_WINDOWS.with_label_values(&[view]).set(open_windows as i64);
         let mut messages = Vec::with_capacity(2);
         if let Some(changes) = changes {
             messages.push(Message::Data(changes));

@@ -88,12 +88,7 @@ impl Streaming {
                 let mut snapshots = Vec::new();
                 for input in &inputs {
                     receivers.push(catalog.changes.subscribe(input.def.id, id).await);
-                    let (relation, store) = (Arc::clone(input), Arc::clone(catalog.store()));
-                    let rows = tokio::task::spawn_blocking(move || relation.scan_rows(store.as_ref()))
-                        .await
-                        .map_err(|e| WeirError::internal(e.to_string()))
-                        .and_then(|r| r);
-                    snapshots.push(rows);
+                    snapshots.push(input.read_rows(catalog.store()).await);
                 }
                 drop(guards);
                 (receivers, snapshots)

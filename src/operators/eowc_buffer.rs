@@ -16,9 +16,9 @@ use datafusion::arrow::row::{RowConverter, SortField};
 
 use super::operator::Operator;
 use crate::error::Result;
-use crate::state::keyed::KeyedState;
+use crate::state::keyed::{decode_count, KeyedState};
 use crate::state::store::WriteBatch;
-use crate::types::window::{close_times, TimeColumn};
+use crate::types::window::{close_times, time_key, TimeColumn};
 use crate::types::{ChangeBatch, Op};
 
 pub struct EowcBuffer {
@@ -33,10 +33,6 @@ pub struct EowcBuffer {
     active: bool,
     /// Rows waiting (a metric).
     waiting: usize,
-}
-
-fn time_key(close: i64) -> [u8; 8] {
-    ((close as u64) ^ (1 << 63)).to_be_bytes()
 }
 
 impl EowcBuffer {
@@ -65,19 +61,11 @@ impl Operator for EowcBuffer {
             let Some(close) = closes[i] else { continue };
             let mut key = time_key(close).to_vec();
             key.extend_from_slice(rows.row(i).as_ref());
-            let before = match self.state.get(&key, 0)? {
-                Some(v) => i64::from_le_bytes(v.as_slice().try_into().unwrap_or_default()),
-                None => 0,
-            };
-            let after = before + op.sign();
+            let (before, after) = self.state.add_count(&key, 0, op.sign())?;
             if after == 0 {
-                self.state.delete(&key, 0);
                 self.waiting = self.waiting.saturating_sub(1);
-            } else {
-                self.state.put(&key, 0, after.to_le_bytes().to_vec());
-                if before == 0 {
-                    self.waiting += 1;
-                }
+            } else if before == 0 {
+                self.waiting += 1;
             }
         }
         Ok(vec![])
@@ -97,7 +85,7 @@ impl Operator for EowcBuffer {
             self.state.delete(&key, 0);
             self.waiting = self.waiting.saturating_sub(1);
             rows.push(key[8..].to_vec());
-            counts.push(i64::from_le_bytes(value.as_slice().try_into().unwrap_or_default()));
+            counts.push(decode_count(&value)?);
         }
         if rows.is_empty() {
             return Ok(vec![]);

@@ -36,7 +36,7 @@ use datafusion::physical_expr::PhysicalExpr;
 use super::eval::evaluate;
 use super::operator::Operator;
 use crate::error::{Result, WeirError};
-use crate::state::keyed::KeyedState;
+use crate::state::keyed::{decode_count, KeyedState};
 use crate::state::store::WriteBatch;
 use crate::types::window::{close_times, TimeColumn};
 use crate::types::{ChangeBatch, Op};
@@ -323,16 +323,7 @@ impl HashAgg {
         delta: i64,
     ) -> Result<()> {
         let key = Self::multiset_key(group_key, i, value);
-        let before = match self.values.get(&key, group_key.len())? {
-            Some(b) => i64::from_le_bytes(b.as_slice().try_into().map_err(|_| corrupt())?),
-            None => 0,
-        };
-        let after = before + delta;
-        if after == 0 {
-            self.values.delete(&key, group_key.len());
-        } else {
-            self.values.put(&key, group_key.len(), after.to_le_bytes().to_vec());
-        }
+        let (before, after) = self.values.add_count(&key, group_key.len(), delta)?;
         if let Acc::Distinct(n) = &mut group.accs[i] {
             *n += (after > 0) as i64 - (before > 0) as i64;
         }
@@ -370,7 +361,7 @@ impl HashAgg {
                 let codec = self.value_codecs[i].as_ref().expect("codec");
                 let mut parts = Vec::new();
                 for (k, count) in self.values.scan_prefix(&prefix, group_key.len())? {
-                    let count = i64::from_le_bytes(count.as_slice().try_into().map_err(|_| corrupt())?);
+                    let count = decode_count(&count)?;
                     let value = codec.decode(&k[prefix.len()..])?.cast_to(&DataType::Utf8)?.to_string();
                     parts.extend(std::iter::repeat_n(value, count.max(0) as usize));
                 }

@@ -29,8 +29,8 @@ use datafusion::physical_expr::PhysicalExpr;
 use super::eval::evaluate;
 use super::filter::Filter;
 use super::operator::Operator;
-use crate::error::{Result, SqlState, WeirError};
-use crate::state::keyed::KeyedState;
+use crate::error::{Result, WeirError};
+use crate::state::keyed::{decode_count, KeyedState};
 use crate::state::store::WriteBatch;
 use crate::types::window::{close_times, TimeColumn};
 use crate::types::{ChangeBatch, Op};
@@ -58,12 +58,7 @@ struct Side {
 }
 
 fn count_of(bytes: Option<Vec<u8>>) -> Result<i64> {
-    match bytes {
-        None => Ok(0),
-        Some(b) => Ok(i64::from_le_bytes(
-            b.as_slice().try_into().map_err(|_| WeirError::new(SqlState::DATA_CORRUPTED, "join state is corrupt"))?,
-        )),
-    }
+    bytes.map(|b| decode_count(&b)).unwrap_or(Ok(0))
 }
 
 impl Side {
@@ -102,12 +97,7 @@ impl Side {
     /// Adds (`sign` 1) or removes (`sign` -1) one row with join key `key`.
     fn update(&mut self, key: &[u8], row: &[u8], sign: i64) -> Result<()> {
         for k in [Self::tagged(key, 1, row), Self::tagged(key, 0, &[])] {
-            let n = count_of(self.state.get(&k, key.len())?)? + sign;
-            if n == 0 {
-                self.state.delete(&k, key.len());
-            } else {
-                self.state.put(&k, key.len(), n.to_le_bytes().to_vec());
-            }
+            self.state.add_count(&k, key.len(), sign)?;
         }
         Ok(())
     }

@@ -16,7 +16,7 @@ use datafusion::arrow::row::{RowConverter, SortField};
 
 use crate::error::Result;
 use crate::metrics;
-use crate::state::keyed::KeyedState;
+use crate::state::keyed::{decode_count, KeyedState};
 use crate::state::store::WriteBatch;
 use crate::types::ChangeBatch;
 
@@ -35,10 +35,6 @@ pub struct LateRows {
     view: String,
 }
 
-fn count(bytes: &[u8]) -> i64 {
-    i64::from_le_bytes(bytes.try_into().unwrap_or_default())
-}
-
 impl LateRows {
     /// `schema`: the assigner's output (input columns, `window_start`, `window_end`).
     pub fn new(schema: &SchemaRef, keep: bool, ledger: (KeyedState, u8), view: &str) -> Result<LateRows> {
@@ -47,8 +43,8 @@ impl LateRows {
         let to_skip = ledger
             .scan_prefix(&[prefix], 1)?
             .into_iter()
-            .map(|(key, value)| (key[1..].to_vec(), count(&value)))
-            .collect();
+            .map(|(key, value)| Ok((key[1..].to_vec(), decode_count(&value)?)))
+            .collect::<Result<_>>()?;
         Ok(LateRows {
             keep,
             kept: Vec::new(),
@@ -61,27 +57,34 @@ impl LateRows {
         })
     }
 
-    /// The indices of `windowed`'s rows to keep while rebuilding: all but the ledger's.
-    pub fn not_late_before(&mut self, windowed: &ChangeBatch) -> Result<Vec<u32>> {
-        let all = (0..windowed.num_rows() as u32).collect();
-        if !self.rebuilding || self.to_skip.is_empty() {
-            return Ok(all);
+    /// Whether rows are still to be left out (rebuilding, with late rows in the ledger).
+    pub fn skipping(&self) -> bool {
+        self.rebuilding && !self.to_skip.is_empty()
+    }
+
+    /// The indices of `windowed`'s rows to keep while rebuilding: all but the ledger's; None
+    /// when every row stays.
+    pub fn not_late_before(&mut self, windowed: &ChangeBatch) -> Result<Option<Vec<u32>>> {
+        if !self.skipping() {
+            return Ok(None);
         }
         let rows = self.codec.convert_columns(windowed.data.columns())?;
-        Ok((0..windowed.num_rows() as u32)
-            .filter(|&i| {
-                if windowed.ops[i as usize].sign() < 0 {
-                    return true;
-                }
-                match self.to_skip.get_mut(rows.row(i as usize).as_ref()) {
-                    Some(n) if *n > 0 => {
-                        *n -= 1;
-                        false
+        Ok(Some(
+            (0..windowed.num_rows() as u32)
+                .filter(|&i| {
+                    if windowed.ops[i as usize].sign() < 0 {
+                        return true;
                     }
-                    _ => true,
-                }
-            })
-            .collect())
+                    match self.to_skip.get_mut(rows.row(i as usize).as_ref()) {
+                        Some(n) if *n > 0 => {
+                            *n -= 1;
+                            false
+                        }
+                        _ => true,
+                    }
+                })
+                .collect(),
+        ))
     }
 
     /// The first watermark: the rebuild is over.
@@ -104,8 +107,7 @@ impl LateRows {
             let mut key = Vec::with_capacity(row.as_ref().len() + 1);
             key.push(self.prefix);
             key.extend_from_slice(row.as_ref());
-            let before = self.ledger.get(&key, 1)?.map(|v| count(&v)).unwrap_or(0);
-            self.ledger.put(&key, 1, (before + 1).to_le_bytes().to_vec());
+            self.ledger.add_count(&key, 1, 1)?;
         }
         if self.keep && inserted.num_rows() > 0 {
             self.kept.push(inserted.data);

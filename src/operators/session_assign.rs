@@ -22,9 +22,9 @@ use datafusion::arrow::row::{RowConverter, SortField};
 use super::lateness::LateRows;
 use super::operator::Operator;
 use crate::error::Result;
-use crate::state::keyed::KeyedState;
+use crate::state::keyed::{decode_count, KeyedState};
 use crate::state::store::WriteBatch;
-use crate::types::window::{from_nanos, to_nanos, SessionSpec};
+use crate::types::window::{from_nanos, time_from_key, time_key, to_nanos, SessionSpec};
 use crate::types::{ChangeBatch, Op};
 
 pub struct SessionAssign {
@@ -42,15 +42,6 @@ pub struct SessionAssign {
     by_end: BTreeMap<i64, HashSet<Vec<u8>>>,
     earliest_end: HashMap<Vec<u8>, i64>,
     description: String,
-}
-
-/// Event time as bytes that sort like the time.
-fn time_key(t: i64) -> [u8; 8] {
-    ((t as u64) ^ (1 << 63)).to_be_bytes()
-}
-
-fn time_of(bytes: &[u8]) -> i64 {
-    (u64::from_be_bytes(bytes[..8].try_into().expect("8 bytes")) ^ (1 << 63)) as i64
 }
 
 /// One key's rows: (event time, row) -> multiplicity.
@@ -105,6 +96,17 @@ impl SessionAssign {
         Ok(RecordBatch::try_new(Arc::clone(&self.schema), columns)?)
     }
 
+    /// `batch`'s rows, at event times `times`, each with its own would-be window
+    /// `[t, t + gap)`: how late rows are recorded and kept.
+    fn own_windows(&self, batch: &ChangeBatch, times: &[i64]) -> Result<ChangeBatch> {
+        let data = self.with_windows(
+            batch.data.clone(),
+            times.iter().map(|&t| Some(t)).collect(),
+            times.iter().map(|&t| Some(t.saturating_add(self.spec.gap))).collect(),
+        )?;
+        Ok(batch.with_data(data))
+    }
+
     fn decode(&self, rows: &[&[u8]]) -> Result<RecordBatch> {
         let parser = self.row_codec.parser();
         let columns = self.row_codec.convert_rows(rows.iter().map(|r| parser.parse(r)))?;
@@ -117,8 +119,8 @@ impl SessionAssign {
         let mut rows = Rows::new();
         for (k, v) in self.state.scan_prefix(key, key.len())? {
             let rest = &k[key.len()..];
-            let count = i64::from_le_bytes(v.as_slice().try_into().unwrap_or_default());
-            rows.insert((time_of(rest), rest[8..].to_vec()), count);
+            let count = decode_count(&v)?;
+            rows.insert((time_from_key(rest), rest[8..].to_vec()), count);
         }
         Ok(rows)
     }
@@ -160,27 +162,34 @@ impl Operator for SessionAssign {
 
     fn apply(&mut self, _input: usize, batch: ChangeBatch) -> Result<Vec<ChangeBatch>> {
         let times = to_nanos(batch.data.column(self.spec.time_column))?;
-        // Each row with its would-be window [t, t + gap), to judge and keep late rows.
-        let with_time: Vec<u32> = (0..batch.num_rows() as u32).filter(|&i| times.is_valid(i as usize)).collect();
-        let batch = batch.take(&with_time)?;
-        let times: Vec<i64> = with_time.iter().map(|&i| times.value(i as usize)).collect();
-        let own = self.with_windows(
-            batch.data.clone(),
-            times.iter().map(|&t| Some(t)).collect(),
-            times.iter().map(|&t| Some(t.saturating_add(self.spec.gap))).collect(),
-        )?;
-        let own = batch.with_data(own);
+        // Rows without a time have no session.
+        let batch = if times.null_count() == 0 {
+            batch
+        } else {
+            let with_time: Vec<u32> = (0..batch.num_rows() as u32).filter(|&i| times.is_valid(i as usize)).collect();
+            batch.take(&with_time)?
+        };
+        let times: Vec<i64> = times.iter().flatten().collect();
         let keep = match self.watermark {
-            None => self.late.not_late_before(&own)?,
+            None if !self.late.skipping() => None,
+            None => {
+                let own = self.own_windows(&batch, &times)?;
+                self.late.not_late_before(&own)?
+            }
             Some(watermark) => {
-                let (late, on_time): (Vec<u32>, Vec<u32>) = (0..own.num_rows() as u32)
+                let (late, on_time): (Vec<u32>, Vec<u32>) = (0..batch.num_rows() as u32)
                     .partition(|&i| times[i as usize] < watermark.saturating_sub(self.lateness));
-                if !late.is_empty() {
-                    self.late.divert(own.take(&late)?)?;
+                if late.is_empty() {
+                    None
+                } else {
+                    let late_times: Vec<i64> = late.iter().map(|&i| times[i as usize]).collect();
+                    let own = self.own_windows(&batch.take(&late)?, &late_times)?;
+                    self.late.divert(own)?;
+                    Some(on_time)
                 }
-                on_time
             }
         };
+        let keep = keep.unwrap_or_else(|| (0..batch.num_rows() as u32).collect());
         let key_columns: Vec<ArrayRef> = self.spec.keys.iter().map(|&k| Arc::clone(batch.data.column(k))).collect();
         let keys = match &self.key_codec {
             Some(codec) => Some(codec.convert_columns(&key_columns)?),

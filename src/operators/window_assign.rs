@@ -70,16 +70,18 @@ impl Operator for WindowAssign {
                 let final_before = watermark.saturating_sub(self.lateness);
                 let (late, on_time): (Vec<u32>, Vec<u32>) = (0..windowed.num_rows() as u32)
                     .partition(|&i| closes[i as usize].is_some_and(|c| c <= final_before));
-                if !late.is_empty() {
+                if late.is_empty() {
+                    None
+                } else {
                     self.late.divert(windowed.take(&late)?)?;
+                    Some(on_time)
                 }
-                on_time
             }
         };
-        if keep.len() == windowed.num_rows() {
-            return Ok(vec![windowed]);
+        match keep {
+            Some(keep) if keep.len() < windowed.num_rows() => Ok(vec![windowed.take(&keep)?]),
+            _ => Ok(vec![windowed]),
         }
-        Ok(vec![windowed.take(&keep)?])
     }
 
     fn on_watermark(&mut self, watermark: i64) {

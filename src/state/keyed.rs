@@ -8,13 +8,24 @@
 //! Writes of the current epoch stay in `pending` until [`KeyedState::flush`] moves them into the
 //! epoch's write batch; reads see them. The cache holds at most `capacity` clean entries and is
 //! emptied when it would grow past that, so memory stays bounded however large the state is.
+//!
+//! Many operators keep multiplicities (a value's count in a multiset, a row's in a join side or
+//! a buffer): [`KeyedState::add_count`] and [`decode_count`] are the one encoding of them, an
+//! `i64` little-endian, absent meaning 0.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use super::keys::{prefix_end, vnode_of, TableId};
 use super::store::{ScanControl, StateStore, WriteBatch};
-use crate::error::Result;
+use crate::error::{Result, SqlState, WeirError};
+
+/// A stored multiplicity; bytes of another length are a corrupt store (XX001).
+pub fn decode_count(bytes: &[u8]) -> Result<i64> {
+    let bytes: [u8; 8] =
+        bytes.try_into().map_err(|_| WeirError::new(SqlState::DATA_CORRUPTED, "a stored count is corrupt"))?;
+    Ok(i64::from_le_bytes(bytes))
+}
 
 pub struct KeyedState {
     table_id: TableId,
@@ -61,6 +72,22 @@ impl KeyedState {
     pub fn delete(&mut self, key: &[u8], distribution_len: usize) {
         let full = self.full_key(key, distribution_len);
         self.pending.insert(full, None);
+    }
+
+    /// Adds `delta` to the multiplicity stored under `key` (deleting it when it reaches 0);
+    /// returns it before and after.
+    pub fn add_count(&mut self, key: &[u8], distribution_len: usize, delta: i64) -> Result<(i64, i64)> {
+        let before = match self.get(key, distribution_len)? {
+            Some(bytes) => decode_count(&bytes)?,
+            None => 0,
+        };
+        let after = before + delta;
+        if after == 0 {
+            self.delete(key, distribution_len);
+        } else {
+            self.put(key, distribution_len, after.to_le_bytes().to_vec());
+        }
+        Ok((before, after))
     }
 
     /// Every entry whose key starts with `prefix` (which begins with a whole distribution

@@ -85,6 +85,19 @@ pub fn from_nanos(values: Vec<Option<i64>>, data_type: &DataType) -> Result<Arra
     Ok(cast(&array, data_type)?)
 }
 
+/// An event time as 8 bytes that sort like the time (big-endian, sign bit flipped), for state
+/// keys ordered by time.
+pub fn time_key(t: i64) -> [u8; 8] {
+    ((t as u64) ^ (1 << 63)).to_be_bytes()
+}
+
+/// The event time at the start of a [`time_key`]-prefixed key.
+pub fn time_from_key(key: &[u8]) -> i64 {
+    let mut bytes = [0u8; 8];
+    bytes.copy_from_slice(&key[..8]);
+    (u64::from_be_bytes(bytes) ^ (1 << 63)) as i64
+}
+
 /// Nanoseconds as text, for messages (`2026-01-01 00:00:10`).
 pub fn format_nanos(nanos: i64) -> String {
     chrono::DateTime::from_timestamp_nanos(nanos).naive_utc().to_string()
