@@ -28,6 +28,7 @@ pub use persist::{RelationDef, RelationKind, WatermarkDef};
 use crate::error::{Result, SqlState, WeirError};
 use crate::state::keys::TableId;
 use crate::state::store::{StateStore, WriteBatch};
+use crate::state::table::Layout;
 use crate::state::StateTable;
 
 /// Name of the hidden key column of tables without a primary key.
@@ -67,6 +68,12 @@ impl Relation {
         self.def.kind == RelationKind::Table && self.def.primary_key.is_empty()
     }
 
+    /// Whether stored rows carry a multiplicity ([`COUNT_COLUMN`]): a view's rows stored one
+    /// by one. A segmented view's rows are each stored as often as they occur.
+    pub fn has_counts(&self) -> bool {
+        self.def.kind == RelationKind::MaterializedView && self.def.layout == Layout::Rows
+    }
+
     /// Every row as users see it, read from one snapshot: a table's rows without the hidden
     /// row id, a view's rows repeated by their multiplicity. Blocking.
     pub fn scan_rows(&self, store: &dyn StateStore) -> Result<Vec<datafusion::arrow::array::RecordBatch>> {
@@ -78,7 +85,7 @@ impl Relation {
             .iter()
             .map(|batch| {
                 let rows = batch.project(&user)?;
-                if self.def.kind != RelationKind::MaterializedView {
+                if !self.has_counts() {
                     return Ok(rows);
                 }
                 let counts = batch.column(user.len()).as_primitive::<Int64Type>();
@@ -156,21 +163,23 @@ impl Catalog {
 
     fn materialize(store: &dyn StateStore, def: RelationDef) -> Result<Relation> {
         let schema = Arc::new(def.schema.clone());
-        let (stored_schema, key) = if def.kind == RelationKind::MaterializedView {
-            let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
-            fields.push(Field::new(COUNT_COLUMN, DataType::Int64, false));
-            (Arc::new(Schema::new(fields)), (0..schema.fields().len()).collect())
-        } else if def.primary_key.is_empty() {
-            let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
-            fields.push(Field::new(ROW_ID_COLUMN, DataType::Int64, false));
-            let n = fields.len();
-            (Arc::new(Schema::new(fields)), vec![n - 1])
-        } else {
-            (Arc::clone(&schema), def.primary_key.clone())
-        };
+        let (stored_schema, key) =
+            if def.layout == Layout::Segments || def.kind == RelationKind::Table && def.primary_key.is_empty() {
+                // Appended rows (and rows of tables without a key) are keyed by a hidden row id.
+                let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+                fields.push(Field::new(ROW_ID_COLUMN, DataType::Int64, false));
+                let n = fields.len();
+                (Arc::new(Schema::new(fields)), vec![n - 1])
+            } else if def.kind == RelationKind::MaterializedView {
+                let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+                fields.push(Field::new(COUNT_COLUMN, DataType::Int64, false));
+                (Arc::new(Schema::new(fields)), (0..schema.fields().len()).collect())
+            } else {
+                (Arc::clone(&schema), def.primary_key.clone())
+            };
         let next_row_id = persist::load_sequence(store, &format!("rowid/{}", def.id))?;
         Ok(Relation {
-            table: Arc::new(StateTable::new(def.id, stored_schema, key)?),
+            table: Arc::new(StateTable::with_layout(def.id, stored_schema, key, def.layout)?),
             schema,
             def,
             write_lock: Arc::new(tokio::sync::Mutex::new(())),
@@ -243,13 +252,17 @@ impl Catalog {
         let mut def = self.new_def(name, RelationKind::Table, definition, schema);
         def.primary_key = primary_key;
         def.append_only = options.append_only;
+        if options.append_only {
+            def.layout = Layout::Segments;
+        }
         def.watermark = options.watermark;
         def.connector = options.connector;
         self.create(def, if_not_exists)
     }
 
     /// Creates a materialized view's entry and empty state. Returns false when it exists and
-    /// `if_not_exists`.
+    /// `if_not_exists`. An `append_only` view (its plan never retracts a row) stores its rows
+    /// as segments and is an append-only input to views built on it.
     pub fn create_view(
         &self,
         name: &str,
@@ -257,10 +270,15 @@ impl Catalog {
         schema: Schema,
         depends_on: Vec<TableId>,
         parallelism: usize,
+        append_only: bool,
     ) -> Result<bool> {
         let mut def = self.new_def(name, RelationKind::MaterializedView, definition, schema);
         def.depends_on = depends_on;
         def.parallelism = parallelism;
+        def.append_only = append_only;
+        if append_only {
+            def.layout = Layout::Segments;
+        }
         self.create(def, false)
     }
 
@@ -278,6 +296,7 @@ impl Catalog {
             append_only: false,
             watermark: None,
             connector: None,
+            layout: Layout::Rows,
         }
     }
 

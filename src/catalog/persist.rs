@@ -10,6 +10,7 @@ use datafusion::arrow::datatypes::Schema;
 use crate::error::{Result, SqlState, WeirError};
 use crate::state::keys::{meta_key, TableId};
 use crate::state::store::{ScanControl, StateStore, WriteBatch};
+use crate::state::table::Layout;
 
 /// What kind of relation an entry describes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -49,6 +50,10 @@ pub struct RelationDef {
     /// A source's connector and its options (`CREATE SOURCE ... WITH (connector = ...)`).
     #[serde(default)]
     pub connector: Option<crate::connectors::options::ConnectorOptions>,
+    /// How its rows are stored: append-only relations created by this version are segmented;
+    /// entries written before segments existed have none and keep their rows one by one.
+    #[serde(default)]
+    pub layout: Layout,
 }
 
 /// A table's watermark declaration: views reading the table take `max(expr)` over the rows

@@ -47,6 +47,8 @@ pub struct Built {
     /// The columns of late rows (a windowed input's columns and its window), if the view
     /// windows its input.
     pub late_rows_schema: Option<SchemaRef>,
+    /// The view only ever inserts rows (see [`Out::append_only`]).
+    pub append_only: bool,
 }
 
 /// What a view's event-time clauses ask of its operators.
@@ -59,11 +61,16 @@ pub struct EventTimeOptions {
     pub keep_late_rows: bool,
 }
 
-/// A node's top, where its rows are, and which of its output columns are window bounds.
+/// A node's top, where its rows are, which of its output columns are window bounds, and
+/// whether it only ever inserts rows.
 struct Out {
     node: usize,
     distribution: Distribution,
     times: Vec<Option<TimeColumn>>,
+    /// Only inserts come out: it reads append-only relations through operators that never
+    /// retract (projections, filters, window assignment, inner joins, unions, and aggregates
+    /// that emit each window once, on close, with no lateness).
+    append_only: bool,
 }
 
 struct Builder<'a> {
@@ -116,6 +123,7 @@ pub fn build(
         assigners: 0,
     };
     let top = b.node(plan)?;
+    let append_only = top.append_only;
     if event_time.emit_on_window_close && b.windowed_aggregates == 0 {
         b.emit_on_window_close(plan, top)?;
     }
@@ -124,7 +132,13 @@ pub fn build(
             "ALLOW LATENESS and LATE ROWS TO need a window: read a table through TUMBLE(...) or HOP(...)",
         ));
     }
-    Ok(Built { graph: b.graph, inputs: b.inputs, watermarks: b.watermarks, late_rows_schema: b.late_rows_schema })
+    Ok(Built {
+        graph: b.graph,
+        inputs: b.inputs,
+        watermarks: b.watermarks,
+        late_rows_schema: b.late_rows_schema,
+        append_only,
+    })
 }
 
 /// Where a node's output rows are among a view's shards; derived once per node while
@@ -263,8 +277,11 @@ impl Builder<'_> {
                 let mut top;
                 let mut times;
                 let mut distribution = Distribution::Single;
+                let append_only;
                 match windowed_relation(&scan.source) {
                     Some((relation, windowing)) => {
+                        // Sessions re-assign rows as they grow and merge.
+                        append_only = relation.def.append_only && matches!(windowing, Windowing::Fixed(_));
                         // Every column into the window (late rows keep them all), then the
                         // scan's projection.
                         let n = relation.schema.fields().len();
@@ -290,6 +307,7 @@ impl Builder<'_> {
                     None => {
                         let name = scan.table_name.table();
                         let relation = self.catalog.get(name).ok_or_else(|| WeirError::undefined_table(name))?;
+                        append_only = relation.def.append_only;
                         let indices: Vec<usize> =
                             scan.projection.clone().unwrap_or_else(|| (0..relation.schema.fields().len()).collect());
                         top = self.source(&relation, &indices, Arc::clone(&schema))?;
@@ -301,7 +319,7 @@ impl Builder<'_> {
                     let ops = self.each(|_| Ok(Box::new(Filter::new(Arc::clone(&predicate), &self.view))))?;
                     top = self.graph.add(ops, &[top], vec![None])?;
                 }
-                Ok(Out { node: top, distribution, times })
+                Ok(Out { node: top, distribution, times, append_only })
             }
             LogicalPlan::Projection(p) => {
                 let child = self.node(&p.input)?;
@@ -319,7 +337,12 @@ impl Builder<'_> {
                     p.expr.iter().map(|e| column_index(e, p.input.schema()).and_then(|c| child.times[c])).collect();
                 let schema = Self::schema(plan);
                 let ops = self.each(|_| Ok(Box::new(Project::new(exprs.clone(), Arc::clone(&schema), &self.view))))?;
-                Ok(Out { node: self.graph.add(ops, &[child.node], vec![None])?, distribution, times })
+                Ok(Out {
+                    node: self.graph.add(ops, &[child.node], vec![None])?,
+                    distribution,
+                    times,
+                    append_only: child.append_only,
+                })
             }
             LogicalPlan::Filter(f) => {
                 let child = self.node(&f.input)?;
@@ -420,7 +443,14 @@ impl Builder<'_> {
                 let exchange = (needed != Some(child.distribution)).then_some(group_by);
                 let mut times = group_times;
                 times.resize(a.schema.fields().len(), None);
-                Ok(Out { node: self.graph.add(ops, &[child.node], vec![exchange])?, distribution: output, times })
+                // Each group is emitted once, when its window closes, and never corrected.
+                let append_only = child.append_only && window.is_some_and(|w| w.emit_on_close && w.lateness == 0);
+                Ok(Out {
+                    node: self.graph.add(ops, &[child.node], vec![exchange])?,
+                    distribution: output,
+                    times,
+                    append_only,
+                })
             }
             LogicalPlan::Distinct(Distinct::All(input)) => {
                 let child = self.node(input)?;
@@ -446,6 +476,7 @@ impl Builder<'_> {
                     node: self.graph.add(ops, &[child.node], vec![exchange])?,
                     distribution: all,
                     times: child.times,
+                    append_only: false,
                 })
             }
             LogicalPlan::Join(j) => {
@@ -504,7 +535,14 @@ impl Builder<'_> {
                     }
                     _ => vec![None; j.schema.fields().len()],
                 };
-                Ok(Out { node: self.graph.add(ops, &[left.node, right.node], exchanges)?, distribution: output, times })
+                // An inner join of rows that are never retracted never retracts a match.
+                let append_only = left.append_only && right.append_only && j.join_type == JoinType::Inner;
+                Ok(Out {
+                    node: self.graph.add(ops, &[left.node, right.node], exchanges)?,
+                    distribution: output,
+                    times,
+                    append_only,
+                })
             }
             LogicalPlan::Union(u) => {
                 let children = u.inputs.iter().map(|i| self.node(i)).collect::<Result<Vec<_>>>()?;
@@ -521,10 +559,11 @@ impl Builder<'_> {
                     })
                     .collect();
                 let nodes: Vec<usize> = children.iter().map(|c| c.node).collect();
+                let append_only = children.iter().all(|c| c.append_only);
                 let schema = Self::schema(plan);
                 let ops = self.each(|_| Ok(Box::new(Union::new(Arc::clone(&schema), nodes.len()))))?;
                 let none = vec![None; nodes.len()];
-                Ok(Out { node: self.graph.add(ops, &nodes, none)?, distribution: output, times })
+                Ok(Out { node: self.graph.add(ops, &nodes, none)?, distribution: output, times, append_only })
             }
             LogicalPlan::SubqueryAlias(s) => self.node(&s.input),
             LogicalPlan::Sort(s) if s.fetch.is_none() => self.node(&s.input),

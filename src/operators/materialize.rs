@@ -4,6 +4,11 @@
 //! each distinct row with its multiplicity (`_weir_count`). Changes of an epoch are gathered,
 //! netted per row, and written in the epoch's one write batch; the net changes are also what
 //! the view publishes to views built on it.
+//!
+//! An append-only view (one whose plan never retracts, see `dataflow::build`) is stored as
+//! segments instead: the epoch's rows are appended as they are, with fresh row ids, without
+//! reading anything back. A retraction reaching such a view is a planner bug and fails the
+//! epoch.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,8 +18,9 @@ use datafusion::arrow::compute::take_record_batch;
 use datafusion::arrow::datatypes::Int64Type;
 
 use crate::catalog::Relation;
-use crate::error::Result;
+use crate::error::{Result, WeirError};
 use crate::state::store::{StateStore, WriteBatch};
+use crate::state::table::Layout;
 use crate::types::{ChangeBatch, Op};
 
 pub struct Materialize {
@@ -51,6 +57,9 @@ impl Materialize {
             })
             .collect::<Result<_>>()?;
         let all = ChangeBatch::concat(&schema, &batches)?;
+        if self.relation.def.layout == Layout::Segments {
+            return self.append(all, wb);
+        }
         let table = &self.relation.table;
         let keys = table.encode_keys(&all.data)?;
 
@@ -104,6 +113,23 @@ impl Materialize {
         Ok((wb, Some(ChangeBatch::new(out, out_ops))))
     }
 
+    /// The append-only path: every change must be an insert.
+    fn append(&self, all: ChangeBatch, mut wb: WriteBatch) -> Result<(WriteBatch, Option<ChangeBatch>)> {
+        if all.ops.iter().any(|op| *op != Op::Insert) {
+            return Err(WeirError::internal(format!(
+                "append-only view \"{}\" received a retraction",
+                self.relation.def.name
+            )));
+        }
+        let n = all.data.num_rows() as u64;
+        let first = self.relation.allocate_row_ids(n) as i64;
+        let mut columns = all.data.columns().to_vec();
+        columns.push(Arc::new(Int64Array::from_iter_values(first..first + n as i64)) as Arc<dyn Array>);
+        let stored = RecordBatch::try_new(Arc::clone(self.relation.table.schema()), columns)?;
+        self.relation.table.put_batch(&stored, &mut wb)?;
+        Ok((wb, Some(all)))
+    }
+
     fn with_counts(&self, rows: RecordBatch, counts: Vec<i64>) -> Result<RecordBatch> {
         let mut columns = rows.columns().to_vec();
         columns.push(Arc::new(Int64Array::from(counts)) as Arc<dyn Array>);
@@ -119,10 +145,14 @@ mod tests {
     use crate::types::change_batch::from_pretty;
 
     fn view() -> (Arc<Catalog>, Materialize) {
+        view_with(false)
+    }
+
+    fn view_with(append_only: bool) -> (Arc<Catalog>, Materialize) {
         let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
         let catalog = Arc::new(Catalog::open(Arc::clone(&store), "dev").unwrap());
         let schema = from_pretty("I T\n+ 1 a").schema().as_ref().clone();
-        catalog.create_view("v", "CREATE MATERIALIZED VIEW v AS ...", schema, vec![], 1).unwrap();
+        catalog.create_view("v", "CREATE MATERIALIZED VIEW v AS ...", schema, vec![], 1, append_only).unwrap();
         let relation = catalog.get("v").unwrap();
         (Arc::clone(&catalog), Materialize::new(relation, store))
     }
@@ -157,5 +187,16 @@ mod tests {
         assert_eq!(epoch(&mut m, &catalog, "I T\n- 2 b\n- 2 c"), "- 2 b\n- 2 c\n");
         assert!(rows(&catalog).is_empty());
         assert_eq!(epoch(&mut m, &catalog, "I T"), "");
+    }
+
+    #[test]
+    fn append_only_views_keep_duplicates_and_refuse_retractions() {
+        let (catalog, mut m) = view_with(true);
+        assert_eq!(epoch(&mut m, &catalog, "I T\n+ 1 a\n+ 1 a"), "+ 1 a\n+ 1 a\n");
+        assert_eq!(epoch(&mut m, &catalog, "I T\n+ 2 b"), "+ 2 b\n");
+        assert_eq!(rows(&catalog), vec!["+ 1 a", "+ 1 a", "+ 2 b"]);
+        m.apply(from_pretty("I T\n- 1 a"));
+        assert!(m.barrier().is_err());
+        assert_eq!(rows(&catalog), vec!["+ 1 a", "+ 1 a", "+ 2 b"]);
     }
 }

@@ -4,6 +4,8 @@
 //! [table id: u32 big-endian][vnode: u16 big-endian][memcomparable key columns]
 //! ```
 //!
+//! (Segments of append-only tables use vnode 0 and their first row's key: [`segment_key`].)
+//!
 //! Table id 0 is reserved for metadata (the catalog and sequences), whose keys are
 //! `[0u32][utf-8 name]`. The vnode is a stable hash of the key bytes into [`VNODE_COUNT`] virtual
 //! nodes, so that a table's state can later be split between workers (and machines) by vnode
@@ -61,6 +63,17 @@ pub fn row_key(table_id: TableId, key: &[u8]) -> Vec<u8> {
     out.extend_from_slice(&table_id.to_be_bytes());
     out.extend_from_slice(&vnode_of(key).to_be_bytes());
     out.extend_from_slice(key);
+    out
+}
+
+/// The store key of a segment of an append-only table whose first row's memcomparable key is
+/// `first_key`. Segments all sit in vnode 0 (a segment is not one key's), so a prefix scan reads
+/// them in key order, which is the order they were written.
+pub fn segment_key(table_id: TableId, first_key: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(6 + first_key.len());
+    out.extend_from_slice(&table_id.to_be_bytes());
+    out.extend_from_slice(&0u16.to_be_bytes());
+    out.extend_from_slice(first_key);
     out
 }
 

@@ -5,7 +5,8 @@
 //! - [`rocks`]: the RocksDB implementation used by the server.
 //! - [`memory`]: an in-memory implementation for unit tests.
 //! - [`table`]: [`StateTable`](table::StateTable), rows of one relation keyed by memcomparable key
-//!   columns (arrow-row), the form in which table rows and operator state are stored.
+//!   columns (arrow-row), the form in which table rows and operator state are stored, or, for
+//!   relations that only grow, appended as Arrow IPC segments.
 //! - [`keys`]: the key layout shared by all of the above (table id, vnode, key bytes).
 //!
 //! Callers: the catalog (table rows and catalog entries), and later the streaming operators.

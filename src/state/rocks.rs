@@ -2,7 +2,8 @@
 //!
 //! Every write goes through the write-ahead log, so a batch that `write` acknowledged survives
 //! `kill -9`; `storage.sync_writes` adds an fsync per batch for power loss. Scans read through an
-//! iterator, which RocksDB pins to one implicit snapshot.
+//! iterator, which RocksDB pins to one implicit snapshot. Large values (segments of append-only
+//! relations) live in blob files beside the LSM tree.
 
 use std::path::Path;
 
@@ -12,6 +13,9 @@ use super::keys::prefix_end;
 use super::store::{ScanControl, StateStore, Visitor, WriteBatch, WriteOp};
 use crate::config::StorageConfig;
 use crate::error::{Result, WeirError};
+
+/// Values at least this large are kept in blob files rather than in the LSM tree.
+const BLOB_MIN_BYTES: u64 = 64 << 10;
 
 pub struct RocksStore {
     db: DB,
@@ -27,6 +31,11 @@ impl RocksStore {
         opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
         opts.set_bottommost_compression_type(rocksdb::DBCompressionType::Zstd);
         opts.increase_parallelism(2);
+        // Segments of append-only relations (megabytes each) go to blob files, uncompressed:
+        // compaction then moves only keys, and storing a row costs no compression CPU.
+        opts.set_enable_blob_files(true);
+        opts.set_min_blob_size(BLOB_MIN_BYTES);
+        opts.set_enable_blob_gc(true);
         let mut table_opts = BlockBasedOptions::default();
         let block_cache = Cache::new_lru_cache(config.block_cache_mb.max(8) << 20);
         table_opts.set_block_cache(&block_cache);

@@ -1,9 +1,17 @@
-//! [`StateTable`]: the rows of one relation, stored in a [`StateStore`] under one table id.
+//! [`StateTable`]: the rows of one relation, stored in a [`StateStore`] under one table id, in
+//! one of two [`Layout`]s.
 //!
-//! A row is stored as `row_key(table_id, key) -> value`, where `key` is the memcomparable
-//! encoding (arrow-row) of the key columns and `value` the arrow-row encoding of the whole row.
-//! arrow-row is reversible, so one codec serves both directions, for every Arrow type DataFusion
-//! produces. Keys sort like the key columns; values are opaque.
+//! - [`Layout::Rows`]: a row is stored as `row_key(table_id, key) -> value`, where `key` is the
+//!   memcomparable encoding (arrow-row) of the key columns and `value` the arrow-row encoding of
+//!   the whole row. arrow-row is reversible, so one codec serves both directions, for every Arrow
+//!   type DataFusion produces. Keys sort like the key columns; values are opaque. Rows can be
+//!   looked up, replaced and deleted one by one.
+//! - [`Layout::Segments`]: for relations that only ever grow (append-only tables, sources and
+//!   append-only views). Each written batch is one entry, `segment_key(table_id, key of its
+//!   first row) -> Arrow IPC stream`, so storing a row costs a copy of its bytes and no
+//!   per-row encoding, hashing or memtable insert. The key column must be unique and increasing
+//!   (a hidden row id), so segments are read back in the order they were written. Rows cannot
+//!   be looked up or deleted one by one; the whole table can be cleared.
 //!
 //! The table itself holds no rows in memory: writes go into a [`WriteBatch`] the caller commits,
 //! reads go to the store. Decoding bytes that were not written by this codec (a corrupt file)
@@ -12,13 +20,32 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
+use std::io::Cursor;
+
 use datafusion::arrow::array::{ArrayRef, RecordBatch};
+use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::error::ArrowError;
+use datafusion::arrow::ipc::reader::StreamReader;
+use datafusion::arrow::ipc::writer::StreamWriter;
 use datafusion::arrow::row::{RowConverter, Rows, SortField};
 
-use super::keys::{row_key, table_prefix, TableId};
+use serde::{Deserialize, Serialize};
+
+use super::keys::{row_key, segment_key, table_prefix, TableId};
 use super::store::{ScanControl, StateStore, WriteBatch};
 use crate::error::{Result, SqlState, WeirError};
+
+/// How a table's rows are laid out in the store (part of a relation's durable definition).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Layout {
+    /// One entry per row, by key.
+    #[default]
+    Rows,
+    /// One entry per written batch, in Arrow IPC; rows are only appended.
+    Segments,
+}
 
 pub struct StateTable {
     table_id: TableId,
@@ -26,11 +53,25 @@ pub struct StateTable {
     key_indices: Vec<usize>,
     key_codec: RowConverter,
     value_codec: RowConverter,
+    layout: Layout,
 }
 
 impl StateTable {
     /// `schema` is every stored column; `key_indices` the columns that identify a row.
     pub fn new(table_id: TableId, schema: SchemaRef, key_indices: Vec<usize>) -> Result<StateTable> {
+        Self::with_layout(table_id, schema, key_indices, Layout::Rows)
+    }
+
+    /// A table in `layout`; a [`Layout::Segments`] table is keyed by one increasing column.
+    pub fn with_layout(
+        table_id: TableId,
+        schema: SchemaRef,
+        key_indices: Vec<usize>,
+        layout: Layout,
+    ) -> Result<StateTable> {
+        if layout == Layout::Segments && key_indices.len() != 1 {
+            return Err(WeirError::internal("a segmented table is keyed by one increasing column"));
+        }
         let key_fields = key_indices.iter().map(|&i| SortField::new(schema.field(i).data_type().clone())).collect();
         let value_fields = schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
         Ok(StateTable {
@@ -39,7 +80,12 @@ impl StateTable {
             value_codec: RowConverter::new(value_fields)?,
             schema,
             key_indices,
+            layout,
         })
+    }
+
+    pub fn layout(&self) -> Layout {
+        self.layout
     }
 
     pub fn table_id(&self) -> TableId {
@@ -60,8 +106,12 @@ impl StateTable {
         Ok(self.key_codec.convert_columns(&cols)?)
     }
 
-    /// Adds a put of every row of `batch` (which has this table's schema) to `wb`.
+    /// Adds a put of every row of `batch` (which has this table's schema) to `wb`; in a
+    /// segmented table, `batch` is appended as one segment.
     pub fn put_batch(&self, batch: &RecordBatch, wb: &mut WriteBatch) -> Result<()> {
+        if self.layout == Layout::Segments {
+            return self.append_segment(batch, wb);
+        }
         let keys = self.encode_keys(batch)?;
         let values = self.value_codec.convert_columns(batch.columns())?;
         for (k, v) in keys.iter().zip(values.iter()) {
@@ -72,6 +122,7 @@ impl StateTable {
 
     /// Adds a delete of the row with the key of every row of `batch` to `wb`.
     pub fn delete_batch(&self, batch: &RecordBatch, wb: &mut WriteBatch) -> Result<()> {
+        self.rows_layout("delete rows")?;
         for k in self.encode_keys(batch)?.iter() {
             wb.delete(row_key(self.table_id, k.as_ref()));
         }
@@ -86,6 +137,9 @@ impl StateTable {
     /// Every row, in key order per vnode, as batches of at most `batch_size` rows, read from one
     /// snapshot.
     pub fn scan(&self, store: &dyn StateStore, batch_size: usize) -> Result<Vec<RecordBatch>> {
+        if self.layout == Layout::Segments {
+            return self.scan_segments(store, batch_size);
+        }
         let mut batches = Vec::new();
         let mut pending: Vec<Vec<u8>> = Vec::with_capacity(batch_size.min(4096));
         store.scan_prefix(&table_prefix(self.table_id), &mut |_, v| {
@@ -105,6 +159,7 @@ impl StateTable {
     /// The rows stored under `keys` (memcomparable, as from [`Self::encode_keys`]), read in one
     /// batched lookup: the found rows, and for each key the index of its row among them.
     pub fn get_many(&self, store: &dyn StateStore, keys: &[Vec<u8>]) -> Result<(RecordBatch, Vec<Option<usize>>)> {
+        self.rows_layout("look rows up")?;
         let full: Vec<Vec<u8>> = keys.iter().map(|k| row_key(self.table_id, k)).collect();
         let mut values = Vec::new();
         let mut index = Vec::with_capacity(keys.len());
@@ -133,6 +188,77 @@ impl StateTable {
         Ok(n)
     }
 
+    /// Fails unless rows are stored one by one (callers of row operations on a segmented table
+    /// are bugs: append-only relations reject UPDATE and DELETE before they get here).
+    fn rows_layout(&self, what: &str) -> Result<()> {
+        match self.layout {
+            Layout::Rows => Ok(()),
+            Layout::Segments => {
+                Err(WeirError::internal(format!("cannot {what} in append-only table id {}", self.table_id)))
+            }
+        }
+    }
+
+    /// Stores `batch` as one segment, under its first row's key.
+    fn append_segment(&self, batch: &RecordBatch, wb: &mut WriteBatch) -> Result<()> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        let first = self.key_codec.convert_columns(&[batch.column(self.key_indices[0]).slice(0, 1)])?;
+        let mut writer = StreamWriter::try_new(Vec::with_capacity(batch.get_array_memory_size() + 1024), &self.schema)?;
+        writer.write(batch)?;
+        writer.finish()?;
+        wb.put(segment_key(self.table_id, first.row(0).as_ref()), writer.into_inner()?);
+        Ok(())
+    }
+
+    /// Every segment's rows, in the order written, coalesced into batches of about
+    /// `batch_size` rows.
+    fn scan_segments(&self, store: &dyn StateStore, batch_size: usize) -> Result<Vec<RecordBatch>> {
+        let mut batches = Vec::new();
+        let mut small: Vec<RecordBatch> = Vec::new();
+        let mut small_rows = 0;
+        store.scan_prefix(&table_prefix(self.table_id), &mut |_, v| {
+            for batch in self.decode_segment(v)? {
+                if batch.num_rows() >= batch_size {
+                    batches.push(batch);
+                    continue;
+                }
+                small_rows += batch.num_rows();
+                small.push(batch);
+                if small_rows >= batch_size {
+                    batches.push(concat_batches(&self.schema, &std::mem::take(&mut small))?);
+                    small_rows = 0;
+                }
+            }
+            Ok(ScanControl::Continue)
+        })?;
+        if !small.is_empty() {
+            batches.push(concat_batches(&self.schema, &small)?);
+        }
+        Ok(batches)
+    }
+
+    fn decode_segment(&self, bytes: &[u8]) -> Result<Vec<RecordBatch>> {
+        let decoded = catch_unwind(AssertUnwindSafe(|| -> std::result::Result<Vec<RecordBatch>, ArrowError> {
+            StreamReader::try_new(Cursor::new(bytes), None)?.collect()
+        }));
+        let batches = match decoded {
+            Ok(Ok(batches)) => batches,
+            Ok(Err(e)) => return Err(self.corrupt(&e.to_string())),
+            Err(_) => return Err(self.corrupt("undecodable segment")),
+        };
+        batches
+            .into_iter()
+            .map(|b| {
+                if b.schema().fields() != self.schema.fields() {
+                    return Err(self.corrupt("segment has other columns than the table"));
+                }
+                Ok(RecordBatch::try_new(Arc::clone(&self.schema), b.columns().to_vec())?)
+            })
+            .collect()
+    }
+
     fn decode_values(&self, values: &[Vec<u8>]) -> Result<RecordBatch> {
         let parser = self.value_codec.parser();
         let decoded =
@@ -154,6 +280,7 @@ impl StateTable {
 mod tests {
     use super::*;
     use crate::state::memory::MemoryStore;
+    use crate::state::store::WriteOp;
     use datafusion::arrow::array::{Int64Array, StringArray};
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
 
@@ -202,6 +329,67 @@ mod tests {
         store.write(wb).unwrap();
         let err = table.scan(&store, 16).unwrap_err();
         assert_eq!(err.state, SqlState::DATA_CORRUPTED);
+    }
+
+    fn segmented(id: TableId) -> StateTable {
+        StateTable::with_layout(id, people(&[], &[]).schema(), vec![0], Layout::Segments).unwrap()
+    }
+
+    #[test]
+    fn segments_read_back_in_write_order_and_coalesce() {
+        let store = MemoryStore::new();
+        let table = segmented(3);
+        let mut wb = WriteBatch::default();
+        // Written out of key order across batches; each batch's first key orders the segments.
+        table.put_batch(&people(&[10, 11], &["j", "k"]), &mut wb).unwrap();
+        table.put_batch(&people(&[1, 2, 3], &["a", "b", "c"]), &mut wb).unwrap();
+        table.put_batch(&people(&[], &[]), &mut wb).unwrap();
+        assert_eq!(wb.len(), 2, "an empty batch writes nothing");
+        store.write(wb).unwrap();
+        let batches = table.scan(&store, 1024).unwrap();
+        assert_eq!(batches.len(), 1, "small segments are coalesced");
+        let ids = batches[0].column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+        assert_eq!(ids.values().to_vec(), vec![1, 2, 3, 10, 11]);
+        // Row operations are refused, clearing works.
+        let mut wb = WriteBatch::default();
+        assert!(table.delete_batch(&people(&[1], &["a"]), &mut wb).is_err());
+        assert!(table.get_many(&store, &[vec![1]]).is_err());
+        table.clear(&mut wb);
+        store.write(wb).unwrap();
+        assert!(table.scan(&store, 1024).unwrap().is_empty());
+    }
+
+    #[test]
+    fn corrupt_segments_are_an_error_not_a_panic() {
+        let store = MemoryStore::new();
+        let table = segmented(4);
+        let mut wb = WriteBatch::default();
+        table.put_batch(&people(&[1, 2], &["a", "b"]), &mut wb).unwrap();
+        let WriteOp::Put(key, mut value) = wb.ops.pop().unwrap() else { panic!("a put") };
+        // Truncated, then garbage, then another table's columns.
+        for bad in [value[..value.len() / 2].to_vec(), vec![0xff; 64]] {
+            let mut wb = WriteBatch::default();
+            wb.put(key.clone(), bad);
+            store.write(wb).unwrap();
+            assert_eq!(table.scan(&store, 16).unwrap_err().state, SqlState::DATA_CORRUPTED);
+        }
+        let other = StateTable::with_layout(
+            4,
+            Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false)])),
+            vec![0],
+            Layout::Segments,
+        )
+        .unwrap();
+        value.clear();
+        let mut wb = WriteBatch::default();
+        other
+            .put_batch(
+                &RecordBatch::try_new(Arc::clone(other.schema()), vec![Arc::new(Int64Array::from(vec![1]))]).unwrap(),
+                &mut wb,
+            )
+            .unwrap();
+        store.write(wb).unwrap();
+        assert_eq!(table.scan(&store, 16).unwrap_err().state, SqlState::DATA_CORRUPTED);
     }
 
     #[test]

@@ -210,7 +210,14 @@ pub async fn handle(
     depends_on.dedup();
     let suffix = clauses.view_suffix();
     let definition = if suffix.is_empty() { statement.to_string() } else { format!("{statement} {suffix}") };
-    let created = fe.catalog().create_view(&name, &definition, schema, depends_on, session.streaming_parallelism());
+    let created = fe.catalog().create_view(
+        &name,
+        &definition,
+        schema,
+        depends_on,
+        session.streaming_parallelism(),
+        checked.append_only,
+    );
     let started = match created {
         Ok(_) => {
             let relation =
