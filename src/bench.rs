@@ -55,12 +55,17 @@ mod tempdir {
 
 impl Harness {
     pub(crate) async fn new() -> Result<Harness> {
+        Self::with_epoch(Duration::from_secs(1)).await
+    }
+
+    /// A server whose epochs (barriers, commits) come every `epoch`.
+    pub(crate) async fn with_epoch(epoch: Duration) -> Result<Harness> {
         let dir = std::env::temp_dir().join(format!("weir-bench-{}-{}", std::process::id(), rand_suffix()));
         let store = Arc::new(RocksStore::open(&dir.join("state"), &StorageConfig::default())?);
         let catalog = Arc::new(Catalog::open(store, "dev")?);
         let streaming = Streaming::new(
             Arc::clone(&catalog),
-            Duration::from_secs(1),
+            epoch,
             StorageConfig::default().state_cache_entries,
             Duration::from_secs(10),
         );

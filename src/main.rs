@@ -62,6 +62,16 @@ enum BenchCommand {
         /// Events per second the sources produce (0: as fast as they can), for latency runs.
         #[arg(long, default_value_t = 0)]
         rate: u64,
+        /// Time between epochs (barriers and commits), as `1s` or `250ms`.
+        #[arg(long, default_value = "1s", value_parser = parse_duration)]
+        checkpoint_interval: std::time::Duration,
+        /// Replay the events from files in this directory instead of generating them while
+        /// running (the files are written first, untimed, if they are not there).
+        #[arg(long)]
+        files: Option<std::path::PathBuf>,
+        /// Format of those files: parquet, csv or json.
+        #[arg(long, default_value = "parquet")]
+        format: String,
     },
 }
 
@@ -118,9 +128,19 @@ fn main() -> std::process::ExitCode {
             let options = weir::bench::BenchOptions { rows, batch: batch.max(1), parallelism, scenarios };
             return run_bench(weir::bench::run(options));
         }
-        Some(Command::Bench { what: BenchCommand::Nexmark { query, events, parallelism, chunk, rate } }) => {
-            let options =
-                weir::bench::nexmark::NexmarkOptions { query, events, parallelism, chunk: chunk.max(1), rate };
+        Some(Command::Bench {
+            what: BenchCommand::Nexmark { query, events, parallelism, chunk, rate, checkpoint_interval, files, format },
+        }) => {
+            let options = weir::bench::nexmark::NexmarkOptions {
+                query,
+                events,
+                parallelism,
+                chunk: chunk.max(1),
+                rate,
+                epoch: checkpoint_interval,
+                files,
+                format,
+            };
             return run_bench(weir::bench::nexmark::run(options));
         }
         None => cli.serve,
@@ -154,4 +174,23 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// `1s`, `250ms` or a number of milliseconds.
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let text = text.trim();
+    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => text.split_at(i),
+        None => (text, "ms"),
+    };
+    let n: u64 = number.parse().map_err(|_| format!("not a duration: {text}"))?;
+    let duration = match unit {
+        "ms" => std::time::Duration::from_millis(n),
+        "s" => std::time::Duration::from_secs(n),
+        _ => return Err(format!("not a duration: {text} (use s or ms)")),
+    };
+    if duration.is_zero() {
+        return Err("the interval must be positive".into());
+    }
+    Ok(duration)
 }

@@ -2,17 +2,20 @@
 //! a user would run it: the three sources (`sql/nexmark/sources.sql`, bounded to N events)
 //! store their rows in RocksDB, the view (`sql/nexmark/qN.sql`) commits every 1 s epoch.
 //! Timed from creating the sources until every event is stored and the view has committed it.
-//! `--query generator` times the generator alone (all three streams, no storage).
+//! `--query generator` times the generator alone (all three streams, no storage). With
+//! `--files DIR` the same events are replayed from Parquet, CSV or JSON files instead (written
+//! to DIR first, untimed, if missing), so other engines can be fed the very same data.
 //!
 //! Prints one human line and one JSON line: events/s, CPU seconds per million events (user +
 //! system, all threads), p50 / p99 latency from an event's chunk being stored by its source to
 //! the view's commit of it (`weir_view_freshness_seconds`, so to bucket precision, 25%) and
 //! peak RSS.
 
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::{peak_rss_mib, Harness};
-use crate::connectors::nexmark::generator::{EventKind, Generator, GeneratorConfig};
+use crate::connectors::nexmark::generator::{self, kind_of, EventKind, Generator, GeneratorConfig};
 use crate::connectors::source::stored_offset;
 use crate::error::{Result, WeirError};
 
@@ -25,6 +28,99 @@ pub struct NexmarkOptions {
     pub chunk: u64,
     /// Events per second of wall-clock time the sources produce (0: as fast as they can).
     pub rate: u64,
+    /// Time between epochs.
+    pub epoch: Duration,
+    /// Replay from files in this directory (written first if missing) instead of generating.
+    pub files: Option<PathBuf>,
+    /// parquet, csv or json.
+    pub format: String,
+}
+
+const KINDS: [(&str, EventKind); 3] =
+    [("person", EventKind::Person), ("auction", EventKind::Auction), ("bid", EventKind::Bid)];
+
+/// How many rows of each kind (person, auction, bid) the first `events` events hold.
+fn rows_per_kind(events: u64) -> [u64; 3] {
+    let mut rows = [0u64; 3];
+    for n in 0..events {
+        rows[KINDS.iter().position(|(_, k)| *k == kind_of(n)).unwrap_or(2)] += 1;
+    }
+    rows
+}
+
+/// The file holding `events` events of `kind` in `dir` (written now, untimed, if missing).
+fn export(dir: &Path, kind: EventKind, name: &str, events: u64, format: &str) -> Result<PathBuf> {
+    use datafusion::arrow::csv::Writer as CsvWriter;
+    use datafusion::arrow::json::LineDelimitedWriter;
+    use datafusion::parquet::arrow::ArrowWriter;
+    let path = dir.join(format!("{name}-{events}.{format}"));
+    if path.exists() {
+        return Ok(path);
+    }
+    std::fs::create_dir_all(dir).map_err(|e| WeirError::io(format!("cannot create {}: {e}", dir.display())))?;
+    let generator = Generator::new(kind, GeneratorConfig::default());
+    // Written under another name first, so an interrupted export is not taken for a whole one.
+    let partial = path.with_extension("partial");
+    let file = std::fs::File::create(&partial)
+        .map_err(|e| WeirError::io(format!("cannot create {}: {e}", partial.display())))?;
+    let chunks = (0..events).step_by(1_000_000).map(|from| generator.batch(from, (from + 1_000_000).min(events)));
+    match format {
+        "parquet" => {
+            let failed = |e: datafusion::parquet::errors::ParquetError| WeirError::io(format!("writing parquet: {e}"));
+            let mut writer =
+                ArrowWriter::try_new(file, std::sync::Arc::clone(generator.schema()), None).map_err(failed)?;
+            for chunk in chunks {
+                writer.write(&chunk?).map_err(failed)?;
+            }
+            writer.close().map_err(failed)?;
+        }
+        "csv" => {
+            let mut writer = CsvWriter::new(file);
+            for chunk in chunks {
+                writer.write(&chunk?)?;
+            }
+        }
+        "json" => {
+            let mut writer = LineDelimitedWriter::new(file);
+            for chunk in chunks {
+                writer.write(&chunk?)?;
+            }
+            writer.finish()?;
+        }
+        other => return Err(WeirError::syntax(format!("unknown file format {other}: parquet, csv or json"))),
+    }
+    std::fs::rename(&partial, &path).map_err(|e| WeirError::io(format!("cannot rename {}: {e}", partial.display())))?;
+    Ok(path)
+}
+
+/// `CREATE SOURCE` statements replaying the files in `dir` (CSV and JSON need the columns).
+fn file_sources(dir: &Path, events: u64, format: &str, chunk: u64) -> Result<String> {
+    let mut sql = String::new();
+    for (name, kind) in KINDS {
+        let path = export(dir, kind, name, events, format)?;
+        let columns: String = match format {
+            "parquet" => String::new(),
+            _ => generator::schema(kind)
+                .fields()
+                .iter()
+                .map(|f| {
+                    let ty = match f.data_type() {
+                        datafusion::arrow::datatypes::DataType::Int64 => "BIGINT",
+                        datafusion::arrow::datatypes::DataType::Timestamp(..) => "TIMESTAMP",
+                        _ => "VARCHAR",
+                    };
+                    format!("{} {ty}, ", f.name())
+                })
+                .collect(),
+        };
+        sql.push_str(&format!(
+            "CREATE SOURCE {name} ({columns}WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND) \
+             WITH (connector = 'file', path = '{}', batch.size = '{chunk}') FORMAT PLAIN ENCODE {};\n",
+            path.display(),
+            format.to_uppercase()
+        ));
+    }
+    Ok(sql)
 }
 
 /// The queries shipped in `sql/nexmark/`.
@@ -70,8 +166,8 @@ fn cpu_seconds() -> f64 {
 }
 
 pub async fn run(options: NexmarkOptions) -> Result<()> {
-    let cpu_before = cpu_seconds();
-    let started = Instant::now();
+    let mut cpu_before = cpu_seconds();
+    let mut started = Instant::now();
     if options.query == "generator" {
         let config = GeneratorConfig::default();
         let kinds = [EventKind::Person, EventKind::Auction, EventKind::Bid];
@@ -93,22 +189,35 @@ pub async fn run(options: NexmarkOptions) -> Result<()> {
             let names: Vec<&str> = QUERIES.iter().map(|(n, _)| *n).collect();
             WeirError::syntax(format!("unknown query {}: generator, {}", options.query, names.join(", ")))
         })?;
-        let mut h = Harness::new().await?;
+        // Files are written before the clock starts.
+        let (sources, done_at) = match &options.files {
+            Some(dir) => {
+                let sql = file_sources(dir, options.events, &options.format, options.chunk)?;
+                (sql, rows_per_kind(options.events))
+            }
+            None => {
+                let sql = SOURCES.replace(
+                    "nexmark.event.num = '100000'",
+                    &format!(
+                        "nexmark.event.num = '{}', nexmark.max.chunk.size = '{}', nexmark.events.per.second = '{}'",
+                        options.events, options.chunk, options.rate
+                    ),
+                );
+                // A generator's offset is the next event number.
+                (sql, [options.events; 3])
+            }
+        };
+        started = Instant::now();
+        cpu_before = cpu_seconds();
+        let mut h = Harness::with_epoch(options.epoch).await?;
         h.run(&format!("SET streaming_parallelism = {}", options.parallelism)).await?;
-        let sources = SOURCES.replace(
-            "nexmark.event.num = '100000'",
-            &format!(
-                "nexmark.event.num = '{}', nexmark.max.chunk.size = '{}', nexmark.events.per.second = '{}'",
-                options.events, options.chunk, options.rate
-            ),
-        );
         h.run(&sources).await?;
         h.run(view).await?;
         // Wait until every source has stored every event, then until the view has them.
         let catalog = std::sync::Arc::clone(h.frontend.catalog());
-        for source in ["person", "auction", "bid"] {
+        for ((source, _), done_at) in KINDS.iter().zip(done_at) {
             let relation = catalog.get(source).ok_or_else(|| WeirError::internal("source missing"))?;
-            while stored_offset(&catalog, &relation)? < options.events {
+            while stored_offset(&catalog, &relation)? < done_at {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
@@ -125,15 +234,22 @@ pub async fn run(options: NexmarkOptions) -> Result<()> {
     let rss = peak_rss_mib();
     let freshness = crate::metrics::VIEW_FRESHNESS_SECONDS.with_label_values(&[&options.query]);
     let (p50, p99) = (quantile(&freshness, 0.5) * 1000.0, quantile(&freshness, 0.99) * 1000.0);
+    let source = match &options.files {
+        Some(_) => format!("{} files", options.format),
+        None => "generator".to_string(),
+    };
     println!(
-        "nexmark {}: {} events in {seconds:.2} s = {rate:.0} events/s, {cpu_per_million:.2} CPU s per million events, latency p50 <= {p50:.0} ms p99 <= {p99:.0} ms, peak RSS {rss:.0} MiB ({} cores)",
+        "nexmark {} ({source}): {} events in {seconds:.2} s = {rate:.0} events/s, {cpu_per_million:.2} CPU s per million events, latency p50 <= {p50:.0} ms p99 <= {p99:.0} ms, peak RSS {rss:.0} MiB ({} cores)",
         options.query,
         options.events,
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
     );
     println!(
-        "{{\"query\":\"{}\",\"events\":{},\"parallelism\":{},\"seconds\":{seconds:.3},\"events_per_second\":{rate:.0},\"cpu_seconds_per_million_events\":{cpu_per_million:.3},\"latency_p50_ms\":{p50:.0},\"latency_p99_ms\":{p99:.0},\"peak_rss_mib\":{rss:.0}}}",
-        options.query, options.events, options.parallelism
+        "{{\"query\":\"{}\",\"source\":\"{source}\",\"events\":{},\"parallelism\":{},\"epoch_ms\":{},\"seconds\":{seconds:.3},\"events_per_second\":{rate:.0},\"cpu_seconds_per_million_events\":{cpu_per_million:.3},\"latency_p50_ms\":{p50:.0},\"latency_p99_ms\":{p99:.0},\"peak_rss_mib\":{rss:.0}}}",
+        options.query,
+        options.events,
+        options.parallelism,
+        options.epoch.as_millis()
     );
     Ok(())
 }

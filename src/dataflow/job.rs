@@ -37,6 +37,7 @@ use crate::error::{Result, WeirError};
 use crate::metrics;
 use crate::operators::eval::evaluate;
 use crate::operators::materialize::Materialize;
+use crate::state::keys::{operator_state_range, operator_state_table, table_prefix, DURABLE_STATE_TABLE};
 use crate::state::store::{StateStore, WriteBatch};
 use crate::types::window::to_nanos;
 use crate::types::{Barrier, ChangeBatch, Epoch, Message};
@@ -168,6 +169,7 @@ impl ViewJob {
         out.into_iter().for_each(|b| self.materialize.apply(b));
         let (view_wb, _) = self.materialize.barrier()?;
         wb.ops.extend(view_wb.ops);
+        self.mark_rebuildable(&mut wb);
         let store = Arc::clone(&self.store);
         tokio::task::spawn_blocking(move || store.write(wb))
             .await
@@ -242,6 +244,7 @@ impl ViewJob {
             table.table.put_batch(&stored, &mut wb)?;
             table.persist_row_id(&mut wb);
         }
+        self.mark_rebuildable(&mut wb);
         let _guard = self.relation.write_lock.lock().await;
         if !wb.is_empty() {
             let store = Arc::clone(&self.store);
@@ -278,6 +281,19 @@ impl ViewJob {
             .observe(barrier.injected_at.elapsed().as_secs_f64());
         metrics::VIEW_EPOCH.with_label_values(&[view]).set(epoch as i64);
         Ok(())
+    }
+
+    /// Marks `wb` rebuildable when it holds only what the view's rebuild at start recreates:
+    /// its rows and operator state, but not its late-row ledger or late rows.
+    fn mark_rebuildable(&self, wb: &mut WriteBatch) {
+        let id = self.relation.def.id;
+        let own = table_prefix(id);
+        let (state_start, _) = operator_state_range(id);
+        let durable = table_prefix(operator_state_table(id, DURABLE_STATE_TABLE));
+        wb.rebuildable = wb.ops.iter().all(|op| {
+            let key = op.key();
+            key.starts_with(&own) || (key >= state_start.as_slice() && key < durable.as_slice())
+        });
     }
 
     fn report(&self, e: &WeirError) {

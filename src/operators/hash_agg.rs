@@ -24,7 +24,9 @@
 //! Which groups are open is indexed in memory by close time; views are rebuilt at start, so
 //! the index is rebuilt with them.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use crate::types::hash::{HashMap, HashSet};
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, RecordBatch};
@@ -211,13 +213,13 @@ impl HashAgg {
             schema,
             groups: state.0,
             values: state.1,
-            dirty: HashMap::new(),
+            dirty: HashMap::default(),
             view: view.to_string(),
             window: None,
             watermark: None,
             open: BTreeMap::new(),
             closed: BTreeMap::new(),
-            close_of: HashMap::new(),
+            close_of: HashMap::default(),
         };
         if agg.group_codec.is_none() {
             // The one group of a global aggregate exists from the start.
@@ -553,15 +555,19 @@ impl Operator for HashAgg {
             })
             .collect::<Result<Vec<_>>>()?;
         // Rows by group, so each group's state is looked up once per batch.
-        let mut rows_of: HashMap<Vec<u8>, Vec<usize>> = HashMap::new();
+        let mut rows_of: HashMap<Vec<u8>, Vec<usize>> = HashMap::default();
         for row in 0..batch.num_rows() {
             let key: Vec<u8> = encoded.as_ref().map(|e| e.row(row).as_ref().to_vec()).unwrap_or_default();
             rows_of.entry(key).or_default().push(row);
         }
+        // Windowed groups first seen now: nothing of them is stored (the index holds every
+        // stored windowed group, as state is rebuilt with the view), so they are not looked up.
+        let mut fresh: HashSet<&[u8]> = HashSet::default();
         if let Some(window) = self.window {
             let closes = close_times(&keys[window.group_index], window.column)?;
             for (key, rows) in &rows_of {
                 if let (Some(close), false) = (closes[rows[0]], self.close_of.contains_key(key)) {
+                    fresh.insert(key);
                     self.close_of.insert(key.clone(), close);
                     let closed = !window.emit_on_close || self.watermark.is_some_and(|w| close <= w);
                     // A window that is already closed when its first row arrives (within the
@@ -571,14 +577,15 @@ impl Operator for HashAgg {
                 }
             }
         }
-        for (key, rows) in rows_of {
-            let mut group = match self.dirty.remove(&key) {
+        for (key, rows) in &rows_of {
+            let mut group = match self.dirty.remove(key) {
                 Some(g) => g,
-                None => self.load(&key)?,
+                None if fresh.contains(key.as_slice()) => self.new_group(),
+                None => self.load(key)?,
             };
             // A value's net change per multiset aggregate, applied to the state once.
-            let mut deltas: Vec<HashMap<&[u8], i64>> = vec![HashMap::new(); self.aggs.len()];
-            for &row in &rows {
+            let mut deltas: Vec<HashMap<&[u8], i64>> = vec![HashMap::default(); self.aggs.len()];
+            for &row in rows {
                 let sign = batch.ops[row].sign();
                 group.rows += sign;
                 for (i, arg) in args.iter().enumerate() {
@@ -597,10 +604,10 @@ impl Operator for HashAgg {
             }
             for (i, values) in deltas.into_iter().enumerate() {
                 for (value, delta) in values.into_iter().filter(|(_, d)| *d != 0) {
-                    self.add_to_multiset(&key, &mut group, i, value, delta)?;
+                    self.add_to_multiset(key, &mut group, i, value, delta)?;
                 }
             }
-            self.dirty.insert(key, group);
+            self.dirty.insert(key.clone(), group);
         }
         Ok(vec![])
     }
@@ -622,7 +629,7 @@ impl Operator for HashAgg {
             for (key, group) in held {
                 self.store_group(&key, &group)?;
             }
-            let mut emitting: std::collections::HashSet<Vec<u8>> = emit.iter().map(|(k, _)| k.clone()).collect();
+            let mut emitting: crate::types::hash::HashSet<Vec<u8>> = emit.iter().map(|(k, _)| k.clone()).collect();
             for (close, keys) in newly_closed {
                 for key in &keys {
                     if emitting.insert(key.clone()) {

@@ -17,7 +17,9 @@
 //! and the key's state on both sides is deleted. The keys are indexed by close time in memory
 //! (views are rebuilt at start, and the index with them).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
+
+use crate::types::hash::HashSet;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{new_null_array, Array, ArrayRef, RecordBatch};
@@ -150,7 +152,7 @@ impl HashJoin {
             window: None,
             watermark: None,
             open: BTreeMap::new(),
-            indexed: HashSet::new(),
+            indexed: HashSet::default(),
         })
     }
 
@@ -225,7 +227,8 @@ impl Operator for HashJoin {
                 }
             }
             let partners = self.sides[other].partners(&key)?;
-            let mine_before = self.sides[this].partners(&key)?;
+            // Our own count matters only when it can change the other side's padding.
+            let mine_before = if self.sides[other].padded { self.sides[this].partners(&key)? } else { 0 };
             let other_rows = if partners > 0 { self.sides[other].matches(&key)? } else { vec![] };
             if partners > 0 {
                 for (other_row, count) in &other_rows {

@@ -8,7 +8,7 @@
 //! watermark, so nothing would look late. While rebuilding (until the first watermark) the
 //! ledger's rows are left out again, so the rebuilt view equals the one that never stopped.
 
-use std::collections::HashMap;
+use crate::types::hash::HashMap;
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
@@ -90,7 +90,7 @@ impl LateRows {
     /// The first watermark: the rebuild is over.
     pub fn rebuilt(&mut self) {
         self.rebuilding = false;
-        self.to_skip = HashMap::new();
+        self.to_skip = HashMap::default();
     }
 
     /// Takes the rows of `late` (with their windows, as the assigner outputs them): counts

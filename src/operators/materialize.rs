@@ -10,7 +10,7 @@
 //! reading anything back. A retraction reaching such a view is a planner bug and fails the
 //! epoch.
 
-use std::collections::HashMap;
+use crate::types::hash::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, AsArray, Int64Array, RecordBatch, UInt32Array};
@@ -65,7 +65,7 @@ impl Materialize {
 
         // Net change per distinct row, in order of first appearance.
         let mut order: Vec<Vec<u8>> = Vec::new();
-        let mut net: HashMap<Vec<u8>, (i64, u32)> = HashMap::new();
+        let mut net: HashMap<Vec<u8>, (i64, u32)> = HashMap::default();
         for (i, op) in all.ops.iter().enumerate() {
             let key = keys.row(i).as_ref().to_vec();
             let entry = net.entry(key.clone()).or_insert_with(|| {

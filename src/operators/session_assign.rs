@@ -12,7 +12,9 @@
 //! time can reach it any more); its rows then leave the state. Keys are indexed in memory by
 //! the end of their earliest session (views are rebuilt at start, the index with them).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
+
+use crate::types::hash::{HashMap, HashSet};
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, RecordBatch};
@@ -82,7 +84,7 @@ impl SessionAssign {
             key_codec,
             state,
             by_end: BTreeMap::new(),
-            earliest_end: HashMap::new(),
+            earliest_end: HashMap::default(),
             description,
         })
     }
@@ -196,7 +198,7 @@ impl Operator for SessionAssign {
             None => None,
         };
         let rows = self.row_codec.convert_columns(batch.data.columns())?;
-        let mut changes_of: HashMap<Vec<u8>, Vec<u32>> = HashMap::new();
+        let mut changes_of: HashMap<Vec<u8>, Vec<u32>> = HashMap::default();
         for &i in &keep {
             let key = keys.as_ref().map(|k| k.row(i as usize).as_ref().to_vec()).unwrap_or_default();
             changes_of.entry(key).or_default().push(i);

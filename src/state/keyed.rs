@@ -13,7 +13,9 @@
 //! a buffer): [`KeyedState::add_count`] and [`decode_count`] are the one encoding of them, an
 //! `i64` little-endian, absent meaning 0.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use crate::types::hash::HashMap;
 use std::sync::Arc;
 
 use super::keys::{prefix_end, vnode_of, TableId};
@@ -39,7 +41,7 @@ pub struct KeyedState {
 
 impl KeyedState {
     pub fn new(table_id: TableId, store: Arc<dyn StateStore>, capacity: usize) -> KeyedState {
-        KeyedState { table_id, store, pending: BTreeMap::new(), cache: HashMap::new(), capacity: capacity.max(16) }
+        KeyedState { table_id, store, pending: BTreeMap::new(), cache: HashMap::default(), capacity: capacity.max(16) }
     }
 
     /// The store key of `key`, whose first `distribution_len` bytes choose its vnode.

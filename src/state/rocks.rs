@@ -1,7 +1,8 @@
 //! The RocksDB [`StateStore`], one database under `<data-dir>/state`.
 //!
 //! Every write goes through the write-ahead log, so a batch that `write` acknowledged survives
-//! `kill -9`; `storage.sync_writes` adds an fsync per batch for power loss. Scans read through an
+//! `kill -9`; `storage.sync_writes` adds an fsync per batch for power loss. Batches marked
+//! rebuildable (view rows and operator state, rebuilt at start) skip the log. Scans read through an
 //! iterator, which RocksDB pins to one implicit snapshot. Large values (segments of append-only
 //! relations) live in blob files beside the LSM tree.
 
@@ -96,6 +97,7 @@ impl StateStore for RocksStore {
 
     fn write(&self, batch: WriteBatch) -> Result<()> {
         let mut wb = rocksdb::WriteBatch::default();
+        let rebuildable = batch.rebuildable;
         for op in batch.ops {
             match op {
                 WriteOp::Put(k, v) => wb.put(k, v),
@@ -104,7 +106,11 @@ impl StateStore for RocksStore {
             }
         }
         let mut opts = WriteOptions::default();
-        opts.set_sync(self.sync_writes);
+        if rebuildable {
+            opts.disable_wal(true);
+        } else {
+            opts.set_sync(self.sync_writes);
+        }
         self.db.write_opt(wb, &opts)?;
         Ok(())
     }

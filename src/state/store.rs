@@ -1,7 +1,7 @@
 //! The [`StateStore`] trait: an ordered key-value store of bytes.
 //!
 //! Contract: a [`WriteBatch`] is applied atomically and durably (it survives a process crash once
-//! `write` returns); a prefix scan sees one consistent snapshot of the store. Keys follow the
+//! `write` returns), unless it is marked [`WriteBatch::rebuildable`]; a prefix scan sees one consistent snapshot of the store. Keys follow the
 //! layout in [`super::keys`]. Implementations: [`super::rocks::RocksStore`] (the server) and
 //! [`super::memory::MemoryStore`] (unit tests).
 
@@ -16,10 +16,23 @@ pub enum WriteOp {
     DeleteRange(Vec<u8>, Vec<u8>),
 }
 
+impl WriteOp {
+    /// The key it writes (the first, for a range).
+    pub fn key(&self) -> &[u8] {
+        match self {
+            WriteOp::Put(k, _) | WriteOp::Delete(k) | WriteOp::DeleteRange(k, _) => k,
+        }
+    }
+}
+
 /// Changes applied together or not at all.
 #[derive(Debug, Default, Clone)]
 pub struct WriteBatch {
     pub ops: Vec<WriteOp>,
+    /// Losing these writes in a crash does no harm: they hold only what is rebuilt at start
+    /// anyway (a view's rows and its operators' state), so the store may skip its write-ahead
+    /// log for them. Atomicity still holds: the batch is applied whole or not at all.
+    pub rebuildable: bool,
 }
 
 impl WriteBatch {

@@ -3,6 +3,7 @@
 //! ([`window`]).
 
 pub mod change_batch;
+pub mod hash;
 pub mod message;
 pub mod window;
 

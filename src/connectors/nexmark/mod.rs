@@ -4,7 +4,8 @@
 //! CREATE SOURCE bid WITH (connector = 'nexmark', nexmark.table.type = 'bid',
 //!                         nexmark.event.num = '10000000');
 //! ```
-//! Options: `nexmark.table.type` (person, auction or bid; required), `nexmark.event.num`
+//! Without `nexmark.table.type` the source carries all three kinds in one stream
+//! ([`combined`]); with it (person, auction or bid), that kind's rows. `nexmark.event.num`
 //! (events of all three kinds to generate; 0, the default, for no end), `nexmark.max.chunk.size`
 //! (events per stored chunk, default 100,000), `nexmark.events.per.second` (a wall-clock rate
 //! limit, 0 for none), `nexmark.event.rate` (events per second of *event time*, default
@@ -12,6 +13,7 @@
 //! The offset is the next event number, so every source with the same seed sees the same
 //! events whatever its chunk size.
 
+pub mod combined;
 pub mod generator;
 
 use std::time::{Duration, Instant};
@@ -21,6 +23,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 use super::options::ConnectorOptions;
 use super::source::{Chunk, SourceReader};
 use crate::error::Result;
+use combined::Combined;
 use generator::{EventKind, Generator, GeneratorConfig};
 
 pub const OPTIONS: &[&str] = &[
@@ -35,8 +38,14 @@ pub const OPTIONS: &[&str] = &[
     "nexmark.base.time.ms",
 ];
 
+/// What a source generates: one kind's stream, or all three combined.
+enum Stream {
+    One(Generator),
+    All(Combined),
+}
+
 pub struct NexmarkReader {
-    generator: Generator,
+    stream: Stream,
     /// Events in all (0: no end).
     events: u64,
     chunk: u64,
@@ -48,12 +57,7 @@ pub struct NexmarkReader {
 impl NexmarkReader {
     pub fn new(options: &ConnectorOptions) -> Result<NexmarkReader> {
         options.only(OPTIONS)?;
-        let kind = EventKind::parse(options.get("nexmark.table.type").ok_or_else(|| {
-            crate::error::WeirError::new(
-                crate::error::SqlState::INVALID_PARAMETER_VALUE,
-                "a nexmark source needs nexmark.table.type = 'person' | 'auction' | 'bid'",
-            )
-        })?)?;
+        let kind = options.get("nexmark.table.type").map(EventKind::parse).transpose()?;
         let defaults = GeneratorConfig::default();
         let config = GeneratorConfig {
             seed: options.u64_or("nexmark.seed", defaults.seed)?,
@@ -63,7 +67,10 @@ impl NexmarkReader {
             ..defaults
         };
         Ok(NexmarkReader {
-            generator: Generator::new(kind, config),
+            stream: match kind {
+                Some(kind) => Stream::One(Generator::new(kind, config)),
+                None => Stream::All(Combined::new(config)),
+            },
             events: options.u64_or("nexmark.event.num", 0)?,
             chunk: options.u64_or("nexmark.max.chunk.size", 100_000)?.max(1),
             rate: options.u64_or("nexmark.events.per.second", 0)?,
@@ -74,7 +81,10 @@ impl NexmarkReader {
 
 impl SourceReader for NexmarkReader {
     fn schema(&self) -> SchemaRef {
-        std::sync::Arc::clone(self.generator.schema())
+        std::sync::Arc::clone(match &self.stream {
+            Stream::One(g) => g.schema(),
+            Stream::All(c) => c.schema(),
+        })
     }
 
     fn read(&mut self, offset: u64) -> Result<Chunk> {
@@ -93,7 +103,11 @@ impl SourceReader for NexmarkReader {
                 return Ok(Chunk::Wait((due - elapsed).min(Duration::from_millis(100))));
             }
         }
-        Ok(Chunk::Rows(self.generator.batch(offset, end)?, end))
+        let rows = match &self.stream {
+            Stream::One(g) => g.batch(offset, end)?,
+            Stream::All(c) => c.batch(offset, end)?,
+        };
+        Ok(Chunk::Rows(rows, end))
     }
 }
 
