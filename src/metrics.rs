@@ -146,6 +146,17 @@ pub static SOURCE_ROWS_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register(IntCounterVec::new(Opts::new("weir_source_rows_total", "Rows stored by a source"), &["source"]).unwrap())
 });
 
+/// Records a source could not decode, kept as dead letters.
+pub static SOURCE_DEAD_LETTERS_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register(
+        IntCounterVec::new(
+            Opts::new("weir_source_dead_letters_total", "Records a source could not decode (kept as dead letters)"),
+            &["source"],
+        )
+        .unwrap(),
+    )
+});
+
 /// Bytes in the state store (RocksDB's estimate of live data plus memtables), every 5 s.
 pub static STATE_BYTES: LazyLock<IntGauge> =
     LazyLock::new(|| register(IntGauge::new("weir_state_bytes", "Bytes held by the state store").unwrap()));

@@ -7,6 +7,9 @@
 //! - `weir_catalog.event_time`: per view with event time, its watermark, how many windows it
 //!   holds state for and how many rows came too late (since the server started), as of its
 //!   last commit.
+//! - `weir_catalog.dead_letters`: records sources could not decode, by source and position,
+//!   with the error and the record as read. Durable: read from the state store
+//!   ([`crate::connectors::dead_letter`]).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, LazyLock};
@@ -21,6 +24,8 @@ use datafusion::error::Result as DfResult;
 use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
 use parking_lot::Mutex;
+
+use crate::catalog::Catalog;
 
 pub const SCHEMA: &str = "weir_catalog";
 
@@ -116,34 +121,91 @@ fn view_errors_schema() -> SchemaRef {
     ]))
 }
 
+fn dead_letters_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("source_name", DataType::Utf8, false),
+        Field::new("position", DataType::Utf8, false),
+        Field::new("error", DataType::Utf8, false),
+        Field::new("raw", DataType::Utf8, false),
+        Field::new("read_at", DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into())), false),
+    ]))
+}
+
+fn dead_letters_batch(catalog: &Catalog) -> DfResult<RecordBatch> {
+    let letters = crate::connectors::dead_letter::load(catalog.store().as_ref())?;
+    let name = |id| catalog.by_id(id).map(|r| r.def.name.clone()).unwrap_or_else(|| id.to_string());
+    let sources: StringArray = letters.iter().map(|(id, _)| Some(name(*id))).collect();
+    let positions: StringArray = letters.iter().map(|(_, l)| Some(l.position.as_str())).collect();
+    let errors: StringArray = letters.iter().map(|(_, l)| Some(l.error.as_str())).collect();
+    let raw: StringArray = letters.iter().map(|(_, l)| Some(l.raw.as_str())).collect();
+    let read_at: TimestampMicrosecondArray = letters.iter().map(|(_, l)| Some(l.read_at_micros)).collect();
+    Ok(RecordBatch::try_new(
+        dead_letters_schema(),
+        vec![
+            Arc::new(sources),
+            Arc::new(positions),
+            Arc::new(errors),
+            Arc::new(raw),
+            Arc::new(read_at.with_timezone("+00:00")),
+        ],
+    )?)
+}
+
+const TABLES: [&str; 3] = ["view_errors", "event_time", "dead_letters"];
+
 /// The `weir_catalog` schema.
-#[derive(Debug, Default)]
-pub struct SystemSchema;
+pub struct SystemSchema {
+    catalog: Arc<Catalog>,
+}
+
+impl SystemSchema {
+    pub fn new(catalog: Arc<Catalog>) -> SystemSchema {
+        SystemSchema { catalog }
+    }
+}
+
+impl std::fmt::Debug for SystemSchema {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SystemSchema")
+    }
+}
 
 #[async_trait]
 impl SchemaProvider for SystemSchema {
     fn table_names(&self) -> Vec<String> {
-        vec!["view_errors".into(), "event_time".into()]
+        TABLES.iter().map(|t| t.to_string()).collect()
     }
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        let table = |schema: SchemaRef, rows: RowsFn| Some(Arc::new(SystemTable { schema, rows }) as _);
         Ok(match name {
-            "view_errors" => Some(Arc::new(SystemTable { schema: view_errors_schema(), rows: view_errors_batch })),
-            "event_time" => Some(Arc::new(SystemTable { schema: event_time_schema(), rows: event_time_batch })),
+            "view_errors" => table(view_errors_schema(), Arc::new(view_errors_batch)),
+            "event_time" => table(event_time_schema(), Arc::new(event_time_batch)),
+            "dead_letters" => {
+                let catalog = Arc::clone(&self.catalog);
+                table(dead_letters_schema(), Arc::new(move || dead_letters_batch(&catalog)))
+            }
             _ => None,
         })
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        matches!(name, "view_errors" | "event_time")
+        TABLES.contains(&name)
     }
 }
 
+type RowsFn = Arc<dyn Fn() -> DfResult<RecordBatch> + Send + Sync>;
+
 /// A system relation: its rows computed at scan time.
-#[derive(Debug)]
 struct SystemTable {
     schema: SchemaRef,
-    rows: fn() -> DfResult<RecordBatch>,
+    rows: RowsFn,
+}
+
+impl std::fmt::Debug for SystemTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SystemTable({:?})", self.schema)
+    }
 }
 
 #[async_trait]

@@ -371,8 +371,9 @@ async fn nexmark_queries_equal_their_batch_queries() {
     }
 }
 
-/// File sources: CSV, JSON and Parquet files replayed as streams, new files followed, nothing
-/// read twice after a restart, and an event-time view over one equal to its batch query.
+/// File sources: CSV, JSON and Parquet files replayed as streams, new files followed, malformed
+/// lines kept as dead letters, nothing read twice after a restart, and an event-time view over
+/// one equal to its batch query.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn file_sources_replay_csv_json_and_parquet() {
     use datafusion::arrow::array::{Int64Array, RecordBatch};
@@ -386,10 +387,15 @@ async fn file_sources_replay_csv_json_and_parquet() {
     .unwrap();
     std::fs::write(
         d.join("bids-2.csv"),
-        "auction,price,date_time\n3,40,2026-01-01 00:00:15\n1,50,2026-01-01 00:00:31\n",
+        // Two malformed lines: they become dead letters, the rest of the file is read.
+        "auction,price,date_time\n3,40,2026-01-01 00:00:15\nx,oops,2026-01-01 00:00:20\n5,60\n1,50,2026-01-01 00:00:31\n",
     )
     .unwrap();
-    std::fs::write(d.join("bids.json"), "{\"auction\": 7, \"price\": 70}\n{\"auction\": 8, \"price\": 80}\n").unwrap();
+    std::fs::write(
+        d.join("bids.json"),
+        "{\"auction\": 7, \"price\": 70}\nnot json\n{\"auction\": \"nine\", \"price\": 90}\n{\"auction\": 8, \"price\": 80}\n",
+    )
+    .unwrap();
     let schema = std::sync::Arc::new(Schema::new(vec![
         Field::new("auction", DataType::Int64, true),
         Field::new("price", DataType::Int64, true),
@@ -443,6 +449,15 @@ async fn file_sources_replay_csv_json_and_parquet() {
     wait_for(&client, "SELECT count(*), sum(price) FROM csv_bids", "5|150").await;
     wait_for(&client, "SELECT count(*), sum(price) FROM json_bids", "2|150").await;
     wait_for(&client, "SELECT count(*), sum(auction) FROM parquet_bids", "3|18").await;
+    // The malformed lines, kept where users can see them.
+    let dead_letters = "SELECT source_name, position, raw, error <> '' FROM weir_catalog.dead_letters ORDER BY 1, 2";
+    let expected_dead = vec![
+        "csv_bids|bids-2.csv:3|x,oops,2026-01-01 00:00:20|t".to_string(),
+        "csv_bids|bids-2.csv:4|5,60|t".to_string(),
+        "json_bids|bids.json:2|not json|t".to_string(),
+        "json_bids|bids.json:3|{\"auction\": \"nine\", \"price\": 90}|t".to_string(),
+    ];
+    assert_eq!(rows(&client, dead_letters).await, expected_dead);
     // A new file is followed.
     std::fs::write(d.join("bids-3.csv"), "auction,price,date_time\n4,60,2026-01-01 00:00:45\n").unwrap();
     wait_for(&client, "SELECT count(*), sum(price) FROM csv_bids", "6|210").await;
@@ -464,6 +479,7 @@ async fn file_sources_replay_csv_json_and_parquet() {
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     assert_eq!(rows(&client, "SELECT count(*) FROM csv_bids").await, vec!["6".to_string()]);
     assert_eq!(rows(&client, "SELECT count(*) FROM json_bids").await, vec!["2".to_string()]);
+    assert_eq!(rows(&client, dead_letters).await, expected_dead, "dead letters are kept once across a restart");
     std::fs::write(d.join("bids-4.csv"), "auction,price,date_time\n9,1,2026-01-01 00:00:50\n").unwrap();
     wait_for(&client, "SELECT count(*) FROM csv_bids", "7").await;
 }

@@ -350,6 +350,7 @@ impl Catalog {
         let (start, end) = crate::state::keys::operator_state_range(relation.def.id);
         wb.delete_range(start, end);
         wb.delete(persist::sequence_key(&format!("rowid/{}", relation.def.id)));
+        crate::connectors::dead_letter::delete_all(&mut wb, relation.def.id);
         relation.table.clear(&mut wb);
         self.store.write(wb)?;
         inner.by_name.remove(name);

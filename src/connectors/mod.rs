@@ -9,10 +9,12 @@
 //!
 //! - [`options`]: the `WITH (key = 'value', ...)` options of `CREATE SOURCE`.
 //! - [`source`]: the [`source::SourceReader`] trait and the task that runs a reader.
+//! - [`dead_letter`]: records a connector could not decode, kept with the chunk they came in.
 //! - [`registry`]: from `connector = '...'` to a reader.
 //! - [`nexmark`]: the built-in Nexmark generator (`connector = 'nexmark'`).
 //! - [`file`]: CSV, JSON and Parquet files (`connector = 'file'`).
 
+pub mod dead_letter;
 pub mod file;
 pub mod nexmark;
 pub mod options;

@@ -3,7 +3,7 @@
 //! relation's writer, so views reading the source get the rows as an INSERT's changes).
 //!
 //! The offset lives at meta key `source_offset/<relation id>`; a restarted source continues
-//! from it. A bounded source (one that reports it is done) stops its task; rate limits are the
+//! from it. Records the reader could not decode go into the same write as dead letters. A bounded source (one that reports it is done) stops its task; rate limits are the
 //! reader's business (it says how long to wait before the next chunk).
 
 use std::sync::Arc;
@@ -13,6 +13,7 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use tokio::task::JoinHandle;
 
+use super::dead_letter::{self, DeadLetter};
 use crate::catalog::dml::Writer;
 use crate::catalog::{persist, Catalog, Relation};
 use crate::error::Result;
@@ -35,6 +36,12 @@ pub trait SourceReader: Send {
 
     /// The rows after `offset` (at most the connector's chunk size).
     fn read(&mut self, offset: u64) -> Result<Chunk>;
+
+    /// The records that could not be decoded while reading the last chunk of rows; they are
+    /// stored with that chunk.
+    fn take_dead_letters(&mut self) -> Vec<DeadLetter> {
+        Vec::new()
+    }
 }
 
 fn offset_key(relation: &Relation) -> Vec<u8> {
@@ -66,12 +73,23 @@ pub fn start(
                 Ok(Chunk::Rows(batch, next)) => {
                     let mut wb = WriteBatch::default();
                     wb.put(offset_key(&writer.relation), next.to_be_bytes().to_vec());
+                    let dead = reader.take_dead_letters();
+                    for letter in &dead {
+                        if let Err(e) = dead_letter::put(&mut wb, writer.relation.def.id, letter) {
+                            tracing::error!(source = %name, "source stopped: {e}");
+                            return;
+                        }
+                    }
                     let rows = batch.num_rows() as u64;
                     if let Err(e) = writer.append(&[batch], wb).await {
                         tracing::error!(source = %name, "source stopped: storing rows failed: {e}");
                         return;
                     }
                     crate::metrics::SOURCE_ROWS_TOTAL.with_label_values(&[&name]).inc_by(rows);
+                    if !dead.is_empty() {
+                        tracing::warn!(source = %name, count = dead.len(), first = %dead[0].error, "records kept as dead letters");
+                        crate::metrics::SOURCE_DEAD_LETTERS_TOTAL.with_label_values(&[&name]).inc_by(dead.len() as u64);
+                    }
                     offset = next;
                 }
                 Ok(Chunk::Wait(pause)) => tokio::time::sleep(pause).await,

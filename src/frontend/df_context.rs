@@ -80,7 +80,7 @@ pub async fn template_state(catalog: Arc<Catalog>) -> Result<SessionState> {
         .register_schema(DEFAULT_SCHEMA, Arc::new(WeirSchema::new(Arc::clone(&catalog))))
         .map_err(WeirError::from)?;
     db_catalog
-        .register_schema(crate::system::SCHEMA, Arc::new(crate::system::SystemSchema))
+        .register_schema(crate::system::SCHEMA, Arc::new(crate::system::SystemSchema::new(Arc::clone(&catalog))))
         .map_err(WeirError::from)?;
     ctx.register_catalog(&database, Arc::clone(&db_catalog) as Arc<dyn CatalogProvider>);
     let information_schema =

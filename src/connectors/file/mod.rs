@@ -12,7 +12,9 @@
 //! the last file); with `file.follow = 'true'` it keeps looking for new files (which must sort
 //! after the ones read) every `file.poll.ms` (default 1000). CSV files have a header line unless
 //! `csv.header = 'false'`. CSV and JSON need the column list; Parquet takes its own schema when
-//! none is given. `s3://` paths are not supported yet.
+//! none is given. A CSV or JSON line that does not decode (wrong field count, a value not of
+//! its column's type) does not stop the source: it becomes a dead letter
+//! ([`super::dead_letter`]), stored with the chunk it was found in. `s3://` paths are not supported yet.
 
 use std::fs::File;
 use std::io::BufReader;
@@ -22,7 +24,10 @@ use std::time::Duration;
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::error::ArrowError;
+use parking_lot::Mutex;
 
+use super::dead_letter::DeadLetter;
 use super::options::ConnectorOptions;
 use super::source::{Chunk, SourceReader};
 use crate::error::{Result, SqlState, WeirError};
@@ -53,6 +58,8 @@ pub struct FileReader {
     current: Option<(PathBuf, Batches, u64)>,
     /// Rows to skip on resuming (the stored offset within the files).
     skip: Option<u64>,
+    /// Records of the current chunk that could not be decoded.
+    dead: Arc<Mutex<Vec<DeadLetter>>>,
 }
 
 fn invalid(message: String) -> WeirError {
@@ -136,25 +143,23 @@ impl FileReader {
             done: Vec::new(),
             current: None,
             skip: None,
+            dead: Arc::default(),
         })
     }
 
     fn open(&self, path: &Path) -> Result<Batches> {
         let file = File::open(path).map_err(|e| io(path, e))?;
         Ok(match self.encoding {
-            Encoding::Csv => Box::new(
-                datafusion::arrow::csv::ReaderBuilder::new(Arc::clone(&self.schema))
-                    .with_header(self.header)
-                    .with_batch_size(self.batch_size)
-                    .build(file)
-                    .map_err(|e| io(path, e))?,
-            ),
-            Encoding::Json => Box::new(
-                datafusion::arrow::json::ReaderBuilder::new(Arc::clone(&self.schema))
-                    .with_batch_size(self.batch_size)
-                    .build(BufReader::new(file))
-                    .map_err(|e| io(path, e))?,
-            ),
+            Encoding::Csv | Encoding::Json => Box::new(TextBatches {
+                name: path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default(),
+                lines: BufReader::new(file),
+                encoding: self.encoding,
+                schema: Arc::clone(&self.schema),
+                skip_header: self.encoding == Encoding::Csv && self.header,
+                batch_size: self.batch_size,
+                records: 0,
+                dead: Arc::clone(&self.dead),
+            }),
             Encoding::Parquet => {
                 let reader = datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
                     .and_then(|b| b.with_batch_size(self.batch_size).build())
@@ -189,6 +194,10 @@ impl SourceReader for FileReader {
         Arc::clone(&self.schema)
     }
 
+    fn take_dead_letters(&mut self) -> Vec<DeadLetter> {
+        std::mem::take(&mut *self.dead.lock())
+    }
+
     fn read(&mut self, offset: u64) -> Result<Chunk> {
         let mut skip = *self.skip.get_or_insert(offset);
         loop {
@@ -208,10 +217,12 @@ impl SourceReader for FileReader {
                 Some(Ok(batch)) => {
                     let n = batch.num_rows() as u64;
                     *read += n;
-                    // Resuming: rows already stored are read again and dropped.
-                    if skip >= n {
+                    // Resuming: rows already stored are read again and dropped (with the dead
+                    // letters found among them, stored with them before).
+                    if skip > 0 && skip >= n {
                         skip -= n;
                         self.skip = Some(skip);
+                        self.dead.lock().clear();
                         continue;
                     }
                     let batch = batch.slice(skip as usize, (n - skip) as usize);
@@ -230,6 +241,120 @@ impl SourceReader for FileReader {
                 }
             }
         }
+    }
+}
+
+/// The records of one CSV or JSON (one value per line) file, `batch_size` lines at a time,
+/// decoded by arrow's decoders. A batch that does not decode as a whole is decoded again line by
+/// line: the lines that fail become dead letters and the rest of the file is read as usual. (A
+/// quoted CSV field spanning lines is read right in a good batch; in a batch with an error it
+/// is split at its line ends, and its lines become dead letters.)
+struct TextBatches {
+    /// The file's name, for positions.
+    name: String,
+    lines: BufReader<File>,
+    encoding: Encoding,
+    schema: SchemaRef,
+    skip_header: bool,
+    batch_size: usize,
+    /// Lines read so far (the header included).
+    records: u64,
+    dead: Arc<Mutex<Vec<DeadLetter>>>,
+}
+
+type ArrowResult<T> = std::result::Result<T, ArrowError>;
+
+impl TextBatches {
+    /// Decodes `text` (whole lines) as one batch.
+    fn decode(&self, text: &[u8], batch_size: usize) -> ArrowResult<Option<RecordBatch>> {
+        let schema = Arc::clone(&self.schema);
+        match self.encoding {
+            Encoding::Csv => {
+                let mut decoder = datafusion::arrow::csv::ReaderBuilder::new(schema)
+                    .with_header(false)
+                    .with_batch_size(batch_size)
+                    .build_decoder();
+                let used = decoder.decode(text)?;
+                decoder.decode(&[])?;
+                if used < text.len() {
+                    return Err(ArrowError::CsvError(format!("{} bytes left undecoded", text.len() - used)));
+                }
+                decoder.flush()
+            }
+            _ => {
+                let mut decoder =
+                    datafusion::arrow::json::ReaderBuilder::new(schema).with_batch_size(batch_size).build_decoder()?;
+                let used = decoder.decode(text)?;
+                if used < text.len() {
+                    return Err(ArrowError::JsonError(format!("{} bytes left undecoded", text.len() - used)));
+                }
+                decoder.flush()
+            }
+        }
+    }
+
+    /// The next batch of lines: (the line number of the first in the file, the lines' bytes,
+    /// how many), or None at the end of the file.
+    fn next_lines(&mut self) -> std::io::Result<Option<(u64, Vec<u8>, usize)>> {
+        use std::io::BufRead;
+        let mut text = Vec::new();
+        if self.skip_header {
+            self.skip_header = false;
+            self.records += (self.lines.read_until(b'\n', &mut text)? > 0) as u64;
+            text.clear();
+        }
+        let first = self.records + 1;
+        let mut lines = 0;
+        while lines < self.batch_size {
+            if self.lines.read_until(b'\n', &mut text)? == 0 {
+                break;
+            }
+            self.records += 1;
+            lines += 1;
+        }
+        Ok((lines > 0).then_some((first, text, lines)))
+    }
+
+    /// A batch with an error, line by line: the rows of the lines that decode; the others are
+    /// dead letters.
+    fn isolate(&self, first: u64, text: &[u8]) -> ArrowResult<RecordBatch> {
+        let mut good = Vec::new();
+        let mut dead = Vec::new();
+        let read_at = chrono::Utc::now().timestamp_micros();
+        for (i, line) in text.split_inclusive(|b| *b == b'\n').enumerate() {
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            match self.decode(line, 1) {
+                Ok(Some(batch)) => good.push(batch),
+                Ok(None) => {}
+                Err(e) => dead.push(DeadLetter {
+                    position: format!("{}:{}", self.name, first + i as u64),
+                    error: e.to_string(),
+                    raw: String::from_utf8_lossy(line).trim_end_matches(['\r', '\n']).to_string(),
+                    read_at_micros: read_at,
+                }),
+            }
+        }
+        self.dead.lock().extend(dead);
+        datafusion::arrow::compute::concat_batches(&self.schema, &good)
+    }
+}
+
+impl Iterator for TextBatches {
+    type Item = ArrowResult<RecordBatch>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let (first, text, lines) = match self.next_lines() {
+            Ok(Some(next)) => next,
+            Ok(None) => return None,
+            Err(e) => return Some(Err(e.into())),
+        };
+        Some(match self.decode(&text, lines) {
+            Ok(Some(batch)) => Ok(batch),
+            Ok(None) => Ok(RecordBatch::new_empty(Arc::clone(&self.schema))),
+            Err(_) => self.isolate(first, &text),
+        })
     }
 }
 
