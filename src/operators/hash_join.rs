@@ -9,7 +9,8 @@
 //!
 //! Each side's state is a [`KeyedState`] in the store (bounded cache), distributed by join key:
 //! `key ++ 0` holds how many rows the side has for the key, `key ++ 1 ++ row` each row's
-//! multiplicity (rows as arrow-row bytes), so a key's rows are one range read.
+//! multiplicity (rows as arrow-row bytes), so a key's rows are one range read. Keys with few
+//! rows are also kept in a bounded cache, updated with each change to them.
 //!
 //! Joined on a window bound of both sides (`l.window_start = r.window_start`), the join knows
 //! when each key's window closes ([`JoinWindow`]); once the view's watermark has passed that
@@ -19,7 +20,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::types::hash::HashSet;
+use crate::types::hash::{HashMap, HashSet};
 use std::sync::Arc;
 
 use datafusion::arrow::array::{new_null_array, Array, ArrayRef, RecordBatch};
@@ -57,7 +58,16 @@ struct Side {
     state: KeyedState,
     /// Whether this side's rows without a partner appear NULL-padded (LEFT for the left side).
     padded: bool,
+    /// The rows of join keys read recently, kept up to date with this side's changes, so a key
+    /// the other side hits often (a hot auction) is one range read, not one per hit. Keys with
+    /// more than [`CACHED_ROWS_PER_KEY`] rows are not kept; at most the state's cache capacity
+    /// in rows is, then the cache starts over.
+    rows_cache: HashMap<Vec<u8>, Vec<(Vec<u8>, i64)>>,
+    cached_rows: usize,
 }
+
+/// Join keys with more rows than this are read from the state each time.
+const CACHED_ROWS_PER_KEY: usize = 64;
 
 fn count_of(bytes: Option<Vec<u8>>) -> Result<i64> {
     bytes.map(|b| decode_count(&b)).unwrap_or(Ok(0))
@@ -70,7 +80,16 @@ impl Side {
             RowConverter::new(input.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect())?;
         let nulls: Vec<ArrayRef> = input.fields().iter().map(|f| new_null_array(f.data_type(), 1)).collect();
         let null_row = row_codec.convert_columns(&nulls)?.row(0).as_ref().to_vec();
-        Ok(Side { keys, key_codec: RowConverter::new(key_fields)?, row_codec, null_row, state, padded })
+        Ok(Side {
+            keys,
+            key_codec: RowConverter::new(key_fields)?,
+            row_codec,
+            null_row,
+            state,
+            padded,
+            rows_cache: HashMap::default(),
+            cached_rows: 0,
+        })
     }
 
     fn tagged(key: &[u8], tag: u8, rest: &[u8]) -> Vec<u8> {
@@ -87,13 +106,26 @@ impl Side {
     }
 
     /// This side's rows with join key `key`, with multiplicities.
-    fn matches(&self, key: &[u8]) -> Result<Vec<(Vec<u8>, i64)>> {
+    fn matches(&mut self, key: &[u8]) -> Result<Vec<(Vec<u8>, i64)>> {
+        if let Some(rows) = self.rows_cache.get(key) {
+            return Ok(rows.clone());
+        }
         let prefix = Self::tagged(key, 1, &[]);
-        self.state
+        let rows = self
+            .state
             .scan_prefix(&prefix, key.len())?
             .into_iter()
             .map(|(k, v)| Ok((k[prefix.len()..].to_vec(), count_of(Some(v))?)))
-            .collect()
+            .collect::<Result<Vec<_>>>()?;
+        if rows.len() <= CACHED_ROWS_PER_KEY {
+            if self.cached_rows + rows.len() > self.state.capacity() {
+                self.rows_cache.clear();
+                self.cached_rows = 0;
+            }
+            self.cached_rows += rows.len();
+            self.rows_cache.insert(key.to_vec(), rows.clone());
+        }
+        Ok(rows)
     }
 
     /// Adds (`sign` 1) or removes (`sign` -1) one row with join key `key`.
@@ -101,7 +133,32 @@ impl Side {
         for k in [Self::tagged(key, 1, row), Self::tagged(key, 0, &[])] {
             self.state.add_count(&k, key.len(), sign)?;
         }
+        if let Some(rows) = self.rows_cache.get_mut(key) {
+            match rows.iter().position(|(r, _)| r == row) {
+                Some(i) => {
+                    rows[i].1 += sign;
+                    if rows[i].1 == 0 {
+                        rows.remove(i);
+                        self.cached_rows -= 1;
+                    }
+                }
+                None => {
+                    rows.push((row.to_vec(), sign));
+                    self.cached_rows += 1;
+                }
+            }
+            if rows.len() > CACHED_ROWS_PER_KEY {
+                self.forget(key);
+            }
+        }
         Ok(())
+    }
+
+    /// Drops `key` from the rows cache.
+    fn forget(&mut self, key: &[u8]) {
+        if let Some(rows) = self.rows_cache.remove(key) {
+            self.cached_rows -= rows.len();
+        }
     }
 }
 
@@ -269,10 +326,12 @@ impl Operator for HashJoin {
             for key in std::mem::replace(&mut self.open, keep).into_values().flatten() {
                 self.indexed.remove(&key);
                 for side in &mut self.sides {
+                    side.forget(&key);
                     for (row, _) in side.matches(&key)? {
                         side.state.delete(&Side::tagged(&key, 1, &row), key.len());
                     }
                     side.state.delete(&Side::tagged(&key, 0, &[]), key.len());
+                    side.forget(&key);
                 }
             }
         }

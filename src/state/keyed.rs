@@ -44,6 +44,11 @@ impl KeyedState {
         KeyedState { table_id, store, pending: BTreeMap::new(), cache: HashMap::default(), capacity: capacity.max(16) }
     }
 
+    /// How many entries the cache holds at most (a budget other caches of the operator follow).
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
     /// The store key of `key`, whose first `distribution_len` bytes choose its vnode.
     fn full_key(&self, key: &[u8], distribution_len: usize) -> Vec<u8> {
         let mut out = Vec::with_capacity(6 + key.len());
