@@ -37,6 +37,10 @@ impl RocksStore {
         opts.set_enable_blob_files(true);
         opts.set_min_blob_size(BLOB_MIN_BYTES);
         opts.set_enable_blob_gc(true);
+        // Operators look up many keys that do not exist yet (a new join row, a new group): a
+        // bloom filter over the memtable answers those without searching its skip list.
+        opts.set_memtable_prefix_bloom_ratio(0.1);
+        opts.set_memtable_whole_key_filtering(true);
         let mut table_opts = BlockBasedOptions::default();
         let block_cache = Cache::new_lru_cache(config.block_cache_mb.max(8) << 20);
         table_opts.set_block_cache(&block_cache);
