@@ -3,7 +3,10 @@
 //! relation's writer, so views reading the source get the rows as an INSERT's changes).
 //!
 //! The offset lives at meta key `source_offset/<relation id>`; a restarted source continues
-//! from it. Records the reader could not decode go into the same write as dead letters. A bounded source (one that reports it is done) stops its task; rate limits are the
+//! from it. Connectors can read again from any offset they reported (a generator regenerates,
+//! a file is re-read, a Kafka topic keeps its offsets), so chunks are written without the
+//! write-ahead log: a crash may lose the latest chunks together with their offset, never one
+//! without the other, and the source reads them again after the restart. Records the reader could not decode go into the same write as dead letters. A bounded source (one that reports it is done) stops its task; rate limits are the
 //! reader's business (it says how long to wait before the next chunk).
 
 use std::sync::Arc;
@@ -71,7 +74,9 @@ pub fn start(
             let chunk = tokio::task::block_in_place(|| reader.read(offset));
             match chunk {
                 Ok(Chunk::Rows(batch, next)) => {
-                    let mut wb = WriteBatch::default();
+                    // The chunk and its offset need no write-ahead log: losing both in a crash
+                    // only sends the source back to an earlier offset, and it reads them again.
+                    let mut wb = WriteBatch { rebuildable: true, ..Default::default() };
                     wb.put(offset_key(&writer.relation), next.to_be_bytes().to_vec());
                     let dead = reader.take_dead_letters();
                     for letter in &dead {

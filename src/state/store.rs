@@ -30,8 +30,9 @@ impl WriteOp {
 pub struct WriteBatch {
     pub ops: Vec<WriteOp>,
     /// Losing these writes in a crash does no harm: they hold only what is rebuilt at start
-    /// anyway (a view's rows and its operators' state), so the store may skip its write-ahead
-    /// log for them. Atomicity still holds: the batch is applied whole or not at all.
+    /// anyway (a view's rows and its operators' state) or read again from the connector (a
+    /// source's chunk with its offset), so the store may skip its write-ahead log for them.
+    /// Atomicity still holds: the batch is applied whole or not at all.
     pub rebuildable: bool,
 }
 
