@@ -75,13 +75,17 @@ pub static BARRIER_LATENCY_SECONDS: LazyLock<prometheus::HistogramVec> = LazyLoc
     )
 });
 
-/// From a change being published by a view's input (a table's statement, a source's chunk) to
-/// the view's commit that includes it: how stale a view is.
+/// From a change coming into being at a view's input (a table's statement committed, a
+/// source starting to read the chunk) to the view's commit that includes it: how stale a view
+/// is, end to end.
 pub static VIEW_FRESHNESS_SECONDS: LazyLock<prometheus::HistogramVec> = LazyLock::new(|| {
     register(
         prometheus::HistogramVec::new(
-            HistogramOpts::new("weir_view_freshness_seconds", "Input change published to view commit")
-                .buckets(prometheus::exponential_buckets(0.001, 1.25, 60).expect("buckets")),
+            HistogramOpts::new(
+                "weir_view_freshness_seconds",
+                "Input change (statement commit, source chunk read) to view commit",
+            )
+            .buckets(prometheus::exponential_buckets(0.001, 1.25, 60).expect("buckets")),
             &["view"],
         )
         .unwrap(),

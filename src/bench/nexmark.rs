@@ -7,8 +7,8 @@
 //! to DIR first, untimed, if missing), so other engines can be fed the very same data.
 //!
 //! Prints one human line and one JSON line: events/s, CPU seconds per million events (user +
-//! system, all threads), p50 / p99 latency from an event's chunk being stored by its source to
-//! the view's commit of it (`weir_view_freshness_seconds`, so to bucket precision, 25%) and
+//! system, all threads), p50 / p99 latency from the source starting to generate (or read) an
+//! event's chunk to the view's commit of it (`weir_view_freshness_seconds`, so to bucket precision, 25%) and
 //! peak RSS.
 
 use std::path::{Path, PathBuf};

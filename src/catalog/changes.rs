@@ -89,10 +89,16 @@ impl ChangeHub {
     /// Sends `messages` to every subscriber of `relation`, in order, waiting for room.
     /// Subscribers that went away are dropped.
     pub async fn publish(&self, relation: TableId, messages: Vec<Message>) {
+        self.publish_since(relation, messages, std::time::Instant::now()).await
+    }
+
+    /// [`ChangeHub::publish`] of changes that came into being at `since` (a source chunk's
+    /// read), which is what views measure their freshness from.
+    pub async fn publish_since(&self, relation: TableId, messages: Vec<Message>, since: std::time::Instant) {
         let list = self.list(relation);
         let mut subscribers = list.lock().await;
         let mut gone = Vec::new();
-        let published = std::time::Instant::now();
+        let published = since;
         for (i, s) in subscribers.iter().enumerate() {
             for m in &messages {
                 let permit = match m {

@@ -191,19 +191,25 @@ impl Writer {
         while let Some(batch) = input.next().await {
             batches.push(batch?);
         }
-        self.insert_locked(&batches, WriteBatch::default()).await
+        self.insert_locked(&batches, WriteBatch::default(), None).await
     }
 
     /// Appends `batches` (user columns) and the writes in `also` in one atomic write: how a
-    /// source stores a chunk of rows together with its new offset.
-    pub async fn append(&self, batches: &[RecordBatch], also: WriteBatch) -> Result<u64> {
+    /// source stores a chunk of rows together with its new offset. `read_at` is when the source
+    /// began reading the chunk; views measure their freshness from it.
+    pub async fn append(&self, batches: &[RecordBatch], also: WriteBatch, read_at: std::time::Instant) -> Result<u64> {
         let _guard = self.relation.write_lock.lock().await;
-        self.insert_locked(batches, also).await
+        self.insert_locked(batches, also, Some(read_at)).await
     }
 
     /// Stores `batches` with `wb`'s other writes, then publishes the changelog (under the write
     /// lock, held by the caller).
-    async fn insert_locked(&self, batches: &[RecordBatch], mut wb: WriteBatch) -> Result<u64> {
+    async fn insert_locked(
+        &self,
+        batches: &[RecordBatch],
+        mut wb: WriteBatch,
+        since: Option<std::time::Instant>,
+    ) -> Result<u64> {
         let listening = self.changes.has_subscribers(self.relation.def.id).await;
         let mut count = 0u64;
         let mut stored_batches = Vec::new();
@@ -220,7 +226,12 @@ impl Writer {
         }
         let changes = if listening { Some(self.insert_changes(&stored_batches)?) } else { None };
         commit(Arc::clone(&self.store), wb).await?;
-        self.publish(changes).await;
+        match (changes.filter(|c| !c.is_empty()), since) {
+            (Some(changes), Some(since)) => {
+                self.changes.publish_since(self.relation.def.id, vec![Message::Data(changes)], since).await
+            }
+            (changes, _) => self.publish(changes).await,
+        }
         Ok(count)
     }
 

@@ -71,6 +71,7 @@ pub fn start(
     let name = relation.def.name.clone();
     Ok(tokio::spawn(async move {
         loop {
+            let read_at = std::time::Instant::now();
             let chunk = tokio::task::block_in_place(|| reader.read(offset));
             match chunk {
                 Ok(Chunk::Rows(batch, next)) => {
@@ -86,7 +87,7 @@ pub fn start(
                         }
                     }
                     let rows = batch.num_rows() as u64;
-                    if let Err(e) = writer.append(&[batch], wb).await {
+                    if let Err(e) = writer.append(&[batch], wb, read_at).await {
                         tracing::error!(source = %name, "source stopped: storing rows failed: {e}");
                         return;
                     }
