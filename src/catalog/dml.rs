@@ -14,7 +14,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, BooleanArray, Int64Array, RecordBatch, UInt64Array};
+use datafusion::arrow::array::{ArrayRef, BooleanArray, RecordBatch, UInt64Array};
 use datafusion::arrow::compute::{cast, filter_record_batch};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::tree_node::TreeNodeRecursion;
@@ -147,9 +147,7 @@ pub fn to_stored(relation: &Relation, batch: &RecordBatch) -> Result<RecordBatch
         });
     }
     if relation.has_hidden_row_id() {
-        let n = batch.num_rows() as u64;
-        let first = relation.allocate_row_ids(n) as i64;
-        columns.push(Arc::new(Int64Array::from_iter_values(first..first + n as i64)));
+        columns.push(relation.allocate_row_ids(batch.num_rows()));
     }
     Ok(RecordBatch::try_new(Arc::clone(stored), columns)?)
 }
@@ -226,12 +224,7 @@ impl Writer {
         }
         let changes = if listening { Some(self.insert_changes(&stored_batches)?) } else { None };
         commit(Arc::clone(&self.store), wb).await?;
-        match (changes.filter(|c| !c.is_empty()), since) {
-            (Some(changes), Some(since)) => {
-                self.changes.publish_since(self.relation.def.id, vec![Message::Data(changes)], since).await
-            }
-            (changes, _) => self.publish(changes).await,
-        }
+        self.publish(changes, since).await;
         Ok(count)
     }
 
@@ -313,7 +306,7 @@ impl Writer {
         let rows = doomed.iter().map(|b| self.user_columns(b)).collect::<Result<Vec<_>>>()?;
         let changes = ChangeBatch::deletes(concat_batches(&self.relation.schema, &rows)?);
         commit(Arc::clone(&self.store), wb).await?;
-        self.publish(Some(changes)).await;
+        self.publish(Some(changes), None).await;
         Ok(count)
     }
 
@@ -367,13 +360,15 @@ impl Writer {
         }
         let changes = ChangeBatch::new(concat_batches(&self.relation.schema, &rows)?, ops);
         commit(Arc::clone(&self.store), wb).await?;
-        self.publish(Some(changes)).await;
+        self.publish(Some(changes), None).await;
         Ok(count)
     }
 
-    async fn publish(&self, changes: Option<ChangeBatch>) {
+    /// Publishes a statement's changes, dated `since` (when they came into being; None: now).
+    async fn publish(&self, changes: Option<ChangeBatch>, since: Option<std::time::Instant>) {
         if let Some(changes) = changes.filter(|c| !c.is_empty()) {
-            self.changes.publish(self.relation.def.id, vec![Message::Data(changes)]).await;
+            let since = since.unwrap_or_else(std::time::Instant::now);
+            self.changes.publish_since(self.relation.def.id, vec![Message::Data(changes)], since).await;
         }
     }
 }

@@ -114,10 +114,12 @@ impl Relation {
             .map_err(|e| WeirError::internal(e.to_string()))?
     }
 
-    /// Reserves `n` row ids, returning the first; the caller persists the new high-water mark
-    /// with [`Relation::persist_row_id`] in the same batch as the rows.
-    pub fn allocate_row_ids(&self, n: u64) -> u64 {
-        self.next_row_id.fetch_add(n, Ordering::SeqCst)
+    /// Reserves `n` row ids, as the hidden row id column of `n` new rows; the caller persists
+    /// the new high-water mark with [`Relation::persist_row_id`] in the same batch as the rows
+    /// (a view's ids need not be persisted: its rows are rebuilt at start).
+    pub fn allocate_row_ids(&self, n: usize) -> datafusion::arrow::array::ArrayRef {
+        let first = self.next_row_id.fetch_add(n as u64, Ordering::SeqCst) as i64;
+        std::sync::Arc::new(datafusion::arrow::array::Int64Array::from_iter_values(first..first + n as i64))
     }
 
     pub fn persist_row_id(&self, wb: &mut WriteBatch) {

@@ -121,10 +121,8 @@ impl Materialize {
                 self.relation.def.name
             )));
         }
-        let n = all.data.num_rows() as u64;
-        let first = self.relation.allocate_row_ids(n) as i64;
         let mut columns = all.data.columns().to_vec();
-        columns.push(Arc::new(Int64Array::from_iter_values(first..first + n as i64)) as Arc<dyn Array>);
+        columns.push(self.relation.allocate_row_ids(all.data.num_rows()));
         let stored = RecordBatch::try_new(Arc::clone(self.relation.table.schema()), columns)?;
         self.relation.table.put_batch(&stored, &mut wb)?;
         Ok((wb, Some(all)))

@@ -365,7 +365,7 @@ mod tests {
         let table = segmented(4);
         let mut wb = WriteBatch::default();
         table.put_batch(&people(&[1, 2], &["a", "b"]), &mut wb).unwrap();
-        let WriteOp::Put(key, mut value) = wb.ops.pop().unwrap() else { panic!("a put") };
+        let WriteOp::Put(key, value) = wb.ops.pop().unwrap() else { panic!("a put") };
         // Truncated, then garbage, then another table's columns.
         for bad in [value[..value.len() / 2].to_vec(), vec![0xff; 64]] {
             let mut wb = WriteBatch::default();
@@ -380,7 +380,6 @@ mod tests {
             Layout::Segments,
         )
         .unwrap();
-        value.clear();
         let mut wb = WriteBatch::default();
         other
             .put_batch(
