@@ -3,7 +3,8 @@
 # Idempotent: installs only what is missing. Needs root (or sudo).
 #
 #   scripts/install-deps.sh build   # what `cargo build` needs: libclang (bindgen for RocksDB)
-#   scripts/install-deps.sh test    # plus the clients the tests drive: psql, psycopg, pgjdbc
+#   scripts/install-deps.sh test    # plus the clients the tests drive (psql, psycopg, pgjdbc) and
+#                                   # the servers they talk to (an S3-compatible one: moto)
 set -euo pipefail
 
 what=${1:-test}
@@ -33,5 +34,9 @@ if [ "$what" = test ]; then
     echo "installing from PyPI: psycopg, sqlalchemy, asyncpg"
     python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
       'psycopg[binary]==3.2.*' 'sqlalchemy==2.0.*' 'asyncpg==0.30.*'
+  fi
+  if ! python3 -c 'import moto.server' 2>/dev/null; then
+    echo "installing from PyPI: moto[server] (the S3-compatible server of scripts/s3-server.sh)"
+    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore 'moto[server]==5.2.*'
   fi
 fi

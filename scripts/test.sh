@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Runs Weir's whole test suite: installs what it needs, then `cargo test`.
-# Every test starts its own Weir server on a free loopback port with a temporary data directory.
+# Every test starts its own Weir server on a free loopback port with a temporary data directory;
+# the services they read from (an S3-compatible server) are started here, on 127.0.0.1.
 # Arguments go to `cargo test` (e.g. scripts/test.sh --test slt). Ends with one summary line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh test
+WEIR_TEST_S3_ENDPOINT=$(scripts/s3-server.sh start)
+export WEIR_TEST_S3_ENDPOINT
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+trap 'rm -f "$log"; scripts/s3-server.sh stop' EXIT
 status=0
 cargo test --locked --all-targets "$@" 2>&1 | tee "$log" || status=$?
 passed=$(grep -oE 'test result: [a-zA-Z]+\. [0-9]+ passed' "$log" | awk '{s += $4} END {print s + 0}')

@@ -371,6 +371,19 @@ async fn nexmark_queries_equal_their_batch_queries() {
     }
 }
 
+/// Waits (up to 30 s) until `sql` gives the one row `expected`.
+async fn wait_for(client: &tokio_postgres::Client, sql: &str, expected: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let got = rows(client, sql).await;
+        if got == vec![expected.to_string()] {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{sql}: {got:?}, expected {expected}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 /// File sources: CSV, JSON and Parquet files replayed as streams, new files followed, malformed
 /// lines kept as dead letters, nothing read twice after a restart, and an event-time view over
 /// one equal to its batch query.
@@ -435,17 +448,6 @@ async fn file_sources_replay_csv_json_and_parquet() {
         ))
         .await
         .unwrap();
-    async fn wait_for(client: &tokio_postgres::Client, sql: &str, expected: &str) {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        loop {
-            let got = rows(client, sql).await;
-            if got == vec![expected.to_string()] {
-                return;
-            }
-            assert!(std::time::Instant::now() < deadline, "{sql}: {got:?}, expected {expected}");
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
-    }
     wait_for(&client, "SELECT count(*), sum(price) FROM csv_bids", "5|150").await;
     wait_for(&client, "SELECT count(*), sum(price) FROM json_bids", "2|150").await;
     wait_for(&client, "SELECT count(*), sum(auction) FROM parquet_bids", "3|18").await;
@@ -482,4 +484,100 @@ async fn file_sources_replay_csv_json_and_parquet() {
     assert_eq!(rows(&client, dead_letters).await, expected_dead, "dead letters are kept once across a restart");
     std::fs::write(d.join("bids-4.csv"), "auction,price,date_time\n9,1,2026-01-01 00:00:50\n").unwrap();
     wait_for(&client, "SELECT count(*) FROM csv_bids", "7").await;
+}
+
+/// File sources over S3-compatible object storage (scripts/s3-server.sh): objects under a
+/// prefix matched by a pattern, new objects followed, a bad line kept as a dead letter, a
+/// Parquet object's schema taken at CREATE, a restart resuming after what was stored, and a
+/// missing bucket refused at CREATE with 58030.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_sources_read_s3_objects() {
+    use object_store::{aws::AmazonS3Builder, path::Path as ObjectPath, ObjectStoreExt};
+    let (endpoint, bucket) = common::s3_bucket("weir-file-source");
+    let store = AmazonS3Builder::new()
+        .with_endpoint(&endpoint)
+        .with_allow_http(true)
+        .with_bucket_name(&bucket)
+        .with_region("us-east-1")
+        .with_access_key_id("test")
+        .with_secret_access_key("test")
+        .build()
+        .unwrap();
+    let put = |key: &'static str, body: Vec<u8>| {
+        let store = &store;
+        async move { store.put(&ObjectPath::from(key), body.into()).await.unwrap() }
+    };
+    put("bids/bids-1.csv", b"auction,price\n1,10\n2,20\n".to_vec()).await;
+    put("bids/bids-2.csv", b"auction,price\n3,30\nthree,x\n4,40\n".to_vec()).await;
+    put("bids/notes.txt", b"not a bid\n".to_vec()).await;
+    put("bids/deeper/bids-9.csv", b"auction,price\n9,9000\n".to_vec()).await;
+    let mut parquet = Vec::new();
+    {
+        use datafusion::arrow::array::{Int64Array, RecordBatch};
+        let batch = RecordBatch::try_from_iter(vec![(
+            "auction",
+            std::sync::Arc::new(Int64Array::from(vec![5, 6, 7])) as datafusion::arrow::array::ArrayRef,
+        )])
+        .unwrap();
+        let mut writer = datafusion::parquet::arrow::ArrowWriter::try_new(&mut parquet, batch.schema(), None).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+    }
+    put("parquet/part-0.parquet", parquet).await;
+
+    let mut server = TestServer::start_with(&["--barrier-interval-ms", "50"]);
+    let client = server.connect().await;
+    let s3 = format!(
+        "s3.endpoint = '{endpoint}', s3.region = 'us-east-1', s3.access_key_id = 'test', s3.secret_access_key = 'test'"
+    );
+    client
+        .batch_execute(&format!(
+            "CREATE SOURCE s3_bids (auction BIGINT, price BIGINT)
+               WITH (connector = 'file', path = 's3://{bucket}/bids/*.csv', file.follow = 'true', file.poll.ms = '50', {s3})
+               FORMAT PLAIN ENCODE CSV;
+             CREATE SOURCE s3_parquet WITH (connector = 'file', path = 's3://{bucket}/parquet/', {s3}) FORMAT PLAIN ENCODE PARQUET;
+             CREATE MATERIALIZED VIEW s3_totals AS SELECT auction % 2 AS parity, count(*) AS n, sum(price) AS s
+               FROM s3_bids GROUP BY auction % 2;"
+        ))
+        .await
+        .unwrap();
+    wait_for(&client, "SELECT count(*), sum(price) FROM s3_bids", "4|100").await;
+    wait_for(&client, "SELECT count(*), sum(auction) FROM s3_parquet", "3|18").await;
+    let dead_letters = "SELECT source_name, position, raw FROM weir_catalog.dead_letters ORDER BY 1, 2";
+    assert_eq!(rows(&client, dead_letters).await, vec!["s3_bids|bids-2.csv:3|three,x".to_string()]);
+    // A new object is followed.
+    put("bids/bids-3.csv", b"auction,price\n5,50\n".to_vec()).await;
+    wait_for(&client, "SELECT count(*), sum(price) FROM s3_bids", "5|150").await;
+    client.simple_query("FLUSH").await.unwrap();
+    let totals = "SELECT * FROM s3_totals ORDER BY parity";
+    let expected = vec!["0|2|60".to_string(), "1|3|90".to_string()];
+    assert_eq!(rows(&client, totals).await, expected);
+    assert_eq!(
+        rows(&client, "SELECT auction % 2, count(*), sum(price) FROM s3_bids GROUP BY 1 ORDER BY 1").await,
+        expected
+    );
+    // Restarted after SIGKILL: resumes after what it stored.
+    drop(client);
+    server.kill();
+    server.restart();
+    let client = server.connect().await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(rows(&client, "SELECT count(*), sum(price) FROM s3_bids").await, vec!["5|150".to_string()]);
+    assert_eq!(rows(&client, "SELECT count(*) FROM s3_parquet").await, vec!["3".to_string()]);
+    put("bids/bids-4.csv", b"auction,price\n6,60\n".to_vec()).await;
+    wait_for(&client, "SELECT count(*), sum(price) FROM s3_bids", "6|210").await;
+    client.simple_query("FLUSH").await.unwrap();
+    assert_eq!(rows(&client, totals).await, vec!["0|3|120".to_string(), "1|3|90".to_string()]);
+    assert_eq!(rows(&client, dead_letters).await, vec!["s3_bids|bids-2.csv:3|three,x".to_string()]);
+    // A bucket that does not exist is refused when the source is created.
+    let err = client
+        .batch_execute(&format!(
+            "CREATE SOURCE nowhere (a BIGINT) WITH (connector = 'file', path = 's3://{bucket}-missing/x/', {s3})
+             FORMAT PLAIN ENCODE CSV"
+        ))
+        .await
+        .unwrap_err();
+    let db = err.as_db_error().expect("a database error");
+    assert_eq!(db.code().code(), "58030", "{db:?}");
+    assert!(db.message().contains("-missing"), "{}", db.message());
 }

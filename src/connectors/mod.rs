@@ -12,7 +12,7 @@
 //! - [`dead_letter`]: records a connector could not decode, kept with the chunk they came in.
 //! - [`registry`]: from `connector = '...'` to a reader.
 //! - [`nexmark`]: the built-in Nexmark generator (`connector = 'nexmark'`).
-//! - [`file`]: CSV, JSON and Parquet files (`connector = 'file'`).
+//! - [`file`]: CSV, JSON and Parquet files, local or in S3 (`connector = 'file'`).
 
 pub mod dead_letter;
 pub mod file;

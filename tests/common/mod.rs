@@ -135,3 +135,25 @@ pub async fn connect(conn: &str) -> tokio_postgres::Client {
     });
     client
 }
+
+/// A new, empty bucket on the S3-compatible server the tests use: `$WEIR_TEST_S3_ENDPOINT`
+/// (scripts/test.sh starts it), or the one `scripts/s3-server.sh start` starts now. Returns the
+/// endpoint and the bucket's name.
+pub fn s3_bucket(name: &str) -> (String, String) {
+    use std::io::{Read, Write};
+    let endpoint = std::env::var("WEIR_TEST_S3_ENDPOINT").unwrap_or_else(|_| {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/s3-server.sh");
+        let out = Command::new(script).arg("start").output().expect("scripts/s3-server.sh");
+        assert!(out.status.success(), "scripts/s3-server.sh start: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    });
+    let bucket = format!("{name}-{}-{}", std::process::id(), free_port());
+    // CreateBucket is an unsigned PUT on a local test server.
+    let host = endpoint.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(host).expect("the S3 test server");
+    write!(stream, "PUT /{bucket} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    assert!(response.starts_with("HTTP/1.1 200"), "creating bucket {bucket}: {response}");
+    (endpoint, bucket)
+}

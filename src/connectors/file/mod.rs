@@ -6,19 +6,22 @@
 //!   WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND)
 //! WITH (connector = 'file', path = 'data/bids/*.csv') FORMAT PLAIN ENCODE CSV;
 //! ```
-//! `path` is a file or a directory pattern whose last part may hold `*` wildcards; matching
-//! files are read in name order. The offset is the number of rows read so far over those files,
+//! `path` names local files or objects in S3-compatible storage (`s3://bucket/prefix/`, with
+//! `s3.endpoint`, `s3.region`, `s3.access_key_id`, `s3.secret_access_key` or the `AWS_*`
+//! environment variables): one file, a directory (`dir/`), or a last part with `*` wildcards
+//! ([`location`]). Matching files are read in name order. The offset is the number of rows read so far over those files,
 //! so a restarted source skips what it has stored. Bounded by default (the source finishes after
 //! the last file); with `file.follow = 'true'` it keeps looking for new files (which must sort
 //! after the ones read) every `file.poll.ms` (default 1000). CSV files have a header line unless
 //! `csv.header = 'false'`. CSV and JSON need the column list; Parquet takes its own schema when
 //! none is given. A CSV or JSON line that does not decode (wrong field count, a value not of
 //! its column's type) does not stop the source: it becomes a dead letter
-//! ([`super::dead_letter`]), stored with the chunk it was found in. `s3://` paths are not supported yet.
+//! ([`super::dead_letter`]), stored with the chunk it was found in.
 
-use std::fs::File;
-use std::io::BufReader;
-use std::path::{Path, PathBuf};
+mod location;
+mod s3;
+
+use std::io::BufRead;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,6 +30,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::error::ArrowError;
 use parking_lot::Mutex;
 
+use self::location::{base_name, Location};
 use super::dead_letter::DeadLetter;
 use super::options::ConnectorOptions;
 use super::source::{Chunk, SourceReader};
@@ -34,6 +38,11 @@ use crate::error::{Result, SqlState, WeirError};
 
 pub const OPTIONS: &[&str] =
     &["connector", "path", "format", "encode", "file.follow", "file.poll.ms", "csv.header", "batch.size"];
+
+/// Every option a file source takes: its own and those of S3.
+fn all_options() -> Vec<&'static str> {
+    OPTIONS.iter().chain(s3::OPTIONS).copied().collect()
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Encoding {
@@ -45,7 +54,7 @@ enum Encoding {
 type Batches = Box<dyn Iterator<Item = std::result::Result<RecordBatch, datafusion::arrow::error::ArrowError>> + Send>;
 
 pub struct FileReader {
-    pattern: String,
+    location: Location,
     encoding: Encoding,
     schema: SchemaRef,
     header: bool,
@@ -53,9 +62,9 @@ pub struct FileReader {
     poll: Duration,
     batch_size: usize,
     /// Files already read to the end, and the rows they held.
-    done: Vec<(PathBuf, u64)>,
+    done: Vec<(String, u64)>,
     /// The file being read, its batches, and the rows read from it so far.
-    current: Option<(PathBuf, Batches, u64)>,
+    current: Option<(String, Batches, u64)>,
     /// Rows to skip on resuming (the stored offset within the files).
     skip: Option<u64>,
     /// Records of the current chunk that could not be decoded.
@@ -66,52 +75,15 @@ fn invalid(message: String) -> WeirError {
     WeirError::new(SqlState::INVALID_PARAMETER_VALUE, message)
 }
 
-fn io(path: &Path, e: impl std::fmt::Display) -> WeirError {
-    WeirError::io(format!("cannot read {}: {e}", path.display()))
-}
-
-/// The files `pattern` names, in name order: a path, or a directory and a last part with `*`s.
-fn list(pattern: &str) -> Result<Vec<PathBuf>> {
-    let path = Path::new(pattern);
-    let name = path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
-    if !name.contains('*') {
-        return Ok(if path.is_file() { vec![path.to_path_buf()] } else { vec![] });
-    }
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let Ok(entries) = std::fs::read_dir(dir) else { return Ok(vec![]) };
-    let mut files: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .filter(|p| p.is_file() && p.file_name().is_some_and(|n| matches(&name, &n.to_string_lossy())))
-        .collect();
-    files.sort();
-    Ok(files)
-}
-
-/// Whether `name` matches `pattern`, where `*` is any run of characters.
-fn matches(pattern: &str, name: &str) -> bool {
-    let parts: Vec<&str> = pattern.split('*').collect();
-    let (first, last) = (parts[0], parts[parts.len() - 1]);
-    if !name.starts_with(first) || name.len() < first.len() + last.len() || !name.ends_with(last) {
-        return false;
-    }
-    let mut rest = &name[first.len()..name.len() - last.len()];
-    for part in &parts[1..parts.len() - 1] {
-        match rest.find(part) {
-            Some(at) => rest = &rest[at + part.len()..],
-            None => return false,
-        }
-    }
-    true
-}
-
 impl FileReader {
     pub fn new(options: &ConnectorOptions, declared: Option<SchemaRef>) -> Result<FileReader> {
-        options.only(OPTIONS)?;
-        let pattern =
-            options.get("path").ok_or_else(|| invalid("a file source needs path = '...'".into()))?.to_string();
-        if pattern.contains("://") {
-            return Err(WeirError::unsupported("file sources read local paths only for now (no s3:// yet)"));
+        options.only(&all_options())?;
+        let path = options.get("path").ok_or_else(|| invalid("a file source needs path = '...'".into()))?;
+        let location = Location::new(path, options)?;
+        // A bucket that is missing or refuses these credentials fails here, not in the
+        // source's task later.
+        if matches!(location, Location::S3 { .. }) {
+            location.list()?;
         }
         let encoding = match options.get("encode").unwrap_or("csv") {
             "csv" => Encoding::Csv,
@@ -122,18 +94,15 @@ impl FileReader {
         let schema = match declared {
             Some(s) if !s.fields().is_empty() => s,
             _ if encoding == Encoding::Parquet => {
-                let first = list(&pattern)?.into_iter().next().ok_or_else(|| {
-                    invalid(format!("no file matches {pattern}: declare the columns, or add a file first"))
+                let first = location.list()?.into_iter().next().ok_or_else(|| {
+                    invalid(format!("no file matches {path}: declare the columns, or add a file first"))
                 })?;
-                let file = File::open(&first).map_err(|e| io(&first, e))?;
-                let builder = datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
-                    .map_err(|e| io(&first, e))?;
-                Arc::clone(builder.schema())
+                datafusion::arrow::array::RecordBatchReader::schema(&location.open_parquet(&first, 1)?)
             }
             _ => return Err(invalid("a CSV or JSON file source needs its column list".into())),
         };
         Ok(FileReader {
-            pattern,
+            location,
             encoding,
             schema,
             header: options.get("csv.header").is_none_or(|h| h.eq_ignore_ascii_case("true")),
@@ -147,12 +116,11 @@ impl FileReader {
         })
     }
 
-    fn open(&self, path: &Path) -> Result<Batches> {
-        let file = File::open(path).map_err(|e| io(path, e))?;
+    fn open(&self, name: &str) -> Result<Batches> {
         Ok(match self.encoding {
             Encoding::Csv | Encoding::Json => Box::new(TextBatches {
-                name: path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default(),
-                lines: BufReader::new(file),
+                name: base_name(name).to_string(),
+                lines: self.location.open_text(name)?,
                 encoding: self.encoding,
                 schema: Arc::clone(&self.schema),
                 skip_header: self.encoding == Encoding::Csv && self.header,
@@ -161,9 +129,7 @@ impl FileReader {
                 dead: Arc::clone(&self.dead),
             }),
             Encoding::Parquet => {
-                let reader = datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
-                    .and_then(|b| b.with_batch_size(self.batch_size).build())
-                    .map_err(|e| io(path, e))?;
+                let reader = self.location.open_parquet(name, self.batch_size)?;
                 let schema = Arc::clone(&self.schema);
                 // Parquet columns by name, cast to the source's types.
                 Box::new(reader.map(move |batch| {
@@ -202,7 +168,7 @@ impl SourceReader for FileReader {
         let mut skip = *self.skip.get_or_insert(offset);
         loop {
             if self.current.is_none() {
-                let next = list(&self.pattern)?.into_iter().find(|p| !self.done.iter().any(|(d, _)| d == p));
+                let next = self.location.list()?.into_iter().find(|p| !self.done.iter().any(|(d, _)| d == p));
                 match next {
                     Some(path) => {
                         let batches = self.open(&path)?;
@@ -232,7 +198,7 @@ impl SourceReader for FileReader {
                 Some(Err(e)) => {
                     return Err(WeirError::new(
                         SqlState::INVALID_TEXT_REPRESENTATION,
-                        format!("{}: row {} and after could not be read: {e}", path.display(), *read + 1),
+                        format!("{path}: row {} and after could not be read: {e}", *read + 1),
                     ))
                 }
                 None => {
@@ -252,7 +218,7 @@ impl SourceReader for FileReader {
 struct TextBatches {
     /// The file's name, for positions.
     name: String,
-    lines: BufReader<File>,
+    lines: Box<dyn BufRead + Send>,
     encoding: Encoding,
     schema: SchemaRef,
     skip_header: bool,
@@ -296,7 +262,6 @@ impl TextBatches {
     /// The next batch of lines: (the line number of the first in the file, the lines' bytes,
     /// how many), or None at the end of the file.
     fn next_lines(&mut self) -> std::io::Result<Option<(u64, Vec<u8>, usize)>> {
-        use std::io::BufRead;
         let mut text = Vec::new();
         if self.skip_header {
             self.skip_header = false;
@@ -355,19 +320,5 @@ impl Iterator for TextBatches {
             Ok(None) => Ok(RecordBatch::new_empty(Arc::clone(&self.schema))),
             Err(_) => self.isolate(first, &text),
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::matches;
-
-    #[test]
-    fn wildcards_match_runs_of_characters() {
-        assert!(matches("*.csv", "bids-1.csv"));
-        assert!(matches("bids-*.csv", "bids-1.csv"));
-        assert!(!matches("bids-*.csv", "asks-1.csv"));
-        assert!(matches("b*-*.json", "bids-2026.json"));
-        assert!(!matches("*.csv", "x.json"));
     }
 }
