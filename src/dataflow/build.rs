@@ -63,6 +63,7 @@ pub struct EventTimeOptions {
 
 /// A node's top, where its rows are, which of its output columns are window bounds, and
 /// whether it only ever inserts rows.
+#[derive(Clone)]
 struct Out {
     node: usize,
     distribution: Distribution,
@@ -90,6 +91,30 @@ struct Builder<'a> {
     windowed_aggregates: usize,
     /// WindowAssign nodes built (each has its own prefix in the ledger).
     assigners: u8,
+    /// Subplans built so far, by what they compute ([`SharedPlan`]): one met again reuses its
+    /// operators, which then feed each consumer. (q5 reads the same HOP of `bid` twice.)
+    built: std::collections::HashMap<SharedPlan, Out>,
+}
+
+/// What a subplan computes: the plan, and what each windowed relation it scans is (a scan of
+/// `HOP(...)` is named after the function only, so two different HOPs would look alike).
+#[derive(PartialEq, Eq, Hash)]
+struct SharedPlan(LogicalPlan, Vec<String>);
+
+impl SharedPlan {
+    fn of(plan: &LogicalPlan) -> SharedPlan {
+        use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+        let mut windows = Vec::new();
+        let _ = plan.apply(|p| {
+            if let LogicalPlan::TableScan(scan) = p {
+                if let Some((relation, windowing)) = windowed_relation(&scan.source) {
+                    windows.push(format!("{}:{windowing:?}", relation.def.id));
+                }
+            }
+            Ok(TreeNodeRecursion::Continue)
+        });
+        SharedPlan(plan.clone(), windows)
+    }
 }
 
 type Ops = Vec<Box<dyn Operator>>;
@@ -121,6 +146,7 @@ pub fn build(
         event_time: event_time.clone(),
         windowed_aggregates: 0,
         assigners: 0,
+        built: Default::default(),
     };
     let top = b.node(plan)?;
     let append_only = top.append_only;
@@ -266,8 +292,19 @@ impl Builder<'_> {
         self.graph.add(ops, &[child], vec![None])
     }
 
-    /// Adds `plan`'s operators; returns its top node, where its rows are and its window columns.
+    /// Adds `plan`'s operators, or finds them built already for an equal subplan; returns its
+    /// top node, where its rows are and its window columns.
     fn node(&mut self, plan: &LogicalPlan) -> Result<Out> {
+        let shared = SharedPlan::of(plan);
+        if let Some(out) = self.built.get(&shared) {
+            return Ok(out.clone());
+        }
+        let out = self.new_node(plan)?;
+        self.built.insert(shared, out.clone());
+        Ok(out)
+    }
+
+    fn new_node(&mut self, plan: &LogicalPlan) -> Result<Out> {
         match plan {
             LogicalPlan::TableScan(scan) => {
                 if scan.fetch.is_some() {
@@ -282,14 +319,40 @@ impl Builder<'_> {
                     Some((relation, windowing)) => {
                         // Sessions re-assign rows as they grow and merge.
                         append_only = relation.def.append_only && matches!(windowing, Windowing::Fixed(_));
-                        // Every column into the window (late rows keep them all), then the
-                        // scan's projection.
+                        // Into the window go the columns the query reads and those the windows
+                        // are computed from, or every column when late rows are kept (a
+                        // LATE ROWS TO table has them all); then the scan's projection. HOP
+                        // copies each row once per window, so unread columns would be copied
+                        // for nothing.
                         let n = relation.schema.fields().len();
-                        let all: Vec<usize> = (0..n).collect();
-                        let leaf = self.source(&relation, &all, relation.schema.clone())?;
+                        let read: Vec<usize> = match (&scan.projection, self.event_time.keep_late_rows) {
+                            (Some(projection), false) => {
+                                let mut read: Vec<usize> = projection.iter().copied().filter(|&c| c < n).collect();
+                                read.extend(windowing.columns());
+                                read.sort_unstable();
+                                read.dedup();
+                                read
+                            }
+                            _ => (0..n).collect(),
+                        };
+                        let input = Arc::new(relation.schema.project(&read)?);
+                        let leaf = self.source(&relation, &read, Arc::clone(&input))?;
                         let full;
-                        (top, full, distribution, times) = self.window_assign(leaf, &relation, windowing)?;
-                        let indices: Vec<usize> = scan.projection.clone().unwrap_or_else(|| (0..n + 2).collect());
+                        (top, full, distribution, times) =
+                            self.window_assign(leaf, &input, windowing.narrowed(&read))?;
+                        // The scan's projection, over the narrowed input and the two window columns.
+                        let at = |c: usize| {
+                            if c < n {
+                                read.iter().position(|&r| r == c).expect("read")
+                            } else {
+                                c - n + read.len()
+                            }
+                        };
+                        let n = read.len();
+                        let indices: Vec<usize> = match &scan.projection {
+                            Some(projection) => projection.iter().map(|&c| at(c)).collect(),
+                            None => (0..n + 2).collect(),
+                        };
                         if indices.len() != n + 2 || indices.iter().enumerate().any(|(i, &c)| i != c) {
                             top = self.project(top, &full, &indices, Arc::clone(&schema))?;
                             times = indices.iter().map(|&i| times[i]).collect();
@@ -571,15 +634,15 @@ impl Builder<'_> {
         }
     }
 
-    /// The window assigner over leaf `leaf` (relation's rows): returns its node, output schema,
+    /// The window assigner over node `leaf` (rows of `input`): returns its node, output schema,
     /// distribution and window columns.
     fn window_assign(
         &mut self,
         leaf: usize,
-        relation: &crate::catalog::Relation,
+        input: &SchemaRef,
         windowing: Windowing,
     ) -> Result<(usize, SchemaRef, Distribution, Vec<Option<TimeColumn>>)> {
-        let schema = windowing.output_schema(&relation.schema);
+        let schema = windowing.output_schema(input);
         let prefix = self.assigners;
         self.assigners = prefix.checked_add(1).ok_or_else(|| unsupported("a view with this many windows"))?;
         if self.event_time.keep_late_rows {
@@ -594,7 +657,7 @@ impl Builder<'_> {
         }
         let ledger = operator_state_table(self.view_id, DURABLE_STATE_TABLE);
         let (lateness, keep) = (self.event_time.lateness, self.event_time.keep_late_rows);
-        let n = relation.schema.fields().len();
+        let n = input.fields().len();
         let mut times = vec![None; n + 2];
         match windowing {
             Windowing::Fixed(spec) => {
@@ -616,7 +679,7 @@ impl Builder<'_> {
                 // A session's end moves as rows arrive; only `window_end` tells when it closes.
                 times[n + 1] = Some(TimeColumn { close_offset: 0 });
                 let state = self.state_table()?;
-                let keys = columns(&relation.schema, &spec.keys);
+                let keys = columns(input, &spec.keys);
                 let distribution =
                     if spec.keys.is_empty() { Distribution::Single } else { Distribution::Hash(spec.keys.clone()) };
                 let ops = self.each(|_| {

@@ -1,8 +1,9 @@
 //! A view's operators as a tree, run as `parallelism` shards.
 //!
 //! Leaves read the view's inputs, the root produces its rows. Nodes are stored children first,
-//! so walking them in order visits every child before its parent; that is the order in which
-//! barriers flush operators.
+//! so walking them in order visits every child before its parents; that is the order in which
+//! barriers flush operators. A subtree the view computes twice is built once and feeds both
+//! consumers (strictly, the tree is then a DAG).
 //!
 //! Every node has one operator instance per shard. A stateful node (aggregate, join, distinct)
 //! declares, per input, the key its rows are routed by: a change entering it goes to shard
@@ -33,8 +34,9 @@ struct Partitioner {
 }
 
 struct Node {
-    /// The parent node and which of its inputs this node feeds.
-    parent: Option<(usize, usize)>,
+    /// The nodes this node feeds, and as which of their inputs: one, or more where a subplan
+    /// is shared (a view reading the same windowed relation twice), none for the root.
+    parents: Vec<(usize, usize)>,
     /// Per input: the key its rows are routed to shards by (an exchange), if they must move.
     partition: Vec<Option<Partitioner>>,
     rows_in: prometheus::IntCounter,
@@ -88,13 +90,13 @@ impl Graph {
         }
         let index = self.nodes.len();
         for (slot, &child) in children.iter().enumerate() {
-            self.nodes[child].parent = Some((index, slot));
+            self.nodes[child].parents.push((index, slot));
         }
         let name = format!("{index}:{}", ops[0].describe().split(':').next().unwrap_or("operator"));
         let counter = |direction: &str| metrics::OPERATOR_ROWS.with_label_values(&[&self.view, &name, direction]);
         let (rows_in, rows_out) = (counter("in"), counter("out"));
         let partition = exchanges.into_iter().map(|e| e.map(|keys| Partitioner { keys, codec: None })).collect();
-        self.nodes.push(Node { parent: None, partition, rows_in, rows_out });
+        self.nodes.push(Node { parents: Vec::new(), partition, rows_in, rows_out });
         for (shard, op) in self.shards.iter_mut().zip(ops) {
             shard.push(op);
         }
@@ -165,7 +167,7 @@ impl Graph {
         Ok(())
     }
 
-    /// Sends `batch`, produced by `node` in `shard`, to its parent (or to the view's output).
+    /// Sends `batch`, produced by `node` in `shard`, to its parents (or to the view's output).
     fn route(
         &mut self,
         shard: usize,
@@ -178,19 +180,22 @@ impl Graph {
             return Ok(());
         }
         self.nodes[node].rows_out.inc_by(batch.num_rows() as u64);
-        let Some((parent, slot)) = self.nodes[node].parent else {
+        if self.nodes[node].parents.is_empty() {
             out.push(batch);
             return Ok(());
-        };
+        }
         let shards = self.shards.len();
         let view = self.view.clone();
-        match self.nodes[parent].partition.get_mut(slot).and_then(|p| p.as_mut()) {
-            Some(partitioner) if shards > 1 => {
-                for (target, part) in partitioner.split(&batch, shards, &view)? {
-                    pending.push(Item { shard: target, node: parent, slot, batch: part });
+        for i in 0..self.nodes[node].parents.len() {
+            let (parent, slot) = self.nodes[node].parents[i];
+            match self.nodes[parent].partition.get_mut(slot).and_then(|p| p.as_mut()) {
+                Some(partitioner) if shards > 1 => {
+                    for (target, part) in partitioner.split(&batch, shards, &view)? {
+                        pending.push(Item { shard: target, node: parent, slot, batch: part });
+                    }
                 }
+                _ => pending.push(Item { shard, node: parent, slot, batch: batch.clone() }),
             }
-            _ => pending.push(Item { shard, node: parent, slot, batch }),
         }
         Ok(())
     }
@@ -215,22 +220,30 @@ impl Graph {
         self.shards.iter().flat_map(|shard| shard.iter().map(|op| op.open_windows())).sum()
     }
 
-    /// The tree, root first, indented by depth.
+    /// The tree, root first, indented by depth. A shared subtree is shown in full once; where
+    /// it is met again its top is marked `(shared)`.
     pub fn explain(&self) -> String {
         let mut lines = Vec::new();
-        if let Some(root) = self.nodes.iter().position(|n| n.parent.is_none()) {
-            self.explain_node(root, 0, &mut lines);
+        let mut shown = vec![false; self.nodes.len()];
+        if let Some(root) = self.nodes.iter().position(|n| n.parents.is_empty()) {
+            self.explain_node(root, 0, &mut lines, &mut shown);
         }
         lines.join("\n")
     }
 
-    fn explain_node(&self, index: usize, depth: usize, lines: &mut Vec<String>) {
-        lines.push(format!("{}{}", "  ".repeat(depth), self.shards[0][index].describe()));
+    fn explain_node(&self, index: usize, depth: usize, lines: &mut Vec<String>, shown: &mut [bool]) {
+        let indent = "  ".repeat(depth);
+        if shown[index] {
+            lines.push(format!("{indent}{} (shared)", self.shards[0][index].describe()));
+            return;
+        }
+        shown[index] = true;
+        lines.push(format!("{indent}{}", self.shards[0][index].describe()));
         let mut children: Vec<(usize, usize)> = self
             .nodes
             .iter()
             .enumerate()
-            .filter_map(|(i, n)| n.parent.filter(|(p, _)| *p == index).map(|(_, slot)| (slot, i)))
+            .flat_map(|(i, n)| n.parents.iter().filter(|(p, _)| *p == index).map(move |&(_, slot)| (slot, i)))
             .collect();
         children.sort();
         for (slot, child) in children {
@@ -239,10 +252,10 @@ impl Graph {
                     let keys: Vec<String> = exchange.keys.iter().map(|k| k.to_string()).collect();
                     let how =
                         if keys.is_empty() { "single".to_string() } else { format!("hash [{}]", keys.join(", ")) };
-                    lines.push(format!("{}Exchange: {how}", "  ".repeat(depth + 1)));
-                    self.explain_node(child, depth + 2, lines);
+                    lines.push(format!("{indent}  Exchange: {how}"));
+                    self.explain_node(child, depth + 2, lines, shown);
                 }
-                None => self.explain_node(child, depth + 1, lines),
+                None => self.explain_node(child, depth + 1, lines, shown),
             }
         }
     }

@@ -288,6 +288,28 @@ pub enum Windowing {
 }
 
 impl Windowing {
+    /// The same windows over an input narrowed to `columns` (of the original input), which hold
+    /// the time column and any session keys.
+    pub fn narrowed(&self, columns: &[usize]) -> Windowing {
+        let at = |c: usize| columns.iter().position(|&k| k == c).expect("a narrowed input keeps the window's columns");
+        match self {
+            Windowing::Fixed(w) => Windowing::Fixed(WindowSpec { time_column: at(w.time_column), ..w.clone() }),
+            Windowing::Session(s) => Windowing::Session(SessionSpec {
+                time_column: at(s.time_column),
+                keys: s.keys.iter().map(|&k| at(k)).collect(),
+                ..s.clone()
+            }),
+        }
+    }
+
+    /// The input columns the windows are computed from: the time column and session keys.
+    pub fn columns(&self) -> Vec<usize> {
+        match self {
+            Windowing::Fixed(w) => vec![w.time_column],
+            Windowing::Session(s) => std::iter::once(s.time_column).chain(s.keys.iter().copied()).collect(),
+        }
+    }
+
     pub fn time_column(&self) -> usize {
         match self {
             Windowing::Fixed(w) => w.time_column,
