@@ -35,7 +35,7 @@ use crate::operators::session_assign::SessionAssign;
 use crate::operators::union::Union;
 use crate::operators::window_assign::WindowAssign;
 use crate::state::keyed::KeyedState;
-use crate::state::keys::{operator_state_table, TableId, DURABLE_STATE_TABLE};
+use crate::state::keys::{operator_state_table, rebuilt_at_start, TableId, DURABLE_STATE_TABLE};
 use crate::types::window::{TimeColumn, Windowing};
 
 pub struct Built {
@@ -240,7 +240,12 @@ impl Builder<'_> {
 
     /// A shard's access to state table `id`.
     fn keyed(&self, id: TableId) -> KeyedState {
-        KeyedState::new(id, Arc::clone(self.catalog.store()), self.cache_entries)
+        let state = KeyedState::new(id, Arc::clone(self.catalog.store()), self.cache_entries);
+        if rebuilt_at_start(id) {
+            state.write_back()
+        } else {
+            state
+        }
     }
 
     /// One operator per shard, made by `make(shard)`.

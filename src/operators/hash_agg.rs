@@ -555,9 +555,9 @@ impl Operator for HashAgg {
             })
             .collect::<Result<Vec<_>>>()?;
         // Rows by group, so each group's state is looked up once per batch.
-        let mut rows_of: HashMap<Vec<u8>, Vec<usize>> = HashMap::default();
+        let mut rows_of: HashMap<&[u8], Vec<usize>> = HashMap::default();
         for row in 0..batch.num_rows() {
-            let key: Vec<u8> = encoded.as_ref().map(|e| e.row(row).as_ref().to_vec()).unwrap_or_default();
+            let key: &[u8] = encoded.as_ref().map(|e| e.row(row).data()).unwrap_or_default();
             rows_of.entry(key).or_default().push(row);
         }
         // Windowed groups first seen now: nothing of them is stored (the index holds every
@@ -566,22 +566,25 @@ impl Operator for HashAgg {
         if let Some(window) = self.window {
             let closes = close_times(&keys[window.group_index], window.column)?;
             for (key, rows) in &rows_of {
-                if let (Some(close), false) = (closes[rows[0]], self.close_of.contains_key(key)) {
+                if let (Some(close), false) = (closes[rows[0]], self.close_of.contains_key(*key)) {
                     fresh.insert(key);
-                    self.close_of.insert(key.clone(), close);
+                    self.close_of.insert(key.to_vec(), close);
                     let closed = !window.emit_on_close || self.watermark.is_some_and(|w| close <= w);
                     // A window that is already closed when its first row arrives (within the
                     // allowed lateness) emits at the next barrier like any closed window.
                     let index = if window.emit_on_close && closed { &mut self.closed } else { &mut self.open };
-                    index.entry(close).or_default().push(key.clone());
+                    index.entry(close).or_default().push(key.to_vec());
                 }
             }
         }
         for (key, rows) in &rows_of {
-            let mut group = match self.dirty.remove(key) {
-                Some(g) => g,
-                None if fresh.contains(key.as_slice()) => self.new_group(),
-                None => self.load(key)?,
+            let (owned_key, mut group) = match self.dirty.remove_entry(*key) {
+                Some(entry) => entry,
+                None if fresh.contains(key) => {
+                    self.groups.known_absent(key, key.len());
+                    (key.to_vec(), self.new_group())
+                }
+                None => (key.to_vec(), self.load(key)?),
             };
             // A value's net change per multiset aggregate, applied to the state once.
             let mut deltas: Vec<HashMap<&[u8], i64>> = vec![HashMap::default(); self.aggs.len()];
@@ -607,7 +610,7 @@ impl Operator for HashAgg {
                     self.add_to_multiset(key, &mut group, i, value, delta)?;
                 }
             }
-            self.dirty.insert(key.clone(), group);
+            self.dirty.insert(owned_key, group);
         }
         Ok(vec![])
     }

@@ -34,6 +34,13 @@ pub fn operator_state_table(view_id: TableId, n: u8) -> TableId {
     OPERATOR_STATE_BASE | (view_id << 8) | n as TableId
 }
 
+/// Whether table `table_id` is operator state that its view rebuilds from its inputs at start
+/// (every operator state table but the durable one), so it need not be in the store at an
+/// epoch's end.
+pub fn rebuilt_at_start(table_id: TableId) -> bool {
+    table_id & OPERATOR_STATE_BASE != 0 && table_id & 0xff != DURABLE_STATE_TABLE as TableId
+}
+
 /// The key range holding every operator state table of view `view_id`.
 pub fn operator_state_range(view_id: TableId) -> (Vec<u8>, Vec<u8>) {
     (
