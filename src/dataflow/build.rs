@@ -17,7 +17,7 @@ use std::sync::Arc;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::Session;
 use datafusion::common::DFSchema;
-use datafusion::logical_expr::{Distinct, Expr, ExprSchemable, JoinType, LogicalPlan};
+use datafusion::logical_expr::{Aggregate, Distinct, Expr, ExprSchemable, JoinType, LogicalPlan};
 use datafusion::physical_expr::PhysicalExpr;
 
 use super::graph::Graph;
@@ -204,6 +204,13 @@ fn hash_of(keys: &[Expr], schema: &DFSchema) -> Option<Distribution> {
     keys.iter().map(|k| column_index(k, schema)).collect::<Option<Vec<_>>>().map(Distribution::Hash)
 }
 
+/// Whether an aggregate's group expressions are in canonical order (by name), or cannot be
+/// reordered (GROUPING SETS).
+fn is_canonical(a: &Aggregate) -> bool {
+    let names: Vec<String> = a.group_expr.iter().map(|e| e.schema_name().to_string()).collect();
+    a.group_expr.iter().any(|e| matches!(e, Expr::GroupingSet(_))) || names.is_sorted()
+}
+
 fn unsupported(what: &str) -> WeirError {
     WeirError::unsupported(format!("{what} is not supported in a materialized view yet"))
 }
@@ -290,6 +297,21 @@ impl Builder<'_> {
         Ok(leaf)
     }
 
+    /// `out` (rows of `input` columns) projected to the columns at `indices`, with where its
+    /// rows are and its window columns following them.
+    fn reproject(&mut self, out: Out, input: &SchemaRef, indices: &[usize], output: SchemaRef) -> Result<Out> {
+        let node = self.project(out.node, input, indices, output)?;
+        let distribution = match out.distribution {
+            Distribution::Hash(cols) => match cols.iter().map(|c| indices.iter().position(|i| i == c)).collect() {
+                Some(cols) => Distribution::Hash(cols),
+                None => Distribution::Any,
+            },
+            other => other,
+        };
+        let times = indices.iter().map(|&i| out.times[i]).collect();
+        Ok(Out { node, distribution, times, append_only: out.append_only })
+    }
+
     /// Projects node `child`'s rows (of `input` columns) to the columns at `indices`.
     fn project(&mut self, child: usize, input: &SchemaRef, indices: &[usize], output: SchemaRef) -> Result<usize> {
         let exprs = columns(input, indices);
@@ -359,17 +381,9 @@ impl Builder<'_> {
                             None => (0..n + 2).collect(),
                         };
                         if indices.len() != n + 2 || indices.iter().enumerate().any(|(i, &c)| i != c) {
-                            top = self.project(top, &full, &indices, Arc::clone(&schema))?;
-                            times = indices.iter().map(|&i| times[i]).collect();
-                            distribution = match distribution {
-                                Distribution::Hash(cols) => {
-                                    match cols.iter().map(|c| indices.iter().position(|i| i == c)).collect() {
-                                        Some(cols) => Distribution::Hash(cols),
-                                        None => Distribution::Any,
-                                    }
-                                }
-                                other => other,
-                            };
+                            let out = Out { node: top, distribution, times, append_only };
+                            let out = self.reproject(out, &full, &indices, Arc::clone(&schema))?;
+                            (top, distribution, times) = (out.node, out.distribution, out.times);
                         }
                     }
                     None => {
@@ -417,6 +431,23 @@ impl Builder<'_> {
                 let predicate = self.physical(&f.predicate, f.input.schema())?;
                 let ops = self.each(|_| Ok(Box::new(Filter::new(Arc::clone(&predicate), &self.view))))?;
                 Ok(Out { node: self.graph.add(ops, &[child.node], vec![None])?, ..child })
+            }
+            LogicalPlan::Aggregate(a) if !is_canonical(a) => {
+                // The same aggregate with its groups in a canonical order, so that two that
+                // differ only in group order are one (q5 groups by window and auction twice),
+                // then its columns in this one's order.
+                let mut groups = a.group_expr.clone();
+                groups.sort_by_cached_key(|e| e.schema_name().to_string());
+                let canonical = Aggregate::try_new(Arc::clone(&a.input), groups.clone(), a.aggr_expr.clone())?;
+                let canonical_schema = Self::schema(&LogicalPlan::Aggregate(canonical.clone()));
+                let out = self.node(&LogicalPlan::Aggregate(canonical))?;
+                let indices: Vec<usize> = a
+                    .group_expr
+                    .iter()
+                    .map(|e| groups.iter().position(|g| g == e).expect("a group"))
+                    .chain(groups.len()..groups.len() + a.aggr_expr.len())
+                    .collect();
+                self.reproject(out, &canonical_schema, &indices, Self::schema(plan))
             }
             LogicalPlan::Aggregate(a) => {
                 let child = self.node(&a.input)?;
