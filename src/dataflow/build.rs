@@ -195,6 +195,8 @@ fn columns(schema: &datafusion::arrow::datatypes::Schema, indices: &[usize]) -> 
 fn column_index(expr: &Expr, schema: &DFSchema) -> Option<usize> {
     match expr {
         Expr::Column(c) => schema.index_of_column(c).ok(),
+        // A renamed column is the same values (`window_start AS starttime` is still a window).
+        Expr::Alias(alias) => column_index(&alias.expr, schema),
         _ => None,
     }
 }
