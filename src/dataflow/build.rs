@@ -620,6 +620,7 @@ impl Builder<'_> {
                         residual.clone(),
                         &self.view,
                     )?;
+                    let join = join.with_append_only_inputs([left.append_only, right.append_only]);
                     Ok(Box::new(match window {
                         Some(w) => join.with_window(w),
                         None => join,
