@@ -47,7 +47,8 @@ enum BenchCommand {
     },
     /// A Nexmark query over the built-in generator (see src/bench/nexmark.rs).
     Nexmark {
-        /// q0, q1, q2, q3, q4, q5, q7, q8 (sql/nexmark/), or `generator` for the generator alone.
+        /// A query of sql/nexmark/ (q0-q5, q7, q8, q10, q11, q13-q17, q20-q22), or `generator`
+        /// for the generator alone.
         #[arg(long, default_value = "q0")]
         query: String,
         /// Events (persons, auctions and bids together).

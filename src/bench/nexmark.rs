@@ -256,12 +256,21 @@ pub async fn run(options: NexmarkOptions) -> Result<()> {
         options.events,
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
     );
-    println!(
-        "{{\"query\":\"{}\",\"source\":\"{source}\",\"events\":{},\"parallelism\":{},\"epoch_ms\":{},\"seconds\":{seconds:.3},\"events_per_second\":{rate:.0},\"cpu_seconds_per_million_events\":{cpu_per_million:.3},\"latency_p50_ms\":{p50:.0},\"latency_p99_ms\":{p99:.0},\"peak_rss_mib\":{rss:.0}}}",
-        options.query,
-        options.events,
-        options.parallelism,
-        options.epoch.as_millis()
-    );
+    // One JSON line; a figure that does not exist (the generator alone has no latency) is null.
+    let whole = |v: f64| v.is_finite().then(|| v.round() as u64);
+    let json = serde_json::json!({
+        "query": options.query,
+        "source": source,
+        "events": options.events,
+        "parallelism": options.parallelism,
+        "epoch_ms": options.epoch.as_millis() as u64,
+        "seconds": (seconds * 1000.0).round() / 1000.0,
+        "events_per_second": whole(rate),
+        "cpu_seconds_per_million_events": (cpu_per_million * 1000.0).round() / 1000.0,
+        "latency_p50_ms": whole(p50),
+        "latency_p99_ms": whole(p99),
+        "peak_rss_mib": whole(rss),
+    });
+    println!("{json}");
     Ok(())
 }
