@@ -532,6 +532,9 @@ impl Builder<'_> {
                     if let Some(window) = window {
                         op = op.with_window(window);
                     }
+                    if child.append_only {
+                        op = op.with_append_only_input()?;
+                    }
                     // A global aggregate's one group lives in shard 0 (where all its rows go).
                     Ok(Box::new(if shard == 0 { op } else { op.without_initial_group() }))
                 })?;
