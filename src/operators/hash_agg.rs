@@ -3,7 +3,9 @@
 //!
 //! Per group it keeps the number of input rows and one accumulator per aggregate, each able to
 //! take a row back: counts and sums subtract, and `min`, `max` and `count(DISTINCT)` keep every
-//! value with its multiplicity, so deleting the current extreme reveals the next one. Changes
+//! value with its multiplicity, so deleting the current extreme reveals the next one. Over an
+//! input that only inserts ([`HashAgg::with_append_only_input`]), `min` and `max` keep just the
+//! extreme so far, in the group's own state. Changes
 //! are applied as they arrive; at each barrier every group touched in the epoch emits its
 //! change once (`U-` old row, `U+` new row; `-` when its last row left, `+` when it appeared).
 //! An aggregate without GROUP BY has one group that always exists, as in SQL.
