@@ -5,7 +5,8 @@
 //! take a row back: counts and sums subtract, and `min`, `max` and `count(DISTINCT)` keep every
 //! value with its multiplicity, so deleting the current extreme reveals the next one. Over an
 //! input that only inserts ([`HashAgg::with_append_only_input`]), `min` and `max` keep just the
-//! extreme so far, in the group's own state. Changes
+//! extreme so far, in the group's own state, and `count(DISTINCT)` writes a value only the
+//! first time it is seen. Changes
 //! are applied as they arrive; at each barrier every group touched in the epoch emits its
 //! change once (`U-` old row, `U+` new row; `-` when its last row left, `+` when it appeared).
 //! An aggregate without GROUP BY has one group that always exists, as in SQL.
@@ -369,6 +370,17 @@ impl HashAgg {
         delta: i64,
     ) -> Result<()> {
         let key = Self::multiset_key(group_key, i, value);
+        if let (true, Acc::Distinct(n)) = (self.append_only_input, &mut group.accs[i]) {
+            // Values only arrive: a value seen before changes nothing, so its count is not kept.
+            if delta < 0 {
+                return Err(WeirError::internal("an aggregate input derived as append-only retracted a row"));
+            }
+            if self.values.get(&key, group_key.len())?.is_none() {
+                self.values.put(&key, group_key.len(), 1i64.to_le_bytes().to_vec());
+                *n += 1;
+            }
+            return Ok(());
+        }
         let (before, after) = self.values.add_count(&key, group_key.len(), delta)?;
         if let Acc::Distinct(n) = &mut group.accs[i] {
             *n += (after > 0) as i64 - (before > 0) as i64;
@@ -931,5 +943,33 @@ mod tests {
         assert_eq!(step(&mut a, &store, "I I\n+ 1 50"), "U- 1 4 30\nU+ 1 5 50\n");
         // A retraction is a bug upstream, reported as one.
         assert!(a.apply(0, from_pretty("I I\n- 1 50")).is_err());
+    }
+
+    #[test]
+    fn count_distinct_over_an_append_only_input_writes_each_value_once() {
+        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+        let input = from_pretty("I I\n+ 1 1").schema();
+        let schema =
+            Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, true), Field::new("d", DataType::Int64, true)]));
+        let spec = AggSpec {
+            kind: AggKind::CountDistinct,
+            arg: Some(col("c1", &input).unwrap()),
+            arg_type: Some(DataType::Int64),
+            output_type: DataType::Int64,
+            delimiter: None,
+        };
+        let state = (KeyedState::new(1, Arc::clone(&store), 4), KeyedState::new(2, Arc::clone(&store), 4));
+        let mut a =
+            HashAgg::new(vec![col("c0", &input).unwrap()], vec![DataType::Int64], vec![spec], schema, state, "t")
+                .unwrap()
+                .with_append_only_input()
+                .unwrap();
+        assert_eq!(step(&mut a, &store, "I I\n+ 1 10\n+ 1 10\n+ 1 20\n+ 1 ."), "+ 1 2\n");
+        // Values seen before, some only in the store by now, count once.
+        for k in 2..30 {
+            step(&mut a, &store, &format!("I I\n+ {k} {k}"));
+        }
+        assert_eq!(step(&mut a, &store, "I I\n+ 1 20\n+ 1 30"), "U- 1 2\nU+ 1 3\n");
+        assert!(a.apply(0, from_pretty("I I\n- 1 30")).is_err());
     }
 }
