@@ -165,9 +165,7 @@ async fn views_after_sigkill_equal_views_that_never_stopped() {
         }
         all
     };
-    server.kill();
-    server.restart();
-    let client = server.connect().await;
+    let client = server.sigkill_and_reconnect().await;
     for ((name, _), expected) in VIEWS.iter().zip(&before) {
         assert_eq!(&rows(&client, &format!("SELECT * FROM {name}")).await, expected, "view {name} after restart");
     }
@@ -311,9 +309,7 @@ async fn event_time_views_equal_batch_over_rows_not_late_and_survive_sigkill() {
             all
         };
         drop(client);
-        server.kill();
-        server.restart();
-        let client = server.connect().await;
+        let client = server.sigkill_and_reconnect().await;
         for ((name, _, _), expected) in EVENT_TIME_VIEWS.iter().zip(&before) {
             assert_eq!(&rows(&client, &format!("SELECT * FROM {name}")).await, expected, "view {name} after restart");
         }
@@ -475,9 +471,7 @@ async fn file_sources_replay_csv_json_and_parquet() {
     assert_eq!(view.len(), 3, "{view:?}");
     // Restarted: every source resumes after what it stored; nothing is read twice.
     drop(client);
-    server.kill();
-    server.restart();
-    let client = server.connect().await;
+    let client = server.sigkill_and_reconnect().await;
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     assert_eq!(rows(&client, "SELECT count(*) FROM csv_bids").await, vec!["6".to_string()]);
     assert_eq!(rows(&client, "SELECT count(*) FROM json_bids").await, vec!["2".to_string()]);
@@ -558,9 +552,7 @@ async fn file_sources_read_s3_objects() {
     );
     // Restarted after SIGKILL: resumes after what it stored.
     drop(client);
-    server.kill();
-    server.restart();
-    let client = server.connect().await;
+    let client = server.sigkill_and_reconnect().await;
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     assert_eq!(rows(&client, "SELECT count(*), sum(price) FROM s3_bids").await, vec!["5|150".to_string()]);
     assert_eq!(rows(&client, "SELECT count(*) FROM s3_parquet").await, vec!["3".to_string()]);

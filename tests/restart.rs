@@ -22,10 +22,7 @@ async fn rows_and_catalog_survive_sigkill() {
         .await
         .unwrap();
     }
-    server.kill();
-    server.restart();
-
-    let c = server.connect().await;
+    let c = server.sigkill_and_reconnect().await;
     let rows = c.query("SELECT id, name, price FROM t ORDER BY id", &[]).await.unwrap();
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].get::<_, i32>(0), 1);

@@ -185,12 +185,12 @@ impl Graph {
             return Ok(());
         }
         let shards = self.shards.len();
-        let view = self.view.clone();
-        for i in 0..self.nodes[node].parents.len() {
-            let (parent, slot) = self.nodes[node].parents[i];
-            match self.nodes[parent].partition.get_mut(slot).and_then(|p| p.as_mut()) {
+        let Graph { nodes, view, .. } = self;
+        for i in 0..nodes[node].parents.len() {
+            let (parent, slot) = nodes[node].parents[i];
+            match nodes[parent].partition.get_mut(slot).and_then(|p| p.as_mut()) {
                 Some(partitioner) if shards > 1 => {
-                    for (target, part) in partitioner.split(&batch, shards, &view)? {
+                    for (target, part) in partitioner.split(&batch, shards, view)? {
                         pending.push(Item { shard: target, node: parent, slot, batch: part });
                     }
                 }

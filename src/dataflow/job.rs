@@ -37,7 +37,7 @@ use crate::error::{Result, WeirError};
 use crate::metrics;
 use crate::operators::eval::evaluate;
 use crate::operators::materialize::Materialize;
-use crate::state::keys::{operator_state_range, operator_state_table, table_prefix, DURABLE_STATE_TABLE};
+use crate::state::keys::rebuilt_with_view;
 use crate::state::store::{StateStore, WriteBatch};
 use crate::types::window::to_nanos;
 use crate::types::{Barrier, ChangeBatch, Epoch, Message};
@@ -287,13 +287,7 @@ impl ViewJob {
     /// its rows and operator state, but not its late-row ledger or late rows.
     fn mark_rebuildable(&self, wb: &mut WriteBatch) {
         let id = self.relation.def.id;
-        let own = table_prefix(id);
-        let (state_start, _) = operator_state_range(id);
-        let durable = table_prefix(operator_state_table(id, DURABLE_STATE_TABLE));
-        wb.rebuildable = wb.ops.iter().all(|op| {
-            let key = op.key();
-            key.starts_with(&own) || (key >= state_start.as_slice() && key < durable.as_slice())
-        });
+        wb.rebuildable = wb.ops.iter().all(|op| rebuilt_with_view(id, op.key()));
     }
 
     fn report(&self, e: &WeirError) {

@@ -41,6 +41,15 @@ pub fn rebuilt_at_start(table_id: TableId) -> bool {
     table_id & OPERATOR_STATE_BASE != 0 && table_id & 0xff != DURABLE_STATE_TABLE as TableId
 }
 
+/// Whether store key `key` is something view `view_id`'s rebuild at start recreates: one of
+/// its rows, or its operator state ([`rebuilt_at_start`]).
+pub fn rebuilt_with_view(view_id: TableId, key: &[u8]) -> bool {
+    let Some(table) = key.get(..4).map(|t| TableId::from_be_bytes(t.try_into().expect("4 bytes"))) else {
+        return false;
+    };
+    table == view_id || (rebuilt_at_start(table) && (table & !OPERATOR_STATE_BASE) >> 8 == view_id)
+}
+
 /// The key range holding every operator state table of view `view_id`.
 pub fn operator_state_range(view_id: TableId) -> (Vec<u8>, Vec<u8>) {
     (
@@ -123,5 +132,18 @@ mod tests {
         assert_eq!(prefix_end(&[1, 2]), Some(vec![1, 3]));
         assert_eq!(prefix_end(&[1, 0xff]), Some(vec![2]));
         assert_eq!(prefix_end(&[0xff]), None);
+    }
+
+    #[test]
+    fn a_views_rebuild_recreates_its_rows_and_state_but_not_its_ledger() {
+        let state = |view, n| table_prefix(operator_state_table(view, n)).to_vec();
+        assert!(rebuilt_with_view(7, &row_key(7, b"row")));
+        assert!(rebuilt_with_view(7, &state(7, 0)));
+        assert!(rebuilt_with_view(7, &state(7, 254)));
+        assert!(!rebuilt_with_view(7, &state(7, DURABLE_STATE_TABLE)));
+        assert!(!rebuilt_with_view(7, &state(8, 0)));
+        assert!(!rebuilt_with_view(7, &row_key(8, b"row")));
+        assert!(!rebuilt_with_view(7, &meta_key("source_offset/7")));
+        assert!(!rebuilt_with_view(7, b"x"));
     }
 }

@@ -118,6 +118,12 @@ impl TestServer {
     pub async fn connect(&self) -> tokio_postgres::Client {
         connect(&self.conn_str()).await
     }
+
+    /// SIGKILLs the server, starts it again on the same data directory and connects.
+    pub async fn sigkill_and_reconnect(&mut self) -> tokio_postgres::Client {
+        self.restart();
+        self.connect().await
+    }
 }
 
 impl Drop for TestServer {

@@ -21,6 +21,7 @@
 mod location;
 mod s3;
 
+use std::collections::{HashSet, VecDeque};
 use std::io::BufRead;
 use std::sync::Arc;
 use std::time::Duration;
@@ -61,8 +62,11 @@ pub struct FileReader {
     follow: bool,
     poll: Duration,
     batch_size: usize,
-    /// Files already read to the end, and the rows they held.
-    done: Vec<(String, u64)>,
+    /// Files already read to the end, and the rows they held together.
+    done: HashSet<String>,
+    rows_in_done: u64,
+    /// Files listed and not read yet, in name order; listed again when empty.
+    to_read: VecDeque<String>,
     /// The file being read, its batches, and the rows read from it so far.
     current: Option<(String, Batches, u64)>,
     /// Rows to skip on resuming (the stored offset within the files).
@@ -80,11 +84,9 @@ impl FileReader {
         options.only(&all_options())?;
         let path = options.get("path").ok_or_else(|| invalid("a file source needs path = '...'".into()))?;
         let location = Location::new(path, options)?;
-        // A bucket that is missing or refuses these credentials fails here, not in the
-        // source's task later.
-        if matches!(location, Location::S3 { .. }) {
-            location.list()?;
-        }
+        // Listed now, so that a bucket that is missing or refuses these credentials fails
+        // here, not in the source's task later; the reader starts from this listing.
+        let to_read: VecDeque<String> = location.list()?.into();
         let encoding = match options.get("encode").unwrap_or("csv") {
             "csv" => Encoding::Csv,
             "json" => Encoding::Json,
@@ -94,10 +96,10 @@ impl FileReader {
         let schema = match declared {
             Some(s) if !s.fields().is_empty() => s,
             _ if encoding == Encoding::Parquet => {
-                let first = location.list()?.into_iter().next().ok_or_else(|| {
+                let first = to_read.front().ok_or_else(|| {
                     invalid(format!("no file matches {path}: declare the columns, or add a file first"))
                 })?;
-                datafusion::arrow::array::RecordBatchReader::schema(&location.open_parquet(&first, 1)?)
+                datafusion::arrow::array::RecordBatchReader::schema(&location.open_parquet(first, 1)?)
             }
             _ => return Err(invalid("a CSV or JSON file source needs its column list".into())),
         };
@@ -109,7 +111,9 @@ impl FileReader {
             follow: options.get("file.follow").is_some_and(|f| f.eq_ignore_ascii_case("true")),
             poll: Duration::from_millis(options.u64_or("file.poll.ms", 1000)?),
             batch_size: options.u64_or("batch.size", 8192)?.max(1) as usize,
-            done: Vec::new(),
+            done: HashSet::new(),
+            rows_in_done: 0,
+            to_read,
             current: None,
             skip: None,
             dead: Arc::default(),
@@ -151,7 +155,7 @@ impl FileReader {
     }
 
     fn rows_done(&self) -> u64 {
-        self.done.iter().map(|(_, n)| n).sum::<u64>() + self.current.as_ref().map(|c| c.2).unwrap_or(0)
+        self.rows_in_done + self.current.as_ref().map(|c| c.2).unwrap_or(0)
     }
 }
 
@@ -168,8 +172,11 @@ impl SourceReader for FileReader {
         let mut skip = *self.skip.get_or_insert(offset);
         loop {
             if self.current.is_none() {
-                let next = self.location.list()?.into_iter().find(|p| !self.done.iter().any(|(d, _)| d == p));
-                match next {
+                if self.to_read.is_empty() {
+                    let done = &self.done;
+                    self.to_read = self.location.list()?.into_iter().filter(|p| !done.contains(p)).collect();
+                }
+                match self.to_read.pop_front() {
                     Some(path) => {
                         let batches = self.open(&path)?;
                         self.current = Some((path, batches, 0));
@@ -203,7 +210,8 @@ impl SourceReader for FileReader {
                 }
                 None => {
                     let (path, _, read) = self.current.take().expect("opened");
-                    self.done.push((path, read));
+                    self.done.insert(path);
+                    self.rows_in_done += read;
                 }
             }
         }
