@@ -21,6 +21,7 @@ use datafusion::logical_expr::{Aggregate, Distinct, Expr, ExprSchemable, JoinTyp
 use datafusion::physical_expr::PhysicalExpr;
 
 use super::graph::Graph;
+use super::join_interval::join_interval;
 use crate::catalog::windowed::windowed_relation;
 use crate::catalog::Catalog;
 use crate::error::{Result, WeirError};
@@ -613,6 +614,15 @@ impl Builder<'_> {
                         lateness: self.event_time.lateness,
                     })
                 });
+                // A residual bound on the sides' times: rows no future partner can meet are freed.
+                let interval = match (&j.filter, j.join_type) {
+                    (Some(filter), JoinType::Inner) => {
+                        let times: Vec<Option<TimeColumn>> = left.times.iter().chain(&right.times).copied().collect();
+                        let left_width = j.left.schema().fields().len();
+                        join_interval(filter, &j.schema, left_width, &times, self.event_time.lateness)
+                    }
+                    _ => None,
+                };
                 let (left_state, right_state) = (self.state_table()?, self.state_table()?);
                 let ops = self.each(|_| {
                     let join = HashJoin::new(
@@ -623,11 +633,14 @@ impl Builder<'_> {
                         residual.clone(),
                         &self.view,
                     )?;
-                    let join = join.with_append_only_inputs([left.append_only, right.append_only]);
-                    Ok(Box::new(match window {
-                        Some(w) => join.with_window(w),
-                        None => join,
-                    }))
+                    let mut join = join.with_append_only_inputs([left.append_only, right.append_only]);
+                    if let Some(w) = window {
+                        join = join.with_window(w);
+                    }
+                    if let Some(i) = interval {
+                        join = join.with_interval(i);
+                    }
+                    Ok(Box::new(join))
                 })?;
                 let exchanges = vec![
                     (left_needed != Some(left.distribution)).then_some(left_keys),

@@ -12,7 +12,8 @@
 //! multiplicity (rows as arrow-row bytes), so a key's rows are one range read. A side whose
 //! input only ever inserts ([`HashJoin::with_append_only_inputs`]) stores each row once more
 //! under `key ++ 1 ++ row ++ n` (n numbering its rows) with multiplicity 1, so adding a row
-//! reads nothing. Keys with few rows are also kept in a bounded cache, updated with each change
+//! reads nothing; in an inner join (no padding to keep right) it keeps no count either, and
+//! its rows are looked up directly. Keys with few rows are also kept in a bounded cache, updated with each change
 //! to them.
 //!
 //! Joined on a window bound of both sides (`l.window_start = r.window_start`), the join knows
@@ -20,6 +21,13 @@
 //! close plus the allowed lateness, no row for the key can come any more (it would be late),
 //! and the key's state on both sides is deleted. The keys are indexed by close time in memory
 //! (views are rebuilt at start, and the index with them).
+//!
+//! With a residual bound on the two sides' times ([`JoinInterval`]: q7's
+//! `b.date_time > b1.window_end - INTERVAL '10' SECOND AND b.date_time <= b1.window_end`),
+//! where the other side's time is a window bound, a row is deleted from the state once the
+//! watermark shows that every row still to come on the other side is in a window too late for
+//! it: no future partner could pass the bound. Only rows that can never be in the output again
+//! go, so the results are the same as without it (a late row still meets every row kept).
 
 use std::collections::BTreeMap;
 
@@ -38,7 +46,7 @@ use super::operator::Operator;
 use crate::error::{Result, WeirError};
 use crate::state::keyed::{decode_count, KeyedState};
 use crate::state::store::WriteBatch;
-use crate::types::window::{close_times, TimeColumn};
+use crate::types::window::{close_times, to_nanos, TimeColumn};
 use crate::types::{ChangeBatch, Op};
 
 /// A join on a window bound: which key position, and when its window closes.
@@ -47,6 +55,38 @@ pub struct JoinWindow {
     pub key_index: usize,
     pub column: TimeColumn,
     pub lateness: i64,
+}
+
+/// A bound on the sides' times from the residual condition: `left - right` is within
+/// `[lo, hi]` (either end may be open; a strict bound is taken as inclusive, which keeps a row
+/// at most one nanosecond longer).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct JoinInterval {
+    /// Each side's time column, in its input.
+    pub columns: [usize; 2],
+    /// Each side's column as a window bound, if it is one.
+    pub windows: [Option<TimeColumn>; 2],
+    pub lo: Option<i64>,
+    pub hi: Option<i64>,
+    pub lateness: i64,
+}
+
+impl JoinInterval {
+    /// Side `side`'s rows with a time below this can never pass the bound with a row still to
+    /// come on the other side, at watermark `watermark`; None when that side's rows never expire.
+    fn expired_below(&self, side: usize, watermark: i64) -> Option<i64> {
+        // The other side's rows still to come are in windows not final yet (a row for a window
+        // that closed at or before the watermark minus the lateness is late): their time is at
+        // least `floor`.
+        let close_offset = self.windows[1 - side]?.close_offset;
+        let floor = watermark.saturating_sub(self.lateness).saturating_add(1).saturating_sub(close_offset);
+        match side {
+            // left >= right + lo >= floor + lo
+            0 => Some(floor.saturating_add(self.lo?)),
+            // right >= left - hi >= floor - hi
+            _ => Some(floor.saturating_sub(self.hi?)),
+        }
+    }
 }
 
 /// One input of the join: its columns, its key expressions and its state.
@@ -70,7 +110,15 @@ struct Side {
     /// Rows only ever arrive: each is stored under its own number, without reading a count.
     append_only: bool,
     next_row: u64,
+    /// Keeps `key ++ 0`, its row count per key (all but an inner join's append-only sides).
+    counted: bool,
+    /// With a [`JoinInterval`] under which this side's rows expire: its time column, and the
+    /// state keys of its rows by their time (`key_len` with each), to delete them by.
+    expiry: Option<(usize, RowsByTime)>,
 }
+
+/// State keys of rows (each with its join key's length), by the rows' time.
+type RowsByTime = BTreeMap<i64, Vec<(Vec<u8>, usize)>>;
 
 /// The length of the row number after an append-only side's row.
 const ROW_NUMBER_LEN: usize = 8;
@@ -100,6 +148,8 @@ impl Side {
             cached_rows: 0,
             append_only: false,
             next_row: 0,
+            counted: true,
+            expiry: None,
         })
     }
 
@@ -111,9 +161,18 @@ impl Side {
         k
     }
 
-    /// How many rows this side has with join key `key`.
+    /// How many rows this side has with join key `key` (a counted side).
     fn partners(&mut self, key: &[u8]) -> Result<i64> {
         count_of(self.state.get(&Self::tagged(key, 0, &[]), key.len())?)
+    }
+
+    /// This side's rows with join key `key`, with multiplicities; a counted side reads its
+    /// count first, to skip the range read for a key it has no rows for.
+    fn partner_rows(&mut self, key: &[u8]) -> Result<Vec<(Vec<u8>, i64)>> {
+        if self.counted && self.partners(key)? == 0 {
+            return Ok(vec![]);
+        }
+        self.matches(key)
     }
 
     /// This side's rows with join key `key`, with multiplicities.
@@ -142,9 +201,10 @@ impl Side {
         Ok(rows)
     }
 
-    /// Adds (`sign` 1) or removes (`sign` -1) one row with join key `key`.
-    fn update(&mut self, key: &[u8], row: &[u8], sign: i64) -> Result<()> {
-        if self.append_only {
+    /// Adds (`sign` 1) or removes (`sign` -1) one row with join key `key`; returns the state
+    /// key the row is stored under.
+    fn update(&mut self, key: &[u8], row: &[u8], sign: i64) -> Result<Vec<u8>> {
+        let stored = if self.append_only {
             if sign < 0 {
                 return Err(WeirError::internal("a join input derived as append-only retracted a row"));
             }
@@ -152,10 +212,15 @@ impl Side {
             numbered.extend_from_slice(&self.next_row.to_be_bytes());
             self.next_row += 1;
             self.state.put(&numbered, key.len(), 1i64.to_le_bytes().to_vec());
+            numbered
         } else {
-            self.state.add_count(&Self::tagged(key, 1, row), key.len(), sign)?;
+            let stored = Self::tagged(key, 1, row);
+            self.state.add_count(&stored, key.len(), sign)?;
+            stored
+        };
+        if self.counted {
+            self.state.add_count(&Self::tagged(key, 0, &[]), key.len(), sign)?;
         }
-        self.state.add_count(&Self::tagged(key, 0, &[]), key.len(), sign)?;
         if let Some(rows) = self.rows_cache.get_mut(key) {
             match rows.iter().position(|(r, _)| r == row) {
                 Some(i) => {
@@ -173,6 +238,27 @@ impl Side {
             if rows.len() > CACHED_ROWS_PER_KEY {
                 self.forget(key);
             }
+        }
+        Ok(stored)
+    }
+
+    /// Deletes this side's rows whose time is below `below` (see [`Side::expiry`]). `present`:
+    /// each is certainly still stored, once (an append-only side with nothing else deleting).
+    fn expire(&mut self, below: i64, present: bool) -> Result<()> {
+        let Some((_, by_time)) = &mut self.expiry else { return Ok(()) };
+        let keep = by_time.split_off(&below);
+        let expired = std::mem::replace(by_time, keep);
+        for (stored, key_len) in expired.into_values().flatten() {
+            let count = if present { 1 } else { count_of(self.state.get(&stored, key_len)?)? };
+            if count == 0 {
+                continue;
+            }
+            self.state.delete(&stored, key_len);
+            let key = &stored[..key_len];
+            if self.counted {
+                self.state.add_count(&Self::tagged(key, 0, &[]), key_len, -count)?;
+            }
+            self.forget(key);
         }
         Ok(())
     }
@@ -195,6 +281,7 @@ pub struct HashJoin {
     residual: Option<Filter>,
     view: String,
     window: Option<JoinWindow>,
+    interval: Option<JoinInterval>,
     watermark: Option<i64>,
     /// Join keys by the close time of their window.
     open: BTreeMap<i64, Vec<Vec<u8>>>,
@@ -230,6 +317,7 @@ impl HashJoin {
             residual: residual.map(|r| Filter::new(r, view)),
             view: view.to_string(),
             window: None,
+            interval: None,
             watermark: None,
             open: BTreeMap::new(),
             indexed: HashSet::default(),
@@ -238,8 +326,10 @@ impl HashJoin {
 
     /// Tells the join which of its inputs only ever insert rows (left, right).
     pub fn with_append_only_inputs(mut self, append_only: [bool; 2]) -> HashJoin {
+        let inner = self.join_type == JoinType::Inner;
         for (side, append_only) in self.sides.iter_mut().zip(append_only) {
             side.append_only = append_only;
+            side.counted = !(append_only && inner);
         }
         self
     }
@@ -247,6 +337,18 @@ impl HashJoin {
     /// Makes this a join on a window bound, whose state is freed as windows become final.
     pub fn with_window(mut self, window: JoinWindow) -> HashJoin {
         self.window = Some(window);
+        self
+    }
+
+    /// Gives the join a bound on its sides' times, under which rows that can no longer match
+    /// are deleted as the watermark moves.
+    pub fn with_interval(mut self, interval: JoinInterval) -> HashJoin {
+        for (side, s) in self.sides.iter_mut().enumerate() {
+            if interval.expired_below(side, 0).is_some() {
+                s.expiry = Some((interval.columns[side], BTreeMap::new()));
+            }
+        }
+        self.interval = Some(interval);
         self
     }
 
@@ -279,8 +381,18 @@ impl Operator for HashJoin {
             Some(w) => format!(", window {}", self.sides[0].keys[w.key_index]),
             None => String::new(),
         };
+        let expiring: Vec<&str> = ["left", "right"]
+            .into_iter()
+            .zip(&self.sides)
+            .filter_map(|(name, side)| side.expiry.as_ref().map(|_| name))
+            .collect();
+        let interval = if expiring.is_empty() {
+            String::new()
+        } else {
+            format!(", {} rows expire by time", expiring.join(" and "))
+        };
         format!(
-            "HashJoin: {} on [{}] = [{}]{residual}{window}",
+            "HashJoin: {} on [{}] = [{}]{residual}{window}{interval}",
             self.join_type,
             keys(&self.sides[0]),
             keys(&self.sides[1])
@@ -295,6 +407,10 @@ impl Operator for HashJoin {
         let rows = self.sides[this].row_codec.convert_columns(batch.data.columns())?;
         let closes = match self.window {
             Some(w) => Some(close_times(&key_arrays[w.key_index], w.column)?),
+            None => None,
+        };
+        let times = match &self.sides[this].expiry {
+            Some((column, _)) => Some(to_nanos(batch.data.column(*column))?),
             None => None,
         };
         let mut pairs: Vec<Pair> = Vec::new();
@@ -314,11 +430,10 @@ impl Operator for HashJoin {
                     self.open.entry(close).or_default().push(key.clone());
                 }
             }
-            let partners = self.sides[other].partners(&key)?;
+            let other_rows = self.sides[other].partner_rows(&key)?;
             // Our own count matters only when it can change the other side's padding.
             let mine_before = if self.sides[other].padded { self.sides[this].partners(&key)? } else { 0 };
-            let other_rows = if partners > 0 { self.sides[other].matches(&key)? } else { vec![] };
-            if partners > 0 {
+            if !other_rows.is_empty() {
                 for (other_row, count) in &other_rows {
                     for _ in 0..*count {
                         pairs.push(Self::pair(this, &row, other_row, *op));
@@ -337,7 +452,12 @@ impl Operator for HashJoin {
                     }
                 }
             }
-            self.sides[this].update(&key, &row, sign)?;
+            let stored = self.sides[this].update(&key, &row, sign)?;
+            if let (Some(times), Some((_, by_time))) = (&times, &mut self.sides[this].expiry) {
+                if sign > 0 && times.is_valid(i) {
+                    by_time.entry(times.value(i)).or_default().push((stored, key.len()));
+                }
+            }
         }
         if pairs.is_empty() {
             return Ok(vec![]);
@@ -361,8 +481,19 @@ impl Operator for HashJoin {
                     for (stored, _) in side.state.scan_prefix(&Side::tagged(&key, 1, &[]), key.len())? {
                         side.state.delete(&stored, key.len());
                     }
-                    side.state.delete(&Side::tagged(&key, 0, &[]), key.len());
+                    if side.counted {
+                        side.state.delete(&Side::tagged(&key, 0, &[]), key.len());
+                    }
                     side.forget(&key);
+                }
+            }
+        }
+        // Rows no partner still to come can pass the time bound with.
+        if let (Some(interval), Some(watermark)) = (self.interval, self.watermark) {
+            for (side, s) in self.sides.iter_mut().enumerate() {
+                if let Some(below) = interval.expired_below(side, watermark) {
+                    // Append-only rows are stored once each, and only this deletes them.
+                    s.expire(below, s.append_only && self.window.is_none())?;
                 }
             }
         }
@@ -439,5 +570,65 @@ mod tests {
         assert_eq!(step(&mut j, 1, "I T\n- 1 x"), "- 1 a 1 x\n- 1 a 1 x\n+ 1 a NULL NULL\n+ 1 a NULL NULL\n");
         // A retraction on it is a bug upstream, reported as one.
         assert!(j.apply(0, from_pretty("I T\n- 1 a")).is_err());
+    }
+
+    #[test]
+    fn rows_no_future_partner_can_meet_expire() {
+        const S: i64 = 1_000_000_000;
+        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+        // Left: (price, date_time); right: (maxprice, window_end), a window bound.
+        let side = from_pretty("I S\n+ 1 1").schema();
+        let fields: Vec<Field> = ["lp", "lt", "rp", "rt"]
+            .iter()
+            .zip(side.fields().iter().chain(side.fields().iter()))
+            .map(|(name, f)| Field::new(*name, f.data_type().clone(), true))
+            .collect();
+        let schema = Arc::new(Schema::new(fields));
+        let join = HashJoin::new(
+            JoinType::Inner,
+            (side.clone(), vec![col("c0", &side).unwrap()], KeyedState::new(1, Arc::clone(&store), 100)),
+            (side.clone(), vec![col("c0", &side).unwrap()], KeyedState::new(2, store, 100)),
+            schema,
+            None,
+            "test",
+        )
+        .unwrap()
+        .with_append_only_inputs([true, false]);
+        // left.date_time - right.window_end within [-10 s, 0].
+        let mut j = join.with_interval(JoinInterval {
+            columns: [1, 1],
+            windows: [None, Some(TimeColumn { close_offset: 0 })],
+            lo: Some(-10 * S),
+            hi: Some(0),
+            lateness: 0,
+        });
+        assert!(j.describe().ends_with("left rows expire by time"), "{}", j.describe());
+        step(&mut j, 0, "I S\n+ 7 1\n+ 7 15\n+ 8 3");
+        // Rows stored on `side` for prices 7 and 8.
+        let stored_on = |j: &mut HashJoin, side: usize| -> usize {
+            [7i64, 8]
+                .into_iter()
+                .map(|price| {
+                    let price: ArrayRef = Arc::new(datafusion::arrow::array::Int64Array::from(vec![price]));
+                    let key = j.sides[side].key_codec.convert_columns(&[price]).unwrap().row(0).as_ref().to_vec();
+                    j.sides[side].forget(&key);
+                    j.sides[side].matches(&key).unwrap().len()
+                })
+                .sum()
+        };
+        let stored = |j: &mut HashJoin| stored_on(j, 0);
+        assert_eq!(stored(&mut j), 3);
+        // Watermark 12 s: windows ending at or before 12 s are final, so every right row still
+        // to come ends after 12 s and meets only left rows after 2 s.
+        j.on_watermark(12 * S);
+        j.on_barrier().unwrap();
+        assert_eq!(stored(&mut j), 2);
+        // The rows kept still join.
+        assert_eq!(step(&mut j, 1, "I S\n+ 7 20"), "+ 7 1970-01-01T00:00:15 7 1970-01-01T00:00:20\n");
+        j.on_watermark(30 * S);
+        j.on_barrier().unwrap();
+        assert_eq!(stored(&mut j), 0);
+        // The right side's rows never expire: the left side's times are no window bound.
+        assert_eq!(stored_on(&mut j, 1), 1);
     }
 }

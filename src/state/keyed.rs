@@ -9,9 +9,12 @@
 //! reads see them. A durable table's writes are flushed at every epoch. A table the view
 //! rebuilds at start ([`KeyedState::write_back`]: all operator state but the late-rows ledger)
 //! need not be in the store at an epoch's end, so it is *write-back*: its writes stay in memory
-//! across epochs and go to the store only when more than `capacity` are pending, and a key
+//! across epochs and go to the store only when more than [`WRITE_BACK_FACTOR`] × `capacity`
+//! are pending (room for an epoch's rows at a million events a second), and a key
 //! written and deleted again before then, which the store is known not to hold, never reaches
-//! it. (State that is created and dropped within a few epochs, such as a window's groups, then
+//! it. Such a table is empty in the store when it is made (the view's state is cleared before a
+//! rebuild, and a new view's tables are new), so until its first flush it reads nothing from
+//! the store and knows every key absent. (State that is created and dropped within a few epochs, such as a window's groups, then
 //! costs no store operations.) The cache holds at most `capacity` clean entries and is emptied
 //! when it would grow past that, so memory stays bounded however large the state is.
 //!
@@ -19,13 +22,13 @@
 //! a buffer): [`KeyedState::add_count`] and [`decode_count`] are the one encoding of them, an
 //! `i64` little-endian, absent meaning 0.
 
-use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
+use std::ops::Bound;
 
 use crate::types::hash::HashMap;
 use std::sync::Arc;
 
-use super::keys::{prefix_end, vnode_of, TableId};
+use super::keys::{vnode_of, TableId};
 use super::store::{ScanControl, StateStore, WriteBatch};
 use crate::error::{Result, SqlState, WeirError};
 
@@ -45,14 +48,111 @@ struct Pending {
     maybe_stored: bool,
 }
 
+/// One distribution prefix's pending writes, by the rest of the key in order: a sorted vector
+/// while there are few (most groups and join keys have one or two), a B-tree past that.
+#[derive(Debug)]
+enum Writes {
+    Few(Vec<(Vec<u8>, Pending)>),
+    Many(BTreeMap<Vec<u8>, Pending>),
+}
+
+/// A write-back table holds up to this many times its cache capacity in pending writes. Its
+/// state lives for an epoch or a few (a window's groups, the rows a join keeps for a window),
+/// and an epoch can bring hundreds of thousands of rows: a smaller budget sends them to the
+/// store only to delete them there an epoch later.
+pub const WRITE_BACK_FACTOR: usize = 4;
+
+/// Past this many writes a prefix's vector becomes a B-tree.
+const FEW_WRITES: usize = 16;
+
+impl Writes {
+    fn get_mut(&mut self, rest: &[u8]) -> Option<&mut Pending> {
+        match self {
+            Writes::Few(v) => v.binary_search_by(|(k, _)| k.as_slice().cmp(rest)).ok().map(|i| &mut v[i].1),
+            Writes::Many(m) => m.get_mut(rest),
+        }
+    }
+
+    fn get(&self, rest: &[u8]) -> Option<&Pending> {
+        match self {
+            Writes::Few(v) => v.binary_search_by(|(k, _)| k.as_slice().cmp(rest)).ok().map(|i| &v[i].1),
+            Writes::Many(m) => m.get(rest),
+        }
+    }
+
+    fn insert(&mut self, rest: Vec<u8>, pending: Pending) {
+        match self {
+            Writes::Few(v) => match v.binary_search_by(|(k, _)| k.as_slice().cmp(&rest)) {
+                Ok(i) => v[i].1 = pending,
+                Err(_) if v.len() >= FEW_WRITES => {
+                    let mut many: BTreeMap<Vec<u8>, Pending> = std::mem::take(v).into_iter().collect();
+                    many.insert(rest, pending);
+                    *self = Writes::Many(many);
+                }
+                Err(i) => v.insert(i, (rest, pending)),
+            },
+            Writes::Many(m) => {
+                m.insert(rest, pending);
+            }
+        }
+    }
+
+    fn remove(&mut self, rest: &[u8]) {
+        match self {
+            Writes::Few(v) => {
+                if let Ok(i) = v.binary_search_by(|(k, _)| k.as_slice().cmp(rest)) {
+                    v.remove(i);
+                }
+            }
+            Writes::Many(m) => {
+                m.remove(rest);
+            }
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        match self {
+            Writes::Few(v) => v.is_empty(),
+            Writes::Many(m) => m.is_empty(),
+        }
+    }
+
+    /// The writes whose key rest starts with `start`, in order.
+    fn starting_with<'a>(&'a self, start: &'a [u8]) -> Box<dyn Iterator<Item = (&'a Vec<u8>, &'a Pending)> + 'a> {
+        let from = (Bound::Included(start), Bound::Unbounded);
+        let all: Box<dyn Iterator<Item = (&Vec<u8>, &Pending)>> = match self {
+            Writes::Few(v) => {
+                let first = v.partition_point(|(k, _)| k.as_slice() < start);
+                Box::new(v[first..].iter().map(|(k, p)| (k, p)))
+            }
+            Writes::Many(m) => Box::new(m.range::<[u8], _>(from)),
+        };
+        Box::new(all.take_while(move |(k, _)| k.starts_with(start)))
+    }
+
+    fn into_vec(self) -> Vec<(Vec<u8>, Pending)> {
+        match self {
+            Writes::Few(v) => v,
+            Writes::Many(m) => m.into_iter().collect(),
+        }
+    }
+}
+
 pub struct KeyedState {
     table_id: TableId,
     store: Arc<dyn StateStore>,
-    /// Writes not yet in the store, by full store key.
-    pending: BTreeMap<Vec<u8>, Pending>,
-    /// Keep writes across epochs until `capacity` are pending.
+    /// Writes not yet in the store: by distribution prefix (hashed), then by the rest of the
+    /// key in order. A lookup hashes the prefix and searches the few entries sharing it,
+    /// instead of comparing whole keys, which share long prefixes, down an ordered map.
+    pending: HashMap<Vec<u8>, Writes>,
+    /// How many writes are pending.
+    pending_len: usize,
+    /// Keep writes across epochs until more than `WRITE_BACK_FACTOR * capacity` are pending.
     write_back: bool,
-    /// Committed values read recently (None = known absent), by full store key.
+    /// Whether the store may hold any key of this table: false for a write-back table until
+    /// its first flush.
+    stored_any: bool,
+    /// Committed values read recently (None = known absent), by key.
     cache: HashMap<Vec<u8>, Option<Vec<u8>>>,
     capacity: usize,
 }
@@ -62,17 +162,20 @@ impl KeyedState {
         KeyedState {
             table_id,
             store,
-            pending: BTreeMap::new(),
+            pending: HashMap::default(),
+            pending_len: 0,
             write_back: false,
+            stored_any: true,
             cache: HashMap::default(),
             capacity: capacity.max(16),
         }
     }
 
     /// Makes this a write-back table: for state the view rebuilds at start, which need not be
-    /// in the store when an epoch ends.
+    /// in the store when an epoch ends, and which the store holds nothing of yet.
     pub fn write_back(mut self) -> KeyedState {
         self.write_back = true;
+        self.stored_any = false;
         self
     }
 
@@ -90,41 +193,65 @@ impl KeyedState {
         out
     }
 
+    /// The pending write of `key`, if any.
+    fn pending_write(&self, key: &[u8], distribution_len: usize) -> Option<&Pending> {
+        let (prefix, rest) = key.split_at(distribution_len.min(key.len()));
+        self.pending.get(prefix)?.get(rest)
+    }
+
     pub fn get(&mut self, key: &[u8], distribution_len: usize) -> Result<Option<Vec<u8>>> {
-        let full = self.full_key(key, distribution_len);
-        if let Some(p) = self.pending.get(&full) {
+        if let Some(p) = self.pending_write(key, distribution_len) {
             return Ok(p.value.clone());
         }
-        if let Some(v) = self.cache.get(&full) {
+        if let Some(v) = self.cache.get(key) {
             return Ok(v.clone());
         }
-        let v = self.store.get(&full)?;
-        self.remember(full, v.clone());
+        if !self.stored_any {
+            return Ok(None);
+        }
+        let v = self.store.get(&self.full_key(key, distribution_len))?;
+        self.remember(key.to_vec(), v.clone());
         Ok(v)
     }
 
     pub fn put(&mut self, key: &[u8], distribution_len: usize, value: Vec<u8>) {
-        let full = self.full_key(key, distribution_len);
-        match self.pending.entry(full) {
-            Entry::Occupied(mut pending) => pending.get_mut().value = Some(value),
-            Entry::Vacant(vacant) => {
-                let maybe_stored = Self::cached_maybe_stored(&self.cache, vacant.key());
-                vacant.insert(Pending { value: Some(value), maybe_stored });
-            }
-        }
+        self.write(key, distribution_len, Some(value));
     }
 
     pub fn delete(&mut self, key: &[u8], distribution_len: usize) {
-        let full = self.full_key(key, distribution_len);
-        match self.pending.entry(full) {
-            // Never written to the store: forgetting the pending write is deleting it.
-            Entry::Occupied(pending) if !pending.get().maybe_stored => {
-                pending.remove();
+        self.write(key, distribution_len, None);
+    }
+
+    /// Puts (`Some`) or deletes (`None`) `key`'s value, in `pending`.
+    fn write(&mut self, key: &[u8], distribution_len: usize, value: Option<Vec<u8>>) {
+        let (prefix, rest) = key.split_at(distribution_len.min(key.len()));
+        let maybe_stored = || self.stored_any && Self::cached_maybe_stored(&self.cache, key);
+        let inner = match self.pending.get_mut(prefix) {
+            Some(inner) => inner,
+            None => {
+                if value.is_none() && !maybe_stored() {
+                    return;
+                }
+                self.pending.entry(prefix.to_vec()).or_insert_with(|| Writes::Few(Vec::with_capacity(1)))
             }
-            Entry::Occupied(mut pending) => pending.get_mut().value = None,
-            Entry::Vacant(vacant) => {
-                if Self::cached_maybe_stored(&self.cache, vacant.key()) {
-                    vacant.insert(Pending { value: None, maybe_stored: true });
+        };
+        match inner.get_mut(rest) {
+            // Never written to the store: forgetting the pending write is deleting it.
+            Some(pending) if value.is_none() && !pending.maybe_stored => {
+                inner.remove(rest);
+                self.pending_len -= 1;
+                if inner.is_empty() {
+                    self.pending.remove(prefix);
+                }
+            }
+            Some(pending) => pending.value = value,
+            None => {
+                let maybe_stored = self.stored_any && Self::cached_maybe_stored(&self.cache, key);
+                if value.is_some() || maybe_stored {
+                    inner.insert(rest.to_vec(), Pending { value, maybe_stored });
+                    self.pending_len += 1;
+                } else if inner.is_empty() {
+                    self.pending.remove(prefix);
                 }
             }
         }
@@ -149,54 +276,59 @@ impl KeyedState {
     /// Records that the store does not hold `key` (the caller knows, e.g. state that is rebuilt
     /// at start and was never written in this process), so a write and delete of it before it
     /// is flushed never reach the store.
-    pub fn known_absent(&mut self, key: &[u8], distribution_len: usize) {
-        let full = self.full_key(key, distribution_len);
-        self.remember(full, None);
+    pub fn known_absent(&mut self, key: &[u8], _distribution_len: usize) {
+        self.remember(key.to_vec(), None);
     }
 
-    /// Whether the store may hold `full`, by the cache (which knows some keys to be absent):
+    /// Whether the store may hold `key`, by the cache (which knows some keys to be absent):
     /// unknown counts as yes.
-    fn cached_maybe_stored(cache: &HashMap<Vec<u8>, Option<Vec<u8>>>, full: &[u8]) -> bool {
-        cache.get(full).is_none_or(|v| v.is_some())
+    fn cached_maybe_stored(cache: &HashMap<Vec<u8>, Option<Vec<u8>>>, key: &[u8]) -> bool {
+        cache.get(key).is_none_or(|v| v.is_some())
     }
 
     /// Every entry whose key starts with `prefix` (which begins with a whole distribution
-    /// prefix of `distribution_len` bytes), in key order, this epoch's writes included; keys
-    /// are returned without table id and vnode.
+    /// prefix of `distribution_len` bytes), in key order, this epoch's writes included.
     pub fn scan_prefix(&self, prefix: &[u8], distribution_len: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let full = self.full_key(prefix, distribution_len);
         let mut merged: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
-        self.store.scan_prefix(&full, &mut |k, v| {
-            merged.insert(k.to_vec(), v.to_vec());
-            Ok(ScanControl::Continue)
-        })?;
-        let end = prefix_end(&full);
-        let range = self.pending.range(full.clone()..);
-        for (k, p) in range {
-            if end.as_ref().is_some_and(|e| k >= e) || !k.starts_with(&full) {
-                break;
-            }
-            match &p.value {
-                Some(v) => merged.insert(k.clone(), v.clone()),
-                None => merged.remove(k),
-            };
+        if self.stored_any {
+            self.store.scan_prefix(&full, &mut |k, v| {
+                merged.insert(k[6..].to_vec(), v.to_vec());
+                Ok(ScanControl::Continue)
+            })?;
         }
-        Ok(merged.into_iter().map(|(k, v)| (k[6..].to_vec(), v)).collect())
+        let (distribution, rest) = prefix.split_at(distribution_len.min(prefix.len()));
+        if let Some(inner) = self.pending.get(distribution) {
+            for (k, p) in inner.starting_with(rest) {
+                let key = [distribution, k.as_slice()].concat();
+                match &p.value {
+                    Some(v) => merged.insert(key, v.clone()),
+                    None => merged.remove(&key),
+                };
+            }
+        }
+        Ok(merged.into_iter().collect())
     }
 
     /// The epoch ends: moves the pending writes into `wb` (a write-back table's only when more
-    /// than `capacity` are pending) and bounds the cache.
+    /// than [`WRITE_BACK_FACTOR`] × `capacity` are pending) and bounds the cache.
     pub fn flush(&mut self, wb: &mut WriteBatch) {
-        if self.write_back && self.pending.len() <= self.capacity {
+        if self.write_back && self.pending_len <= WRITE_BACK_FACTOR * self.capacity {
             return;
         }
-        for (k, p) in std::mem::take(&mut self.pending) {
-            match &p.value {
-                Some(value) => wb.put(k.clone(), value.clone()),
-                None if p.maybe_stored => wb.delete(k.clone()),
-                None => {}
+        self.pending_len = 0;
+        self.stored_any |= !self.pending.is_empty();
+        for (distribution, inner) in std::mem::take(&mut self.pending) {
+            let stored_prefix = self.full_key(&distribution, distribution.len());
+            for (rest, p) in inner.into_vec() {
+                let full = [stored_prefix.as_slice(), rest.as_slice()].concat();
+                match &p.value {
+                    Some(value) => wb.put(full, value.clone()),
+                    None if p.maybe_stored => wb.delete(full),
+                    None => {}
+                }
+                self.remember([distribution.as_slice(), rest.as_slice()].concat(), p.value);
             }
-            self.remember(k, p.value);
         }
     }
 
@@ -247,12 +379,12 @@ mod tests {
         assert!(wb.is_empty(), "10 pending writes fit in memory");
         assert_eq!(s.get(&key(3), 1).unwrap(), Some(vec![3]));
         assert_eq!(s.scan_prefix(b"k0", 1).unwrap().len(), 10);
-        // Past the capacity every pending write goes to the store.
-        for i in 10..20 {
+        // Past the budget every pending write goes to the store.
+        for i in 10..(WRITE_BACK_FACTOR * 16 + 1) {
             s.put(&key(i), 1, vec![i as u8]);
         }
         s.flush(&mut wb);
-        assert_eq!(wb.ops.len(), 20);
+        assert_eq!(wb.ops.len(), WRITE_BACK_FACTOR * 16 + 1);
         store.write(std::mem::take(&mut wb)).unwrap();
         // A key known to be absent, written and deleted before a flush, never reaches the store;
         // a stored key's delete does.
@@ -262,12 +394,31 @@ mod tests {
         s.delete(&key(0), 1);
         assert_eq!(s.get(&key(0), 1).unwrap(), None);
         assert_eq!(s.get(b"new", 1).unwrap(), None);
-        for i in 0..20 {
+        for i in 0..(WRITE_BACK_FACTOR * 16) {
             s.put(format!("x{i:02}").as_bytes(), 1, vec![0]);
         }
         s.flush(&mut wb);
         let keys: Vec<Vec<u8>> = wb.ops.iter().map(|op| op.key()[6..].to_vec()).collect();
         assert!(keys.contains(&key(0)) && !keys.contains(&b"new".to_vec()), "{keys:?}");
-        assert_eq!(keys.len(), 21);
+        assert_eq!(keys.len(), WRITE_BACK_FACTOR * 16 + 1);
+    }
+
+    #[test]
+    fn many_writes_under_one_prefix_stay_ordered_and_readable() {
+        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+        let mut s = KeyedState::new(7, Arc::clone(&store), 1000).write_back();
+        // Past FEW_WRITES the prefix's writes change representation; reads and scans agree.
+        for i in (0..40u8).rev() {
+            s.put(&[b'g', b'a', i], 2, vec![i]);
+            s.put(&[b'g', b'b', i], 2, vec![i]);
+        }
+        for i in (0..40u8).filter(|i| i % 3 == 0) {
+            s.delete(&[b'g', b'a', i], 2);
+        }
+        assert_eq!(s.get(&[b'g', b'a', 4], 2).unwrap(), Some(vec![4]));
+        assert_eq!(s.get(&[b'g', b'a', 3], 2).unwrap(), None);
+        let scanned: Vec<u8> = s.scan_prefix(b"ga", 2).unwrap().into_iter().map(|(k, _)| k[2]).collect();
+        assert_eq!(scanned, (0..40u8).filter(|i| i % 3 != 0).collect::<Vec<_>>());
+        assert_eq!(s.scan_prefix(b"gb", 2).unwrap().len(), 40);
     }
 }

@@ -162,6 +162,15 @@ pub fn from_pretty(text: &str) -> ChangeBatch {
                 Arc::new(col.iter().map(|v| v.as_ref().map(|s| s.parse::<f64>().unwrap())).collect::<Float64Array>()),
             ),
             'T' => (DataType::Utf8, Arc::new(col.iter().cloned().collect::<StringArray>())),
+            // A TIMESTAMP given in seconds since 1970.
+            'S' => (
+                DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Second, None),
+                Arc::new(
+                    col.iter()
+                        .map(|v| v.as_ref().map(|s| s.parse::<i64>().unwrap()))
+                        .collect::<datafusion::arrow::array::TimestampSecondArray>(),
+                ),
+            ),
             other => panic!("unknown type {other}"),
         };
         fields.push(Field::new(format!("c{i}"), dt, true));

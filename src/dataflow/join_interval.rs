@@ -1,0 +1,167 @@
+//! Reads a time bound between a join's two sides out of its residual condition, for
+//! [`JoinInterval`]: q7's `b.date_time > b1.date_time - INTERVAL '10' SECOND AND b.date_time <=
+//! b1.date_time`, where `b1.date_time` is a window bound, says `b.date_time - b1.date_time` is
+//! within `[-10 s, 0]`, so a bid whose window is final meets no future row and can be deleted.
+//!
+//! Called by `dataflow::build` for inner joins. Only conjuncts comparing a TIMESTAMP column of
+//! one side, plus or minus a constant interval, with one of the other side count; anything else
+//! in the condition stays a plain filter (this only adds state cleanup, never changes results).
+
+use datafusion::arrow::datatypes::DataType;
+use datafusion::common::{DFSchema, ScalarValue};
+use datafusion::logical_expr::utils::split_conjunction;
+use datafusion::logical_expr::{BinaryExpr, Expr, Operator};
+
+use crate::operators::hash_join::JoinInterval;
+use crate::types::window::TimeColumn;
+
+const NANOS_PER_DAY: i64 = 86_400_000_000_000;
+
+/// The bound `filter` (over `schema`: the left input's `left_width` columns, then the right's)
+/// puts on a pair of time columns, with one of them a window bound (`times`, by column of
+/// `schema`) so that rows of the other side can expire; None when it puts none.
+pub fn join_interval(
+    filter: &Expr,
+    schema: &DFSchema,
+    left_width: usize,
+    times: &[Option<TimeColumn>],
+    lateness: i64,
+) -> Option<JoinInterval> {
+    // Bounds on left - right, by (left column, right column).
+    let mut found: Vec<JoinInterval> = Vec::new();
+    for conjunct in split_conjunction(filter) {
+        let Expr::BinaryExpr(BinaryExpr { left, op, right }) = conjunct else { continue };
+        let (Some((a, a_offset)), Some((b, b_offset))) = (shifted_time(left, schema), shifted_time(right, schema))
+        else {
+            continue;
+        };
+        // a + a_offset <op> b + b_offset, i.e. a - b <op> b_offset - a_offset.
+        let mut bound = b_offset.checked_sub(a_offset)?;
+        let mut op = *op;
+        let (l, r) = match (a < left_width, b < left_width) {
+            (true, false) => (a, b - left_width),
+            (false, true) => {
+                // b - a <op'> -(bound).
+                bound = bound.checked_neg()?;
+                op = op.swap()?;
+                (b, a - left_width)
+            }
+            _ => continue,
+        };
+        let entry = match found.iter_mut().find(|i| i.columns == [l, r]) {
+            Some(entry) => entry,
+            None => {
+                found.push(JoinInterval {
+                    columns: [l, r],
+                    windows: [times[l], times[left_width + r]],
+                    lo: None,
+                    hi: None,
+                    lateness,
+                });
+                found.last_mut().expect("pushed")
+            }
+        };
+        match op {
+            Operator::Gt | Operator::GtEq => entry.lo = Some(entry.lo.map_or(bound, |lo| lo.max(bound))),
+            Operator::Lt | Operator::LtEq => entry.hi = Some(entry.hi.map_or(bound, |hi| hi.min(bound))),
+            _ => {}
+        }
+    }
+    // The first pair under which either side's rows expire.
+    found.into_iter().find(|i| (i.windows[1].is_some() && i.lo.is_some()) || (i.windows[0].is_some() && i.hi.is_some()))
+}
+
+/// `expr` as a TIMESTAMP column plus a constant interval in nanoseconds: `c`, `c + i`, `c - i`,
+/// or a cast of `c` to another TIMESTAMP type.
+fn shifted_time(expr: &Expr, schema: &DFSchema) -> Option<(usize, i64)> {
+    match expr {
+        Expr::Column(c) => {
+            let index = schema.index_of_column(c).ok()?;
+            matches!(schema.field(index).data_type(), DataType::Timestamp(_, _)).then_some((index, 0))
+        }
+        Expr::Cast(cast) if matches!(cast.field.data_type(), DataType::Timestamp(_, _)) => {
+            shifted_time(&cast.expr, schema)
+        }
+        Expr::BinaryExpr(BinaryExpr { left, op: op @ (Operator::Plus | Operator::Minus), right }) => {
+            let (column, offset) = shifted_time(left, schema)?;
+            let Expr::Literal(value, _) = right.as_ref() else { return None };
+            let nanos = interval_nanos(value)?;
+            let nanos = if *op == Operator::Minus { nanos.checked_neg()? } else { nanos };
+            Some((column, offset.checked_add(nanos)?))
+        }
+        _ => None,
+    }
+}
+
+/// A fixed-length interval in nanoseconds (not one counted in months, whose length varies).
+fn interval_nanos(value: &ScalarValue) -> Option<i64> {
+    match value {
+        ScalarValue::IntervalMonthDayNano(Some(v)) if v.months == 0 => {
+            (v.days as i64).checked_mul(NANOS_PER_DAY)?.checked_add(v.nanoseconds)
+        }
+        ScalarValue::IntervalDayTime(Some(v)) => {
+            (v.days as i64).checked_mul(NANOS_PER_DAY)?.checked_add((v.milliseconds as i64).checked_mul(1_000_000)?)
+        }
+        ScalarValue::DurationNanosecond(Some(v)) => Some(*v),
+        ScalarValue::DurationMicrosecond(Some(v)) => v.checked_mul(1_000),
+        ScalarValue::DurationMillisecond(Some(v)) => v.checked_mul(1_000_000),
+        ScalarValue::DurationSecond(Some(v)) => v.checked_mul(1_000_000_000),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::datatypes::{Field, Schema, TimeUnit};
+    use datafusion::prelude::{col, lit};
+
+    const S: i64 = 1_000_000_000;
+
+    fn schema() -> DFSchema {
+        let ts = DataType::Timestamp(TimeUnit::Millisecond, None);
+        let left = DFSchema::try_from_qualified_schema(
+            "b",
+            &Schema::new(vec![Field::new("price", DataType::Int64, true), Field::new("date_time", ts.clone(), true)]),
+        )
+        .unwrap();
+        let right =
+            DFSchema::try_from_qualified_schema("b1", &Schema::new(vec![Field::new("date_time", ts, true)])).unwrap();
+        left.join(&right).unwrap()
+    }
+
+    fn ten_seconds() -> Expr {
+        lit(ScalarValue::new_interval_mdn(0, 0, 10 * S))
+    }
+
+    #[test]
+    fn q7s_condition_bounds_the_bid_by_its_window() {
+        let schema = schema();
+        let window = Some(TimeColumn { close_offset: 0 });
+        let filter = col("b.date_time")
+            .gt(col("b1.date_time") - ten_seconds())
+            .and(col("b.date_time").lt_eq(col("b1.date_time")))
+            .and(col("b.price").gt(lit(1i64)));
+        let interval = join_interval(&filter, &schema, 2, &[None, None, window], 0).unwrap();
+        assert_eq!(interval.columns, [1, 0]);
+        assert_eq!((interval.lo, interval.hi), (Some(-10 * S), Some(0)));
+        // Written the other way round, the same bound.
+        let flipped = (col("b1.date_time") - ten_seconds())
+            .lt(col("b.date_time"))
+            .and(col("b1.date_time").gt_eq(col("b.date_time")));
+        assert_eq!(join_interval(&flipped, &schema, 2, &[None, None, window], 0), Some(interval));
+    }
+
+    #[test]
+    fn no_window_bound_no_expiry() {
+        let schema = schema();
+        let filter = col("b.date_time").gt(col("b1.date_time") - ten_seconds());
+        assert_eq!(join_interval(&filter, &schema, 2, &[None, None, None], 0), None);
+        // The left side is the window: a lower bound alone expires nothing on the right.
+        let window = Some(TimeColumn { close_offset: 0 });
+        assert_eq!(join_interval(&filter, &schema, 2, &[None, window, None], 0), None);
+        // A month is not a fixed length.
+        let month = col("b.date_time").gt(col("b1.date_time") - lit(ScalarValue::new_interval_mdn(1, 0, 0)));
+        assert_eq!(join_interval(&month, &schema, 2, &[None, None, window], 0), None);
+    }
+}
