@@ -11,7 +11,8 @@
 //! `key ++ 0` holds how many rows the side has for the key, `key ++ 1 ++ row` each row's
 //! multiplicity (rows as arrow-row bytes), so a key's rows are one range read. A side whose
 //! input only ever inserts ([`HashJoin::with_append_only_inputs`]) stores each row once more
-//! under `key ++ 1 ++ row ++ n` (n numbering its rows) with multiplicity 1, so adding a row
+//! under `key ++ 1 ++ n ++ row` (n numbering its rows, so a new row sorts last among its key's,
+//! found after comparing a few bytes) with multiplicity 1, so adding a row
 //! reads nothing; in an inner join (no padding to keep right) it keeps no count either, and
 //! its rows are looked up directly. Keys with few rows are also kept in a bounded cache, updated with each change
 //! to them.
@@ -120,7 +121,7 @@ struct Side {
 /// State keys of rows (each with its join key's length), by the rows' time.
 type RowsByTime = BTreeMap<i64, Vec<(Vec<u8>, usize)>>;
 
-/// The length of the row number after an append-only side's row.
+/// The length of the row number before an append-only side's row.
 const ROW_NUMBER_LEN: usize = 8;
 
 /// Join keys with more rows than this are read from the state each time.
@@ -186,8 +187,8 @@ impl Side {
             .scan_prefix(&prefix, key.len())?
             .into_iter()
             .map(|(k, v)| {
-                let end = k.len() - if self.append_only { ROW_NUMBER_LEN } else { 0 };
-                Ok((k[prefix.len()..end].to_vec(), count_of(Some(v))?))
+                let start = prefix.len() + if self.append_only { ROW_NUMBER_LEN } else { 0 };
+                Ok((k[start..].to_vec(), count_of(Some(v))?))
             })
             .collect::<Result<Vec<_>>>()?;
         if rows.len() <= CACHED_ROWS_PER_KEY {
@@ -208,8 +209,8 @@ impl Side {
             if sign < 0 {
                 return Err(WeirError::internal("a join input derived as append-only retracted a row"));
             }
-            let mut numbered = Self::tagged(key, 1, row);
-            numbered.extend_from_slice(&self.next_row.to_be_bytes());
+            let mut numbered = Self::tagged(key, 1, &self.next_row.to_be_bytes());
+            numbered.extend_from_slice(row);
             self.next_row += 1;
             self.state.put(&numbered, key.len(), 1i64.to_le_bytes().to_vec());
             numbered
