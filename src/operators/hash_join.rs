@@ -105,7 +105,7 @@ struct Side {
     /// The rows of join keys read recently, kept up to date with this side's changes, so a key
     /// the other side hits often (a hot auction) is one range read, not one per hit. Keys with
     /// more than [`CACHED_ROWS_PER_KEY`] rows are not kept; at most the state's cache capacity
-    /// in rows is, then the cache starts over.
+    /// in rows and keys is, then the cache starts over.
     rows_cache: HashMap<Vec<u8>, Vec<(Vec<u8>, i64)>>,
     cached_rows: usize,
     /// Rows only ever arrive: each is stored under its own number, without reading a count.
@@ -192,7 +192,9 @@ impl Side {
             })
             .collect::<Result<Vec<_>>>()?;
         if rows.len() <= CACHED_ROWS_PER_KEY {
-            if self.cached_rows + rows.len() > self.state.capacity() {
+            // Each key counts as a row too: a key with no rows (a probe that found nothing)
+            // still takes memory.
+            if self.cached_rows + self.rows_cache.len() + rows.len() + 1 > self.state.capacity() {
                 self.rows_cache.clear();
                 self.cached_rows = 0;
             }

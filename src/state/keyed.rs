@@ -9,8 +9,7 @@
 //! reads see them. A durable table's writes are flushed at every epoch. A table the view
 //! rebuilds at start ([`KeyedState::write_back`]: all operator state but the late-rows ledger)
 //! need not be in the store at an epoch's end, so it is *write-back*: its writes stay in memory
-//! across epochs and go to the store only when more than [`WRITE_BACK_FACTOR`] × `capacity`
-//! are pending (room for an epoch's rows at a million events a second), and a key
+//! across epochs and go to the store only when more than `capacity` are pending, and a key
 //! written and deleted again before then, which the store is known not to hold, never reaches
 //! it. Such a table is empty in the store when it is made (the view's state is cleared before a
 //! rebuild, and a new view's tables are new), so until its first flush it reads nothing from
@@ -55,12 +54,6 @@ enum Writes {
     Few(Vec<(Vec<u8>, Pending)>),
     Many(BTreeMap<Vec<u8>, Pending>),
 }
-
-/// A write-back table holds up to this many times its cache capacity in pending writes. Its
-/// state lives for an epoch or a few (a window's groups, the rows a join keeps for a window),
-/// and an epoch can bring hundreds of thousands of rows: a smaller budget sends them to the
-/// store only to delete them there an epoch later.
-pub const WRITE_BACK_FACTOR: usize = 4;
 
 /// Past this many writes a prefix's vector becomes a B-tree.
 const FEW_WRITES: usize = 16;
@@ -147,7 +140,7 @@ pub struct KeyedState {
     pending: HashMap<Vec<u8>, Writes>,
     /// How many writes are pending.
     pending_len: usize,
-    /// Keep writes across epochs until more than `WRITE_BACK_FACTOR * capacity` are pending.
+    /// Keep writes across epochs until more than `capacity` are pending.
     write_back: bool,
     /// Whether the store may hold any key of this table: false for a write-back table until
     /// its first flush.
@@ -311,9 +304,9 @@ impl KeyedState {
     }
 
     /// The epoch ends: moves the pending writes into `wb` (a write-back table's only when more
-    /// than [`WRITE_BACK_FACTOR`] × `capacity` are pending) and bounds the cache.
+    /// than `capacity` are pending) and bounds the cache.
     pub fn flush(&mut self, wb: &mut WriteBatch) {
-        if self.write_back && self.pending_len <= WRITE_BACK_FACTOR * self.capacity {
+        if self.write_back && self.pending_len <= self.capacity {
             return;
         }
         self.pending_len = 0;
@@ -380,11 +373,11 @@ mod tests {
         assert_eq!(s.get(&key(3), 1).unwrap(), Some(vec![3]));
         assert_eq!(s.scan_prefix(b"k0", 1).unwrap().len(), 10);
         // Past the budget every pending write goes to the store.
-        for i in 10..(WRITE_BACK_FACTOR * 16 + 1) {
+        for i in 10..17 {
             s.put(&key(i), 1, vec![i as u8]);
         }
         s.flush(&mut wb);
-        assert_eq!(wb.ops.len(), WRITE_BACK_FACTOR * 16 + 1);
+        assert_eq!(wb.ops.len(), 17);
         store.write(std::mem::take(&mut wb)).unwrap();
         // A key known to be absent, written and deleted before a flush, never reaches the store;
         // a stored key's delete does.
@@ -394,13 +387,13 @@ mod tests {
         s.delete(&key(0), 1);
         assert_eq!(s.get(&key(0), 1).unwrap(), None);
         assert_eq!(s.get(b"new", 1).unwrap(), None);
-        for i in 0..(WRITE_BACK_FACTOR * 16) {
+        for i in 0..16 {
             s.put(format!("x{i:02}").as_bytes(), 1, vec![0]);
         }
         s.flush(&mut wb);
         let keys: Vec<Vec<u8>> = wb.ops.iter().map(|op| op.key()[6..].to_vec()).collect();
         assert!(keys.contains(&key(0)) && !keys.contains(&b"new".to_vec()), "{keys:?}");
-        assert_eq!(keys.len(), WRITE_BACK_FACTOR * 16 + 1);
+        assert_eq!(keys.len(), 17);
     }
 
     #[test]
