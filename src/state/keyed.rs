@@ -24,6 +24,8 @@
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
+use smallvec::SmallVec;
+
 use crate::types::hash::HashMap;
 use std::sync::Arc;
 
@@ -48,10 +50,11 @@ struct Pending {
 }
 
 /// One distribution prefix's pending writes, by the rest of the key in order: a sorted vector
-/// while there are few (most groups and join keys have one or two), a B-tree past that.
+/// while there are few (most groups and join keys have one or two; one is held inline), a
+/// B-tree past that.
 #[derive(Debug)]
 enum Writes {
-    Few(Vec<(Vec<u8>, Pending)>),
+    Few(SmallVec<[(Vec<u8>, Pending); 1]>),
     Many(BTreeMap<Vec<u8>, Pending>),
 }
 
@@ -125,7 +128,7 @@ impl Writes {
 
     fn into_vec(self) -> Vec<(Vec<u8>, Pending)> {
         match self {
-            Writes::Few(v) => v,
+            Writes::Few(v) => v.into_vec(),
             Writes::Many(m) => m.into_iter().collect(),
         }
     }
@@ -225,7 +228,7 @@ impl KeyedState {
                 if value.is_none() && !maybe_stored() {
                     return;
                 }
-                self.pending.entry(prefix.to_vec()).or_insert_with(|| Writes::Few(Vec::with_capacity(1)))
+                self.pending.entry(prefix.to_vec()).or_insert_with(|| Writes::Few(SmallVec::new()))
             }
         };
         match inner.get_mut(rest) {
