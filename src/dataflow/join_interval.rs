@@ -30,45 +30,40 @@ pub fn join_interval(
     // Bounds on left - right, by (left column, right column).
     let mut found: Vec<JoinInterval> = Vec::new();
     for conjunct in split_conjunction(filter) {
-        let Expr::BinaryExpr(BinaryExpr { left, op, right }) = conjunct else { continue };
-        let (Some((a, a_offset)), Some((b, b_offset))) = (shifted_time(left, schema), shifted_time(right, schema))
-        else {
-            continue;
-        };
-        // a + a_offset <op> b + b_offset, i.e. a - b <op> b_offset - a_offset.
-        let mut bound = b_offset.checked_sub(a_offset)?;
-        let mut op = *op;
-        let (l, r) = match (a < left_width, b < left_width) {
-            (true, false) => (a, b - left_width),
-            (false, true) => {
-                // b - a <op'> -(bound).
-                bound = bound.checked_neg()?;
-                op = op.swap()?;
-                (b, a - left_width)
-            }
-            _ => continue,
-        };
-        let entry = match found.iter_mut().find(|i| i.columns == [l, r]) {
-            Some(entry) => entry,
+        let Some(([l, r], op, bound)) = side_difference(conjunct, schema, left_width) else { continue };
+        let entry = match found.iter_mut().position(|i| i.columns == [l, r]) {
+            Some(at) => &mut found[at],
             None => {
-                found.push(JoinInterval {
-                    columns: [l, r],
-                    windows: [times[l], times[left_width + r]],
-                    lo: None,
-                    hi: None,
-                    lateness,
-                });
+                let windows = [times[l], times[left_width + r]];
+                found.push(JoinInterval { columns: [l, r], windows, lo: None, hi: None, lateness });
                 found.last_mut().expect("pushed")
             }
         };
         match op {
             Operator::Gt | Operator::GtEq => entry.lo = Some(entry.lo.map_or(bound, |lo| lo.max(bound))),
-            Operator::Lt | Operator::LtEq => entry.hi = Some(entry.hi.map_or(bound, |hi| hi.min(bound))),
-            _ => {}
+            _ => entry.hi = Some(entry.hi.map_or(bound, |hi| hi.min(bound))),
         }
     }
     // The first pair under which either side's rows expire.
-    found.into_iter().find(|i| (i.windows[1].is_some() && i.lo.is_some()) || (i.windows[0].is_some() && i.hi.is_some()))
+    found.into_iter().find(|i| i.expires(0) || i.expires(1))
+}
+
+/// `conjunct` as `left.l - right.r <op> bound` (op one of <, <=, >, >=; columns in each side's
+/// input), if it compares a time of one side with a time of the other.
+fn side_difference(conjunct: &Expr, schema: &DFSchema, left_width: usize) -> Option<([usize; 2], Operator, i64)> {
+    let Expr::BinaryExpr(BinaryExpr { left, op, right }) = conjunct else { return None };
+    if !matches!(op, Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq) {
+        return None;
+    }
+    let ((a, a_offset), (b, b_offset)) = (shifted_time(left, schema)?, shifted_time(right, schema)?);
+    // a + a_offset <op> b + b_offset, i.e. a - b <op> b_offset - a_offset.
+    let bound = b_offset.checked_sub(a_offset)?;
+    match (a < left_width, b < left_width) {
+        (true, false) => Some(([a, b - left_width], *op, bound)),
+        // b - a <swapped op> -bound.
+        (false, true) => Some(([b, a - left_width], op.swap()?, bound.checked_neg()?)),
+        _ => None,
+    }
 }
 
 /// `expr` as a TIMESTAMP column plus a constant interval in nanoseconds: `c`, `c + i`, `c - i`,

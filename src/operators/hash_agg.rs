@@ -650,7 +650,7 @@ impl Operator for HashAgg {
             let (owned_key, mut group) = match self.dirty.remove_entry(*key) {
                 Some(entry) => entry,
                 None if fresh.contains(key) => {
-                    self.groups.known_absent(key, key.len());
+                    self.groups.known_absent(key);
                     (key.to_vec(), self.new_group())
                 }
                 None => (key.to_vec(), self.load(key)?),

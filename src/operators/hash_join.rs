@@ -73,6 +73,12 @@ pub struct JoinInterval {
 }
 
 impl JoinInterval {
+    /// Whether side `side`'s rows can expire: the other side's time is a window bound, and the
+    /// bound limits this side's time from below (left) or above (right).
+    pub fn expires(&self, side: usize) -> bool {
+        self.windows[1 - side].is_some() && [self.lo, self.hi][side].is_some()
+    }
+
     /// Side `side`'s rows with a time below this can never pass the bound with a row still to
     /// come on the other side, at watermark `watermark`; None when that side's rows never expire.
     fn expired_below(&self, side: usize, watermark: i64) -> Option<i64> {
@@ -347,7 +353,7 @@ impl HashJoin {
     /// are deleted as the watermark moves.
     pub fn with_interval(mut self, interval: JoinInterval) -> HashJoin {
         for (side, s) in self.sides.iter_mut().enumerate() {
-            if interval.expired_below(side, 0).is_some() {
+            if interval.expires(side) {
                 s.expiry = Some((interval.columns[side], BTreeMap::new()));
             }
         }
@@ -524,27 +530,33 @@ mod tests {
     use crate::state::memory::MemoryStore;
     use crate::state::store::StateStore;
     use crate::types::change_batch::from_pretty;
-    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::arrow::datatypes::{Field, Schema};
     use datafusion::physical_expr::expressions::col;
 
-    fn left_join() -> HashJoin {
+    /// A join of two inputs of columns `types` (as `from_pretty`) on their first column.
+    fn join_on_first_column(join_type: JoinType, types: &str, capacity: usize) -> HashJoin {
         let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
-        let side = from_pretty("I T\n+ 1 a").schema();
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("lk", DataType::Int64, true),
-            Field::new("lv", DataType::Utf8, true),
-            Field::new("rk", DataType::Int64, true),
-            Field::new("rv", DataType::Utf8, true),
-        ]));
+        let side = from_pretty(&format!("{types}\n")).schema();
+        let fields: Vec<Field> = side
+            .fields()
+            .iter()
+            .chain(side.fields().iter())
+            .enumerate()
+            .map(|(i, f)| Field::new(format!("j{i}"), f.data_type().clone(), true))
+            .collect();
         HashJoin::new(
-            JoinType::Left,
-            (side.clone(), vec![col("c0", &side).unwrap()], KeyedState::new(1, Arc::clone(&store), 2)),
-            (side.clone(), vec![col("c0", &side).unwrap()], KeyedState::new(2, store, 2)),
-            schema,
+            join_type,
+            (side.clone(), vec![col("c0", &side).unwrap()], KeyedState::new(1, Arc::clone(&store), capacity)),
+            (side.clone(), vec![col("c0", &side).unwrap()], KeyedState::new(2, store, capacity)),
+            Arc::new(Schema::new(fields)),
             None,
             "test",
         )
         .unwrap()
+    }
+
+    fn left_join() -> HashJoin {
+        join_on_first_column(JoinType::Left, "I T", 2)
     }
 
     fn step(j: &mut HashJoin, input: usize, changes: &str) -> String {
@@ -578,25 +590,8 @@ mod tests {
     #[test]
     fn rows_no_future_partner_can_meet_expire() {
         const S: i64 = 1_000_000_000;
-        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
         // Left: (price, date_time); right: (maxprice, window_end), a window bound.
-        let side = from_pretty("I S\n+ 1 1").schema();
-        let fields: Vec<Field> = ["lp", "lt", "rp", "rt"]
-            .iter()
-            .zip(side.fields().iter().chain(side.fields().iter()))
-            .map(|(name, f)| Field::new(*name, f.data_type().clone(), true))
-            .collect();
-        let schema = Arc::new(Schema::new(fields));
-        let join = HashJoin::new(
-            JoinType::Inner,
-            (side.clone(), vec![col("c0", &side).unwrap()], KeyedState::new(1, Arc::clone(&store), 100)),
-            (side.clone(), vec![col("c0", &side).unwrap()], KeyedState::new(2, store, 100)),
-            schema,
-            None,
-            "test",
-        )
-        .unwrap()
-        .with_append_only_inputs([true, false]);
+        let join = join_on_first_column(JoinType::Inner, "I S", 100).with_append_only_inputs([true, false]);
         // left.date_time - right.window_end within [-10 s, 0].
         let mut j = join.with_interval(JoinInterval {
             columns: [1, 1],

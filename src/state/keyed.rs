@@ -221,7 +221,7 @@ impl KeyedState {
     /// Puts (`Some`) or deletes (`None`) `key`'s value, in `pending`.
     fn write(&mut self, key: &[u8], distribution_len: usize, value: Option<Vec<u8>>) {
         let (prefix, rest) = key.split_at(distribution_len.min(key.len()));
-        let maybe_stored = || self.stored_any && Self::cached_maybe_stored(&self.cache, key);
+        let maybe_stored = || Self::may_hold(self.stored_any, &self.cache, key);
         let inner = match self.pending.get_mut(prefix) {
             Some(inner) => inner,
             None => {
@@ -242,7 +242,7 @@ impl KeyedState {
             }
             Some(pending) => pending.value = value,
             None => {
-                let maybe_stored = self.stored_any && Self::cached_maybe_stored(&self.cache, key);
+                let maybe_stored = Self::may_hold(self.stored_any, &self.cache, key);
                 if value.is_some() || maybe_stored {
                     inner.insert(rest.to_vec(), Pending { value, maybe_stored });
                     self.pending_len += 1;
@@ -272,14 +272,15 @@ impl KeyedState {
     /// Records that the store does not hold `key` (the caller knows, e.g. state that is rebuilt
     /// at start and was never written in this process), so a write and delete of it before it
     /// is flushed never reach the store.
-    pub fn known_absent(&mut self, key: &[u8], _distribution_len: usize) {
+    pub fn known_absent(&mut self, key: &[u8]) {
         self.remember(key.to_vec(), None);
     }
 
-    /// Whether the store may hold `key`, by the cache (which knows some keys to be absent):
-    /// unknown counts as yes.
-    fn cached_maybe_stored(cache: &HashMap<Vec<u8>, Option<Vec<u8>>>, key: &[u8]) -> bool {
-        cache.get(key).is_none_or(|v| v.is_some())
+    /// Whether the store may hold `key`: not if it holds nothing of the table yet
+    /// (`stored_any`), nor if the cache knows the key absent; unknown counts as yes. (Fields
+    /// passed apart, for callers holding a borrow of `pending`.)
+    fn may_hold(stored_any: bool, cache: &HashMap<Vec<u8>, Option<Vec<u8>>>, key: &[u8]) -> bool {
+        stored_any && cache.get(key).is_none_or(|v| v.is_some())
     }
 
     /// Every entry whose key starts with `prefix` (which begins with a whole distribution
@@ -384,7 +385,7 @@ mod tests {
         store.write(std::mem::take(&mut wb)).unwrap();
         // A key known to be absent, written and deleted before a flush, never reaches the store;
         // a stored key's delete does.
-        s.known_absent(b"new", 1);
+        s.known_absent(b"new");
         s.put(b"new", 1, vec![1]);
         s.delete(b"new", 1);
         s.delete(&key(0), 1);
