@@ -33,7 +33,8 @@ use std::collections::BTreeMap;
 use crate::types::hash::{HashMap, HashSet};
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, RecordBatch};
+use datafusion::arrow::array::{Array, ArrayRef, Int64Array, RecordBatch};
+use datafusion::arrow::compute::{cast, interleave};
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::common::ScalarValue;
@@ -433,9 +434,7 @@ impl HashAgg {
             Acc::Extreme => {
                 let mut prefix = group_key.to_vec();
                 prefix.push(i as u8);
-                let entries = self.values.scan_prefix(&prefix, group_key.len())?;
-                let pick = if spec.kind == AggKind::Max { entries.last() } else { entries.first() };
-                match pick {
+                match self.values.first_with_prefix(&prefix, group_key.len(), spec.kind == AggKind::Max)? {
                     Some((k, _)) => self.value_codecs[i].as_ref().expect("codec").decode(&k[prefix.len()..])?,
                     None => ScalarValue::Null,
                 }
@@ -526,27 +525,6 @@ impl HashAgg {
         }
         let emitted = if r.u8()? == 1 { Some(r.slice()?.to_vec()) } else { None };
         Ok(Group { rows, accs, emitted })
-    }
-
-    fn rows_to_batch(&self, rows: &[Vec<ScalarValue>]) -> Result<RecordBatch> {
-        let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.schema.fields().len());
-        for (i, field) in self.schema.fields().iter().enumerate() {
-            let values =
-                rows.iter().map(|r| r[i].cast_to(field.data_type())).collect::<datafusion::error::Result<Vec<_>>>()?;
-            columns.push(ScalarValue::iter_to_array(values)?);
-        }
-        Ok(RecordBatch::try_new(Arc::clone(&self.schema), columns)?)
-    }
-
-    fn decode_rows(&self, rows: &[&[u8]]) -> Result<Vec<Vec<ScalarValue>>> {
-        if rows.is_empty() {
-            return Ok(vec![]);
-        }
-        let parser = self.output_codec.parser();
-        let arrays = self.output_codec.convert_rows(rows.iter().map(|r| parser.parse(r)))?;
-        (0..rows.len())
-            .map(|row| arrays.iter().map(|a| Ok(ScalarValue::try_from_array(a, row)?)).collect::<Result<Vec<_>>>())
-            .collect()
     }
 }
 
@@ -667,6 +645,14 @@ impl Operator for HashAgg {
                                 *deltas[i].entry(values.row(row).data()).or_insert(0) += sign;
                             }
                         }
+                        // Counters need no value, only whether there is one.
+                        (None, arg) if matches!(group.accs[i], Acc::Count(_)) => {
+                            if let (Acc::Count(n), true) =
+                                (&mut group.accs[i], arg.as_ref().is_none_or(|a| a.is_valid(row)))
+                            {
+                                *n += sign;
+                            }
+                        }
                         _ => {
                             let value = arg.as_ref().map(|a| ScalarValue::try_from_array(a, row)).transpose()?;
                             self.update(&mut group, i, value, sign)?;
@@ -761,91 +747,121 @@ impl HashAgg {
                 if self.keeps_values(i) {
                     let mut prefix = key.clone();
                     prefix.push(i as u8);
-                    for (value_key, _) in self.values.scan_prefix(&prefix, key.len())? {
-                        self.values.delete(&value_key, key.len());
-                    }
+                    self.values.delete_prefix(&prefix, key.len())?;
                 }
             }
         }
         Ok(())
     }
 
-    /// Emits the changes of `groups` since each last emitted, and stores their state.
+    /// Emits the changes of `dirty` groups since each last emitted, and stores their state.
+    ///
+    /// Columnar: every group's new row is built as arrays (group keys decoded at once,
+    /// counters straight into an array), encoded at once to compare with the row it emitted
+    /// before, and the output is picked from the old and new rows by index.
     fn emit(&mut self, dirty: Vec<(Vec<u8>, Group)>) -> Result<Vec<ChangeBatch>> {
-        let global = self.group_codec.is_none();
         if dirty.is_empty() {
             return Ok(vec![]);
         }
-        // Group key values of every touched group, decoded at once.
-        let key_values: Vec<Vec<ScalarValue>> = match &self.group_codec {
+        let global = self.group_codec.is_none();
+        // A group with no rows left has no new row; its slot in the columns is a placeholder.
+        let alive: Vec<bool> = dirty.iter().map(|(_, g)| g.rows > 0 || global).collect();
+        let mut columns: Vec<ArrayRef> = match &self.group_codec {
             Some(codec) => {
                 let parser = codec.parser();
-                let arrays = codec.convert_rows(dirty.iter().map(|(k, _)| parser.parse(k)))?;
-                (0..dirty.len())
-                    .map(|row| {
-                        arrays.iter().map(|a| Ok(ScalarValue::try_from_array(a, row)?)).collect::<Result<Vec<_>>>()
-                    })
-                    .collect::<Result<_>>()?
+                codec.convert_rows(dirty.iter().map(|(k, _)| parser.parse(k)))?
             }
-            None => vec![vec![]; dirty.len()],
+            None => vec![],
         };
-        let mut new_rows: Vec<Option<Vec<ScalarValue>>> = Vec::with_capacity(dirty.len());
-        for ((key, group), key_values) in dirty.iter().zip(key_values) {
-            if group.rows > 0 || global {
-                let mut row = key_values;
-                for i in 0..self.aggs.len() {
-                    row.push(self.value(key, group, i)?);
-                }
-                new_rows.push(Some(row));
-            } else {
-                new_rows.push(None);
-            }
+        for i in 0..self.aggs.len() {
+            columns.push(self.aggregate_column(&dirty, &alive, i)?);
         }
-        // Encode the new rows to compare with (and replace) what each group emitted before.
-        let present: Vec<Vec<ScalarValue>> = new_rows.iter().flatten().cloned().collect();
-        let encoded_new = if present.is_empty() {
-            None
-        } else {
-            Some(self.output_codec.convert_columns(self.rows_to_batch(&present)?.columns())?)
+        let columns = columns
+            .into_iter()
+            .zip(self.schema.fields())
+            .map(|(column, field)| match column.data_type() == field.data_type() {
+                true => Ok(column),
+                false => Ok(cast(&column, field.data_type())?),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let new_rows = self.output_codec.convert_columns(&columns)?;
+        let old_rows: Vec<&[u8]> = dirty.iter().filter_map(|(_, g)| g.emitted.as_deref()).collect();
+        let old_columns = match old_rows.is_empty() {
+            true => None,
+            false => {
+                let parser = self.output_codec.parser();
+                Some(self.output_codec.convert_rows(old_rows.iter().map(|r| parser.parse(r)))?)
+            }
         };
-        let mut next_present = 0;
-        let mut out_rows: Vec<Vec<ScalarValue>> = Vec::new();
+        // Output rows as (0 = old rows, 1 = new rows; index), with their ops.
+        let mut picks: Vec<(usize, usize)> = Vec::new();
         let mut ops = Vec::new();
-        let old_bytes: Vec<&[u8]> = dirty.iter().filter_map(|(_, g)| g.emitted.as_deref()).collect();
-        let mut old_decoded = self.decode_rows(&old_bytes)?.into_iter();
-        for ((key, mut group), new) in dirty.into_iter().zip(new_rows) {
-            let new_bytes = new.as_ref().map(|_| {
-                let b = encoded_new.as_ref().expect("encoded").row(next_present).as_ref().to_vec();
-                next_present += 1;
-                b
+        let mut next_old = 0;
+        for (j, (key, mut group)) in dirty.into_iter().enumerate() {
+            let new = alive[j].then(|| new_rows.row(j));
+            let old = group.emitted.as_ref().map(|_| {
+                next_old += 1;
+                next_old - 1
             });
-            let old = group.emitted.as_ref().map(|_| old_decoded.next().expect("decoded"));
-            if group.emitted != new_bytes {
-                match (old, new) {
-                    (Some(old), Some(new)) => {
-                        out_rows.push(old);
-                        ops.push(Op::UpdateDelete);
-                        out_rows.push(new);
-                        ops.push(Op::UpdateInsert);
+            if group.emitted.as_deref() != new.as_ref().map(|r| r.as_ref()) {
+                match (old, new.is_some()) {
+                    (Some(old), true) => {
+                        picks.extend([(0, old), (1, j)]);
+                        ops.extend([Op::UpdateDelete, Op::UpdateInsert]);
                     }
-                    (Some(old), None) => {
-                        out_rows.push(old);
+                    (Some(old), false) => {
+                        picks.push((0, old));
                         ops.push(Op::Delete);
                     }
-                    (None, Some(new)) => {
-                        out_rows.push(new);
+                    (None, true) => {
+                        picks.push((1, j));
                         ops.push(Op::Insert);
                     }
-                    (None, None) => {}
+                    (None, false) => {}
                 }
+                group.emitted = new.map(|r| r.as_ref().to_vec());
             }
-            group.emitted = new_bytes;
             self.store_group(&key, &group)?;
         }
-        if out_rows.is_empty() {
+        if ops.is_empty() {
             return Ok(vec![]);
         }
-        Ok(vec![ChangeBatch::new(self.rows_to_batch(&out_rows)?, ops)])
+        let output = columns
+            .iter()
+            .enumerate()
+            .map(|(c, new)| {
+                // Without old rows no pick names source 0.
+                let old = old_columns.as_ref().map_or(new, |old| &old[c]);
+                Ok(interleave(&[old.as_ref(), new.as_ref()], &picks)?)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(vec![ChangeBatch::new(RecordBatch::try_new(Arc::clone(&self.schema), output)?, ops)])
+    }
+
+    /// Aggregate `i`'s new value for every group of `dirty`, as an array of its output type.
+    fn aggregate_column(&self, dirty: &[(Vec<u8>, Group)], alive: &[bool], i: usize) -> Result<ArrayRef> {
+        let spec = &self.aggs[i];
+        let counter = matches!(spec.kind, AggKind::CountRows | AggKind::Count | AggKind::CountDistinct);
+        if counter && spec.output_type == DataType::Int64 {
+            let counts: Int64Array = dirty
+                .iter()
+                .map(|(_, g)| match g.accs[i] {
+                    Acc::Count(n) | Acc::Distinct(n) => n,
+                    _ => 0,
+                })
+                .map(Some)
+                .collect();
+            return Ok(Arc::new(counts));
+        }
+        let values = dirty
+            .iter()
+            .zip(alive)
+            .map(|((key, group), alive)| match alive {
+                true => self.value(key, group, i),
+                false => Ok(ScalarValue::try_from(&spec.output_type)?),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(ScalarValue::iter_to_array(values)?)
     }
 }
 

@@ -487,12 +487,8 @@ impl Operator for HashJoin {
                 self.indexed.remove(&key);
                 for side in &mut self.sides {
                     side.forget(&key);
-                    for (stored, _) in side.state.scan_prefix(&Side::tagged(&key, 1, &[]), key.len())? {
-                        side.state.delete(&stored, key.len());
-                    }
-                    if side.counted {
-                        side.state.delete(&Side::tagged(&key, 0, &[]), key.len());
-                    }
+                    // The key's rows (tag 1) and count (tag 0): everything under it.
+                    side.state.delete_prefix(&key, key.len())?;
                     side.forget(&key);
                 }
             }

@@ -40,6 +40,18 @@ pub fn decode_count(bytes: &[u8]) -> Result<i64> {
     Ok(i64::from_le_bytes(bytes))
 }
 
+/// The smallest key greater than every key starting with `prefix` (None: there is none).
+fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < u8::MAX {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
 /// A write not yet in the store.
 #[derive(Debug, Clone)]
 struct Pending {
@@ -113,17 +125,45 @@ impl Writes {
         }
     }
 
-    /// The writes whose key rest starts with `start`, in order.
-    fn starting_with<'a>(&'a self, start: &'a [u8]) -> Box<dyn Iterator<Item = (&'a Vec<u8>, &'a Pending)> + 'a> {
-        let from = (Bound::Included(start), Bound::Unbounded);
-        let all: Box<dyn Iterator<Item = (&Vec<u8>, &Pending)>> = match self {
+    /// The writes whose key rest starts with `start`, in order (either way).
+    fn starting_with<'a>(
+        &'a self,
+        start: &'a [u8],
+    ) -> Box<dyn DoubleEndedIterator<Item = (&'a Vec<u8>, &'a Pending)> + 'a> {
+        let end = prefix_successor(start);
+        match self {
             Writes::Few(v) => {
                 let first = v.partition_point(|(k, _)| k.as_slice() < start);
-                Box::new(v[first..].iter().map(|(k, p)| (k, p)))
+                let last = match &end {
+                    Some(end) => v.partition_point(|(k, _)| k.as_slice() < end.as_slice()),
+                    None => v.len(),
+                };
+                Box::new(v[first..last].iter().map(|(k, p)| (k, p)))
             }
-            Writes::Many(m) => Box::new(m.range::<[u8], _>(from)),
-        };
-        Box::new(all.take_while(move |(k, _)| k.starts_with(start)))
+            Writes::Many(m) => {
+                let upper = match end {
+                    Some(end) => Bound::Excluded(end),
+                    None => Bound::Unbounded,
+                };
+                Box::new(m.range::<[u8], _>((Bound::Included(start), upper.as_ref().map(|e| e.as_slice()))))
+            }
+        }
+    }
+
+    /// Drops the writes whose key rest starts with `start`; returns how many.
+    fn remove_starting_with(&mut self, start: &[u8]) -> usize {
+        match self {
+            Writes::Few(v) => {
+                let before = v.len();
+                v.retain(|(k, _)| !k.starts_with(start));
+                before - v.len()
+            }
+            Writes::Many(m) => {
+                let before = m.len();
+                m.retain(|k, _| !k.starts_with(start));
+                before - m.len()
+            }
+        }
     }
 
     fn into_vec(self) -> Vec<(Vec<u8>, Pending)> {
@@ -307,6 +347,47 @@ impl KeyedState {
         Ok(merged.into_iter().collect())
     }
 
+    /// The first (`last` false) or last entry whose key starts with `prefix` (as in
+    /// [`KeyedState::scan_prefix`]): a multiset's minimum or maximum.
+    pub fn first_with_prefix(
+        &self,
+        prefix: &[u8],
+        distribution_len: usize,
+        last: bool,
+    ) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        if self.stored_any {
+            let mut all = self.scan_prefix(prefix, distribution_len)?;
+            return Ok(if last { all.pop() } else { all.into_iter().next() });
+        }
+        // Nothing is stored: the pending writes are the table, and hold no deletes.
+        let (distribution, rest) = prefix.split_at(distribution_len.min(prefix.len()));
+        let Some(inner) = self.pending.get(distribution) else {
+            return Ok(None);
+        };
+        let mut entries = inner.starting_with(rest).filter_map(|(k, p)| p.value.as_ref().map(|v| (k, v)));
+        let entry = if last { entries.next_back() } else { entries.next() };
+        Ok(entry.map(|(k, v)| ([distribution, k.as_slice()].concat(), v.clone())))
+    }
+
+    /// Deletes every entry whose key starts with `prefix` (as in [`KeyedState::scan_prefix`]).
+    pub fn delete_prefix(&mut self, prefix: &[u8], distribution_len: usize) -> Result<()> {
+        if self.stored_any {
+            for (key, _) in self.scan_prefix(prefix, distribution_len)? {
+                self.delete(&key, distribution_len);
+            }
+            return Ok(());
+        }
+        // Nothing is stored: forgetting the pending writes is deleting them.
+        let (distribution, rest) = prefix.split_at(distribution_len.min(prefix.len()));
+        if let Some(inner) = self.pending.get_mut(distribution) {
+            self.pending_len -= inner.remove_starting_with(rest);
+            if inner.is_empty() {
+                self.pending.remove(distribution);
+            }
+        }
+        Ok(())
+    }
+
     /// The epoch ends: moves the pending writes into `wb` (a write-back table's only when more
     /// than `capacity` are pending) and bounds the cache.
     pub fn flush(&mut self, wb: &mut WriteBatch) {
@@ -417,5 +498,41 @@ mod tests {
         let scanned: Vec<u8> = s.scan_prefix(b"ga", 2).unwrap().into_iter().map(|(k, _)| k[2]).collect();
         assert_eq!(scanned, (0..40u8).filter(|i| i % 3 != 0).collect::<Vec<_>>());
         assert_eq!(s.scan_prefix(b"gb", 2).unwrap().len(), 40);
+    }
+
+    #[test]
+    fn first_last_and_delete_by_prefix_agree_with_a_scan_stored_or_not() {
+        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+        for write_back in [true, false] {
+            let s = KeyedState::new(8, Arc::clone(&store), 1000);
+            let mut s = if write_back { s.write_back() } else { s };
+            // Few writes under one prefix, then many (a B-tree); 0xFF bytes at the range's end.
+            for (sub, n) in [(b'a', 3u8), (b'b', 40), (0xFF, 2)] {
+                for i in (0..n).rev() {
+                    s.put(&[b'g', sub, i, 0xFF], 1, vec![i]);
+                }
+            }
+            let mut wb = WriteBatch::default();
+            if !write_back {
+                s.flush(&mut wb);
+                store.write(std::mem::take(&mut wb)).unwrap();
+            }
+            for sub in [b'a', b'b', 0xFF] {
+                let all = s.scan_prefix(&[b'g', sub], 1).unwrap();
+                assert_eq!(s.first_with_prefix(&[b'g', sub], 1, false).unwrap().as_ref(), all.first());
+                assert_eq!(s.first_with_prefix(&[b'g', sub], 1, true).unwrap().as_ref(), all.last());
+            }
+            assert_eq!(s.first_with_prefix(b"gc", 1, true).unwrap(), None);
+            s.delete_prefix(b"gb", 1).unwrap();
+            s.delete_prefix(&[b'g', 0xFF], 1).unwrap();
+            assert!(s.scan_prefix(b"gb", 1).unwrap().is_empty());
+            assert_eq!(s.scan_prefix(b"g", 1).unwrap().len(), 3, "write_back {write_back}");
+            assert_eq!(s.first_with_prefix(b"g", 1, true).unwrap().unwrap().0, vec![b'g', b'a', 2, 0xFF]);
+            s.delete_prefix(b"g", 1).unwrap();
+            assert!(s.scan_prefix(b"g", 1).unwrap().is_empty());
+            assert_eq!(s.pending_len, if write_back { 0 } else { 45 });
+            s.flush(&mut wb);
+            store.write(wb).unwrap();
+        }
     }
 }
