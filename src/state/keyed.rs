@@ -52,6 +52,10 @@ fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
     None
 }
 
+/// A key (or part of one) held inline up to 32 bytes: most are shorter, and a map's search then
+/// compares bytes next to each other instead of following a pointer per entry.
+type InlineKey = SmallVec<[u8; 32]>;
+
 /// A write not yet in the store.
 #[derive(Debug, Clone)]
 struct Pending {
@@ -66,8 +70,8 @@ struct Pending {
 /// B-tree past that.
 #[derive(Debug)]
 enum Writes {
-    Few(SmallVec<[(Vec<u8>, Pending); 1]>),
-    Many(BTreeMap<Vec<u8>, Pending>),
+    Few(SmallVec<[(InlineKey, Pending); 1]>),
+    Many(BTreeMap<InlineKey, Pending>),
 }
 
 /// Past this many writes a prefix's vector becomes a B-tree.
@@ -88,12 +92,12 @@ impl Writes {
         }
     }
 
-    fn insert(&mut self, rest: Vec<u8>, pending: Pending) {
+    fn insert(&mut self, rest: InlineKey, pending: Pending) {
         match self {
             Writes::Few(v) => match v.binary_search_by(|(k, _)| k.as_slice().cmp(&rest)) {
                 Ok(i) => v[i].1 = pending,
                 Err(_) if v.len() >= FEW_WRITES => {
-                    let mut many: BTreeMap<Vec<u8>, Pending> = std::mem::take(v).into_iter().collect();
+                    let mut many: BTreeMap<InlineKey, Pending> = std::mem::take(v).into_iter().collect();
                     many.insert(rest, pending);
                     *self = Writes::Many(many);
                 }
@@ -129,7 +133,7 @@ impl Writes {
     fn starting_with<'a>(
         &'a self,
         start: &'a [u8],
-    ) -> Box<dyn DoubleEndedIterator<Item = (&'a Vec<u8>, &'a Pending)> + 'a> {
+    ) -> Box<dyn DoubleEndedIterator<Item = (&'a InlineKey, &'a Pending)> + 'a> {
         let end = prefix_successor(start);
         match self {
             Writes::Few(v) => {
@@ -166,7 +170,7 @@ impl Writes {
         }
     }
 
-    fn into_vec(self) -> Vec<(Vec<u8>, Pending)> {
+    fn into_vec(self) -> Vec<(InlineKey, Pending)> {
         match self {
             Writes::Few(v) => v.into_vec(),
             Writes::Many(m) => m.into_iter().collect(),
@@ -180,7 +184,7 @@ pub struct KeyedState {
     /// Writes not yet in the store: by distribution prefix (hashed), then by the rest of the
     /// key in order. A lookup hashes the prefix and searches the few entries sharing it,
     /// instead of comparing whole keys, which share long prefixes, down an ordered map.
-    pending: HashMap<Vec<u8>, Writes>,
+    pending: HashMap<InlineKey, Writes>,
     /// How many writes are pending.
     pending_len: usize,
     /// Keep writes across epochs until more than `capacity` are pending.
@@ -268,7 +272,7 @@ impl KeyedState {
                 if value.is_none() && !maybe_stored() {
                     return;
                 }
-                self.pending.entry(prefix.to_vec()).or_insert_with(|| Writes::Few(SmallVec::new()))
+                self.pending.entry(InlineKey::from_slice(prefix)).or_insert_with(|| Writes::Few(SmallVec::new()))
             }
         };
         match inner.get_mut(rest) {
@@ -284,7 +288,7 @@ impl KeyedState {
             None => {
                 let maybe_stored = Self::may_hold(self.stored_any, &self.cache, key);
                 if value.is_some() || maybe_stored {
-                    inner.insert(rest.to_vec(), Pending { value, maybe_stored });
+                    inner.insert(InlineKey::from_slice(rest), Pending { value, maybe_stored });
                     self.pending_len += 1;
                 } else if inner.is_empty() {
                     self.pending.remove(prefix);
