@@ -601,72 +601,78 @@ impl Operator for HashAgg {
                 _ => Ok(None),
             })
             .collect::<Result<Vec<_>>>()?;
-        // Rows by group, so each group's state is looked up once per batch.
-        let mut rows_of: HashMap<&[u8], Vec<usize>> = HashMap::default();
-        for row in 0..batch.num_rows() {
-            let key: &[u8] = encoded.as_ref().map(|e| e.row(row).data()).unwrap_or_default();
-            rows_of.entry(key).or_default().push(row);
-        }
-        // Windowed groups first seen now: nothing of them is stored (the index holds every
-        // stored windowed group, as state is rebuilt with the view), so they are not looked up.
-        let mut fresh: HashSet<&[u8]> = HashSet::default();
-        if let Some(window) = self.window {
-            let closes = close_times(&keys[window.group_index], window.column)?;
-            for (key, rows) in &rows_of {
-                if let (Some(close), false) = (closes[rows[0]], self.close_of.contains_key(*key)) {
-                    fresh.insert(key);
-                    self.close_of.insert(key.to_vec(), close);
-                    let closed = !window.emit_on_close || self.watermark.is_some_and(|w| close <= w);
-                    // A window that is already closed when its first row arrives (within the
-                    // allowed lateness) emits at the next barrier like any closed window.
-                    let index = if window.emit_on_close && closed { &mut self.closed } else { &mut self.open };
-                    index.entry(close).or_default().push(key.to_vec());
-                }
+        // Each row's group as a slot in this batch, so each group's state is looked up once.
+        let mut slot_of: HashMap<&[u8], usize> = HashMap::default();
+        let mut slot_keys: Vec<(&[u8], usize)> = Vec::new(); // (key, first row)
+        let row_slots: Vec<usize> = (0..batch.num_rows())
+            .map(|row| {
+                let key: &[u8] = encoded.as_ref().map(|e| e.row(row).data()).unwrap_or_default();
+                *slot_of.entry(key).or_insert_with(|| {
+                    slot_keys.push((key, row));
+                    slot_keys.len() - 1
+                })
+            })
+            .collect();
+        let closes = match self.window {
+            Some(window) => Some(close_times(&keys[window.group_index], window.column)?),
+            None => None,
+        };
+        let mut groups: Vec<(Vec<u8>, Group)> = Vec::with_capacity(slot_keys.len());
+        for &(key, first_row) in &slot_keys {
+            if let Some(entry) = self.dirty.remove_entry(key) {
+                groups.push(entry);
+                continue;
             }
+            // A windowed group first seen now: nothing of it is stored (the index holds every
+            // stored windowed group, as state is rebuilt with the view), so it is not looked up.
+            let close = closes.as_ref().and_then(|c| c[first_row]);
+            if let (Some(window), Some(close), false) = (self.window, close, self.close_of.contains_key(key)) {
+                self.close_of.insert(key.to_vec(), close);
+                let closed = !window.emit_on_close || self.watermark.is_some_and(|w| close <= w);
+                // A window that is already closed when its first row arrives (within the
+                // allowed lateness) emits at the next barrier like any closed window.
+                let index = if window.emit_on_close && closed { &mut self.closed } else { &mut self.open };
+                index.entry(close).or_default().push(key.to_vec());
+                self.groups.known_absent(key);
+                groups.push((key.to_vec(), self.new_group()));
+                continue;
+            }
+            let group = self.load(key)?;
+            groups.push((key.to_vec(), group));
         }
-        for (key, rows) in &rows_of {
-            let (owned_key, mut group) = match self.dirty.remove_entry(*key) {
-                Some(entry) => entry,
-                None if fresh.contains(key) => {
-                    self.groups.known_absent(key);
-                    (key.to_vec(), self.new_group())
-                }
-                None => (key.to_vec(), self.load(key)?),
-            };
-            // A value's net change per multiset aggregate, applied to the state once.
-            let mut deltas: Vec<HashMap<&[u8], i64>> = vec![HashMap::default(); self.aggs.len()];
-            for &row in rows {
-                let sign = batch.ops[row].sign();
-                group.rows += sign;
-                for (i, arg) in args.iter().enumerate() {
-                    match (&encoded_values[i], arg) {
-                        (Some(values), Some(arg)) => {
-                            if arg.is_valid(row) {
-                                *deltas[i].entry(values.row(row).data()).or_insert(0) += sign;
-                            }
+        // A value's net change per (group slot, multiset aggregate), applied to the state once.
+        let mut deltas: HashMap<(usize, usize, &[u8]), i64> = HashMap::default();
+        for (row, &slot) in row_slots.iter().enumerate() {
+            let sign = batch.ops[row].sign();
+            let group = &mut groups[slot].1;
+            group.rows += sign;
+            for (i, arg) in args.iter().enumerate() {
+                match (&encoded_values[i], arg) {
+                    (Some(values), Some(arg)) => {
+                        if arg.is_valid(row) {
+                            *deltas.entry((slot, i, values.row(row).data())).or_insert(0) += sign;
                         }
-                        // Counters need no value, only whether there is one.
-                        (None, arg) if matches!(group.accs[i], Acc::Count(_)) => {
-                            if let (Acc::Count(n), true) =
-                                (&mut group.accs[i], arg.as_ref().is_none_or(|a| a.is_valid(row)))
-                            {
-                                *n += sign;
-                            }
+                    }
+                    // Counters need no value, only whether there is one.
+                    (None, arg) if matches!(group.accs[i], Acc::Count(_)) => {
+                        if let (Acc::Count(n), true) =
+                            (&mut group.accs[i], arg.as_ref().is_none_or(|a| a.is_valid(row)))
+                        {
+                            *n += sign;
                         }
-                        _ => {
-                            let value = arg.as_ref().map(|a| ScalarValue::try_from_array(a, row)).transpose()?;
-                            self.update(&mut group, i, value, sign)?;
-                        }
+                    }
+                    _ => {
+                        let value = arg.as_ref().map(|a| ScalarValue::try_from_array(a, row)).transpose()?;
+                        self.update(group, i, value, sign)?;
                     }
                 }
             }
-            for (i, values) in deltas.into_iter().enumerate() {
-                for (value, delta) in values.into_iter().filter(|(_, d)| *d != 0) {
-                    self.add_to_multiset(key, &mut group, i, value, delta)?;
-                }
-            }
-            self.dirty.insert(owned_key, group);
         }
+        for ((slot, i, value), delta) in deltas.into_iter().filter(|(_, d)| *d != 0) {
+            let (key, group) = &mut groups[slot];
+            self.add_to_multiset(key, group, i, value, delta)?;
+        }
+        self.dirty.extend(groups);
         Ok(vec![])
     }
 
@@ -687,7 +693,7 @@ impl Operator for HashAgg {
             for (key, group) in held {
                 self.store_group(&key, &group)?;
             }
-            let mut emitting: crate::types::hash::HashSet<Vec<u8>> = emit.iter().map(|(k, _)| k.clone()).collect();
+            let mut emitting: HashSet<Vec<u8>> = emit.iter().map(|(k, _)| k.clone()).collect();
             for (close, keys) in newly_closed {
                 for key in &keys {
                     if emitting.insert(key.clone()) {
