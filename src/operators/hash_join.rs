@@ -220,7 +220,7 @@ impl Side {
             let mut numbered = Self::tagged(key, 1, &self.next_row.to_be_bytes());
             numbered.extend_from_slice(row);
             self.next_row += 1;
-            self.state.put(&numbered, key.len(), 1i64.to_le_bytes().to_vec());
+            self.state.put_new(&numbered, key.len(), 1i64.to_le_bytes().to_vec());
             numbered
         } else {
             let stored = Self::tagged(key, 1, row);

@@ -68,11 +68,12 @@ impl Operator for WindowAssign {
                 let end_column = windowed.data.num_columns() - 1;
                 let closes = close_times(windowed.data.column(end_column), TimeColumn { close_offset: 0 })?;
                 let final_before = watermark.saturating_sub(self.lateness);
-                let (late, on_time): (Vec<u32>, Vec<u32>) = (0..windowed.num_rows() as u32)
-                    .partition(|&i| closes[i as usize].is_some_and(|c| c <= final_before));
-                if late.is_empty() {
+                let is_late = |c: &Option<i64>| c.is_some_and(|c| c <= final_before);
+                if !closes.iter().any(is_late) {
                     None
                 } else {
+                    let (late, on_time): (Vec<u32>, Vec<u32>) =
+                        (0..windowed.num_rows() as u32).partition(|&i| is_late(&closes[i as usize]));
                     self.late.divert(windowed.take(&late)?)?;
                     Some(on_time)
                 }
@@ -117,7 +118,7 @@ mod tests {
             Field::new("t", time_type.clone(), true),
         ]));
         let ids: ArrayRef = Arc::new(Int64Array::from(times.to_vec()));
-        let t = from_nanos(times.iter().map(|&t| Some(t * S)).collect(), &time_type).unwrap();
+        let t = from_nanos(times.iter().map(|&t| Some(t * S)).collect::<Vec<_>>(), &time_type).unwrap();
         ChangeBatch::inserts(RecordBatch::try_new(schema, vec![ids, t]).unwrap())
     }
 

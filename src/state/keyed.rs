@@ -255,46 +255,45 @@ impl KeyedState {
     }
 
     pub fn put(&mut self, key: &[u8], distribution_len: usize, value: Vec<u8>) {
-        self.write(key, distribution_len, Some(value));
+        self.write(key, distribution_len, Some(value), None);
+    }
+
+    /// Puts a key the store cannot hold (the caller made it new, as a join numbers its rows), so
+    /// no lookup asks whether it is stored, and deleting it before a spill reaches no store.
+    pub fn put_new(&mut self, key: &[u8], distribution_len: usize, value: Vec<u8>) {
+        self.write(key, distribution_len, Some(value), Some(false));
     }
 
     pub fn delete(&mut self, key: &[u8], distribution_len: usize) {
-        self.write(key, distribution_len, None);
+        self.write(key, distribution_len, None, None);
     }
 
-    /// Puts (`Some`) or deletes (`None`) `key`'s value, in `pending`.
-    fn write(&mut self, key: &[u8], distribution_len: usize, value: Option<Vec<u8>>) {
+    /// Puts (`Some`) or deletes (`None`) `key`'s value, in `pending`. `stored` is whether the
+    /// store may hold the key, when the caller knows.
+    fn write(&mut self, key: &[u8], distribution_len: usize, value: Option<Vec<u8>>, stored: Option<bool>) {
         let (prefix, rest) = key.split_at(distribution_len.min(key.len()));
-        let maybe_stored = || Self::may_hold(self.stored_any, &self.cache, key);
-        let inner = match self.pending.get_mut(prefix) {
-            Some(inner) => inner,
-            None => {
-                if value.is_none() && !maybe_stored() {
-                    return;
+        if let Some(inner) = self.pending.get_mut(prefix) {
+            if let Some(pending) = inner.get_mut(rest) {
+                if value.is_none() && !pending.maybe_stored {
+                    // Never written to the store: forgetting the pending write is deleting it.
+                    inner.remove(rest);
+                    self.pending_len -= 1;
+                    if inner.is_empty() {
+                        self.pending.remove(prefix);
+                    }
+                } else {
+                    pending.value = value;
                 }
-                self.pending.entry(InlineKey::from_slice(prefix)).or_insert_with(|| Writes::Few(SmallVec::new()))
-            }
-        };
-        match inner.get_mut(rest) {
-            // Never written to the store: forgetting the pending write is deleting it.
-            Some(pending) if value.is_none() && !pending.maybe_stored => {
-                inner.remove(rest);
-                self.pending_len -= 1;
-                if inner.is_empty() {
-                    self.pending.remove(prefix);
-                }
-            }
-            Some(pending) => pending.value = value,
-            None => {
-                let maybe_stored = Self::may_hold(self.stored_any, &self.cache, key);
-                if value.is_some() || maybe_stored {
-                    inner.insert(InlineKey::from_slice(rest), Pending { value, maybe_stored });
-                    self.pending_len += 1;
-                } else if inner.is_empty() {
-                    self.pending.remove(prefix);
-                }
+                return;
             }
         }
+        let maybe_stored = stored.unwrap_or_else(|| Self::may_hold(self.stored_any, &self.cache, key));
+        if value.is_none() && !maybe_stored {
+            return;
+        }
+        let inner = self.pending.entry(InlineKey::from_slice(prefix)).or_insert_with(|| Writes::Few(SmallVec::new()));
+        inner.insert(InlineKey::from_slice(rest), Pending { value, maybe_stored });
+        self.pending_len += 1;
     }
 
     /// Adds `delta` to the multiplicity stored under `key` (deleting it when it reaches 0);
@@ -317,7 +316,10 @@ impl KeyedState {
     /// at start and was never written in this process), so a write and delete of it before it
     /// is flushed never reach the store.
     pub fn known_absent(&mut self, key: &[u8]) {
-        self.remember(key.to_vec(), None);
+        // Before the first spill every key is known absent already.
+        if self.stored_any {
+            self.remember(key.to_vec(), None);
+        }
     }
 
     /// Whether the store may hold `key`: not if it holds nothing of the table yet
@@ -473,6 +475,8 @@ mod tests {
         s.known_absent(b"new");
         s.put(b"new", 1, vec![1]);
         s.delete(b"new", 1);
+        s.put_new(b"made", 1, vec![1]);
+        s.delete(b"made", 1);
         s.delete(&key(0), 1);
         assert_eq!(s.get(&key(0), 1).unwrap(), None);
         assert_eq!(s.get(b"new", 1).unwrap(), None);
@@ -482,6 +486,7 @@ mod tests {
         s.flush(&mut wb);
         let keys: Vec<Vec<u8>> = wb.ops.iter().map(|op| op.key()[6..].to_vec()).collect();
         assert!(keys.contains(&key(0)) && !keys.contains(&b"new".to_vec()), "{keys:?}");
+        assert!(!keys.contains(&b"made".to_vec()), "{keys:?}");
         assert_eq!(keys.len(), 17);
     }
 

@@ -77,7 +77,10 @@ pub fn to_nanos(array: &ArrayRef) -> Result<TimestampNanosecondArray> {
 }
 
 /// Nanoseconds back to the type of a TIMESTAMP column.
-pub fn from_nanos(values: Vec<Option<i64>>, data_type: &DataType) -> Result<ArrayRef> {
+pub fn from_nanos<T>(values: T, data_type: &DataType) -> Result<ArrayRef>
+where
+    TimestampNanosecondArray: From<T>,
+{
     let DataType::Timestamp(_, tz) = data_type else {
         return Err(invalid(format!("event time must be a TIMESTAMP, not {data_type}")));
     };
@@ -160,15 +163,16 @@ impl WindowSpec {
     /// with a NULL time left out. Also returns, per output row, the input row it came from.
     pub fn assign(&self, batch: &RecordBatch, schema: &SchemaRef) -> Result<(RecordBatch, Vec<u32>)> {
         let times = to_nanos(batch.column(self.time_column))?;
-        let mut origins: Vec<u32> = Vec::with_capacity(times.len());
-        let mut starts: Vec<Option<i64>> = Vec::with_capacity(times.len());
-        let mut ends: Vec<Option<i64>> = Vec::with_capacity(times.len());
+        let rows = times.len() * (self.size() / self.slide()) as usize;
+        let mut origins: Vec<u32> = Vec::with_capacity(rows);
+        let mut starts: Vec<i64> = Vec::with_capacity(rows);
+        let mut ends: Vec<i64> = Vec::with_capacity(rows);
         for (row, t) in times.iter().enumerate() {
             let Some(t) = t else { continue };
             for start in self.starts(t) {
                 origins.push(row as u32);
-                starts.push(Some(start));
-                ends.push(Some(start + self.size()));
+                starts.push(start);
+                ends.push(start + self.size());
             }
         }
         let time_type = batch.schema().field(self.time_column).data_type().clone();
