@@ -36,7 +36,7 @@ use std::sync::Arc;
 use datafusion::arrow::array::{Array, ArrayRef, Int64Array, RecordBatch};
 use datafusion::arrow::compute::{cast, interleave};
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
-use datafusion::arrow::row::{RowConverter, SortField};
+use datafusion::arrow::row::{RowConverter, Rows, SortField};
 use datafusion::common::ScalarValue;
 use datafusion::physical_expr::PhysicalExpr;
 
@@ -175,8 +175,9 @@ pub struct HashAgg {
     schema: SchemaRef,
     groups: KeyedState,
     values: KeyedState,
-    /// Groups touched in this epoch.
-    dirty: HashMap<Vec<u8>, Group>,
+    /// Groups touched in this epoch: where each is in `touched`, in the order first touched.
+    dirty: HashMap<Vec<u8>, usize>,
+    touched: Vec<Group>,
     view: String,
     /// The input only ever inserts: min and max keep their extreme, not a value multiset.
     append_only_input: bool,
@@ -223,6 +224,7 @@ impl HashAgg {
             groups: state.0,
             values: state.1,
             dirty: HashMap::default(),
+            touched: Vec::new(),
             view: view.to_string(),
             append_only_input: false,
             window: None,
@@ -234,7 +236,8 @@ impl HashAgg {
         if agg.group_codec.is_none() {
             // The one group of a global aggregate exists from the start.
             let group = agg.load(&[])?;
-            agg.dirty.insert(vec![], group);
+            agg.dirty.insert(vec![], 0);
+            agg.touched.push(group);
         }
         Ok(agg)
     }
@@ -243,10 +246,9 @@ impl HashAgg {
     /// extreme so far in the group's state instead of every value in the store.
     pub fn with_append_only_input(mut self) -> Result<HashAgg> {
         self.append_only_input = true;
-        if self.dirty.contains_key(&[][..]) {
+        if let Some(&at) = self.dirty.get(&[][..]) {
             // The one group of a global aggregate, loaded before, in this representation.
-            let group = self.load(&[])?;
-            self.dirty.insert(vec![], group);
+            self.touched[at] = self.load(&[])?;
         }
         Ok(self)
     }
@@ -267,6 +269,7 @@ impl HashAgg {
     /// not emit the one group's row too.
     pub fn without_initial_group(mut self) -> HashAgg {
         self.dirty.clear();
+        self.touched.clear();
         self
     }
 
@@ -617,67 +620,46 @@ impl Operator for HashAgg {
             Some(window) => Some(close_times(&keys[window.group_index], window.column)?),
             None => None,
         };
-        let mut groups: Vec<(Vec<u8>, Group)> = Vec::with_capacity(slot_keys.len());
+        // Each slot's group in `touched`: this epoch's, else the store's, else new.
+        let mut at: Vec<usize> = Vec::with_capacity(slot_keys.len());
         for &(key, first_row) in &slot_keys {
-            if let Some(entry) = self.dirty.remove_entry(key) {
-                groups.push(entry);
+            if let Some(&i) = self.dirty.get(key) {
+                at.push(i);
                 continue;
             }
             // A windowed group first seen now: nothing of it is stored (the index holds every
             // stored windowed group, as state is rebuilt with the view), so it is not looked up.
             let close = closes.as_ref().and_then(|c| c[first_row]);
-            if let (Some(window), Some(close), false) = (self.window, close, self.close_of.contains_key(key)) {
-                self.close_of.insert(key.to_vec(), close);
-                let closed = !window.emit_on_close || self.watermark.is_some_and(|w| close <= w);
-                // A window that is already closed when its first row arrives (within the
-                // allowed lateness) emits at the next barrier like any closed window.
-                let index = if window.emit_on_close && closed { &mut self.closed } else { &mut self.open };
-                index.entry(close).or_default().push(key.to_vec());
-                self.groups.known_absent(key);
-                groups.push((key.to_vec(), self.new_group()));
-                continue;
-            }
-            let group = self.load(key)?;
-            groups.push((key.to_vec(), group));
-        }
-        // A value's net change per (group slot, multiset aggregate), applied to the state once.
-        let mut deltas: HashMap<(usize, usize, &[u8]), i64> = HashMap::default();
-        for (row, &slot) in row_slots.iter().enumerate() {
-            let sign = batch.ops[row].sign();
-            let group = &mut groups[slot].1;
-            group.rows += sign;
-            for (i, arg) in args.iter().enumerate() {
-                match (&encoded_values[i], arg) {
-                    (Some(values), Some(arg)) => {
-                        if arg.is_valid(row) {
-                            *deltas.entry((slot, i, values.row(row).data())).or_insert(0) += sign;
-                        }
-                    }
-                    // Counters need no value, only whether there is one.
-                    (None, arg) if matches!(group.accs[i], Acc::Count(_)) => {
-                        if let (Acc::Count(n), true) =
-                            (&mut group.accs[i], arg.as_ref().is_none_or(|a| a.is_valid(row)))
-                        {
-                            *n += sign;
-                        }
-                    }
-                    _ => {
-                        let value = arg.as_ref().map(|a| ScalarValue::try_from_array(a, row)).transpose()?;
-                        self.update(group, i, value, sign)?;
-                    }
+            let group = match (self.window, close, self.close_of.contains_key(key)) {
+                (Some(window), Some(close), false) => {
+                    self.close_of.insert(key.to_vec(), close);
+                    let closed = !window.emit_on_close || self.watermark.is_some_and(|w| close <= w);
+                    // A window that is already closed when its first row arrives (within the
+                    // allowed lateness) emits at the next barrier like any closed window.
+                    let index = if window.emit_on_close && closed { &mut self.closed } else { &mut self.open };
+                    index.entry(close).or_default().push(key.to_vec());
+                    self.groups.known_absent(key);
+                    self.new_group()
                 }
-            }
+                _ => self.load(key)?,
+            };
+            self.dirty.insert(key.to_vec(), self.touched.len());
+            at.push(self.touched.len());
+            self.touched.push(group);
         }
-        for ((slot, i, value), delta) in deltas.into_iter().filter(|(_, d)| *d != 0) {
-            let (key, group) = &mut groups[slot];
-            self.add_to_multiset(key, group, i, value, delta)?;
-        }
-        self.dirty.extend(groups);
+        // Taken out while rows update them, as updating borrows the operator.
+        let mut touched = std::mem::take(&mut self.touched);
+        let applied = self.apply_rows(&batch, &args, &encoded_values, &row_slots, &slot_keys, &at, &mut touched);
+        self.touched = touched;
+        applied?;
         Ok(vec![])
     }
 
     fn on_barrier(&mut self) -> Result<Vec<ChangeBatch>> {
-        let dirty: Vec<(Vec<u8>, Group)> = self.dirty.drain().collect();
+        let mut keys: Vec<(Vec<u8>, usize)> = self.dirty.drain().collect();
+        keys.sort_unstable_by_key(|(_, at)| *at);
+        let dirty: Vec<(Vec<u8>, Group)> =
+            keys.into_iter().map(|(key, _)| key).zip(std::mem::take(&mut self.touched)).collect();
         let Some(window) = self.window else {
             return self.emit(dirty);
         };
@@ -726,6 +708,52 @@ impl Operator for HashAgg {
 }
 
 impl HashAgg {
+    /// Applies a batch's rows to their groups (`touched[at[row_slots[row]]]`).
+    #[allow(clippy::too_many_arguments)]
+    fn apply_rows(
+        &mut self,
+        batch: &ChangeBatch,
+        args: &[Option<ArrayRef>],
+        encoded_values: &[Option<Rows>],
+        row_slots: &[usize],
+        slot_keys: &[(&[u8], usize)],
+        at: &[usize],
+        touched: &mut [Group],
+    ) -> Result<()> {
+        // A value's net change per (group slot, multiset aggregate), applied to the state once.
+        let mut deltas: HashMap<(usize, usize, &[u8]), i64> = HashMap::default();
+        for (row, &slot) in row_slots.iter().enumerate() {
+            let sign = batch.ops[row].sign();
+            let group = &mut touched[at[slot]];
+            group.rows += sign;
+            for (i, arg) in args.iter().enumerate() {
+                match (&encoded_values[i], arg) {
+                    (Some(values), Some(arg)) => {
+                        if arg.is_valid(row) {
+                            *deltas.entry((slot, i, values.row(row).data())).or_insert(0) += sign;
+                        }
+                    }
+                    // Counters need no value, only whether there is one.
+                    (None, arg) if matches!(group.accs[i], Acc::Count(_)) => {
+                        if let (Acc::Count(n), true) =
+                            (&mut group.accs[i], arg.as_ref().is_none_or(|a| a.is_valid(row)))
+                        {
+                            *n += sign;
+                        }
+                    }
+                    _ => {
+                        let value = arg.as_ref().map(|a| ScalarValue::try_from_array(a, row)).transpose()?;
+                        self.update(group, i, value, sign)?;
+                    }
+                }
+            }
+        }
+        for ((slot, i, value), delta) in deltas.into_iter().filter(|(_, d)| *d != 0) {
+            self.add_to_multiset(slot_keys[slot].0, &mut touched[at[slot]], i, value, delta)?;
+        }
+        Ok(())
+    }
+
     /// Writes a group's state (or deletes it when it has no rows left).
     fn store_group(&mut self, key: &[u8], group: &Group) -> Result<()> {
         if group.rows == 0 && self.group_codec.is_some() {
