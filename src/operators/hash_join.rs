@@ -11,8 +11,8 @@
 //! `key ++ 0` holds how many rows the side has for the key, `key ++ 1 ++ row` each row's
 //! multiplicity (rows as arrow-row bytes), so a key's rows are one range read. A side whose
 //! input only ever inserts ([`HashJoin::with_append_only_inputs`]) stores each row once more
-//! under `key ++ 1 ++ n ++ row` (n numbering its rows, so a new row sorts last among its key's,
-//! found after comparing a few bytes) with multiplicity 1, so adding a row
+//! as `key ++ 1 ++ n -> row` (n numbering its rows, so a new row sorts last among its key's,
+//! and the state key stays short: compared in a few bytes, held inline), so adding a row
 //! reads nothing; in an inner join (no padding to keep right) it keeps no count either, and
 //! its rows are looked up directly. Keys with few rows are also kept in a bounded cache, updated with each change
 //! to them.
@@ -127,9 +127,6 @@ struct Side {
 /// State keys of rows (each with its join key's length), by the rows' time.
 type RowsByTime = BTreeMap<i64, Vec<(Vec<u8>, usize)>>;
 
-/// The length of the row number before an append-only side's row.
-const ROW_NUMBER_LEN: usize = 8;
-
 /// Join keys with more rows than this are read from the state each time.
 const CACHED_ROWS_PER_KEY: usize = 64;
 
@@ -192,9 +189,10 @@ impl Side {
             .state
             .scan_prefix(&prefix, key.len())?
             .into_iter()
-            .map(|(k, v)| {
-                let start = prefix.len() + if self.append_only { ROW_NUMBER_LEN } else { 0 };
-                Ok((k[start..].to_vec(), count_of(Some(v))?))
+            .map(|(k, v)| match self.append_only {
+                // `key ++ 1 ++ n -> row`, once.
+                true => Ok((v, 1)),
+                false => Ok((k[prefix.len()..].to_vec(), count_of(Some(v))?)),
             })
             .collect::<Result<Vec<_>>>()?;
         if rows.len() <= CACHED_ROWS_PER_KEY {
@@ -217,10 +215,9 @@ impl Side {
             if sign < 0 {
                 return Err(WeirError::internal("a join input derived as append-only retracted a row"));
             }
-            let mut numbered = Self::tagged(key, 1, &self.next_row.to_be_bytes());
-            numbered.extend_from_slice(row);
+            let numbered = Self::tagged(key, 1, &self.next_row.to_be_bytes());
             self.next_row += 1;
-            self.state.put_new(&numbered, key.len(), 1i64.to_le_bytes().to_vec());
+            self.state.put_new(&numbered, key.len(), row.to_vec());
             numbered
         } else {
             let stored = Self::tagged(key, 1, row);
@@ -258,7 +255,11 @@ impl Side {
         let keep = by_time.split_off(&below);
         let expired = std::mem::replace(by_time, keep);
         for (stored, key_len) in expired.into_values().flatten() {
-            let count = if present { 1 } else { count_of(self.state.get(&stored, key_len)?)? };
+            let count = match (present, self.append_only) {
+                (true, _) => 1,
+                (false, true) => self.state.get(&stored, key_len)?.is_some() as i64,
+                (false, false) => count_of(self.state.get(&stored, key_len)?)?,
+            };
             if count == 0 {
                 continue;
             }
