@@ -35,6 +35,7 @@ impl SqlState {
     pub const FEATURE_NOT_SUPPORTED: SqlState = SqlState("0A000");
     pub const UNDEFINED_PARAMETER: SqlState = SqlState("42704");
     pub const QUERY_CANCELED: SqlState = SqlState("57014");
+    pub const ADMIN_SHUTDOWN: SqlState = SqlState("57P01");
     pub const DEPENDENT_OBJECTS_STILL_EXIST: SqlState = SqlState("2BP01");
     pub const WRONG_OBJECT_TYPE: SqlState = SqlState("42809");
     pub const IO_ERROR: SqlState = SqlState("58030");

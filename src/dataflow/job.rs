@@ -33,7 +33,7 @@ use datafusion::physical_expr::PhysicalExpr;
 use super::graph::Graph;
 use crate::catalog::changes::{ChangeHub, ChangeReceiver};
 use crate::catalog::Relation;
-use crate::error::{Result, WeirError};
+use crate::error::{Result, SqlState, WeirError};
 use crate::metrics;
 use crate::operators::eval::evaluate;
 use crate::operators::materialize::Materialize;
@@ -170,11 +170,7 @@ impl ViewJob {
         let (view_wb, _) = self.materialize.barrier()?;
         wb.ops.extend(view_wb.ops);
         self.mark_rebuildable(&mut wb);
-        let store = Arc::clone(&self.store);
-        tokio::task::spawn_blocking(move || store.write(wb))
-            .await
-            .map_err(|e| WeirError::internal(e.to_string()))??;
-        Ok(())
+        write_off_thread(&self.store, wb).await
     }
 
     pub async fn run(mut self) {
@@ -213,8 +209,11 @@ impl ViewJob {
                     waiting[input] = Some(epoch);
                     if waiting.iter().all(|w| w.is_some()) {
                         let epoch = waiting.iter().flatten().copied().min().unwrap_or(epoch);
-                        if let Err(e) = self.commit(Barrier { epoch, ..barrier }).await {
-                            self.report(&e);
+                        match self.commit(Barrier { epoch, ..barrier }).await {
+                            Ok(()) => {}
+                            // The runtime is going away; the view rebuilds at the next start.
+                            Err(e) if e.state == SqlState::ADMIN_SHUTDOWN => break,
+                            Err(e) => self.report(&e),
                         }
                         waiting.iter_mut().for_each(|w| *w = None);
                     }
@@ -247,10 +246,7 @@ impl ViewJob {
         self.mark_rebuildable(&mut wb);
         let _guard = self.relation.write_lock.lock().await;
         if !wb.is_empty() {
-            let store = Arc::clone(&self.store);
-            tokio::task::spawn_blocking(move || store.write(wb))
-                .await
-                .map_err(|e| WeirError::internal(e.to_string()))??;
+            write_off_thread(&self.store, wb).await?;
         }
         if let (Some(table), Some(rows)) = (&late_table, late) {
             self.changes.publish(table.def.id, vec![Message::Data(ChangeBatch::inserts(rows))]).await;
@@ -294,5 +290,16 @@ impl ViewJob {
         metrics::VIEW_ERRORS_TOTAL.with_label_values(&[&self.relation.def.name]).inc();
         crate::system::record_view_error(&self.relation.def.name, &e.message, 1);
         tracing::error!(view = %self.relation.def.name, "view failed to apply changes: {e}");
+    }
+}
+
+/// Writes `wb` to the store on a blocking thread. A write the runtime cancelled before it ran
+/// (it is shutting down) is `57P01`, so the view stops instead of reporting a failure.
+async fn write_off_thread(store: &Arc<dyn StateStore>, wb: WriteBatch) -> Result<()> {
+    let store = Arc::clone(store);
+    match tokio::task::spawn_blocking(move || store.write(wb)).await {
+        Ok(written) => written,
+        Err(e) if e.is_cancelled() => Err(WeirError::new(SqlState::ADMIN_SHUTDOWN, "the server is shutting down")),
+        Err(e) => Err(WeirError::internal(e.to_string())),
     }
 }
