@@ -14,7 +14,11 @@
 //! State is in the store ([`KeyedState`], bounded cache): table 0 holds each group's counters
 //! and last emitted row, keyed by the group key; table 1 the value multisets, keyed by group
 //! key, aggregate and value (memcomparable, so the first and last entries are min and max).
-//! Only the groups touched in the current epoch are held in memory.
+//! Only the groups touched in the current epoch are held in memory, in one arena indexed by
+//! group key: a batch's rows are mapped to group slots once and applied in row order, and at
+//! the barrier the touched groups' new rows are built as Arrow arrays at once (counters
+//! straight into an array), compared encoded with the rows emitted before, and the output is
+//! picked from old and new rows by index.
 //!
 //! Windowed aggregation ([`AggWindow`]): when a group key column is a window's start or end,
 //! the aggregate knows when each group's window closes and follows the view's watermark:

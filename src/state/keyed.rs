@@ -17,6 +17,10 @@
 //! costs no store operations.) The cache holds at most `capacity` clean entries and is emptied
 //! when it would grow past that, so memory stays bounded however large the state is.
 //!
+//! Pending writes are hashed by distribution prefix and ordered under it (keys up to 32 bytes
+//! held inline), so the entries under a prefix can be read first or last
+//! ([`KeyedState::first_with_prefix`]) or dropped as one ([`KeyedState::delete_prefix`]).
+//!
 //! Many operators keep multiplicities (a value's count in a multiset, a row's in a join side or
 //! a buffer): [`KeyedState::add_count`] and [`decode_count`] are the one encoding of them, an
 //! `i64` little-endian, absent meaning 0.
