@@ -21,7 +21,7 @@ use datafusion::logical_expr::{Aggregate, Distinct, Expr, ExprSchemable, JoinTyp
 use datafusion::physical_expr::PhysicalExpr;
 
 use super::graph::Graph;
-use super::join_interval::join_interval;
+use super::join_interval::{join_interval, NANOS_PER_DAY};
 use crate::catalog::windowed::windowed_relation;
 use crate::catalog::Catalog;
 use crate::error::{Result, WeirError};
@@ -264,7 +264,8 @@ impl Builder<'_> {
     }
 
     fn physical(&self, expr: &Expr, input: &DFSchema) -> Result<Arc<dyn PhysicalExpr>> {
-        Ok(self.state.create_physical_expr(expr.clone(), input)?)
+        let expr = fixed_intervals_as_durations(expr.clone(), input)?;
+        Ok(self.state.create_physical_expr(expr, input)?)
     }
 
     fn schema(plan: &LogicalPlan) -> SchemaRef {
@@ -752,5 +753,84 @@ impl Builder<'_> {
                 Ok((self.graph.add(ops, &[leaf], vec![exchange])?, schema, distribution, times))
             }
         }
+    }
+}
+
+/// `t ± INTERVAL '10' SECOND` with `t` a TIMESTAMP, as `t ± <duration>` in `t`'s unit: the
+/// same value for a fixed-length interval (no months, and no days where a time zone would
+/// make a day's length vary), computed as one integer subtraction per row instead of a
+/// calendar step per row (q7's join condition computes it for every bid).
+fn fixed_intervals_as_durations(expr: Expr, input: &DFSchema) -> Result<Expr> {
+    use datafusion::arrow::datatypes::{DataType, TimeUnit};
+    use datafusion::common::tree_node::{Transformed, TreeNode};
+    use datafusion::common::ScalarValue;
+    use datafusion::logical_expr::{BinaryExpr, Operator as BinaryOp};
+    let rewritten = expr.transform_up(|e| {
+        let Expr::BinaryExpr(BinaryExpr { left, op: op @ (BinaryOp::Plus | BinaryOp::Minus), right }) = &e else {
+            return Ok(Transformed::no(e));
+        };
+        let (Expr::Literal(ScalarValue::IntervalMonthDayNano(Some(interval)), _), Ok(DataType::Timestamp(unit, tz))) =
+            (right.as_ref(), left.get_type(input))
+        else {
+            return Ok(Transformed::no(e));
+        };
+        let days_vary = tz.is_some() && interval.days != 0;
+        let nanos = (interval.days as i64).checked_mul(NANOS_PER_DAY).and_then(|d| d.checked_add(interval.nanoseconds));
+        let duration = match (interval.months, days_vary, nanos, unit) {
+            (0, false, Some(n), TimeUnit::Nanosecond) => ScalarValue::DurationNanosecond(Some(n)),
+            (0, false, Some(n), TimeUnit::Microsecond) if n % 1_000 == 0 => {
+                ScalarValue::DurationMicrosecond(Some(n / 1_000))
+            }
+            (0, false, Some(n), TimeUnit::Millisecond) if n % 1_000_000 == 0 => {
+                ScalarValue::DurationMillisecond(Some(n / 1_000_000))
+            }
+            (0, false, Some(n), TimeUnit::Second) if n % 1_000_000_000 == 0 => {
+                ScalarValue::DurationSecond(Some(n / 1_000_000_000))
+            }
+            _ => return Ok(Transformed::no(e)),
+        };
+        let shifted = Expr::BinaryExpr(BinaryExpr::new(left.clone(), *op, Box::new(Expr::Literal(duration, None))));
+        Ok(Transformed::yes(shifted))
+    })?;
+    Ok(rewritten.data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+    use datafusion::common::ScalarValue;
+    use datafusion::prelude::{col, lit};
+
+    #[test]
+    fn fixed_intervals_become_durations_in_the_timestamps_unit() {
+        use datafusion::arrow::datatypes::IntervalMonthDayNano;
+        let schema = DFSchema::try_from(Schema::new(vec![
+            Field::new("ns", DataType::Timestamp(TimeUnit::Nanosecond, None), true),
+            Field::new("ms", DataType::Timestamp(TimeUnit::Millisecond, None), true),
+            Field::new("tz", DataType::Timestamp(TimeUnit::Nanosecond, Some("+01:00".into())), true),
+        ]))
+        .unwrap();
+        let interval = |months, days, nanos| {
+            lit(ScalarValue::IntervalMonthDayNano(Some(IntervalMonthDayNano::new(months, days, nanos))))
+        };
+        let rewrite = |e: Expr| fixed_intervals_as_durations(e, &schema).unwrap();
+        let ten_seconds = 10_000_000_000;
+        assert_eq!(
+            rewrite(col("ns") - interval(0, 0, ten_seconds)),
+            col("ns") - lit(ScalarValue::DurationNanosecond(Some(ten_seconds)))
+        );
+        assert_eq!(
+            rewrite(col("ms") + interval(0, 1, 0)),
+            col("ms") + lit(ScalarValue::DurationMillisecond(Some(86_400_000)))
+        );
+        // Kept: months, a day where the time zone decides its length, a unit that cannot hold it.
+        for kept in [col("ns") - interval(1, 0, 0), col("tz") - interval(0, 1, 0), col("ms") - interval(0, 0, 1)] {
+            assert_eq!(rewrite(kept.clone()), kept);
+        }
+        assert_eq!(
+            rewrite(col("tz") - interval(0, 0, ten_seconds)),
+            col("tz") - lit(ScalarValue::DurationNanosecond(Some(ten_seconds)))
+        );
     }
 }

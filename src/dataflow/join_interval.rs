@@ -15,7 +15,8 @@ use datafusion::logical_expr::{BinaryExpr, Expr, Operator};
 use crate::operators::hash_join::JoinInterval;
 use crate::types::window::TimeColumn;
 
-const NANOS_PER_DAY: i64 = 86_400_000_000_000;
+/// Nanoseconds in a day (of a timestamp without a time zone).
+pub(crate) const NANOS_PER_DAY: i64 = 86_400_000_000_000;
 
 /// The bound `filter` (over `schema`: the left input's `left_width` columns, then the right's)
 /// puts on a pair of time columns, with one of them a window bound (`times`, by column of
