@@ -535,6 +535,20 @@ impl HashAgg {
     }
 }
 
+/// A batch as [`HashAgg::apply`] prepared it for its groups.
+struct PreparedBatch<'a> {
+    batch: &'a ChangeBatch,
+    /// Each aggregate's argument (None for `count(*)`).
+    args: Vec<Option<ArrayRef>>,
+    /// Multiset aggregates' arguments, encoded (memcomparable).
+    encoded_values: Vec<Option<Rows>>,
+    /// Each row's group slot, and each slot's group key and first row.
+    row_slots: Vec<usize>,
+    slot_keys: Vec<(&'a [u8], usize)>,
+    /// Where each slot's group is in the arena of touched groups.
+    at: Vec<usize>,
+}
+
 struct Reader<'a> {
     bytes: &'a [u8],
     at: usize,
@@ -653,7 +667,8 @@ impl Operator for HashAgg {
         }
         // Taken out while rows update them, as updating borrows the operator.
         let mut touched = std::mem::take(&mut self.touched);
-        let applied = self.apply_rows(&batch, &args, &encoded_values, &row_slots, &slot_keys, &at, &mut touched);
+        let prepared = PreparedBatch { batch: &batch, args, encoded_values, row_slots, slot_keys, at };
+        let applied = self.apply_rows(&prepared, &mut touched);
         self.touched = touched;
         applied?;
         Ok(vec![])
@@ -713,17 +728,8 @@ impl Operator for HashAgg {
 
 impl HashAgg {
     /// Applies a batch's rows to their groups (`touched[at[row_slots[row]]]`).
-    #[allow(clippy::too_many_arguments)]
-    fn apply_rows(
-        &mut self,
-        batch: &ChangeBatch,
-        args: &[Option<ArrayRef>],
-        encoded_values: &[Option<Rows>],
-        row_slots: &[usize],
-        slot_keys: &[(&[u8], usize)],
-        at: &[usize],
-        touched: &mut [Group],
-    ) -> Result<()> {
+    fn apply_rows(&mut self, prepared: &PreparedBatch, touched: &mut [Group]) -> Result<()> {
+        let PreparedBatch { batch, args, encoded_values, row_slots, slot_keys, at } = prepared;
         // A value's net change per (group slot, multiset aggregate), applied to the state once.
         let mut deltas: HashMap<(usize, usize, &[u8]), i64> = HashMap::default();
         for (row, &slot) in row_slots.iter().enumerate() {
