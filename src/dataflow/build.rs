@@ -21,7 +21,7 @@ use datafusion::logical_expr::{Aggregate, Distinct, Expr, ExprSchemable, JoinTyp
 use datafusion::physical_expr::PhysicalExpr;
 
 use super::graph::Graph;
-use super::join_interval::{join_interval, NANOS_PER_DAY};
+use super::join_interval::{interval_nanos, join_interval};
 use crate::catalog::windowed::windowed_relation;
 use crate::catalog::Catalog;
 use crate::error::{Result, WeirError};
@@ -769,24 +769,25 @@ fn fixed_intervals_as_durations(expr: Expr, input: &DFSchema) -> Result<Expr> {
         let Expr::BinaryExpr(BinaryExpr { left, op: op @ (BinaryOp::Plus | BinaryOp::Minus), right }) = &e else {
             return Ok(Transformed::no(e));
         };
-        let (Expr::Literal(ScalarValue::IntervalMonthDayNano(Some(interval)), _), Ok(DataType::Timestamp(unit, tz))) =
-            (right.as_ref(), left.get_type(input))
+        let (
+            Expr::Literal(value @ ScalarValue::IntervalMonthDayNano(Some(interval)), _),
+            Ok(DataType::Timestamp(unit, tz)),
+        ) = (right.as_ref(), left.get_type(input))
         else {
             return Ok(Transformed::no(e));
         };
-        let days_vary = tz.is_some() && interval.days != 0;
-        let nanos = (interval.days as i64).checked_mul(NANOS_PER_DAY).and_then(|d| d.checked_add(interval.nanoseconds));
-        let duration = match (interval.months, days_vary, nanos, unit) {
-            (0, false, Some(n), TimeUnit::Nanosecond) => ScalarValue::DurationNanosecond(Some(n)),
-            (0, false, Some(n), TimeUnit::Microsecond) if n % 1_000 == 0 => {
-                ScalarValue::DurationMicrosecond(Some(n / 1_000))
+        // Fixed length: no months (interval_nanos), and no days where a time zone decides them.
+        let nanos = match (interval_nanos(value), tz.is_some() && interval.days != 0) {
+            (Some(nanos), false) => nanos,
+            _ => return Ok(Transformed::no(e)),
+        };
+        let duration = match unit {
+            TimeUnit::Nanosecond => ScalarValue::DurationNanosecond(Some(nanos)),
+            TimeUnit::Microsecond if nanos % 1_000 == 0 => ScalarValue::DurationMicrosecond(Some(nanos / 1_000)),
+            TimeUnit::Millisecond if nanos % 1_000_000 == 0 => {
+                ScalarValue::DurationMillisecond(Some(nanos / 1_000_000))
             }
-            (0, false, Some(n), TimeUnit::Millisecond) if n % 1_000_000 == 0 => {
-                ScalarValue::DurationMillisecond(Some(n / 1_000_000))
-            }
-            (0, false, Some(n), TimeUnit::Second) if n % 1_000_000_000 == 0 => {
-                ScalarValue::DurationSecond(Some(n / 1_000_000_000))
-            }
+            TimeUnit::Second if nanos % 1_000_000_000 == 0 => ScalarValue::DurationSecond(Some(nanos / 1_000_000_000)),
             _ => return Ok(Transformed::no(e)),
         };
         let shifted = Expr::BinaryExpr(BinaryExpr::new(left.clone(), *op, Box::new(Expr::Literal(duration, None))));

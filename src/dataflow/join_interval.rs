@@ -15,8 +15,7 @@ use datafusion::logical_expr::{BinaryExpr, Expr, Operator};
 use crate::operators::hash_join::JoinInterval;
 use crate::types::window::TimeColumn;
 
-/// Nanoseconds in a day (of a timestamp without a time zone).
-pub(crate) const NANOS_PER_DAY: i64 = 86_400_000_000_000;
+const NANOS_PER_DAY: i64 = 86_400_000_000_000;
 
 /// The bound `filter` (over `schema`: the left input's `left_width` columns, then the right's)
 /// puts on a pair of time columns, with one of them a window bound (`times`, by column of
@@ -90,7 +89,7 @@ fn shifted_time(expr: &Expr, schema: &DFSchema) -> Option<(usize, i64)> {
 }
 
 /// A fixed-length interval in nanoseconds (not one counted in months, whose length varies).
-fn interval_nanos(value: &ScalarValue) -> Option<i64> {
+pub(crate) fn interval_nanos(value: &ScalarValue) -> Option<i64> {
     match value {
         ScalarValue::IntervalMonthDayNano(Some(v)) if v.months == 0 => {
             (v.days as i64).checked_mul(NANOS_PER_DAY)?.checked_add(v.nanoseconds)

@@ -310,16 +310,19 @@ impl HashAgg {
         k
     }
 
-    /// Adds (`sign` 1) or takes back (`sign` -1) one row's value of aggregate `i`.
-    fn update(&mut self, group: &mut Group, i: usize, value: Option<ScalarValue>, sign: i64) -> Result<()> {
-        let value = value.filter(|v| !v.is_null());
+    /// Adds (`sign` 1) or takes back (`sign` -1) row `row`'s value of aggregate `i` (`arg`
+    /// its argument column, None for `count(*)`).
+    fn update(&mut self, group: &mut Group, i: usize, arg: Option<&ArrayRef>, row: usize, sign: i64) -> Result<()> {
         let spec = &self.aggs[i];
-        match &mut group.accs[i] {
-            Acc::Count(n) => {
-                if spec.kind == AggKind::CountRows || value.is_some() {
-                    *n += sign;
-                }
+        if let Acc::Count(n) = &mut group.accs[i] {
+            // Counters need no value, only whether there is one.
+            if spec.kind == AggKind::CountRows || arg.is_some_and(|a| a.is_valid(row)) {
+                *n += sign;
             }
+            return Ok(());
+        }
+        let value = arg.map(|a| ScalarValue::try_from_array(a, row)).transpose()?.filter(|v| !v.is_null());
+        match &mut group.accs[i] {
             Acc::Sum { sum, values } => {
                 if let Some(v) = value {
                     let v = v.cast_to(&spec.output_type)?;
@@ -362,8 +365,9 @@ impl HashAgg {
                     }
                 }
             }
-            // Values of these live in the multiset; `apply` nets them per batch (add_to_multiset).
-            Acc::Extreme | Acc::Distinct(_) => {}
+            // Counters are counted above. Values of the others live in the multiset; `apply`
+            // nets them per batch (add_to_multiset).
+            Acc::Count(_) | Acc::Extreme | Acc::Distinct(_) => {}
         }
         Ok(())
     }
@@ -743,18 +747,7 @@ impl HashAgg {
                             *deltas.entry((slot, i, values.row(row).data())).or_insert(0) += sign;
                         }
                     }
-                    // Counters need no value, only whether there is one.
-                    (None, arg) if matches!(group.accs[i], Acc::Count(_)) => {
-                        if let (Acc::Count(n), true) =
-                            (&mut group.accs[i], arg.as_ref().is_none_or(|a| a.is_valid(row)))
-                        {
-                            *n += sign;
-                        }
-                    }
-                    _ => {
-                        let value = arg.as_ref().map(|a| ScalarValue::try_from_array(a, row)).transpose()?;
-                        self.update(group, i, value, sign)?;
-                    }
+                    _ => self.update(group, i, arg.as_ref(), row, sign)?,
                 }
             }
         }

@@ -490,7 +490,6 @@ impl Operator for HashJoin {
                     side.forget(&key);
                     // The key's rows (tag 1) and count (tag 0): everything under it.
                     side.state.delete_prefix(&key, key.len())?;
-                    side.forget(&key);
                 }
             }
         }

@@ -13,8 +13,8 @@
 //! written and deleted again before then, which the store is known not to hold, never reaches
 //! it. Such a table is empty in the store when it is made (the view's state is cleared before a
 //! rebuild, and a new view's tables are new), so until its first flush it reads nothing from
-//! the store and knows every key absent. (State that is created and dropped within a few epochs, such as a window's groups, then
-//! costs no store operations.) The cache holds at most `capacity` clean entries and is emptied
+//! the store and knows every key absent. (State that is created and dropped within a few
+//! epochs, such as a window's groups, then costs no store operations.) The cache holds at most `capacity` clean entries and is emptied
 //! when it would grow past that, so memory stays bounded however large the state is.
 //!
 //! Pending writes are hashed by distribution prefix and ordered under it (keys up to 32 bytes
@@ -33,7 +33,7 @@ use smallvec::SmallVec;
 use crate::types::hash::HashMap;
 use std::sync::Arc;
 
-use super::keys::{vnode_of, TableId};
+use super::keys::{prefix_end, vnode_of, TableId};
 use super::store::{ScanControl, StateStore, WriteBatch};
 use crate::error::{Result, SqlState, WeirError};
 
@@ -42,18 +42,6 @@ pub fn decode_count(bytes: &[u8]) -> Result<i64> {
     let bytes: [u8; 8] =
         bytes.try_into().map_err(|_| WeirError::new(SqlState::DATA_CORRUPTED, "a stored count is corrupt"))?;
     Ok(i64::from_le_bytes(bytes))
-}
-
-/// The smallest key greater than every key starting with `prefix` (None: there is none).
-fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < u8::MAX {
-            end.push(last + 1);
-            return Some(end);
-        }
-    }
-    None
 }
 
 /// A key (or part of one) held inline up to 32 bytes: most are shorter, and a map's search then
@@ -138,7 +126,7 @@ impl Writes {
         &'a self,
         start: &'a [u8],
     ) -> Box<dyn DoubleEndedIterator<Item = (&'a InlineKey, &'a Pending)> + 'a> {
-        let end = prefix_successor(start);
+        let end = prefix_end(start);
         match self {
             Writes::Few(v) => {
                 let first = v.partition_point(|(k, _)| k.as_slice() < start);

@@ -155,15 +155,20 @@ impl WindowSpec {
     /// Every window start of `t`, earliest first.
     pub fn starts(&self, t: i64) -> impl Iterator<Item = i64> {
         let last = self.last_start(t);
-        let (slide, copies) = (self.slide(), self.size() / self.slide());
-        (0..copies).rev().map(move |k| last - k * slide)
+        let slide = self.slide();
+        (0..self.windows_per_time()).rev().map(move |k| last - k * slide)
+    }
+
+    /// How many windows each time is in.
+    fn windows_per_time(&self) -> i64 {
+        self.size() / self.slide()
     }
 
     /// `batch`'s rows with their windows (`output_schema`): one row per row and window, rows
     /// with a NULL time left out. Also returns, per output row, the input row it came from.
     pub fn assign(&self, batch: &RecordBatch, schema: &SchemaRef) -> Result<(RecordBatch, Vec<u32>)> {
         let times = to_nanos(batch.column(self.time_column))?;
-        let rows = times.len() * (self.size() / self.slide()) as usize;
+        let rows = times.len() * self.windows_per_time() as usize;
         let mut origins: Vec<u32> = Vec::with_capacity(rows);
         let mut starts: Vec<i64> = Vec::with_capacity(rows);
         let mut ends: Vec<i64> = Vec::with_capacity(rows);
