@@ -1,6 +1,7 @@
 //! Runs every `tests/slt/*.slt` file against a real Weir server over the Postgres wire protocol
 //! (tokio-postgres, simple query protocol, text results). Each file gets a fresh server.
-//! `statement error (SQLSTATE)` checks the error code.
+//! `statement error (SQLSTATE)` checks the error code; a regex after it is matched against the
+//! server's message (`statement error (0A000).*needs a bound`).
 
 mod common;
 
@@ -14,13 +15,28 @@ struct Weir {
     client: tokio_postgres::Client,
 }
 
+/// A client error whose text is the server's message (tokio-postgres prints only "db error").
+#[derive(Debug)]
+struct SqlError(tokio_postgres::Error);
+
+impl std::fmt::Display for SqlError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.as_db_error() {
+            Some(db) => write!(f, "{}", db.message()),
+            None => write!(f, "{}", self.0),
+        }
+    }
+}
+
+impl std::error::Error for SqlError {}
+
 #[async_trait]
 impl AsyncDB for Weir {
-    type Error = tokio_postgres::Error;
+    type Error = SqlError;
     type ColumnType = DefaultColumnType;
 
     async fn run(&mut self, sql: &str) -> Result<DBOutput<DefaultColumnType>, Self::Error> {
-        let messages = self.client.simple_query(sql).await?;
+        let messages = self.client.simple_query(sql).await.map_err(SqlError)?;
         let mut rows = Vec::new();
         let mut columns = None;
         let mut count = 0;
@@ -60,7 +76,7 @@ impl AsyncDB for Weir {
     }
 
     fn error_sql_state(err: &Self::Error) -> Option<String> {
-        err.code().map(|c| c.code().to_string())
+        err.0.code().map(|c| c.code().to_string())
     }
 }
 
@@ -90,11 +106,12 @@ async fn sqllogictest_files() {
         let mut runner = sqllogictest::Runner::new(move || {
             let conn = conn.clone();
             async move {
-                let (client, connection) = tokio_postgres::connect(&conn, tokio_postgres::NoTls).await?;
+                let (client, connection) =
+                    tokio_postgres::connect(&conn, tokio_postgres::NoTls).await.map_err(SqlError)?;
                 tokio::spawn(async move {
                     let _ = connection.await;
                 });
-                Ok(Weir { client })
+                Ok::<_, SqlError>(Weir { client })
             }
         });
         runner.with_column_validator(|_, _| true);

@@ -1,8 +1,9 @@
 //! From a DataFusion logical plan (optimized) to a view's operator [`Graph`].
 //!
 //! Supported: table and view scans, projection, filter, equi-joins (inner with a residual
-//! condition; left, right and full outer), grouped and global aggregates (count, sum, avg, min, max), DISTINCT, UNION ALL,
-//! and subquery aliases; ORDER BY is ignored (a view is a set of rows). Anything else is
+//! condition; left, right and full outer), grouped and global aggregates (count, sum, avg,
+//! min, max), DISTINCT, UNION ALL, `ROW_NUMBER()` bounded by an outer filter (a Top-N), and
+//! subquery aliases; ORDER BY is ignored (a view is a set of rows). Anything else is
 //! SQLSTATE 0A000, naming what is missing.
 //!
 //! Event time: a scan of `TUMBLE(...)` / `HOP(...)` reads its relation through a
@@ -14,6 +15,7 @@
 
 use std::sync::Arc;
 
+use datafusion::arrow::compute::SortOptions;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::Session;
 use datafusion::common::DFSchema;
@@ -33,6 +35,7 @@ use crate::operators::hash_join::{HashJoin, JoinWindow};
 use crate::operators::operator::Operator;
 use crate::operators::project::Project;
 use crate::operators::session_assign::SessionAssign;
+use crate::operators::top_n::{RankOrder, TopN};
 use crate::operators::union::Union;
 use crate::operators::window_assign::WindowAssign;
 use crate::state::keyed::KeyedState;
@@ -95,6 +98,9 @@ struct Builder<'a> {
     /// Subplans built so far, by what they compute ([`SharedPlan`]): one met again reuses its
     /// operators, which then feed each consumer. (q5 reads the same HOP of `bid` twice.)
     built: std::collections::HashMap<SharedPlan, Out>,
+    /// Rank bounds found on filters over a `row_number()` window (`rn <= N`): the window plan,
+    /// and the most rows any of them keeps per partition ([`rank_bound`]).
+    rank_limits: std::collections::HashMap<LogicalPlan, usize>,
 }
 
 /// What a subplan computes: the plan, and what each windowed relation it scans is (a scan of
@@ -148,6 +154,7 @@ pub fn build(
         windowed_aggregates: 0,
         assigners: 0,
         built: Default::default(),
+        rank_limits: Default::default(),
     };
     let top = b.node(plan)?;
     let append_only = top.append_only;
@@ -212,6 +219,77 @@ fn hash_of(keys: &[Expr], schema: &DFSchema) -> Option<Distribution> {
 fn is_canonical(a: &Aggregate) -> bool {
     let names: Vec<String> = a.group_expr.iter().map(|e| e.schema_name().to_string()).collect();
     a.group_expr.iter().any(|e| matches!(e, Expr::GroupingSet(_))) || names.is_sorted()
+}
+
+/// `expr` without its alias.
+fn unalias(expr: &Expr) -> &Expr {
+    match expr {
+        Expr::Alias(alias) => unalias(&alias.expr),
+        e => e,
+    }
+}
+
+/// If `filter` bounds the row number of a `row_number()` window below it (`rn <= N`, `rn < N`,
+/// `rn = 1`, either way round, as one of its ANDed terms), the window's plan and the most rows
+/// it keeps per partition. The filter itself stays: the bound only tells the window how many
+/// rows it need keep.
+fn rank_bound(filter: &datafusion::logical_expr::Filter) -> Option<(LogicalPlan, usize)> {
+    use datafusion::logical_expr::utils::split_conjunction;
+    use datafusion::logical_expr::{BinaryExpr, Operator as BinaryOp};
+    // The column `expr` is (through casts), as an index of the filter's input.
+    let column = |expr: &Expr| -> Option<usize> {
+        let mut e = expr;
+        while let Expr::Cast(c) = e {
+            e = &c.expr;
+        }
+        column_index(e, filter.input.schema())
+    };
+    let value = |expr: &Expr| -> Option<i64> {
+        match expr {
+            Expr::Literal(v, _) => v.cast_to(&datafusion::arrow::datatypes::DataType::Int64).ok()?.try_into().ok(),
+            _ => None,
+        }
+    };
+    let bounds = split_conjunction(&filter.predicate).into_iter().filter_map(|term| {
+        let Expr::BinaryExpr(BinaryExpr { left, op, right }) = term else { return None };
+        // As `rn op N`.
+        let (c, op, n) = match (column(left), value(right), column(right), value(left)) {
+            (Some(c), Some(n), _, _) => (c, *op, n),
+            (_, _, Some(c), Some(n)) => (c, op.swap()?, n),
+            _ => return None,
+        };
+        let limit = match op {
+            BinaryOp::LtEq => n,
+            BinaryOp::Lt => n - 1,
+            BinaryOp::Eq if n == 1 => 1,
+            _ => return None,
+        };
+        Some((c, limit.max(0) as usize))
+    });
+    for (mut c, limit) in bounds {
+        // Down to the window the column comes from, through renames.
+        let mut plan = filter.input.as_ref();
+        loop {
+            match plan {
+                LogicalPlan::SubqueryAlias(s) => plan = &s.input,
+                LogicalPlan::Projection(p) => {
+                    c = column_index(p.expr.get(c)?, p.input.schema())?;
+                    plan = &p.input;
+                }
+                LogicalPlan::Window(w) => {
+                    let first = w.input.schema().fields().len();
+                    if c >= first
+                        && matches!(unalias(w.window_expr.get(c - first)?), Expr::WindowFunction(f) if f.fun.name() == "row_number")
+                    {
+                        return Some((plan.clone(), limit));
+                    }
+                    break;
+                }
+                _ => break,
+            }
+        }
+    }
+    None
 }
 
 fn unsupported(what: &str) -> WeirError {
@@ -326,7 +404,11 @@ impl Builder<'_> {
     /// Adds `plan`'s operators, or finds them built already for an equal subplan; returns its
     /// top node, where its rows are and its window columns.
     fn node(&mut self, plan: &LogicalPlan) -> Result<Out> {
-        let shared = SharedPlan::of(plan);
+        let mut shared = SharedPlan::of(plan);
+        if let Some(limit) = self.rank_limits.get(plan) {
+            // A Top-N built for a smaller bound would not serve a larger one.
+            shared.1.push(format!("rank<={limit}"));
+        }
         if let Some(out) = self.built.get(&shared) {
             return Ok(out.clone());
         }
@@ -431,6 +513,10 @@ impl Builder<'_> {
                 })
             }
             LogicalPlan::Filter(f) => {
+                if let Some((window, limit)) = rank_bound(f) {
+                    let known = self.rank_limits.entry(window).or_insert(limit);
+                    *known = (*known).max(limit);
+                }
                 let child = self.node(&f.input)?;
                 let predicate = self.physical(&f.predicate, f.input.schema())?;
                 let ops = self.each(|_| Ok(Box::new(Filter::new(Arc::clone(&predicate), &self.view))))?;
@@ -470,10 +556,7 @@ impl Builder<'_> {
                 let mut aggs = Vec::new();
                 for (i, expr) in a.aggr_expr.iter().enumerate() {
                     let output_type = a.schema.field(a.group_expr.len() + i).data_type().clone();
-                    let inner = match expr {
-                        Expr::Alias(alias) => alias.expr.as_ref(),
-                        e => e,
-                    };
+                    let inner = unalias(expr);
                     let Expr::AggregateFunction(f) = inner else {
                         return Err(unsupported(&format!("aggregate {expr}")));
                     };
@@ -684,10 +767,87 @@ impl Builder<'_> {
                 let none = vec![None; nodes.len()];
                 Ok(Out { node: self.graph.add(ops, &nodes, none)?, distribution: output, times, append_only })
             }
+            LogicalPlan::Window(w) => self.top_n(plan, w),
             LogicalPlan::SubqueryAlias(s) => self.node(&s.input),
             LogicalPlan::Sort(s) if s.fetch.is_none() => self.node(&s.input),
             other => Err(unsupported(other.display().to_string().split(':').next().unwrap_or("this plan"))),
         }
+    }
+
+    /// A `row_number()` window under a filter bounding it: a streaming Top-N.
+    fn top_n(&mut self, plan: &LogicalPlan, w: &datafusion::logical_expr::Window) -> Result<Out> {
+        let [expr] = w.window_expr.as_slice() else {
+            return Err(unsupported("more than one window function in one SELECT"));
+        };
+        let Expr::WindowFunction(f) = unalias(expr) else {
+            return Err(unsupported(&format!("the window expression {expr}")));
+        };
+        let name = f.fun.name().to_string();
+        if name != "row_number" {
+            return Err(WeirError::unsupported(format!(
+                "the window function {name}() is not supported in a materialized view yet \
+                 (ROW_NUMBER() bounded by an outer filter, WHERE rn <= N, is)"
+            )));
+        }
+        let Some(&limit) = self.rank_limits.get(plan) else {
+            return Err(WeirError::unsupported(
+                "ROW_NUMBER() in a materialized view needs a bound on it in the outer query, as in \
+                 SELECT * FROM (SELECT ..., ROW_NUMBER() OVER (...) AS rn FROM t) WHERE rn <= 10 (a streaming Top-N)",
+            ));
+        };
+        let params = &f.params;
+        if params.filter.is_some() || params.distinct {
+            return Err(unsupported("FILTER or DISTINCT in a window function"));
+        }
+        let child = self.node(&w.input)?;
+        let input = w.input.schema();
+        let partition_by = params
+            .partition_by
+            .iter()
+            .map(|e| Ok((self.physical(e, input)?, e.get_type(input)?)))
+            .collect::<Result<Vec<_>>>()?;
+        let order_by = params
+            .order_by
+            .iter()
+            .map(|s| {
+                Ok(RankOrder {
+                    expr: self.physical(&s.expr, input)?,
+                    data_type: s.expr.get_type(input)?,
+                    options: SortOptions { descending: !s.asc, nulls_first: s.nulls_first },
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let table = self.state_table()?;
+        let schema = Self::schema(plan);
+        let ops = self.each(|_| {
+            let op = TopN::new(
+                partition_by.clone(),
+                order_by.clone(),
+                limit,
+                Arc::clone(&schema),
+                self.keyed(table),
+                &self.view,
+            )?;
+            Ok(Box::new(if child.append_only { op.with_append_only_input() } else { op }))
+        })?;
+        // A partition's rows meet in one shard; without PARTITION BY, all rows in shard 0.
+        let (needed, output) = if params.partition_by.is_empty() {
+            (Some(Distribution::Single), Distribution::Single)
+        } else {
+            let needed = hash_of(&params.partition_by, input);
+            (needed.clone(), needed.unwrap_or(Distribution::Any))
+        };
+        let exchange = (needed != Some(child.distribution.clone()))
+            .then(|| partition_by.iter().map(|(e, _)| Arc::clone(e)).collect());
+        let mut times = child.times.clone();
+        times.push(None);
+        Ok(Out {
+            node: self.graph.add(ops, &[child.node], vec![exchange])?,
+            distribution: output,
+            times,
+            // Rows move between ranks as others come and go.
+            append_only: false,
+        })
     }
 
     /// The window assigner over node `leaf` (rows of `input`): returns its node, output schema,

@@ -4,7 +4,6 @@
 //! view nor drop the row silently: that row's value becomes NULL, and the error is counted in
 //! `weir_view_errors_total{view}` and logged. The batch is first evaluated whole; only when that
 //! fails is it evaluated row by row to find the failing rows. Errors are listed in
-//! `weir_catalog.view_errors`. Errors are listed in
 //! `weir_catalog.view_errors`.
 
 use std::sync::Arc;

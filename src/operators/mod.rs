@@ -10,6 +10,7 @@
 //! - [`window_assign`]: rows into `TUMBLE` / `HOP` windows; judges lateness.
 //! - [`session_assign`]: rows into `SESSION` windows, re-assigned as sessions grow and merge.
 //! - [`lateness`]: what both assigners do with late rows (count, keep, ledger).
+//! - [`top_n`]: `ROW_NUMBER() ... WHERE rn <= N`, each partition's first rows by an order.
 //! - [`eowc_buffer`]: `EMIT ON WINDOW CLOSE` for views without a windowed aggregate.
 //! - [`materialize`]: a view's rows in a state table, committed per epoch.
 //! - [`eval`]: expression evaluation that turns a row's runtime error into NULL and a count.
@@ -24,5 +25,6 @@ pub mod materialize;
 pub mod operator;
 pub mod project;
 pub mod session_assign;
+pub mod top_n;
 pub mod union;
 pub mod window_assign;

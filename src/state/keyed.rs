@@ -367,6 +367,45 @@ impl KeyedState {
         Ok(entry.map(|(k, v)| ([distribution, k.as_slice()].concat(), v.clone())))
     }
 
+    /// The first `n` entries whose key starts with `prefix` (as in [`KeyedState::scan_prefix`]),
+    /// in key order: a Top-N's leaders, read without scanning the rest of a large prefix.
+    pub fn first_n_with_prefix(
+        &self,
+        prefix: &[u8],
+        distribution_len: usize,
+        n: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let (distribution, rest) = prefix.split_at(distribution_len.min(prefix.len()));
+        let inner = self.pending.get(distribution);
+        let join = |k: &InlineKey| [distribution, k.as_slice()].concat();
+        if !self.stored_any {
+            // Nothing is stored: the pending writes are the table, and hold no deletes.
+            let Some(inner) = inner else { return Ok(vec![]) };
+            let live = inner.starting_with(rest).filter_map(|(k, p)| p.value.as_ref().map(|v| (join(k), v.clone())));
+            return Ok(live.take(n).collect());
+        }
+        // Each pending delete may remove one stored entry among the first: read that many more,
+        // so that every entry not read comes after `n` that are kept.
+        let deletes = inner.map_or(0, |i| i.starting_with(rest).filter(|(_, p)| p.value.is_none()).count());
+        let wanted = n + deletes;
+        let mut merged: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        if wanted > 0 {
+            self.store.scan_prefix(&self.full_key(prefix, distribution_len), &mut |k, v| {
+                merged.insert(k[6..].to_vec(), v.to_vec());
+                Ok(if merged.len() >= wanted { ScanControl::Stop } else { ScanControl::Continue })
+            })?;
+        }
+        if let Some(inner) = inner {
+            for (k, p) in inner.starting_with(rest) {
+                match &p.value {
+                    Some(v) => merged.insert(join(k), v.clone()),
+                    None => merged.remove(&join(k)),
+                };
+            }
+        }
+        Ok(merged.into_iter().take(n).collect())
+    }
+
     /// Deletes every entry whose key starts with `prefix` (as in [`KeyedState::scan_prefix`]).
     pub fn delete_prefix(&mut self, prefix: &[u8], distribution_len: usize) -> Result<()> {
         if self.stored_any {
