@@ -1,23 +1,27 @@
 //! Streaming Top-N: `ROW_NUMBER() OVER (PARTITION BY p ORDER BY o) AS rn ... WHERE rn <= N`.
 //!
-//! Keeps, per partition, its rows in the order of `o`, and outputs each partition's first `N`
-//! rows with their row number (the input's columns, then `rn`). Changes are applied as they
-//! arrive; at each barrier every partition touched in the epoch compares its first `N` rows
-//! with those it output before (read at its first touch in the epoch) and emits the rows whose
-//! place changed: `U-` / `U+` where a rank's row changed, `-` or `+` where a rank appeared or
-//! went. So a row entering the top 10 at rank 3 moves the rows below it down one rank each, as
-//! SQL's `rn` says; a query that does not select `rn` sees most of these cancel out.
+//! Keeps, per partition, its rows in the order of `o` (ties broken by the whole row, so the
+//! answer is deterministic), and outputs each partition's first `N` rows with their row number
+//! (the input's columns, then `rn`). Changes are applied as they arrive; at each barrier every
+//! partition touched in the epoch compares its first `N` rows with those it output before (read
+//! at its first touch in the epoch) and emits the rows whose place changed: `U-` / `U+` where a
+//! rank's row changed, `-` or `+` where a rank appeared or went. So a row entering the top 10 at
+//! rank 3 moves the rows below it down one rank each, as SQL's `rn` says; a query that does not
+//! select `rn` sees most of these cancel out.
 //!
-//! State ([`KeyedState`], one table): `partition ++ order ++ row ++ len(row)` -> the row's
-//! multiplicity, all memcomparable (arrow-row), so a partition's rows are one prefix in rank
-//! order, ties broken by the whole row, and the row is read back from the key's tail. Over an
-//! input that retracts, every row is kept (a deleted leader reveals the next one). Over an
-//! append-only input a row that falls below rank `N` can never come back, so each touched
-//! partition is cut back to its first `N` rows at the barrier: state is `N` rows per partition.
+//! State ([`KeyedState`], one table), in one of two layouts, all encodings memcomparable
+//! (arrow-row):
+//! - over an input that retracts, every row is kept (a deleted leader reveals the next one):
+//!   `partition ++ order ++ row ++ len(row)` -> the row's multiplicity, so a partition's rows
+//!   are one prefix in rank order and a row is read back from its key's tail;
+//! - over an append-only input a row that falls below rank `N` can never come back, so a
+//!   partition is one entry, `partition` -> its first `N` rows, held in memory while the epoch
+//!   touches it: a row that ranks below them costs one comparison.
 //!
 //! Called by the dataflow builder (`dataflow::build`) for a `WindowAggr` of one `row_number()`
 //! under a filter that bounds it.
 
+use std::cmp::Ordering;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, RecordBatch, UInt64Array};
@@ -55,10 +59,10 @@ pub struct TopN {
     /// The input's columns, then the row number.
     schema: SchemaRef,
     state: KeyedState,
-    /// Rows below rank `limit` are cut (the input never retracts).
+    /// Rows below rank `limit` are cut (the input never retracts): the second state layout.
     append_only_input: bool,
-    /// Partitions touched this epoch, with the rows (encoded) they output before it, in rank order.
-    touched: HashMap<Vec<u8>, Vec<Vec<u8>>>,
+    /// Partitions touched this epoch.
+    touched: HashMap<Vec<u8>, Touched>,
     view: String,
 }
 
@@ -120,7 +124,7 @@ impl TopN {
     }
 
     /// A partition's first `n` rows, each `(state key, multiplicity)`, in rank order; all of
-    /// them when `n` is None.
+    /// them when `n` is None (the multiset layout).
     fn entries(&self, partition: &[u8], n: Option<usize>) -> Result<Vec<(Vec<u8>, i64)>> {
         let entries = match n {
             Some(n) => self.state.first_n_with_prefix(partition, partition.len(), n)?,
@@ -129,27 +133,97 @@ impl TopN {
         entries.into_iter().map(|(k, v)| Ok((k, decode_count(&v)?))).collect()
     }
 
-    /// A partition's output: the rows of its first `limit` ranks (encoded), in rank order.
-    fn leaders(&self, partition: &[u8]) -> Result<Vec<Vec<u8>>> {
-        Ok(ranked(&self.entries(partition, Some(self.limit))?, self.limit))
+    /// A partition's first `limit` rows now, in rank order.
+    fn leaders(&mut self, partition: &[u8]) -> Result<Vec<Ranked>> {
+        if self.append_only_input {
+            return match self.state.get(partition, partition.len())? {
+                Some(bytes) => Ranked::decode_list(&bytes),
+                None => Ok(vec![]),
+            };
+        }
+        let entries = self.entries(partition, Some(self.limit))?;
+        Ok(entries
+            .iter()
+            .flat_map(|(key, count)| std::iter::repeat_n(key, (*count).max(0) as usize))
+            .take(self.limit)
+            .map(|key| Ranked::from_key(key, partition.len()))
+            .collect())
+    }
+
+    /// Starts tracking `partition` in this epoch, if it is not yet.
+    fn touch(&mut self, partition: &[u8]) -> Result<()> {
+        if !self.touched.contains_key(partition) {
+            let before = self.leaders(partition)?;
+            let leaders = self.append_only_input.then(|| before.clone());
+            self.touched.insert(partition.to_vec(), Touched { before, leaders });
+        }
+        Ok(())
     }
 }
 
-/// The row (encoded) a state key ends with: `... ++ row ++ len(row)`.
-fn row_of(key: &[u8]) -> &[u8] {
-    let (rest, len) = key.split_at(key.len() - 4);
-    let len = u32::from_be_bytes(len.try_into().expect("4 bytes")) as usize;
-    &rest[rest.len() - len..]
+/// A partition touched in the current epoch.
+struct Touched {
+    /// Its first rows when the epoch began: what it output last.
+    before: Vec<Ranked>,
+    /// Over an append-only input, its first rows now (the multiset layout reads them from the
+    /// state at the barrier instead).
+    leaders: Option<Vec<Ranked>>,
 }
 
-/// The rows of the first `limit` ranks of `entries` (in rank order, with multiplicities).
-fn ranked(entries: &[(Vec<u8>, i64)], limit: usize) -> Vec<Vec<u8>> {
-    entries
-        .iter()
-        .flat_map(|(key, count)| std::iter::repeat_n(row_of(key), (*count).max(0) as usize))
-        .take(limit)
-        .map(<[u8]>::to_vec)
-        .collect()
+/// A row as ranked: its order key, then the row itself (both memcomparable, the order key
+/// prefix-free, so comparing the two together compares by order, then by row).
+#[derive(Clone, PartialEq, Eq)]
+struct Ranked {
+    bytes: Vec<u8>,
+    order_len: usize,
+}
+
+impl Ranked {
+    fn new(order: &[u8], row: &[u8]) -> Ranked {
+        Ranked { bytes: [order, row].concat(), order_len: order.len() }
+    }
+
+    fn row(&self) -> &[u8] {
+        &self.bytes[self.order_len..]
+    }
+
+    /// The rank of this row against `(order, row)`.
+    fn cmp_with(&self, order: &[u8], row: &[u8]) -> Ordering {
+        (&self.bytes[..self.order_len], self.row()).cmp(&(order, row))
+    }
+
+    /// The row a multiset state key holds: `partition ++ order ++ row ++ len(row)`.
+    fn from_key(key: &[u8], partition_len: usize) -> Ranked {
+        let (rest, len) = key.split_at(key.len() - 4);
+        let row_len = u32::from_be_bytes(len.try_into().expect("4 bytes")) as usize;
+        let bytes = rest[partition_len..].to_vec();
+        Ranked { order_len: bytes.len() - row_len, bytes }
+    }
+
+    /// A partition's rows as one state value: per row, `len(order) len(row) order row`.
+    fn encode_list(rows: &[Ranked]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(rows.iter().map(|r| 8 + r.bytes.len()).sum());
+        for r in rows {
+            out.extend_from_slice(&(r.order_len as u32).to_le_bytes());
+            out.extend_from_slice(&((r.bytes.len() - r.order_len) as u32).to_le_bytes());
+            out.extend_from_slice(&r.bytes);
+        }
+        out
+    }
+
+    fn decode_list(mut bytes: &[u8]) -> Result<Vec<Ranked>> {
+        let corrupt = || WeirError::internal("a Top-N partition's stored rows are corrupt");
+        let mut rows = Vec::new();
+        while !bytes.is_empty() {
+            let header = bytes.get(..8).ok_or_else(corrupt)?;
+            let order_len = u32::from_le_bytes(header[..4].try_into().expect("4 bytes")) as usize;
+            let row_len = u32::from_le_bytes(header[4..].try_into().expect("4 bytes")) as usize;
+            let body = bytes.get(8..8 + order_len + row_len).ok_or_else(corrupt)?;
+            rows.push(Ranked { bytes: body.to_vec(), order_len });
+            bytes = &bytes[8 + order_len + row_len..];
+        }
+        Ok(rows)
+    }
 }
 
 impl Operator for TopN {
@@ -183,18 +257,29 @@ impl Operator for TopN {
         let mut key = Vec::new();
         for (i, op) in batch.ops.iter().enumerate() {
             let partition = partitions.as_ref().map_or(&[][..], |p| p.row(i).data());
-            if !self.touched.contains_key(partition) {
-                let before = self.leaders(partition)?;
-                self.touched.insert(partition.to_vec(), before);
-            }
+            let order = orders.as_ref().map_or(&[][..], |o| o.row(i).data());
             let row = rows.row(i);
+            let row = row.data();
+            self.touch(partition)?;
+            if self.append_only_input {
+                if op.sign() < 0 {
+                    return Err(WeirError::internal("Top-N over an append-only input got a retraction"));
+                }
+                let leaders = self.touched.get_mut(partition).and_then(|t| t.leaders.as_mut()).expect("touched");
+                // A row that ranks after the last of a full list never enters.
+                if leaders.len() >= self.limit && leaders.last().is_none_or(|l| l.cmp_with(order, row).is_le()) {
+                    continue;
+                }
+                let at = leaders.partition_point(|l| l.cmp_with(order, row).is_le());
+                leaders.insert(at, Ranked::new(order, row));
+                leaders.truncate(self.limit);
+                continue;
+            }
             key.clear();
             key.extend_from_slice(partition);
-            if let Some(orders) = &orders {
-                key.extend_from_slice(orders.row(i).data());
-            }
-            key.extend_from_slice(row.data());
-            key.extend_from_slice(&(row.data().len() as u32).to_be_bytes());
+            key.extend_from_slice(order);
+            key.extend_from_slice(row);
+            key.extend_from_slice(&(row.len() as u32).to_be_bytes());
             let (_, after) = self.state.add_count(&key, partition.len(), op.sign())?;
             if after < 0 {
                 return Err(WeirError::internal("Top-N: a row was deleted that was never inserted"));
@@ -204,39 +289,31 @@ impl Operator for TopN {
     }
 
     fn on_barrier(&mut self) -> Result<Vec<ChangeBatch>> {
-        let mut touched: Vec<(Vec<u8>, Vec<Vec<u8>>)> = std::mem::take(&mut self.touched).into_iter().collect();
+        let mut touched: Vec<(Vec<u8>, Touched)> = std::mem::take(&mut self.touched).into_iter().collect();
         touched.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         // The output, as (row, rank, op).
         let mut out: Vec<(Vec<u8>, u64, Op)> = Vec::new();
-        for (partition, before) in touched {
-            let after = if self.append_only_input {
-                // Everything past rank `limit` goes: no delete can bring it back.
-                let entries = self.entries(&partition, None)?;
-                let mut kept = 0i64;
-                for (key, count) in &entries {
-                    let keep = (*count).min(self.limit as i64 - kept).max(0);
-                    kept += keep;
-                    if keep == 0 {
-                        self.state.delete(key, partition.len());
-                    } else if keep < *count {
-                        self.state.put(key, partition.len(), keep.to_le_bytes().to_vec());
+        for (partition, Touched { before, leaders }) in touched {
+            let after = match leaders {
+                Some(leaders) => {
+                    if leaders != before {
+                        self.state.put(&partition, partition.len(), Ranked::encode_list(&leaders));
                     }
+                    leaders
                 }
-                ranked(&entries, self.limit)
-            } else {
-                self.leaders(&partition)?
+                None => self.leaders(&partition)?,
             };
             for rank in 0..before.len().max(after.len()) {
-                let (old, new) = (before.get(rank), after.get(rank));
+                let (old, new) = (before.get(rank).map(Ranked::row), after.get(rank).map(Ranked::row));
                 if old == new {
                     continue;
                 }
                 let both = old.is_some() && new.is_some();
                 if let Some(old) = old {
-                    out.push((old.clone(), rank as u64 + 1, if both { Op::UpdateDelete } else { Op::Delete }));
+                    out.push((old.to_vec(), rank as u64 + 1, if both { Op::UpdateDelete } else { Op::Delete }));
                 }
                 if let Some(new) = new {
-                    out.push((new.clone(), rank as u64 + 1, if both { Op::UpdateInsert } else { Op::Insert }));
+                    out.push((new.to_vec(), rank as u64 + 1, if both { Op::UpdateInsert } else { Op::Insert }));
                 }
             }
         }
