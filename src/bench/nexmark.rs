@@ -113,8 +113,10 @@ fn file_sources(dir: &Path, events: u64, format: &str, chunk: u64) -> Result<Str
                 })
                 .collect(),
         };
+        // As in sources.sql.
+        let stamp = if name == "bid" { "p_time AS PROCTIME(), " } else { "" };
         sql.push_str(&format!(
-            "CREATE SOURCE {name} ({columns}WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND) \
+            "CREATE SOURCE {name} ({columns}{stamp}WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND) \
              WITH (connector = 'file', path = '{}', batch.size = '{chunk}') FORMAT PLAIN ENCODE {};\n",
             path.display(),
             format.to_uppercase()
@@ -137,6 +139,7 @@ const QUERIES: &[(&str, &str)] = &[
     ("q9", include_str!("../../sql/nexmark/q9.sql")),
     ("q10", include_str!("../../sql/nexmark/q10.sql")),
     ("q11", include_str!("../../sql/nexmark/q11.sql")),
+    ("q12", include_str!("../../sql/nexmark/q12.sql")),
     ("q13", include_str!("../../sql/nexmark/q13.sql")),
     ("q14", include_str!("../../sql/nexmark/q14.sql")),
     ("q15", include_str!("../../sql/nexmark/q15.sql")),

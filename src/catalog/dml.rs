@@ -14,7 +14,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, BooleanArray, RecordBatch, UInt64Array};
+use datafusion::arrow::array::{ArrayRef, BooleanArray, RecordBatch, TimestampNanosecondArray, UInt64Array};
 use datafusion::arrow::compute::{cast, filter_record_batch};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::tree_node::TreeNodeRecursion;
@@ -134,12 +134,22 @@ pub fn check_not_null(relation: &Relation, user_columns: &[ArrayRef]) -> Result<
 
 /// Turns a batch of user columns into a batch of stored columns, casting each to the column's
 /// type and appending fresh hidden row ids where the table has them.
+///
+/// A table's processing-time column (`AS PROCTIME()`) gets the current time, whatever the
+/// batch holds there; a connector's batches lack it (it is a source's last column).
 pub fn to_stored(relation: &Relation, batch: &RecordBatch) -> Result<RecordBatch> {
     check_not_null(relation, batch.columns())?;
     let stored = relation.table.schema();
+    let stamp = relation.def.processing_time;
+    // Whether the batch has a column where the stamp goes.
+    let stamp_given = batch.num_columns() == relation.schema.fields().len();
     let mut columns: Vec<ArrayRef> = Vec::with_capacity(stored.fields().len());
     for (i, field) in relation.schema.fields().iter().enumerate() {
-        let col = batch.column(i);
+        if stamp == Some(i) {
+            columns.push(processing_time(field.data_type(), batch.num_rows())?);
+            continue;
+        }
+        let col = batch.column(if stamp.is_some_and(|s| i > s) && !stamp_given { i - 1 } else { i });
         columns.push(if col.data_type() == field.data_type() {
             Arc::clone(col)
         } else {
@@ -150,6 +160,13 @@ pub fn to_stored(relation: &Relation, batch: &RecordBatch) -> Result<RecordBatch
         columns.push(relation.allocate_row_ids(batch.num_rows()));
     }
     Ok(RecordBatch::try_new(Arc::clone(stored), columns)?)
+}
+
+/// The current time for `rows` rows, as `data_type` (a timestamp).
+fn processing_time(data_type: &DataType, rows: usize) -> Result<ArrayRef> {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let now = TimestampNanosecondArray::from_value(now.as_nanos() as i64, rows).with_timezone("+00:00");
+    Ok(cast(&now, data_type)?)
 }
 
 /// Evaluates `filters` (all must hold; none = every row) over a stored batch.

@@ -45,6 +45,8 @@ pub const DEFAULT_SCHEMA: &str = "public";
 pub struct TableOptions {
     pub append_only: bool,
     pub watermark: Option<WatermarkDef>,
+    /// The `AS PROCTIME()` column, an index into the columns.
+    pub processing_time: Option<usize>,
     /// A source's connector: its rows come from it, not from INSERT.
     pub connector: Option<crate::connectors::options::ConnectorOptions>,
 }
@@ -66,6 +68,18 @@ pub struct Relation {
 impl Relation {
     pub fn has_hidden_row_id(&self) -> bool {
         self.def.kind == RelationKind::Table && self.def.primary_key.is_empty()
+    }
+
+    /// The columns its writers give: all but the processing-time column, which Weir stamps
+    /// (what a source's connector reads).
+    pub fn given_schema(&self) -> SchemaRef {
+        match self.def.processing_time {
+            Some(stamp) => {
+                let given: Vec<usize> = (0..self.schema.fields().len()).filter(|&i| i != stamp).collect();
+                Arc::new(self.schema.project(&given).expect("columns of the schema"))
+            }
+            None => Arc::clone(&self.schema),
+        }
     }
 
     /// Whether stored rows carry a multiplicity ([`COUNT_COLUMN`]): a view's rows stored one
@@ -258,6 +272,7 @@ impl Catalog {
             def.layout = Layout::Segments;
         }
         def.watermark = options.watermark;
+        def.processing_time = options.processing_time;
         def.connector = options.connector;
         self.create(def, if_not_exists)
     }
@@ -297,6 +312,7 @@ impl Catalog {
             parallelism: 0,
             append_only: false,
             watermark: None,
+            processing_time: None,
             connector: None,
             layout: Layout::Rows,
         }

@@ -47,6 +47,11 @@ pub struct RelationDef {
     /// `WATERMARK FOR column AS expr` of an append-only table.
     #[serde(default)]
     pub watermark: Option<WatermarkDef>,
+    /// The column (index into `schema`) each row gets the time it was stored at
+    /// (`column AS PROCTIME()`): a processing-time attribute, kept with the row so that a view
+    /// rebuilt from the stored rows sees the same times.
+    #[serde(default)]
+    pub processing_time: Option<usize>,
     /// A source's connector and its options (`CREATE SOURCE ... WITH (connector = ...)`).
     #[serde(default)]
     pub connector: Option<crate::connectors::options::ConnectorOptions>,

@@ -32,6 +32,7 @@ use crate::operators::filter::Filter;
 use crate::operators::hash_agg::AggWindow;
 use crate::operators::hash_agg::{AggKind, AggSpec, HashAgg};
 use crate::operators::hash_join::{HashJoin, JoinWindow};
+use crate::operators::no_watermark::NoWatermark;
 use crate::operators::operator::Operator;
 use crate::operators::project::Project;
 use crate::operators::session_assign::SessionAssign;
@@ -450,9 +451,12 @@ impl Builder<'_> {
                         };
                         let input = Arc::new(relation.schema.project(&read)?);
                         let leaf = self.source(&relation, &read, Arc::clone(&input))?;
+                        // Windows close by the watermark only over the column it is declared for.
+                        let by_watermark =
+                            relation.def.watermark.as_ref().is_some_and(|w| w.column == windowing.time_column());
                         let full;
                         (top, full, distribution, times) =
-                            self.window_assign(leaf, &input, windowing.narrowed(&read))?;
+                            self.window_assign(leaf, &input, windowing.narrowed(&read), by_watermark)?;
                         // The scan's projection, over the narrowed input and the two window columns.
                         let at = |c: usize| {
                             if c < n {
@@ -851,12 +855,26 @@ impl Builder<'_> {
     }
 
     /// The window assigner over node `leaf` (rows of `input`): returns its node, output schema,
-    /// distribution and window columns.
+    /// distribution and window columns. Windows over a column the watermark is not declared for
+    /// (`by_watermark` false) are plain groups: no row is late, and no window closes.
     fn window_assign(
         &mut self,
         leaf: usize,
         input: &SchemaRef,
         windowing: Windowing,
+        by_watermark: bool,
+    ) -> Result<(usize, SchemaRef, Distribution, Vec<Option<TimeColumn>>)> {
+        let (node, schema, distribution, times) = self.window_assigner(leaf, input, windowing, by_watermark)?;
+        let times = if by_watermark { times } else { vec![None; times.len()] };
+        Ok((node, schema, distribution, times))
+    }
+
+    fn window_assigner(
+        &mut self,
+        leaf: usize,
+        input: &SchemaRef,
+        windowing: Windowing,
+        by_watermark: bool,
     ) -> Result<(usize, SchemaRef, Distribution, Vec<Option<TimeColumn>>)> {
         let schema = windowing.output_schema(input);
         let prefix = self.assigners;
@@ -873,6 +891,13 @@ impl Builder<'_> {
         }
         let ledger = operator_state_table(self.view_id, DURABLE_STATE_TABLE);
         let (lateness, keep) = (self.event_time.lateness, self.event_time.keep_late_rows);
+        let deaf = |op: Box<dyn Operator>| -> Box<dyn Operator> {
+            if by_watermark {
+                op
+            } else {
+                Box::new(NoWatermark(op))
+            }
+        };
         let n = input.fields().len();
         let mut times = vec![None; n + 2];
         match windowing {
@@ -880,14 +905,14 @@ impl Builder<'_> {
                 times[n] = Some(TimeColumn { close_offset: spec.size() });
                 times[n + 1] = Some(TimeColumn { close_offset: 0 });
                 let ops = self.each(|_| {
-                    Ok(Box::new(WindowAssign::new(
+                    Ok(deaf(Box::new(WindowAssign::new(
                         spec.clone(),
                         Arc::clone(&schema),
                         lateness,
                         keep,
                         (self.keyed(ledger), prefix),
                         &self.view,
-                    )?))
+                    )?)))
                 })?;
                 Ok((self.graph.add(ops, &[leaf], vec![None])?, schema, Distribution::Single, times))
             }
@@ -899,7 +924,7 @@ impl Builder<'_> {
                 let distribution =
                     if spec.keys.is_empty() { Distribution::Single } else { Distribution::Hash(spec.keys.clone()) };
                 let ops = self.each(|_| {
-                    Ok(Box::new(SessionAssign::new(
+                    Ok(deaf(Box::new(SessionAssign::new(
                         spec.clone(),
                         Arc::clone(&schema),
                         lateness,
@@ -907,7 +932,7 @@ impl Builder<'_> {
                         self.keyed(state),
                         (self.keyed(ledger), prefix),
                         &self.view,
-                    )?))
+                    )?)))
                 })?;
                 let exchange = (!spec.keys.is_empty()).then_some(keys);
                 Ok((self.graph.add(ops, &[leaf], vec![exchange])?, schema, distribution, times))

@@ -2,6 +2,7 @@
 //!
 //! ```sql
 //! CREATE TABLE bids (..., WATERMARK FOR date_time AS date_time - INTERVAL '5' SECOND) APPEND ONLY;
+//! CREATE SOURCE bid (p_time AS PROCTIME()) WITH (connector = 'nexmark', ...);
 //! CREATE MATERIALIZED VIEW v AS SELECT ...
 //!   EMIT ON WINDOW CLOSE ALLOW LATENESS INTERVAL '30' SECOND LATE ROWS TO v_late;
 //! ```
@@ -30,6 +31,9 @@ pub struct WatermarkClause {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct StreamingClauses {
     pub watermark: Option<WatermarkClause>,
+    /// `column [TIMESTAMPTZ] AS PROCTIME()`: the column (left in the column list as a
+    /// TIMESTAMPTZ) that each row gets the time it was stored at.
+    pub processing_time: Option<String>,
     pub append_only: bool,
     /// `EMIT ON WINDOW CLOSE`.
     pub emit_on_window_close: bool,
@@ -87,7 +91,7 @@ fn text(tokens: &[Token]) -> String {
 /// Whether `sql` may contain a streaming clause (a cheap test before tokenizing).
 pub fn may_contain(sql: &str) -> bool {
     let upper = sql.to_ascii_uppercase();
-    ["WATERMARK", "APPEND", "EMIT", "LATENESS", "LATE", "SOURCE"].iter().any(|k| upper.contains(k))
+    ["WATERMARK", "PROCTIME", "APPEND", "EMIT", "LATENESS", "LATE", "SOURCE"].iter().any(|k| upper.contains(k))
 }
 
 /// Splits the streaming clauses off one statement: the remaining SQL and the clauses.
@@ -120,24 +124,52 @@ pub fn extract(sql: &str) -> Result<(String, StreamingClauses)> {
         return Ok((sql.to_string(), clauses));
     }
     let mut keep = vec![true; tokens.len()];
-    // Text to put before a token (the empty column list of a source declared without one).
-    let mut insert_before: Option<(usize, &str)> = None;
+    // Text to put before a token (the empty column list of a source declared without one, the
+    // type of a processing-time column declared without one).
+    let mut insert_before: Vec<(usize, &str)> = Vec::new();
     if is_source {
         table_at = Some(words[first + 1]);
         let (options, with_at, columns_given) = source_options(&tokens, &words, &mut keep)?;
         if !columns_given {
-            insert_before = Some((with_at, "() "));
+            insert_before.push((with_at, "() "));
         }
         clauses.source = Some(options);
     }
     let mut depth = 0i32;
     let mut n = 0; // index into `words`
+                   // The first word of the current column definition (in `words`).
+    let mut column_start = 0;
     while n < words.len() {
         let i = words[n];
         match &tokens[i] {
             Token::LParen => depth += 1,
             Token::RParen => depth -= 1,
             _ => {}
+        }
+        if depth == 1 && (tokens[i] == Token::Comma || (tokens[i] == Token::LParen)) {
+            column_start = n + 1;
+        }
+        if is_table
+            && depth == 1
+            && is_word(&tokens[i], "AS")
+            && word(n + 1, "PROCTIME")
+            && words.get(n + 2).is_some_and(|&p| tokens[p] == Token::LParen)
+            && words.get(n + 3).is_some_and(|&p| tokens[p] == Token::RParen)
+        {
+            if n <= column_start {
+                return Err(WeirError::syntax("expected <column> [TIMESTAMPTZ] AS PROCTIME()"));
+            }
+            if clauses.processing_time.is_some() {
+                return Err(WeirError::syntax("a table can have only one PROCTIME() column"));
+            }
+            clauses.processing_time = Some(tokens[words[column_start]].to_string().trim_matches('"').to_string());
+            // `AS PROCTIME()` goes; a column declared without a type gets TIMESTAMPTZ.
+            if n == column_start + 1 {
+                insert_before.push((i, "TIMESTAMPTZ "));
+            }
+            keep[i..=words[n + 3]].iter_mut().for_each(|k| *k = false);
+            n += 4;
+            continue;
         }
         if is_table && depth == 1 && is_word(&tokens[i], "WATERMARK") && word(n + 1, "FOR") {
             // `, WATERMARK FOR col AS expr` up to the next top-level comma or closing paren.
@@ -203,10 +235,8 @@ pub fn extract(sql: &str) -> Result<(String, StreamingClauses)> {
     }
     let mut rest = String::with_capacity(sql.len());
     for (i, (t, k)) in tokens.iter().zip(&keep).enumerate() {
-        if let Some((at, text)) = insert_before {
-            if at == i {
-                rest.push_str(text);
-            }
+        for (_, text) in insert_before.iter().filter(|(at, _)| *at == i) {
+            rest.push_str(text);
         }
         if table_at == Some(i) {
             rest.push_str("TABLE");
@@ -360,6 +390,24 @@ mod tests {
             c.watermark,
             Some(WatermarkClause { column: "date_time".into(), expr: "date_time - INTERVAL '5' SECOND".into() })
         );
+    }
+
+    #[test]
+    fn a_processing_time_column_stays_as_timestamptz() {
+        let (rest, c) = extract("CREATE TABLE t (a INT, p_time AS PROCTIME(), b TEXT) APPEND ONLY").unwrap();
+        assert_eq!(
+            rest.split_whitespace().collect::<Vec<_>>().join(" "),
+            "CREATE TABLE t (a INT, p_time TIMESTAMPTZ , b TEXT)"
+        );
+        assert_eq!(c.processing_time.as_deref(), Some("p_time"));
+        let (rest, c) = extract(
+            "CREATE SOURCE bid (\"At\" TIMESTAMPTZ AS proctime(), WATERMARK FOR \"At\" AS \"At\") WITH (connector = 'nexmark')",
+        )
+        .unwrap();
+        assert_eq!(rest.split_whitespace().collect::<Vec<_>>().join(" "), "CREATE TABLE bid (\"At\" TIMESTAMPTZ )");
+        assert_eq!(c.processing_time.as_deref(), Some("At"));
+        assert!(extract("CREATE TABLE t (AS PROCTIME())").is_err());
+        assert!(extract("CREATE TABLE t (a AS PROCTIME(), b AS PROCTIME())").is_err());
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! - [`union`]: UNION ALL.
 //! - [`window_assign`]: rows into `TUMBLE` / `HOP` windows; judges lateness.
 //! - [`session_assign`]: rows into `SESSION` windows, re-assigned as sessions grow and merge.
+//! - [`no_watermark`]: a window over a column the watermark does not follow.
 //! - [`lateness`]: what both assigners do with late rows (count, keep, ledger).
 //! - [`top_n`]: `ROW_NUMBER() ... WHERE rn <= N`, each partition's first rows by an order.
 //! - [`eowc_buffer`]: `EMIT ON WINDOW CLOSE` for views without a windowed aggregate.
@@ -22,6 +23,7 @@ pub mod hash_agg;
 pub mod hash_join;
 pub mod lateness;
 pub mod materialize;
+pub mod no_watermark;
 pub mod operator;
 pub mod project;
 pub mod session_assign;

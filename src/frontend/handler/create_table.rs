@@ -143,9 +143,35 @@ pub async fn handle(
         })
         .collect();
     let mut schema = Schema::new(fields);
+    // The processing-time column: stamped by Weir, not given by a connector (a source's goes
+    // after its connector's columns).
+    let stamped = match &clauses.processing_time {
+        Some(name) => {
+            let index = schema.index_of(name).map_err(|_| WeirError::internal("the PROCTIME() column vanished"))?;
+            if !matches!(schema.field(index).data_type(), DataType::Timestamp(_, _)) {
+                return Err(WeirError::new(
+                    SqlState::DATATYPE_MISMATCH,
+                    format!("the PROCTIME() column \"{name}\" must be a TIMESTAMPTZ (or TIMESTAMP)"),
+                ));
+            }
+            Some((index, schema.field(index).clone().with_nullable(true)))
+        }
+        None => None,
+    };
     let is_source = clauses.source.is_some();
+    let mut processing_time = stamped.as_ref().map(|(index, _)| *index);
     if let Some(options) = &clauses.source {
-        schema = source_schema(options, schema)?;
+        let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+        let stamped = stamped.map(|(index, field)| {
+            fields.remove(index);
+            field
+        });
+        let mut all = source_schema(options, Schema::new(fields))?.fields().to_vec();
+        if let Some(field) = stamped {
+            processing_time = Some(all.len());
+            all.push(std::sync::Arc::new(field));
+        }
+        schema = Schema::new(all);
     }
     let append_only = clauses.append_only || is_source;
     let sort_fields: Vec<SortField> = schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
@@ -172,7 +198,7 @@ pub async fn handle(
         }
         None => None,
     };
-    let options = TableOptions { append_only, watermark, connector: clauses.source.clone() };
+    let options = TableOptions { append_only, watermark, processing_time, connector: clauses.source.clone() };
     let created =
         fe.catalog().create_table_with(&name, &definition, schema, primary_key, options, cmt.if_not_exists)?;
     if is_source {
