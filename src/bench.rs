@@ -132,6 +132,16 @@ pub(crate) fn peak_rss_mib() -> f64 {
     memory_mib("VmHWM:")
 }
 
+/// The process allocator's (jemalloc's) live heap and the pages it keeps resident, in MiB;
+/// zeros where jemalloc is not the allocator (tests). The rest of the resident set is RocksDB's
+/// C++ allocations (glibc's malloc), code and stacks.
+pub(crate) fn heap_mib() -> (u64, u64) {
+    use tikv_jemalloc_ctl::{epoch, stats};
+    let _ = epoch::advance();
+    let mib = |bytes: tikv_jemalloc_ctl::Result<usize>| bytes.map(|b| (b >> 20) as u64).unwrap_or(0);
+    (mib(stats::allocated::read()), mib(stats::resident::read()))
+}
+
 /// Resident set size now, in MiB (Linux).
 fn rss_mib() -> f64 {
     memory_mib("VmRSS:")

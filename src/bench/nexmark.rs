@@ -14,7 +14,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use super::{peak_rss_mib, rss_mib, Harness};
+use super::{heap_mib, peak_rss_mib, rss_mib, Harness};
 use crate::connectors::nexmark::generator::{self, kind_of, EventKind, Generator, GeneratorConfig};
 use crate::connectors::source::stored_offset;
 use crate::error::{Result, WeirError};
@@ -223,7 +223,7 @@ pub async fn run(options: NexmarkOptions) -> Result<()> {
         // Wait until every source has stored every event, then until the view has them.
         let catalog = std::sync::Arc::clone(h.frontend.catalog());
         // Resident memory sampled every second, with RocksDB's share at the highest sample.
-        let mut highest: (f64, Vec<(&'static str, u64)>) = (0.0, vec![]);
+        let mut highest: (f64, Vec<(&'static str, u64)>, (u64, u64)) = (0.0, vec![], (0, 0));
         let mut last_sample = Instant::now();
         for ((source, _), done_at) in KINDS.iter().zip(done_at) {
             let relation = catalog.get(source).ok_or_else(|| WeirError::internal("source missing"))?;
@@ -233,13 +233,18 @@ pub async fn run(options: NexmarkOptions) -> Result<()> {
                     last_sample = Instant::now();
                     let rss = rss_mib();
                     if rss > highest.0 {
-                        highest = (rss, catalog.store().memory_bytes());
+                        highest = (rss, catalog.store().memory_bytes(), heap_mib());
                     }
                 }
             }
         }
         let parts: Vec<String> = highest.1.iter().map(|(part, bytes)| format!("{part} {} MiB", bytes >> 20)).collect();
-        eprintln!("highest resident sample {:.0} MiB; RocksDB then: {}", highest.0, parts.join(", "));
+        let (allocated, resident) = highest.2;
+        eprintln!(
+            "highest resident sample {:.0} MiB; jemalloc then: {allocated} MiB allocated, {resident} MiB resident; RocksDB then: {}",
+            highest.0,
+            parts.join(", ")
+        );
         h.run("FLUSH").await?;
         let bids = crate::metrics::SOURCE_ROWS_TOTAL.with_label_values(&["bid"]).get();
         if bids != options.events / 50 * 46 + (options.events % 50).saturating_sub(4) {
