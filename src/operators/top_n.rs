@@ -16,7 +16,8 @@
 //!   are one prefix in rank order and a row is read back from its key's tail;
 //! - over an append-only input a row that falls below rank `N` can never come back, so a
 //!   partition is one entry, `partition` -> its first `N` rows, held in memory while the epoch
-//!   touches it: a row that ranks below them costs one comparison.
+//!   touches it: a row that ranks below them costs one comparison, and a partition no row
+//!   entered emits and writes nothing.
 //!
 //! Called by the dataflow builder (`dataflow::build`) for a `WindowAggr` of one `row_number()`
 //! under a filter that bounds it.
@@ -153,26 +154,30 @@ impl TopN {
     /// Starts tracking `partition` in this epoch, if it is not yet.
     fn touch(&mut self, partition: &[u8]) -> Result<()> {
         if !self.touched.contains_key(partition) {
-            let before = self.leaders(partition)?;
-            let leaders = self.append_only_input.then(|| before.clone());
-            self.touched.insert(partition.to_vec(), Touched { before, leaders });
+            let rows = self.leaders(partition)?;
+            let touched = if self.append_only_input {
+                Touched::Leaders { now: rows, changed: false }
+            } else {
+                Touched::Multiset { before: rows }
+            };
+            self.touched.insert(partition.to_vec(), touched);
         }
         Ok(())
     }
 }
 
 /// A partition touched in the current epoch.
-struct Touched {
-    /// Its first rows when the epoch began: what it output last.
-    before: Vec<Ranked>,
-    /// Over an append-only input, its first rows now (the multiset layout reads them from the
-    /// state at the barrier instead).
-    leaders: Option<Vec<Ranked>>,
+enum Touched {
+    /// Its first rows when the epoch began: what it output last (the rows themselves are in
+    /// the state, read at the barrier).
+    Multiset { before: Vec<Ranked> },
+    /// Over an append-only input, its first rows now, and whether a row entered them; what it
+    /// output last is still its state entry until the barrier.
+    Leaders { now: Vec<Ranked>, changed: bool },
 }
 
 /// A row as ranked: its order key, then the row itself (both memcomparable, the order key
 /// prefix-free, so comparing the two together compares by order, then by row).
-#[derive(Clone, PartialEq, Eq)]
 struct Ranked {
     bytes: Vec<u8>,
     order_len: usize,
@@ -265,14 +270,17 @@ impl Operator for TopN {
                 if op.sign() < 0 {
                     return Err(WeirError::internal("Top-N over an append-only input got a retraction"));
                 }
-                let leaders = self.touched.get_mut(partition).and_then(|t| t.leaders.as_mut()).expect("touched");
+                let Some(Touched::Leaders { now, changed }) = self.touched.get_mut(partition) else {
+                    return Err(WeirError::internal("Top-N: an append-only partition without its rows"));
+                };
                 // A row that ranks after the last of a full list never enters.
-                if leaders.len() >= self.limit && leaders.last().is_none_or(|l| l.cmp_with(order, row).is_le()) {
+                if now.len() >= self.limit && now.last().is_none_or(|l| l.cmp_with(order, row).is_le()) {
                     continue;
                 }
-                let at = leaders.partition_point(|l| l.cmp_with(order, row).is_le());
-                leaders.insert(at, Ranked::new(order, row));
-                leaders.truncate(self.limit);
+                let at = now.partition_point(|l| l.cmp_with(order, row).is_le());
+                now.insert(at, Ranked::new(order, row));
+                now.truncate(self.limit);
+                *changed = true;
                 continue;
             }
             key.clear();
@@ -293,15 +301,15 @@ impl Operator for TopN {
         touched.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         // The output, as (row, rank, op).
         let mut out: Vec<(Vec<u8>, u64, Op)> = Vec::new();
-        for (partition, Touched { before, leaders }) in touched {
-            let after = match leaders {
-                Some(leaders) => {
-                    if leaders != before {
-                        self.state.put(&partition, partition.len(), Ranked::encode_list(&leaders));
-                    }
-                    leaders
+        for (partition, touched) in touched {
+            let (before, after) = match touched {
+                Touched::Multiset { before } => (before, self.leaders(&partition)?),
+                Touched::Leaders { changed: false, .. } => continue,
+                Touched::Leaders { now, changed: true } => {
+                    let before = self.leaders(&partition)?;
+                    self.state.put(&partition, partition.len(), Ranked::encode_list(&now));
+                    (before, now)
                 }
-                None => self.leaders(&partition)?,
             };
             for rank in 0..before.len().max(after.len()) {
                 let (old, new) = (before.get(rank).map(Ranked::row), after.get(rank).map(Ranked::row));
