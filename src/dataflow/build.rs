@@ -99,8 +99,8 @@ struct Builder<'a> {
     /// Subplans built so far, by what they compute ([`SharedPlan`]): one met again reuses its
     /// operators, which then feed each consumer. (q5 reads the same HOP of `bid` twice.)
     built: std::collections::HashMap<SharedPlan, Out>,
-    /// Rank bounds found on filters over a `row_number()` window (`rn <= N`): the window plan,
-    /// and the most rows any of them keeps per partition ([`rank_bound`]).
+    /// The rank bound (`rn <= N`) of each `row_number()` window whose bounding filter's input
+    /// is being built ([`rank_bound`]).
     rank_limits: std::collections::HashMap<LogicalPlan, usize>,
 }
 
@@ -517,11 +517,18 @@ impl Builder<'_> {
                 })
             }
             LogicalPlan::Filter(f) => {
-                if let Some((window, limit)) = rank_bound(f) {
-                    let known = self.rank_limits.entry(window).or_insert(limit);
-                    *known = (*known).max(limit);
+                // A bound on a row number holds for the window below while this filter's input
+                // is built, and only then: another reader of the same window is not bounded.
+                let bound = rank_bound(f);
+                let outer = bound.as_ref().and_then(|(window, limit)| self.rank_limits.insert(window.clone(), *limit));
+                let child = self.node(&f.input);
+                if let Some((window, _)) = bound {
+                    match outer {
+                        Some(limit) => self.rank_limits.insert(window, limit),
+                        None => self.rank_limits.remove(&window),
+                    };
                 }
-                let child = self.node(&f.input)?;
+                let child = child?;
                 let predicate = self.physical(&f.predicate, f.input.schema())?;
                 let ops = self.each(|_| Ok(Box::new(Filter::new(Arc::clone(&predicate), &self.view))))?;
                 Ok(Out { node: self.graph.add(ops, &[child.node], vec![None])?, ..child })
