@@ -124,16 +124,6 @@ impl TopN {
         Ok(Some(codec.convert_columns(&columns)?))
     }
 
-    /// A partition's first `n` rows, each `(state key, multiplicity)`, in rank order; all of
-    /// them when `n` is None (the multiset layout).
-    fn entries(&self, partition: &[u8], n: Option<usize>) -> Result<Vec<(Vec<u8>, i64)>> {
-        let entries = match n {
-            Some(n) => self.state.first_n_with_prefix(partition, partition.len(), n)?,
-            None => self.state.scan_prefix(partition, partition.len())?,
-        };
-        entries.into_iter().map(|(k, v)| Ok((k, decode_count(&v)?))).collect()
-    }
-
     /// A partition's first `limit` rows now, in rank order.
     fn leaders(&mut self, partition: &[u8]) -> Result<Vec<Ranked>> {
         if self.append_only_input {
@@ -142,13 +132,17 @@ impl TopN {
                 None => Ok(vec![]),
             };
         }
-        let entries = self.entries(partition, Some(self.limit))?;
-        Ok(entries
-            .iter()
-            .flat_map(|(key, count)| std::iter::repeat_n(key, (*count).max(0) as usize))
-            .take(self.limit)
-            .map(|key| Ranked::from_key(key, partition.len()))
-            .collect())
+        // The multiset layout: the first `limit` keys hold the first `limit` rows or more.
+        let mut rows = Vec::with_capacity(self.limit);
+        for (key, count) in self.state.first_n_with_prefix(partition, partition.len(), self.limit)? {
+            for _ in 0..decode_count(&count)?.max(0) {
+                if rows.len() == self.limit {
+                    return Ok(rows);
+                }
+                rows.push(Ranked::from_key(&key, partition.len()));
+            }
+        }
+        Ok(rows)
     }
 
     /// Starts tracking `partition` in this epoch, if it is not yet.

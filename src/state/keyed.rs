@@ -561,7 +561,27 @@ mod tests {
                 let all = s.scan_prefix(&[b'g', sub], 1).unwrap();
                 assert_eq!(s.first_with_prefix(&[b'g', sub], 1, false).unwrap().as_ref(), all.first());
                 assert_eq!(s.first_with_prefix(&[b'g', sub], 1, true).unwrap().as_ref(), all.last());
+                for n in [0, 1, 2, 5, 100] {
+                    let first: Vec<_> = all.iter().take(n).cloned().collect();
+                    assert_eq!(s.first_n_with_prefix(&[b'g', sub], 1, n).unwrap(), first);
+                }
             }
+            // Pending deletes and puts over stored entries: the first n still agree with a scan.
+            if !write_back {
+                for i in [0u8, 1, 5, 7] {
+                    s.delete(&[b'g', b'b', i, 0xFF], 1);
+                }
+                s.put(&[b'g', b'b', 2, 0], 1, vec![9]);
+                let all = s.scan_prefix(b"gb", 1).unwrap();
+                for n in [1, 3, 6] {
+                    assert_eq!(s.first_n_with_prefix(b"gb", 1, n).unwrap(), all[..n].to_vec());
+                }
+                for i in [0u8, 1, 5, 7] {
+                    s.put(&[b'g', b'b', i, 0xFF], 1, vec![i]);
+                }
+                s.delete(&[b'g', b'b', 2, 0], 1);
+            }
+            assert_eq!(s.first_n_with_prefix(b"gc", 1, 3).unwrap(), vec![]);
             assert_eq!(s.first_with_prefix(b"gc", 1, true).unwrap(), None);
             s.delete_prefix(b"gb", 1).unwrap();
             s.delete_prefix(&[b'g', 0xFF], 1).unwrap();
@@ -570,7 +590,8 @@ mod tests {
             assert_eq!(s.first_with_prefix(b"g", 1, true).unwrap().unwrap().0, vec![b'g', b'a', 2, 0xFF]);
             s.delete_prefix(b"g", 1).unwrap();
             assert!(s.scan_prefix(b"g", 1).unwrap().is_empty());
-            assert_eq!(s.pending_len, if write_back { 0 } else { 45 });
+            // Stored: a tombstone per stored key, and one for the key put and deleted above.
+            assert_eq!(s.pending_len, if write_back { 0 } else { 46 });
             s.flush(&mut wb);
             store.write(wb).unwrap();
         }
