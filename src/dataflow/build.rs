@@ -828,10 +828,17 @@ impl Builder<'_> {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
+        // Partitioned by a window bound: a window's partitions are freed once it is final.
+        let window = params
+            .partition_by
+            .iter()
+            .enumerate()
+            .find_map(|(i, e)| column_index(e, input).and_then(|c| child.times[c]).map(|column| (i, column)));
         let table = self.state_table()?;
         let schema = Self::schema(plan);
+        let lateness = self.event_time.lateness;
         let ops = self.each(|_| {
-            let op = TopN::new(
+            let mut op = TopN::new(
                 partition_by.clone(),
                 order_by.clone(),
                 limit,
@@ -839,7 +846,13 @@ impl Builder<'_> {
                 self.keyed(table),
                 &self.view,
             )?;
-            Ok(Box::new(if child.append_only { op.with_append_only_input() } else { op }))
+            if child.append_only {
+                op = op.with_append_only_input();
+            }
+            if let Some((index, column)) = window {
+                op = op.with_window(index, column, lateness);
+            }
+            Ok(Box::new(op))
         })?;
         // A partition's rows meet in one shard; without PARTITION BY, all rows in shard 0.
         let (needed, output) = if params.partition_by.is_empty() {

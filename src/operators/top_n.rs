@@ -19,10 +19,16 @@
 //!   touches it: a row that ranks below them costs one comparison, and a partition no row
 //!   entered emits and writes nothing.
 //!
+//! Partitioned by a window bound ([`TopN::with_window`], "the top 10 of each window"): once
+//! the watermark passes a window's close plus the allowed lateness, no row can reach its
+//! partitions any more, so their state is deleted (their rows stay in the view), and state is
+//! bounded by the open windows.
+//!
 //! Called by the dataflow builder (`dataflow::build`) for a `WindowAggr` of one `row_number()`
 //! under a filter that bounds it.
 
 use std::cmp::Ordering;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, RecordBatch, UInt64Array};
@@ -36,7 +42,8 @@ use super::operator::Operator;
 use crate::error::{Result, WeirError};
 use crate::state::keyed::{decode_count, KeyedState};
 use crate::state::store::WriteBatch;
-use crate::types::hash::HashMap;
+use crate::types::hash::{HashMap, HashSet};
+use crate::types::window::{close_times, TimeColumn};
 use crate::types::{ChangeBatch, Op};
 
 /// One `ORDER BY` key of the window: an expression over the input and its direction.
@@ -64,6 +71,13 @@ pub struct TopN {
     append_only_input: bool,
     /// Partitions touched this epoch.
     touched: HashMap<Vec<u8>, Touched>,
+    /// Partitioned by a window bound: which partition expression it is, when its window closes,
+    /// and the allowed lateness (nanoseconds).
+    window: Option<(usize, TimeColumn, i64)>,
+    /// The partitions of open windows, by close time, and the set of them.
+    open: BTreeMap<i64, Vec<Vec<u8>>>,
+    known: HashSet<Vec<u8>>,
+    watermark: Option<i64>,
     view: String,
 }
 
@@ -102,8 +116,33 @@ impl TopN {
             state,
             append_only_input: false,
             touched: HashMap::default(),
+            window: None,
+            open: BTreeMap::new(),
+            known: HashSet::default(),
+            watermark: None,
             view: view.to_string(),
         })
+    }
+
+    /// Partition expression `index` is a window bound (`column`): a window's partitions are
+    /// deleted once the watermark passes its close plus `lateness`.
+    pub fn with_window(mut self, index: usize, column: TimeColumn, lateness: i64) -> TopN {
+        self.window = Some((index, column, lateness));
+        self
+    }
+
+    /// Deletes the state of every partition whose window closed at or before `limit`.
+    fn forget_windows_before(&mut self, limit: i64) -> Result<()> {
+        let keep = self.open.split_off(&limit.saturating_add(1));
+        for partition in std::mem::replace(&mut self.open, keep).into_values().flatten() {
+            self.known.remove(&partition);
+            if self.append_only_input {
+                self.state.delete(&partition, partition.len());
+            } else {
+                self.state.delete_prefix(&partition, partition.len())?;
+            }
+        }
+        Ok(())
     }
 
     /// The input only inserts rows: keep only each partition's first `limit`.
@@ -253,9 +292,21 @@ impl Operator for TopN {
         let partitions = self.encode(&self.partition_codec, self.partition_by.iter(), &batch.data)?;
         let orders = self.encode(&self.order_codec, self.order_by.iter().map(|o| &o.expr), &batch.data)?;
         let rows = self.row_codec.convert_columns(batch.data.columns())?;
+        let closes = match self.window {
+            Some((index, column, _)) => {
+                Some(close_times(&evaluate(&self.partition_by[index], &batch.data, &self.view)?, column)?)
+            }
+            None => None,
+        };
         let mut key = Vec::new();
         for (i, op) in batch.ops.iter().enumerate() {
             let partition = partitions.as_ref().map_or(&[][..], |p| p.row(i).data());
+            if let Some(close) = closes.as_ref().and_then(|c| c[i]) {
+                if !self.known.contains(partition) {
+                    self.known.insert(partition.to_vec());
+                    self.open.entry(close).or_default().push(partition.to_vec());
+                }
+            }
             let order = orders.as_ref().map_or(&[][..], |o| o.row(i).data());
             let row = rows.row(i);
             let row = row.data();
@@ -319,6 +370,9 @@ impl Operator for TopN {
                 }
             }
         }
+        if let (Some((_, _, lateness)), Some(watermark)) = (self.window, self.watermark) {
+            self.forget_windows_before(watermark.saturating_sub(lateness))?;
+        }
         if out.is_empty() {
             return Ok(vec![]);
         }
@@ -331,6 +385,14 @@ impl Operator for TopN {
 
     fn flush_state(&mut self, wb: &mut WriteBatch) {
         self.state.flush(wb);
+    }
+
+    fn on_watermark(&mut self, watermark: i64) {
+        self.watermark = Some(watermark);
+    }
+
+    fn open_windows(&self) -> usize {
+        self.known.len()
     }
 }
 
