@@ -45,7 +45,20 @@ impl TestServer {
         server
     }
 
+    /// Starts the server on free ports. A port chosen free can be taken by another test's
+    /// server before this one binds it; then the server exits at startup, and it is started
+    /// again on other ports.
     fn spawn(&mut self) {
+        for attempt in 0.. {
+            match self.spawn_once() {
+                Ok(()) => return,
+                Err(log) if attempt < 4 && log.contains("in use") => continue,
+                Err(log) => panic!("weir exited during startup:\n{log}"),
+            }
+        }
+    }
+
+    fn spawn_once(&mut self) -> Result<(), String> {
         self.port = free_port();
         self.metrics_port = free_port();
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("log file");
@@ -63,19 +76,20 @@ impl TestServer {
             .spawn()
             .expect("spawn weir");
         self.child = Some(child);
-        self.wait_ready();
+        self.wait_ready()
     }
 
-    fn wait_ready(&mut self) {
+    /// Waits until the server takes connections; the log if it exited first.
+    fn wait_ready(&mut self) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if let Some(child) = self.child.as_mut() {
                 if let Ok(Some(status)) = child.try_wait() {
-                    panic!("weir exited during startup ({status}):\n{}", self.log_text());
+                    return Err(format!("({status})\n{}", self.log_text()));
                 }
             }
             if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
-                return;
+                return Ok(());
             }
             if Instant::now() > deadline {
                 panic!("weir did not start within 60s:\n{}", self.log_text());
