@@ -70,3 +70,40 @@ async fn a_second_server_on_the_same_data_dir_is_refused() {
     let c = server.connect().await;
     c.query_one("SELECT 1", &[]).await.unwrap();
 }
+
+/// A clean stop (SIGTERM) makes the sources' latest chunks durable: after it, nothing is read
+/// again, so processing-time stamps stay as they were (after SIGKILL they would be new).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_stop_keeps_a_sources_rows_as_stored() {
+    let mut server = TestServer::start();
+    let before: Vec<String> = {
+        let c = server.connect().await;
+        c.batch_execute(
+            "CREATE SOURCE b (p_time AS PROCTIME())
+               WITH (connector = 'nexmark', nexmark.table.type = 'bid', nexmark.event.num = '5000')",
+        )
+        .await
+        .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let n: i64 = c.query_one("SELECT count(*) FROM b", &[]).await.unwrap().get(0);
+            if n == 4600 {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "b has {n} rows");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        let row =
+            c.query_one("SELECT CAST(min(p_time) AS VARCHAR), CAST(max(p_time) AS VARCHAR) FROM b", &[]).await.unwrap();
+        vec![row.get(0), row.get(1)]
+    };
+    server.stop();
+    assert!(server.log_text().contains("state flushed"), "{}", server.log_text());
+    server.start_again();
+    let c = server.connect().await;
+    let n: i64 = c.query_one("SELECT count(*) FROM b", &[]).await.unwrap().get(0);
+    assert_eq!(n, 4600);
+    let row =
+        c.query_one("SELECT CAST(min(p_time) AS VARCHAR), CAST(max(p_time) AS VARCHAR) FROM b", &[]).await.unwrap();
+    assert_eq!(vec![row.get::<_, String>(0), row.get::<_, String>(1)], before);
+}

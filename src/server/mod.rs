@@ -129,6 +129,7 @@ fn tls_acceptor(config: &Config) -> Result<Option<TlsAcceptor>> {
 pub async fn run(config: Config) -> Result<()> {
     let store = Arc::new(RocksStore::open(&config.data_dir.join("state"), &config.storage)?);
     let sized = Arc::clone(&store);
+    let stopping = Arc::clone(&store);
     tokio::spawn(async move {
         loop {
             metrics::STATE_BYTES.set(sized.approximate_bytes() as i64);
@@ -182,6 +183,13 @@ pub async fn run(config: Config) -> Result<()> {
             _ = tokio::signal::ctrl_c() => { info!("interrupted, shutting down"); break; }
             _ = terminate.recv() => { info!("terminated, shutting down"); break; }
         }
+    }
+    // Sources' latest chunks skipped the write-ahead log: flushed now, they are not read again
+    // at the next start (a chunk stored after this is, as after a crash).
+    match tokio::task::spawn_blocking(move || stopping.persist()).await {
+        Ok(Ok(())) => info!("state flushed"),
+        Ok(Err(e)) => warn!("flushing state at shutdown failed (sources will read their latest chunks again): {e}"),
+        Err(e) => warn!("flushing state at shutdown failed: {e}"),
     }
     Ok(())
 }

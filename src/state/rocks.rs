@@ -61,6 +61,10 @@ impl StateStore for RocksStore {
         Ok(self.db.get(key)?)
     }
 
+    fn persist(&self) -> Result<()> {
+        Ok(self.db.flush()?)
+    }
+
     fn scan_prefix(&self, prefix: &[u8], visit: &mut Visitor<'_>) -> Result<()> {
         let mut read_opts = ReadOptions::default();
         if let Some(end) = prefix_end(prefix) {

@@ -87,4 +87,10 @@ pub trait StateStore: Send + Sync + 'static {
     fn memory_bytes(&self) -> Vec<(&'static str, u64)> {
         vec![]
     }
+
+    /// Makes the writes that skipped the write-ahead log durable (at a clean stop), so that
+    /// nothing is read again after it.
+    fn persist(&self) -> Result<()> {
+        Ok(())
+    }
 }

@@ -123,6 +123,19 @@ impl TestServer {
         }
     }
 
+    /// SIGTERM, and waits for the server to exit (its shutdown code runs).
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same data directory (after `kill` or `stop`).
+    pub fn start_again(&mut self) {
+        self.spawn();
+    }
+
     /// Starts the server again on the same data directory (after `kill`).
     pub fn restart(&mut self) {
         self.kill();
