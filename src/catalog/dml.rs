@@ -14,7 +14,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, BooleanArray, RecordBatch, TimestampNanosecondArray, UInt64Array};
+use datafusion::arrow::array::{ArrayRef, BooleanArray, RecordBatch, UInt64Array};
 use datafusion::arrow::compute::{cast, filter_record_batch};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::tree_node::TreeNodeRecursion;
@@ -36,6 +36,7 @@ use super::changes::ChangeHub;
 use super::Relation;
 use crate::error::{Result, SqlState, WeirError};
 use crate::state::store::{StateStore, WriteBatch};
+use crate::types::window::now_column;
 use crate::types::{ChangeBatch, Message, Op};
 
 /// The deferred body of a DML statement: given the task context, performs the write and
@@ -146,7 +147,7 @@ pub fn to_stored(relation: &Relation, batch: &RecordBatch) -> Result<RecordBatch
     let mut columns: Vec<ArrayRef> = Vec::with_capacity(stored.fields().len());
     for (i, field) in relation.schema.fields().iter().enumerate() {
         if stamp == Some(i) {
-            columns.push(processing_time(field.data_type(), batch.num_rows())?);
+            columns.push(now_column(field.data_type(), batch.num_rows())?);
             continue;
         }
         let col = batch.column(if stamp.is_some_and(|s| i > s) && !stamp_given { i - 1 } else { i });
@@ -160,13 +161,6 @@ pub fn to_stored(relation: &Relation, batch: &RecordBatch) -> Result<RecordBatch
         columns.push(relation.allocate_row_ids(batch.num_rows()));
     }
     Ok(RecordBatch::try_new(Arc::clone(stored), columns)?)
-}
-
-/// The current time for `rows` rows, as `data_type` (a timestamp).
-fn processing_time(data_type: &DataType, rows: usize) -> Result<ArrayRef> {
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    let now = TimestampNanosecondArray::from_value(now.as_nanos() as i64, rows).with_timezone("+00:00");
-    Ok(cast(&now, data_type)?)
 }
 
 /// Evaluates `filters` (all must hold; none = every row) over a stored batch.

@@ -884,18 +884,6 @@ impl Builder<'_> {
         windowing: Windowing,
         by_watermark: bool,
     ) -> Result<(usize, SchemaRef, Distribution, Vec<Option<TimeColumn>>)> {
-        let (node, schema, distribution, times) = self.window_assigner(leaf, input, windowing, by_watermark)?;
-        let times = if by_watermark { times } else { vec![None; times.len()] };
-        Ok((node, schema, distribution, times))
-    }
-
-    fn window_assigner(
-        &mut self,
-        leaf: usize,
-        input: &SchemaRef,
-        windowing: Windowing,
-        by_watermark: bool,
-    ) -> Result<(usize, SchemaRef, Distribution, Vec<Option<TimeColumn>>)> {
         let schema = windowing.output_schema(input);
         let prefix = self.assigners;
         self.assigners = prefix.checked_add(1).ok_or_else(|| unsupported("a view with this many windows"))?;
@@ -922,8 +910,10 @@ impl Builder<'_> {
         let mut times = vec![None; n + 2];
         match windowing {
             Windowing::Fixed(spec) => {
-                times[n] = Some(TimeColumn { close_offset: spec.size() });
-                times[n + 1] = Some(TimeColumn { close_offset: 0 });
+                if by_watermark {
+                    times[n] = Some(TimeColumn { close_offset: spec.size() });
+                    times[n + 1] = Some(TimeColumn { close_offset: 0 });
+                }
                 let ops = self.each(|_| {
                     Ok(deaf(Box::new(WindowAssign::new(
                         spec.clone(),
@@ -938,7 +928,9 @@ impl Builder<'_> {
             }
             Windowing::Session(spec) => {
                 // A session's end moves as rows arrive; only `window_end` tells when it closes.
-                times[n + 1] = Some(TimeColumn { close_offset: 0 });
+                if by_watermark {
+                    times[n + 1] = Some(TimeColumn { close_offset: 0 });
+                }
                 let state = self.state_table()?;
                 let keys = columns(input, &spec.keys);
                 let distribution =

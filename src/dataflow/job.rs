@@ -27,7 +27,7 @@ use tokio::sync::watch;
 
 use std::time::{Duration, Instant};
 
-use datafusion::arrow::array::{ArrayRef, RecordBatch, StringArray, TimestampMicrosecondArray};
+use datafusion::arrow::array::{ArrayRef, RecordBatch, StringArray};
 use datafusion::physical_expr::PhysicalExpr;
 
 use super::graph::Graph;
@@ -39,7 +39,7 @@ use crate::operators::eval::evaluate;
 use crate::operators::materialize::Materialize;
 use crate::state::keys::rebuilt_with_view;
 use crate::state::store::{StateStore, WriteBatch};
-use crate::types::window::to_nanos;
+use crate::types::window::{now_column, to_nanos};
 use crate::types::{Barrier, ChangeBatch, Epoch, Message};
 
 /// One input's watermark: the largest value of its watermark expression seen so far.
@@ -135,12 +135,11 @@ impl ViewJob {
         let all = datafusion::arrow::compute::concat_batches(&schema, &late)?;
         let n = all.num_columns() - 2;
         let rows = all.num_rows();
-        let now = chrono::Utc::now().timestamp_micros();
+        let target = Arc::clone(&table.schema);
         let mut columns: Vec<ArrayRef> = all.columns()[..n].to_vec();
         columns.push(Arc::new(StringArray::from(vec![self.relation.def.name.as_str(); rows])));
         columns.extend_from_slice(&all.columns()[n..]);
-        columns.push(Arc::new(TimestampMicrosecondArray::from(vec![now; rows]).with_timezone("+00:00")));
-        let target = Arc::clone(&table.schema);
+        columns.push(now_column(target.field(columns.len()).data_type(), rows)?);
         let columns = columns
             .iter()
             .zip(target.fields())

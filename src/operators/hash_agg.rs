@@ -905,6 +905,7 @@ impl HashAgg {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::operators::operator::testing::step;
     use crate::state::memory::MemoryStore;
     use crate::state::store::StateStore;
     use crate::types::change_batch::from_pretty;
@@ -942,15 +943,6 @@ mod tests {
             "test",
         )
         .unwrap()
-    }
-
-    fn step(agg: &mut HashAgg, store: &Arc<dyn StateStore>, input: &str) -> String {
-        agg.apply(0, from_pretty(input)).unwrap();
-        let out: String = agg.on_barrier().unwrap().iter().map(|b| b.to_pretty()).collect();
-        let mut wb = WriteBatch::default();
-        agg.flush_state(&mut wb);
-        store.write(wb).unwrap();
-        out
     }
 
     #[test]

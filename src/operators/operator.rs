@@ -41,3 +41,24 @@ pub trait Operator: Send {
         0
     }
 }
+
+/// Test support shared by the operators' unit tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::sync::Arc;
+
+    use super::Operator;
+    use crate::state::store::{StateStore, WriteBatch};
+    use crate::types::change_batch::from_pretty;
+
+    /// One epoch: applies `input` (`from_pretty` text) on input 0, runs the barrier, commits the
+    /// operator's state to `store`; returns the output as `to_pretty` text.
+    pub fn step(op: &mut dyn Operator, store: &Arc<dyn StateStore>, input: &str) -> String {
+        op.apply(0, from_pretty(input)).unwrap();
+        let out: String = op.on_barrier().unwrap().iter().map(|b| b.to_pretty()).collect();
+        let mut wb = WriteBatch::default();
+        op.flush_state(&mut wb);
+        store.write(wb).unwrap();
+        out
+    }
+}

@@ -184,9 +184,15 @@ impl TopN {
         Ok(rows)
     }
 
-    /// Starts tracking `partition` in this epoch, if it is not yet.
-    fn touch(&mut self, partition: &[u8]) -> Result<()> {
+    /// `partition` as touched in this epoch, tracked from now if it is not yet (and, in a
+    /// window closing at `close`, remembered among the open windows' partitions).
+    fn touch(&mut self, partition: &[u8], close: Option<i64>) -> Result<&mut Touched> {
         if !self.touched.contains_key(partition) {
+            if let Some(close) = close {
+                if self.known.insert(partition.to_vec()) {
+                    self.open.entry(close).or_default().push(partition.to_vec());
+                }
+            }
             let rows = self.leaders(partition)?;
             let touched = if self.append_only_input {
                 Touched::Leaders { now: rows, changed: false }
@@ -195,7 +201,7 @@ impl TopN {
             };
             self.touched.insert(partition.to_vec(), touched);
         }
-        Ok(())
+        Ok(self.touched.get_mut(partition).expect("just tracked"))
     }
 }
 
@@ -298,33 +304,28 @@ impl Operator for TopN {
             }
             None => None,
         };
+        let (append_only, limit) = (self.append_only_input, self.limit);
         let mut key = Vec::new();
         for (i, op) in batch.ops.iter().enumerate() {
             let partition = partitions.as_ref().map_or(&[][..], |p| p.row(i).data());
-            if let Some(close) = closes.as_ref().and_then(|c| c[i]) {
-                if !self.known.contains(partition) {
-                    self.known.insert(partition.to_vec());
-                    self.open.entry(close).or_default().push(partition.to_vec());
-                }
-            }
             let order = orders.as_ref().map_or(&[][..], |o| o.row(i).data());
             let row = rows.row(i);
             let row = row.data();
-            self.touch(partition)?;
-            if self.append_only_input {
+            let touched = self.touch(partition, closes.as_ref().and_then(|c| c[i]))?;
+            if append_only {
                 if op.sign() < 0 {
                     return Err(WeirError::internal("Top-N over an append-only input got a retraction"));
                 }
-                let Some(Touched::Leaders { now, changed }) = self.touched.get_mut(partition) else {
+                let Touched::Leaders { now, changed } = touched else {
                     return Err(WeirError::internal("Top-N: an append-only partition without its rows"));
                 };
                 // A row that ranks after the last of a full list never enters.
-                if now.len() >= self.limit && now.last().is_none_or(|l| l.cmp_with(order, row).is_le()) {
+                if now.len() >= limit && now.last().is_none_or(|l| l.cmp_with(order, row).is_le()) {
                     continue;
                 }
                 let at = now.partition_point(|l| l.cmp_with(order, row).is_le());
                 now.insert(at, Ranked::new(order, row));
-                now.truncate(self.limit);
+                now.truncate(limit);
                 *changed = true;
                 continue;
             }
@@ -399,6 +400,7 @@ impl Operator for TopN {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::operators::operator::testing::step;
     use crate::state::memory::MemoryStore;
     use crate::state::store::StateStore;
     use crate::types::change_batch::from_pretty;
@@ -421,15 +423,6 @@ mod tests {
         let partition = vec![(col("c0", &input).unwrap(), DataType::Int64)];
         let state = KeyedState::new(1, Arc::clone(store), capacity);
         TopN::new(partition, vec![order], limit, schema, state, "test").unwrap()
-    }
-
-    fn step(op: &mut TopN, store: &Arc<dyn StateStore>, input: &str) -> String {
-        op.apply(0, from_pretty(input)).unwrap();
-        let out: String = op.on_barrier().unwrap().iter().map(|b| b.to_pretty()).collect();
-        let mut wb = WriteBatch::default();
-        op.flush_state(&mut wb);
-        store.write(wb).unwrap();
-        out
     }
 
     #[test]
