@@ -36,7 +36,7 @@ use super::changes::ChangeHub;
 use super::Relation;
 use crate::error::{Result, SqlState, WeirError};
 use crate::state::store::{StateStore, WriteBatch};
-use crate::types::window::now_column;
+use crate::types::window::{instant_column, now_nanos};
 use crate::types::{ChangeBatch, Message, Op};
 
 /// The deferred body of a DML statement: given the task context, performs the write and
@@ -139,15 +139,30 @@ pub fn check_not_null(relation: &Relation, user_columns: &[ArrayRef]) -> Result<
 /// A table's processing-time column (`AS PROCTIME()`) gets the current time, whatever the
 /// batch holds there; a connector's batches lack it (it is a source's last column).
 pub fn to_stored(relation: &Relation, batch: &RecordBatch) -> Result<RecordBatch> {
+    let mut columns = user_columns_at(relation, batch, now_nanos())?;
+    if relation.has_hidden_row_id() {
+        columns.push(relation.allocate_row_ids(batch.num_rows()));
+    }
+    Ok(RecordBatch::try_new(Arc::clone(relation.table.schema()), columns)?)
+}
+
+/// A batch of user columns as the relation's rows, each cast to its column's type, with the
+/// processing-time column (if any) stamped `stamp` (nanoseconds): how a replayed source's
+/// chunk is read, now and again later ([`crate::connectors::replay`]).
+pub fn rows_stamped_at(relation: &Relation, batch: &RecordBatch, stamp: i64) -> Result<RecordBatch> {
+    Ok(RecordBatch::try_new(Arc::clone(&relation.schema), user_columns_at(relation, batch, stamp)?)?)
+}
+
+/// The user columns of [`to_stored`] and [`rows_stamped_at`].
+fn user_columns_at(relation: &Relation, batch: &RecordBatch, stamp_nanos: i64) -> Result<Vec<ArrayRef>> {
     check_not_null(relation, batch.columns())?;
-    let stored = relation.table.schema();
     let stamp = relation.def.processing_time;
     // Whether the batch has a column where the stamp goes.
     let stamp_given = batch.num_columns() == relation.schema.fields().len();
-    let mut columns: Vec<ArrayRef> = Vec::with_capacity(stored.fields().len());
+    let mut columns: Vec<ArrayRef> = Vec::with_capacity(relation.table.schema().fields().len());
     for (i, field) in relation.schema.fields().iter().enumerate() {
         if stamp == Some(i) {
-            columns.push(now_column(field.data_type(), batch.num_rows())?);
+            columns.push(instant_column(stamp_nanos, field.data_type(), batch.num_rows())?);
             continue;
         }
         let col = batch.column(if stamp.is_some_and(|s| i > s) && !stamp_given { i - 1 } else { i });
@@ -157,10 +172,7 @@ pub fn to_stored(relation: &Relation, batch: &RecordBatch) -> Result<RecordBatch
             cast(col, field.data_type())?
         });
     }
-    if relation.has_hidden_row_id() {
-        columns.push(relation.allocate_row_ids(batch.num_rows()));
-    }
-    Ok(RecordBatch::try_new(Arc::clone(stored), columns)?)
+    Ok(columns)
 }
 
 /// Evaluates `filters` (all must hold; none = every row) over a stored batch.
@@ -209,6 +221,18 @@ impl Writer {
     pub async fn append(&self, batches: &[RecordBatch], also: WriteBatch, read_at: std::time::Instant) -> Result<u64> {
         let _guard = self.relation.write_lock.lock().await;
         self.insert_locked(batches, also, Some(read_at)).await
+    }
+
+    /// Commits `also` and publishes `rows` (the relation's rows, as from [`rows_stamped_at`])
+    /// as inserts, storing no rows: how a replayed source writes a chunk, whose rows its
+    /// connector produces again when they are read. `read_at` as in [`Writer::append`].
+    pub async fn announce(&self, rows: RecordBatch, also: WriteBatch, read_at: std::time::Instant) -> Result<u64> {
+        let _guard = self.relation.write_lock.lock().await;
+        let count = rows.num_rows() as u64;
+        let listening = self.changes.has_subscribers(self.relation.def.id).await;
+        commit(Arc::clone(&self.store), also).await?;
+        self.publish(listening.then(|| ChangeBatch::inserts(rows)), Some(read_at)).await;
+        Ok(count)
     }
 
     /// Stores `batches` with `wb`'s other writes, then publishes the changelog (under the write

@@ -49,6 +49,8 @@ pub struct TableOptions {
     pub processing_time: Option<usize>,
     /// A source's connector: its rows come from it, not from INSERT.
     pub connector: Option<crate::connectors::options::ConnectorOptions>,
+    /// A source whose connector can produce its rows again: they are not stored.
+    pub replayed: bool,
 }
 
 /// A live relation: its definition plus what is derived from it.
@@ -89,8 +91,12 @@ impl Relation {
     }
 
     /// Every row as users see it, read from one snapshot: a table's rows without the hidden
-    /// row id, a view's rows repeated by their multiplicity. Blocking.
+    /// row id, a view's rows repeated by their multiplicity, a replayed source's rows produced
+    /// again by its connector. Blocking.
     pub fn scan_rows(&self, store: &dyn StateStore) -> Result<Vec<datafusion::arrow::array::RecordBatch>> {
+        if self.def.replayed {
+            return crate::connectors::replay::rows(self, store);
+        }
         use datafusion::arrow::array::{AsArray, UInt32Array};
         use datafusion::arrow::datatypes::Int64Type;
         let user: Vec<usize> = (0..self.schema.fields().len()).collect();
@@ -274,6 +280,7 @@ impl Catalog {
         def.watermark = options.watermark;
         def.processing_time = options.processing_time;
         def.connector = options.connector;
+        def.replayed = options.replayed;
         self.create(def, if_not_exists)
     }
 
@@ -314,6 +321,7 @@ impl Catalog {
             watermark: None,
             processing_time: None,
             connector: None,
+            replayed: false,
             layout: Layout::Rows,
         }
     }

@@ -55,6 +55,10 @@ pub struct RelationDef {
     /// A source's connector and its options (`CREATE SOURCE ... WITH (connector = ...)`).
     #[serde(default)]
     pub connector: Option<crate::connectors::options::ConnectorOptions>,
+    /// A source whose connector produces its rows again when they are read: its chunks' offsets
+    /// are stored, not its rows ([`crate::connectors::replay`]).
+    #[serde(default)]
+    pub replayed: bool,
     /// How its rows are stored: append-only relations created by this version are segmented;
     /// entries written before segments existed have none and keep their rows one by one.
     #[serde(default)]

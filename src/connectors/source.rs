@@ -1,6 +1,7 @@
 //! The source runtime: a task per source that asks its connector's [`SourceReader`] for the next
 //! chunk of rows and stores it, with the reader's new offset, in one atomic write (through the
-//! relation's writer, so views reading the source get the rows as an INSERT's changes).
+//! relation's writer, so views reading the source get the rows as an INSERT's changes). A
+//! replayed source ([`super::replay`]) stores the chunk's offsets and stamp instead of its rows.
 //!
 //! The offset lives at meta key `source_offset/<relation id>`; a restarted source continues
 //! from it. Connectors can read again from any offset they reported (a generator regenerates,
@@ -17,10 +18,12 @@ use datafusion::arrow::datatypes::SchemaRef;
 use tokio::task::JoinHandle;
 
 use super::dead_letter::{self, DeadLetter};
-use crate::catalog::dml::Writer;
+use super::replay;
+use crate::catalog::dml::{self, Writer};
 use crate::catalog::{persist, Catalog, Relation};
 use crate::error::Result;
 use crate::state::store::WriteBatch;
+use crate::types::window::now_nanos;
 
 /// What a reader produced.
 pub enum Chunk {
@@ -39,6 +42,19 @@ pub trait SourceReader: Send {
 
     /// The rows after `offset` (at most the connector's chunk size).
     fn read(&mut self, offset: u64) -> Result<Chunk>;
+
+    /// Whether the connector produces the very same rows again for any range of offsets it has
+    /// read ([`SourceReader::replay`]). Such a source stores where each chunk began and ended
+    /// instead of its rows ([`super::replay`]).
+    fn replayable(&self) -> bool {
+        false
+    }
+
+    /// The rows from offset `from` to offset `to` again, as [`SourceReader::read`] gave them
+    /// (only asked of a replayable connector, for ranges it has read).
+    fn replay(&mut self, _from: u64, _to: u64) -> Result<RecordBatch> {
+        Err(crate::error::WeirError::internal("this connector cannot produce its rows again"))
+    }
 
     /// The records that could not be decoded while reading the last chunk of rows; they are
     /// stored with that chunk.
@@ -87,7 +103,17 @@ pub fn start(
                         }
                     }
                     let rows = batch.num_rows() as u64;
-                    if let Err(e) = writer.append(&[batch], wb, read_at).await {
+                    let written = if writer.relation.def.replayed {
+                        let stamp = now_nanos();
+                        replay::put_chunk(&mut wb, &writer.relation, offset, next, stamp);
+                        match dml::rows_stamped_at(&writer.relation, &batch, stamp) {
+                            Ok(rows) => writer.announce(rows, wb, read_at).await,
+                            Err(e) => Err(e),
+                        }
+                    } else {
+                        writer.append(&[batch], wb, read_at).await
+                    };
+                    if let Err(e) = written {
                         tracing::error!(source = %name, "source stopped: storing rows failed: {e}");
                         return;
                     }

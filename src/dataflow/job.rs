@@ -39,7 +39,7 @@ use crate::operators::eval::evaluate;
 use crate::operators::materialize::Materialize;
 use crate::state::keys::rebuilt_with_view;
 use crate::state::store::{StateStore, WriteBatch};
-use crate::types::window::{now_column, to_nanos};
+use crate::types::window::{instant_column, now_nanos, to_nanos};
 use crate::types::{Barrier, ChangeBatch, Epoch, Message};
 
 /// One input's watermark: the largest value of its watermark expression seen so far.
@@ -139,7 +139,7 @@ impl ViewJob {
         let mut columns: Vec<ArrayRef> = all.columns()[..n].to_vec();
         columns.push(Arc::new(StringArray::from(vec![self.relation.def.name.as_str(); rows])));
         columns.extend_from_slice(&all.columns()[n..]);
-        columns.push(now_column(target.field(columns.len()).data_type(), rows)?);
+        columns.push(instant_column(now_nanos(), target.field(columns.len()).data_type(), rows)?);
         let columns = columns
             .iter()
             .zip(target.fields())

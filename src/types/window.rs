@@ -76,11 +76,15 @@ pub fn to_nanos(array: &ArrayRef) -> Result<TimestampNanosecondArray> {
     Ok(converted.as_primitive::<TimestampNanosecondType>().clone())
 }
 
-/// The current time, `rows` times, as `data_type` (a timestamp): when rows were stored (a
-/// processing-time column) or judged late (a late-rows table's `arrived_at`).
-pub fn now_column(data_type: &DataType, rows: usize) -> Result<ArrayRef> {
-    let now = chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX);
-    Ok(cast(&TimestampNanosecondArray::from_value(now, rows).with_timezone("+00:00"), data_type)?)
+/// The current time in nanoseconds since the epoch.
+pub fn now_nanos() -> i64 {
+    chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX)
+}
+
+/// One instant (`nanos` since the epoch), `rows` times, as `data_type` (a timestamp): when rows
+/// were stored (a processing-time column) or judged late (a late-rows table's `arrived_at`).
+pub fn instant_column(nanos: i64, data_type: &DataType, rows: usize) -> Result<ArrayRef> {
+    Ok(cast(&TimestampNanosecondArray::from_value(nanos, rows).with_timezone("+00:00"), data_type)?)
 }
 
 /// Nanoseconds back to the type of a TIMESTAMP column.

@@ -11,13 +11,15 @@
 //! limit, 0 for none), `nexmark.event.rate` (events per second of *event time*, default
 //! 10,000), `nexmark.max.out.of.order.ms` (default 0), `nexmark.seed`, `nexmark.base.time.ms`.
 //! The offset is the next event number, so every source with the same seed sees the same
-//! events whatever its chunk size.
+//! events whatever its chunk size. The generator is replayable: its sources store each chunk's
+//! offsets, not its rows ([`super::replay`]).
 
 pub mod combined;
 pub mod generator;
 
 use std::time::{Duration, Instant};
 
+use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 
 use super::options::ConnectorOptions;
@@ -103,11 +105,19 @@ impl SourceReader for NexmarkReader {
                 return Ok(Chunk::Wait((due - elapsed).min(Duration::from_millis(100))));
             }
         }
-        let rows = match &self.stream {
-            Stream::One(g) => g.batch(offset, end)?,
-            Stream::All(c) => c.batch(offset, end)?,
-        };
-        Ok(Chunk::Rows(rows, end))
+        Ok(Chunk::Rows(self.replay(offset, end)?, end))
+    }
+
+    /// Events are a function of the seed and their number.
+    fn replayable(&self) -> bool {
+        true
+    }
+
+    fn replay(&mut self, from: u64, to: u64) -> Result<RecordBatch> {
+        match &self.stream {
+            Stream::One(g) => g.batch(from, to),
+            Stream::All(c) => c.batch(from, to),
+        }
     }
 }
 

@@ -26,9 +26,11 @@ use crate::types::window::is_time_type;
 
 /// A source's columns: its connector's (timestamps as TIMESTAMP, nanoseconds, like a table's),
 /// or, when the statement lists columns, those, which must have the connector's names in its
-/// order (their types are what the connector's values are cast to).
-fn source_schema(options: &ConnectorOptions, declared: Schema) -> Result<Schema> {
-    let connector = crate::connectors::registry::reader(options, Some(std::sync::Arc::new(declared.clone())))?.schema();
+/// order (their types are what the connector's values are cast to). And whether the connector
+/// can produce its rows again (then they are not stored: [`crate::connectors::replay`]).
+fn source_schema(options: &ConnectorOptions, declared: Schema) -> Result<(Schema, bool)> {
+    let reader = crate::connectors::registry::reader(options, Some(std::sync::Arc::new(declared.clone())))?;
+    let (connector, replayable) = (reader.schema(), reader.replayable());
     if declared.fields().is_empty() {
         let fields: Vec<Field> = connector
             .fields()
@@ -40,7 +42,7 @@ fn source_schema(options: &ConnectorOptions, declared: Schema) -> Result<Schema>
                 _ => f.as_ref().clone(),
             })
             .collect();
-        return Ok(Schema::new(fields));
+        return Ok((Schema::new(fields), replayable));
     }
     let names = |s: &Schema| s.fields().iter().map(|f| f.name().clone()).collect::<Vec<_>>();
     if names(&declared) != names(&connector) {
@@ -49,7 +51,7 @@ fn source_schema(options: &ConnectorOptions, declared: Schema) -> Result<Schema>
             format!("this source's columns are ({}), in that order", names(&connector).join(", ")),
         ));
     }
-    Ok(declared)
+    Ok((declared, replayable))
 }
 
 /// The statement as stored: the parsed statement with its streaming clauses put back.
@@ -160,13 +162,16 @@ pub async fn handle(
     };
     let is_source = clauses.source.is_some();
     let mut processing_time = stamped.as_ref().map(|(index, _)| *index);
+    let mut replayed = false;
     if let Some(options) = &clauses.source {
         let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
         let stamped = stamped.map(|(index, field)| {
             fields.remove(index);
             field
         });
-        let mut all = source_schema(options, Schema::new(fields))?.fields().to_vec();
+        let (connector_schema, replayable) = source_schema(options, Schema::new(fields))?;
+        replayed = replayable;
+        let mut all = connector_schema.fields().to_vec();
         if let Some(field) = stamped {
             processing_time = Some(all.len());
             all.push(std::sync::Arc::new(field));
@@ -198,7 +203,7 @@ pub async fn handle(
         }
         None => None,
     };
-    let options = TableOptions { append_only, watermark, processing_time, connector: clauses.source.clone() };
+    let options = TableOptions { append_only, watermark, processing_time, connector: clauses.source.clone(), replayed };
     let created =
         fe.catalog().create_table_with(&name, &definition, schema, primary_key, options, cmt.if_not_exists)?;
     if is_source {

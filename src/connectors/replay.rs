@@ -1,0 +1,144 @@
+//! Replayed sources: a source whose connector produces the very same rows again for any range
+//! of offsets it has read (the Nexmark generator, from its seed) stores no rows. Per chunk it
+//! stores where the chunk began and ended and the chunk's processing-time stamp; reading the
+//! source's rows (a view's backfill, a view's rebuild at start, a SELECT) asks the connector for
+//! those ranges again and stamps them as they were stamped the first time.
+//!
+//! That takes the rows out of the state store: no segment per chunk to encode, write, flush
+//! and compact, and no store memory growing with the stream, while every reader still sees the
+//! rows views saw (`RelationDef::replayed`, decided when the source is created, says which
+//! sources are replayed; sources created before keep their stored rows).
+//!
+//! Invariants: a chunk's entry is written in the same atomic write as the source's offset after
+//! it (without the write-ahead log, like stored chunks: a crash loses both or neither), and
+//! entries sit in the relation's own key range, in vnode 0 keyed by the chunk's first offset,
+//! so a prefix scan reads them in offset order and dropping the source deletes them.
+//!
+//! Called by the source task ([`super::source`]) to log a chunk and by
+//! [`crate::catalog::Relation::scan_rows`] to read the rows back.
+
+use datafusion::arrow::array::RecordBatch;
+
+use crate::catalog::{dml, Relation};
+use crate::error::{Result, SqlState, WeirError};
+use crate::state::keys::segment_key;
+use crate::state::store::{ScanControl, StateStore, WriteBatch};
+
+/// Adds the log entry of chunk `from..to`, stamped `stamp` (nanoseconds), to `wb`.
+pub fn put_chunk(wb: &mut WriteBatch, relation: &Relation, from: u64, to: u64, stamp: i64) {
+    let mut value = Vec::with_capacity(16);
+    value.extend_from_slice(&to.to_be_bytes());
+    value.extend_from_slice(&stamp.to_be_bytes());
+    wb.put(segment_key(relation.def.id, &from.to_be_bytes()), value);
+}
+
+/// The logged chunks of `relation`, in offset order: `(from, to, stamp)`.
+fn chunks(relation: &Relation, store: &dyn StateStore) -> Result<Vec<(u64, u64, i64)>> {
+    let prefix = segment_key(relation.def.id, &[]);
+    let corrupt = || {
+        WeirError::new(
+            SqlState::DATA_CORRUPTED,
+            format!("the chunk log of source \"{}\" is corrupt", relation.def.name),
+        )
+    };
+    let mut out = Vec::new();
+    store.scan_prefix(&prefix, &mut |key, value| {
+        let from = key.get(prefix.len()..).and_then(|k| <[u8; 8]>::try_from(k).ok()).ok_or_else(corrupt)?;
+        let (to, stamp) = value.split_at_checked(8).ok_or_else(corrupt)?;
+        let to = <[u8; 8]>::try_from(to).map_err(|_| corrupt())?;
+        let stamp = <[u8; 8]>::try_from(stamp).map_err(|_| corrupt())?;
+        out.push((u64::from_be_bytes(from), u64::from_be_bytes(to), i64::from_be_bytes(stamp)));
+        Ok(ScanControl::Continue)
+    })?;
+    Ok(out)
+}
+
+/// Every row of replayed source `relation` (user columns), produced again by its connector
+/// from the chunk log read from `store`. Blocking.
+pub fn rows(relation: &Relation, store: &dyn StateStore) -> Result<Vec<RecordBatch>> {
+    let options =
+        relation.def.connector.as_ref().ok_or_else(|| WeirError::internal("a replayed table without a connector"))?;
+    let mut reader = super::registry::reader(options, Some(relation.given_schema()))?;
+    chunks(relation, store)?
+        .into_iter()
+        .map(|(from, to, stamp)| dml::rows_stamped_at(relation, &reader.replay(from, to)?, stamp))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use datafusion::arrow::array::AsArray;
+    use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit, TimestampNanosecondType};
+
+    use super::*;
+    use crate::catalog::{Catalog, TableOptions};
+    use crate::connectors::nexmark::generator::{EventKind, Generator, GeneratorConfig};
+    use crate::connectors::options::ConnectorOptions;
+    use crate::state::keys::table_prefix;
+    use crate::state::memory::MemoryStore;
+
+    /// A nexmark bid source run by the source task stores one 16-byte entry per chunk and no
+    /// rows, and reading it gives the generator's rows, stamped once per chunk, the same stamps
+    /// at every read.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_replayed_source_stores_offsets_and_reads_its_rows_again() {
+        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+        let catalog = Arc::new(Catalog::open(Arc::clone(&store), "dev").unwrap());
+        let options = ConnectorOptions(
+            [
+                ("connector", "nexmark"),
+                ("nexmark.table.type", "bid"),
+                ("nexmark.event.num", "5000"),
+                ("nexmark.max.chunk.size", "1000"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        );
+        let generator = Generator::new(EventKind::Bid, GeneratorConfig::default());
+        let mut fields: Vec<Field> = generator.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields.push(Field::new("p_time", DataType::Timestamp(TimeUnit::Nanosecond, Some("+00:00".into())), true));
+        let stamp = fields.len() - 1;
+        let table_options = TableOptions {
+            append_only: true,
+            processing_time: Some(stamp),
+            connector: Some(options.clone()),
+            replayed: true,
+            ..Default::default()
+        };
+        catalog.create_table_with("bid", "", Schema::new(fields), vec![], table_options, false).unwrap();
+        let relation = catalog.get("bid").unwrap();
+        let reader = crate::connectors::registry::reader(&options, Some(relation.given_schema())).unwrap();
+        super::super::source::start(Arc::clone(&catalog), Arc::clone(&relation), reader).unwrap().await.unwrap();
+
+        let mut entries = Vec::new();
+        store
+            .scan_prefix(&table_prefix(relation.def.id), &mut |k, v| {
+                entries.push((k.to_vec(), v.len()));
+                Ok(ScanControl::Continue)
+            })
+            .unwrap();
+        assert_eq!(entries.len(), 5, "one entry per chunk");
+        assert!(entries.iter().all(|(_, len)| *len == 16));
+
+        let rows = relation.scan_rows(store.as_ref()).unwrap();
+        let all = datafusion::arrow::compute::concat_batches(&relation.schema, &rows).unwrap();
+        let expected = generator.batch(0, 5000).unwrap();
+        assert_eq!(all.num_rows(), expected.num_rows());
+        assert_eq!(&all.columns()[..stamp], expected.columns());
+        // One stamp per chunk, the chunks in order.
+        let stamps: Vec<i64> = rows
+            .iter()
+            .map(|b| {
+                let column = b.column(stamp).as_primitive::<TimestampNanosecondType>();
+                assert!(column.values().iter().all(|&v| v == column.value(0)));
+                column.value(0)
+            })
+            .collect();
+        assert_eq!(stamps.len(), 5);
+        assert!(stamps.windows(2).all(|w| w[0] <= w[1]));
+        assert_eq!(relation.scan_rows(store.as_ref()).unwrap(), rows, "the same rows at every read");
+    }
+}
