@@ -66,8 +66,8 @@ pub struct EventTimeOptions {
     pub keep_late_rows: bool,
 }
 
-/// A node's top, where its rows are, which of its output columns are window bounds, and
-/// whether it only ever inserts rows.
+/// A node's top, where its rows are, which of its output columns are window bounds, whether
+/// it only ever inserts rows, and whether its rows come out promptly.
 #[derive(Clone)]
 struct Out {
     node: usize,
@@ -77,6 +77,11 @@ struct Out {
     /// retract (projections, filters, window assignment, inner joins, unions, and aggregates
     /// that emit each window once, on close, with no lateness).
     append_only: bool,
+    /// Every row comes out in the same push as the input rows that caused it: nothing below
+    /// holds rows back for a barrier (aggregates, Top-N, session windows do). A windowed
+    /// aggregate over such an input may finish final windows before the barrier
+    /// ([`HashAgg::with_prompt_input`]): no change for them can come later in the epoch.
+    prompt: bool,
 }
 
 struct Builder<'a> {
@@ -392,7 +397,7 @@ impl Builder<'_> {
             other => other,
         };
         let times = indices.iter().map(|&i| out.times[i]).collect();
-        Ok(Out { node, distribution, times, append_only: out.append_only })
+        Ok(Out { node, distribution, times, append_only: out.append_only, prompt: out.prompt })
     }
 
     /// Projects node `child`'s rows (of `input` columns) to the columns at `indices`.
@@ -429,10 +434,12 @@ impl Builder<'_> {
                 let mut times;
                 let mut distribution = Distribution::Single;
                 let append_only;
+                let prompt;
                 match windowed_relation(&scan.source) {
                     Some((relation, windowing)) => {
                         // Sessions re-assign rows as they grow and merge.
                         append_only = relation.def.append_only && matches!(windowing, Windowing::Fixed(_));
+                        prompt = matches!(windowing, Windowing::Fixed(_));
                         // Into the window go the columns the query reads and those the windows
                         // are computed from, or every column when late rows are kept (a
                         // LATE ROWS TO table has them all); then the scan's projection. HOP
@@ -471,7 +478,7 @@ impl Builder<'_> {
                             None => (0..n + 2).collect(),
                         };
                         if indices.len() != n + 2 || indices.iter().enumerate().any(|(i, &c)| i != c) {
-                            let out = Out { node: top, distribution, times, append_only };
+                            let out = Out { node: top, distribution, times, append_only, prompt };
                             let out = self.reproject(out, &full, &indices, Arc::clone(&schema))?;
                             (top, distribution, times) = (out.node, out.distribution, out.times);
                         }
@@ -480,6 +487,7 @@ impl Builder<'_> {
                         let name = scan.table_name.table();
                         let relation = self.catalog.get(name).ok_or_else(|| WeirError::undefined_table(name))?;
                         append_only = relation.def.append_only;
+                        prompt = true;
                         let indices: Vec<usize> =
                             scan.projection.clone().unwrap_or_else(|| (0..relation.schema.fields().len()).collect());
                         top = self.source(&relation, &indices, Arc::clone(&schema))?;
@@ -491,7 +499,7 @@ impl Builder<'_> {
                     let ops = self.each(|_| Ok(Box::new(Filter::new(Arc::clone(&predicate), &self.view))))?;
                     top = self.graph.add(ops, &[top], vec![None])?;
                 }
-                Ok(Out { node: top, distribution, times, append_only })
+                Ok(Out { node: top, distribution, times, append_only, prompt })
             }
             LogicalPlan::Projection(p) => {
                 let child = self.node(&p.input)?;
@@ -514,6 +522,7 @@ impl Builder<'_> {
                     distribution,
                     times,
                     append_only: child.append_only,
+                    prompt: child.prompt,
                 })
             }
             LogicalPlan::Filter(f) => {
@@ -628,6 +637,9 @@ impl Builder<'_> {
                     if let Some(window) = window {
                         op = op.with_window(window);
                     }
+                    if child.prompt {
+                        op = op.with_prompt_input();
+                    }
                     if child.append_only {
                         op = op.with_append_only_input()?;
                     }
@@ -650,6 +662,7 @@ impl Builder<'_> {
                     distribution: output,
                     times,
                     append_only,
+                    prompt: false,
                 })
             }
             LogicalPlan::Distinct(Distinct::All(input)) => {
@@ -677,6 +690,7 @@ impl Builder<'_> {
                     distribution: all,
                     times: child.times,
                     append_only: false,
+                    prompt: false,
                 })
             }
             LogicalPlan::Join(j) => {
@@ -755,6 +769,7 @@ impl Builder<'_> {
                     distribution: output,
                     times,
                     append_only,
+                    prompt: left.prompt && right.prompt,
                 })
             }
             LogicalPlan::Union(u) => {
@@ -773,10 +788,11 @@ impl Builder<'_> {
                     .collect();
                 let nodes: Vec<usize> = children.iter().map(|c| c.node).collect();
                 let append_only = children.iter().all(|c| c.append_only);
+                let prompt = children.iter().all(|c| c.prompt);
                 let schema = Self::schema(plan);
                 let ops = self.each(|_| Ok(Box::new(Union::new(Arc::clone(&schema), nodes.len()))))?;
                 let none = vec![None; nodes.len()];
-                Ok(Out { node: self.graph.add(ops, &nodes, none)?, distribution: output, times, append_only })
+                Ok(Out { node: self.graph.add(ops, &nodes, none)?, distribution: output, times, append_only, prompt })
             }
             LogicalPlan::Window(w) => self.top_n(plan, w),
             LogicalPlan::SubqueryAlias(s) => self.node(&s.input),
@@ -871,6 +887,7 @@ impl Builder<'_> {
             times,
             // Rows move between ranks as others come and go.
             append_only: false,
+            prompt: false,
         })
     }
 

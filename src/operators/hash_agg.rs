@@ -26,7 +26,10 @@
 //!   watermark reached the window's end; a change within the allowed lateness then emits a
 //!   correction (`U-` / `U+`);
 //! - in either mode, once the watermark passes the end plus the allowed lateness, the group's
-//!   state is deleted (its row stays in the view): state is bounded by the open windows.
+//!   state is deleted (its row stays in the view): state is bounded by the open windows. An
+//!   epoch that has touched as many groups as the state cache holds does this before its
+//!   barrier too, emitting the final windows' rows early, so that the touched groups held in
+//!   memory are bounded by the open windows as well, however much event time one epoch spans.
 //!
 //! Which groups are open is indexed in memory by close time; views are rebuilt at start, so
 //! the index is rebuilt with them.
@@ -186,6 +189,8 @@ pub struct HashAgg {
     /// The input only ever inserts: min and max keep their extreme, not a value multiset.
     append_only_input: bool,
     window: Option<AggWindow>,
+    /// Its input holds no rows back for a barrier: final windows may finish mid-epoch.
+    prompt_input: bool,
     watermark: Option<i64>,
     /// Windowed groups by close time: not yet emitted (`open`, or every group when emitting
     /// continuously) and emitted but still taking late rows (`closed`).
@@ -232,6 +237,7 @@ impl HashAgg {
             view: view.to_string(),
             append_only_input: false,
             window: None,
+            prompt_input: false,
             watermark: None,
             open: BTreeMap::new(),
             closed: BTreeMap::new(),
@@ -266,6 +272,15 @@ impl HashAgg {
     /// Makes this a windowed aggregate.
     pub fn with_window(mut self, window: AggWindow) -> HashAgg {
         self.window = Some(window);
+        self
+    }
+
+    /// Tells a windowed aggregate that every change reaching it comes in the same push as the
+    /// input rows that caused it (no aggregate or Top-N below holds changes for the barrier), so
+    /// once the watermark has made a window final nothing more can come for it this epoch, and
+    /// its groups may be finished before the barrier ([`HashAgg::retire_final_windows`]).
+    pub fn with_prompt_input(mut self) -> HashAgg {
+        self.prompt_input = true;
         self
     }
 
@@ -675,45 +690,16 @@ impl Operator for HashAgg {
         let applied = self.apply_rows(&prepared, &mut touched);
         self.touched = touched;
         applied?;
-        Ok(vec![])
+        // After the batch: changes it brings for windows now final are in their groups.
+        self.retire_final_windows()
     }
 
     fn on_barrier(&mut self) -> Result<Vec<ChangeBatch>> {
-        let mut keys: Vec<(Vec<u8>, usize)> = self.dirty.drain().collect();
-        keys.sort_unstable_by_key(|(_, at)| *at);
-        let dirty: Vec<(Vec<u8>, Group)> =
-            keys.into_iter().map(|(key, _)| key).zip(std::mem::take(&mut self.touched)).collect();
-        let Some(window) = self.window else {
-            return self.emit(dirty);
-        };
-        let watermark = self.watermark.unwrap_or(i64::MIN);
-        let out = if window.emit_on_close {
-            // Windows closed since the last barrier emit now, touched in this epoch or not.
-            let still_open = self.open.split_off(&watermark.saturating_add(1));
-            let newly_closed = std::mem::replace(&mut self.open, still_open);
-            let is_closed = |key: &Vec<u8>, close_of: &HashMap<Vec<u8>, i64>| {
-                close_of.get(key).is_some_and(|&close| close <= watermark)
-            };
-            let (mut emit, held): (Vec<_>, Vec<_>) = dirty.into_iter().partition(|(k, _)| is_closed(k, &self.close_of));
-            for (key, group) in held {
-                self.store_group(&key, &group)?;
-            }
-            let mut emitting: HashSet<Vec<u8>> = emit.iter().map(|(k, _)| k.clone()).collect();
-            for (close, keys) in newly_closed {
-                for key in &keys {
-                    if emitting.insert(key.clone()) {
-                        let group = self.load(key)?;
-                        emit.push((key.clone(), group));
-                    }
-                }
-                self.closed.entry(close).or_default().extend(keys);
-            }
-            self.emit(emit)?
-        } else {
-            self.emit(dirty)?
-        };
-        self.forget_windows_before(watermark.saturating_sub(window.lateness))?;
-        Ok(out)
+        let dirty = self.take_dirty();
+        match self.window {
+            Some(window) => self.close_windows(dirty, self.watermark.unwrap_or(i64::MIN), window),
+            None => self.emit(dirty),
+        }
     }
 
     fn flush_state(&mut self, wb: &mut WriteBatch) {
@@ -755,6 +741,84 @@ impl HashAgg {
             self.add_to_multiset(slot_keys[slot].0, &mut touched[at[slot]], i, value, delta)?;
         }
         Ok(())
+    }
+
+    /// The groups touched in this epoch, in the order first touched; none are left touched.
+    fn take_dirty(&mut self) -> Vec<(Vec<u8>, Group)> {
+        let mut keys: Vec<(Vec<u8>, usize)> = self.dirty.drain().collect();
+        keys.sort_unstable_by_key(|(_, at)| *at);
+        keys.into_iter().map(|(key, _)| key).zip(std::mem::take(&mut self.touched)).collect()
+    }
+
+    /// Emits the changes of `dirty` groups and, with `EMIT ON WINDOW CLOSE`, the rows of the
+    /// windows closed through `watermark` (touched now or not; touched groups of windows still
+    /// open are only stored); then deletes the state of windows final through `watermark`
+    /// minus the allowed lateness.
+    fn close_windows(
+        &mut self,
+        dirty: Vec<(Vec<u8>, Group)>,
+        watermark: i64,
+        window: AggWindow,
+    ) -> Result<Vec<ChangeBatch>> {
+        let out = if window.emit_on_close {
+            let still_open = self.open.split_off(&watermark.saturating_add(1));
+            let newly_closed = std::mem::replace(&mut self.open, still_open);
+            let is_closed = |key: &Vec<u8>, close_of: &HashMap<Vec<u8>, i64>| {
+                close_of.get(key).is_some_and(|&close| close <= watermark)
+            };
+            let (mut emit, held): (Vec<_>, Vec<_>) = dirty.into_iter().partition(|(k, _)| is_closed(k, &self.close_of));
+            for (key, group) in held {
+                self.store_group(&key, &group)?;
+            }
+            let mut emitting: HashSet<Vec<u8>> = emit.iter().map(|(k, _)| k.clone()).collect();
+            for (close, keys) in newly_closed {
+                for key in &keys {
+                    if emitting.insert(key.clone()) {
+                        let group = self.load(key)?;
+                        emit.push((key.clone(), group));
+                    }
+                }
+                self.closed.entry(close).or_default().extend(keys);
+            }
+            self.emit(emit)?
+        } else {
+            self.emit(dirty)?
+        };
+        self.forget_windows_before(watermark.saturating_sub(window.lateness))?;
+        Ok(out)
+    }
+
+    /// Within an epoch, once it has touched as many groups as the state cache holds: the
+    /// touched groups of windows that are final (the watermark passed their end plus the
+    /// allowed lateness) emit now and their state is deleted, instead of waiting in memory for
+    /// the barrier. An epoch spanning many windows of event time (a replay, a backlog, a fast
+    /// generator) then holds about the groups of the windows open at once, not of every window
+    /// it saw. Their final rows are the same whenever they are emitted in the epoch.
+    fn retire_final_windows(&mut self) -> Result<Vec<ChangeBatch>> {
+        let (Some(window), Some(watermark)) = (self.window, self.watermark) else {
+            return Ok(vec![]);
+        };
+        if !self.prompt_input || self.dirty.len() < self.groups.capacity() {
+            return Ok(vec![]);
+        }
+        let final_through = watermark.saturating_sub(window.lateness);
+        let earliest = [self.open.first_key_value(), self.closed.first_key_value()]
+            .into_iter()
+            .flatten()
+            .map(|(close, _)| *close)
+            .min();
+        if earliest.is_none_or(|close| close > final_through) {
+            return Ok(vec![]);
+        }
+        let (now, later): (Vec<_>, Vec<_>) = self
+            .take_dirty()
+            .into_iter()
+            .partition(|(key, _)| self.close_of.get(key).is_some_and(|&close| close <= final_through));
+        for (key, group) in later {
+            self.dirty.insert(key, self.touched.len());
+            self.touched.push(group);
+        }
+        self.close_windows(now, final_through, window)
     }
 
     /// Writes a group's state (or deletes it when it has no rows left).
@@ -1016,5 +1080,95 @@ mod tests {
         }
         assert_eq!(step(&mut a, &store, "I I\n+ 1 20\n+ 1 30"), "U- 1 2\nU+ 1 3\n");
         assert!(a.apply(0, from_pretty("I I\n- 1 30")).is_err());
+    }
+
+    /// A windowed aggregate over a prompt input finishes final windows mid-epoch once it has
+    /// touched as many groups as its cache holds; its changes, summed up, are those of the same
+    /// aggregate finishing them at barriers only, in both emit modes, with and without lateness.
+    #[test]
+    fn final_windows_finished_mid_epoch_give_what_barriers_give() {
+        let windowed = |store: &Arc<dyn StateStore>, emit_on_close: bool, lateness: i64, prompt: bool| {
+            let input = from_pretty("S I\n+ 1 1").schema();
+            let schema = Arc::new(Schema::new(vec![
+                Field::new("end", DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Second, None), true),
+                Field::new("k", DataType::Int64, true),
+                Field::new("n", DataType::Int64, true),
+            ]));
+            let count = AggSpec {
+                kind: AggKind::CountRows,
+                arg: None,
+                arg_type: None,
+                output_type: DataType::Int64,
+                delimiter: None,
+            };
+            let a = HashAgg::new(
+                vec![col("c0", &input).unwrap(), col("c1", &input).unwrap()],
+                vec![input.field(0).data_type().clone(), DataType::Int64],
+                vec![count],
+                schema,
+                (
+                    KeyedState::new(1, Arc::clone(store), 4).write_back(),
+                    KeyedState::new(2, Arc::clone(store), 4).write_back(),
+                ),
+                "test",
+            )
+            .unwrap()
+            .with_window(AggWindow {
+                group_index: 0,
+                column: crate::types::window::TimeColumn { close_offset: 0 },
+                lateness,
+                emit_on_close,
+            })
+            .with_append_only_input()
+            .unwrap();
+            if prompt {
+                a.with_prompt_input()
+            } else {
+                a
+            }
+        };
+        const S: i64 = 1_000_000_000;
+        for (emit_on_close, lateness) in [(false, 0), (true, 0), (false, 2 * S), (true, 2 * S)] {
+            let mut sums: Vec<HashMap<String, i64>> = Vec::new();
+            let mut finished_early = 0;
+            for prompt in [true, false] {
+                let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+                let mut a = windowed(&store, emit_on_close, lateness, prompt);
+                let mut sum: HashMap<String, i64> = HashMap::default();
+                let mut add = |batches: Vec<ChangeBatch>| {
+                    for line in batches.iter().map(|b| b.to_pretty()).collect::<String>().lines() {
+                        let (op, row) = line.split_once(' ').unwrap();
+                        *sum.entry(row.to_string()).or_default() += if op.ends_with('-') { -1 } else { 1 };
+                    }
+                };
+                // Three epochs of 40 seconds of event time each; 5 s windows, 7 keys, rows
+                // twice; the watermark one second behind.
+                for epoch in 0..3 {
+                    for second in epoch * 40..(epoch + 1) * 40 {
+                        let end = (second / 5 + 1) * 5;
+                        let rows: String = (0..7).map(|k| format!("\n+ {end} {k}\n+ {end} {k}")).collect();
+                        let out = a.apply(0, from_pretty(&format!("S I{rows}"))).unwrap();
+                        if prompt {
+                            finished_early += out.len();
+                            assert!(a.dirty.len() <= 16 + 7 + 35, "{} groups touched", a.dirty.len());
+                        }
+                        add(out);
+                        a.on_watermark((second - 1) * S);
+                    }
+                    add(a.on_barrier().unwrap());
+                    let mut wb = WriteBatch::default();
+                    a.flush_state(&mut wb);
+                    store.write(wb).unwrap();
+                }
+                sum.retain(|_, n| *n != 0);
+                sums.push(sum);
+            }
+            assert!(
+                finished_early > 0,
+                "nothing finished mid-epoch (emit on close {emit_on_close}, lateness {lateness})"
+            );
+            assert_eq!(sums[0], sums[1], "emit on close {emit_on_close}, lateness {lateness}");
+            assert!(sums[0].values().all(|&n| n == 1), "{:?}", sums[0]);
+        }
     }
 }
