@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use crate::catalog::Catalog;
 use crate::config::StorageConfig;
+use crate::dataflow::coordinator::EpochBounds;
 use crate::dataflow::manager::Streaming;
 use crate::error::{Result, WeirError};
 use crate::frontend::{Frontend, StatementResult};
@@ -65,7 +66,7 @@ impl Harness {
         let catalog = Arc::new(Catalog::open(store, "dev")?);
         let streaming = Streaming::new(
             Arc::clone(&catalog),
-            epoch,
+            EpochBounds { interval: epoch, max_rows: crate::config::DEFAULT_EPOCH_MAX_ROWS },
             StorageConfig::default().state_cache_entries,
             Duration::from_secs(10),
         );

@@ -81,6 +81,9 @@ pub struct FileConfig {
     pub storage: StorageConfig,
     /// Milliseconds between barriers (default 1000).
     pub barrier_interval_ms: Option<u64>,
+    /// Rows written to tables and sources after which a barrier comes early (default
+    /// 1,000,000; 0 for barriers by time only).
+    pub epoch_max_rows: Option<u64>,
     /// Milliseconds without rows after which an input no longer holds back a view's
     /// watermark (default 10000).
     pub watermark_idle_timeout_ms: Option<u64>,
@@ -100,6 +103,10 @@ pub struct Config {
     pub storage: StorageConfig,
     /// How often a barrier closes an epoch and views commit.
     pub barrier_interval: std::time::Duration,
+    /// A barrier also comes once tables and sources have taken this many rows since the last
+    /// one (0: by time only), so an epoch's work, and the memory views hold for it, stays
+    /// bounded however fast rows come.
+    pub epoch_max_rows: u64,
     /// How long an input without rows holds back the watermark of the views reading it.
     pub watermark_idle_timeout: std::time::Duration,
 }
@@ -108,6 +115,7 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:4566";
 pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9464";
 pub const DEFAULT_DATA_DIR: &str = "./weir-data";
 pub const DEFAULT_DATABASE: &str = "dev";
+pub const DEFAULT_EPOCH_MAX_ROWS: u64 = 1_000_000;
 
 /// Values given on the command line or in the environment (None = not given).
 #[derive(Debug, Default, Clone)]
@@ -155,6 +163,7 @@ impl Config {
             barrier_interval: std::time::Duration::from_millis(
                 overrides.barrier_interval_ms.or(file_cfg.barrier_interval_ms).unwrap_or(1000).max(1),
             ),
+            epoch_max_rows: file_cfg.epoch_max_rows.unwrap_or(DEFAULT_EPOCH_MAX_ROWS),
             watermark_idle_timeout: std::time::Duration::from_millis(
                 overrides.watermark_idle_timeout_ms.or(file_cfg.watermark_idle_timeout_ms).unwrap_or(10_000).max(1),
             ),

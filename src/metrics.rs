@@ -63,6 +63,17 @@ pub static OPERATOR_ROWS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     )
 });
 
+/// Barriers injected before their interval was up, because the epoch held `epoch_max_rows`.
+pub static EARLY_BARRIERS_TOTAL: LazyLock<prometheus::IntCounter> = LazyLock::new(|| {
+    register(
+        prometheus::IntCounter::new(
+            "weir_early_barriers_total",
+            "Barriers injected early because an epoch held epoch_max_rows rows",
+        )
+        .unwrap(),
+    )
+});
+
 /// Time from a barrier's injection to a view's commit of its epoch.
 pub static BARRIER_LATENCY_SECONDS: LazyLock<prometheus::HistogramVec> = LazyLock::new(|| {
     register(
@@ -177,6 +188,7 @@ pub fn render() -> String {
     // Touch the statics so that every metric is listed even before its first use.
     let _ = (&*CONNECTIONS_TOTAL, &*CONNECTIONS_ACTIVE, &*STATEMENTS_TOTAL, &*ERRORS_TOTAL, &*STATEMENT_SECONDS);
     let _ = (&*VIEW_ERRORS_TOTAL, &*OPERATOR_ROWS, &*BARRIER_LATENCY_SECONDS, &*VIEW_EPOCH, &*STATE_BYTES);
+    let _ = &*EARLY_BARRIERS_TOTAL;
     let mut buf = Vec::new();
     TextEncoder::new().encode(&REGISTRY.gather(), &mut buf).expect("text encoding");
     String::from_utf8(buf).expect("utf-8 metrics")

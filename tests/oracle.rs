@@ -626,3 +626,34 @@ async fn file_sources_read_s3_objects() {
     assert_eq!(db.code().code(), "58030", "{db:?}");
     assert!(db.message().contains("-missing"), "{}", db.message());
 }
+
+/// Epochs end by size too: with barriers by time only every 10 minutes, a view still follows
+/// its table once `epoch_max_rows` rows have come, and the early barriers are counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_epoch_holding_epoch_max_rows_ends_early() {
+    let config = tempfile::tempdir().unwrap();
+    let config_file = config.path().join("weir.toml");
+    std::fs::write(&config_file, "epoch_max_rows = 1000\n").unwrap();
+    let server =
+        TestServer::start_with(&["--barrier-interval-ms", "600000", "--config", config_file.to_str().unwrap()]);
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE t (k INT, v INT); CREATE MATERIALIZED VIEW per_k AS SELECT k, count(*) AS n FROM t GROUP BY k;
+             INSERT INTO t SELECT x % 3, x FROM generate_series(1, 10) AS g(x);",
+        )
+        .await
+        .unwrap();
+    // 10 rows: the epoch is not full, and no barrier comes for 10 minutes.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(rows(&client, "SELECT sum(n) FROM per_k").await, vec!["NULL".to_string()]);
+    // 3,000 more rows fill it: the view follows without FLUSH.
+    client.batch_execute("INSERT INTO t SELECT x % 3, x FROM generate_series(1, 3000) AS g(x);").await.unwrap();
+    wait_for(&client, "SELECT sum(n) FROM per_k", "3010").await;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", server.metrics_port)).unwrap();
+    std::io::Write::write_all(&mut s, b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut body = String::new();
+    std::io::Read::read_to_string(&mut s, &mut body).unwrap();
+    assert!(body.contains("weir_early_barriers_total 1"), "{body}");
+}

@@ -9,6 +9,9 @@
 //! Each relation's subscriber list has its own lock; publishing to one relation never waits for
 //! another.
 //!
+//! The hub also counts the rows tables and sources publish in an epoch, so that the
+//! coordinator can end an epoch early once it holds `epoch_max_rows`.
+//!
 //! Ordering: the caller publishes under the relation's write lock, and subscribes under that
 //! same lock while it snapshots the relation, so a subscriber sees exactly the changes after its
 //! snapshot.
@@ -16,7 +19,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
 
 use crate::state::keys::TableId;
 use crate::types::Message;
@@ -54,6 +59,11 @@ impl ChangeReceiver {
 #[derive(Default)]
 pub struct ChangeHub {
     relations: parking_lot::Mutex<HashMap<TableId, Arc<tokio::sync::Mutex<Vec<Subscriber>>>>>,
+    /// Rows tables and sources have published since the last barrier.
+    rows_since_barrier: AtomicU64,
+    /// Past this many of them (0: never) an epoch is full: `epoch_full` wakes the coordinator.
+    epoch_max_rows: AtomicU64,
+    pub epoch_full: Notify,
 }
 
 impl ChangeHub {
@@ -117,6 +127,25 @@ impl ChangeHub {
         for i in gone.into_iter().rev() {
             subscribers.remove(i);
         }
+    }
+
+    /// Sets how many rows from tables and sources fill an epoch (0: no limit).
+    pub fn set_epoch_max_rows(&self, rows: u64) {
+        self.epoch_max_rows.store(rows, Ordering::Relaxed);
+    }
+
+    /// Counts `rows` a table or source published; wakes `epoch_full` when they fill the epoch.
+    pub fn count_table_rows(&self, rows: u64) {
+        let max = self.epoch_max_rows.load(Ordering::Relaxed);
+        let before = self.rows_since_barrier.fetch_add(rows, Ordering::Relaxed);
+        if max > 0 && before < max && before + rows >= max {
+            self.epoch_full.notify_one();
+        }
+    }
+
+    /// A barrier was injected: a new epoch starts empty.
+    pub fn epoch_started(&self) {
+        self.rows_since_barrier.store(0, Ordering::Relaxed);
     }
 
     /// Relations that currently have subscribers.

@@ -403,7 +403,9 @@ impl Writer {
     async fn publish(&self, changes: Option<ChangeBatch>, since: Option<std::time::Instant>) {
         if let Some(changes) = changes.filter(|c| !c.is_empty()) {
             let since = since.unwrap_or_else(std::time::Instant::now);
+            let rows = changes.num_rows() as u64;
             self.changes.publish_since(self.relation.def.id, vec![Message::Data(changes)], since).await;
+            self.changes.count_table_rows(rows);
         }
     }
 }

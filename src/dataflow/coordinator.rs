@@ -4,7 +4,10 @@
 //! subscriber of every table (views pass barriers on to views built on them, after their own
 //! commit); [`BarrierCoordinator::flush`] injects one and waits until every running view has
 //! committed it, which is what `FLUSH` and `implicit_flush` mean: every change made before is
-//! visible in every view. A ticker injects a barrier every `barrier_interval`.
+//! visible in every view. A ticker injects a barrier every `barrier_interval`, and early when
+//! tables and sources have published `epoch_max_rows` rows since the last one: every
+//! operator holds an epoch's touched state and output until its barrier, so bounding the rows
+//! in an epoch bounds that memory however fast rows come.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,6 +20,14 @@ use crate::catalog::changes::ChangeHub;
 use crate::catalog::{Catalog, RelationKind};
 use crate::state::keys::TableId;
 use crate::types::{Barrier, Epoch, Message};
+
+/// When epochs end: every `interval`, or once tables and sources have published `max_rows`
+/// rows in one (0: by time only).
+#[derive(Debug, Clone, Copy)]
+pub struct EpochBounds {
+    pub interval: Duration,
+    pub max_rows: u64,
+}
 
 pub struct BarrierCoordinator {
     hub: Arc<ChangeHub>,
@@ -43,6 +54,7 @@ impl BarrierCoordinator {
     /// Injects the next barrier into every table's subscribers; returns its epoch.
     pub async fn inject(&self) -> Epoch {
         let _guard = self.inject_lock.lock().await;
+        self.hub.epoch_started();
         let epoch = self.epoch.fetch_add(1, Ordering::SeqCst) + 1;
         let injected_at = std::time::Instant::now();
         let tables: std::collections::HashSet<TableId> =
@@ -81,14 +93,23 @@ impl BarrierCoordinator {
         self.jobs.lock().remove(&job);
     }
 
-    /// Injects a barrier every `interval` until the process ends.
-    pub fn start_ticker(self: &Arc<Self>, interval: Duration) {
+    /// Injects a barrier every `bounds.interval`, and early once tables and sources have
+    /// published `bounds.max_rows` rows in the epoch, until the process ends.
+    pub fn start_ticker(self: &Arc<Self>, bounds: EpochBounds) {
         let this = Arc::clone(self);
+        this.hub.set_epoch_max_rows(bounds.max_rows);
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(interval);
+            let mut tick = tokio::time::interval(bounds.interval);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
-                tick.tick().await;
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = this.hub.epoch_full.notified() => {
+                        // The next barrier by time comes a whole interval after this one.
+                        tick.reset();
+                        crate::metrics::EARLY_BARRIERS_TOTAL.inc();
+                    }
+                }
                 this.inject().await;
             }
         });

@@ -18,7 +18,7 @@ use futures::FutureExt;
 use tokio::task::JoinHandle;
 
 use super::build::Built;
-use super::coordinator::BarrierCoordinator;
+use super::coordinator::{BarrierCoordinator, EpochBounds};
 use super::job::{InputWatermark, ViewJob};
 use crate::catalog::{Catalog, Relation};
 use crate::error::{Result, WeirError};
@@ -40,12 +40,12 @@ pub struct Streaming {
 impl Streaming {
     pub fn new(
         catalog: Arc<Catalog>,
-        barrier_interval: Duration,
+        epochs: EpochBounds,
         state_cache_entries: usize,
         watermark_idle_timeout: Duration,
     ) -> Arc<Streaming> {
         let coordinator = BarrierCoordinator::new(Arc::clone(&catalog.changes), Arc::clone(&catalog));
-        coordinator.start_ticker(barrier_interval);
+        coordinator.start_ticker(epochs);
         Arc::new(Streaming {
             catalog,
             state_cache_entries,

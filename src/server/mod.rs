@@ -31,6 +31,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::catalog::Catalog;
 use crate::config::{AuthConfig, Config};
+use crate::dataflow::coordinator::EpochBounds;
 use crate::dataflow::manager::Streaming;
 use crate::error::{Result, WeirError};
 use crate::frontend::Frontend;
@@ -140,7 +141,7 @@ pub async fn run(config: Config) -> Result<()> {
     info!(relations = catalog.relations().len(), data_dir = %config.data_dir.display(), "catalog loaded");
     let streaming = Streaming::new(
         Arc::clone(&catalog),
-        config.barrier_interval,
+        EpochBounds { interval: config.barrier_interval, max_rows: config.epoch_max_rows },
         config.storage.state_cache_entries,
         config.watermark_idle_timeout,
     );
