@@ -73,6 +73,10 @@ enum BenchCommand {
         /// Format of those files: parquet, csv or json.
         #[arg(long, default_value = "parquet")]
         format: String,
+        /// Store the files' rows as they are read, instead of declaring the files immutable
+        /// (`file.immutable`) and keeping offsets only.
+        #[arg(long)]
+        store_file_rows: bool,
     },
 }
 
@@ -157,7 +161,18 @@ fn main() -> std::process::ExitCode {
             return run_bench(weir::bench::run(options));
         }
         Some(Command::Bench {
-            what: BenchCommand::Nexmark { query, events, parallelism, chunk, rate, checkpoint_interval, files, format },
+            what:
+                BenchCommand::Nexmark {
+                    query,
+                    events,
+                    parallelism,
+                    chunk,
+                    rate,
+                    checkpoint_interval,
+                    files,
+                    format,
+                    store_file_rows,
+                },
         }) => {
             let options = weir::bench::nexmark::NexmarkOptions {
                 query,
@@ -168,6 +183,7 @@ fn main() -> std::process::ExitCode {
                 epoch: checkpoint_interval,
                 files,
                 format,
+                store_file_rows,
             };
             return run_bench(weir::bench::nexmark::run(options));
         }

@@ -533,6 +533,62 @@ async fn file_sources_replay_csv_json_and_parquet() {
     wait_for(&client, "SELECT count(*) FROM csv_bids", "7").await;
 }
 
+/// `file.immutable = 'true'`: the source stores offsets, not rows, and its rows are read from
+/// the files again, for a SELECT and for views built or rebuilt after a SIGKILL, with the same
+/// rows and dead letters; a file changed since it was read is an error (58030), not other rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn immutable_file_sources_are_read_again_and_a_changed_file_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut lines = String::from("auction,price\n");
+    for i in 0..25 {
+        lines.push_str(&format!("{},{}\n", i % 4, i * 10));
+        if i == 7 {
+            lines.push_str("seven,oops\n");
+        }
+    }
+    std::fs::write(d.join("bids-1.csv"), &lines).unwrap();
+    std::fs::write(d.join("bids-2.csv"), "auction,price\n9,1000\n9,2000\n").unwrap();
+    let mut server = TestServer::start_with(&["--barrier-interval-ms", "50"]);
+    let client = server.connect().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SOURCE bids (auction BIGINT, price BIGINT)
+               WITH (connector = 'file', path = '{}', file.immutable = 'true', batch.size = '4') FORMAT PLAIN ENCODE CSV;
+             CREATE MATERIALIZED VIEW per_auction AS SELECT auction, count(*) AS n, sum(price) AS s FROM bids GROUP BY auction;",
+            d.join("bids-*.csv").display()
+        ))
+        .await
+        .unwrap();
+    wait_for(&client, "SELECT count(*), sum(price) FROM bids", "27|6000").await;
+    let per_auction = "SELECT * FROM per_auction ORDER BY auction";
+    let batch = "SELECT auction, count(*), sum(price) FROM bids GROUP BY auction ORDER BY auction";
+    client.simple_query("FLUSH").await.unwrap();
+    let expected = rows(&client, batch).await;
+    assert_eq!(expected.len(), 5, "{expected:?}");
+    assert_eq!(rows(&client, per_auction).await, expected);
+    let dead_letters = "SELECT position, raw FROM weir_catalog.dead_letters";
+    assert_eq!(rows(&client, dead_letters).await, vec!["bids-1.csv:10|seven,oops".to_string()]);
+    // A view created now, and every view after a SIGKILL, is built from the files read again.
+    client
+        .batch_execute("CREATE MATERIALIZED VIEW priced AS SELECT auction, price FROM bids WHERE price >= 100")
+        .await
+        .unwrap();
+    assert_eq!(rows(&client, "SELECT count(*) FROM priced").await, vec!["17".to_string()]);
+    drop(client);
+    let client = server.sigkill_and_reconnect().await;
+    client.simple_query("FLUSH").await.unwrap();
+    assert_eq!(rows(&client, per_auction).await, expected);
+    assert_eq!(rows(&client, "SELECT count(*) FROM priced").await, vec!["17".to_string()]);
+    assert_eq!(rows(&client, dead_letters).await, vec!["bids-1.csv:10|seven,oops".to_string()]);
+    // A file that changed is caught when the rows are read again.
+    std::fs::write(d.join("bids-1.csv"), "auction,price\n1,1\n").unwrap();
+    let err = client.simple_query("SELECT count(*) FROM bids").await.unwrap_err();
+    let db = err.as_db_error().expect("a server error");
+    assert_eq!(db.code().code(), "58030", "{db:?}");
+    assert!(db.message().contains("changed since they were read"), "{}", db.message());
+}
+
 /// File sources over S3-compatible object storage (scripts/s3-server.sh): objects under a
 /// prefix matched by a pattern, new objects followed, a bad line kept as a dead letter, a
 /// Parquet object's schema taken at CREATE, a restart resuming after what was stored, and a

@@ -34,6 +34,8 @@ pub struct NexmarkOptions {
     pub files: Option<PathBuf>,
     /// parquet, csv or json.
     pub format: String,
+    /// Store the files' rows instead of declaring the files immutable (offsets only).
+    pub store_file_rows: bool,
 }
 
 const KINDS: [(&str, EventKind); 3] =
@@ -94,7 +96,10 @@ fn export(dir: &Path, kind: EventKind, name: &str, events: u64, format: &str) ->
 }
 
 /// `CREATE SOURCE` statements replaying the files in `dir` (CSV and JSON need the columns).
-fn file_sources(dir: &Path, events: u64, format: &str, chunk: u64) -> Result<String> {
+/// The files are written once and never changed, so unless `store_rows` they are declared
+/// `file.immutable` (offsets stored, rows read again when needed), as other engines read files.
+fn file_sources(dir: &Path, events: u64, format: &str, chunk: u64, store_rows: bool) -> Result<String> {
+    let immutable = if store_rows { "" } else { ", file.immutable = 'true'" };
     let mut sql = String::new();
     for (name, kind) in KINDS {
         let path = export(dir, kind, name, events, format)?;
@@ -117,7 +122,7 @@ fn file_sources(dir: &Path, events: u64, format: &str, chunk: u64) -> Result<Str
         let stamp = if name == "bid" { "p_time AS PROCTIME(), " } else { "" };
         sql.push_str(&format!(
             "CREATE SOURCE {name} ({columns}{stamp}WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND) \
-             WITH (connector = 'file', path = '{}', batch.size = '{chunk}') FORMAT PLAIN ENCODE {};\n",
+             WITH (connector = 'file', path = '{}', batch.size = '{chunk}'{immutable}) FORMAT PLAIN ENCODE {};\n",
             path.display(),
             format.to_uppercase()
         ));
@@ -199,7 +204,7 @@ pub async fn run(options: NexmarkOptions) -> Result<()> {
         // Files are written before the clock starts.
         let (sources, done_at) = match &options.files {
             Some(dir) => {
-                let sql = file_sources(dir, options.events, &options.format, options.chunk)?;
+                let sql = file_sources(dir, options.events, &options.format, options.chunk, options.store_file_rows)?;
                 (sql, rows_per_kind(options.events))
             }
             None => {
@@ -259,6 +264,7 @@ pub async fn run(options: NexmarkOptions) -> Result<()> {
     let freshness = crate::metrics::VIEW_FRESHNESS_SECONDS.with_label_values(&[&options.query]);
     let (p50, p99) = (quantile(&freshness, 0.5) * 1000.0, quantile(&freshness, 0.99) * 1000.0);
     let source = match &options.files {
+        Some(_) if options.store_file_rows => format!("{} files, rows stored", options.format),
         Some(_) => format!("{} files", options.format),
         None => "generator".to_string(),
     };

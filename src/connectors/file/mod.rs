@@ -10,7 +10,10 @@
 //! `s3.endpoint`, `s3.region`, `s3.access_key_id`, `s3.secret_access_key` or the `AWS_*`
 //! environment variables): one file, a directory (`dir/`), or a last part with `*` wildcards
 //! ([`location`]). Matching files are read in name order. The offset is the number of rows read so far over those files,
-//! so a restarted source skips what it has stored. Bounded by default (the source finishes after
+//! so a restarted source skips what it has stored. With `file.immutable = 'true'` the files are
+//! promised never to change: the source stores each chunk's offsets instead of its rows and
+//! reads the files again when its rows are read ([`super::replay`]), checking that every chunk
+//! comes out as it did. Bounded by default (the source finishes after
 //! the last file); with `file.follow = 'true'` it keeps looking for new files (which must sort
 //! after the ones read) every `file.poll.ms` (default 1000). CSV files have a header line unless
 //! `csv.header = 'false'`. CSV and JSON need the column list; Parquet takes its own schema when
@@ -37,8 +40,17 @@ use super::options::ConnectorOptions;
 use super::source::{Chunk, SourceReader};
 use crate::error::{Result, SqlState, WeirError};
 
-pub const OPTIONS: &[&str] =
-    &["connector", "path", "format", "encode", "file.follow", "file.poll.ms", "csv.header", "batch.size"];
+pub const OPTIONS: &[&str] = &[
+    "connector",
+    "path",
+    "format",
+    "encode",
+    "file.follow",
+    "file.poll.ms",
+    "file.immutable",
+    "csv.header",
+    "batch.size",
+];
 
 /// Every option a file source takes: its own and those of S3.
 fn all_options() -> Vec<&'static str> {
@@ -60,6 +72,9 @@ pub struct FileReader {
     schema: SchemaRef,
     header: bool,
     follow: bool,
+    /// The files never change once written: the source keeps its offsets, not its rows, and
+    /// reads the files again when its rows are read ([`super::replay`]).
+    immutable: bool,
     poll: Duration,
     batch_size: usize,
     /// Files already read to the end, and the rows they held together.
@@ -109,6 +124,7 @@ impl FileReader {
             schema,
             header: options.get("csv.header").is_none_or(|h| h.eq_ignore_ascii_case("true")),
             follow: options.get("file.follow").is_some_and(|f| f.eq_ignore_ascii_case("true")),
+            immutable: options.get("file.immutable").is_some_and(|f| f.eq_ignore_ascii_case("true")),
             poll: Duration::from_millis(options.u64_or("file.poll.ms", 1000)?),
             batch_size: options.u64_or("batch.size", 8192)?.max(1) as usize,
             done: HashSet::new(),
@@ -166,6 +182,34 @@ impl SourceReader for FileReader {
 
     fn take_dead_letters(&mut self) -> Vec<DeadLetter> {
         std::mem::take(&mut *self.dead.lock())
+    }
+
+    fn replayable(&self) -> bool {
+        self.immutable
+    }
+
+    /// The files read again, in the same order and batches: replays ask for the logged chunks
+    /// in order, so this is one pass over the files. A chunk that does not come out with the
+    /// logged bounds means a file changed or vanished since it was read: an error (58030),
+    /// not other rows.
+    fn replay(&mut self, from: u64, to: u64) -> Result<RecordBatch> {
+        let changed = || {
+            WeirError::new(
+                SqlState::IO_ERROR,
+                format!(
+                    "the files of this source changed since they were read (file.immutable): rows {from} to {to} \
+                     cannot be read again"
+                ),
+            )
+        };
+        match self.read(from)? {
+            Chunk::Rows(batch, next) if next == to && batch.num_rows() as u64 == to - from => {
+                // Dead letters are stored with the chunk that first read them.
+                self.dead.lock().clear();
+                Ok(batch)
+            }
+            _ => Err(changed()),
+        }
     }
 
     fn read(&mut self, offset: u64) -> Result<Chunk> {
