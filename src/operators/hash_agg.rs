@@ -697,7 +697,10 @@ impl Operator for HashAgg {
     fn on_barrier(&mut self) -> Result<Vec<ChangeBatch>> {
         let dirty = self.take_dirty();
         match self.window {
-            Some(window) => self.close_windows(dirty, self.watermark.unwrap_or(i64::MIN), window),
+            Some(window) => {
+                let watermark = self.watermark.unwrap_or(i64::MIN);
+                self.close_windows(dirty, watermark, watermark.saturating_sub(window.lateness), window)
+            }
             None => self.emit(dirty),
         }
     }
@@ -752,12 +755,13 @@ impl HashAgg {
 
     /// Emits the changes of `dirty` groups and, with `EMIT ON WINDOW CLOSE`, the rows of the
     /// windows closed through `watermark` (touched now or not; touched groups of windows still
-    /// open are only stored); then deletes the state of windows final through `watermark`
-    /// minus the allowed lateness.
+    /// open are only stored); then deletes the state of the windows closed through
+    /// `final_through` (final: the watermark has passed their end plus the allowed lateness).
     fn close_windows(
         &mut self,
         dirty: Vec<(Vec<u8>, Group)>,
         watermark: i64,
+        final_through: i64,
         window: AggWindow,
     ) -> Result<Vec<ChangeBatch>> {
         let out = if window.emit_on_close {
@@ -784,7 +788,7 @@ impl HashAgg {
         } else {
             self.emit(dirty)?
         };
-        self.forget_windows_before(watermark.saturating_sub(window.lateness))?;
+        self.forget_windows_before(final_through)?;
         Ok(out)
     }
 
@@ -818,7 +822,9 @@ impl HashAgg {
             self.dirty.insert(key, self.touched.len());
             self.touched.push(group);
         }
-        self.close_windows(now, final_through, window)
+        // Every window closed through `final_through` is final, so its state goes now: the
+        // earliest open window moves on, and the next batch does not sort the groups again.
+        self.close_windows(now, final_through, final_through, window)
     }
 
     /// Writes a group's state (or deletes it when it has no rows left).
