@@ -81,7 +81,7 @@ pub struct FileConfig {
     pub storage: StorageConfig,
     /// Milliseconds between barriers (default 1000).
     pub barrier_interval_ms: Option<u64>,
-    /// Rows written to tables and sources after which a barrier comes early (default
+    /// Rows tables and sources publish to views after which a barrier comes early (default
     /// 1,000,000; 0 for barriers by time only).
     pub epoch_max_rows: Option<u64>,
     /// Milliseconds without rows after which an input no longer holds back a view's

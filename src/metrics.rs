@@ -63,6 +63,21 @@ pub static OPERATOR_ROWS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     )
 });
 
+/// Groups of final windows that windowed aggregates finished (emitted and deleted) before
+/// their epoch's barrier.
+pub static GROUPS_FINISHED_EARLY_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register(
+        IntCounterVec::new(
+            Opts::new(
+                "weir_groups_finished_early_total",
+                "Groups of final windows finished before their epoch's barrier",
+            ),
+            &["view"],
+        )
+        .unwrap(),
+    )
+});
+
 /// Barriers injected before their interval was up, because the epoch held `epoch_max_rows`.
 pub static EARLY_BARRIERS_TOTAL: LazyLock<prometheus::IntCounter> = LazyLock::new(|| {
     register(

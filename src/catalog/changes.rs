@@ -143,6 +143,13 @@ impl ChangeHub {
         }
     }
 
+    /// Whether the current epoch holds `epoch_max_rows` rows (a wake-up of `epoch_full` may be
+    /// left over from an epoch a barrier has ended since).
+    pub fn epoch_is_full(&self) -> bool {
+        let max = self.epoch_max_rows.load(Ordering::Relaxed);
+        max > 0 && self.rows_since_barrier.load(Ordering::Relaxed) >= max
+    }
+
     /// A barrier was injected: a new epoch starts empty.
     pub fn epoch_started(&self) {
         self.rows_since_barrier.store(0, Ordering::Relaxed);

@@ -105,7 +105,10 @@ pub fn start(
                     let rows = batch.num_rows() as u64;
                     let written = if writer.relation.def.replayed {
                         let stamp = now_nanos();
-                        replay::put_chunk(&mut wb, &writer.relation, offset, next, stamp);
+                        // A chunk of no rows (only dead letters) has nothing to read again.
+                        if rows > 0 {
+                            replay::put_chunk(&mut wb, &writer.relation, offset, next, stamp);
+                        }
                         match dml::rows_stamped_at(&writer.relation, &batch, stamp) {
                             Ok(rows) => writer.announce(rows, wb, read_at).await,
                             Err(e) => Err(e),

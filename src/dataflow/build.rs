@@ -77,10 +77,13 @@ struct Out {
     /// retract (projections, filters, window assignment, inner joins, unions, and aggregates
     /// that emit each window once, on close, with no lateness).
     append_only: bool,
-    /// Every row comes out in the same push as the input rows that caused it: nothing below
-    /// holds rows back for a barrier (aggregates, Top-N, session windows do). A windowed
-    /// aggregate over such an input may finish final windows before the barrier
-    /// ([`HashAgg::with_prompt_input`]): no change for them can come later in the epoch.
+    /// No change for a window can come out after the watermark made the window final: every
+    /// row comes from window assignment (which drops late rows) through operators that pass
+    /// rows on as they come (projections, filters, unions). Not after an aggregate or a Top-N
+    /// (they hold changes for the barrier), session windows (they re-assign rows as sessions
+    /// merge), or a join (a row arriving on one side matches rows of a final window still held
+    /// on the other). A windowed aggregate over such an input may finish final windows before
+    /// the barrier ([`HashAgg::with_prompt_input`]).
     prompt: bool,
 }
 
@@ -769,7 +772,8 @@ impl Builder<'_> {
                     distribution: output,
                     times,
                     append_only,
-                    prompt: left.prompt && right.prompt,
+                    // A new row on either side may match the other side's rows of a final window.
+                    prompt: false,
                 })
             }
             LogicalPlan::Union(u) => {

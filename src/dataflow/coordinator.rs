@@ -105,6 +105,9 @@ impl BarrierCoordinator {
                 tokio::select! {
                     _ = tick.tick() => {}
                     _ = this.hub.epoch_full.notified() => {
+                        if !this.hub.epoch_is_full() {
+                            continue;
+                        }
                         // The next barrier by time comes a whole interval after this one.
                         tick.reset();
                         crate::metrics::EARLY_BARRIERS_TOTAL.inc();

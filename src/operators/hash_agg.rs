@@ -26,10 +26,12 @@
 //!   watermark reached the window's end; a change within the allowed lateness then emits a
 //!   correction (`U-` / `U+`);
 //! - in either mode, once the watermark passes the end plus the allowed lateness, the group's
-//!   state is deleted (its row stays in the view): state is bounded by the open windows. An
-//!   epoch that has touched as many groups as the state cache holds does this before its
-//!   barrier too, emitting the final windows' rows early, so that the touched groups held in
-//!   memory are bounded by the open windows as well, however much event time one epoch spans.
+//!   state is deleted (its row stays in the view): state is bounded by the open windows. Over
+//!   an input straight from window assignment ([`HashAgg::with_prompt_input`]: no change for a
+//!   final window can come later), an epoch that has touched as many groups as the state cache
+//!   holds does this before its barrier too, emitting the final windows' rows early, so that
+//!   the touched groups held in memory are bounded by the open windows as well, however much
+//!   event time one epoch spans.
 //!
 //! Which groups are open is indexed in memory by close time; views are rebuilt at start, so
 //! the index is rebuilt with them.
@@ -275,10 +277,10 @@ impl HashAgg {
         self
     }
 
-    /// Tells a windowed aggregate that every change reaching it comes in the same push as the
-    /// input rows that caused it (no aggregate or Top-N below holds changes for the barrier), so
-    /// once the watermark has made a window final nothing more can come for it this epoch, and
-    /// its groups may be finished before the barrier ([`HashAgg::retire_final_windows`]).
+    /// Tells a windowed aggregate that no change for a window can reach it after the watermark
+    /// made the window final (its rows come from window assignment, which drops late rows,
+    /// through projections, filters and unions: `Out::prompt` in `dataflow::build`), so a final
+    /// window's groups may be finished before the barrier ([`HashAgg::retire_final_windows`]).
     pub fn with_prompt_input(mut self) -> HashAgg {
         self.prompt_input = true;
         self
@@ -822,6 +824,7 @@ impl HashAgg {
             self.dirty.insert(key, self.touched.len());
             self.touched.push(group);
         }
+        crate::metrics::GROUPS_FINISHED_EARLY_TOTAL.with_label_values(&[&self.view]).inc_by(now.len() as u64);
         // Every window closed through `final_through` is final, so its state goes now: the
         // earliest open window moves on, and the next batch does not sort the groups again.
         self.close_windows(now, final_through, final_through, window)
