@@ -124,6 +124,13 @@ async fn prepared_statements_with_parameters() {
     c.execute("INSERT INTO p (id, name) VALUES ($1, $2)", &[&100i64, &None::<String>]).await.unwrap();
     let name: Option<String> = c.query_one("SELECT name FROM p WHERE id = 100", &[]).await.unwrap().get(0);
     assert_eq!(name, None);
+    // Into a table with a processing-time column, the parameters are for the other columns.
+    c.batch_execute("CREATE TABLE clicks (page TEXT, at AS PROCTIME(), n BIGINT) APPEND ONLY").await.unwrap();
+    let click = c.prepare("INSERT INTO clicks VALUES ($1, $2)").await.unwrap();
+    assert_eq!(click.params(), &[Type::TEXT, Type::INT8]);
+    c.execute(&click, &[&"home", &3i64]).await.unwrap();
+    let row = c.query_one("SELECT page, n, at IS NOT NULL FROM clicks", &[]).await.unwrap();
+    assert_eq!((row.get::<_, String>(0), row.get::<_, i64>(1), row.get::<_, bool>(2)), ("home".into(), 3, true));
     // Errors in the extended protocol carry SQLSTATEs too, and the session goes on.
     let err = c.prepare("SELECT * FROM nope").await.unwrap_err();
     assert_eq!(err.code().unwrap().code(), "42P01");

@@ -50,7 +50,7 @@ pub async fn execute(
         | Statement::Update(_)
         | Statement::Delete(_)
         | Statement::Truncate(_)
-        | Statement::Explain { .. } => query::handle(session, statement, params).await,
+        | Statement::Explain { .. } => query::handle(session, name_given_columns(fe, statement), params).await,
         Statement::ShowTables { .. } => show::tables(fe),
         Statement::ShowVariable { variable } => show::variable(session, &variable),
         Statement::ExplainTable { table_name, .. } => describe::handle(fe, &table_name),
@@ -97,7 +97,7 @@ pub async fn describe(fe: &Frontend, session: &mut Session, statement: &Statemen
         | Statement::Update(_)
         | Statement::Delete(_)
         | Statement::Truncate(_)
-        | Statement::Explain { .. } => query::describe(session, statement).await,
+        | Statement::Explain { .. } => query::describe(session, &name_given_columns(fe, statement.clone())).await,
         // These only read the catalog or the session: running them is the simplest exact answer.
         Statement::ShowTables { .. }
         | Statement::ShowViews { .. }
@@ -112,6 +112,47 @@ pub async fn describe(fe: &Frontend, session: &mut Session, statement: &Statemen
         }
         _ => Ok(StatementDescription::default()),
     }
+}
+
+/// `INSERT INTO t VALUES (...)` (or `SELECT ...`) without a column list, into a table with a
+/// processing-time column, giving one value fewer than the table has columns: the values are
+/// for the other columns, in order, and the stamp is Weir's to give (`dml::to_stored`). The
+/// statement gets those columns named; anything else is left for DataFusion to judge.
+fn name_given_columns(fe: &Frontend, statement: Statement) -> Statement {
+    use datafusion::sql::sqlparser::ast::{SelectItem, SetExpr, TableObject};
+    let Statement::Insert(mut insert) = statement else { return statement };
+    let relation = match &insert.table {
+        TableObject::TableName(name) => relation_name(name).ok().and_then(|n| fe.catalog().get(&n)),
+        _ => None,
+    };
+    let (Some(relation), Some(source)) = (relation, insert.source.as_ref()) else {
+        return Statement::Insert(insert);
+    };
+    let Some(stamp) = relation.def.processing_time else { return Statement::Insert(insert) };
+    let given = match source.body.as_ref() {
+        SetExpr::Values(values) => values.rows.first().map(|row| row.len()),
+        SetExpr::Select(select)
+            if !select
+                .projection
+                .iter()
+                .any(|item| matches!(item, SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..))) =>
+        {
+            Some(select.projection.len())
+        }
+        _ => None,
+    };
+    let columns = relation.schema.fields().len();
+    if insert.columns.is_empty() && given == Some(columns - 1) {
+        insert.columns = relation
+            .schema
+            .fields()
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != stamp)
+            .map(|(_, f)| ObjectName(vec![ObjectNamePart::Identifier(Ident::with_quote('"', f.name()))]))
+            .collect();
+    }
+    Statement::Insert(insert)
 }
 
 /// Whether a statement changes table rows (and so must be visible after `implicit_flush`).
