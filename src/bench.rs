@@ -45,13 +45,34 @@ pub(crate) struct Harness {
 }
 
 mod tempdir {
-    /// A directory removed on drop.
-    pub struct TempDir(pub std::path::PathBuf);
+    use std::path::PathBuf;
+
+    /// Directories dropped while something may still write into them.
+    static LEFT: parking_lot::Mutex<Vec<PathBuf>> = parking_lot::Mutex::new(Vec::new());
+
+    /// A directory removed on drop, and again by [`remove_left_over`]: the bench's tasks keep
+    /// the store open until the runtime stops, and RocksDB may still write files into it (a
+    /// flush) while the first removal runs.
+    pub struct TempDir(pub PathBuf);
     impl Drop for TempDir {
         fn drop(&mut self) {
             let _ = std::fs::remove_dir_all(&self.0);
+            LEFT.lock().push(self.0.clone());
         }
     }
+
+    /// Removes what is left of every dropped directory; call once nothing runs any more.
+    pub fn remove_left_over() {
+        for dir in LEFT.lock().drain(..) {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+}
+
+/// Removes what is left of the benchmarks' data directories. `weir bench` calls it after its
+/// runtime has stopped, when the store is closed.
+pub fn remove_temp_dirs() {
+    tempdir::remove_left_over();
 }
 
 impl Harness {

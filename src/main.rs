@@ -142,7 +142,12 @@ fn limit_glibc_arenas() {
 fn run_bench(bench: impl std::future::Future<Output = weir::error::Result<()>>) -> std::process::ExitCode {
     tracing_subscriber::fmt().with_env_filter(EnvFilter::new("warn")).init();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
-    match runtime.block_on(bench) {
+    let result = runtime.block_on(bench);
+    // Stopping the runtime drops the tasks that hold the store, which closes it; then its data
+    // directory can go for good.
+    drop(runtime);
+    weir::bench::remove_temp_dirs();
+    match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("weir bench: {e}");
