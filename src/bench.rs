@@ -50,7 +50,7 @@ mod tempdir {
     /// Directories dropped while something may still write into them.
     static LEFT: parking_lot::Mutex<Vec<PathBuf>> = parking_lot::Mutex::new(Vec::new());
 
-    /// A directory removed on drop, and again by [`remove_left_over`]: the bench's tasks keep
+    /// A directory removed on drop, and again by [`remove_temp_dirs`]: the bench's tasks keep
     /// the store open until the runtime stops, and RocksDB may still write files into it (a
     /// flush) while the first removal runs.
     pub struct TempDir(pub PathBuf);
@@ -61,19 +61,16 @@ mod tempdir {
         }
     }
 
-    /// Removes what is left of every dropped directory; call once nothing runs any more.
-    pub fn remove_left_over() {
+    /// Removes what is left of the benchmarks' data directories. `weir bench` calls it after
+    /// its runtime has stopped, when the store is closed.
+    pub fn remove_temp_dirs() {
         for dir in LEFT.lock().drain(..) {
             let _ = std::fs::remove_dir_all(&dir);
         }
     }
 }
 
-/// Removes what is left of the benchmarks' data directories. `weir bench` calls it after its
-/// runtime has stopped, when the store is closed.
-pub fn remove_temp_dirs() {
-    tempdir::remove_left_over();
-}
+pub use tempdir::remove_temp_dirs;
 
 impl Harness {
     pub(crate) async fn new() -> Result<Harness> {

@@ -421,7 +421,7 @@ async fn nexmark_windowed_views_finishing_windows_mid_epoch_equal_their_batch_qu
     // And windows were finished mid-epoch, by q5's count per auction and window. (q7's
     // aggregate has one group per window, and q8's groupings of this few people and sellers
     // touch fewer groups in an epoch than the cache holds, so they wait for barriers.)
-    let metrics = metrics_text(&server);
+    let metrics = server.metrics_text();
     let finished = metrics
         .lines()
         .find_map(|l| l.strip_prefix("weir_groups_finished_early_total{view=\"q5\"} "))
@@ -725,16 +725,6 @@ async fn an_epoch_holding_epoch_max_rows_ends_early() {
     // 3,000 more rows fill it: the view follows without FLUSH.
     client.batch_execute("INSERT INTO t SELECT x % 3, x FROM generate_series(1, 3000) AS g(x);").await.unwrap();
     wait_for(&client, "SELECT sum(n) FROM per_k", "3010").await;
-    let body = metrics_text(&server);
+    let body = server.metrics_text();
     assert!(body.lines().any(|l| l == "weir_early_barriers_total 1"), "{body}");
-}
-
-/// The server's Prometheus metrics, as text.
-fn metrics_text(server: &TestServer) -> String {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", server.metrics_port)).unwrap();
-    std::io::Write::write_all(&mut s, b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut body = String::new();
-    std::io::Read::read_to_string(&mut s, &mut body).unwrap();
-    body
 }

@@ -333,20 +333,14 @@ async fn metrics_endpoint_serves_prometheus_text() {
     let c = server.connect().await;
     c.simple_query("SELECT 1").await.unwrap();
     let _ = c.simple_query("SELECT * FROM nope").await;
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", server.metrics_port)).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").unwrap();
-    let mut body = String::new();
-    s.read_to_string(&mut body).unwrap();
+    let body = server.metrics_text();
     assert!(body.starts_with("HTTP/1.1 200"), "{body}");
     assert!(body.contains("weir_connections_total"), "{body}");
     assert!(body.contains("weir_errors_total{sqlstate=\"42P01\"} 1"), "{body}");
     assert!(body.contains("weir_statement_duration_seconds_count"), "{body}");
     // Streaming metrics appear once a view runs.
     c.batch_execute("CREATE TABLE m (x INT); CREATE MATERIALIZED VIEW mv AS SELECT x FROM m WHERE x > 1; INSERT INTO m VALUES (1), (2); FLUSH;").await.unwrap();
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", server.metrics_port)).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").unwrap();
-    let mut body = String::new();
-    s.read_to_string(&mut body).unwrap();
+    let body = server.metrics_text();
     assert!(body.contains("weir_operator_rows_total{direction=\"in\",operator=\"1:Filter\",view=\"mv\"} 2"), "{body}");
     assert!(body.contains("weir_operator_rows_total{direction=\"out\",operator=\"1:Filter\",view=\"mv\"} 1"), "{body}");
     assert!(body.contains("weir_barrier_latency_seconds_count{view=\"mv\"}"), "{body}");

@@ -136,9 +136,8 @@ impl ChangeHub {
 
     /// Counts `rows` a table or source published; wakes `epoch_full` when they fill the epoch.
     pub fn count_table_rows(&self, rows: u64) {
-        let max = self.epoch_max_rows.load(Ordering::Relaxed);
         let before = self.rows_since_barrier.fetch_add(rows, Ordering::Relaxed);
-        if max > 0 && before < max && before + rows >= max {
+        if !self.fills_epoch(before) && self.fills_epoch(before + rows) {
             self.epoch_full.notify_one();
         }
     }
@@ -146,8 +145,12 @@ impl ChangeHub {
     /// Whether the current epoch holds `epoch_max_rows` rows (a wake-up of `epoch_full` may be
     /// left over from an epoch a barrier has ended since).
     pub fn epoch_is_full(&self) -> bool {
+        self.fills_epoch(self.rows_since_barrier.load(Ordering::Relaxed))
+    }
+
+    fn fills_epoch(&self, rows: u64) -> bool {
         let max = self.epoch_max_rows.load(Ordering::Relaxed);
-        max > 0 && self.rows_since_barrier.load(Ordering::Relaxed) >= max
+        max > 0 && rows >= max
     }
 
     /// A barrier was injected: a new epoch starts empty.

@@ -72,6 +72,28 @@ pub fn stored_offset(catalog: &Catalog, relation: &Relation) -> Result<u64> {
     persist::load_sequence(catalog.store().as_ref(), &format!("source_offset/{}", relation.def.id))
 }
 
+/// Writes the chunk of rows from offset `bounds.0` to `bounds.1` with `wb` (the new offset, the
+/// dead letters) in one atomic write: the rows, or a replayed source's log entry, and either
+/// way the rows' changes to the views reading the source.
+async fn write_chunk(
+    writer: &Writer,
+    batch: RecordBatch,
+    mut wb: WriteBatch,
+    (from, to): (u64, u64),
+    read_at: std::time::Instant,
+) -> Result<u64> {
+    if !writer.relation.def.replayed {
+        return writer.append(&[batch], wb, read_at).await;
+    }
+    let stamp = now_nanos();
+    // A chunk of no rows (only dead letters) has nothing to read again.
+    if batch.num_rows() > 0 {
+        replay::put_chunk(&mut wb, &writer.relation, from, to, stamp);
+    }
+    let rows = dml::rows_stamped_at(&writer.relation, &batch, stamp)?;
+    writer.announce(rows, wb, read_at).await
+}
+
 /// Starts the task that feeds `relation` from `reader`.
 pub fn start(
     catalog: Arc<Catalog>,
@@ -103,20 +125,7 @@ pub fn start(
                         }
                     }
                     let rows = batch.num_rows() as u64;
-                    let written = if writer.relation.def.replayed {
-                        let stamp = now_nanos();
-                        // A chunk of no rows (only dead letters) has nothing to read again.
-                        if rows > 0 {
-                            replay::put_chunk(&mut wb, &writer.relation, offset, next, stamp);
-                        }
-                        match dml::rows_stamped_at(&writer.relation, &batch, stamp) {
-                            Ok(rows) => writer.announce(rows, wb, read_at).await,
-                            Err(e) => Err(e),
-                        }
-                    } else {
-                        writer.append(&[batch], wb, read_at).await
-                    };
-                    if let Err(e) = written {
+                    if let Err(e) = write_chunk(&writer, batch, wb, (offset, next), read_at).await {
                         tracing::error!(source = %name, "source stopped: storing rows failed: {e}");
                         return;
                     }

@@ -81,6 +81,16 @@ impl NexmarkReader {
     }
 }
 
+impl NexmarkReader {
+    /// Events `from..to` as rows, the same at every call.
+    fn events(&self, from: u64, to: u64) -> Result<RecordBatch> {
+        match &self.stream {
+            Stream::One(g) => g.batch(from, to),
+            Stream::All(c) => c.batch(from, to),
+        }
+    }
+}
+
 impl SourceReader for NexmarkReader {
     fn schema(&self) -> SchemaRef {
         std::sync::Arc::clone(match &self.stream {
@@ -105,7 +115,7 @@ impl SourceReader for NexmarkReader {
                 return Ok(Chunk::Wait((due - elapsed).min(Duration::from_millis(100))));
             }
         }
-        Ok(Chunk::Rows(self.replay(offset, end)?, end))
+        Ok(Chunk::Rows(self.events(offset, end)?, end))
     }
 
     /// Events are a function of the seed and their number.
@@ -114,10 +124,7 @@ impl SourceReader for NexmarkReader {
     }
 
     fn replay(&mut self, from: u64, to: u64) -> Result<RecordBatch> {
-        match &self.stream {
-            Stream::One(g) => g.batch(from, to),
-            Stream::All(c) => c.batch(from, to),
-        }
+        self.events(from, to)
     }
 }
 
