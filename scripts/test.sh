@@ -11,7 +11,7 @@ export WEIR_TEST_S3_ENDPOINT
 log=$(mktemp)
 trap 'rm -f "$log"; scripts/s3-server.sh stop' EXIT
 status=0
-cargo test --locked --all-targets "$@" 2>&1 | tee "$log" || status=$?
+cargo test --locked --no-fail-fast --all-targets "$@" 2>&1 | tee "$log" || status=$?
 passed=$(grep -oE 'test result: [a-zA-Z]+\. [0-9]+ passed' "$log" | awk '{s += $4} END {print s + 0}')
 failed=$(grep -oE '[0-9]+ failed;' "$log" | awk '{s += $1} END {print s + 0}')
 echo "tests: ${passed} passed, ${failed} failed"

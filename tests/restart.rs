@@ -107,3 +107,36 @@ async fn a_clean_stop_keeps_a_sources_rows_as_stored() {
         c.query_one("SELECT CAST(min(p_time) AS VARCHAR), CAST(max(p_time) AS VARCHAR) FROM b", &[]).await.unwrap();
     assert_eq!(vec![row.get::<_, String>(0), row.get::<_, String>(1)], before);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_create_leaves_the_relation_it_collided_with_across_a_restart() {
+    let mut server = TestServer::start();
+    {
+        let c = server.connect().await;
+        c.batch_execute(
+            "SET implicit_flush = true;
+             CREATE TABLE t (a INT);
+             INSERT INTO t VALUES (1), (2);
+             CREATE MATERIALIZED VIEW v AS SELECT a FROM t;",
+        )
+        .await
+        .unwrap();
+        for collide in [
+            "CREATE MATERIALIZED VIEW v AS SELECT a FROM t",
+            "CREATE TABLE v (x INT)",
+            "CREATE TABLE v AS SELECT 1 AS x",
+            "CREATE MATERIALIZED VIEW t AS SELECT a FROM t",
+        ] {
+            let e = c.batch_execute(collide).await.unwrap_err();
+            assert_eq!(e.code().map(|c| c.code()), Some("42P07"), "{collide}: {e:?}");
+        }
+        c.batch_execute("INSERT INTO t VALUES (3)").await.unwrap();
+    }
+    let c = server.sigkill_and_reconnect().await;
+    c.batch_execute("SET implicit_flush = true; INSERT INTO t VALUES (4)").await.unwrap();
+    let n: i64 = c.query_one("SELECT count(*) FROM v", &[]).await.unwrap().get(0);
+    assert_eq!(n, 4);
+    let n: i64 = c.query_one("SELECT count(*) FROM t", &[]).await.unwrap().get(0);
+    assert_eq!(n, 4);
+    c.batch_execute("DROP MATERIALIZED VIEW v").await.unwrap();
+}

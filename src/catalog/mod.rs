@@ -249,7 +249,8 @@ impl Catalog {
         found
     }
 
-    /// Creates a table. Returns false (and changes nothing) when it exists and `if_not_exists`.
+    /// Creates a table; returns its id, or None (and changes nothing) when it exists and
+    /// `if_not_exists`.
     pub fn create_table(
         &self,
         name: &str,
@@ -257,7 +258,7 @@ impl Catalog {
         schema: Schema,
         primary_key: Vec<usize>,
         if_not_exists: bool,
-    ) -> Result<bool> {
+    ) -> Result<Option<TableId>> {
         self.create_table_with(name, definition, schema, primary_key, TableOptions::default(), if_not_exists)
     }
 
@@ -270,7 +271,7 @@ impl Catalog {
         primary_key: Vec<usize>,
         options: TableOptions,
         if_not_exists: bool,
-    ) -> Result<bool> {
+    ) -> Result<Option<TableId>> {
         let mut def = self.new_def(name, RelationKind::Table, definition, schema);
         def.primary_key = primary_key;
         def.append_only = options.append_only;
@@ -284,8 +285,7 @@ impl Catalog {
         self.create(def, if_not_exists)
     }
 
-    /// Creates a materialized view's entry and empty state. Returns false when it exists and
-    /// `if_not_exists`. An `append_only` view (its plan never retracts a row) stores its rows
+    /// Creates a materialized view's entry and empty state; returns its id. An `append_only` view (its plan never retracts a row) stores its rows
     /// as segments and is an append-only input to views built on it.
     pub fn create_view(
         &self,
@@ -295,7 +295,7 @@ impl Catalog {
         depends_on: Vec<TableId>,
         parallelism: usize,
         append_only: bool,
-    ) -> Result<bool> {
+    ) -> Result<TableId> {
         let mut def = self.new_def(name, RelationKind::MaterializedView, definition, schema);
         def.depends_on = depends_on;
         def.parallelism = parallelism;
@@ -303,7 +303,7 @@ impl Catalog {
         if append_only {
             def.layout = Layout::Segments;
         }
-        self.create(def, false)
+        self.create(def, false)?.ok_or_else(|| WeirError::internal("a view was not created"))
     }
 
     /// A definition with defaults, its id assigned by [`Catalog::create`].
@@ -326,12 +326,13 @@ impl Catalog {
         }
     }
 
-    fn create(&self, mut def: RelationDef, if_not_exists: bool) -> Result<bool> {
+    /// Records `def` under a new id; None when its name is taken and `if_not_exists`.
+    fn create(&self, mut def: RelationDef, if_not_exists: bool) -> Result<Option<TableId>> {
         let mut inner = self.inner.write();
         let name = def.name.clone();
         if inner.by_name.contains_key(&name) {
             if if_not_exists {
-                return Ok(false);
+                return Ok(None);
             }
             return Err(WeirError::new(SqlState::DUPLICATE_TABLE, format!("relation \"{name}\" already exists")));
         }
@@ -346,7 +347,7 @@ impl Catalog {
         self.store.write(wb)?;
         inner.next_id = id + 1;
         inner.by_name.insert(name, Arc::new(relation));
-        Ok(true)
+        Ok(Some(id))
     }
 
     /// Deletes every row of a relation and its operators' state (views are rebuilt from their
@@ -371,6 +372,23 @@ impl Catalog {
             }
             return Err(WeirError::undefined_table(name));
         };
+        self.remove(&mut inner, &relation)?;
+        Ok(true)
+    }
+
+    /// Undoes a creation that failed part-way: drops the relation with id `id` if it exists,
+    /// whatever its name. A failing CREATE undoes by the id it was given, never by name, so it
+    /// cannot touch a relation of the same name that existed before (or was made meanwhile).
+    pub fn undo_create(&self, id: TableId) -> Result<()> {
+        let mut inner = self.inner.write();
+        let relation = inner.by_name.values().find(|r| r.def.id == id).cloned();
+        match relation {
+            Some(relation) => self.remove(&mut inner, &relation),
+            None => Ok(()),
+        }
+    }
+
+    fn remove(&self, inner: &mut Inner, relation: &Arc<Relation>) -> Result<()> {
         let mut wb = WriteBatch::default();
         persist::delete_relation(relation.def.id, &mut wb);
         let (start, end) = crate::state::keys::operator_state_range(relation.def.id);
@@ -379,8 +397,8 @@ impl Catalog {
         crate::connectors::dead_letter::delete_all(&mut wb, relation.def.id);
         relation.table.clear(&mut wb);
         self.store.write(wb)?;
-        inner.by_name.remove(name);
-        Ok(true)
+        inner.by_name.remove(&relation.def.name);
+        Ok(())
     }
 }
 
@@ -397,13 +415,13 @@ mod tests {
     fn catalog_survives_reopen_and_ids_are_not_reused() {
         let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
         let cat = Catalog::open(store.clone(), "dev").unwrap();
-        assert!(cat.create_table("a", "CREATE TABLE a (...)", schema(), vec![0], false).unwrap());
-        assert!(!cat.create_table("a", "", schema(), vec![0], true).unwrap());
+        assert!(cat.create_table("a", "CREATE TABLE a (...)", schema(), vec![0], false).unwrap().is_some());
+        assert!(cat.create_table("a", "", schema(), vec![0], true).unwrap().is_none());
         let err = cat.create_table("a", "", schema(), vec![0], false).unwrap_err();
         assert_eq!(err.state, SqlState::DUPLICATE_TABLE);
         let a_id = cat.get("a").unwrap().def.id;
         cat.drop_relation("a", false).unwrap();
-        assert!(cat.create_table("b", "", schema(), vec![], false).unwrap());
+        assert!(cat.create_table("b", "", schema(), vec![], false).unwrap().is_some());
 
         let reopened = Catalog::open(store, "dev").unwrap();
         assert!(reopened.get("a").is_none());

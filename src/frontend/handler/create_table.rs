@@ -206,11 +206,13 @@ pub async fn handle(
     let options = TableOptions { append_only, watermark, processing_time, connector: clauses.source.clone(), replayed };
     let created =
         fe.catalog().create_table_with(&name, &definition, schema, primary_key, options, cmt.if_not_exists)?;
+    // A failure from here on undoes this statement's creation by id (`undo_create`), so it can
+    // never drop a relation of the same name that it did not make.
     if is_source {
-        if created {
-            let relation = fe.catalog().get(&name).ok_or_else(|| WeirError::internal("source vanished"))?;
+        if let Some(id) = created {
+            let relation = fe.catalog().by_id(id).ok_or_else(|| WeirError::internal("source vanished"))?;
             if let Err(e) = fe.streaming().start_source(relation) {
-                let _ = fe.catalog().drop_relation(&name, true);
+                let _ = fe.catalog().undo_create(id);
                 return Err(e);
             }
         }
@@ -219,9 +221,9 @@ pub async fn handle(
     if !is_ctas {
         return Ok(StatementResult::command("CREATE TABLE"));
     }
-    if !created {
+    let Some(id) = created else {
         return Ok(StatementResult::Command { tag: "SELECT".into(), rows: Some(0) });
-    }
+    };
     let frame = session.ctx.execute_logical_plan(cmt.input.as_ref().clone()).await?;
     let written = frame.write_table(&name, DataFrameWriteOptions::new()).await;
     match written {
@@ -239,7 +241,7 @@ pub async fn handle(
         }
         Err(e) => {
             // CREATE TABLE AS is one statement: no table if its rows could not be written.
-            let _ = fe.catalog().drop_relation(&name, true);
+            let _ = fe.catalog().undo_create(id);
             Err(e.into())
         }
     }

@@ -210,32 +210,39 @@ pub async fn handle(
     depends_on.dedup();
     let suffix = clauses.view_suffix();
     let definition = if suffix.is_empty() { statement.to_string() } else { format!("{statement} {suffix}") };
-    let created = fe.catalog().create_view(
+    // From here on a failure undoes exactly what this statement made, by id: never a relation
+    // that had the name before (a taken name fails in `create_view`, before anything is made).
+    let undo = |view: Option<TableId>| {
+        if let Some(id) = view {
+            let _ = fe.catalog().undo_create(id);
+        }
+        if let Some((table, true)) = &late {
+            let _ = fe.catalog().undo_create(table.def.id);
+        }
+    };
+    let id = match fe.catalog().create_view(
         &name,
         &definition,
         schema,
         depends_on,
         session.streaming_parallelism(),
         checked.append_only,
-    );
-    let started = match created {
-        Ok(_) => {
-            let relation =
-                fe.catalog().get(&name).ok_or_else(|| WeirError::internal("view vanished while being created"))?;
-            match build_view(fe, session, &logical, &name, relation.def.id, &event_time) {
-                Ok(built) => {
-                    fe.streaming().start_view(relation, built, late.as_ref().map(|(t, _)| Arc::clone(t))).await
-                }
-                Err(e) => Err(e),
-            }
+    ) {
+        Ok(id) => id,
+        Err(e) => {
+            undo(None);
+            return Err(e);
         }
-        Err(e) => Err(e),
+    };
+    let started = match fe.catalog().by_id(id) {
+        Some(relation) => match build_view(fe, session, &logical, &name, id, &event_time) {
+            Ok(built) => fe.streaming().start_view(relation, built, late.as_ref().map(|(t, _)| Arc::clone(t))).await,
+            Err(e) => Err(e),
+        },
+        None => Err(WeirError::internal("view vanished while being created")),
     };
     if let Err(e) = started {
-        let _ = fe.catalog().drop_relation(&name, true);
-        if let Some((table, true)) = &late {
-            let _ = fe.catalog().drop_relation(&table.def.name, true);
-        }
+        undo(Some(id));
         return Err(e);
     }
     Ok(StatementResult::command("CREATE MATERIALIZED VIEW"))
