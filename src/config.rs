@@ -87,6 +87,9 @@ pub struct FileConfig {
     /// Milliseconds without rows after which an input no longer holds back a view's
     /// watermark (default 10000).
     pub watermark_idle_timeout_ms: Option<u64>,
+    /// Checkpoints: where, how often, how many kept.
+    #[serde(default)]
+    pub checkpoint: crate::checkpoint::CheckpointConfig,
 }
 
 /// The resolved configuration.
@@ -109,6 +112,7 @@ pub struct Config {
     pub epoch_max_rows: u64,
     /// How long an input without rows holds back the watermark of the views reading it.
     pub watermark_idle_timeout: std::time::Duration,
+    pub checkpoint: crate::checkpoint::CheckpointConfig,
 }
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:4566";
@@ -126,6 +130,9 @@ pub struct Overrides {
     pub log: Option<String>,
     pub barrier_interval_ms: Option<u64>,
     pub watermark_idle_timeout_ms: Option<u64>,
+    pub checkpoint_url: Option<String>,
+    pub checkpoint_interval_ms: Option<u64>,
+    pub checkpoint_keep: Option<usize>,
 }
 
 impl Config {
@@ -145,6 +152,10 @@ impl Config {
             None => FileConfig::default(),
         };
         let listen = overrides.listen.or(file_cfg.listen).unwrap_or_else(|| DEFAULT_LISTEN.into());
+        let mut checkpoint = file_cfg.checkpoint.clone();
+        checkpoint.url = overrides.checkpoint_url.or(checkpoint.url);
+        checkpoint.interval_ms = overrides.checkpoint_interval_ms.unwrap_or(checkpoint.interval_ms);
+        checkpoint.keep = overrides.checkpoint_keep.unwrap_or(checkpoint.keep).max(1);
         let metrics =
             overrides.metrics_listen.or(file_cfg.metrics_listen).unwrap_or_else(|| DEFAULT_METRICS_LISTEN.into());
         let config = Config {
@@ -167,6 +178,7 @@ impl Config {
             watermark_idle_timeout: std::time::Duration::from_millis(
                 overrides.watermark_idle_timeout_ms.or(file_cfg.watermark_idle_timeout_ms).unwrap_or(10_000).max(1),
             ),
+            checkpoint,
         };
         if config.auth.method != AuthMethod::Trust && config.auth.users.is_empty() {
             return Err(WeirError::new(

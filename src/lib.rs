@@ -11,6 +11,7 @@
 //!                  DataFusion plans and runs queries and DML (behind `frontend::df_context`)
 //!   -> catalog/    the durable list of relations, and the DataFusion TableProvider over them
 //!   -> state/      keyed state tables (memcomparable keys from arrow-row) over RocksDB
+//!   -> checkpoint/ snapshots of the store at checkpoint epochs, uploaded to an object store
 //! ```
 //!
 //! Cross-cutting pieces: [`config`] (flags, environment and TOML file), [`error`] (one error type
@@ -26,6 +27,7 @@
 
 pub mod bench;
 pub mod catalog;
+pub mod checkpoint;
 pub mod config;
 pub mod connectors;
 pub mod dataflow;

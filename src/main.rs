@@ -104,6 +104,16 @@ struct ServeArgs {
     /// the views reading it [default: 10000]
     #[arg(long, env = "WEIR_WATERMARK_IDLE_TIMEOUT_MS", value_name = "MS")]
     watermark_idle_timeout_ms: Option<u64>,
+    /// Where checkpoints go: s3://bucket/prefix (endpoint and keys from AWS_* variables or
+    /// [checkpoint.s3]), file:///dir or a directory [default: DATA_DIR/checkpoints]
+    #[arg(long, env = "WEIR_CHECKPOINT_URL", value_name = "URL")]
+    checkpoint_url: Option<String>,
+    /// Least time between checkpoints, as `1s` or `500ms`; `off` for none [default: 1s]
+    #[arg(long, env = "WEIR_CHECKPOINT_INTERVAL", value_name = "DURATION", value_parser = parse_interval_or_off)]
+    checkpoint_interval: Option<std::time::Duration>,
+    /// Complete checkpoints kept in the object store [default: 3]
+    #[arg(long, env = "WEIR_CHECKPOINT_KEEP", value_name = "N")]
+    checkpoint_keep: Option<usize>,
 }
 
 /// jemalloc rather than glibc's malloc: under the streaming workload (batches allocated on one
@@ -201,6 +211,9 @@ fn main() -> std::process::ExitCode {
         log: args.log,
         barrier_interval_ms: args.barrier_interval_ms,
         watermark_idle_timeout_ms: args.watermark_idle_timeout_ms,
+        checkpoint_url: args.checkpoint_url,
+        checkpoint_interval_ms: args.checkpoint_interval.map(|d| d.as_millis() as u64),
+        checkpoint_keep: args.checkpoint_keep,
     };
     let config = match Config::resolve(args.config.as_deref(), overrides) {
         Ok(c) => c,
@@ -222,6 +235,14 @@ fn main() -> std::process::ExitCode {
             eprintln!("weir: {e}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+/// A duration as [`parse_duration`] reads it, or `off` (zero: turned off).
+fn parse_interval_or_off(text: &str) -> Result<std::time::Duration, String> {
+    match text.trim() {
+        "off" | "0" => Ok(std::time::Duration::ZERO),
+        other => parse_duration(other),
     }
 }
 

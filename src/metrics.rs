@@ -198,12 +198,62 @@ pub static STATEMENT_SECONDS: LazyLock<Histogram> = LazyLock::new(|| {
     )
 });
 
+/// Checkpoints ended, by outcome (`complete` / `failed`).
+pub static CHECKPOINTS_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register(
+        IntCounterVec::new(Opts::new("weir_checkpoints_total", "Checkpoints ended, by outcome"), &["outcome"]).unwrap(),
+    )
+});
+
+/// From a checkpoint barrier's injection to its manifest in the object store.
+pub static CHECKPOINT_SECONDS: LazyLock<Histogram> = LazyLock::new(|| {
+    register(
+        Histogram::with_opts(HistogramOpts::new(
+            "weir_checkpoint_duration_seconds",
+            "From a checkpoint barrier's injection to its manifest in the object store",
+        ))
+        .unwrap(),
+    )
+});
+
+/// From a checkpoint barrier's injection until every view has committed it.
+pub static CHECKPOINT_ALIGNMENT_SECONDS: LazyLock<Histogram> = LazyLock::new(|| {
+    register(
+        Histogram::with_opts(HistogramOpts::new(
+            "weir_checkpoint_alignment_seconds",
+            "From a checkpoint barrier's injection until every view has committed it",
+        ))
+        .unwrap(),
+    )
+});
+
+/// Bytes of checkpoint files uploaded to the object store.
+pub static CHECKPOINT_UPLOADED_BYTES_TOTAL: LazyLock<IntCounter> = LazyLock::new(|| {
+    register(IntCounter::new("weir_checkpoint_uploaded_bytes_total", "Bytes of checkpoint files uploaded").unwrap())
+});
+
+/// The epoch of the newest complete checkpoint.
+pub static CHECKPOINT_LAST_COMPLETE_EPOCH: LazyLock<IntGauge> = LazyLock::new(|| {
+    register(IntGauge::new("weir_checkpoint_last_complete_epoch", "Epoch of the newest complete checkpoint").unwrap())
+});
+
+/// How long the last start took to restore the store from a checkpoint (0: nothing restored).
+pub static RECOVERY_SECONDS: LazyLock<prometheus::Gauge> = LazyLock::new(|| {
+    register(
+        prometheus::Gauge::new("weir_recovery_seconds", "Time the last start took to restore from a checkpoint")
+            .unwrap(),
+    )
+});
+
 /// The text exposition of every registered metric.
 pub fn render() -> String {
     // Touch the statics so that every metric is listed even before its first use.
     let _ = (&*CONNECTIONS_TOTAL, &*CONNECTIONS_ACTIVE, &*STATEMENTS_TOTAL, &*ERRORS_TOTAL, &*STATEMENT_SECONDS);
     let _ = (&*VIEW_ERRORS_TOTAL, &*OPERATOR_ROWS, &*BARRIER_LATENCY_SECONDS, &*VIEW_EPOCH, &*STATE_BYTES);
     let _ = &*EARLY_BARRIERS_TOTAL;
+    let _ =
+        (&*CHECKPOINTS_TOTAL, &*CHECKPOINT_SECONDS, &*CHECKPOINT_ALIGNMENT_SECONDS, &*CHECKPOINT_UPLOADED_BYTES_TOTAL);
+    let _ = (&*CHECKPOINT_LAST_COMPLETE_EPOCH, &*RECOVERY_SECONDS);
     let mut buf = Vec::new();
     TextEncoder::new().encode(&REGISTRY.gather(), &mut buf).expect("text encoding");
     String::from_utf8(buf).expect("utf-8 metrics")

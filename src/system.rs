@@ -10,6 +10,9 @@
 //! - `weir_catalog.dead_letters`: records sources could not decode, by source and position,
 //!   with the error and the record as read. Durable: read from the state store
 //!   ([`crate::connectors::dead_letter`]).
+//! - `weir_catalog.checkpoints`: the checkpoints in the object store (listed at start) and those
+//!   this server took, restored from or gave up on, newest last ([`crate::checkpoint`]). Kept
+//!   in memory, the last [`CHECKPOINT_HISTORY`] entries.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, LazyLock};
@@ -70,6 +73,107 @@ pub fn record_event_time(view: &str, watermark: Option<i64>, open_windows: usize
     let entry = all.entry(view.to_string()).or_default();
     entry.watermark_micros = watermark.map(|w| w.div_euclid(1000));
     entry.open_windows = open_windows as u64;
+}
+
+/// How many checkpoint records `weir_catalog.checkpoints` keeps.
+pub const CHECKPOINT_HISTORY: usize = 200;
+
+/// One row of `weir_catalog.checkpoints`.
+#[derive(Debug, Clone)]
+pub struct CheckpointRecord {
+    pub epoch: u64,
+    /// `uploading`, `complete`, `failed` or `restored`.
+    pub status: String,
+    pub started_at_micros: i64,
+    pub finished_at_micros: Option<i64>,
+    pub duration_ms: Option<u64>,
+    pub bytes_uploaded: Option<u64>,
+    pub files_uploaded: Option<u64>,
+    pub files: u64,
+    pub state_bytes: u64,
+    /// Why it failed, or where it was restored from.
+    pub detail: String,
+}
+
+impl CheckpointRecord {
+    /// A failed checkpoint, with nothing measured.
+    pub fn failed(epoch: u64, started_at_micros: i64, detail: String) -> CheckpointRecord {
+        CheckpointRecord {
+            epoch,
+            status: "failed".into(),
+            started_at_micros,
+            finished_at_micros: None,
+            duration_ms: None,
+            bytes_uploaded: None,
+            files_uploaded: None,
+            files: 0,
+            state_bytes: 0,
+            detail,
+        }
+    }
+}
+
+static CHECKPOINTS: LazyLock<Mutex<std::collections::VecDeque<CheckpointRecord>>> = LazyLock::new(Default::default);
+
+/// Records what happened to a checkpoint; a record of the same epoch and an unfinished status
+/// (`uploading`) is replaced.
+pub fn record_checkpoint(record: CheckpointRecord) {
+    let mut all = CHECKPOINTS.lock();
+    all.retain(|r| !(r.epoch == record.epoch && r.status == "uploading"));
+    all.push_back(record);
+    while all.len() > CHECKPOINT_HISTORY {
+        all.pop_front();
+    }
+}
+
+/// A checkpoint was deleted by retention: it is no longer listed as complete.
+pub fn forget_checkpoint(epoch: u64) {
+    CHECKPOINTS.lock().retain(|r| !(r.epoch == epoch && r.status == "complete"));
+}
+
+fn checkpoints_schema() -> SchemaRef {
+    let micros = || DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into()));
+    Arc::new(Schema::new(vec![
+        Field::new("epoch", DataType::UInt64, false),
+        Field::new("status", DataType::Utf8, false),
+        Field::new("started_at", micros(), false),
+        Field::new("finished_at", micros(), true),
+        Field::new("duration_ms", DataType::UInt64, true),
+        Field::new("bytes_uploaded", DataType::UInt64, true),
+        Field::new("files_uploaded", DataType::UInt64, true),
+        Field::new("files", DataType::UInt64, false),
+        Field::new("state_bytes", DataType::UInt64, false),
+        Field::new("detail", DataType::Utf8, false),
+    ]))
+}
+
+fn checkpoints_batch() -> DfResult<RecordBatch> {
+    let all = CHECKPOINTS.lock();
+    let epochs: UInt64Array = all.iter().map(|r| Some(r.epoch)).collect();
+    let status: StringArray = all.iter().map(|r| Some(r.status.as_str())).collect();
+    let started: TimestampMicrosecondArray = all.iter().map(|r| Some(r.started_at_micros)).collect();
+    let finished: TimestampMicrosecondArray = all.iter().map(|r| r.finished_at_micros).collect();
+    let duration: UInt64Array = all.iter().map(|r| r.duration_ms).collect();
+    let bytes: UInt64Array = all.iter().map(|r| r.bytes_uploaded).collect();
+    let uploaded: UInt64Array = all.iter().map(|r| r.files_uploaded).collect();
+    let files: UInt64Array = all.iter().map(|r| Some(r.files)).collect();
+    let state: UInt64Array = all.iter().map(|r| Some(r.state_bytes)).collect();
+    let detail: StringArray = all.iter().map(|r| Some(r.detail.as_str())).collect();
+    Ok(RecordBatch::try_new(
+        checkpoints_schema(),
+        vec![
+            Arc::new(epochs),
+            Arc::new(status),
+            Arc::new(started.with_timezone("+00:00")),
+            Arc::new(finished.with_timezone("+00:00")),
+            Arc::new(duration),
+            Arc::new(bytes),
+            Arc::new(uploaded),
+            Arc::new(files),
+            Arc::new(state),
+            Arc::new(detail),
+        ],
+    )?)
 }
 
 /// Forgets the errors of a dropped view.
@@ -151,7 +255,7 @@ fn dead_letters_batch(catalog: &Catalog) -> DfResult<RecordBatch> {
     )?)
 }
 
-const TABLES: [&str; 3] = ["view_errors", "event_time", "dead_letters"];
+const TABLES: [&str; 4] = ["view_errors", "event_time", "dead_letters", "checkpoints"];
 
 /// The `weir_catalog` schema.
 pub struct SystemSchema {
@@ -181,6 +285,7 @@ impl SchemaProvider for SystemSchema {
         Ok(match name {
             "view_errors" => table(view_errors_schema(), Arc::new(view_errors_batch)),
             "event_time" => table(event_time_schema(), Arc::new(event_time_batch)),
+            "checkpoints" => table(checkpoints_schema(), Arc::new(checkpoints_batch)),
             "dead_letters" => {
                 let catalog = Arc::clone(&self.catalog);
                 table(dead_letters_schema(), Arc::new(move || dead_letters_batch(&catalog)))

@@ -209,6 +209,19 @@ impl Catalog {
         })
     }
 
+    /// A fingerprint of the catalog: its relations' ids and names (FNV-1a), for checkpoint
+    /// manifests.
+    pub fn version(&self) -> u64 {
+        let mut hash: u64 = 0xcbf29ce484222325;
+        for relation in self.relations() {
+            for b in relation.def.id.to_be_bytes().iter().chain(relation.def.name.as_bytes()) {
+                hash ^= *b as u64;
+                hash = hash.wrapping_mul(0x100000001b3);
+            }
+        }
+        hash
+    }
+
     pub fn store(&self) -> &Arc<dyn StateStore> {
         &self.store
     }

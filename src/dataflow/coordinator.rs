@@ -8,6 +8,15 @@
 //! tables and sources have published `epoch_max_rows` rows since the last one: every
 //! operator holds an epoch's touched state and output until its barrier, so bounding the rows
 //! in an epoch bounds that memory however fast rows come.
+//!
+//! Checkpoints (ADR 11): the first barrier injected once `checkpoint_interval` has passed since
+//! the last checkpoint is a checkpoint barrier. After injecting checkpoint barrier `e` the
+//! coordinator keeps the injection lock until every view has committed `e` and the
+//! [`Checkpointer`] has taken its snapshot of the store, so no view can commit `e + 1` before
+//! the snapshot: every view in it is exactly at `e`. Tables and sources keep writing meanwhile.
+//! A checkpoint whose views do not all commit within `checkpoint_timeout` is given up (and
+//! recorded as failed); one asked for while the previous upload runs is put off to a later
+//! barrier, so uploads running behind skip checkpoints instead of queueing them.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,15 +27,20 @@ use tokio::sync::watch;
 
 use crate::catalog::changes::ChangeHub;
 use crate::catalog::{Catalog, RelationKind};
+use crate::checkpoint::Checkpointer;
 use crate::state::keys::TableId;
-use crate::types::{Barrier, Epoch, Message};
+use crate::types::{Barrier, BarrierKind, Epoch, Message};
 
 /// When epochs end: every `interval`, or once tables and sources have published `max_rows`
-/// rows in one (0: by time only).
+/// rows in one (0: by time only); and how often one of them is a checkpoint.
 #[derive(Debug, Clone, Copy)]
 pub struct EpochBounds {
     pub interval: Duration,
     pub max_rows: u64,
+    /// The least time between checkpoint barriers (None: no checkpoints).
+    pub checkpoint_interval: Option<Duration>,
+    /// How long the views may take to commit a checkpoint barrier before it is given up.
+    pub checkpoint_timeout: Duration,
 }
 
 pub struct BarrierCoordinator {
@@ -38,31 +52,90 @@ pub struct BarrierCoordinator {
     inject_lock: tokio::sync::Mutex<()>,
     /// The last committed epoch of each running view.
     jobs: parking_lot::Mutex<HashMap<TableId, watch::Receiver<Epoch>>>,
+    /// Takes and uploads checkpoints (None: checkpoints are off).
+    checkpointer: Option<Arc<Checkpointer>>,
+    /// When the last checkpoint barrier was injected.
+    last_checkpoint: parking_lot::Mutex<std::time::Instant>,
+    /// How long views may take to commit a checkpoint barrier.
+    checkpoint_timeout: parking_lot::Mutex<Duration>,
 }
 
 impl BarrierCoordinator {
-    pub fn new(hub: Arc<ChangeHub>, catalog: Arc<Catalog>) -> Arc<BarrierCoordinator> {
+    /// A coordinator whose epochs continue after `first_epoch` (the epoch of the checkpoint the
+    /// store was restored from, so epoch numbers only grow across restarts).
+    pub fn new(
+        hub: Arc<ChangeHub>,
+        catalog: Arc<Catalog>,
+        checkpointer: Option<Arc<Checkpointer>>,
+        first_epoch: Epoch,
+    ) -> Arc<BarrierCoordinator> {
         Arc::new(BarrierCoordinator {
             hub,
             catalog,
-            epoch: AtomicU64::new(0),
+            epoch: AtomicU64::new(first_epoch),
             inject_lock: tokio::sync::Mutex::new(()),
             jobs: parking_lot::Mutex::new(HashMap::new()),
+            checkpointer,
+            last_checkpoint: parking_lot::Mutex::new(std::time::Instant::now()),
+            checkpoint_timeout: parking_lot::Mutex::new(Duration::from_secs(60)),
         })
     }
 
     /// Injects the next barrier into every table's subscribers; returns its epoch.
     pub async fn inject(&self) -> Epoch {
+        self.inject_kind(BarrierKind::Flush).await
+    }
+
+    /// Whether the next barrier should be a checkpoint: the interval has passed and the
+    /// previous checkpoint's upload is done (else the checkpoint is put off, not queued).
+    fn checkpoint_due(&self, interval: Option<Duration>) -> bool {
+        let (Some(interval), Some(checkpointer)) = (interval, &self.checkpointer) else { return false };
+        self.last_checkpoint.lock().elapsed() >= interval && !checkpointer.upload_running()
+    }
+
+    async fn inject_kind(&self, kind: BarrierKind) -> Epoch {
         let _guard = self.inject_lock.lock().await;
         self.hub.epoch_started();
         let epoch = self.epoch.fetch_add(1, Ordering::SeqCst) + 1;
         let injected_at = std::time::Instant::now();
         let tables: std::collections::HashSet<TableId> =
             self.catalog.relations().iter().filter(|r| r.def.kind == RelationKind::Table).map(|r| r.def.id).collect();
+        let barrier = Barrier { epoch, injected_at, kind };
         for relation in self.hub.subscribed_relations().into_iter().filter(|r| tables.contains(r)) {
-            self.hub.publish(relation, vec![Message::Barrier(Barrier { epoch, injected_at })]).await;
+            self.hub.publish(relation, vec![Message::Barrier(barrier)]).await;
+        }
+        if kind == BarrierKind::Checkpoint {
+            *self.last_checkpoint.lock() = injected_at;
+            // Still under the injection lock: no view commits `epoch + 1` before the snapshot.
+            self.take_checkpoint(epoch, injected_at).await;
         }
         epoch
+    }
+
+    /// Waits for every view to commit checkpoint barrier `epoch`, then has the checkpointer
+    /// snapshot the store and start uploading it.
+    async fn take_checkpoint(&self, epoch: Epoch, injected_at: std::time::Instant) {
+        let Some(checkpointer) = &self.checkpointer else { return };
+        let watchers: Vec<watch::Receiver<Epoch>> = self.jobs.lock().values().cloned().collect();
+        let timeout = *self.checkpoint_timeout.lock();
+        let aligned = tokio::time::timeout(timeout, async {
+            for mut w in watchers {
+                // An error means the view was dropped meanwhile: nothing to wait for.
+                let _ = w.wait_for(|committed| *committed >= epoch).await;
+            }
+        })
+        .await;
+        let alignment = injected_at.elapsed();
+        crate::metrics::CHECKPOINT_ALIGNMENT_SECONDS.observe(alignment.as_secs_f64());
+        if aligned.is_err() {
+            checkpointer.record_failure(epoch, format!("views did not commit the barrier within {timeout:?}"));
+            return;
+        }
+        let catalog_version = self.catalog.version();
+        if let Err(e) = Arc::clone(checkpointer).take(epoch, catalog_version, injected_at).await {
+            tracing::error!(epoch, "checkpoint failed: {e}");
+            checkpointer.record_failure(epoch, e.message.clone());
+        }
     }
 
     /// Waits until every view has committed a barrier injected after every change made so far.
@@ -98,6 +171,7 @@ impl BarrierCoordinator {
     pub fn start_ticker(self: &Arc<Self>, bounds: EpochBounds) {
         let this = Arc::clone(self);
         this.hub.set_epoch_max_rows(bounds.max_rows);
+        *this.checkpoint_timeout.lock() = bounds.checkpoint_timeout;
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(bounds.interval);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -113,7 +187,12 @@ impl BarrierCoordinator {
                         crate::metrics::EARLY_BARRIERS_TOTAL.inc();
                     }
                 }
-                this.inject().await;
+                let kind = if this.checkpoint_due(bounds.checkpoint_interval) {
+                    BarrierKind::Checkpoint
+                } else {
+                    BarrierKind::Flush
+                };
+                this.inject_kind(kind).await;
             }
         });
     }

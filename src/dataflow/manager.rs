@@ -43,8 +43,11 @@ impl Streaming {
         epochs: EpochBounds,
         state_cache_entries: usize,
         watermark_idle_timeout: Duration,
+        checkpointer: Option<Arc<crate::checkpoint::Checkpointer>>,
+        first_epoch: crate::types::Epoch,
     ) -> Arc<Streaming> {
-        let coordinator = BarrierCoordinator::new(Arc::clone(&catalog.changes), Arc::clone(&catalog));
+        let coordinator =
+            BarrierCoordinator::new(Arc::clone(&catalog.changes), Arc::clone(&catalog), checkpointer, first_epoch);
         coordinator.start_ticker(epochs);
         Arc::new(Streaming {
             catalog,

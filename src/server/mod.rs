@@ -128,7 +128,11 @@ fn tls_acceptor(config: &Config) -> Result<Option<TlsAcceptor>> {
 
 /// Opens the data directory and serves until SIGINT or SIGTERM.
 pub async fn run(config: Config) -> Result<()> {
+    // Before the store opens: an empty data directory is restored from the newest checkpoint.
+    let prepared = crate::checkpoint::prepare(&config.checkpoint, &config.data_dir).await?;
+    let first_epoch = prepared.first_epoch;
     let store = Arc::new(RocksStore::open(&config.data_dir.join("state"), &config.storage)?);
+    let checkpointer = prepared.checkpointer(Arc::clone(&store) as Arc<dyn StateStore>);
     let sized = Arc::clone(&store);
     let stopping = Arc::clone(&store);
     tokio::spawn(async move {
@@ -141,9 +145,16 @@ pub async fn run(config: Config) -> Result<()> {
     info!(relations = catalog.relations().len(), data_dir = %config.data_dir.display(), "catalog loaded");
     let streaming = Streaming::new(
         Arc::clone(&catalog),
-        EpochBounds { interval: config.barrier_interval, max_rows: config.epoch_max_rows },
+        EpochBounds {
+            interval: config.barrier_interval,
+            max_rows: config.epoch_max_rows,
+            checkpoint_interval: config.checkpoint.interval(),
+            checkpoint_timeout: std::time::Duration::from_millis(config.checkpoint.timeout_ms.max(1)),
+        },
         config.storage.state_cache_entries,
         config.watermark_idle_timeout,
+        checkpointer,
+        first_epoch,
     );
     let frontend = Arc::new(Frontend::new(catalog, streaming).await?);
     let handlers = Arc::new(Handlers::new(frontend, &config));

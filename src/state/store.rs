@@ -93,4 +93,11 @@ pub trait StateStore: Send + Sync + 'static {
     fn persist(&self) -> Result<()> {
         Ok(())
     }
+
+    /// Writes a consistent snapshot of the whole store into the new directory `dir`, as a
+    /// store that opens on its own (a checkpoint; writes that skipped the write-ahead log are
+    /// in it too). Blocking.
+    fn checkpoint(&self, dir: &std::path::Path) -> Result<()> {
+        Err(crate::error::WeirError::internal(format!("this store cannot snapshot itself into {}", dir.display())))
+    }
 }

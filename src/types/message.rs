@@ -9,11 +9,30 @@ use super::ChangeBatch;
 /// A barrier number; increases by one per barrier.
 pub type Epoch = u64;
 
+/// What a barrier asks of the operators it passes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BarrierKind {
+    /// End the epoch: emit and commit its changes (view freshness).
+    Flush,
+    /// End the epoch and make it a checkpoint: besides committing, every operator puts all the
+    /// state it needs after a restart into the store (write-back state included), so that a
+    /// snapshot of the store taken once every view has committed this epoch is a consistent
+    /// cut ([`crate::checkpoint`]).
+    Checkpoint,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Barrier {
     pub epoch: Epoch,
     /// When the coordinator injected it (views built on views keep the original time).
     pub injected_at: std::time::Instant,
+    pub kind: BarrierKind,
+}
+
+impl Barrier {
+    pub fn is_checkpoint(&self) -> bool {
+        self.kind == BarrierKind::Checkpoint
+    }
 }
 
 #[derive(Debug, Clone)]

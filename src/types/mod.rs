@@ -8,4 +8,4 @@ pub mod message;
 pub mod window;
 
 pub use change_batch::{ChangeBatch, Op};
-pub use message::{Barrier, Epoch, Message};
+pub use message::{Barrier, BarrierKind, Epoch, Message};

@@ -22,7 +22,7 @@
 //! ([`super::dead_letter`]), stored with the chunk it was found in.
 
 mod location;
-mod s3;
+pub mod s3;
 
 use std::collections::{HashSet, VecDeque};
 use std::io::BufRead;

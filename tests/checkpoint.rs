@@ -1,0 +1,210 @@
+//! Checkpoints through the real server: taken every interval into the object store (a local
+//! directory, and a real S3-compatible server started by scripts/s3-server.sh), listed in
+//! `weir_catalog.checkpoints`, restored into an empty data directory, and a damaged newest
+//! checkpoint passed over for the one before it.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::TestServer;
+
+/// Waits for a complete checkpoint started after `after` (microseconds since the Unix epoch,
+/// as the server's clock says); returns its epoch.
+async fn complete_checkpoint_after(c: &tokio_postgres::Client, after: i64) -> i64 {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let rows = c
+            .query(
+                "SELECT CAST(epoch AS BIGINT) AS e FROM weir_catalog.checkpoints
+                 WHERE status = 'complete' AND CAST(started_at AS BIGINT) > $1 ORDER BY e DESC LIMIT 1",
+                &[&after],
+            )
+            .await
+            .unwrap();
+        if let Some(row) = rows.first() {
+            return row.get(0);
+        }
+        assert!(Instant::now() < deadline, "no checkpoint completed within 60 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The server's clock now, in microseconds.
+async fn server_now(c: &tokio_postgres::Client) -> i64 {
+    c.query_one("SELECT CAST(CAST(now() AS TIMESTAMP) AS BIGINT)", &[]).await.unwrap().get::<_, i64>(0) / 1000
+}
+
+async fn count(c: &tokio_postgres::Client, relation: &str) -> i64 {
+    c.query_one(&format!("SELECT count(*) FROM {relation}"), &[]).await.unwrap().get(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoints_are_taken_uploaded_and_listed() {
+    let server = TestServer::start_with(&["--checkpoint-interval", "200ms", "--checkpoint-keep", "2"]);
+    let c = server.connect().await;
+    c.batch_execute(
+        "SET implicit_flush = true;
+         CREATE TABLE t (k INT PRIMARY KEY, v INT);
+         INSERT INTO t VALUES (1, 1), (2, 2);
+         CREATE MATERIALIZED VIEW s AS SELECT sum(v) AS total FROM t;",
+    )
+    .await
+    .unwrap();
+    let since = server_now(&c).await;
+    let first = complete_checkpoint_after(&c, since).await;
+    let later = complete_checkpoint_after(&c, server_now(&c).await).await;
+    assert!(later > first);
+    let row = c
+        .query_one(
+            "SELECT CAST(files AS BIGINT), CAST(state_bytes AS BIGINT), CAST(duration_ms AS BIGINT)
+             FROM weir_catalog.checkpoints WHERE status = 'complete' ORDER BY epoch DESC LIMIT 1",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert!(row.get::<_, i64>(0) > 0 && row.get::<_, i64>(1) > 0);
+    // Retention: at most `keep` manifests remain in the store (one more may be mid-upload).
+    let manifests = std::fs::read_dir(server.data_dir().join("checkpoints/manifests")).unwrap().count();
+    assert!((1..=3).contains(&manifests), "{manifests} manifests");
+    let metrics = server.metrics_text();
+    assert!(metrics.contains("weir_checkpoints_total{outcome=\"complete\"}"), "{metrics}");
+    assert!(metrics.lines().any(|l| l.starts_with("weir_checkpoint_last_complete_epoch ") && !l.ends_with(" 0")));
+}
+
+/// A config file pointing checkpoints at `url` on the test S3 server.
+fn s3_config(dir: &std::path::Path, endpoint: &str) -> std::path::PathBuf {
+    let path = dir.join("weir.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[checkpoint]\ninterval_ms = 200\nkeep = 3\n[checkpoint.s3]\nendpoint = \"{endpoint}\"\n\
+             region = \"us-east-1\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_data_directory_is_restored_from_s3() {
+    let (endpoint, bucket) = common::s3_bucket("weir-ckpt");
+    let config_dir = tempfile::tempdir().unwrap();
+    let config = s3_config(config_dir.path(), &endpoint);
+    let url = format!("s3://{bucket}/weir");
+    let args = ["--config", config.to_str().unwrap(), "--checkpoint-url", &url];
+    let mut server = TestServer::start_with(&args);
+    {
+        let c = server.connect().await;
+        c.batch_execute(
+            "SET implicit_flush = true;
+             CREATE TABLE t (k INT PRIMARY KEY, g INT);
+             INSERT INTO t SELECT CAST(value AS INT), CAST(value % 7 AS INT) FROM generate_series(1, 5000);
+             CREATE MATERIALIZED VIEW per_g AS SELECT g, count(*) AS n FROM t GROUP BY g;
+             DELETE FROM t WHERE k <= 100;",
+        )
+        .await
+        .unwrap();
+        let since = server_now(&c).await;
+        complete_checkpoint_after(&c, since).await;
+    }
+    server.kill();
+    std::fs::remove_dir_all(server.data_dir()).unwrap();
+    server.start_again();
+    let c = server.connect().await;
+    assert_eq!(count(&c, "t").await, 4900);
+    let n: i64 = c.query_one("SELECT sum(n) FROM per_g", &[]).await.unwrap().get(0);
+    assert_eq!(n, 4900);
+    let restored: i64 = c
+        .query_one("SELECT count(*) FROM weir_catalog.checkpoints WHERE status = 'restored'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(restored, 1);
+    // The restored server goes on checkpointing, and its view follows new rows.
+    c.batch_execute("SET implicit_flush = true; INSERT INTO t VALUES (1, 1)").await.unwrap();
+    assert_eq!(c.query_one("SELECT sum(n) FROM per_g", &[]).await.unwrap().get::<_, i64>(0), 4901);
+    complete_checkpoint_after(&c, server_now(&c).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_checkpoint_is_passed_over_for_the_one_before() {
+    let store_dir = tempfile::tempdir().unwrap();
+    let url = store_dir.path().to_str().unwrap().to_string();
+    let args = ["--checkpoint-url", &url, "--checkpoint-interval", "200ms", "--checkpoint-keep", "100"];
+    let mut server = TestServer::start_with(&args);
+    let older;
+    {
+        let c = server.connect().await;
+        c.batch_execute("CREATE TABLE t (x INT); INSERT INTO t VALUES (1), (2), (3);").await.unwrap();
+        older = complete_checkpoint_after(&c, server_now(&c).await).await;
+        // No checkpoint after this one: the next rows only reach the local store.
+        server.kill();
+    }
+    // Rows after the last checkpoint live in the local store only.
+    server.start_again();
+    {
+        let c = server.connect().await;
+        c.batch_execute("INSERT INTO t VALUES (4)").await.unwrap();
+        complete_checkpoint_after(&c, server_now(&c).await).await;
+    }
+    server.kill();
+    // Damage every checkpoint newer than `older`: one manifest truncated, the rest's files.
+    let manifests = store_dir.path().join("manifests");
+    let mut newer: Vec<_> = std::fs::read_dir(&manifests)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            let epoch: i64 = p.file_stem().unwrap().to_str().unwrap().parse().unwrap();
+            epoch > older
+        })
+        .collect();
+    newer.sort();
+    assert!(!newer.is_empty());
+    for (i, manifest) in newer.iter().enumerate() {
+        if i % 2 == 0 {
+            let bytes = std::fs::read(manifest).unwrap();
+            std::fs::write(manifest, &bytes[..bytes.len() / 2]).unwrap();
+        } else {
+            let epoch = manifest.file_stem().unwrap().to_str().unwrap().to_string();
+            for file in std::fs::read_dir(store_dir.path().join("epochs").join(&epoch)).unwrap().flatten() {
+                std::fs::write(file.path(), b"garbage").unwrap();
+            }
+        }
+    }
+    std::fs::remove_dir_all(server.data_dir()).unwrap();
+    server.start_again();
+    let c = server.connect().await;
+    // The older checkpoint, taken before row 4 was inserted.
+    assert_eq!(count(&c, "t").await, 3);
+    let skipped: i64 = c
+        .query_one(
+            "SELECT count(*) FROM weir_catalog.checkpoints WHERE status = 'failed' AND detail LIKE 'not restorable%'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(skipped, newer.len() as i64);
+    drop(c);
+    server.kill();
+
+    // With every checkpoint damaged and no local store, the server refuses to start, and
+    // deletes nothing.
+    for manifest in std::fs::read_dir(&manifests).unwrap().flatten() {
+        std::fs::write(manifest.path(), b"{").unwrap();
+    }
+    std::fs::remove_dir_all(server.data_dir()).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["--listen", &format!("127.0.0.1:{}", common::free_port()), "--metrics-listen", "off"])
+        .arg("--data-dir")
+        .arg(server.data_dir())
+        .args(["--checkpoint-url", &url])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no checkpoint"), "{stderr}");
+    assert!(std::fs::read_dir(&manifests).unwrap().count() > 0);
+}
