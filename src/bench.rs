@@ -84,12 +84,7 @@ impl Harness {
         let catalog = Arc::new(Catalog::open(store, "dev")?);
         let streaming = Streaming::new(
             Arc::clone(&catalog),
-            EpochBounds {
-                interval: epoch,
-                max_rows: crate::config::DEFAULT_EPOCH_MAX_ROWS,
-                checkpoint_interval: None,
-                checkpoint_timeout: Duration::from_secs(60),
-            },
+            EpochBounds { interval: epoch, max_rows: crate::config::DEFAULT_EPOCH_MAX_ROWS },
             StorageConfig::default().state_cache_entries,
             Duration::from_secs(10),
             None,

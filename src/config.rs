@@ -155,7 +155,7 @@ impl Config {
         let mut checkpoint = file_cfg.checkpoint.clone();
         checkpoint.url = overrides.checkpoint_url.or(checkpoint.url);
         checkpoint.interval_ms = overrides.checkpoint_interval_ms.unwrap_or(checkpoint.interval_ms);
-        checkpoint.keep = overrides.checkpoint_keep.unwrap_or(checkpoint.keep).max(1);
+        checkpoint.keep = overrides.checkpoint_keep.unwrap_or(checkpoint.keep);
         let metrics =
             overrides.metrics_listen.or(file_cfg.metrics_listen).unwrap_or_else(|| DEFAULT_METRICS_LISTEN.into());
         let config = Config {

@@ -96,11 +96,11 @@ pub struct CheckpointRecord {
 }
 
 impl CheckpointRecord {
-    /// A failed checkpoint, with nothing measured.
-    pub fn failed(epoch: u64, started_at_micros: i64, detail: String) -> CheckpointRecord {
+    /// A record with nothing measured yet.
+    pub fn new(epoch: u64, status: &str, started_at_micros: i64) -> CheckpointRecord {
         CheckpointRecord {
             epoch,
-            status: "failed".into(),
+            status: status.to_string(),
             started_at_micros,
             finished_at_micros: None,
             duration_ms: None,
@@ -108,8 +108,13 @@ impl CheckpointRecord {
             files_uploaded: None,
             files: 0,
             state_bytes: 0,
-            detail,
+            detail: String::new(),
         }
+    }
+
+    /// A failed checkpoint, and why.
+    pub fn failed(epoch: u64, started_at_micros: i64, detail: String) -> CheckpointRecord {
+        CheckpointRecord { detail, ..CheckpointRecord::new(epoch, "failed", started_at_micros) }
     }
 }
 

@@ -1,7 +1,8 @@
 //! Runs every `tests/slt/*.slt` file against a real Weir server over the Postgres wire protocol
 //! (tokio-postgres, simple query protocol, text results). Each file gets a fresh server.
-//! `statement error (SQLSTATE)` checks the error code; a regex after it is matched against the
-//! server's message (`statement error (0A000).*needs a bound`).
+//! `statement error (SQLSTATE)`, the code alone, checks the error code; any other text after
+//! `statement error` is a regex matched against the server's message (`statement error
+//! needs a bound`). The two do not combine: `(0A000).*needs a bound` is read as a regex.
 
 mod common;
 

@@ -209,17 +209,12 @@ impl Catalog {
         })
     }
 
-    /// A fingerprint of the catalog: its relations' ids and names (FNV-1a), for checkpoint
-    /// manifests.
-    pub fn version(&self) -> u64 {
-        let mut hash: u64 = 0xcbf29ce484222325;
-        for relation in self.relations() {
-            for b in relation.def.id.to_be_bytes().iter().chain(relation.def.name.as_bytes()) {
-                hash ^= *b as u64;
-                hash = hash.wrapping_mul(0x100000001b3);
-            }
-        }
-        hash
+    /// A fingerprint of the catalog, its relations' ids and names, for checkpoint manifests.
+    pub fn fingerprint(&self) -> u64 {
+        use crate::state::keys::{fnv1a, FNV1A_START};
+        self.relations()
+            .iter()
+            .fold(FNV1A_START, |h, r| fnv1a(fnv1a(h, &r.def.id.to_be_bytes()), r.def.name.as_bytes()))
     }
 
     pub fn store(&self) -> &Arc<dyn StateStore> {

@@ -7,20 +7,22 @@
 //! ([`protocol::plan_upload`]), then writes the manifest last with a conditional put; only then
 //! is the checkpoint complete. Then the retention rule ([`protocol::retention`]) deletes
 //! manifests beyond the newest `keep` and the objects only they named, and local snapshots
-//! other than the newest are removed. One upload runs at a time; the coordinator does not ask
-//! for a checkpoint while one runs ([`Checkpointer::upload_running`]).
+//! other than the newest are removed. One upload runs at a time, and none while the start-up
+//! sweep of unreferenced objects runs; the coordinator does not ask for a checkpoint while the
+//! checkpointer is busy ([`Checkpointer::due`]).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
 use super::manifest::{FileEntry, Manifest, FORMAT};
 use super::protocol::{self, LocalFile};
 use super::remote::Remote;
+use super::CheckpointConfig;
 use crate::error::{Result, WeirError};
 use crate::state::store::StateStore;
 use crate::system::{self, CheckpointRecord};
@@ -40,10 +42,14 @@ pub struct Checkpointer {
     snapshots: PathBuf,
     remote: Arc<Remote>,
     keep: usize,
+    /// The least time between checkpoints.
+    pub interval: Duration,
+    /// How long the views may take to commit a checkpoint barrier before it is given up.
+    pub timeout: Duration,
     incarnation: String,
     uploaded: Mutex<Uploaded>,
-    uploading: AtomicBool,
-    last_taken: AtomicU64,
+    /// An upload, or the start-up sweep, is running: at most one at a time.
+    busy: AtomicBool,
 }
 
 fn now_micros() -> i64 {
@@ -51,15 +57,15 @@ fn now_micros() -> i64 {
 }
 
 impl Checkpointer {
-    /// A checkpointer for `store`, whose life is `incarnation`, uploading to `remote`.
-    /// `manifests` are the complete checkpoints found there; the newest of them taken by this
-    /// incarnation, or `restored` (the one the store was just restored from), says which files
-    /// the object store already holds.
+    /// A checkpointer for `store`, whose life is `incarnation`, uploading to `remote` as
+    /// `config` says. `manifests` are the complete checkpoints found there; the newest of them
+    /// taken by this incarnation, or `restored` (the one the store was just restored from),
+    /// says which files the object store already holds.
     pub fn new(
         store: Arc<dyn StateStore>,
         data_dir: &Path,
         remote: Arc<Remote>,
-        keep: usize,
+        config: &CheckpointConfig,
         incarnation: String,
         manifests: Vec<Manifest>,
         restored: Option<&Manifest>,
@@ -72,43 +78,29 @@ impl Checkpointer {
         crate::metrics::CHECKPOINT_LAST_COMPLETE_EPOCH.set(last as i64);
         for m in &manifests {
             system::record_checkpoint(CheckpointRecord {
-                epoch: m.epoch,
-                status: "complete".into(),
-                started_at_micros: m.taken_at_micros,
-                finished_at_micros: None,
-                duration_ms: None,
-                bytes_uploaded: None,
-                files_uploaded: None,
                 files: m.files.len() as u64,
                 state_bytes: m.state_bytes(),
                 detail: "found in the object store at start".into(),
+                ..CheckpointRecord::new(m.epoch, "complete", m.taken_at_micros)
             });
         }
         Arc::new(Checkpointer {
             store,
             snapshots: data_dir.join("snapshots"),
             remote,
-            keep: keep.max(1),
+            keep: config.keep,
+            interval: config.interval().unwrap_or(Duration::MAX),
+            timeout: Duration::from_millis(config.timeout_ms.max(1)),
             incarnation,
             uploaded: Mutex::new(Uploaded { files, manifests }),
-            uploading: AtomicBool::new(false),
-            last_taken: AtomicU64::new(last),
+            busy: AtomicBool::new(false),
         })
     }
 
-    /// Whether an upload is running (a checkpoint asked for now would queue behind it).
-    pub fn upload_running(&self) -> bool {
-        self.uploading.load(Ordering::SeqCst)
-    }
-
-    /// The epoch of the newest checkpoint taken (snapshot made; maybe not uploaded yet).
-    pub fn last_taken(&self) -> Epoch {
-        self.last_taken.load(Ordering::SeqCst)
-    }
-
-    /// The epoch of the newest complete checkpoint (0: none).
-    pub fn last_complete(&self) -> Epoch {
-        self.uploaded.lock().manifests.last().map(|m| m.epoch).unwrap_or(0)
+    /// Whether a checkpoint is due, `since_last` after the last checkpoint barrier: the
+    /// interval has passed and no upload (or sweep) runs, else it is put off, not queued.
+    pub fn due(&self, since_last: Duration) -> bool {
+        since_last >= self.interval && !self.busy.load(Ordering::SeqCst)
     }
 
     /// Records checkpoint `epoch` as failed before its snapshot was taken.
@@ -135,17 +127,11 @@ impl Checkpointer {
         })
         .await
         .map_err(|e| WeirError::internal(e.to_string()))??;
-        self.last_taken.store(epoch, Ordering::SeqCst);
-        self.uploading.store(true, Ordering::SeqCst);
-        system::record_checkpoint(CheckpointRecord {
-            epoch,
-            status: "uploading".into(),
-            started_at_micros: started_at,
-            ..CheckpointRecord::failed(epoch, started_at, String::new())
-        });
+        self.busy.store(true, Ordering::SeqCst);
+        system::record_checkpoint(CheckpointRecord::new(epoch, "uploading", started_at));
         let this = Arc::clone(&self);
         tokio::spawn(async move {
-            let outcome = this.upload(epoch, &dir, catalog_version, started_at).await;
+            let outcome = this.upload(epoch, &dir, catalog_version, started_at, injected_at).await;
             let record = match outcome {
                 Ok(record) => {
                     crate::metrics::CHECKPOINTS_TOTAL.with_label_values(&["complete"]).inc();
@@ -162,18 +148,20 @@ impl Checkpointer {
                 }
             };
             system::record_checkpoint(record);
-            this.uploading.store(false, Ordering::SeqCst);
+            this.busy.store(false, Ordering::SeqCst);
         });
         Ok(())
     }
 
-    /// Uploads snapshot `dir` of `epoch`, writes its manifest, applies retention.
+    /// Uploads snapshot `dir` of `epoch`, writes its manifest, applies retention. Its duration
+    /// counts from the barrier's injection, as `weir_checkpoint_duration_seconds` does.
     async fn upload(
         &self,
         epoch: Epoch,
         dir: &Path,
         catalog_version: u64,
         started_at: i64,
+        injected_at: Instant,
     ) -> Result<CheckpointRecord> {
         let files = list_files(dir)?;
         let plan = {
@@ -199,16 +187,13 @@ impl Checkpointer {
         };
         self.remote.put_new(&protocol::manifest_key(epoch), manifest.encode()).await?;
         let record = CheckpointRecord {
-            epoch,
-            status: "complete".into(),
-            started_at_micros: started_at,
             finished_at_micros: Some(now_micros()),
-            duration_ms: Some(((now_micros() - started_at) / 1000).max(0) as u64),
+            duration_ms: Some(injected_at.elapsed().as_millis() as u64),
             bytes_uploaded: Some(bytes_uploaded),
             files_uploaded: Some(plan.upload.len() as u64),
             files: manifest.files.len() as u64,
             state_bytes: manifest.state_bytes(),
-            detail: String::new(),
+            ..CheckpointRecord::new(epoch, "complete", started_at)
         };
         let retention = {
             let mut uploaded = self.uploaded.lock();
@@ -230,13 +215,25 @@ impl Checkpointer {
         Ok(record)
     }
 
-    /// Deletes objects no manifest names, left by uploads a crash cut short (run once at start).
-    pub async fn sweep_orphans(&self) -> Result<usize> {
+    /// Deletes, in the background, the objects no manifest names (left by uploads a crash cut
+    /// short). Run once at start; it holds the upload slot, so no checkpoint uploads files it
+    /// could take for orphans.
+    pub fn start_sweep(self: &Arc<Self>) {
+        self.busy.store(true, Ordering::SeqCst);
+        let this = Arc::clone(self);
+        tokio::spawn(async move {
+            match this.sweep_orphans().await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(objects = n, "deleted checkpoint files no manifest names"),
+                Err(e) => tracing::warn!("sweeping unreferenced checkpoint files failed: {e}"),
+            }
+            this.busy.store(false, Ordering::SeqCst);
+        });
+    }
+
+    async fn sweep_orphans(&self) -> Result<usize> {
         let listed = [self.remote.list("files").await?, self.remote.list("epochs").await?].concat();
-        let orphans = {
-            let uploaded = self.uploaded.lock();
-            protocol::orphans(&listed, &uploaded.manifests, &self.incarnation)
-        };
+        let orphans = protocol::orphans(&listed, &self.uploaded.lock().manifests);
         for object in &orphans {
             self.remote.delete(object).await?;
         }

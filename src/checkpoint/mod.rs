@@ -65,69 +65,58 @@ impl CheckpointConfig {
 
 /// What start-up learnt from the object store before the state store opened.
 pub struct Prepared {
-    remote: Option<Arc<remote::Remote>>,
+    /// None when checkpoints are off.
+    found: Option<Found>,
+    /// The highest epoch any checkpoint names: epochs continue after it.
+    pub first_epoch: Epoch,
+}
+
+struct Found {
+    remote: Arc<remote::Remote>,
     manifests: Vec<manifest::Manifest>,
     restored: Option<recovery::Restored>,
     incarnation: String,
     data_dir: PathBuf,
-    keep: usize,
-    /// The highest epoch any checkpoint names: epochs continue after it.
-    pub first_epoch: Epoch,
+    config: CheckpointConfig,
 }
 
 /// Reads the checkpoints in the object store and, when the data directory holds no store,
 /// restores the newest whole one into it. Call before opening the store.
 pub async fn prepare(config: &CheckpointConfig, data_dir: &Path) -> Result<Prepared> {
-    let state_dir = data_dir.join("state");
     if config.interval().is_none() {
-        return Ok(Prepared {
-            remote: None,
-            manifests: vec![],
-            restored: None,
-            incarnation: recovery::incarnation(data_dir, false)?,
-            data_dir: data_dir.to_path_buf(),
-            keep: config.keep,
-            first_epoch: 0,
-        });
+        return Ok(Prepared { found: None, first_epoch: 0 });
     }
     let remote = Arc::new(remote::Remote::open(&config.url_for(data_dir), &config.s3)?);
     let (manifests, unreadable) = recovery::load_manifests(&remote).await?;
-    let restored = recovery::restore_if_empty(&state_dir, &remote, &manifests, &unreadable).await?;
+    let restored = recovery::restore_if_empty(&data_dir.join("state"), &remote, &manifests, &unreadable).await?;
     let first_epoch = manifests.iter().map(|m| m.epoch).chain(unreadable.iter().map(|(e, _)| *e)).max().unwrap_or(0);
     crate::metrics::RECOVERY_SECONDS.set(restored.as_ref().map(|r| r.seconds).unwrap_or(0.0));
-    Ok(Prepared {
+    let found = Found {
         incarnation: recovery::incarnation(data_dir, restored.is_some())?,
-        remote: Some(remote),
+        remote,
         manifests,
         restored,
         data_dir: data_dir.to_path_buf(),
-        keep: config.keep,
-        first_epoch,
-    })
+        config: config.clone(),
+    };
+    Ok(Prepared { found: Some(found), first_epoch })
 }
 
 impl Prepared {
-    /// The checkpointer of the opened `store` (None when checkpoints are off). Sweeps the
-    /// objects no manifest names in the background.
+    /// The checkpointer of the opened `store` (None when checkpoints are off), sweeping the
+    /// objects no manifest names before its first upload.
     pub fn checkpointer(self, store: Arc<dyn StateStore>) -> Option<Arc<Checkpointer>> {
-        let remote = self.remote?;
+        let found = self.found?;
         let checkpointer = Checkpointer::new(
             store,
-            &self.data_dir,
-            remote,
-            self.keep,
-            self.incarnation,
-            self.manifests,
-            self.restored.as_ref().map(|r| &r.manifest),
+            &found.data_dir,
+            found.remote,
+            &found.config,
+            found.incarnation,
+            found.manifests,
+            found.restored.as_ref().map(|r| &r.manifest),
         );
-        let sweeper = Arc::clone(&checkpointer);
-        tokio::spawn(async move {
-            match sweeper.sweep_orphans().await {
-                Ok(0) => {}
-                Ok(n) => tracing::info!(objects = n, "deleted checkpoint files no manifest names"),
-                Err(e) => tracing::warn!("sweeping unreferenced checkpoint files failed: {e}"),
-            }
-        });
+        checkpointer.start_sweep();
         Some(checkpointer)
     }
 }

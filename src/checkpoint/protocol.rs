@@ -104,24 +104,15 @@ pub fn retention(manifests: &[Manifest], keep: usize) -> Retention {
     Retention { manifests: dropped.iter().map(|m| m.epoch).collect(), objects: objects.into_iter().collect() }
 }
 
-/// The objects under `files/` and `epochs/` that no manifest names (left by an upload that a
-/// crash cut short, or by a life of the store whose checkpoints were all deleted), excluding
-/// those of checkpoints newer than the newest manifest, which may be uploading.
-pub fn orphans(listed: &[String], manifests: &[Manifest], incarnation: &str) -> Vec<String> {
+/// The objects under `files/` and `epochs/` that no manifest names: left by an upload that a
+/// crash cut short, or by a life of the store whose checkpoints were all deleted. Only right
+/// while no upload runs (the caller holds the upload slot).
+pub fn orphans(listed: &[String], manifests: &[Manifest]) -> Vec<String> {
     let named: BTreeSet<&str> = manifests.iter().flat_map(|m| m.files.iter().map(|f| f.object.as_str())).collect();
-    let newest = manifests.iter().map(|m| m.epoch).max().unwrap_or(0);
     listed
         .iter()
         .filter(|o| o.starts_with("files/") || o.starts_with("epochs/"))
         .filter(|o| !named.contains(o.as_str()))
-        // This store's own files may belong to a checkpoint being uploaded right now.
-        .filter(|o| !o.starts_with(&format!("files/{incarnation}/")))
-        .filter(|o| {
-            o.strip_prefix("epochs/")
-                .and_then(|rest| rest.split('/').next())
-                .and_then(|e| e.parse::<Epoch>().ok())
-                .is_none_or(|e| e <= newest)
-        })
         .cloned()
         .collect()
 }
@@ -134,12 +125,13 @@ pub fn recovery_order(mut epochs: Vec<Epoch>) -> Vec<Epoch> {
     epochs
 }
 
-/// Whether a downloaded file is the one the manifest names.
-pub fn verify(entry: &FileEntry, bytes: &[u8]) -> Result<(), String> {
-    if bytes.len() as u64 != entry.size {
-        return Err(format!("{} has {} bytes, the manifest says {}", entry.object, bytes.len(), entry.size));
+/// Whether a downloaded file, of `size` bytes with checksum `crc32`, is the one the manifest
+/// names.
+pub fn verify(entry: &FileEntry, size: u64, crc32: u32) -> Result<(), String> {
+    if size != entry.size {
+        return Err(format!("{} has {size} bytes, the manifest says {}", entry.object, entry.size));
     }
-    if crc32fast::hash(bytes) != entry.crc32 {
+    if crc32 != entry.crc32 {
         return Err(format!("{} does not match its checksum", entry.object));
     }
     Ok(())
@@ -214,7 +206,7 @@ mod tests {
     }
 
     #[test]
-    fn orphans_are_unnamed_objects_not_being_uploaded() {
+    fn orphans_are_the_objects_no_manifest_names() {
         let ms = [manifest(5, &["files/old/1.sst", "epochs/00000000000000000005/M"])];
         let listed: Vec<String> = [
             "files/old/1.sst",
@@ -227,7 +219,12 @@ mod tests {
         ]
         .map(String::from)
         .to_vec();
-        assert_eq!(orphans(&listed, &ms, "me"), vec!["files/old/2.sst", "epochs/00000000000000000004/M"]);
+        assert_eq!(
+            orphans(&listed, &ms),
+            ["files/old/2.sst", "files/me/9.sst", "epochs/00000000000000000004/M", "epochs/00000000000000000006/M"]
+                .map(String::from)
+                .to_vec()
+        );
     }
 
     #[test]
@@ -235,8 +232,8 @@ mod tests {
         assert_eq!(recovery_order(vec![3, 9, 1, 9]), vec![9, 3, 1]);
         let bytes = b"hello";
         let good = FileEntry { name: "x".into(), object: "o".into(), size: 5, crc32: crc32fast::hash(bytes) };
-        assert!(verify(&good, bytes).is_ok());
-        assert!(verify(&good, b"hell").unwrap_err().contains("4 bytes"));
-        assert!(verify(&good, b"hellO").unwrap_err().contains("checksum"));
+        assert!(verify(&good, 5, crc32fast::hash(bytes)).is_ok());
+        assert!(verify(&good, 4, crc32fast::hash(b"hell")).unwrap_err().contains("4 bytes"));
+        assert!(verify(&good, 5, crc32fast::hash(b"hellO")).unwrap_err().contains("checksum"));
     }
 }

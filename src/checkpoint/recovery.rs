@@ -80,11 +80,10 @@ pub async fn restore_if_empty(
                 }
                 tracing::info!(epoch, seconds, "{detail}");
                 system::record_checkpoint(CheckpointRecord {
-                    status: "restored".into(),
                     detail,
                     files: manifest.files.len() as u64,
                     state_bytes: manifest.state_bytes(),
-                    ..CheckpointRecord::failed(epoch, manifest.taken_at_micros, String::new())
+                    ..CheckpointRecord::new(epoch, "restored", manifest.taken_at_micros)
                 });
                 return Ok(Some(Restored { manifest, seconds }));
             }
@@ -123,12 +122,7 @@ async fn download(remote: &Remote, manifest: &Manifest, dir: &Path) -> std::resu
             file.write_all(&chunk).await.map_err(|e| format!("{}: {e}", path.display()))?;
         }
         file.flush().await.map_err(|e| format!("{}: {e}", path.display()))?;
-        if size != entry.size {
-            return Err(format!("{} has {size} bytes, the manifest says {}", entry.object, entry.size));
-        }
-        if crc.finalize() != entry.crc32 {
-            return Err(format!("{} does not match its checksum", entry.object));
-        }
+        protocol::verify(entry, size, crc.finalize())?;
     }
     Ok(())
 }

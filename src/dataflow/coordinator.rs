@@ -32,15 +32,11 @@ use crate::state::keys::TableId;
 use crate::types::{Barrier, BarrierKind, Epoch, Message};
 
 /// When epochs end: every `interval`, or once tables and sources have published `max_rows`
-/// rows in one (0: by time only); and how often one of them is a checkpoint.
+/// rows in one (0: by time only).
 #[derive(Debug, Clone, Copy)]
 pub struct EpochBounds {
     pub interval: Duration,
     pub max_rows: u64,
-    /// The least time between checkpoint barriers (None: no checkpoints).
-    pub checkpoint_interval: Option<Duration>,
-    /// How long the views may take to commit a checkpoint barrier before it is given up.
-    pub checkpoint_timeout: Duration,
 }
 
 pub struct BarrierCoordinator {
@@ -52,17 +48,15 @@ pub struct BarrierCoordinator {
     inject_lock: tokio::sync::Mutex<()>,
     /// The last committed epoch of each running view.
     jobs: parking_lot::Mutex<HashMap<TableId, watch::Receiver<Epoch>>>,
-    /// Takes and uploads checkpoints (None: checkpoints are off).
+    /// Takes and uploads checkpoints, and says how often (None: checkpoints are off).
     checkpointer: Option<Arc<Checkpointer>>,
     /// When the last checkpoint barrier was injected.
     last_checkpoint: parking_lot::Mutex<std::time::Instant>,
-    /// How long views may take to commit a checkpoint barrier.
-    checkpoint_timeout: parking_lot::Mutex<Duration>,
 }
 
 impl BarrierCoordinator {
-    /// A coordinator whose epochs continue after `first_epoch` (the epoch of the checkpoint the
-    /// store was restored from, so epoch numbers only grow across restarts).
+    /// A coordinator whose epochs continue after `first_epoch` (the highest epoch a checkpoint
+    /// in the object store names, so checkpoint epochs only grow across restarts).
     pub fn new(
         hub: Arc<ChangeHub>,
         catalog: Arc<Catalog>,
@@ -77,7 +71,6 @@ impl BarrierCoordinator {
             jobs: parking_lot::Mutex::new(HashMap::new()),
             checkpointer,
             last_checkpoint: parking_lot::Mutex::new(std::time::Instant::now()),
-            checkpoint_timeout: parking_lot::Mutex::new(Duration::from_secs(60)),
         })
     }
 
@@ -86,11 +79,9 @@ impl BarrierCoordinator {
         self.inject_kind(BarrierKind::Flush).await
     }
 
-    /// Whether the next barrier should be a checkpoint: the interval has passed and the
-    /// previous checkpoint's upload is done (else the checkpoint is put off, not queued).
-    fn checkpoint_due(&self, interval: Option<Duration>) -> bool {
-        let (Some(interval), Some(checkpointer)) = (interval, &self.checkpointer) else { return false };
-        self.last_checkpoint.lock().elapsed() >= interval && !checkpointer.upload_running()
+    /// Whether the next barrier should be a checkpoint ([`Checkpointer::due`]).
+    fn checkpoint_due(&self) -> bool {
+        self.checkpointer.as_ref().is_some_and(|c| c.due(self.last_checkpoint.lock().elapsed()))
     }
 
     async fn inject_kind(&self, kind: BarrierKind) -> Epoch {
@@ -117,7 +108,7 @@ impl BarrierCoordinator {
     async fn take_checkpoint(&self, epoch: Epoch, injected_at: std::time::Instant) {
         let Some(checkpointer) = &self.checkpointer else { return };
         let watchers: Vec<watch::Receiver<Epoch>> = self.jobs.lock().values().cloned().collect();
-        let timeout = *self.checkpoint_timeout.lock();
+        let timeout = checkpointer.timeout;
         let aligned = tokio::time::timeout(timeout, async {
             for mut w in watchers {
                 // An error means the view was dropped meanwhile: nothing to wait for.
@@ -131,7 +122,7 @@ impl BarrierCoordinator {
             checkpointer.record_failure(epoch, format!("views did not commit the barrier within {timeout:?}"));
             return;
         }
-        let catalog_version = self.catalog.version();
+        let catalog_version = self.catalog.fingerprint();
         if let Err(e) = Arc::clone(checkpointer).take(epoch, catalog_version, injected_at).await {
             tracing::error!(epoch, "checkpoint failed: {e}");
             checkpointer.record_failure(epoch, e.message.clone());
@@ -171,7 +162,6 @@ impl BarrierCoordinator {
     pub fn start_ticker(self: &Arc<Self>, bounds: EpochBounds) {
         let this = Arc::clone(self);
         this.hub.set_epoch_max_rows(bounds.max_rows);
-        *this.checkpoint_timeout.lock() = bounds.checkpoint_timeout;
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(bounds.interval);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -187,11 +177,7 @@ impl BarrierCoordinator {
                         crate::metrics::EARLY_BARRIERS_TOTAL.inc();
                     }
                 }
-                let kind = if this.checkpoint_due(bounds.checkpoint_interval) {
-                    BarrierKind::Checkpoint
-                } else {
-                    BarrierKind::Flush
-                };
+                let kind = if this.checkpoint_due() { BarrierKind::Checkpoint } else { BarrierKind::Flush };
                 this.inject_kind(kind).await;
             }
         });

@@ -145,12 +145,7 @@ pub async fn run(config: Config) -> Result<()> {
     info!(relations = catalog.relations().len(), data_dir = %config.data_dir.display(), "catalog loaded");
     let streaming = Streaming::new(
         Arc::clone(&catalog),
-        EpochBounds {
-            interval: config.barrier_interval,
-            max_rows: config.epoch_max_rows,
-            checkpoint_interval: config.checkpoint.interval(),
-            checkpoint_timeout: std::time::Duration::from_millis(config.checkpoint.timeout_ms.max(1)),
-        },
+        EpochBounds { interval: config.barrier_interval, max_rows: config.epoch_max_rows },
         config.storage.state_cache_entries,
         config.watermark_idle_timeout,
         checkpointer,
