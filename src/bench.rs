@@ -81,7 +81,8 @@ impl Harness {
     pub(crate) async fn with_epoch(epoch: Duration) -> Result<Harness> {
         let dir = std::env::temp_dir().join(format!("weir-bench-{}-{}", std::process::id(), rand_suffix()));
         let store = Arc::new(RocksStore::open(&dir.join("state"), &StorageConfig::default())?);
-        let catalog = Arc::new(Catalog::open(store, "dev")?);
+        // Nothing restarts from a benchmark's store: no change log, no checkpoints.
+        let catalog = Arc::new(Catalog::open(store, "dev")?.without_change_log());
         let streaming = Streaming::new(
             Arc::clone(&catalog),
             EpochBounds { interval: epoch, max_rows: crate::config::DEFAULT_EPOCH_MAX_ROWS },
@@ -90,7 +91,7 @@ impl Harness {
             None,
             0,
         );
-        let frontend = Frontend::new(catalog, streaming).await?;
+        let frontend = Frontend::new(catalog, streaming, vec![]).await?;
         let session = frontend.new_session("bench");
         Ok(Harness { frontend, session, _dir: tempdir::TempDir(dir) })
     }

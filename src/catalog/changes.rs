@@ -157,9 +157,4 @@ impl ChangeHub {
     pub fn epoch_started(&self) {
         self.rows_since_barrier.store(0, Ordering::Relaxed);
     }
-
-    /// Relations that currently have subscribers.
-    pub fn subscribed_relations(&self) -> Vec<TableId> {
-        self.relations.lock().keys().copied().collect()
-    }
 }

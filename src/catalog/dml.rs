@@ -32,8 +32,9 @@ use std::collections::HashMap;
 
 use datafusion::arrow::compute::concat_batches;
 
+use super::change_log::{self, LoggedChanges};
 use super::changes::ChangeHub;
-use super::Relation;
+use super::{Catalog, Relation};
 use crate::error::{Result, SqlState, WeirError};
 use crate::state::store::{StateStore, WriteBatch};
 use crate::types::window::{instant_column, now_nanos};
@@ -192,14 +193,25 @@ pub fn filter_mask(filters: &[Arc<dyn PhysicalExpr>], batch: &RecordBatch) -> Df
 
 /// Writes to one table: each method is one statement, atomic, under the table's write lock,
 /// and publishes the statement's changes (user columns) to the table's subscribers after it
-/// has committed.
+/// has committed. The statement's write batch also holds its [`change_log`] entry.
 pub struct Writer {
     pub relation: Arc<Relation>,
-    pub store: Arc<dyn StateStore>,
-    pub changes: Arc<ChangeHub>,
+    store: Arc<dyn StateStore>,
+    changes: Arc<ChangeHub>,
+    /// Whether statements are logged ([`Catalog::logs_changes`]).
+    log_changes: bool,
 }
 
 impl Writer {
+    pub fn new(catalog: &Catalog, relation: Arc<Relation>) -> Writer {
+        Writer {
+            relation,
+            store: Arc::clone(catalog.store()),
+            changes: Arc::clone(&catalog.changes),
+            log_changes: catalog.logs_changes(),
+        }
+    }
+
     fn user_columns(&self, stored: &RecordBatch) -> Result<RecordBatch> {
         let user: Vec<usize> = (0..self.relation.schema.fields().len()).collect();
         Ok(stored.project(&user)?)
@@ -224,14 +236,21 @@ impl Writer {
     }
 
     /// Commits `also` and publishes `rows` (the relation's rows, as from [`rows_stamped_at`])
-    /// as inserts, storing no rows: how a replayed source writes a chunk, whose rows its
-    /// connector produces again when they are read. `read_at` as in [`Writer::append`].
-    pub async fn announce(&self, rows: RecordBatch, also: WriteBatch, read_at: std::time::Instant) -> Result<u64> {
+    /// as inserts, storing no rows: how a replayed source writes `chunk` (offsets from, to and
+    /// its stamp), whose rows its connector produces again when they are read. `read_at` as in
+    /// [`Writer::append`].
+    pub async fn announce(
+        &self,
+        rows: RecordBatch,
+        also: WriteBatch,
+        read_at: std::time::Instant,
+        (from, to, stamp): (u64, u64, i64),
+    ) -> Result<u64> {
         let _guard = self.relation.write_lock.lock().await;
         let count = rows.num_rows() as u64;
         let listening = self.changes.has_subscribers(self.relation.def.id).await;
-        commit(Arc::clone(&self.store), also).await?;
-        self.publish(listening.then(|| ChangeBatch::inserts(rows)), Some(read_at)).await;
+        let logged = if listening { LoggedChanges::Chunk { from, to, stamp } } else { LoggedChanges::None };
+        self.commit(also, listening.then(|| ChangeBatch::inserts(rows)), logged, Some(read_at)).await?;
         Ok(count)
     }
 
@@ -258,8 +277,7 @@ impl Writer {
             self.relation.persist_row_id(&mut wb);
         }
         let changes = if listening { Some(self.insert_changes(&stored_batches)?) } else { None };
-        commit(Arc::clone(&self.store), wb).await?;
-        self.publish(changes, since).await;
+        self.commit_logged(wb, changes, since).await?;
         Ok(count)
     }
 
@@ -340,8 +358,7 @@ impl Writer {
         let count = doomed.iter().map(|b| b.num_rows() as u64).sum();
         let rows = doomed.iter().map(|b| self.user_columns(b)).collect::<Result<Vec<_>>>()?;
         let changes = ChangeBatch::deletes(concat_batches(&self.relation.schema, &rows)?);
-        commit(Arc::clone(&self.store), wb).await?;
-        self.publish(Some(changes), None).await;
+        self.commit_logged(wb, Some(changes), None).await?;
         Ok(count)
     }
 
@@ -394,9 +411,45 @@ impl Writer {
             }
         }
         let changes = ChangeBatch::new(concat_batches(&self.relation.schema, &rows)?, ops);
-        commit(Arc::clone(&self.store), wb).await?;
-        self.publish(Some(changes), None).await;
+        self.commit_logged(wb, Some(changes), None).await?;
         Ok(count)
+    }
+
+    /// Commits a statement's writes `wb` with its change-log entry holding `changes`, then
+    /// publishes them (under the write lock, held by the caller).
+    async fn commit_logged(
+        &self,
+        wb: WriteBatch,
+        changes: Option<ChangeBatch>,
+        since: Option<std::time::Instant>,
+    ) -> Result<()> {
+        let logged = match &changes {
+            Some(c) if !c.is_empty() => LoggedChanges::Rows(c.clone()),
+            _ => LoggedChanges::None,
+        };
+        self.commit(wb, changes, logged, since).await
+    }
+
+    /// Commits `wb` with its change-log entry (`logged`), then publishes `changes`.
+    async fn commit(
+        &self,
+        mut wb: WriteBatch,
+        changes: Option<ChangeBatch>,
+        logged: LoggedChanges,
+        since: Option<std::time::Instant>,
+    ) -> Result<()> {
+        if wb.is_empty() && matches!(logged, LoggedChanges::None) {
+            return Ok(());
+        }
+        if self.log_changes {
+            change_log::append(&mut wb, &self.relation, &logged)?;
+        }
+        let store = Arc::clone(&self.store);
+        tokio::task::spawn_blocking(move || store.write(wb))
+            .await
+            .map_err(|e| WeirError::internal(e.to_string()))??;
+        self.publish(changes, since).await;
+        Ok(())
     }
 
     /// Publishes a statement's changes, dated `since` (when they came into being; None: now).
@@ -408,11 +461,4 @@ impl Writer {
             self.changes.count_table_rows(rows);
         }
     }
-}
-
-async fn commit(store: Arc<dyn StateStore>, wb: WriteBatch) -> Result<()> {
-    if wb.is_empty() {
-        return Ok(());
-    }
-    tokio::task::spawn_blocking(move || store.write(wb)).await.map_err(|e| WeirError::internal(e.to_string()))?
 }

@@ -10,6 +10,7 @@
 //!   write batch.
 //! - Names are unique across all relations of the one schema, `public`.
 
+pub mod change_log;
 pub mod changes;
 pub mod dml;
 pub mod persist;
@@ -65,9 +66,23 @@ pub struct Relation {
     pub write_lock: Arc<tokio::sync::Mutex<()>>,
     /// Next hidden row id (tables without a primary key); persisted with each insert.
     next_row_id: AtomicU64,
+    /// The epoch the changes written now belong to: one more than the last barrier injected
+    /// into this relation's subscribers. Changed only under `write_lock` (the coordinator's
+    /// barrier injection), read under it (writers logging to [`change_log`]).
+    open_epoch: AtomicU64,
 }
 
 impl Relation {
+    /// The epoch the changes written now belong to (read under `write_lock`).
+    pub fn open_epoch(&self) -> crate::types::Epoch {
+        self.open_epoch.load(Ordering::SeqCst)
+    }
+
+    /// Moves the relation to `epoch`, under `write_lock`, as the barrier before it is injected.
+    pub fn set_open_epoch(&self, epoch: crate::types::Epoch) {
+        self.open_epoch.store(epoch, Ordering::SeqCst);
+    }
+
     pub fn has_hidden_row_id(&self) -> bool {
         self.def.kind == RelationKind::Table && self.def.primary_key.is_empty()
     }
@@ -154,6 +169,11 @@ pub struct Catalog {
     inner: RwLock<Inner>,
     /// Subscriptions to relations' changes.
     pub changes: Arc<changes::ChangeHub>,
+    /// The epoch a relation made now starts in (see [`Relation::open_epoch`]).
+    open_epoch: AtomicU64,
+    /// Whether writes are logged to [`change_log`] (off only where nothing restarts from the
+    /// store: benchmarks).
+    log_changes: std::sync::atomic::AtomicBool,
 }
 
 struct Inner {
@@ -172,7 +192,7 @@ impl Catalog {
         let mut by_name = BTreeMap::new();
         for def in defs {
             next_id = next_id.max(def.id + 1);
-            let relation = Self::materialize(store.as_ref(), def)?;
+            let relation = Self::materialize(store.as_ref(), def, 0)?;
             by_name.insert(relation.def.name.clone(), Arc::new(relation));
         }
         Ok(Catalog {
@@ -180,10 +200,29 @@ impl Catalog {
             database: database.to_string(),
             inner: RwLock::new(Inner { by_name, next_id }),
             changes: Arc::new(changes::ChangeHub::default()),
+            open_epoch: AtomicU64::new(0),
+            log_changes: std::sync::atomic::AtomicBool::new(true),
         })
     }
 
-    fn materialize(store: &dyn StateStore, def: RelationDef) -> Result<Relation> {
+    /// Every relation, and every relation made from now on, starts in `epoch` (the
+    /// coordinator's first, at start, and then each barrier's successor).
+    pub fn set_open_epoch(&self, epoch: crate::types::Epoch) {
+        self.open_epoch.store(epoch, Ordering::SeqCst);
+    }
+
+    /// Whether writes are logged to the change log.
+    pub fn logs_changes(&self) -> bool {
+        self.log_changes.load(Ordering::Relaxed)
+    }
+
+    /// Stops logging writes (benchmarks, which never restart from their store).
+    pub fn without_change_log(self) -> Catalog {
+        self.log_changes.store(false, Ordering::Relaxed);
+        self
+    }
+
+    fn materialize(store: &dyn StateStore, def: RelationDef, open_epoch: crate::types::Epoch) -> Result<Relation> {
         let schema = Arc::new(def.schema.clone());
         let (stored_schema, key) =
             if def.layout == Layout::Segments || def.kind == RelationKind::Table && def.primary_key.is_empty() {
@@ -206,6 +245,7 @@ impl Catalog {
             def,
             write_lock: Arc::new(tokio::sync::Mutex::new(())),
             next_row_id: AtomicU64::new(next_row_id),
+            open_epoch: AtomicU64::new(open_epoch),
         })
     }
 
@@ -346,7 +386,7 @@ impl Catalog {
         }
         let id = inner.next_id;
         def.id = id;
-        let relation = Self::materialize(self.store.as_ref(), def)?;
+        let relation = Self::materialize(self.store.as_ref(), def, self.open_epoch.load(Ordering::SeqCst))?;
         let mut wb = WriteBatch::default();
         persist::put_relation(&relation.def, &mut wb)?;
         persist::put_next_id(id + 1, &mut wb);
@@ -356,19 +396,6 @@ impl Catalog {
         inner.next_id = id + 1;
         inner.by_name.insert(name, Arc::new(relation));
         Ok(Some(id))
-    }
-
-    /// Deletes every row of a relation and its operators' state (views are rebuilt from their
-    /// inputs at start), except the state that must survive a rebuild
-    /// ([`crate::state::keys::DURABLE_STATE_TABLE`]).
-    pub fn clear(&self, relation: &Relation) -> Result<()> {
-        let mut wb = WriteBatch::default();
-        relation.table.clear(&mut wb);
-        let (start, _) = crate::state::keys::operator_state_range(relation.def.id);
-        let durable =
-            crate::state::keys::operator_state_table(relation.def.id, crate::state::keys::DURABLE_STATE_TABLE);
-        wb.delete_range(start, crate::state::keys::table_prefix(durable).to_vec());
-        self.store.write(wb)
     }
 
     /// Drops a relation and its rows. Returns false when it does not exist and `if_exists`.

@@ -19,11 +19,9 @@ use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::{execute_stream, ExecutionPlan};
 
-use super::changes::ChangeHub;
 use super::dml::{self, DmlExec};
 use super::{Catalog, Relation, RelationKind};
 use crate::error::WeirError;
-use crate::state::store::StateStore;
 
 /// The `public` schema: every relation of the catalog.
 #[derive(Clone)]
@@ -51,8 +49,7 @@ impl SchemaProvider for WeirSchema {
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
         Ok(self.catalog.get(name).map(|relation| {
-            Arc::new(RelationTable::new(relation, Arc::clone(self.catalog.store()), Arc::clone(&self.catalog.changes)))
-                as Arc<dyn TableProvider>
+            Arc::new(RelationTable::new(relation, Arc::clone(&self.catalog))) as Arc<dyn TableProvider>
         }))
     }
 
@@ -68,8 +65,7 @@ impl SchemaProvider for WeirSchema {
 /// One relation as a DataFusion table.
 pub struct RelationTable {
     relation: Arc<Relation>,
-    store: Arc<dyn StateStore>,
-    changes: Arc<ChangeHub>,
+    catalog: Arc<Catalog>,
     constraints: Constraints,
 }
 
@@ -86,13 +82,13 @@ impl std::fmt::Debug for RelationTable {
 }
 
 impl RelationTable {
-    pub fn new(relation: Arc<Relation>, store: Arc<dyn StateStore>, changes: Arc<ChangeHub>) -> Self {
+    pub fn new(relation: Arc<Relation>, catalog: Arc<Catalog>) -> Self {
         let constraints = if relation.def.primary_key.is_empty() {
             Constraints::default()
         } else {
             Constraints::new_unverified(vec![Constraint::PrimaryKey(relation.def.primary_key.clone())])
         };
-        RelationTable { relation, store, changes, constraints }
+        RelationTable { relation, catalog, constraints }
     }
 
     /// Only tables take INSERT, UPDATE and DELETE.
@@ -122,11 +118,7 @@ impl RelationTable {
     }
 
     fn writer(&self) -> dml::Writer {
-        dml::Writer {
-            relation: Arc::clone(&self.relation),
-            store: Arc::clone(&self.store),
-            changes: Arc::clone(&self.changes),
-        }
+        dml::Writer::new(&self.catalog, Arc::clone(&self.relation))
     }
 
     fn df_schema(&self) -> DfResult<DFSchema> {
@@ -179,7 +171,7 @@ impl TableProvider for RelationTable {
         _filters: &[Expr],
         _limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let batches = self.relation.read_rows(&self.store).await?;
+        let batches = self.relation.read_rows(self.catalog.store()).await?;
         Ok(MemorySourceConfig::try_new_exec(&[batches], self.schema(), projection.cloned())?)
     }
 

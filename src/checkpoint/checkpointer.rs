@@ -1,14 +1,17 @@
 //! [`Checkpointer`]: takes checkpoint `e` once every view has committed it (the coordinator
 //! calls [`Checkpointer::take`] under its injection lock), then uploads it in the background.
 //!
-//! Taking is a RocksDB checkpoint of the whole store into `<data-dir>/snapshots/<e>`: memtables
-//! flushed, SST and blob files hard-linked, no copying, while the dataflow keeps running.
+//! Taking is a RocksDB checkpoint of the whole store into `<data-dir>/snapshots/<e>.tmp`,
+//! renamed to `<data-dir>/snapshots/<e>` once whole: memtables flushed, SST and blob files
+//! hard-linked, no copying, while the dataflow keeps running. A local snapshot is what a
+//! restart restores from (`recovery::restore_local`); the newest [`LOCAL_KEPT`] are kept.
 //! Uploading sends only the files the object store does not hold yet
 //! ([`protocol::plan_upload`]), then writes the manifest last with a conditional put; only then
-//! is the checkpoint complete. Then the retention rule ([`protocol::retention`]) deletes
-//! manifests beyond the newest `keep` and the objects only they named, and local snapshots
-//! other than the newest are removed. One upload runs at a time, and none while the start-up
-//! sweep of unreferenced objects runs; the coordinator does not ask for a checkpoint while the
+//! is the checkpoint complete in the object store. Then the retention rule
+//! ([`protocol::retention`]) deletes manifests beyond the newest `keep` and the objects only
+//! they named. One upload runs at a time, and none while the start-up sweep of unreferenced
+//! objects runs: a snapshot taken meanwhile (DDL asks for checkpoints whenever it completes)
+//! stays local only, and the coordinator does not start a periodic checkpoint while the
 //! checkpointer is busy ([`Checkpointer::due`]).
 
 use std::collections::HashMap;
@@ -18,6 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+use std::sync::atomic::AtomicU64;
 
 use super::manifest::{FileEntry, Manifest, FORMAT};
 use super::protocol::{self, LocalFile};
@@ -50,6 +54,18 @@ pub struct Checkpointer {
     uploaded: Mutex<Uploaded>,
     /// An upload, or the start-up sweep, is running: at most one at a time.
     busy: AtomicBool,
+    /// The epoch of the newest local snapshot.
+    local_epoch: AtomicU64,
+    /// The epoch of the snapshot being uploaded (0: none), kept locally until it is done.
+    uploading: AtomicU64,
+}
+
+/// Local snapshots kept: the newest, and the one before in case the newest cannot be opened.
+pub const LOCAL_KEPT: usize = 2;
+
+/// The directory name of epoch `epoch`'s local snapshot.
+pub fn snapshot_name(epoch: Epoch) -> String {
+    format!("{epoch:020}")
 }
 
 fn now_micros() -> i64 {
@@ -94,6 +110,8 @@ impl Checkpointer {
             incarnation,
             uploaded: Mutex::new(Uploaded { files, manifests }),
             busy: AtomicBool::new(false),
+            local_epoch: AtomicU64::new(0),
+            uploading: AtomicU64::new(0),
         })
     }
 
@@ -110,24 +128,48 @@ impl Checkpointer {
         system::record_checkpoint(CheckpointRecord::failed(epoch, now_micros(), why));
     }
 
+    /// The epoch of the newest local snapshot this process took.
+    pub fn local_epoch(&self) -> Epoch {
+        self.local_epoch.load(Ordering::SeqCst)
+    }
+
     /// Snapshots the store as of now (every view has committed `epoch`) and starts uploading
-    /// the snapshot. Returns once the snapshot is taken.
+    /// the snapshot unless an upload runs. Returns once the snapshot is taken.
     pub async fn take(self: Arc<Self>, epoch: Epoch, catalog_version: u64, injected_at: Instant) -> Result<()> {
         let started_at = now_micros();
-        let dir = self.snapshots.join(format!("{epoch:020}"));
+        let dir = self.snapshots.join(snapshot_name(epoch));
         let store = Arc::clone(&self.store);
         let target = dir.clone();
         tokio::task::spawn_blocking(move || {
+            let staging = target.with_extension("tmp");
+            let io = |e: std::io::Error| WeirError::io(format!("{}: {e}", staging.display()));
             // A directory left by a crash during an earlier attempt at this epoch.
+            let _ = std::fs::remove_dir_all(&staging);
             let _ = std::fs::remove_dir_all(&target);
             if let Some(parent) = target.parent() {
-                std::fs::create_dir_all(parent).map_err(|e| WeirError::io(format!("{}: {e}", parent.display())))?;
+                std::fs::create_dir_all(parent).map_err(io)?;
             }
-            store.checkpoint(&target)
+            store.checkpoint(&staging)?;
+            // Whole: only now does it count as a local checkpoint.
+            std::fs::rename(&staging, &target).map_err(io)?;
+            if let Some(parent) = target.parent() {
+                std::fs::File::open(parent).and_then(|d| d.sync_all()).map_err(io)?;
+            }
+            Ok::<_, WeirError>(())
         })
         .await
         .map_err(|e| WeirError::internal(e.to_string()))??;
-        self.busy.store(true, Ordering::SeqCst);
+        self.local_epoch.fetch_max(epoch, Ordering::SeqCst);
+        if self.busy.swap(true, Ordering::SeqCst) {
+            system::record_checkpoint(CheckpointRecord {
+                detail: "local only: an upload was running".into(),
+                ..CheckpointRecord::new(epoch, "local", started_at)
+            });
+            self.remove_old_snapshots();
+            return Ok(());
+        }
+        self.uploading.store(epoch, Ordering::SeqCst);
+        self.remove_old_snapshots();
         system::record_checkpoint(CheckpointRecord::new(epoch, "uploading", started_at));
         let this = Arc::clone(&self);
         tokio::spawn(async move {
@@ -137,17 +179,20 @@ impl Checkpointer {
                     crate::metrics::CHECKPOINTS_TOTAL.with_label_values(&["complete"]).inc();
                     crate::metrics::CHECKPOINT_SECONDS.observe(injected_at.elapsed().as_secs_f64());
                     crate::metrics::CHECKPOINT_LAST_COMPLETE_EPOCH.set(epoch as i64);
-                    this.remove_snapshots_but(epoch);
                     record
                 }
                 Err(e) => {
                     tracing::error!(epoch, "checkpoint upload failed: {e}");
                     crate::metrics::CHECKPOINTS_TOTAL.with_label_values(&["failed"]).inc();
-                    let _ = tokio::fs::remove_dir_all(&dir).await;
-                    CheckpointRecord::failed(epoch, started_at, e.message)
+                    CheckpointRecord {
+                        detail: format!("upload failed (kept locally): {}", e.message),
+                        ..CheckpointRecord::failed(epoch, started_at, e.message.clone())
+                    }
                 }
             };
             system::record_checkpoint(record);
+            this.uploading.store(0, Ordering::SeqCst);
+            this.remove_old_snapshots();
             this.busy.store(false, Ordering::SeqCst);
         });
         Ok(())
@@ -240,17 +285,32 @@ impl Checkpointer {
         Ok(orphans.len())
     }
 
-    /// Removes local snapshots other than `epoch`'s (the newest complete one).
-    fn remove_snapshots_but(&self, epoch: Epoch) {
-        let keep = format!("{epoch:020}");
+    /// Removes local snapshots but the newest [`LOCAL_KEPT`] and the one being uploaded.
+    /// Unfinished ones (`.tmp`) are left: one may be being taken; start-up removes the rest.
+    fn remove_old_snapshots(&self) {
+        let uploading = self.uploading.load(Ordering::SeqCst);
+        let keep = protocol::local_snapshots_kept(&list_snapshots(&self.snapshots), LOCAL_KEPT, uploading);
         if let Ok(entries) = std::fs::read_dir(&self.snapshots) {
             for entry in entries.flatten() {
-                if entry.file_name().to_string_lossy() != keep {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if !name.ends_with(".tmp") && !keep.iter().any(|e| snapshot_name(*e) == name) {
                     let _ = std::fs::remove_dir_all(entry.path());
                 }
             }
         }
     }
+}
+
+/// The epochs of the whole local snapshots in `dir`, in no order.
+pub fn list_snapshots(dir: &Path) -> Vec<Epoch> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return vec![] };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            (name.len() == 20).then(|| name.parse().ok()).flatten()
+        })
+        .collect()
 }
 
 /// The regular files of snapshot directory `dir`, with their sizes.

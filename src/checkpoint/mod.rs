@@ -7,11 +7,13 @@
 //! - [`remote`]: the object store, I/O only;
 //! - [`checkpointer`]: takes a snapshot when the coordinator has every view at the epoch, and
 //!   uploads it in the background;
-//! - [`recovery`]: reads the checkpoints at start and restores an empty data directory.
+//! - [`recovery`]: reads the checkpoints at start, downloads one into an empty data directory,
+//!   and restores the store from the newest local checkpoint.
 //!
 //! Who calls it: `server::run` calls [`prepare`] before opening the store and
 //! [`Prepared::checkpointer`] after; `dataflow::coordinator` calls the checkpointer at every
-//! checkpoint barrier.
+//! checkpoint barrier. Checkpoints cannot be turned off: a restart restores from them. An
+//! interval of 0 takes them only when DDL completes and at a clean stop.
 
 pub mod checkpointer;
 pub mod manifest;
@@ -25,6 +27,8 @@ use std::time::Duration;
 
 pub use checkpointer::Checkpointer;
 
+use crate::catalog::change_log::LogEntry;
+use crate::config::StorageConfig;
 use crate::error::Result;
 use crate::state::store::StateStore;
 use crate::types::Epoch;
@@ -36,7 +40,7 @@ pub struct CheckpointConfig {
     /// Where checkpoints go: `s3://bucket/prefix`, `file:///dir` or a directory; default
     /// `<data-dir>/checkpoints`.
     pub url: Option<String>,
-    /// Least milliseconds between checkpoints; 0 turns checkpoints off.
+    /// Least milliseconds between checkpoints; 0: only when DDL completes and at a clean stop.
     pub interval_ms: u64,
     /// Complete checkpoints kept in the object store (at least 1).
     pub keep: usize,
@@ -63,50 +67,66 @@ impl CheckpointConfig {
     }
 }
 
-/// What start-up learnt from the object store before the state store opened.
+/// What start-up learnt from the object store and the local checkpoints before the state
+/// store opened.
 pub struct Prepared {
-    /// None when checkpoints are off.
-    found: Option<Found>,
-    /// The highest epoch any checkpoint names: epochs continue after it.
+    found: Found,
+    /// The highest epoch any checkpoint or logged write names: epochs continue after it.
     pub first_epoch: Epoch,
+    /// The local restore: the writes after the checkpoint, to replay into the views.
+    pub local: recovery::LocalRestore,
 }
 
 struct Found {
     remote: Arc<remote::Remote>,
     manifests: Vec<manifest::Manifest>,
-    restored: Option<recovery::Restored>,
+    /// The checkpoint in the object store the store was restored from, if it is there.
+    lineage: Option<manifest::Manifest>,
     incarnation: String,
     data_dir: PathBuf,
     config: CheckpointConfig,
 }
 
-/// Reads the checkpoints in the object store and, when the data directory holds no store,
-/// restores the newest whole one into it. Call before opening the store.
-pub async fn prepare(config: &CheckpointConfig, data_dir: &Path) -> Result<Prepared> {
-    if config.interval().is_none() {
-        return Ok(Prepared { found: None, first_epoch: 0 });
-    }
+/// Reads the checkpoints in the object store; when the data directory holds no store, downloads
+/// the newest whole one into it; then restores the store from the newest local checkpoint.
+/// Call before opening the store.
+pub async fn prepare(config: &CheckpointConfig, storage: &StorageConfig, data_dir: &Path) -> Result<Prepared> {
     let remote = Arc::new(remote::Remote::open(&config.url_for(data_dir), &config.s3)?);
     let (manifests, unreadable) = recovery::load_manifests(&remote).await?;
-    let restored = recovery::restore_if_empty(&data_dir.join("state"), &remote, &manifests, &unreadable).await?;
-    let first_epoch = manifests.iter().map(|m| m.epoch).chain(unreadable.iter().map(|(e, _)| *e)).max().unwrap_or(0);
-    crate::metrics::RECOVERY_SECONDS.set(restored.as_ref().map(|r| r.seconds).unwrap_or(0.0));
+    let snapshots = data_dir.join("snapshots");
+    let restored =
+        recovery::restore_if_empty(&data_dir.join("state"), &snapshots, &remote, &manifests, &unreadable).await?;
+    let (dir, storage_config) = (data_dir.to_path_buf(), storage.clone());
+    let local = tokio::task::spawn_blocking(move || recovery::restore_local(&dir, &storage_config))
+        .await
+        .map_err(|e| crate::error::WeirError::internal(e.to_string()))??;
+    let remote_epochs = manifests.iter().map(|m| m.epoch).chain(unreadable.iter().map(|(e, _)| *e));
+    let first_epoch = remote_epochs.chain([local.last_epoch]).max().unwrap_or(0);
+    let download = restored.as_ref().map(|r| r.seconds).unwrap_or(0.0);
+    crate::metrics::RECOVERY_SECONDS.set(download + local.seconds);
+    // The store now continues the checkpoint it was restored from: its files reuse that
+    // checkpoint's objects, and the files it makes from now on are a new life's, whose numbers
+    // may repeat those of files the lost life made (and perhaps uploaded).
+    let lineage = match &restored {
+        Some(r) => Some(r.manifest.clone()),
+        None => local.epoch.and_then(|e| manifests.iter().find(|m| m.epoch == e).cloned()),
+    };
     let found = Found {
-        incarnation: recovery::incarnation(data_dir, restored.is_some())?,
+        incarnation: recovery::incarnation(data_dir, restored.is_some() || local.epoch.is_some())?,
         remote,
         manifests,
-        restored,
+        lineage,
         data_dir: data_dir.to_path_buf(),
         config: config.clone(),
     };
-    Ok(Prepared { found: Some(found), first_epoch })
+    Ok(Prepared { found, first_epoch, local })
 }
 
 impl Prepared {
-    /// The checkpointer of the opened `store` (None when checkpoints are off), sweeping the
-    /// objects no manifest names before its first upload.
-    pub fn checkpointer(self, store: Arc<dyn StateStore>) -> Option<Arc<Checkpointer>> {
-        let found = self.found?;
+    /// The checkpointer of the opened `store`, sweeping the objects no manifest names before
+    /// its first upload; and the writes to replay into the restored views.
+    pub fn checkpointer(self, store: Arc<dyn StateStore>) -> (Arc<Checkpointer>, Vec<LogEntry>) {
+        let found = self.found;
         let checkpointer = Checkpointer::new(
             store,
             &found.data_dir,
@@ -114,9 +134,9 @@ impl Prepared {
             &found.config,
             found.incarnation,
             found.manifests,
-            found.restored.as_ref().map(|r| &r.manifest),
+            found.lineage.as_ref(),
         );
         checkpointer.start_sweep();
-        Some(checkpointer)
+        (checkpointer, self.local.replay)
     }
 }

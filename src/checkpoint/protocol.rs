@@ -86,6 +86,18 @@ pub struct Retention {
     pub objects: Vec<String>,
 }
 
+/// The local snapshots to keep of `local` (epochs): the newest `kept`, and `uploading` (0:
+/// none) until its upload ends.
+pub fn local_snapshots_kept(local: &[u64], kept: usize, uploading: u64) -> Vec<u64> {
+    let mut epochs = local.to_vec();
+    epochs.sort_unstable_by(|a, b| b.cmp(a));
+    epochs.truncate(kept.max(1));
+    if uploading != 0 && local.contains(&uploading) && !epochs.contains(&uploading) {
+        epochs.push(uploading);
+    }
+    epochs
+}
+
 /// Keeps the newest `keep` (at least one) of `manifests` and names the rest for deletion,
 /// with the objects no kept manifest names. Manifests are deleted before their objects, so a
 /// crash between the two leaves only unreferenced objects, never a manifest missing its files.
@@ -140,6 +152,15 @@ pub fn verify(entry: &FileEntry, size: u64, crc32: u32) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn local_snapshots_keep_the_newest_and_the_one_uploading() {
+        assert_eq!(local_snapshots_kept(&[3, 9, 5, 7], 2, 0), vec![9, 7]);
+        assert_eq!(local_snapshots_kept(&[3, 9, 5, 7], 2, 3), vec![9, 7, 3]);
+        assert_eq!(local_snapshots_kept(&[3, 9], 2, 9), vec![9, 3]);
+        assert_eq!(local_snapshots_kept(&[3], 0, 0), vec![3], "at least one");
+        assert_eq!(local_snapshots_kept(&[], 2, 4), Vec::<u64>::new(), "a snapshot that is gone is not kept");
+    }
     use crate::checkpoint::manifest::FORMAT;
 
     fn entry(name: &str, object: &str, size: u64) -> FileEntry {

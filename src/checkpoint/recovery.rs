@@ -1,5 +1,6 @@
-//! Recovery at start: reading the checkpoints in the object store, and restoring the state
-//! store from the newest one that is whole when the data directory has none.
+//! Recovery at start: reading the checkpoints in the object store, restoring the newest whole
+//! one into an empty data directory, and restoring the state store from the newest local
+//! checkpoint ([`restore_local`]) at every start.
 //!
 //! A checkpoint is restored only if its manifest decodes (checksum, format) and every file it
 //! names downloads with the manifest's size and crc32. Otherwise recovery says why, in the log
@@ -16,8 +17,13 @@ use tokio::io::AsyncWriteExt;
 use super::manifest::Manifest;
 use super::protocol;
 use super::remote::Remote;
+use crate::catalog::change_log::{self, LogEntry};
+use crate::config::StorageConfig;
 use crate::error::{Result, SqlState, WeirError};
+use crate::state::rocks::RocksStore;
+use crate::state::store::StateStore;
 use crate::system::{self, CheckpointRecord};
+use crate::types::Epoch;
 
 /// The complete checkpoints in the object store, oldest first, and the reasons others could
 /// not be read (epoch, why).
@@ -43,15 +49,17 @@ pub struct Restored {
     pub seconds: f64,
 }
 
-/// Restores `state_dir` from the newest whole checkpoint in `remote` when the directory holds
-/// no store; None when it holds one, or when the object store has no checkpoint.
+/// Downloads the newest whole checkpoint in `remote` as the local snapshot in `snapshots`
+/// when the data directory holds neither a store (`state_dir`) nor a local snapshot; None when
+/// it does, or when the object store has no checkpoint.
 pub async fn restore_if_empty(
     state_dir: &Path,
+    snapshots: &Path,
     remote: &Remote,
     manifests: &[Manifest],
     unreadable: &[(u64, String)],
 ) -> Result<Option<Restored>> {
-    if state_dir.join("CURRENT").exists() {
+    if state_dir.join("CURRENT").exists() || !super::checkpointer::list_snapshots(snapshots).is_empty() {
         return Ok(None);
     }
     let started = Instant::now();
@@ -60,9 +68,10 @@ pub async fn restore_if_empty(
     if all.is_empty() {
         return Ok(None);
     }
-    let staging = state_dir.with_extension("restoring");
     let mut reasons = Vec::new();
     for epoch in protocol::recovery_order(all) {
+        let target = snapshots.join(super::checkpointer::snapshot_name(epoch));
+        let staging = target.with_extension("tmp");
         let outcome = match by_epoch.get(&epoch) {
             Some(manifest) => download(remote, manifest, &staging).await,
             None => Err(unreadable.iter().find(|(e, _)| *e == epoch).map(|(_, why)| why.clone()).unwrap_or_default()),
@@ -70,11 +79,11 @@ pub async fn restore_if_empty(
         match outcome {
             Ok(()) => {
                 let _ = std::fs::remove_dir_all(state_dir);
-                std::fs::rename(&staging, state_dir)
-                    .map_err(|e| WeirError::io(format!("cannot move the restored store into place: {e}")))?;
+                std::fs::rename(&staging, &target)
+                    .map_err(|e| WeirError::io(format!("cannot move the downloaded checkpoint into place: {e}")))?;
                 let manifest = (*by_epoch[&epoch]).clone();
                 let seconds = started.elapsed().as_secs_f64();
-                let mut detail = format!("restored into an empty data directory from {}", remote.url);
+                let mut detail = format!("downloaded into an empty data directory from {}", remote.url);
                 if !reasons.is_empty() {
                     detail.push_str(&format!(" after skipping {}", reasons.join("; ")));
                 }
@@ -83,7 +92,7 @@ pub async fn restore_if_empty(
                     detail,
                     files: manifest.files.len() as u64,
                     state_bytes: manifest.state_bytes(),
-                    ..CheckpointRecord::new(epoch, "restored", manifest.taken_at_micros)
+                    ..CheckpointRecord::new(epoch, "downloaded", manifest.taken_at_micros)
                 });
                 return Ok(Some(Restored { manifest, seconds }));
             }
@@ -95,10 +104,10 @@ pub async fn restore_if_empty(
                     format!("not restorable: {why}"),
                 ));
                 reasons.push(format!("checkpoint {epoch} ({why})"));
+                let _ = std::fs::remove_dir_all(&staging);
             }
         }
     }
-    let _ = std::fs::remove_dir_all(&staging);
     Err(WeirError::new(
         SqlState::DATA_CORRUPTED,
         format!("no checkpoint in {} can be restored: {}", remote.url, reasons.join("; ")),
@@ -125,6 +134,144 @@ async fn download(remote: &Remote, manifest: &Manifest, dir: &Path) -> std::resu
         protocol::verify(entry, size, crc.finalize())?;
     }
     Ok(())
+}
+
+/// What [`restore_local`] did.
+pub struct LocalRestore {
+    /// The checkpoint the store now holds; None when there was none (a new data directory).
+    pub epoch: Option<Epoch>,
+    /// The change log after that checkpoint: the writes to replay into the restored views.
+    pub replay: Vec<LogEntry>,
+    /// The highest epoch in the store's log or checkpoint: epochs continue after it.
+    pub last_epoch: Epoch,
+    pub seconds: f64,
+}
+
+/// Puts the state store in `data_dir` back at its newest local checkpoint, with every
+/// acknowledged write after it (ADR 11). Blocking; call before the store opens.
+///
+/// The live store holds every acknowledged write (through the write-ahead log) but its views
+/// at no one epoch. So: the change log after the newest local snapshot is read from it; the
+/// snapshot is hard-linked into `state.restoring`; the logged writes it lacks are applied there;
+/// a marker says it is whole; then it replaces `state`. A crash at any point leaves either the
+/// old store (the restore runs again) or the whole new one (the marker finishes the swap).
+/// A snapshot that cannot be opened is passed over for the one before; if none opens, the
+/// server refuses to start and deletes nothing.
+pub fn restore_local(data_dir: &Path, storage: &StorageConfig) -> Result<LocalRestore> {
+    let started = Instant::now();
+    let state = data_dir.join("state");
+    let staging = data_dir.join("state.restoring");
+    let old = data_dir.join("state.old");
+    let snapshots = data_dir.join("snapshots");
+    let io = |path: &Path, e: std::io::Error| WeirError::io(format!("{}: {e}", path.display()));
+    // A swap a crash interrupted: the new store was whole.
+    if !state.join("CURRENT").exists() && staging.join(RESTORED_MARKER).exists() {
+        std::fs::rename(&staging, &state).map_err(|e| io(&staging, e))?;
+    }
+    let _ = std::fs::remove_file(state.join(RESTORED_MARKER));
+    for leftover in [&staging, &old] {
+        if leftover.exists() {
+            std::fs::remove_dir_all(leftover).map_err(|e| io(leftover, e))?;
+        }
+    }
+    if let Ok(entries) = std::fs::read_dir(&snapshots) {
+        for entry in entries.flatten().filter(|e| e.file_name().to_string_lossy().ends_with(".tmp")) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+    let mut epochs = super::checkpointer::list_snapshots(&snapshots);
+    epochs.sort_unstable_by(|a, b| b.cmp(a));
+    if epochs.is_empty() {
+        return Ok(LocalRestore { epoch: None, replay: vec![], last_epoch: 0, seconds: 0.0 });
+    }
+    // Every logged write the live store has, oldest first.
+    let logged = if state.join("CURRENT").exists() {
+        let live = RocksStore::open(&state, storage)?;
+        change_log::read_after(&live, 0)?
+    } else {
+        vec![]
+    };
+    let mut reasons = Vec::new();
+    for &epoch in &epochs {
+        let snapshot = snapshots.join(super::checkpointer::snapshot_name(epoch));
+        match restore_snapshot(&snapshot, &staging, storage, &logged, epoch) {
+            Ok(applied) => {
+                let _ = std::fs::remove_dir_all(&old);
+                if state.exists() {
+                    std::fs::rename(&state, &old).map_err(|e| io(&state, e))?;
+                }
+                std::fs::rename(&staging, &state).map_err(|e| io(&staging, e))?;
+                let _ = std::fs::remove_file(state.join(RESTORED_MARKER));
+                let _ = std::fs::remove_dir_all(&old);
+                let replay: Vec<LogEntry> = logged.into_iter().filter(|e| e.epoch > epoch).collect();
+                let last_epoch = replay.iter().map(|e| e.epoch).max().unwrap_or(epoch).max(epoch);
+                let seconds = started.elapsed().as_secs_f64();
+                let mut detail = format!(
+                    "restored at start; {} logged writes after it ({applied} applied again), replayed into the views",
+                    replay.len()
+                );
+                if !reasons.is_empty() {
+                    detail.push_str(&format!("; passed over {}", reasons.join("; ")));
+                }
+                tracing::info!(epoch, seconds, "{detail}");
+                system::record_checkpoint(CheckpointRecord {
+                    detail,
+                    ..CheckpointRecord::new(epoch, "restored", chrono::Utc::now().timestamp_micros())
+                });
+                return Ok(LocalRestore { epoch: Some(epoch), replay, last_epoch, seconds });
+            }
+            Err(e) => {
+                tracing::error!(epoch, "local checkpoint cannot be restored, trying the one before: {e}");
+                let _ = std::fs::remove_dir_all(&staging);
+                reasons.push(format!("checkpoint {epoch} ({})", e.message));
+            }
+        }
+    }
+    Err(WeirError::new(
+        SqlState::DATA_CORRUPTED,
+        format!("no local checkpoint in {} can be restored: {}", snapshots.display(), reasons.join("; ")),
+    )
+    .with_hint("Nothing was deleted. Move the data directory aside to restore from the object store."))
+}
+
+/// The file that says `state.restoring` is whole.
+const RESTORED_MARKER: &str = "WEIR_RESTORED";
+
+/// Builds `staging` from `snapshot` (of checkpoint `epoch`) plus the writes of `logged` after
+/// it that it lacks; marks it whole. Returns how many writes it applied.
+fn restore_snapshot(
+    snapshot: &Path,
+    staging: &Path,
+    storage: &StorageConfig,
+    logged: &[LogEntry],
+    epoch: Epoch,
+) -> Result<usize> {
+    let io = |path: &Path, e: std::io::Error| WeirError::io(format!("{}: {e}", path.display()));
+    let _ = std::fs::remove_dir_all(staging);
+    std::fs::create_dir_all(staging).map_err(|e| io(staging, e))?;
+    for entry in std::fs::read_dir(snapshot).map_err(|e| io(snapshot, e))? {
+        let entry = entry.map_err(|e| io(snapshot, e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let target = staging.join(&name);
+        // Table and blob files never change: linked. The rest (MANIFEST, CURRENT, OPTIONS)
+        // RocksDB may write to: copied, so the snapshot stays as it was.
+        if name.ends_with(".sst") || name.ends_with(".blob") {
+            std::fs::hard_link(entry.path(), &target).map_err(|e| io(&target, e))?;
+        } else {
+            std::fs::copy(entry.path(), &target).map_err(|e| io(&target, e))?;
+        }
+    }
+    let restored = RocksStore::open(staging, storage)?;
+    let mut applied = 0;
+    for entry in logged.iter().filter(|e| e.epoch > epoch) {
+        applied += change_log::apply_if_missing(&restored, entry)? as usize;
+    }
+    restored.persist()?;
+    drop(restored);
+    let marker = staging.join(RESTORED_MARKER);
+    std::fs::write(&marker, b"").map_err(|e| io(&marker, e))?;
+    std::fs::File::open(staging).and_then(|d| d.sync_all()).map_err(|e| io(staging, e))?;
+    Ok(applied)
 }
 
 /// The life of the store in `data_dir` ([`protocol`]): read from `<data-dir>/incarnation`, or

@@ -56,13 +56,24 @@ fn chunks(relation: &Relation, store: &dyn StateStore) -> Result<Vec<(u64, u64, 
 /// Every row of replayed source `relation` (user columns), produced again by its connector
 /// from the chunk log read from `store`. Blocking.
 pub fn rows(relation: &Relation, store: &dyn StateStore) -> Result<Vec<RecordBatch>> {
-    let options =
-        relation.def.connector.as_ref().ok_or_else(|| WeirError::internal("a replayed table without a connector"))?;
-    let mut reader = super::registry::reader(options, Some(relation.given_schema()))?;
+    let mut reader = reader_of(relation)?;
     chunks(relation, store)?
         .into_iter()
         .map(|(from, to, stamp)| dml::rows_stamped_at(relation, &reader.replay(from, to)?, stamp))
         .collect()
+}
+
+/// The rows of one chunk of replayed source `relation` (offsets `from..to`, stamped `stamp`),
+/// produced again by its connector: how the change log replays a chunk. Blocking.
+pub fn chunk_rows(relation: &Relation, from: u64, to: u64, stamp: i64) -> Result<RecordBatch> {
+    dml::rows_stamped_at(relation, &reader_of(relation)?.replay(from, to)?, stamp)
+}
+
+/// A reader of replayed source `relation`'s connector.
+fn reader_of(relation: &Relation) -> Result<Box<dyn super::source::SourceReader>> {
+    let options =
+        relation.def.connector.as_ref().ok_or_else(|| WeirError::internal("a replayed table without a connector"))?;
+    super::registry::reader(options, Some(relation.given_schema()))
 }
 
 #[cfg(test)]

@@ -91,7 +91,7 @@ async fn write_chunk(
         replay::put_chunk(&mut wb, &writer.relation, from, to, stamp);
     }
     let rows = dml::rows_stamped_at(&writer.relation, &batch, stamp)?;
-    writer.announce(rows, wb, read_at).await
+    writer.announce(rows, wb, read_at, (from, to, stamp)).await
 }
 
 /// Starts the task that feeds `relation` from `reader`.
@@ -101,11 +101,7 @@ pub fn start(
     mut reader: Box<dyn SourceReader>,
 ) -> Result<JoinHandle<()>> {
     let mut offset = stored_offset(&catalog, &relation)?;
-    let writer = Writer {
-        relation: Arc::clone(&relation),
-        store: Arc::clone(catalog.store()),
-        changes: Arc::clone(&catalog.changes),
-    };
+    let writer = Writer::new(&catalog, Arc::clone(&relation));
     let name = relation.def.name.clone();
     Ok(tokio::spawn(async move {
         loop {
@@ -115,7 +111,7 @@ pub fn start(
                 Ok(Chunk::Rows(batch, next)) => {
                     // The chunk and its offset need no write-ahead log: losing both in a crash
                     // only sends the source back to an earlier offset, and it reads them again.
-                    let mut wb = WriteBatch { rebuildable: true, ..Default::default() };
+                    let mut wb = WriteBatch { skip_wal: true, ..Default::default() };
                     wb.put(offset_key(&writer.relation), next.to_be_bytes().to_vec());
                     let dead = reader.take_dead_letters();
                     for letter in &dead {

@@ -40,7 +40,7 @@ use crate::operators::top_n::{RankOrder, TopN};
 use crate::operators::union::Union;
 use crate::operators::window_assign::WindowAssign;
 use crate::state::keyed::KeyedState;
-use crate::state::keys::{operator_state_table, rebuilt_at_start, TableId, DURABLE_STATE_TABLE};
+use crate::state::keys::{operator_state_table, TableId, RUNTIME_STATE_TABLE};
 use crate::types::window::{TimeColumn, Windowing};
 
 pub struct Built {
@@ -102,8 +102,8 @@ struct Builder<'a> {
     event_time: EventTimeOptions,
     /// Windowed aggregates built (they emit on window close themselves).
     windowed_aggregates: usize,
-    /// WindowAssign nodes built (each has its own prefix in the ledger).
-    assigners: u8,
+    /// Window assigners built (lateness needs one).
+    assigners: usize,
     /// Subplans built so far, by what they compute ([`SharedPlan`]): one met again reuses its
     /// operators, which then feed each consumer. (q5 reads the same HOP of `bid` twice.)
     built: std::collections::HashMap<SharedPlan, Out>,
@@ -309,7 +309,7 @@ impl Builder<'_> {
     /// A new state table for an operator of this view (shared by its shards, whose keys differ).
     fn state_table(&mut self) -> Result<TableId> {
         let n = self.next_state_table;
-        if n == DURABLE_STATE_TABLE {
+        if n == RUNTIME_STATE_TABLE {
             return Err(unsupported("a view with this many stateful operators"));
         }
         self.next_state_table = n + 1;
@@ -327,7 +327,7 @@ impl Builder<'_> {
         let table = self.state_table()?;
         let schema = Self::schema(plan);
         let ops = self.each(|shard| {
-            Ok(Box::new(EowcBuffer::new(column, time, Arc::clone(&schema), self.keyed(table), shard == 0)?))
+            Ok(Box::new(EowcBuffer::new(column, time, Arc::clone(&schema), self.keyed(table)?, shard == 0)?))
         })?;
         // Every row to shard 0.
         let exchange = (top.distribution != Distribution::Single).then_some(vec![]);
@@ -335,14 +335,9 @@ impl Builder<'_> {
         Ok(())
     }
 
-    /// A shard's access to state table `id`.
-    fn keyed(&self, id: TableId) -> KeyedState {
-        let state = KeyedState::new(id, Arc::clone(self.catalog.store()), self.cache_entries);
-        if rebuilt_at_start(id) {
-            state.write_back()
-        } else {
-            state
-        }
+    /// A shard's access to state table `id` (write-back: it reaches the store at checkpoints).
+    fn keyed(&self, id: TableId) -> Result<KeyedState> {
+        KeyedState::new(id, Arc::clone(self.catalog.store()), self.cache_entries).write_back()
     }
 
     /// One operator per shard, made by `make(shard)`.
@@ -628,7 +623,7 @@ impl Builder<'_> {
                 let (groups, values) = (self.state_table()?, self.state_table()?);
                 let schema = Self::schema(plan);
                 let ops = self.each(|shard| {
-                    let state = (self.keyed(groups), self.keyed(values));
+                    let state = (self.keyed(groups)?, self.keyed(values)?);
                     let mut op = HashAgg::new(
                         group_by.clone(),
                         group_types.clone(),
@@ -676,7 +671,7 @@ impl Builder<'_> {
                 let (groups, values) = (self.state_table()?, self.state_table()?);
                 let schema = Self::schema(plan);
                 let ops = self.each(|_| {
-                    let state = (self.keyed(groups), self.keyed(values));
+                    let state = (self.keyed(groups)?, self.keyed(values)?);
                     Ok(Box::new(HashAgg::new(
                         keys.clone(),
                         types.clone(),
@@ -739,8 +734,8 @@ impl Builder<'_> {
                 let ops = self.each(|_| {
                     let join = HashJoin::new(
                         j.join_type,
-                        (Self::schema(&j.left), left_keys.clone(), self.keyed(left_state)),
-                        (Self::schema(&j.right), right_keys.clone(), self.keyed(right_state)),
+                        (Self::schema(&j.left), left_keys.clone(), self.keyed(left_state)?),
+                        (Self::schema(&j.right), right_keys.clone(), self.keyed(right_state)?),
                         Self::schema(plan),
                         residual.clone(),
                         &self.view,
@@ -863,7 +858,7 @@ impl Builder<'_> {
                 order_by.clone(),
                 limit,
                 Arc::clone(&schema),
-                self.keyed(table),
+                self.keyed(table)?,
                 &self.view,
             )?;
             if child.append_only {
@@ -906,8 +901,7 @@ impl Builder<'_> {
         by_watermark: bool,
     ) -> Result<(usize, SchemaRef, Distribution, Vec<Option<TimeColumn>>)> {
         let schema = windowing.output_schema(input);
-        let prefix = self.assigners;
-        self.assigners = prefix.checked_add(1).ok_or_else(|| unsupported("a view with this many windows"))?;
+        self.assigners += 1;
         if self.event_time.keep_late_rows {
             if let Some(existing) = &self.late_rows_schema {
                 if existing.fields() != schema.fields() {
@@ -918,7 +912,6 @@ impl Builder<'_> {
             }
             self.late_rows_schema = Some(Arc::clone(&schema));
         }
-        let ledger = operator_state_table(self.view_id, DURABLE_STATE_TABLE);
         let (lateness, keep) = (self.event_time.lateness, self.event_time.keep_late_rows);
         let deaf = |op: Box<dyn Operator>| -> Box<dyn Operator> {
             if by_watermark {
@@ -936,14 +929,7 @@ impl Builder<'_> {
                     times[n + 1] = Some(TimeColumn { close_offset: 0 });
                 }
                 let ops = self.each(|_| {
-                    Ok(deaf(Box::new(WindowAssign::new(
-                        spec.clone(),
-                        Arc::clone(&schema),
-                        lateness,
-                        keep,
-                        (self.keyed(ledger), prefix),
-                        &self.view,
-                    )?)))
+                    Ok(deaf(Box::new(WindowAssign::new(spec.clone(), Arc::clone(&schema), lateness, keep, &self.view))))
                 })?;
                 Ok((self.graph.add(ops, &[leaf], vec![None])?, schema, Distribution::Single, times))
             }
@@ -962,8 +948,7 @@ impl Builder<'_> {
                         Arc::clone(&schema),
                         lateness,
                         keep,
-                        self.keyed(state),
-                        (self.keyed(ledger), prefix),
+                        self.keyed(state)?,
                         &self.view,
                     )?)))
                 })?;

@@ -2,7 +2,8 @@
 //!
 //! The coordinator numbers epochs. [`BarrierCoordinator::inject`] sends barrier `e` to every
 //! subscriber of every table (views pass barriers on to views built on them, after their own
-//! commit); [`BarrierCoordinator::flush`] injects one and waits until every running view has
+//! commit), each table under its write lock, moving the table to epoch `e + 1` there: every
+//! write of a table is logged with the epoch its changes belong to (`catalog::change_log`); [`BarrierCoordinator::flush`] injects one and waits until every running view has
 //! committed it, which is what `FLUSH` and `implicit_flush` mean: every change made before is
 //! visible in every view. A ticker injects a barrier every `barrier_interval`, and early when
 //! tables and sources have published `epoch_max_rows` rows since the last one: every
@@ -14,9 +15,15 @@
 //! coordinator keeps the injection lock until every view has committed `e` and the
 //! [`Checkpointer`] has taken its snapshot of the store, so no view can commit `e + 1` before
 //! the snapshot: every view in it is exactly at `e`. Tables and sources keep writing meanwhile.
-//! A checkpoint whose views do not all commit within `checkpoint_timeout` is given up (and
-//! recorded as failed); one asked for while the previous upload runs is put off to a later
-//! barrier, so uploads running behind skip checkpoints instead of queueing them.
+//! Once the snapshot is taken, the change log up to `e` is deleted. A checkpoint whose views do
+//! not all commit within `checkpoint_timeout` is given up (and recorded as failed); a periodic
+//! one due while the previous upload runs is put off to a later barrier, so uploads running
+//! behind skip checkpoints instead of queueing them.
+//!
+//! DDL completes with a checkpoint ([`BarrierCoordinator::checkpoint_now`]), so the catalog in
+//! the newest checkpoint is the one clients were told about. A statement changing the catalog
+//! holds [`BarrierCoordinator::ddl_gate`] shared while it runs; a checkpoint is taken only
+//! with the gate held exclusively, so no snapshot holds half a CREATE.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -52,6 +59,8 @@ pub struct BarrierCoordinator {
     checkpointer: Option<Arc<Checkpointer>>,
     /// When the last checkpoint barrier was injected.
     last_checkpoint: parking_lot::Mutex<std::time::Instant>,
+    /// Shared by statements changing the catalog, exclusive while a checkpoint is taken.
+    pub ddl_gate: tokio::sync::RwLock<()>,
 }
 
 impl BarrierCoordinator {
@@ -63,6 +72,11 @@ impl BarrierCoordinator {
         checkpointer: Option<Arc<Checkpointer>>,
         first_epoch: Epoch,
     ) -> Arc<BarrierCoordinator> {
+        // Writes from now on belong to the epoch after the first.
+        catalog.set_open_epoch(first_epoch + 1);
+        for relation in catalog.relations() {
+            relation.set_open_epoch(first_epoch + 1);
+        }
         Arc::new(BarrierCoordinator {
             hub,
             catalog,
@@ -71,6 +85,7 @@ impl BarrierCoordinator {
             jobs: parking_lot::Mutex::new(HashMap::new()),
             checkpointer,
             last_checkpoint: parking_lot::Mutex::new(std::time::Instant::now()),
+            ddl_gate: tokio::sync::RwLock::new(()),
         })
     }
 
@@ -85,15 +100,30 @@ impl BarrierCoordinator {
     }
 
     async fn inject_kind(&self, kind: BarrierKind) -> Epoch {
+        // A checkpoint waits for no DDL: one under way turns it into a flush (the next one
+        // is a checkpoint); a checkpoint DDL asks for waits for the gate itself.
+        let gate = match kind {
+            BarrierKind::Checkpoint => self.ddl_gate.try_write().ok(),
+            BarrierKind::Flush => None,
+        };
+        let kind = if gate.is_some() { kind } else { BarrierKind::Flush };
+        self.inject_gated(kind).await
+    }
+
+    /// Injects a barrier of `kind`; a checkpoint's caller holds the DDL gate exclusively.
+    async fn inject_gated(&self, kind: BarrierKind) -> Epoch {
         let _guard = self.inject_lock.lock().await;
         self.hub.epoch_started();
         let epoch = self.epoch.fetch_add(1, Ordering::SeqCst) + 1;
         let injected_at = std::time::Instant::now();
-        let tables: std::collections::HashSet<TableId> =
-            self.catalog.relations().iter().filter(|r| r.def.kind == RelationKind::Table).map(|r| r.def.id).collect();
         let barrier = Barrier { epoch, injected_at, kind };
-        for relation in self.hub.subscribed_relations().into_iter().filter(|r| tables.contains(r)) {
-            self.hub.publish(relation, vec![Message::Barrier(barrier)]).await;
+        self.catalog.set_open_epoch(epoch + 1);
+        let tables = self.catalog.relations().into_iter().filter(|r| r.def.kind == RelationKind::Table);
+        for table in tables {
+            // Under the table's write lock: a write is before the barrier, or logged after it.
+            let _write = table.write_lock.lock().await;
+            self.hub.publish(table.def.id, vec![Message::Barrier(barrier)]).await;
+            table.set_open_epoch(epoch + 1);
         }
         if kind == BarrierKind::Checkpoint {
             *self.last_checkpoint.lock() = injected_at;
@@ -101,6 +131,17 @@ impl BarrierCoordinator {
             self.take_checkpoint(epoch, injected_at).await;
         }
         epoch
+    }
+
+    /// Takes a checkpoint now and waits until its snapshot is taken (DDL's completion; the
+    /// caller must not hold the DDL gate). False if it failed.
+    pub async fn checkpoint_now(&self) -> bool {
+        if self.checkpointer.is_none() {
+            return true;
+        }
+        let _gate = self.ddl_gate.write().await;
+        let epoch = self.inject_gated(BarrierKind::Checkpoint).await;
+        self.checkpointer.as_ref().is_some_and(|c| c.local_epoch() >= epoch)
     }
 
     /// Waits for every view to commit checkpoint barrier `epoch`, then has the checkpointer
@@ -126,7 +167,17 @@ impl BarrierCoordinator {
         if let Err(e) = Arc::clone(checkpointer).take(epoch, catalog_version, injected_at).await {
             tracing::error!(epoch, "checkpoint failed: {e}");
             checkpointer.record_failure(epoch, e.message.clone());
+            return;
         }
+        // The snapshot holds every write of an epoch up to `epoch`: their log entries can go.
+        let store = Arc::clone(self.catalog.store());
+        let truncate = move || crate::catalog::change_log::truncate_through(store.as_ref(), epoch);
+        let failed = match tokio::task::spawn_blocking(truncate).await {
+            Ok(Ok(())) => return,
+            Ok(Err(e)) => e.message,
+            Err(e) => e.to_string(),
+        };
+        tracing::warn!(epoch, "deleting the change log up to the checkpoint failed: {failed}");
     }
 
     /// Waits until every view has committed a barrier injected after every change made so far.

@@ -119,8 +119,8 @@ impl Graph {
     }
 
     /// The epoch is complete: flushes every operator, children first, and adds their state
-    /// changes to `wb`; returns the root's output.
-    pub fn barrier(&mut self, wb: &mut WriteBatch) -> Result<Vec<ChangeBatch>> {
+    /// changes to `wb` (all of it at a `checkpoint`); returns the root's output.
+    pub fn barrier(&mut self, wb: &mut WriteBatch, checkpoint: bool) -> Result<Vec<ChangeBatch>> {
         let mut out = Vec::new();
         for node in 0..self.nodes.len() {
             let everyone: Vec<()> = vec![(); self.shards.len()];
@@ -135,7 +135,7 @@ impl Graph {
         }
         for shard in &mut self.shards {
             for op in shard.iter_mut() {
-                op.flush_state(wb);
+                op.flush_state(wb, checkpoint);
             }
         }
         Ok(out)
@@ -198,6 +198,34 @@ impl Graph {
             }
         }
         Ok(())
+    }
+
+    /// Every operator's index record ([`Operator::save_index`]) for a checkpoint, by node and
+    /// shard; operators that keep none are left out.
+    pub fn save_indexes(&self) -> Vec<(u16, u16, Vec<u8>)> {
+        let mut out = Vec::new();
+        for (shard, ops) in self.shards.iter().enumerate() {
+            for (node, op) in ops.iter().enumerate() {
+                if let Some(record) = op.save_index() {
+                    out.push((node as u16, shard as u16, record));
+                }
+            }
+        }
+        out
+    }
+
+    /// Restores the index record of node `node` in shard `shard` (from [`Graph::save_indexes`]
+    /// at a checkpoint of a view built the same way).
+    pub fn restore_index(&mut self, node: u16, shard: u16, record: &[u8]) -> Result<()> {
+        let op = self
+            .shards
+            .get_mut(shard as usize)
+            .and_then(|ops| ops.get_mut(node as usize))
+            .ok_or_else(|| WeirError::new(crate::error::SqlState::DATA_CORRUPTED, format!(
+                "view \"{}\": the checkpoint holds state of operator {node} in shard {shard}, which this view does not have",
+                self.view
+            )))?;
+        op.restore_index(record)
     }
 
     /// The view's watermark advanced: every operator of every shard learns it (changes are

@@ -7,6 +7,13 @@
 //! epoch's net changes and the barrier to views built on this one (under the view's write
 //! lock, so their snapshots are exact), and reports `e` committed to the coordinator.
 //!
+//! Checkpoints (ADR 11): at a checkpoint barrier every operator flushes all the state it holds
+//! in memory, and the job stores, in the view's runtime state table, each operator's index
+//! record and the watermarks of its inputs and of the view, in the same write batch as the
+//! view's rows. A view restored from a checkpoint ([`ViewJob::restore`]) reads them back
+//! before its first change and continues as if it had never stopped. View writes skip the
+//! write-ahead log: a crash restores them from the checkpoint.
+//!
 //! A failing operator (a bug, not a row's expression error, which becomes NULL) is logged and
 //! counted, and the job carries on; the view is not silently stuck.
 //!
@@ -37,10 +44,11 @@ use crate::error::{Result, SqlState, WeirError};
 use crate::metrics;
 use crate::operators::eval::evaluate;
 use crate::operators::materialize::Materialize;
-use crate::state::keys::rebuilt_with_view;
-use crate::state::store::{StateStore, WriteBatch};
+use crate::state::index_codec::{IndexReader, IndexWriter};
+use crate::state::keys::{operator_state_table, table_prefix, RUNTIME_STATE_TABLE};
+use crate::state::store::{ScanControl, StateStore, WriteBatch};
 use crate::types::window::{instant_column, now_nanos, to_nanos};
-use crate::types::{Barrier, ChangeBatch, Epoch, Message};
+use crate::types::{Barrier, BarrierKind, ChangeBatch, Epoch, Message};
 
 /// One input's watermark: the largest value of its watermark expression seen so far.
 pub struct InputWatermark {
@@ -163,13 +171,89 @@ impl ViewJob {
         }
         // The watermark only after every existing row: they all count as on time.
         self.advance_watermark();
-        let mut wb = WriteBatch::default();
-        let out = self.graph.barrier(&mut wb)?;
+        let mut wb = WriteBatch { skip_wal: true, ..Default::default() };
+        let out = self.graph.barrier(&mut wb, false)?;
         out.into_iter().for_each(|b| self.materialize.apply(b));
         let (view_wb, _) = self.materialize.barrier()?;
         wb.ops.extend(view_wb.ops);
-        self.mark_rebuildable(&mut wb);
         write_off_thread(&self.store, wb).await
+    }
+
+    /// The key prefix of the view's runtime records.
+    fn runtime_prefix(&self) -> Vec<u8> {
+        table_prefix(operator_state_table(self.relation.def.id, RUNTIME_STATE_TABLE)).to_vec()
+    }
+
+    /// Adds the view's runtime records to checkpoint `wb`: every operator's index record and
+    /// the watermarks, replacing the previous checkpoint's.
+    fn save_runtime(&self, wb: &mut WriteBatch) {
+        let prefix = self.runtime_prefix();
+        if let Some(end) = crate::state::keys::prefix_end(&prefix) {
+            wb.delete_range(prefix.clone(), end);
+        }
+        for (node, shard, record) in self.graph.save_indexes() {
+            let key = [prefix.as_slice(), b"i", &node.to_be_bytes(), &shard.to_be_bytes()].concat();
+            wb.put(key, record);
+        }
+        let mut watermarks = IndexWriter::default();
+        watermarks.opt_i64(self.watermark).u64(self.watermarks.len() as u64);
+        for w in &self.watermarks {
+            watermarks.opt_i64(w.as_ref().and_then(|w| w.max));
+        }
+        wb.put([prefix.as_slice(), b"w"].concat(), watermarks.finish());
+    }
+
+    /// Restores the view from the checkpoint its state tables hold (the store was restored
+    /// from it): the operators' index records and the watermarks. No input is read again.
+    pub fn restore(&mut self) -> Result<()> {
+        let prefix = self.runtime_prefix();
+        let mut records = Vec::new();
+        self.store.scan_prefix(&prefix, &mut |k, v| {
+            records.push((k[prefix.len()..].to_vec(), v.to_vec()));
+            Ok(ScanControl::Continue)
+        })?;
+        let what = format!("view \"{}\"", self.relation.def.name);
+        for (key, value) in records {
+            match key.split_first() {
+                Some((b'i', at)) if at.len() == 4 => {
+                    let node = u16::from_be_bytes([at[0], at[1]]);
+                    let shard = u16::from_be_bytes([at[2], at[3]]);
+                    self.graph.restore_index(node, shard, &value)?;
+                }
+                Some((b'w', [])) => {
+                    let mut r = IndexReader::new(&value, &what)?;
+                    let view = r.opt_i64()?;
+                    let inputs = r.u64()? as usize;
+                    let maxima = (0..inputs).map(|_| r.opt_i64()).collect::<Result<Vec<_>>>()?;
+                    r.finish()?;
+                    if inputs != self.watermarks.len() {
+                        return Err(WeirError::new(
+                            SqlState::DATA_CORRUPTED,
+                            format!(
+                                "{what}: the checkpoint has watermarks of {inputs} inputs, the view reads {}",
+                                self.watermarks.len()
+                            ),
+                        ));
+                    }
+                    for (w, max) in self.watermarks.iter_mut().zip(maxima) {
+                        if let Some(w) = w {
+                            w.max = max;
+                        }
+                    }
+                    if let Some(view) = view {
+                        self.watermark = Some(view);
+                        self.graph.watermark(view);
+                    }
+                }
+                _ => {
+                    return Err(WeirError::new(
+                        SqlState::DATA_CORRUPTED,
+                        format!("{what}: an unknown runtime record in the checkpoint"),
+                    ))
+                }
+            }
+        }
+        Ok(())
     }
 
     pub async fn run(mut self) {
@@ -210,7 +294,7 @@ impl ViewJob {
                         let epoch = waiting.iter().flatten().copied().min().unwrap_or(epoch);
                         match self.commit(Barrier { epoch, ..barrier }).await {
                             Ok(()) => {}
-                            // The runtime is going away; the view rebuilds at the next start.
+                            // The runtime is going away; the view restores at the next start.
                             Err(e) if e.state == SqlState::ADMIN_SHUTDOWN => break,
                             Err(e) => self.report(&e),
                         }
@@ -226,11 +310,15 @@ impl ViewJob {
         let epoch = barrier.epoch;
         // Inputs may have gone idle since the last rows.
         self.advance_watermark();
-        let mut wb = WriteBatch::default();
-        let out = self.graph.barrier(&mut wb)?;
+        let checkpoint = barrier.kind == BarrierKind::Checkpoint;
+        let mut wb = WriteBatch { skip_wal: true, ..Default::default() };
+        let out = self.graph.barrier(&mut wb, checkpoint)?;
         out.into_iter().for_each(|b| self.materialize.apply(b));
         let (view_wb, changes) = self.materialize.barrier()?;
         wb.ops.extend(view_wb.ops);
+        if checkpoint {
+            self.save_runtime(&mut wb);
+        }
         let late = self.late_rows()?;
         let late_table = self.late_table.clone().filter(|_| late.is_some());
         let _late_guard = match &late_table {
@@ -242,7 +330,6 @@ impl ViewJob {
             table.table.put_batch(&stored, &mut wb)?;
             table.persist_row_id(&mut wb);
         }
-        self.mark_rebuildable(&mut wb);
         let _guard = self.relation.write_lock.lock().await;
         if !wb.is_empty() {
             write_off_thread(&self.store, wb).await?;
@@ -276,13 +363,6 @@ impl ViewJob {
             .observe(barrier.injected_at.elapsed().as_secs_f64());
         metrics::VIEW_EPOCH.with_label_values(&[view]).set(epoch as i64);
         Ok(())
-    }
-
-    /// Marks `wb` rebuildable when it holds only what the view's rebuild at start recreates:
-    /// its rows and operator state, but not its late-row ledger or late rows.
-    fn mark_rebuildable(&self, wb: &mut WriteBatch) {
-        let id = self.relation.def.id;
-        wb.rebuildable = wb.ops.iter().all(|op| rebuilt_with_view(id, op.key()));
     }
 
     fn report(&self, e: &WeirError) {

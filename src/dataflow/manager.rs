@@ -1,14 +1,15 @@
 //! [`Streaming`]: starts and stops the jobs of materialized views.
 //!
-//! Starting a view (on CREATE, and for every view when the server starts) takes the write lock
-//! of each relation it reads, subscribes to them and reads their current rows, all under the
-//! coordinator's injection lock; then the view backfills from those rows and commits before
-//! CREATE returns, and its job follows every change made after the snapshot. A view therefore
-//! never misses or doubles a change.
+//! Starting a new view (CREATE) takes the write lock of each relation it reads, subscribes to
+//! them and reads their current rows, all under the coordinator's injection lock; then the view
+//! backfills from those rows and commits before CREATE returns, and its job follows every
+//! change made after the snapshot. A view therefore never misses or doubles a change.
 //!
-//! Views are rebuilt from their inputs when the server starts (their state is cleared and
-//! backfilled again): their result is a function of the tables, which are durable, so nothing
-//! is lost; the cost is start-up time proportional to the inputs.
+//! When the server starts, views are restored, never recomputed (ADR 11): the store was
+//! restored from the newest checkpoint, where every view is at the same epoch, so a view only
+//! subscribes to its inputs and reads its operators' records back ([`ViewJob::restore`]); the
+//! inputs' changes after the checkpoint come from the change log, replayed once every view
+//! has subscribed (`catalog::change_log`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -24,6 +25,15 @@ use crate::catalog::{Catalog, Relation};
 use crate::error::{Result, WeirError};
 use crate::operators::materialize::Materialize;
 use crate::state::keys::TableId;
+
+/// How a view's job begins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ViewStart {
+    /// A new view: computed from its inputs' current rows.
+    Backfill,
+    /// A view in the checkpoint the store was restored from: read back, nothing recomputed.
+    Restore,
+}
 
 pub struct Streaming {
     catalog: Arc<Catalog>,
@@ -64,9 +74,16 @@ impl Streaming {
         self.coordinator.flush().await;
     }
 
-    /// Backfills `view` from its inputs' current rows and starts following their changes;
-    /// late rows go to `late_table` if given.
-    pub async fn start_view(&self, view: Arc<Relation>, built: Built, late_table: Option<Arc<Relation>>) -> Result<()> {
+    /// Starts following `view`'s inputs' changes, after backfilling it from their current rows
+    /// (a new view, `how` [`ViewStart::Backfill`]) or restoring it from the checkpoint in the
+    /// store ([`ViewStart::Restore`]); late rows go to `late_table` if given.
+    pub async fn start_view(
+        &self,
+        view: Arc<Relation>,
+        built: Built,
+        late_table: Option<Arc<Relation>>,
+        how: ViewStart,
+    ) -> Result<()> {
         let id = view.def.id;
         let inputs: Vec<Arc<Relation>> = built
             .inputs
@@ -91,7 +108,9 @@ impl Streaming {
                 let mut snapshots = Vec::new();
                 for input in &inputs {
                     receivers.push(catalog.changes.subscribe(input.def.id, id).await);
-                    snapshots.push(input.read_rows(catalog.store()).await);
+                    if how == ViewStart::Backfill {
+                        snapshots.push(input.read_rows(catalog.store()).await);
+                    }
                 }
                 drop(guards);
                 (receivers, snapshots)
@@ -125,7 +144,11 @@ impl Streaming {
             changes: Arc::clone(&self.catalog.changes),
             committed,
         };
-        if let Err(e) = job.backfill(snapshots).await {
+        let started = match how {
+            ViewStart::Backfill => job.backfill(snapshots).await,
+            ViewStart::Restore => job.restore(),
+        };
+        if let Err(e) = started {
             self.stop_view(id).await;
             return Err(e);
         }

@@ -23,7 +23,7 @@ pub use parser::Statement;
 pub use session::Session;
 
 use crate::catalog::{Catalog, RelationKind};
-use crate::dataflow::manager::Streaming;
+use crate::dataflow::manager::{Streaming, ViewStart};
 use crate::error::Result;
 
 /// What a statement produced.
@@ -64,12 +64,21 @@ pub struct Frontend {
 }
 
 impl Frontend {
-    /// Sets up DataFusion over `catalog` and starts every materialized view it has.
-    pub async fn new(catalog: Arc<Catalog>, streaming: Arc<Streaming>) -> Result<Frontend> {
+    /// Sets up DataFusion over `catalog`, restores every materialized view it has from the
+    /// checkpoint the store holds, replays into them the writes logged after it (`replay`,
+    /// from `checkpoint::recovery`), then starts the sources again. On a new data directory it
+    /// takes the first checkpoint.
+    pub async fn new(
+        catalog: Arc<Catalog>,
+        streaming: Arc<Streaming>,
+        replay: Vec<crate::catalog::change_log::LogEntry>,
+    ) -> Result<Frontend> {
         let template = df_context::template_state(Arc::clone(&catalog)).await?;
         let frontend = Frontend { catalog, parser: parser::SqlParser::new(), template, streaming };
-        frontend.restart_sources();
         frontend.restart_views().await;
+        crate::catalog::change_log::replay(&frontend.catalog, replay).await?;
+        frontend.restart_sources();
+        frontend.streaming.coordinator.checkpoint_now().await;
         Ok(frontend)
     }
 
@@ -83,15 +92,14 @@ impl Frontend {
         }
     }
 
-    /// Rebuilds every view from its inputs (see `dataflow::manager`), in creation order so a
-    /// view's inputs are running before it.
+    /// Restores every view from the checkpoint the store holds (see `dataflow::manager`), in
+    /// creation order so a view's inputs are running before it.
     async fn restart_views(&self) {
         let session = self.new_session("weir");
         let views = self.catalog.relations().into_iter().filter(|r| r.def.kind == RelationKind::MaterializedView);
         for relation in views {
             let name = relation.def.name.clone();
             let started = async {
-                self.catalog.clear(&relation)?;
                 let (statement, clauses) = match self.parser.parse(&relation.def.definition)?.pop() {
                     Some(Statement::Sql(s)) => (s, Default::default()),
                     Some(Statement::Streaming(s, c)) => (s, c),
@@ -102,10 +110,10 @@ impl Frontend {
                 let built =
                     handler::create_view::build_view(self, &session, &logical, &name, relation.def.id, &event_time)?;
                 let late_table = clauses.late_rows_to.as_deref().and_then(|t| self.catalog.get(t));
-                self.streaming.start_view(Arc::clone(&relation), built, late_table).await
+                self.streaming.start_view(Arc::clone(&relation), built, late_table, ViewStart::Restore).await
             };
             match started.await {
-                Ok(()) => tracing::info!(view = %name, "view rebuilt"),
+                Ok(()) => tracing::info!(view = %name, "view restored"),
                 Err(e) => {
                     tracing::error!(view = %name, "view could not be restarted and stays empty: {e}")
                 }
@@ -135,7 +143,33 @@ impl Frontend {
     }
 
     /// Runs one statement. `params` are the bound values of `$1..$n` (extended protocol).
+    /// A statement that changes the catalog runs under the coordinator's DDL gate and
+    /// completes with a checkpoint (ADR 11): what a client was told exists is in the checkpoint
+    /// a restart restores.
     pub async fn execute(
+        &self,
+        session: &mut Session,
+        statement: Statement,
+        params: Option<ParamValues>,
+    ) -> Result<StatementResult> {
+        let ddl = match &statement {
+            Statement::Flush => false,
+            Statement::Streaming(statement, _) | Statement::Sql(statement) => handler::changes_catalog(statement),
+        };
+        if !ddl {
+            return self.run(session, statement, params).await;
+        }
+        let result = {
+            let _gate = self.streaming.coordinator.ddl_gate.read().await;
+            self.run(session, statement, params).await
+        };
+        if result.is_ok() && !self.streaming.coordinator.checkpoint_now().await {
+            tracing::warn!("the checkpoint completing a DDL statement failed: see weir_catalog.checkpoints");
+        }
+        result
+    }
+
+    async fn run(
         &self,
         session: &mut Session,
         statement: Statement,

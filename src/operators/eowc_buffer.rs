@@ -5,7 +5,9 @@
 //! Rows wait in a state table keyed by close time (big-endian, sign flipped, so keys sort by
 //! time) and the row, with their multiplicity; at each barrier the rows whose window has closed
 //! are emitted and deleted. A row arriving for a window already closed (within the allowed
-//! lateness) is emitted at the next barrier. All rows go to one shard (shard 0).
+//! lateness) is emitted at the next barrier. All rows go to one shard (shard 0). How many rows
+//! wait is counted in memory (a barrier with none waiting reads nothing) and kept with each
+//! checkpoint ([`Operator::save_index`]).
 
 use std::sync::Arc;
 
@@ -16,6 +18,7 @@ use datafusion::arrow::row::{RowConverter, SortField};
 
 use super::operator::Operator;
 use crate::error::Result;
+use crate::state::index_codec::{IndexReader, IndexWriter};
 use crate::state::keyed::{decode_count, KeyedState};
 use crate::state::store::WriteBatch;
 use crate::types::window::{close_times, time_key, TimeColumn};
@@ -31,7 +34,8 @@ pub struct EowcBuffer {
     watermark: Option<i64>,
     /// Only shard 0 holds rows (the others see none, and must not emit shard 0's).
     active: bool,
-    /// Rows waiting (a metric).
+    /// Rows waiting, each counted once whatever its multiplicity: a metric, and with none a
+    /// barrier reads nothing.
     waiting: usize,
 }
 
@@ -106,8 +110,20 @@ impl Operator for EowcBuffer {
         Ok(vec![ChangeBatch::new(data, ops)])
     }
 
-    fn flush_state(&mut self, wb: &mut WriteBatch) {
-        self.state.flush(wb);
+    fn flush_state(&mut self, wb: &mut WriteBatch, checkpoint: bool) {
+        self.state.flush(wb, checkpoint);
+    }
+
+    /// How many rows wait.
+    fn save_index(&self) -> Option<Vec<u8>> {
+        Some(IndexWriter::default().u64(self.waiting as u64).finish())
+    }
+
+    fn restore_index(&mut self, record: &[u8]) -> Result<()> {
+        let what = self.describe();
+        let mut record = IndexReader::new(record, &what)?;
+        self.waiting = record.u64()? as usize;
+        record.finish()
     }
 
     fn on_watermark(&mut self, watermark: i64) {
@@ -116,5 +132,38 @@ impl Operator for EowcBuffer {
 
     fn open_windows(&self) -> usize {
         self.waiting
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::operators::operator::testing::{assert_restore_continues, Event::Changes, Event::Watermark};
+    use crate::state::store::StateStore;
+    use crate::types::change_batch::from_pretty;
+
+    const S: i64 = 1_000_000_000;
+
+    /// Restored from a checkpoint, the buffer emits the rows that waited before the restart when
+    /// their window closes after it, even in an epoch that brings no rows.
+    #[test]
+    fn a_restored_buffer_emits_the_rows_waiting_before() {
+        let make = |store: &Arc<dyn StateStore>| -> Box<dyn Operator> {
+            // (window end, value); rows close at their window end.
+            let schema = from_pretty("S I\n").schema();
+            let state = KeyedState::new(1, Arc::clone(store), 4).write_back().unwrap();
+            Box::new(EowcBuffer::new(0, TimeColumn { close_offset: 0 }, schema, state, true).unwrap())
+        };
+        assert_restore_continues(
+            &make,
+            &[
+                &[Changes(0, "S I\n+ 10 1\n+ 20 2\n+ 10 3\n+ 10 1")],
+                &[Changes(0, "S I\n- 10 3\n+ 30 5"), Watermark(5 * S)],
+                &[Watermark(12 * S)],
+                &[Changes(0, "S I\n+ 20 4")],
+                &[Watermark(22 * S)],
+                &[Changes(0, "S I\n+ 30 6\n- 30 5\n+ 40 7"), Watermark(40 * S)],
+            ],
+        );
     }
 }

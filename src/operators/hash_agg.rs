@@ -33,8 +33,9 @@
 //!   the touched groups held in memory are bounded by the open windows as well, however much
 //!   event time one epoch spans.
 //!
-//! Which groups are open is indexed in memory by close time; views are rebuilt at start, so
-//! the index is rebuilt with them.
+//! Which groups are open is indexed in memory by close time (`open`, `closed`): the index is
+//! the record the aggregate keeps with each checkpoint ([`Operator::save_index`]), restored
+//! with the view's state, so it always holds every stored windowed group.
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
@@ -52,6 +53,7 @@ use datafusion::physical_expr::PhysicalExpr;
 use super::eval::evaluate;
 use super::operator::Operator;
 use crate::error::{Result, WeirError};
+use crate::state::index_codec::{IndexReader, IndexWriter};
 use crate::state::keyed::{decode_count, KeyedState};
 use crate::state::store::WriteBatch;
 use crate::types::window::{close_times, TimeColumn};
@@ -667,7 +669,8 @@ impl Operator for HashAgg {
                 continue;
             }
             // A windowed group first seen now: nothing of it is stored (the index holds every
-            // stored windowed group, as state is rebuilt with the view), so it is not looked up.
+            // stored windowed group, restored with the state from a checkpoint), so it is not
+            // looked up.
             let close = closes.as_ref().and_then(|c| c[first_row]);
             let group = match (self.window, close, self.close_of.contains_key(key)) {
                 (Some(window), Some(close), false) => {
@@ -707,9 +710,32 @@ impl Operator for HashAgg {
         }
     }
 
-    fn flush_state(&mut self, wb: &mut WriteBatch) {
-        self.groups.flush(wb);
-        self.values.flush(wb);
+    fn flush_state(&mut self, wb: &mut WriteBatch, checkpoint: bool) {
+        self.groups.flush(wb, checkpoint);
+        self.values.flush(wb, checkpoint);
+    }
+
+    /// A windowed aggregate's groups by close time, not yet emitted then emitted; the groups
+    /// touched in the epoch are all stored by now (the barrier took them).
+    fn save_index(&self) -> Option<Vec<u8>> {
+        debug_assert!(self.dirty.is_empty(), "a checkpoint follows the barrier, which takes every touched group");
+        self.window?;
+        Some(IndexWriter::default().keys_by_time(&self.open).keys_by_time(&self.closed).finish())
+    }
+
+    fn restore_index(&mut self, record: &[u8]) -> Result<()> {
+        let what = self.describe();
+        let mut record = IndexReader::new(record, &what)?;
+        self.open = record.keys_by_time()?;
+        self.closed = record.keys_by_time()?;
+        record.finish()?;
+        self.close_of = self
+            .open
+            .iter()
+            .chain(&self.closed)
+            .flat_map(|(&close, keys)| keys.iter().map(move |key| (key.clone(), close)))
+            .collect();
+        Ok(())
     }
 
     fn on_watermark(&mut self, watermark: i64) {
@@ -1018,6 +1044,49 @@ mod tests {
         .unwrap()
     }
 
+    /// `count(*)` per window end (`c0`, seconds) and `c1` over an append-only input, through a
+    /// tiny cache.
+    fn windowed_count(store: &Arc<dyn StateStore>, emit_on_close: bool, lateness: i64, prompt: bool) -> HashAgg {
+        let input = from_pretty("S I\n+ 1 1").schema();
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("end", DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Second, None), true),
+            Field::new("k", DataType::Int64, true),
+            Field::new("n", DataType::Int64, true),
+        ]));
+        let count = AggSpec {
+            kind: AggKind::CountRows,
+            arg: None,
+            arg_type: None,
+            output_type: DataType::Int64,
+            delimiter: None,
+        };
+        let a = HashAgg::new(
+            vec![col("c0", &input).unwrap(), col("c1", &input).unwrap()],
+            vec![input.field(0).data_type().clone(), DataType::Int64],
+            vec![count],
+            schema,
+            (
+                KeyedState::new(1, Arc::clone(store), 4).write_back().unwrap(),
+                KeyedState::new(2, Arc::clone(store), 4).write_back().unwrap(),
+            ),
+            "test",
+        )
+        .unwrap()
+        .with_window(AggWindow {
+            group_index: 0,
+            column: crate::types::window::TimeColumn { close_offset: 0 },
+            lateness,
+            emit_on_close,
+        })
+        .with_append_only_input()
+        .unwrap();
+        if prompt {
+            a.with_prompt_input()
+        } else {
+            a
+        }
+    }
+
     #[test]
     fn max_survives_deleting_the_extreme_and_empty_groups_vanish() {
         let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
@@ -1051,7 +1120,7 @@ mod tests {
         assert_eq!((one, two), (vec!["U- 1 2 30", "U+ 1 3 30"], vec!["U- 2 1 NULL", "U+ 2 2 7"]));
         // Nothing went to the value multisets (table 2).
         let mut wb = WriteBatch::default();
-        a.flush_state(&mut wb);
+        a.flush_state(&mut wb, false);
         assert!(wb.ops.iter().all(|op| op.key()[..4] != 2u32.to_be_bytes()));
         // Many groups through a tiny cache: the extreme comes back from the store.
         for k in 3..40 {
@@ -1096,53 +1165,13 @@ mod tests {
     /// aggregate finishing them at barriers only, in both emit modes, with and without lateness.
     #[test]
     fn final_windows_finished_mid_epoch_give_what_barriers_give() {
-        let windowed = |store: &Arc<dyn StateStore>, emit_on_close: bool, lateness: i64, prompt: bool| {
-            let input = from_pretty("S I\n+ 1 1").schema();
-            let schema = Arc::new(Schema::new(vec![
-                Field::new("end", DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Second, None), true),
-                Field::new("k", DataType::Int64, true),
-                Field::new("n", DataType::Int64, true),
-            ]));
-            let count = AggSpec {
-                kind: AggKind::CountRows,
-                arg: None,
-                arg_type: None,
-                output_type: DataType::Int64,
-                delimiter: None,
-            };
-            let a = HashAgg::new(
-                vec![col("c0", &input).unwrap(), col("c1", &input).unwrap()],
-                vec![input.field(0).data_type().clone(), DataType::Int64],
-                vec![count],
-                schema,
-                (
-                    KeyedState::new(1, Arc::clone(store), 4).write_back(),
-                    KeyedState::new(2, Arc::clone(store), 4).write_back(),
-                ),
-                "test",
-            )
-            .unwrap()
-            .with_window(AggWindow {
-                group_index: 0,
-                column: crate::types::window::TimeColumn { close_offset: 0 },
-                lateness,
-                emit_on_close,
-            })
-            .with_append_only_input()
-            .unwrap();
-            if prompt {
-                a.with_prompt_input()
-            } else {
-                a
-            }
-        };
         const S: i64 = 1_000_000_000;
         for (emit_on_close, lateness) in [(false, 0), (true, 0), (false, 2 * S), (true, 2 * S)] {
             let mut sums: Vec<HashMap<String, i64>> = Vec::new();
             let mut finished_early = 0;
             for prompt in [true, false] {
                 let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
-                let mut a = windowed(&store, emit_on_close, lateness, prompt);
+                let mut a = windowed_count(&store, emit_on_close, lateness, prompt);
                 let mut sum: HashMap<String, i64> = HashMap::default();
                 let mut add = |batches: Vec<ChangeBatch>| {
                     for line in batches.iter().map(|b| b.to_pretty()).collect::<String>().lines() {
@@ -1166,7 +1195,7 @@ mod tests {
                     }
                     add(a.on_barrier().unwrap());
                     let mut wb = WriteBatch::default();
-                    a.flush_state(&mut wb);
+                    a.flush_state(&mut wb, false);
                     store.write(wb).unwrap();
                 }
                 sum.retain(|_, n| *n != 0);
@@ -1178,6 +1207,47 @@ mod tests {
             );
             assert_eq!(sums[0], sums[1], "emit on close {emit_on_close}, lateness {lateness}");
             assert!(sums[0].values().all(|&n| n == 1), "{:?}", sums[0]);
+        }
+    }
+
+    /// Restored from a checkpoint, an aggregate reads its groups (and value multisets) back from
+    /// the store: a deleted maximum reveals the stored next one, a group's last row removes it.
+    #[test]
+    fn a_restored_aggregate_continues_like_one_that_never_stopped() {
+        use crate::operators::operator::testing::{assert_restore_continues, Event::Changes};
+        assert_restore_continues(
+            &|store| Box::new(agg(store)),
+            &[
+                &[Changes(0, "I I\n+ 1 10\n+ 1 30\n+ 2 5")],
+                &[Changes(0, "I I\n- 1 30\n+ 3 7")],
+                &[Changes(0, "I I\n- 2 5\n+ 1 20")],
+                &[Changes(0, "I I\n+ 1 20\n- 1 20\n+ 2 6")],
+                &[Changes(0, "I I\n- 1 10\n- 3 7\n- 1 20")],
+            ],
+        );
+    }
+
+    /// Restored from a checkpoint, a windowed aggregate knows which windows are open and
+    /// which closed: a window closing after the restart emits (on close) and is forgotten, a late
+    /// row for a closed window corrects its row, in both emit modes, with and without lateness.
+    #[test]
+    fn a_restored_windowed_aggregate_closes_and_forgets_the_windows_it_had() {
+        use crate::operators::operator::testing::{assert_restore_continues, Event::Changes, Event::Watermark};
+        const S: i64 = 1_000_000_000;
+        for (emit_on_close, lateness) in [(false, 0), (true, 0), (false, 2 * S), (true, 2 * S)] {
+            assert_restore_continues(
+                &|store| Box::new(windowed_count(store, emit_on_close, lateness, false)),
+                &[
+                    &[Changes(0, "S I\n+ 5 1\n+ 5 2\n+ 10 1")],
+                    &[Changes(0, "S I\n+ 5 1\n+ 10 2"), Watermark(3 * S)],
+                    &[Changes(0, "S I\n+ 15 1"), Watermark(6 * S)],
+                    // Window 5 is closed: within the lateness a correction, else a new row.
+                    &[Changes(0, "S I\n+ 5 2\n+ 10 1"), Watermark(11 * S)],
+                    &[Watermark(14 * S)],
+                    &[Changes(0, "S I\n+ 20 1\n+ 15 1"), Watermark(20 * S)],
+                    &[Changes(0, "S I\n+ 20 1"), Watermark(25 * S)],
+                ],
+            );
         }
     }
 }

@@ -7,7 +7,8 @@
 //!
 //! An append-only view (one whose plan never retracts, see `dataflow::build`) is stored as
 //! segments instead: the epoch's rows are appended as they are, with fresh row ids, without
-//! reading anything back. A retraction reaching such a view is a planner bug and fails the
+//! reading anything back. The next row id is stored with them, so a view restored from a
+//! checkpoint never reuses an id (a segment is keyed by its first). A retraction reaching such a view is a planner bug and fails the
 //! epoch.
 
 use crate::types::hash::HashMap;
@@ -125,6 +126,7 @@ impl Materialize {
         columns.push(self.relation.allocate_row_ids(all.data.num_rows()));
         let stored = RecordBatch::try_new(Arc::clone(self.relation.table.schema()), columns)?;
         self.relation.table.put_batch(&stored, &mut wb)?;
+        self.relation.persist_row_id(&mut wb);
         Ok((wb, Some(all)))
     }
 
@@ -196,5 +198,16 @@ mod tests {
         m.apply(from_pretty("I T\n- 1 a"));
         assert!(m.barrier().is_err());
         assert_eq!(rows(&catalog), vec!["+ 1 a", "+ 1 a", "+ 2 b"]);
+    }
+
+    #[test]
+    fn an_append_only_view_reopened_from_its_store_never_reuses_a_row_id() {
+        let (catalog, mut m) = view_with(true);
+        epoch(&mut m, &catalog, "I T\n+ 1 a\n+ 2 b");
+        // A restart: the catalog and the view's writer are made again over the same store.
+        let reopened = Arc::new(Catalog::open(Arc::clone(catalog.store()), "dev").unwrap());
+        let mut m = Materialize::new(reopened.get("v").unwrap(), Arc::clone(catalog.store()));
+        epoch(&mut m, &reopened, "I T\n+ 3 c");
+        assert_eq!(rows(&reopened), vec!["+ 1 a", "+ 2 b", "+ 3 c"]);
     }
 }

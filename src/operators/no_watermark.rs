@@ -28,8 +28,16 @@ impl Operator for NoWatermark {
         self.0.on_barrier()
     }
 
-    fn flush_state(&mut self, wb: &mut WriteBatch) {
-        self.0.flush_state(wb)
+    fn flush_state(&mut self, wb: &mut WriteBatch, checkpoint: bool) {
+        self.0.flush_state(wb, checkpoint)
+    }
+
+    fn save_index(&self) -> Option<Vec<u8>> {
+        self.0.save_index()
+    }
+
+    fn restore_index(&mut self, record: &[u8]) -> Result<()> {
+        self.0.restore_index(record)
     }
 
     fn on_watermark(&mut self, _watermark: i64) {}

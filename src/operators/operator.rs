@@ -4,6 +4,13 @@
 //! barriers, and at each barrier calls [`Operator::on_barrier`] on every operator, children
 //! before parents, passing what each returns to its parent. Operators never see channels,
 //! barriers or the store: they only turn changes into changes.
+//!
+//! Checkpoints (ADR 11): at a checkpoint barrier [`Operator::flush_state`] is told so and must
+//! put every write it still holds in memory into the batch, and the runtime stores what
+//! [`Operator::save_index`] returns next to the operator's state. After a restart the runtime
+//! builds a fresh operator over the checkpoint's state tables and hands it that record
+//! ([`Operator::restore_index`]) before any change: the operator then continues exactly as
+//! the one that never stopped. No operator assumes its state starts empty.
 
 use crate::error::Result;
 use crate::state::store::WriteBatch;
@@ -23,8 +30,23 @@ pub trait Operator: Send {
         Ok(vec![])
     }
 
-    /// Adds the epoch's state changes to the epoch's write batch (after `on_barrier`).
-    fn flush_state(&mut self, _wb: &mut WriteBatch) {}
+    /// Adds the epoch's state changes to the epoch's write batch (after `on_barrier`). At a
+    /// checkpoint (`checkpoint` true) every write still held in memory goes in.
+    fn flush_state(&mut self, _wb: &mut WriteBatch, _checkpoint: bool) {}
+
+    /// What the operator keeps in memory besides its state tables and needs after a restart
+    /// (windows by close time, the next row number, the watermark), encoded with
+    /// [`crate::state::index_codec`]; asked at checkpoint barriers, after `flush_state`. None
+    /// when the state tables are everything.
+    fn save_index(&self) -> Option<Vec<u8>> {
+        None
+    }
+
+    /// Restores what [`Operator::save_index`] returned at the checkpoint, into a fresh
+    /// operator whose state tables hold that checkpoint's state. Called once, before any change.
+    fn restore_index(&mut self, _record: &[u8]) -> Result<()> {
+        Ok(())
+    }
 
     /// The view's event-time watermark advanced to `watermark` (nanoseconds): no more rows with
     /// an event time below it are expected. Arrives after the data it follows; monotone.
@@ -48,7 +70,8 @@ pub(crate) mod testing {
     use std::sync::Arc;
 
     use super::Operator;
-    use crate::state::store::{StateStore, WriteBatch};
+    use crate::state::memory::MemoryStore;
+    use crate::state::store::{ScanControl, StateStore, WriteBatch};
     use crate::types::change_batch::from_pretty;
 
     /// One epoch: applies `input` (`from_pretty` text) on input 0, runs the barrier, commits the
@@ -57,8 +80,135 @@ pub(crate) mod testing {
         op.apply(0, from_pretty(input)).unwrap();
         let out: String = op.on_barrier().unwrap().iter().map(|b| b.to_pretty()).collect();
         let mut wb = WriteBatch::default();
-        op.flush_state(&mut wb);
+        op.flush_state(&mut wb, false);
         store.write(wb).unwrap();
         out
+    }
+
+    /// A checkpoint of `op`: its state flushed whole into `store` and its index record.
+    pub fn checkpoint(op: &mut dyn Operator, store: &Arc<dyn StateStore>) -> Option<Vec<u8>> {
+        let mut wb = WriteBatch::default();
+        op.flush_state(&mut wb, true);
+        store.write(wb).unwrap();
+        op.save_index()
+    }
+
+    /// Restores `record` (from [`checkpoint`]) into the fresh operator `op`.
+    pub fn restore(op: &mut dyn Operator, record: Option<Vec<u8>>) {
+        if let Some(record) = record {
+            op.restore_index(&record).unwrap();
+        }
+    }
+
+    // The check each stateful operator's tests make of checkpoints (ADR 11): an operator
+    // checkpointed after any epoch, dropped, and restored into a fresh one over the checkpoint's
+    // state continues exactly like one that never stopped ([`assert_restore_continues`]).
+
+    /// What happens to an operator within an epoch, in order; the barrier follows.
+    pub enum Event<'a> {
+        /// Changes (`from_pretty` text) on an input.
+        Changes(usize, &'a str),
+        /// The view's watermark advanced (nanoseconds).
+        Watermark(i64),
+    }
+
+    /// What the runtime sees of one epoch of an operator.
+    #[derive(Debug, PartialEq)]
+    struct Seen {
+        /// The output changes, sorted: operators that keep groups or keys in hash maps may emit
+        /// an epoch's changes in another order after a restart.
+        changes: Vec<String>,
+        late_rows: usize,
+        open_windows: usize,
+    }
+
+    /// An operator and the store its state tables are in.
+    struct Running {
+        op: Box<dyn Operator>,
+        store: Arc<dyn StateStore>,
+        /// The view's watermark as last pushed.
+        watermark: Option<i64>,
+    }
+
+    impl Running {
+        fn new(make: &dyn Fn(&Arc<dyn StateStore>) -> Box<dyn Operator>) -> Running {
+            let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+            Running { op: make(&store), store, watermark: None }
+        }
+
+        /// One epoch, then its barrier, whose state changes are committed as the runtime does.
+        fn epoch(&mut self, events: &[Event]) -> Seen {
+            let mut out = Vec::new();
+            for event in events {
+                match event {
+                    Event::Changes(input, text) => out.extend(self.op.apply(*input, from_pretty(text)).unwrap()),
+                    Event::Watermark(w) => {
+                        self.watermark = Some(*w);
+                        self.op.on_watermark(*w);
+                    }
+                }
+            }
+            out.extend(self.op.on_barrier().unwrap());
+            let mut wb = WriteBatch::default();
+            self.op.flush_state(&mut wb, false);
+            self.store.write(wb).unwrap();
+            let mut changes: Vec<String> =
+                out.iter().flat_map(|b| b.to_pretty().lines().map(String::from).collect::<Vec<_>>()).collect();
+            changes.sort();
+            let late_rows = self.op.take_late_rows().iter().map(|b| b.num_rows()).sum();
+            Seen { changes, late_rows, open_windows: self.op.open_windows() }
+        }
+
+        /// Drops the operator after a checkpoint and builds a fresh one over its state, as a
+        /// restart does: the record restored, then the view's watermark pushed again.
+        fn restart(self, make: &dyn Fn(&Arc<dyn StateStore>) -> Box<dyn Operator>) -> Running {
+            let Running { mut op, store, watermark } = self;
+            let record = checkpoint(op.as_mut(), &store);
+            drop(op);
+            let mut op = make(&store);
+            restore(op.as_mut(), record);
+            if let Some(w) = watermark {
+                op.on_watermark(w);
+            }
+            Running { op, store, watermark }
+        }
+
+        /// Everything the store holds after a checkpoint: the operator's whole state.
+        fn checkpointed_state(&mut self) -> Vec<(Vec<u8>, Vec<u8>)> {
+            checkpoint(self.op.as_mut(), &self.store);
+            let mut state = Vec::new();
+            self.store
+                .scan_prefix(&[], &mut |k, v| {
+                    state.push((k.to_vec(), v.to_vec()));
+                    Ok(ScanControl::Continue)
+                })
+                .unwrap();
+            state
+        }
+    }
+
+    /// Runs `epochs` through an operator made by `make` (over a store, as the dataflow builder
+    /// does) that never stops, and, for every epoch boundary, through one restarted there from a
+    /// checkpoint: each epoch after the restart sees the same changes, late rows and open
+    /// windows, and the state the two checkpoint at the end is the same.
+    pub fn assert_restore_continues(make: &dyn Fn(&Arc<dyn StateStore>) -> Box<dyn Operator>, epochs: &[&[Event]]) {
+        let mut never_stopped = Running::new(make);
+        let seen: Vec<Seen> = epochs.iter().map(|events| never_stopped.epoch(events)).collect();
+        let final_state = never_stopped.checkpointed_state();
+        for restart_after in 1..epochs.len() {
+            let mut run = Running::new(make);
+            for events in &epochs[..restart_after] {
+                run.epoch(events);
+            }
+            let mut restarted = run.restart(make);
+            for (i, events) in epochs.iter().enumerate().skip(restart_after) {
+                let epoch = i + 1;
+                assert_eq!(restarted.epoch(events), seen[i], "epoch {epoch}, restarted after epoch {restart_after}");
+            }
+            assert!(
+                restarted.checkpointed_state() == final_state,
+                "the state at the end differs, restarted after epoch {restart_after}"
+            );
+        }
     }
 }

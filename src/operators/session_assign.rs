@@ -10,7 +10,8 @@
 //! that may already be final (handled by [`LateRows`], with its would-be window `[t, t + gap)`).
 //! A session is final once the watermark passes its end plus the allowed lateness (no row on
 //! time can reach it any more); its rows then leave the state. Keys are indexed in memory by
-//! the end of their earliest session (views are rebuilt at start, the index with them).
+//! the end of their earliest session: the index is the record the assigner keeps with each
+//! checkpoint ([`Operator::save_index`]).
 
 use std::collections::BTreeMap;
 
@@ -24,6 +25,7 @@ use datafusion::arrow::row::{RowConverter, SortField};
 use super::lateness::LateRows;
 use super::operator::Operator;
 use crate::error::Result;
+use crate::state::index_codec::{IndexReader, IndexWriter};
 use crate::state::keyed::{decode_count, KeyedState};
 use crate::state::store::WriteBatch;
 use crate::types::window::{from_nanos, time_from_key, time_key, to_nanos, SessionSpec};
@@ -56,7 +58,6 @@ impl SessionAssign {
         lateness: i64,
         keep_late: bool,
         state: KeyedState,
-        ledger: (KeyedState, u8),
         view: &str,
     ) -> Result<SessionAssign> {
         let n = schema.fields().len() - 2;
@@ -67,7 +68,7 @@ impl SessionAssign {
         } else {
             Some(RowConverter::new(spec.keys.iter().map(|&k| input[k].clone()).collect())?)
         };
-        let late = LateRows::new(&schema, keep_late, ledger, view)?;
+        let late = LateRows::new(keep_late, view);
         let description = format!(
             "SessionAssign: {} on {}{}",
             spec.describe(&schema),
@@ -173,11 +174,7 @@ impl Operator for SessionAssign {
         };
         let times: Vec<i64> = times.iter().flatten().collect();
         let keep = match self.watermark {
-            None if !self.late.skipping() => None,
-            None => {
-                let own = self.own_windows(&batch, &times)?;
-                self.late.not_late_before(&own)?
-            }
+            None => None,
             Some(watermark) => {
                 let (late, on_time): (Vec<u32>, Vec<u32>) = (0..batch.num_rows() as u32)
                     .partition(|&i| times[i as usize] < watermark.saturating_sub(self.lateness));
@@ -288,21 +285,75 @@ impl Operator for SessionAssign {
         Ok(vec![])
     }
 
+    /// The keys by the end of their earliest session.
+    fn save_index(&self) -> Option<Vec<u8>> {
+        let by_end: BTreeMap<i64, Vec<Vec<u8>>> =
+            self.by_end.iter().map(|(&end, keys)| (end, keys.iter().cloned().collect())).collect();
+        Some(IndexWriter::default().keys_by_time(&by_end).finish())
+    }
+
+    fn restore_index(&mut self, record: &[u8]) -> Result<()> {
+        let mut record = IndexReader::new(record, &self.description)?;
+        let by_end = record.keys_by_time()?;
+        record.finish()?;
+        self.earliest_end =
+            by_end.iter().flat_map(|(&end, keys)| keys.iter().map(move |key| (key.clone(), end))).collect();
+        self.by_end = by_end.into_iter().map(|(end, keys)| (end, keys.into_iter().collect())).collect();
+        Ok(())
+    }
+
     fn on_watermark(&mut self, watermark: i64) {
         self.watermark = Some(watermark);
-        self.late.rebuilt();
     }
 
     fn take_late_rows(&mut self) -> Vec<RecordBatch> {
         self.late.take()
     }
 
-    fn flush_state(&mut self, wb: &mut WriteBatch) {
-        self.state.flush(wb);
-        self.late.flush(wb);
+    fn flush_state(&mut self, wb: &mut WriteBatch, checkpoint: bool) {
+        self.state.flush(wb, checkpoint);
     }
 
     fn open_windows(&self) -> usize {
         self.earliest_end.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::operators::operator::testing::{assert_restore_continues, Event::Changes, Event::Watermark};
+    use crate::state::store::StateStore;
+    use crate::types::change_batch::from_pretty;
+    use crate::types::window::Windowing;
+
+    const S: i64 = 1_000_000_000;
+
+    /// Sessions with a 10 s gap per `c0` over (key, time): columns `I S`.
+    fn sessions(store: &Arc<dyn StateStore>, lateness: i64) -> SessionAssign {
+        let spec = SessionSpec::new(10 * S, 1, vec![0]).unwrap();
+        let schema = Windowing::Session(spec.clone()).output_schema(&from_pretty("I S\n").schema());
+        let state = KeyedState::new(1, Arc::clone(store), 4).write_back().unwrap();
+        SessionAssign::new(spec, schema, lateness, true, state, "test").unwrap()
+    }
+
+    /// Restored from a checkpoint, the assigner re-assigns the rows stored before the restart as
+    /// sessions grow, merge and shrink, judges rows late by the watermark pushed again, and
+    /// deletes the sessions that become final after the restart.
+    #[test]
+    fn a_restored_session_assigner_continues_like_one_that_never_stopped() {
+        for lateness in [0, 5 * S] {
+            assert_restore_continues(
+                &|store| Box::new(sessions(store, lateness)),
+                &[
+                    &[Changes(0, "I S\n+ 1 0\n+ 2 5\n+ 1 3")],
+                    &[Changes(0, "I S\n+ 1 12\n+ 1 28"), Watermark(10 * S)],
+                    &[Changes(0, "I S\n- 1 3\n+ 1 20\n+ 2 40"), Watermark(14 * S)],
+                    &[Changes(0, "I S\n+ 3 28"), Watermark(30 * S)],
+                    &[Changes(0, "I S\n+ 1 22\n+ 1 45\n+ 2 8")],
+                    &[Changes(0, "I S\n- 1 45\n+ 3 29"), Watermark(60 * S)],
+                ],
+            );
+        }
     }
 }

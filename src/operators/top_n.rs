@@ -22,7 +22,8 @@
 //! Partitioned by a window bound ([`TopN::with_window`], "the top 10 of each window"): once
 //! the watermark passes a window's close plus the allowed lateness, no row can reach its
 //! partitions any more, so their state is deleted (their rows stay in the view), and state is
-//! bounded by the open windows.
+//! bounded by the open windows. Which partitions are open is indexed in memory by close time:
+//! the index is the record the Top-N keeps with each checkpoint ([`Operator::save_index`]).
 //!
 //! Called by the dataflow builder (`dataflow::build`) for a `WindowAggr` of one `row_number()`
 //! under a filter that bounds it.
@@ -40,6 +41,7 @@ use datafusion::physical_expr::PhysicalExpr;
 use super::eval::evaluate;
 use super::operator::Operator;
 use crate::error::{Result, WeirError};
+use crate::state::index_codec::{IndexReader, IndexWriter};
 use crate::state::keyed::{decode_count, KeyedState};
 use crate::state::store::WriteBatch;
 use crate::types::hash::{HashMap, HashSet};
@@ -384,8 +386,25 @@ impl Operator for TopN {
         Ok(vec![ChangeBatch::new(data, out.into_iter().map(|(_, _, op)| op).collect())])
     }
 
-    fn flush_state(&mut self, wb: &mut WriteBatch) {
-        self.state.flush(wb);
+    fn flush_state(&mut self, wb: &mut WriteBatch, checkpoint: bool) {
+        self.state.flush(wb, checkpoint);
+    }
+
+    /// A windowed Top-N's partitions by close time; the partitions touched in the epoch are
+    /// all stored by now (the barrier took them).
+    fn save_index(&self) -> Option<Vec<u8>> {
+        debug_assert!(self.touched.is_empty(), "a checkpoint follows the barrier, which takes every touched partition");
+        self.window?;
+        Some(IndexWriter::default().keys_by_time(&self.open).finish())
+    }
+
+    fn restore_index(&mut self, record: &[u8]) -> Result<()> {
+        let what = self.describe();
+        let mut record = IndexReader::new(record, &what)?;
+        self.open = record.keys_by_time()?;
+        record.finish()?;
+        self.known = self.open.values().flatten().cloned().collect();
+        Ok(())
     }
 
     fn on_watermark(&mut self, watermark: i64) {
@@ -409,9 +428,15 @@ mod tests {
 
     /// Top `limit` of `c1` descending per `c0`, with a state cache of `capacity` entries.
     fn top(store: &Arc<dyn StateStore>, limit: usize, capacity: usize) -> TopN {
-        let input = from_pretty("I I\n+ 1 1").schema();
+        top_of("I I", KeyedState::new(1, Arc::clone(store), capacity), limit)
+    }
+
+    /// Top `limit` of `c1` (an integer) descending per `c0`, over columns `types` (as
+    /// `from_pretty`), its state in `state`.
+    fn top_of(types: &str, state: KeyedState, limit: usize) -> TopN {
+        let input = from_pretty(&format!("{types}\n")).schema();
         let schema = Arc::new(Schema::new(vec![
-            Field::new("g", DataType::Int64, true),
+            Field::new("g", input.field(0).data_type().clone(), true),
             Field::new("v", DataType::Int64, true),
             Field::new("rn", DataType::UInt64, false),
         ]));
@@ -420,8 +445,7 @@ mod tests {
             data_type: DataType::Int64,
             options: SortOptions { descending: true, nulls_first: false },
         };
-        let partition = vec![(col("c0", &input).unwrap(), DataType::Int64)];
-        let state = KeyedState::new(1, Arc::clone(store), capacity);
+        let partition = vec![(col("c0", &input).unwrap(), input.field(0).data_type().clone())];
         TopN::new(partition, vec![order], limit, schema, state, "test").unwrap()
     }
 
@@ -489,6 +513,61 @@ mod tests {
                 }
                 assert_eq!(view, expected, "append-only: {append_only}");
             }
+        }
+    }
+    /// A write-back state table in `store`, as every operator's.
+    fn write_back_table(store: &Arc<dyn StateStore>) -> KeyedState {
+        KeyedState::new(1, Arc::clone(store), 4).write_back().unwrap()
+    }
+
+    /// Restored from a checkpoint, a Top-N reads its partitions back from the store: a deleted
+    /// leader reveals the stored next one; over an append-only input the stored leaders decide
+    /// what enters.
+    #[test]
+    fn a_restored_top_n_continues_like_one_that_never_stopped() {
+        use crate::operators::operator::testing::{assert_restore_continues, Event::Changes};
+        assert_restore_continues(
+            &|store| Box::new(top_of("I I", write_back_table(store), 2)),
+            &[
+                &[Changes(0, "I I\n+ 1 10\n+ 1 30\n+ 1 20\n+ 2 5")],
+                &[Changes(0, "I I\n+ 1 25\n+ 2 5")],
+                &[Changes(0, "I I\n- 1 30\n+ 3 1")],
+                &[Changes(0, "I I\n- 1 25\n- 2 5\n+ 3 2")],
+                &[Changes(0, "I I\n- 1 20\n- 2 5")],
+            ],
+        );
+        assert_restore_continues(
+            &|store| Box::new(top_of("I I", write_back_table(store), 2).with_append_only_input()),
+            &[
+                &[Changes(0, "I I\n+ 1 10\n+ 1 30\n+ 2 5")],
+                &[Changes(0, "I I\n+ 1 20\n+ 2 5")],
+                &[Changes(0, "I I\n+ 1 15\n+ 3 1")],
+                &[Changes(0, "I I\n+ 1 40\n+ 2 9\n+ 3 2")],
+            ],
+        );
+    }
+
+    /// Restored from a checkpoint, a Top-N per window deletes the partitions of windows that
+    /// become final after the restart (a row arriving for one then starts it anew).
+    #[test]
+    fn a_restored_windowed_top_n_forgets_the_windows_it_had() {
+        use crate::operators::operator::testing::{assert_restore_continues, Event::Changes, Event::Watermark};
+        const S: i64 = 1_000_000_000;
+        for append_only in [false, true] {
+            let make = |store: &Arc<dyn StateStore>| -> Box<dyn Operator> {
+                let t = top_of("S I", write_back_table(store), 2).with_window(0, TimeColumn { close_offset: 0 }, 0);
+                Box::new(if append_only { t.with_append_only_input() } else { t })
+            };
+            assert_restore_continues(
+                &make,
+                &[
+                    &[Changes(0, "S I\n+ 10 5\n+ 10 7\n+ 20 1")],
+                    &[Changes(0, "S I\n+ 10 9"), Watermark(5 * S)],
+                    &[Changes(0, "S I\n+ 20 3"), Watermark(12 * S)],
+                    &[Changes(0, "S I\n+ 10 1\n+ 30 2"), Watermark(25 * S)],
+                    &[Changes(0, "S I\n+ 30 4\n+ 20 8")],
+                ],
+            );
         }
     }
 }

@@ -7,9 +7,6 @@
 //! the runtime ([`Operator::take_late_rows`]) for the view's `LATE ROWS TO` table. Rows are
 //! judged against the watermark of the data before them (a statement's rows do not make each
 //! other late), so the verdict depends only on the order of the input, not on barrier timing.
-//!
-//! Which rows were late is also kept in a ledger, so a view rebuilt at start leaves them out
-//! again ([`LateRows`]).
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
@@ -17,8 +14,6 @@ use datafusion::arrow::datatypes::SchemaRef;
 use super::lateness::LateRows;
 use super::operator::Operator;
 use crate::error::Result;
-use crate::state::keyed::KeyedState;
-use crate::state::store::WriteBatch;
 use crate::types::window::{close_times, TimeColumn, WindowSpec};
 use crate::types::{ChangeBatch, Op};
 
@@ -33,16 +28,8 @@ pub struct WindowAssign {
 }
 
 impl WindowAssign {
-    pub fn new(
-        spec: WindowSpec,
-        schema: SchemaRef,
-        lateness: i64,
-        keep_late: bool,
-        ledger: (KeyedState, u8),
-        view: &str,
-    ) -> Result<WindowAssign> {
-        let late = LateRows::new(&schema, keep_late, ledger, view)?;
-        Ok(WindowAssign { spec, schema, lateness, watermark: None, late })
+    pub fn new(spec: WindowSpec, schema: SchemaRef, lateness: i64, keep_late: bool, view: &str) -> WindowAssign {
+        WindowAssign { spec, schema, lateness, watermark: None, late: LateRows::new(keep_late, view) }
     }
 }
 
@@ -62,7 +49,7 @@ impl Operator for WindowAssign {
         let ops: Vec<Op> = origins.iter().map(|&o| batch.ops[o as usize]).collect();
         let windowed = ChangeBatch::new(data, ops);
         let keep = match self.watermark {
-            None => self.late.not_late_before(&windowed)?,
+            None => None,
             Some(watermark) => {
                 // Late: the window ended at or before the watermark minus the allowed lateness.
                 let end_column = windowed.data.num_columns() - 1;
@@ -87,23 +74,16 @@ impl Operator for WindowAssign {
 
     fn on_watermark(&mut self, watermark: i64) {
         self.watermark = Some(watermark);
-        self.late.rebuilt();
     }
 
     fn take_late_rows(&mut self) -> Vec<RecordBatch> {
         self.late.take()
-    }
-
-    fn flush_state(&mut self, wb: &mut WriteBatch) {
-        self.late.flush(wb);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::memory::MemoryStore;
-    use crate::state::store::StateStore;
     use crate::types::window::{from_nanos, WindowKind};
     use datafusion::arrow::array::{ArrayRef, Int64Array};
     use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
@@ -122,16 +102,15 @@ mod tests {
         ChangeBatch::inserts(RecordBatch::try_new(schema, vec![ids, t]).unwrap())
     }
 
-    fn assigner(store: &Arc<dyn StateStore>) -> WindowAssign {
+    fn assigner() -> WindowAssign {
         let spec = WindowSpec::new(WindowKind::Tumble { size: 10 * S }, 0, 1).unwrap();
         let schema = spec.output_schema(&rows(&[]).schema());
-        WindowAssign::new(spec, schema, 0, true, (KeyedState::new(9, Arc::clone(store), 16), 0), "test").unwrap()
+        WindowAssign::new(spec, schema, 0, true, "test")
     }
 
     #[test]
-    fn late_rows_are_diverted_and_left_out_again_when_rebuilt() {
-        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
-        let mut a = assigner(&store);
+    fn late_rows_are_diverted() {
+        let mut a = assigner();
         assert_eq!(a.apply(0, rows(&[1, 12])).unwrap()[0].num_rows(), 2);
         a.on_watermark(20 * S);
         // 5 s is in [0, 10): closed; 25 s is not.
@@ -139,12 +118,6 @@ mod tests {
         assert_eq!(out[0].num_rows(), 1);
         let late = a.take_late_rows();
         assert_eq!(late.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
-        let mut wb = WriteBatch::default();
-        a.flush_state(&mut wb);
-        store.write(wb).unwrap();
-        // Rebuilt from every row, before any watermark: the late row stays out.
-        let mut rebuilt = assigner(&store);
-        let out = rebuilt.apply(0, rows(&[1, 12, 5, 25])).unwrap();
-        assert_eq!(out[0].num_rows(), 3);
+        assert!(a.take_late_rows().is_empty());
     }
 }

@@ -128,11 +128,12 @@ fn tls_acceptor(config: &Config) -> Result<Option<TlsAcceptor>> {
 
 /// Opens the data directory and serves until SIGINT or SIGTERM.
 pub async fn run(config: Config) -> Result<()> {
-    // Before the store opens: an empty data directory is restored from the newest checkpoint.
-    let prepared = crate::checkpoint::prepare(&config.checkpoint, &config.data_dir).await?;
+    // Before the store opens: it is put back at the newest checkpoint (downloaded first into an
+    // empty data directory), with every acknowledged write after it.
+    let prepared = crate::checkpoint::prepare(&config.checkpoint, &config.storage, &config.data_dir).await?;
     let first_epoch = prepared.first_epoch;
     let store = Arc::new(RocksStore::open(&config.data_dir.join("state"), &config.storage)?);
-    let checkpointer = prepared.checkpointer(Arc::clone(&store) as Arc<dyn StateStore>);
+    let (checkpointer, replay) = prepared.checkpointer(Arc::clone(&store) as Arc<dyn StateStore>);
     let sized = Arc::clone(&store);
     let stopping = Arc::clone(&store);
     tokio::spawn(async move {
@@ -148,10 +149,10 @@ pub async fn run(config: Config) -> Result<()> {
         EpochBounds { interval: config.barrier_interval, max_rows: config.epoch_max_rows },
         config.storage.state_cache_entries,
         config.watermark_idle_timeout,
-        checkpointer,
+        Some(checkpointer),
         first_epoch,
     );
-    let frontend = Arc::new(Frontend::new(catalog, streaming).await?);
+    let frontend = Arc::new(Frontend::new(catalog, Arc::clone(&streaming), replay).await?);
     let handlers = Arc::new(Handlers::new(frontend, &config));
     let tls = tls_acceptor(&config)?;
 
@@ -191,11 +192,15 @@ pub async fn run(config: Config) -> Result<()> {
             _ = terminate.recv() => { info!("terminated, shutting down"); break; }
         }
     }
-    // Sources' latest chunks skipped the write-ahead log: flushed now, they are not read again
-    // at the next start (a chunk stored after this is, as after a crash).
+    // A last checkpoint: the next start restores it with nothing to replay.
+    if streaming.coordinator.checkpoint_now().await {
+        info!("checkpoint taken at shutdown");
+    } else {
+        warn!("the checkpoint at shutdown failed: the next start replays the writes since the last one");
+    }
     match tokio::task::spawn_blocking(move || stopping.persist()).await {
         Ok(Ok(())) => info!("state flushed"),
-        Ok(Err(e)) => warn!("flushing state at shutdown failed (sources will read their latest chunks again): {e}"),
+        Ok(Err(e)) => warn!("flushing state at shutdown failed: {e}"),
         Err(e) => warn!("flushing state at shutdown failed: {e}"),
     }
     Ok(())

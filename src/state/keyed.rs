@@ -6,16 +6,17 @@
 //! sits together in one vnode and [`KeyedState::scan_prefix`] is one range read.
 //!
 //! Writes stay in `pending` until [`KeyedState::flush`] moves them into an epoch's write batch;
-//! reads see them. A durable table's writes are flushed at every epoch. A table the view
-//! rebuilds at start ([`KeyedState::write_back`]: all operator state but the late-rows ledger)
-//! need not be in the store at an epoch's end, so it is *write-back*: its writes stay in memory
-//! across epochs and go to the store only when more than `capacity` are pending, and a key
-//! written and deleted again before then, which the store is known not to hold, never reaches
-//! it. Such a table is empty in the store when it is made (the view's state is cleared before a
-//! rebuild, and a new view's tables are new), so until its first flush it reads nothing from
-//! the store and knows every key absent. (State that is created and dropped within a few
-//! epochs, such as a window's groups, then costs no store operations.) The cache holds at most `capacity` clean entries and is emptied
-//! when it would grow past that, so memory stays bounded however large the state is.
+//! reads see them. Operator state is restored from checkpoints (ADR 11), so it needs to be in
+//! the store only at a checkpoint barrier: a *write-back* table ([`KeyedState::write_back`],
+//! all operator state) keeps its writes in memory across epochs and sends them to the store at
+//! a checkpoint, or earlier when more than `capacity` are pending; a key written and deleted
+//! again before then, which the store is known not to hold, never reaches it. A write-back
+//! table that holds nothing in the store when it is opened (a new view's) reads nothing from
+//! the store until its first flush and knows every key absent; one restored from a checkpoint
+//! reads it. (State that is created and dropped between checkpoints, such as a short window's
+//! groups, then costs no store operations.) The cache holds at most `capacity` clean entries
+//! and is emptied when it would grow past that, so memory stays bounded however large the
+//! state is.
 //!
 //! Pending writes are hashed by distribution prefix and ordered under it (keys up to 32 bytes
 //! held inline), so the entries under a prefix can be read first or last
@@ -203,12 +204,17 @@ impl KeyedState {
         }
     }
 
-    /// Makes this a write-back table: for state the view rebuilds at start, which need not be
-    /// in the store when an epoch ends, and which the store holds nothing of yet.
-    pub fn write_back(mut self) -> KeyedState {
+    /// Makes this a write-back table: operator state, which needs to be in the store only at
+    /// checkpoints. Whether the store holds any of it yet (a restored view's) is read once here.
+    pub fn write_back(mut self) -> Result<KeyedState> {
         self.write_back = true;
-        self.stored_any = false;
-        self
+        let mut any = false;
+        self.store.scan_prefix(&self.table_id.to_be_bytes(), &mut |_, _| {
+            any = true;
+            Ok(ScanControl::Stop)
+        })?;
+        self.stored_any = any;
+        Ok(self)
     }
 
     /// How many entries the cache holds at most (a budget other caches of the operator follow).
@@ -304,9 +310,8 @@ impl KeyedState {
         Ok((before, after))
     }
 
-    /// Records that the store does not hold `key` (the caller knows, e.g. state that is rebuilt
-    /// at start and was never written in this process), so a write and delete of it before it
-    /// is flushed never reach the store.
+    /// Records that the store does not hold `key` (the caller knows, e.g. a group it has just
+    /// found absent), so a write and delete of it before it is flushed never reach the store.
     pub fn known_absent(&mut self, key: &[u8]) {
         // Before the first spill every key is known absent already.
         if self.stored_any {
@@ -425,10 +430,10 @@ impl KeyedState {
         Ok(())
     }
 
-    /// The epoch ends: moves the pending writes into `wb` (a write-back table's only when more
-    /// than `capacity` are pending) and bounds the cache.
-    pub fn flush(&mut self, wb: &mut WriteBatch) {
-        if self.write_back && self.pending_len <= self.capacity {
+    /// The epoch ends: moves the pending writes into `wb` (a write-back table's only at a
+    /// `checkpoint` or when more than `capacity` are pending) and bounds the cache.
+    pub fn flush(&mut self, wb: &mut WriteBatch, checkpoint: bool) {
+        if self.write_back && !checkpoint && self.pending_len <= self.capacity {
             return;
         }
         self.pending_len = 0;
@@ -469,7 +474,7 @@ mod tests {
         s.put(b"g2a", 2, b"3".to_vec());
         assert_eq!(s.get(b"g1a", 2).unwrap(), Some(b"1".to_vec()));
         let mut wb = WriteBatch::default();
-        s.flush(&mut wb);
+        s.flush(&mut wb, false);
         store.write(wb).unwrap();
         s.delete(b"g1a", 2);
         s.put(b"g1c", 2, b"4".to_vec());
@@ -484,13 +489,13 @@ mod tests {
     #[test]
     fn write_back_keeps_writes_in_memory_until_capacity_and_drops_what_never_reached_the_store() {
         let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
-        let mut s = KeyedState::new(7, Arc::clone(&store), 16).write_back();
+        let mut s = KeyedState::new(7, Arc::clone(&store), 16).write_back().unwrap();
         let key = |i: usize| format!("k{i:02}").into_bytes();
         for i in 0..10 {
             s.put(&key(i), 1, vec![i as u8]);
         }
         let mut wb = WriteBatch::default();
-        s.flush(&mut wb);
+        s.flush(&mut wb, false);
         assert!(wb.is_empty(), "10 pending writes fit in memory");
         assert_eq!(s.get(&key(3), 1).unwrap(), Some(vec![3]));
         assert_eq!(s.scan_prefix(b"k0", 1).unwrap().len(), 10);
@@ -498,7 +503,7 @@ mod tests {
         for i in 10..17 {
             s.put(&key(i), 1, vec![i as u8]);
         }
-        s.flush(&mut wb);
+        s.flush(&mut wb, false);
         assert_eq!(wb.ops.len(), 17);
         store.write(std::mem::take(&mut wb)).unwrap();
         // A key known to be absent, written and deleted before a flush, never reaches the store;
@@ -514,7 +519,7 @@ mod tests {
         for i in 0..16 {
             s.put(format!("x{i:02}").as_bytes(), 1, vec![0]);
         }
-        s.flush(&mut wb);
+        s.flush(&mut wb, false);
         let keys: Vec<Vec<u8>> = wb.ops.iter().map(|op| op.key()[6..].to_vec()).collect();
         assert!(keys.contains(&key(0)) && !keys.contains(&b"new".to_vec()), "{keys:?}");
         assert!(!keys.contains(&b"made".to_vec()), "{keys:?}");
@@ -524,7 +529,7 @@ mod tests {
     #[test]
     fn many_writes_under_one_prefix_stay_ordered_and_readable() {
         let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
-        let mut s = KeyedState::new(7, Arc::clone(&store), 1000).write_back();
+        let mut s = KeyedState::new(7, Arc::clone(&store), 1000).write_back().unwrap();
         // Past FEW_WRITES the prefix's writes change representation; reads and scans agree.
         for i in (0..40u8).rev() {
             s.put(&[b'g', b'a', i], 2, vec![i]);
@@ -545,7 +550,7 @@ mod tests {
         let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
         for write_back in [true, false] {
             let s = KeyedState::new(8, Arc::clone(&store), 1000);
-            let mut s = if write_back { s.write_back() } else { s };
+            let mut s = if write_back { s.write_back().unwrap() } else { s };
             // Few writes under one prefix, then many (a B-tree); 0xFF bytes at the range's end.
             for (sub, n) in [(b'a', 3u8), (b'b', 40), (0xFF, 2)] {
                 for i in (0..n).rev() {
@@ -554,7 +559,7 @@ mod tests {
             }
             let mut wb = WriteBatch::default();
             if !write_back {
-                s.flush(&mut wb);
+                s.flush(&mut wb, false);
                 store.write(std::mem::take(&mut wb)).unwrap();
             }
             for sub in [b'a', b'b', 0xFF] {
@@ -592,7 +597,7 @@ mod tests {
             assert!(s.scan_prefix(b"g", 1).unwrap().is_empty());
             // Stored: a tombstone per stored key, and one for the key put and deleted above.
             assert_eq!(s.pending_len, if write_back { 0 } else { 46 });
-            s.flush(&mut wb);
+            s.flush(&mut wb, false);
             store.write(wb).unwrap();
         }
     }

@@ -21,33 +21,20 @@ pub const META_TABLE_ID: u32 = 0;
 pub type TableId = u32;
 
 /// Operator state tables of view `view_id` have ids `OPERATOR_STATE_BASE | view_id << 8 | n`,
-/// `n` < 256, apart from every relation's id; the range is cleared when the view is rebuilt or
-/// dropped.
+/// `n` < 256, apart from every relation's id; the range is cleared when the view is dropped.
 pub const OPERATOR_STATE_BASE: TableId = 0x8000_0000;
 
-/// The one operator state table of a view that survives the view's rebuild at start: what
-/// happened that the inputs' rows cannot tell again (which rows arrived too late).
-pub const DURABLE_STATE_TABLE: u8 = 255;
+/// The state table a view's runtime keeps at checkpoints: its operators' index records and its
+/// inputs' watermarks (`dataflow::job`); operators number theirs below it.
+pub const RUNTIME_STATE_TABLE: u8 = 255;
+
+/// The table change log (`catalog::change_log`): every table's and source's changes since the
+/// newest checkpoint, by epoch. Below the operator state range and above any relation id.
+pub const CHANGE_LOG_TABLE: TableId = 0x7fff_ffff;
 
 /// The id of state table `n` of view `view_id`'s operators.
 pub fn operator_state_table(view_id: TableId, n: u8) -> TableId {
     OPERATOR_STATE_BASE | (view_id << 8) | n as TableId
-}
-
-/// Whether table `table_id` is operator state that its view rebuilds from its inputs at start
-/// (every operator state table but the durable one), so it need not be in the store at an
-/// epoch's end.
-pub fn rebuilt_at_start(table_id: TableId) -> bool {
-    table_id & OPERATOR_STATE_BASE != 0 && table_id & 0xff != DURABLE_STATE_TABLE as TableId
-}
-
-/// Whether store key `key` is something view `view_id`'s rebuild at start recreates: one of
-/// its rows, or its operator state ([`rebuilt_at_start`]).
-pub fn rebuilt_with_view(view_id: TableId, key: &[u8]) -> bool {
-    let Some(table) = key.get(..4).map(|t| TableId::from_be_bytes(t.try_into().expect("4 bytes"))) else {
-        return false;
-    };
-    table == view_id || (rebuilt_at_start(table) && (table & !OPERATOR_STATE_BASE) >> 8 == view_id)
 }
 
 /// The key range holding every operator state table of view `view_id`.
@@ -138,18 +125,5 @@ mod tests {
         assert_eq!(prefix_end(&[1, 2]), Some(vec![1, 3]));
         assert_eq!(prefix_end(&[1, 0xff]), Some(vec![2]));
         assert_eq!(prefix_end(&[0xff]), None);
-    }
-
-    #[test]
-    fn a_views_rebuild_recreates_its_rows_and_state_but_not_its_ledger() {
-        let state = |view, n| table_prefix(operator_state_table(view, n)).to_vec();
-        assert!(rebuilt_with_view(7, &row_key(7, b"row")));
-        assert!(rebuilt_with_view(7, &state(7, 0)));
-        assert!(rebuilt_with_view(7, &state(7, 254)));
-        assert!(!rebuilt_with_view(7, &state(7, DURABLE_STATE_TABLE)));
-        assert!(!rebuilt_with_view(7, &state(8, 0)));
-        assert!(!rebuilt_with_view(7, &row_key(8, b"row")));
-        assert!(!rebuilt_with_view(7, &meta_key("source_offset/7")));
-        assert!(!rebuilt_with_view(7, b"x"));
     }
 }

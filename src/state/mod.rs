@@ -11,6 +11,7 @@
 //!
 //! Callers: the catalog (table rows and catalog entries), and later the streaming operators.
 
+pub mod index_codec;
 pub mod keyed;
 pub mod keys;
 pub mod memory;

@@ -2,7 +2,7 @@
 //!
 //! Every write goes through the write-ahead log, so a batch that `write` acknowledged survives
 //! `kill -9`; `storage.sync_writes` adds an fsync per batch for power loss. Batches marked
-//! rebuildable (view rows and operator state, rebuilt at start) skip the log. Scans read through an
+//! `skip_wal` (view rows and operator state, restored from checkpoints) skip the log. Scans read through an
 //! iterator, which RocksDB pins to one implicit snapshot. Large values (segments of append-only
 //! relations) live in blob files beside the LSM tree.
 
@@ -113,7 +113,7 @@ impl StateStore for RocksStore {
 
     fn write(&self, batch: WriteBatch) -> Result<()> {
         let mut wb = rocksdb::WriteBatch::default();
-        let rebuildable = batch.rebuildable;
+        let skip_wal = batch.skip_wal;
         for op in batch.ops {
             match op {
                 WriteOp::Put(k, v) => wb.put(k, v),
@@ -122,7 +122,7 @@ impl StateStore for RocksStore {
             }
         }
         let mut opts = WriteOptions::default();
-        if rebuildable {
+        if skip_wal {
             opts.disable_wal(true);
         } else {
             opts.set_sync(self.sync_writes);

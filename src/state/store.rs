@@ -1,7 +1,7 @@
 //! The [`StateStore`] trait: an ordered key-value store of bytes.
 //!
 //! Contract: a [`WriteBatch`] is applied atomically and durably (it survives a process crash once
-//! `write` returns), unless it is marked [`WriteBatch::rebuildable`]; a prefix scan sees one consistent snapshot of the store. Keys follow the
+//! `write` returns), unless it is marked [`WriteBatch::skip_wal`]; a prefix scan sees one consistent snapshot of the store. Keys follow the
 //! layout in [`super::keys`]. Implementations: [`super::rocks::RocksStore`] (the server) and
 //! [`super::memory::MemoryStore`] (unit tests).
 
@@ -29,11 +29,12 @@ impl WriteOp {
 #[derive(Debug, Default, Clone)]
 pub struct WriteBatch {
     pub ops: Vec<WriteOp>,
-    /// Losing these writes in a crash does no harm: they hold only what is rebuilt at start
-    /// anyway (a view's rows and its operators' state) or read again from the connector (a
-    /// source's chunk with its offset), so the store may skip its write-ahead log for them.
-    /// Atomicity still holds: the batch is applied whole or not at all.
-    pub rebuildable: bool,
+    /// Losing these writes in a crash does no harm: a restart restores what they hold from the
+    /// newest checkpoint (a view's rows and its operators' state) or reads it again from the
+    /// connector (a source's chunk with its offset and change-log entry), so the store may skip
+    /// its write-ahead log for them. Atomicity still holds: the batch is applied whole or not
+    /// at all. (A checkpoint flushes the memtables, so its snapshot holds them.)
+    pub skip_wal: bool,
 }
 
 impl WriteBatch {

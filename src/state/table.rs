@@ -205,10 +205,7 @@ impl StateTable {
             return Ok(());
         }
         let first = self.key_codec.convert_columns(&[batch.column(self.key_indices[0]).slice(0, 1)])?;
-        let mut writer = StreamWriter::try_new(Vec::with_capacity(batch.get_array_memory_size() + 1024), &self.schema)?;
-        writer.write(batch)?;
-        writer.finish()?;
-        wb.put(segment_key(self.table_id, first.row(0).as_ref()), writer.into_inner()?);
+        wb.put(segment_key(self.table_id, first.row(0).as_ref()), encode_ipc(batch)?);
         Ok(())
     }
 
@@ -240,15 +237,8 @@ impl StateTable {
     }
 
     fn decode_segment(&self, bytes: &[u8]) -> Result<Vec<RecordBatch>> {
-        let decoded = catch_unwind(AssertUnwindSafe(|| -> std::result::Result<Vec<RecordBatch>, ArrowError> {
-            StreamReader::try_new(Cursor::new(bytes), None)?.collect()
-        }));
-        let batches = match decoded {
-            Ok(Ok(batches)) => batches,
-            Ok(Err(e)) => return Err(self.corrupt(&e.to_string())),
-            Err(_) => return Err(self.corrupt("undecodable segment")),
-        };
-        batches
+        decode_ipc(bytes)
+            .map_err(|why| self.corrupt(&why))?
             .into_iter()
             .map(|b| {
                 if b.schema().fields() != self.schema.fields() {
@@ -406,5 +396,28 @@ mod tests {
         store.write(wb).unwrap();
         assert_eq!(a.count(&store).unwrap(), 0);
         assert_eq!(b.count(&store).unwrap(), 1);
+    }
+}
+
+/// `batch` in the Arrow IPC stream format: how stored batches (segments, logged changes) are
+/// encoded.
+pub fn encode_ipc(batch: &RecordBatch) -> Result<Vec<u8>> {
+    let mut writer =
+        StreamWriter::try_new(Vec::with_capacity(batch.get_array_memory_size() + 1024), batch.schema_ref())?;
+    writer.write(batch)?;
+    writer.finish()?;
+    Ok(writer.into_inner()?)
+}
+
+/// The batches of an [`encode_ipc`] encoding; why not, for bytes that are not one (a corrupt
+/// store: the caller says whose).
+pub fn decode_ipc(bytes: &[u8]) -> std::result::Result<Vec<RecordBatch>, String> {
+    let decoded = catch_unwind(AssertUnwindSafe(|| -> std::result::Result<Vec<RecordBatch>, ArrowError> {
+        StreamReader::try_new(Cursor::new(bytes), None)?.collect()
+    }));
+    match decoded {
+        Ok(Ok(batches)) => Ok(batches),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("undecodable Arrow IPC".into()),
     }
 }

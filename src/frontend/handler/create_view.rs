@@ -23,6 +23,7 @@ use datafusion::common::ScalarValue;
 
 use crate::catalog::{RelationKind, TableOptions};
 use crate::dataflow::build::{build, Built, EventTimeOptions};
+use crate::dataflow::manager::ViewStart;
 use crate::error::{Result, SqlState, WeirError};
 use crate::frontend::clauses::StreamingClauses;
 use crate::frontend::{Frontend, Session, StatementResult};
@@ -236,7 +237,11 @@ pub async fn handle(
     };
     let started = match fe.catalog().by_id(id) {
         Some(relation) => match build_view(fe, session, &logical, &name, id, &event_time) {
-            Ok(built) => fe.streaming().start_view(relation, built, late.as_ref().map(|(t, _)| Arc::clone(t))).await,
+            Ok(built) => {
+                fe.streaming()
+                    .start_view(relation, built, late.as_ref().map(|(t, _)| Arc::clone(t)), ViewStart::Backfill)
+                    .await
+            }
             Err(e) => Err(e),
         },
         None => Err(WeirError::internal("view vanished while being created")),

@@ -155,6 +155,11 @@ fn name_given_columns(fe: &Frontend, statement: Statement) -> Statement {
     Statement::Insert(insert)
 }
 
+/// Whether `statement` changes the catalog (it completes with a checkpoint).
+pub fn changes_catalog(statement: &Statement) -> bool {
+    matches!(statement, Statement::CreateTable(_) | Statement::CreateView(_) | Statement::Drop { .. })
+}
+
 /// Whether a statement changes table rows (and so must be visible after `implicit_flush`).
 pub fn writes_rows(statement: &Statement) -> bool {
     matches!(statement, Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) | Statement::Truncate(_))

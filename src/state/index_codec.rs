@@ -1,0 +1,174 @@
+//! The one encoding of what operators keep in memory besides their state tables and store at
+//! checkpoints ([`crate::operators::operator::Operator::save_index`]): windows by close time,
+//! row numbers, rows by expiry time.
+//!
+//! A record starts with a format byte ([`FORMAT`]); fields follow as fixed-width big-endian
+//! integers and length-prefixed byte strings, in the order the operator wrote them. A record
+//! that is cut short, has bytes left over or another format is a corrupt checkpoint (XX001),
+//! never silently read as something else: a checkpoint outlives the binary that wrote it, so
+//! a later format gets a new number and a decoder for the old one.
+//!
+//! Written by operators at checkpoint barriers, read once when a view is restored.
+
+use std::collections::BTreeMap;
+
+use crate::error::{Result, SqlState, WeirError};
+
+/// The record format this build writes.
+pub const FORMAT: u8 = 1;
+
+/// Builds one record.
+pub struct IndexWriter {
+    bytes: Vec<u8>,
+}
+
+impl Default for IndexWriter {
+    fn default() -> Self {
+        IndexWriter { bytes: vec![FORMAT] }
+    }
+}
+
+impl IndexWriter {
+    pub fn u64(&mut self, v: u64) -> &mut Self {
+        self.bytes.extend_from_slice(&v.to_be_bytes());
+        self
+    }
+
+    pub fn i64(&mut self, v: i64) -> &mut Self {
+        self.bytes.extend_from_slice(&v.to_be_bytes());
+        self
+    }
+
+    pub fn bytes(&mut self, v: &[u8]) -> &mut Self {
+        self.u64(v.len() as u64);
+        self.bytes.extend_from_slice(v);
+        self
+    }
+
+    /// An optional `i64` (a watermark).
+    pub fn opt_i64(&mut self, v: Option<i64>) -> &mut Self {
+        match v {
+            Some(v) => self.u64(1).i64(v),
+            None => self.u64(0),
+        }
+    }
+
+    /// Keys by time (windows by close time, rows by expiry).
+    pub fn keys_by_time(&mut self, map: &BTreeMap<i64, Vec<Vec<u8>>>) -> &mut Self {
+        self.u64(map.len() as u64);
+        for (time, keys) in map {
+            self.i64(*time).u64(keys.len() as u64);
+            for k in keys {
+                self.bytes(k);
+            }
+        }
+        self
+    }
+
+    pub fn finish(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.bytes)
+    }
+}
+
+/// Reads one record, in the order it was written.
+pub struct IndexReader<'a> {
+    rest: &'a [u8],
+    what: &'a str,
+}
+
+impl<'a> IndexReader<'a> {
+    /// A reader of `record`, which belongs to `what` (an operator's description, for errors).
+    pub fn new(record: &'a [u8], what: &'a str) -> Result<IndexReader<'a>> {
+        match record.split_first() {
+            Some((&FORMAT, rest)) => Ok(IndexReader { rest, what }),
+            Some((other, _)) => Err(corrupt(what, &format!("record format {other}, this build reads {FORMAT}"))),
+            None => Err(corrupt(what, "an empty record")),
+        }
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        if self.rest.len() < n {
+            return Err(corrupt(self.what, "a record cut short"));
+        }
+        let (head, rest) = self.rest.split_at(n);
+        self.rest = rest;
+        Ok(head)
+    }
+
+    pub fn u64(&mut self) -> Result<u64> {
+        Ok(u64::from_be_bytes(self.take(8)?.try_into().expect("8 bytes")))
+    }
+
+    pub fn i64(&mut self) -> Result<i64> {
+        Ok(i64::from_be_bytes(self.take(8)?.try_into().expect("8 bytes")))
+    }
+
+    pub fn bytes(&mut self) -> Result<Vec<u8>> {
+        let n = self.u64()?;
+        let n = usize::try_from(n).map_err(|_| corrupt(self.what, "a length past the address space"))?;
+        Ok(self.take(n)?.to_vec())
+    }
+
+    pub fn opt_i64(&mut self) -> Result<Option<i64>> {
+        match self.u64()? {
+            0 => Ok(None),
+            1 => Ok(Some(self.i64()?)),
+            _ => Err(corrupt(self.what, "a bad option tag")),
+        }
+    }
+
+    pub fn keys_by_time(&mut self) -> Result<BTreeMap<i64, Vec<Vec<u8>>>> {
+        let mut map = BTreeMap::new();
+        for _ in 0..self.u64()? {
+            let time = self.i64()?;
+            let n = self.u64()?;
+            let keys = (0..n).map(|_| self.bytes()).collect::<Result<Vec<_>>>()?;
+            map.insert(time, keys);
+        }
+        Ok(map)
+    }
+
+    /// The record is read: bytes left over mean it was not what the reader expected.
+    pub fn finish(self) -> Result<()> {
+        if self.rest.is_empty() {
+            Ok(())
+        } else {
+            Err(corrupt(self.what, "bytes left over"))
+        }
+    }
+}
+
+/// The error of a record of `what` that is not what its reader expects.
+pub fn corrupt(what: &str, why: &str) -> WeirError {
+    WeirError::new(SqlState::DATA_CORRUPTED, format!("the checkpointed index of {what} is corrupt: {why}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_reads_back_and_damage_is_refused() {
+        let mut map = BTreeMap::new();
+        map.insert(-5, vec![b"a".to_vec(), vec![]]);
+        map.insert(9, vec![vec![0xff; 40]]);
+        let record = IndexWriter::default().u64(7).opt_i64(Some(-1)).opt_i64(None).keys_by_time(&map).finish();
+        let mut r = IndexReader::new(&record, "test").unwrap();
+        assert_eq!(r.u64().unwrap(), 7);
+        assert_eq!(r.opt_i64().unwrap(), Some(-1));
+        assert_eq!(r.opt_i64().unwrap(), None);
+        assert_eq!(r.keys_by_time().unwrap(), map);
+        r.finish().unwrap();
+        // Cut short, extended, another format: each an error, never a different index.
+        for bad in [&record[..record.len() - 1], &[record.as_slice(), &[0]].concat()[..], &[2u8, 0][..], &[][..]] {
+            let read = IndexReader::new(bad, "test").and_then(|mut r| {
+                r.u64()?;
+                r.opt_i64()?;
+                r.opt_i64()?;
+                r.keys_by_time()?;
+                r.finish()
+            });
+            assert_eq!(read.unwrap_err().state, SqlState::DATA_CORRUPTED);
+        }
+    }
+}
