@@ -108,7 +108,7 @@ struct ServeArgs {
     /// [checkpoint.s3]), file:///dir or a directory [default: DATA_DIR/checkpoints]
     #[arg(long, env = "WEIR_CHECKPOINT_URL", value_name = "URL")]
     checkpoint_url: Option<String>,
-    /// Least time between checkpoints, as `1s` or `500ms`; `off` for none [default: 1s]
+    /// Least time between checkpoints, as `1s` or `500ms`; `off`: only at DDL and at a stop [default: 1s]
     #[arg(long, env = "WEIR_CHECKPOINT_INTERVAL", value_name = "DURATION", value_parser = parse_interval_or_off)]
     checkpoint_interval: Option<std::time::Duration>,
     /// Complete checkpoints kept in the object store [default: 3]
