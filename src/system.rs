@@ -71,7 +71,8 @@ pub fn record_event_time(view: &str, watermark: Option<i64>, open_windows: usize
         return;
     }
     let entry = all.entry(view.to_string()).or_default();
-    entry.watermark_micros = watermark.map(|w| w.div_euclid(1000));
+    // Past every row (every input ended) is shown as NULL, like no watermark yet.
+    entry.watermark_micros = watermark.filter(|w| *w != i64::MAX).map(|w| w.div_euclid(1000));
     entry.open_windows = open_windows as u64;
 }
 

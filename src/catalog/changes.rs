@@ -116,7 +116,7 @@ impl ChangeHub {
                         let kib = (batch.data.get_array_memory_size() / 1024).clamp(1, BUDGET_KIB as usize) as u32;
                         Arc::clone(&s.budget).acquire_many_owned(kib).await.ok()
                     }
-                    Message::Barrier(_) => None,
+                    Message::Barrier(_) | Message::End => None,
                 };
                 if s.tx.send((m.clone(), published, permit)).await.is_err() {
                     gone.push(i);

@@ -452,6 +452,14 @@ impl Writer {
         Ok(())
     }
 
+    /// A bounded source read its last row: its subscribers learn that nothing follows
+    /// ([`Message::End`]), after every row it published.
+    pub async fn finish(&self) {
+        let _guard = self.relation.write_lock.lock().await;
+        self.relation.mark_finished();
+        self.changes.publish(self.relation.def.id, vec![Message::End]).await;
+    }
+
     /// Publishes a statement's changes, dated `since` (when they came into being; None: now).
     async fn publish(&self, changes: Option<ChangeBatch>, since: Option<std::time::Instant>) {
         if let Some(changes) = changes.filter(|c| !c.is_empty()) {

@@ -70,9 +70,23 @@ pub struct Relation {
     /// into this relation's subscribers. Changed only under `write_lock` (the coordinator's
     /// barrier injection), read under it (writers logging to [`change_log`]).
     open_epoch: AtomicU64,
+    /// A bounded source that has read its last row (set under `write_lock`, with
+    /// [`crate::types::Message::End`] published to its subscribers).
+    finished: std::sync::atomic::AtomicBool,
 }
 
 impl Relation {
+    /// Whether this is a bounded source that has read its last row (read under `write_lock`
+    /// by a view starting on it; a restarted source finds its end again).
+    pub fn finished(&self) -> bool {
+        self.finished.load(Ordering::SeqCst)
+    }
+
+    /// The source read its last row (under `write_lock`).
+    pub fn mark_finished(&self) {
+        self.finished.store(true, Ordering::SeqCst);
+    }
+
     /// The epoch the changes written now belong to (read under `write_lock`).
     pub fn open_epoch(&self) -> crate::types::Epoch {
         self.open_epoch.load(Ordering::SeqCst)
@@ -246,6 +260,7 @@ impl Catalog {
             write_lock: Arc::new(tokio::sync::Mutex::new(())),
             next_row_id: AtomicU64::new(next_row_id),
             open_epoch: AtomicU64::new(open_epoch),
+            finished: std::sync::atomic::AtomicBool::new(false),
         })
     }
 

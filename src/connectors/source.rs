@@ -7,8 +7,11 @@
 //! from it. Connectors can read again from any offset they reported (a generator regenerates,
 //! a file is re-read, a Kafka topic keeps its offsets), so chunks are written without the
 //! write-ahead log: a crash may lose the latest chunks together with their offset, never one
-//! without the other, and the source reads them again after the restart. Records the reader could not decode go into the same write as dead letters. A bounded source (one that reports it is done) stops its task; rate limits are the
-//! reader's business (it says how long to wait before the next chunk).
+//! without the other, and the source reads them again after the restart. Records the reader
+//! could not decode go into the same write as dead letters. A bounded source (one that reports
+//! it is done) tells the views reading it that no row follows ([`Writer::finish`]: their
+//! watermark passes every row) and stops its task; rate limits are the reader's business (it
+//! says how long to wait before the next chunk).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -135,6 +138,7 @@ pub fn start(
                 Ok(Chunk::Wait(pause)) => tokio::time::sleep(pause).await,
                 Ok(Chunk::Done) => {
                     tracing::info!(source = %name, offset, "source finished");
+                    writer.finish().await;
                     return;
                 }
                 Err(e) => {

@@ -21,8 +21,9 @@
 //! expression value of the rows it has read. The view's watermark is the least of those over
 //! its inputs, leaving out inputs idle (no rows) for longer than the idle timeout, so a quiet
 //! input does not hold every window open; an input that has never had a row holds it until it
-//! is idle. The watermark is pushed into the graph after the data that moved it, and only
-//! forward. Rows that came too late for their windows are written, in the epoch's write batch,
+//! is idle. An input that ends (a bounded source that finished, [`Message::End`]) has a
+//! watermark past every row from then on. The watermark is pushed into the graph after the
+//! data that moved it, and only forward. Rows that came too late for their windows are written, in the epoch's write batch,
 //! to the view's `LATE ROWS TO` table (with the view's name and their arrival time) and
 //! published to that table's subscribers like an INSERT.
 
@@ -105,6 +106,13 @@ impl ViewJob {
         }
     }
 
+    /// Input `input` has no more rows: its watermark passes every row.
+    fn input_ended(&mut self, input: usize) {
+        if let Some(w) = self.watermarks.get_mut(input).and_then(|w| w.as_mut()) {
+            w.max = Some(i64::MAX);
+        }
+    }
+
     /// Recomputes the view's watermark from its inputs' and pushes it into the graph if it
     /// advanced.
     fn advance_watermark(&mut self) {
@@ -126,7 +134,11 @@ impl ViewJob {
             if self.watermark.is_none_or(|current| next > current) {
                 self.watermark = Some(next);
                 self.graph.watermark(next);
-                metrics::VIEW_WATERMARK_SECONDS.with_label_values(&[&self.relation.def.name]).set(next as f64 / 1e9);
+                if next != i64::MAX {
+                    metrics::VIEW_WATERMARK_SECONDS
+                        .with_label_values(&[&self.relation.def.name])
+                        .set(next as f64 / 1e9);
+                }
             }
         }
     }
@@ -156,9 +168,13 @@ impl ViewJob {
         Ok(Some(RecordBatch::try_new(target, columns)?))
     }
 
-    /// Runs the view over its inputs' current rows (`snapshots[i]` for input `i`) and commits
-    /// the result, before the job starts following changes.
-    pub async fn backfill(&mut self, snapshots: Vec<Vec<datafusion::arrow::array::RecordBatch>>) -> Result<()> {
+    /// Runs the view over its inputs' current rows (`snapshots[i]` for input `i`; `ended[i]`:
+    /// the input has no more) and commits the result, before the job starts following changes.
+    pub async fn backfill(
+        &mut self,
+        snapshots: Vec<Vec<datafusion::arrow::array::RecordBatch>>,
+        ended: Vec<bool>,
+    ) -> Result<()> {
         for (input, batches) in snapshots.into_iter().enumerate() {
             for batch in batches {
                 if batch.num_rows() > 0 {
@@ -170,6 +186,9 @@ impl ViewJob {
             }
         }
         // The watermark only after every existing row: they all count as on time.
+        for (input, _) in ended.iter().enumerate().filter(|(_, ended)| **ended) {
+            self.input_ended(input);
+        }
         self.advance_watermark();
         let mut wb = WriteBatch { skip_wal: true, ..Default::default() };
         let out = self.graph.barrier(&mut wb, false)?;
@@ -282,6 +301,10 @@ impl ViewJob {
                     }
                     self.advance_watermark();
                 }
+                Some((Message::End, _)) => {
+                    self.input_ended(input);
+                    self.advance_watermark();
+                }
                 Some((Message::Barrier(barrier), _)) => {
                     let epoch = barrier.epoch;
                     // A barrier from before this view started (a view input catching up) only
@@ -340,7 +363,7 @@ impl ViewJob {
         let view = self.relation.def.name.as_str();
         let open_windows = self.graph.open_windows();
         crate::system::record_event_time(view, self.watermark, open_windows);
-        if let Some(w) = self.watermark {
+        if let Some(w) = self.watermark.filter(|w| *w != i64::MAX) {
             let lag = chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX).saturating_sub(w);
             metrics::WATERMARK_LAG_SECONDS.with_label_values(&[view]).set(lag as f64 / 1e9);
         }

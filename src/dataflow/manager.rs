@@ -106,17 +106,19 @@ impl Streaming {
                 }
                 let mut receivers = Vec::new();
                 let mut snapshots = Vec::new();
+                let mut ended = Vec::new();
                 for input in &inputs {
                     receivers.push(catalog.changes.subscribe(input.def.id, id).await);
                     if how == ViewStart::Backfill {
                         snapshots.push(input.read_rows(catalog.store()).await);
+                        ended.push(input.finished());
                     }
                 }
                 drop(guards);
-                (receivers, snapshots)
+                (receivers, snapshots, ended)
             })
             .await;
-        let (receivers, snapshots) = snapshot;
+        let (receivers, snapshots, ended) = snapshot;
         let snapshots = match snapshots.into_iter().collect::<Result<Vec<_>>>() {
             Ok(s) => s,
             Err(e) => {
@@ -145,7 +147,7 @@ impl Streaming {
             committed,
         };
         let started = match how {
-            ViewStart::Backfill => job.backfill(snapshots).await,
+            ViewStart::Backfill => job.backfill(snapshots, ended).await,
             ViewStart::Restore => job.restore(),
         };
         if let Err(e) = started {

@@ -1,4 +1,5 @@
-//! What flows on a stream: data, and barriers that cut it into epochs.
+//! What flows on a stream: data, barriers that cut it into epochs, and the end of a bounded
+//! input.
 //!
 //! Data between barrier `e-1` and barrier `e` belongs to epoch `e`. When an operator has seen
 //! barrier `e` on every input, everything of epoch `e` has reached it; the runtime then commits
@@ -39,4 +40,7 @@ impl Barrier {
 pub enum Message {
     Data(ChangeBatch),
     Barrier(Barrier),
+    /// The input will have no more rows (a bounded source finished): its watermark passes
+    /// every row, so windows waiting for it close, as at the end of bounded input in Flink.
+    End,
 }
