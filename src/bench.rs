@@ -74,21 +74,35 @@ pub use tempdir::remove_temp_dirs;
 
 impl Harness {
     pub(crate) async fn new() -> Result<Harness> {
-        Self::with_epoch(Duration::from_secs(1)).await
+        Self::with_epoch(Duration::from_secs(1), None).await
     }
 
-    /// A server whose epochs (barriers, commits) come every `epoch`.
-    pub(crate) async fn with_epoch(epoch: Duration) -> Result<Harness> {
+    /// A server whose epochs (barriers, commits) come every `epoch`, taking checkpoints as
+    /// `checkpoints` says (None: none, and no change log, since nothing restarts from a
+    /// benchmark's store).
+    pub(crate) async fn with_epoch(
+        epoch: Duration,
+        checkpoints: Option<crate::checkpoint::CheckpointConfig>,
+    ) -> Result<Harness> {
         let dir = std::env::temp_dir().join(format!("weir-bench-{}-{}", std::process::id(), rand_suffix()));
-        let store = Arc::new(RocksStore::open(&dir.join("state"), &StorageConfig::default())?);
-        // Nothing restarts from a benchmark's store: no change log, no checkpoints.
-        let catalog = Arc::new(Catalog::open(store, "dev")?.without_change_log());
+        let storage = StorageConfig::default();
+        let prepared = match &checkpoints {
+            Some(config) => Some(crate::checkpoint::prepare(config, &storage, &dir).await?),
+            None => None,
+        };
+        let store = Arc::new(RocksStore::open(&dir.join("state"), &storage)?);
+        let catalog = Catalog::open(Arc::clone(&store) as Arc<dyn crate::state::store::StateStore>, "dev")?;
+        let (catalog, checkpointer) = match prepared {
+            Some(prepared) => (catalog, Some(prepared.checkpointer(store).0)),
+            None => (catalog.without_change_log(), None),
+        };
+        let catalog = Arc::new(catalog);
         let streaming = Streaming::new(
             Arc::clone(&catalog),
             EpochBounds { interval: epoch, max_rows: crate::config::DEFAULT_EPOCH_MAX_ROWS },
-            StorageConfig::default().state_cache_entries,
+            storage.state_cache_entries,
             Duration::from_secs(10),
-            None,
+            checkpointer,
             0,
         );
         let frontend = Frontend::new(catalog, streaming, vec![]).await?;

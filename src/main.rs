@@ -65,7 +65,15 @@ enum BenchCommand {
         rate: u64,
         /// Time between epochs (barriers and commits), as `1s` or `250ms`.
         #[arg(long, default_value = "1s", value_parser = parse_duration)]
-        checkpoint_interval: std::time::Duration,
+        barrier_interval: std::time::Duration,
+        /// Take checkpoints this often (`1s`), as `weir serve` does; off by default, so the
+        /// figures show what checkpoints cost.
+        #[arg(long, value_parser = parse_duration)]
+        checkpoint_interval: Option<std::time::Duration>,
+        /// Where checkpoints go (a directory, or s3://bucket/prefix with AWS_* settings);
+        /// default: under the benchmark's data directory.
+        #[arg(long)]
+        checkpoint_url: Option<String>,
         /// Replay the events from files in this directory instead of generating them while
         /// running (the files are written first, untimed, if they are not there).
         #[arg(long)]
@@ -183,7 +191,9 @@ fn main() -> std::process::ExitCode {
                     parallelism,
                     chunk,
                     rate,
+                    barrier_interval,
                     checkpoint_interval,
+                    checkpoint_url,
                     files,
                     format,
                     store_file_rows,
@@ -195,7 +205,12 @@ fn main() -> std::process::ExitCode {
                 parallelism,
                 chunk: chunk.max(1),
                 rate,
-                epoch: checkpoint_interval,
+                epoch: barrier_interval,
+                checkpoints: checkpoint_interval.map(|interval| weir::checkpoint::CheckpointConfig {
+                    url: checkpoint_url,
+                    interval_ms: interval.as_millis() as u64,
+                    ..Default::default()
+                }),
                 files,
                 format,
                 store_file_rows,

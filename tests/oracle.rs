@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::TestServer;
+use common::{rows, Rng, TestServer};
 
 /// The views under test: (name, query).
 const VIEWS: &[(&str, &str)] = &[
@@ -32,20 +32,6 @@ const VIEWS: &[(&str, &str)] = &[
     ("join_then_regroup", "SELECT a.k, count(*) AS n FROM a JOIN bag ON a.g = bag.x GROUP BY a.k"),
     ("per_b", "SELECT b.k AS bk, count(a.k) AS n, sum(a.v) AS s FROM b LEFT JOIN a ON a.g = b.k GROUP BY b.k"),
 ];
-
-/// A small deterministic generator (xorshift), so a failing seed can be replayed.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> i64 {
-        (self.next() % n) as i64
-    }
-}
 
 fn random_statement(rng: &mut Rng) -> String {
     match rng.below(10) {
@@ -75,23 +61,6 @@ fn random_statement(rng: &mut Rng) -> String {
             }
         }
     }
-}
-
-async fn rows(client: &tokio_postgres::Client, sql: &str) -> Vec<String> {
-    let mut out: Vec<String> = client
-        .simple_query(sql)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
-        .into_iter()
-        .filter_map(|m| match m {
-            tokio_postgres::SimpleQueryMessage::Row(r) => {
-                Some((0..r.len()).map(|i| r.get(i).unwrap_or("NULL").to_string()).collect::<Vec<_>>().join("|"))
-            }
-            _ => None,
-        })
-        .collect();
-    out.sort();
-    out
 }
 
 async fn check_views(client: &tokio_postgres::Client, context: &str) {

@@ -30,6 +30,8 @@ pub struct NexmarkOptions {
     pub rate: u64,
     /// Time between epochs.
     pub epoch: Duration,
+    /// Checkpoints as `weir serve` takes them (None: off).
+    pub checkpoints: Option<crate::checkpoint::CheckpointConfig>,
     /// Replay from files in this directory (written first if missing) instead of generating.
     pub files: Option<PathBuf>,
     /// parquet, csv or json.
@@ -221,7 +223,7 @@ pub async fn run(options: NexmarkOptions) -> Result<()> {
         };
         started = Instant::now();
         cpu_before = cpu_seconds();
-        let mut h = Harness::with_epoch(options.epoch).await?;
+        let mut h = Harness::with_epoch(options.epoch, options.checkpoints.clone()).await?;
         h.run(&format!("SET streaming_parallelism = {}", options.parallelism)).await?;
         h.run(&sources).await?;
         h.run(view).await?;
@@ -268,8 +270,19 @@ pub async fn run(options: NexmarkOptions) -> Result<()> {
         Some(_) => format!("{} files", options.format),
         None => "generator".to_string(),
     };
+    let checkpoints = crate::metrics::CHECKPOINTS_TOTAL.with_label_values(&["complete"]).get();
+    let uploaded_mib = crate::metrics::CHECKPOINT_UPLOADED_BYTES_TOTAL.get() as f64 / (1 << 20) as f64;
+    let alignment = &*crate::metrics::CHECKPOINT_ALIGNMENT_SECONDS;
+    let alignment_p99 = quantile(alignment, 0.99) * 1000.0;
+    let checkpointed = match &options.checkpoints {
+        Some(c) => format!(
+            ", checkpoints every {} ms: {checkpoints} uploaded, {uploaded_mib:.1} MiB, alignment p99 <= {alignment_p99:.0} ms",
+            c.interval_ms
+        ),
+        None => ", checkpoints off".to_string(),
+    };
     println!(
-        "nexmark {} ({source}): {} events in {seconds:.2} s = {rate:.0} events/s, {cpu_per_million:.2} CPU s per million events, latency p50 <= {p50:.0} ms p99 <= {p99:.0} ms, peak RSS {rss:.0} MiB ({} cores)",
+        "nexmark {} ({source}): {} events in {seconds:.2} s = {rate:.0} events/s, {cpu_per_million:.2} CPU s per million events, latency p50 <= {p50:.0} ms p99 <= {p99:.0} ms, peak RSS {rss:.0} MiB{checkpointed} ({} cores)",
         options.query,
         options.events,
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
@@ -288,6 +301,9 @@ pub async fn run(options: NexmarkOptions) -> Result<()> {
         "latency_p50_ms": whole(p50),
         "latency_p99_ms": whole(p99),
         "peak_rss_mib": whole(rss),
+        "checkpoint_interval_ms": options.checkpoints.as_ref().map(|c| c.interval_ms),
+        "checkpoints": checkpoints,
+        "checkpoint_uploaded_mib": (uploaded_mib * 10.0).round() / 10.0,
     });
     println!("{json}");
     Ok(())

@@ -200,3 +200,35 @@ pub fn s3_bucket(name: &str) -> (String, String) {
     assert!(response.starts_with("HTTP/1.1 200"), "creating bucket {bucket}: {response}");
     (endpoint, bucket)
 }
+
+/// A small deterministic generator (xorshift), so a failing run can be replayed.
+pub struct Rng(pub u64);
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    pub fn below(&mut self, n: u64) -> i64 {
+        (self.next() % n) as i64
+    }
+}
+
+/// A query's rows, each as its columns joined by `|` (NULL as `NULL`), sorted.
+pub async fn rows(client: &tokio_postgres::Client, sql: &str) -> Vec<String> {
+    let mut out: Vec<String> = client
+        .simple_query(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .into_iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => {
+                Some((0..r.len()).map(|i| r.get(i).unwrap_or("NULL").to_string()).collect::<Vec<_>>().join("|"))
+            }
+            _ => None,
+        })
+        .collect();
+    out.sort();
+    out
+}

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Recovery time after kill -9 (issue 15; results in docs/benchmarks.md).
+#
+#   scripts/bench-recovery.sh [WEIR_BINARY] [EVENTS]
+#
+# Two scenarios, each on a fresh data directory:
+#   keys: a table of 1,000,000 keys and a view with one group per key, then a few more writes;
+#   q5:   Nexmark q5 over EVENTS bid events (default 10,000,000) from the generator.
+# For each: the view's answer is read, the server is killed with SIGKILL, started again, and the
+# time from starting it to the view giving the same answer is printed (the server's own figure,
+# weir_recovery_seconds, too). Needs psql and curl. WEIR_BINARY defaults to a release build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+weir=${1:-target/release/weir}
+events=${2:-10000000}
+port=${WEIR_BENCH_PORT:-4577}
+metrics_port=$((port + 1))
+dir=$(mktemp -d /tmp/weir-recovery.XXXXXX)
+pid=""
+trap '[ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; rm -rf "$dir"' EXIT
+
+sql() { psql -h 127.0.0.1 -p "$port" -U root -d dev -At -v ON_ERROR_STOP=1 -c "$1"; }
+now() { date +%s.%N; }
+
+start() {
+    "$weir" serve --listen "127.0.0.1:$port" --data-dir "$dir/data" \
+        --metrics-listen "127.0.0.1:$metrics_port" >>"$dir/log" 2>&1 &
+    pid=$!
+}
+
+# Waits until `query` answers `expected`; prints the seconds since `since`.
+answers_after() {
+    local query=$1 expected=$2 since=$3 got
+    while true; do
+        got=$(sql "$query" 2>/dev/null || true)
+        if [ "$got" = "$expected" ]; then
+            echo "$(now) - $since" | bc
+            return
+        fi
+        sleep 0.01
+    done
+}
+
+metric() { curl -s "127.0.0.1:$metrics_port/metrics" | awk -v m="$1" '$1 == m { print $2 }'; }
+
+# Kills the server, starts it again, and reports how long `query` took to answer as before.
+kill_and_time() {
+    local name=$1 query=$2 expected
+    expected=$(sql "FLUSH; $query" | tail -1)
+    kill -9 "$pid"
+    wait "$pid" 2>/dev/null || true
+    local since
+    since=$(now)
+    start
+    local seconds
+    seconds=$(answers_after "$query" "$expected" "$since")
+    echo "$name: the view answers as before $seconds s after the restart began (store restored in $(metric weir_recovery_seconds) s); answer $expected"
+    kill "$pid"
+    wait "$pid" 2>/dev/null || true
+    rm -rf "$dir/data"
+}
+
+start
+answers_after "SELECT 1" 1 "$(now)" >/dev/null
+sql "CREATE TABLE t (k BIGINT PRIMARY KEY, v BIGINT)" >/dev/null
+sql "INSERT INTO t SELECT value, value % 1000 FROM generate_series(1, 1000000)" >/dev/null
+sql "CREATE MATERIALIZED VIEW per_k AS SELECT k, sum(v) AS s, count(*) AS n FROM t GROUP BY k" >/dev/null
+# Writes after the last checkpoint, for the restart to replay.
+sql "UPDATE t SET v = v + 1 WHERE k <= 1000; DELETE FROM t WHERE k > 999000" >/dev/null
+kill_and_time "keys (1,000,000 groups)" "SELECT count(*), sum(s) FROM per_k"
+
+start
+answers_after "SELECT 1" 1 "$(now)" >/dev/null
+sql "CREATE SOURCE bid (p_time AS PROCTIME(), WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND)
+     WITH (connector = 'nexmark', nexmark.table.type = 'bid', nexmark.event.num = '$events')" >/dev/null
+sql "$(grep -v '^--' sql/nexmark/q5.sql)" >/dev/null
+bids=$((events / 50 * 46))
+while [ "$(metric 'weir_source_rows_total{source="bid"}')" != "$bids" ]; do sleep 0.5; done
+kill_and_time "q5 ($events events)" "SELECT count(*), sum(num), max(num) FROM q5"
