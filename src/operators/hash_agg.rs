@@ -38,7 +38,6 @@
 //! with the view's state, so it always holds every stored windowed group.
 
 use std::cmp::Ordering;
-use std::collections::BTreeMap;
 
 use crate::types::hash::{HashMap, HashSet};
 use std::sync::Arc;
@@ -55,6 +54,7 @@ use super::operator::Operator;
 use crate::error::{Result, WeirError};
 use crate::state::index_codec::{IndexReader, IndexWriter};
 use crate::state::keyed::{decode_count, KeyedState};
+use crate::state::keys_by_time::KeysByTime;
 use crate::state::store::WriteBatch;
 use crate::types::window::{close_times, TimeColumn};
 use crate::types::{ChangeBatch, Op};
@@ -198,9 +198,8 @@ pub struct HashAgg {
     watermark: Option<i64>,
     /// Windowed groups by close time: not yet emitted (`open`, or every group when emitting
     /// continuously) and emitted but still taking late rows (`closed`).
-    open: BTreeMap<i64, Vec<Vec<u8>>>,
-    closed: BTreeMap<i64, Vec<Vec<u8>>>,
-    close_of: HashMap<Vec<u8>, i64>,
+    open: KeysByTime,
+    closed: KeysByTime,
 }
 
 impl HashAgg {
@@ -243,9 +242,8 @@ impl HashAgg {
             window: None,
             prompt_input: false,
             watermark: None,
-            open: BTreeMap::new(),
-            closed: BTreeMap::new(),
-            close_of: HashMap::default(),
+            open: KeysByTime::default(),
+            closed: KeysByTime::default(),
         };
         if agg.group_codec.is_none() {
             // The one group of a global aggregate exists from the start.
@@ -672,14 +670,13 @@ impl Operator for HashAgg {
             // stored windowed group, restored with the state from a checkpoint), so it is not
             // looked up.
             let close = closes.as_ref().and_then(|c| c[first_row]);
-            let group = match (self.window, close, self.close_of.contains_key(key)) {
+            let group = match (self.window, close, self.close_of(key).is_some()) {
                 (Some(window), Some(close), false) => {
-                    self.close_of.insert(key.to_vec(), close);
                     let closed = !window.emit_on_close || self.watermark.is_some_and(|w| close <= w);
                     // A window that is already closed when its first row arrives (within the
                     // allowed lateness) emits at the next barrier like any closed window.
                     let index = if window.emit_on_close && closed { &mut self.closed } else { &mut self.open };
-                    index.entry(close).or_default().push(key.to_vec());
+                    index.insert(key, close);
                     self.groups.known_absent(key);
                     self.new_group()
                 }
@@ -720,22 +717,18 @@ impl Operator for HashAgg {
     fn save_index(&self) -> Option<Vec<u8>> {
         debug_assert!(self.dirty.is_empty(), "a checkpoint follows the barrier, which takes every touched group");
         self.window?;
-        Some(IndexWriter::default().keys_by_time(&self.open).keys_by_time(&self.closed).finish())
+        let mut record = IndexWriter::default();
+        self.open.write(&mut record);
+        self.closed.write(&mut record);
+        Some(record.finish())
     }
 
     fn restore_index(&mut self, record: &[u8]) -> Result<()> {
         let what = self.describe();
         let mut record = IndexReader::new(record, &what)?;
-        self.open = record.keys_by_time()?;
-        self.closed = record.keys_by_time()?;
-        record.finish()?;
-        self.close_of = self
-            .open
-            .iter()
-            .chain(&self.closed)
-            .flat_map(|(&close, keys)| keys.iter().map(move |key| (key.clone(), close)))
-            .collect();
-        Ok(())
+        self.open = KeysByTime::read(&mut record)?;
+        self.closed = KeysByTime::read(&mut record)?;
+        record.finish()
     }
 
     fn on_watermark(&mut self, watermark: i64) {
@@ -743,7 +736,7 @@ impl Operator for HashAgg {
     }
 
     fn open_windows(&self) -> usize {
-        self.close_of.len()
+        self.open.len() + self.closed.len()
     }
 }
 
@@ -793,24 +786,21 @@ impl HashAgg {
         window: AggWindow,
     ) -> Result<Vec<ChangeBatch>> {
         let out = if window.emit_on_close {
-            let still_open = self.open.split_off(&watermark.saturating_add(1));
-            let newly_closed = std::mem::replace(&mut self.open, still_open);
-            let is_closed = |key: &Vec<u8>, close_of: &HashMap<Vec<u8>, i64>| {
-                close_of.get(key).is_some_and(|&close| close <= watermark)
-            };
-            let (mut emit, held): (Vec<_>, Vec<_>) = dirty.into_iter().partition(|(k, _)| is_closed(k, &self.close_of));
+            let (mut emit, held): (Vec<_>, Vec<_>) =
+                dirty.into_iter().partition(|(k, _)| self.close_of(k).is_some_and(|close| close <= watermark));
+            let newly_closed = self.open.take_through(watermark);
             for (key, group) in held {
                 self.store_group(&key, &group)?;
             }
             let mut emitting: HashSet<Vec<u8>> = emit.iter().map(|(k, _)| k.clone()).collect();
             for (close, keys) in newly_closed {
-                for key in &keys {
+                for key in keys {
                     if emitting.insert(key.clone()) {
-                        let group = self.load(key)?;
+                        let group = self.load(&key)?;
                         emit.push((key.clone(), group));
                     }
+                    self.closed.insert(&key, close);
                 }
-                self.closed.entry(close).or_default().extend(keys);
             }
             self.emit(emit)?
         } else {
@@ -834,18 +824,14 @@ impl HashAgg {
             return Ok(vec![]);
         }
         let final_through = watermark.saturating_sub(window.lateness);
-        let earliest = [self.open.first_key_value(), self.closed.first_key_value()]
-            .into_iter()
-            .flatten()
-            .map(|(close, _)| *close)
-            .min();
+        let earliest = [self.open.earliest(), self.closed.earliest()].into_iter().flatten().min();
         if earliest.is_none_or(|close| close > final_through) {
             return Ok(vec![]);
         }
         let (now, later): (Vec<_>, Vec<_>) = self
             .take_dirty()
             .into_iter()
-            .partition(|(key, _)| self.close_of.get(key).is_some_and(|&close| close <= final_through));
+            .partition(|(key, _)| self.close_of(key).is_some_and(|close| close <= final_through));
         for (key, group) in later {
             self.dirty.insert(key, self.touched.len());
             self.touched.push(group);
@@ -854,6 +840,11 @@ impl HashAgg {
         // Every window closed through `final_through` is final, so its state goes now: the
         // earliest open window moves on, and the next batch does not sort the groups again.
         self.close_windows(now, final_through, final_through, window)
+    }
+
+    /// The close time of a windowed group with state (emitted or not).
+    fn close_of(&self, key: &[u8]) -> Option<i64> {
+        self.open.time_of(key).or_else(|| self.closed.time_of(key))
     }
 
     /// Writes a group's state (or deletes it when it has no rows left).
@@ -870,14 +861,11 @@ impl HashAgg {
     /// Deletes the state of every window that closed at or before `limit`: nothing can change
     /// them any more (later rows for them are late, and left out before they get here).
     fn forget_windows_before(&mut self, limit: i64) -> Result<()> {
-        let bound = limit.saturating_add(1);
         let mut done = Vec::new();
         for index in [&mut self.open, &mut self.closed] {
-            let keep = index.split_off(&bound);
-            done.extend(std::mem::replace(index, keep).into_values().flatten());
+            done.extend(index.take_through(limit).into_iter().flat_map(|(_, keys)| keys));
         }
         for key in done {
-            self.close_of.remove(&key);
             self.groups.delete(&key, key.len());
             for i in 0..self.aggs.len() {
                 if self.keeps_values(i) {

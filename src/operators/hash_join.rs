@@ -36,7 +36,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::types::hash::{HashMap, HashSet};
+use crate::types::hash::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{new_null_array, Array, ArrayRef, RecordBatch};
@@ -51,6 +51,7 @@ use super::operator::Operator;
 use crate::error::{Result, WeirError};
 use crate::state::index_codec::{IndexReader, IndexWriter};
 use crate::state::keyed::{decode_count, KeyedState};
+use crate::state::keys_by_time::KeysByTime;
 use crate::state::store::WriteBatch;
 use crate::types::window::{close_times, to_nanos, TimeColumn};
 use crate::types::{ChangeBatch, Op};
@@ -354,9 +355,8 @@ pub struct HashJoin {
     window: Option<JoinWindow>,
     interval: Option<JoinInterval>,
     watermark: Option<i64>,
-    /// Join keys by the close time of their window, and the set of them.
-    open: BTreeMap<i64, Vec<Vec<u8>>>,
-    indexed: HashSet<Vec<u8>>,
+    /// Join keys by the close time of their window.
+    open: KeysByTime,
 }
 
 impl HashJoin {
@@ -390,8 +390,7 @@ impl HashJoin {
             window: None,
             interval: None,
             watermark: None,
-            open: BTreeMap::new(),
-            indexed: HashSet::default(),
+            open: KeysByTime::default(),
         })
     }
 
@@ -497,9 +496,7 @@ impl Operator for HashJoin {
             }
             let key = keys.row(i).as_ref().to_vec();
             if let Some(close) = closes.as_ref().and_then(|c| c[i]) {
-                if self.indexed.insert(key.clone()) {
-                    self.open.entry(close).or_default().push(key.clone());
-                }
+                self.open.insert(&key, close);
             }
             let other_rows = self.sides[other].partner_rows(&key)?;
             // Our own count matters only when it can change the other side's padding.
@@ -543,10 +540,8 @@ impl Operator for HashJoin {
     fn on_barrier(&mut self) -> Result<Vec<ChangeBatch>> {
         // Keys whose window is final: nothing can join with them any more.
         if let (Some(window), Some(watermark)) = (self.window, self.watermark) {
-            let bound = watermark.saturating_sub(window.lateness).saturating_add(1);
-            let keep = self.open.split_off(&bound);
-            for key in std::mem::replace(&mut self.open, keep).into_values().flatten() {
-                self.indexed.remove(&key);
+            let final_through = watermark.saturating_sub(window.lateness);
+            for key in self.open.take_through(final_through).into_iter().flat_map(|(_, keys)| keys) {
                 for side in &mut self.sides {
                     side.forget(&key);
                     // The key's rows (tag 1) and count (tag 0): everything under it.
@@ -580,7 +575,7 @@ impl Operator for HashJoin {
             return None;
         }
         let mut record = IndexWriter::default();
-        record.keys_by_time(&self.open);
+        self.open.write(&mut record);
         for side in &self.sides {
             side.save_index(&mut record);
         }
@@ -590,8 +585,7 @@ impl Operator for HashJoin {
     fn restore_index(&mut self, record: &[u8]) -> Result<()> {
         let what = self.describe();
         let mut record = IndexReader::new(record, &what)?;
-        self.open = record.keys_by_time()?;
-        self.indexed = self.open.values().flatten().cloned().collect();
+        self.open = KeysByTime::read(&mut record)?;
         for side in &mut self.sides {
             side.restore_index(&mut record, &what)?;
         }
@@ -603,7 +597,7 @@ impl Operator for HashJoin {
     }
 
     fn open_windows(&self) -> usize {
-        self.indexed.len()
+        self.open.len()
     }
 }
 

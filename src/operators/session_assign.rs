@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::types::hash::{HashMap, HashSet};
+use crate::types::hash::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, RecordBatch};
@@ -27,6 +27,7 @@ use super::operator::Operator;
 use crate::error::Result;
 use crate::state::index_codec::{IndexReader, IndexWriter};
 use crate::state::keyed::{decode_count, KeyedState};
+use crate::state::keys_by_time::KeysByTime;
 use crate::state::store::WriteBatch;
 use crate::types::window::{from_nanos, time_from_key, time_key, to_nanos, SessionSpec};
 use crate::types::{ChangeBatch, Op};
@@ -43,8 +44,7 @@ pub struct SessionAssign {
     row_codec: RowConverter,
     state: KeyedState,
     /// Keys by the end of their earliest session still in state.
-    by_end: BTreeMap<i64, HashSet<Vec<u8>>>,
-    earliest_end: HashMap<Vec<u8>, i64>,
+    by_end: KeysByTime,
     description: String,
 }
 
@@ -84,8 +84,7 @@ impl SessionAssign {
             late,
             key_codec,
             state,
-            by_end: BTreeMap::new(),
-            earliest_end: HashMap::default(),
+            by_end: KeysByTime::default(),
             description,
         })
     }
@@ -135,18 +134,7 @@ impl SessionAssign {
     }
 
     fn reindex(&mut self, key: &[u8], earliest: Option<i64>) {
-        if let Some(old) = self.earliest_end.remove(key) {
-            if let Some(set) = self.by_end.get_mut(&old) {
-                set.remove(key);
-                if set.is_empty() {
-                    self.by_end.remove(&old);
-                }
-            }
-        }
-        if let Some(end) = earliest {
-            self.earliest_end.insert(key.to_vec(), end);
-            self.by_end.entry(end).or_default().insert(key.to_vec());
-        }
+        self.by_end.set(key, earliest);
     }
 
     fn state_key(key: &[u8], t: i64, row: &[u8]) -> Vec<u8> {
@@ -267,11 +255,9 @@ impl Operator for SessionAssign {
     fn on_barrier(&mut self) -> Result<Vec<ChangeBatch>> {
         // Sessions final at this watermark leave the state.
         let Some(watermark) = self.watermark else { return Ok(vec![]) };
-        let bound = watermark.saturating_sub(self.lateness).saturating_add(1);
-        let keep = self.by_end.split_off(&bound);
-        let due = std::mem::replace(&mut self.by_end, keep);
-        for key in due.into_values().flatten() {
-            self.earliest_end.remove(&key);
+        let final_through = watermark.saturating_sub(self.lateness);
+        let bound = final_through.saturating_add(1);
+        for key in self.by_end.take_through(final_through).into_iter().flat_map(|(_, keys)| keys) {
             let rows = self.load(&key)?;
             let sessions = self.sessions(&rows);
             for (t, row) in rows.keys() {
@@ -287,19 +273,15 @@ impl Operator for SessionAssign {
 
     /// The keys by the end of their earliest session.
     fn save_index(&self) -> Option<Vec<u8>> {
-        let by_end: BTreeMap<i64, Vec<Vec<u8>>> =
-            self.by_end.iter().map(|(&end, keys)| (end, keys.iter().cloned().collect())).collect();
-        Some(IndexWriter::default().keys_by_time(&by_end).finish())
+        let mut record = IndexWriter::default();
+        self.by_end.write(&mut record);
+        Some(record.finish())
     }
 
     fn restore_index(&mut self, record: &[u8]) -> Result<()> {
         let mut record = IndexReader::new(record, &self.description)?;
-        let by_end = record.keys_by_time()?;
-        record.finish()?;
-        self.earliest_end =
-            by_end.iter().flat_map(|(&end, keys)| keys.iter().map(move |key| (key.clone(), end))).collect();
-        self.by_end = by_end.into_iter().map(|(end, keys)| (end, keys.into_iter().collect())).collect();
-        Ok(())
+        self.by_end = KeysByTime::read(&mut record)?;
+        record.finish()
     }
 
     fn on_watermark(&mut self, watermark: i64) {
@@ -315,7 +297,7 @@ impl Operator for SessionAssign {
     }
 
     fn open_windows(&self) -> usize {
-        self.earliest_end.len()
+        self.by_end.len()
     }
 }
 

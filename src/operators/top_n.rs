@@ -29,7 +29,6 @@
 //! under a filter that bounds it.
 
 use std::cmp::Ordering;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, RecordBatch, UInt64Array};
@@ -43,8 +42,9 @@ use super::operator::Operator;
 use crate::error::{Result, WeirError};
 use crate::state::index_codec::{IndexReader, IndexWriter};
 use crate::state::keyed::{decode_count, KeyedState};
+use crate::state::keys_by_time::KeysByTime;
 use crate::state::store::WriteBatch;
-use crate::types::hash::{HashMap, HashSet};
+use crate::types::hash::HashMap;
 use crate::types::window::{close_times, TimeColumn};
 use crate::types::{ChangeBatch, Op};
 
@@ -76,9 +76,8 @@ pub struct TopN {
     /// Partitioned by a window bound: which partition expression it is, when its window closes,
     /// and the allowed lateness (nanoseconds).
     window: Option<(usize, TimeColumn, i64)>,
-    /// The partitions of open windows, by close time, and the set of them.
-    open: BTreeMap<i64, Vec<Vec<u8>>>,
-    known: HashSet<Vec<u8>>,
+    /// The partitions of open windows, by close time.
+    open: KeysByTime,
     watermark: Option<i64>,
     view: String,
 }
@@ -119,8 +118,7 @@ impl TopN {
             append_only_input: false,
             touched: HashMap::default(),
             window: None,
-            open: BTreeMap::new(),
-            known: HashSet::default(),
+            open: KeysByTime::default(),
             watermark: None,
             view: view.to_string(),
         })
@@ -135,9 +133,7 @@ impl TopN {
 
     /// Deletes the state of every partition whose window closed at or before `limit`.
     fn forget_windows_before(&mut self, limit: i64) -> Result<()> {
-        let keep = self.open.split_off(&limit.saturating_add(1));
-        for partition in std::mem::replace(&mut self.open, keep).into_values().flatten() {
-            self.known.remove(&partition);
+        for partition in self.open.take_through(limit).into_iter().flat_map(|(_, keys)| keys) {
             if self.append_only_input {
                 self.state.delete(&partition, partition.len());
             } else {
@@ -191,9 +187,7 @@ impl TopN {
     fn touch(&mut self, partition: &[u8], close: Option<i64>) -> Result<&mut Touched> {
         if !self.touched.contains_key(partition) {
             if let Some(close) = close {
-                if self.known.insert(partition.to_vec()) {
-                    self.open.entry(close).or_default().push(partition.to_vec());
-                }
+                self.open.insert(partition, close);
             }
             let rows = self.leaders(partition)?;
             let touched = if self.append_only_input {
@@ -395,16 +389,16 @@ impl Operator for TopN {
     fn save_index(&self) -> Option<Vec<u8>> {
         debug_assert!(self.touched.is_empty(), "a checkpoint follows the barrier, which takes every touched partition");
         self.window?;
-        Some(IndexWriter::default().keys_by_time(&self.open).finish())
+        let mut record = IndexWriter::default();
+        self.open.write(&mut record);
+        Some(record.finish())
     }
 
     fn restore_index(&mut self, record: &[u8]) -> Result<()> {
         let what = self.describe();
         let mut record = IndexReader::new(record, &what)?;
-        self.open = record.keys_by_time()?;
-        record.finish()?;
-        self.known = self.open.values().flatten().cloned().collect();
-        Ok(())
+        self.open = KeysByTime::read(&mut record)?;
+        record.finish()
     }
 
     fn on_watermark(&mut self, watermark: i64) {
@@ -412,7 +406,7 @@ impl Operator for TopN {
     }
 
     fn open_windows(&self) -> usize {
-        self.known.len()
+        self.open.len()
     }
 }
 

@@ -14,6 +14,7 @@
 pub mod index_codec;
 pub mod keyed;
 pub mod keys;
+pub mod keys_by_time;
 pub mod memory;
 pub mod rocks;
 pub mod store;
