@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use super::{heap_mib, peak_rss_mib, rss_mib, Harness};
 use crate::connectors::nexmark::generator::{self, kind_of, EventKind, Generator, GeneratorConfig};
-use crate::connectors::source::stored_offset;
+use crate::connectors::source::stored_position;
 use crate::error::{Result, WeirError};
 
 pub struct NexmarkOptions {
@@ -234,7 +234,7 @@ pub async fn run(options: NexmarkOptions) -> Result<()> {
         let mut last_sample = Instant::now();
         for ((source, _), done_at) in KINDS.iter().zip(done_at) {
             let relation = catalog.get(source).ok_or_else(|| WeirError::internal("source missing"))?;
-            while stored_offset(&catalog, &relation)? < done_at {
+            while stored_position(&catalog, &relation)?.records < done_at {
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 if last_sample.elapsed() >= Duration::from_secs(1) {
                     last_sample = Instant::now();

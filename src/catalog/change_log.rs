@@ -28,6 +28,7 @@ use std::sync::Arc;
 use datafusion::arrow::array::RecordBatch;
 
 use super::{Catalog, Relation};
+use crate::connectors::replay::ChunkEntry;
 use crate::error::{Result, SqlState, WeirError};
 use crate::state::index_codec::{IndexReader, IndexWriter};
 use crate::state::keys::{prefix_end, table_prefix, TableId, CHANGE_LOG_TABLE};
@@ -42,9 +43,8 @@ pub enum LoggedChanges {
     None,
     /// The changes as published.
     Rows(ChangeBatch),
-    /// A replayed source's chunk: offsets `from..to`, stamped `stamp`; its connector produces
-    /// the rows again.
-    Chunk { from: u64, to: u64, stamp: i64 },
+    /// A replayed source's chunk; its connector produces the rows again.
+    Chunk(ChunkEntry),
 }
 
 /// One entry of the log.
@@ -90,8 +90,8 @@ pub fn append(wb: &mut WriteBatch, relation: &Relation, changes: &LoggedChanges)
             let ops: Vec<u8> = batch.ops.iter().map(|op| op_code(*op)).collect();
             record.u64(1).bytes(&ops).bytes(&encode_ipc(&batch.data)?);
         }
-        LoggedChanges::Chunk { from, to, stamp } => {
-            record.u64(2).u64(*from).u64(*to).i64(*stamp);
+        LoggedChanges::Chunk(chunk) => {
+            record.u64(2).bytes(&chunk.encode());
         }
     }
     let sequence = SEQUENCE.fetch_add(1, Ordering::Relaxed);
@@ -150,7 +150,7 @@ fn decode(key: &[u8], value: &[u8]) -> Result<LogEntry> {
             }
             LoggedChanges::Rows(ChangeBatch::new(data, ops))
         }
-        2 => LoggedChanges::Chunk { from: r.u64()?, to: r.u64()?, stamp: r.i64()? },
+        2 => LoggedChanges::Chunk(ChunkEntry::decode(&r.bytes()?, "the change log")?),
         other => return Err(corrupt(format!("changes kind {other}"))),
     };
     r.finish()?;
@@ -218,13 +218,12 @@ pub async fn replay(catalog: &Arc<Catalog>, entries: Vec<LogEntry>) -> Result<()
         let batch = match entry.changes {
             LoggedChanges::None => continue,
             LoggedChanges::Rows(batch) => batch,
-            LoggedChanges::Chunk { from, to, stamp } => {
+            LoggedChanges::Chunk(chunk) => {
                 let relation = Arc::clone(&relation);
-                let rows = tokio::task::spawn_blocking(move || {
-                    crate::connectors::replay::chunk_rows(&relation, from, to, stamp)
-                })
-                .await
-                .map_err(|e| WeirError::internal(e.to_string()))??;
+                let rows =
+                    tokio::task::spawn_blocking(move || crate::connectors::replay::chunk_rows(&relation, &chunk))
+                        .await
+                        .map_err(|e| WeirError::internal(e.to_string()))??;
                 ChangeBatch::inserts(rows)
             }
         };

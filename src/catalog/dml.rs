@@ -236,20 +236,19 @@ impl Writer {
     }
 
     /// Commits `also` and publishes `rows` (the relation's rows, as from [`rows_stamped_at`])
-    /// as inserts, storing no rows: how a replayed source writes `chunk` (offsets from, to and
-    /// its stamp), whose rows its connector produces again when they are read. `read_at` as in
-    /// [`Writer::append`].
+    /// as inserts, storing no rows: how a replayed source writes `chunk`, whose rows its
+    /// connector produces again when they are read. `read_at` as in [`Writer::append`].
     pub async fn announce(
         &self,
         rows: RecordBatch,
         also: WriteBatch,
         read_at: std::time::Instant,
-        (from, to, stamp): (u64, u64, i64),
+        chunk: crate::connectors::replay::ChunkEntry,
     ) -> Result<u64> {
         let _guard = self.relation.write_lock.lock().await;
         let count = rows.num_rows() as u64;
         let listening = self.changes.has_subscribers(self.relation.def.id).await;
-        let logged = if listening { LoggedChanges::Chunk { from, to, stamp } } else { LoggedChanges::None };
+        let logged = if listening { LoggedChanges::Chunk(chunk) } else { LoggedChanges::None };
         self.commit(also, listening.then(|| ChangeBatch::inserts(rows)), logged, Some(read_at)).await?;
         Ok(count)
     }

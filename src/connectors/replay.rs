@@ -9,45 +9,59 @@
 //! rows views saw (`RelationDef::replayed`, decided when the source is created, says which
 //! sources are replayed; sources created before keep their stored rows).
 //!
-//! Invariants: a chunk's entry is written in the same atomic write as the source's offset after
-//! it (without the write-ahead log, like stored chunks: a crash loses both or neither), and
-//! entries sit in the relation's own key range, in vnode 0 keyed by the chunk's first offset,
-//! so a prefix scan reads them in offset order and dropping the source deletes them.
+//! Invariants: a chunk's entry (its first and next positions and its stamp, a versioned record,
+//! `state::index_codec`) is written in the same atomic write as the source's position after it
+//! (without the write-ahead log, like stored chunks: a crash loses both or neither), and
+//! entries sit in the relation's own key range, in vnode 0 keyed by the records read before the
+//! chunk, so a prefix scan reads them in order and dropping the source deletes them.
 //!
 //! Called by the source task ([`super::source`]) to log a chunk and by
 //! [`crate::catalog::Relation::scan_rows`] to read the rows back.
 
 use datafusion::arrow::array::RecordBatch;
 
+use super::source::Position;
 use crate::catalog::{dml, Relation};
-use crate::error::{Result, SqlState, WeirError};
+use crate::error::{Result, WeirError};
+use crate::state::index_codec::{corrupt, IndexReader, IndexWriter};
 use crate::state::keys::segment_key;
 use crate::state::store::{ScanControl, StateStore, WriteBatch};
 
-/// Adds the log entry of chunk `from..to`, stamped `stamp` (nanoseconds), to `wb`.
-pub fn put_chunk(wb: &mut WriteBatch, relation: &Relation, from: u64, to: u64, stamp: i64) {
-    let mut value = Vec::with_capacity(16);
-    value.extend_from_slice(&to.to_be_bytes());
-    value.extend_from_slice(&stamp.to_be_bytes());
-    wb.put(segment_key(relation.def.id, &from.to_be_bytes()), value);
+/// One logged chunk: from position `from` to `to`, stamped `stamp` (nanoseconds).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChunkEntry {
+    pub from: Position,
+    pub to: Position,
+    pub stamp: i64,
 }
 
-/// The logged chunks of `relation`, in offset order: `(from, to, stamp)`.
-fn chunks(relation: &Relation, store: &dyn StateStore) -> Result<Vec<(u64, u64, i64)>> {
+impl ChunkEntry {
+    pub fn encode(&self) -> Vec<u8> {
+        IndexWriter::default().bytes(&self.from.encode()).bytes(&self.to.encode()).i64(self.stamp).finish()
+    }
+
+    /// The entry [`ChunkEntry::encode`] gave; `what` names its source for errors.
+    pub fn decode(bytes: &[u8], what: &str) -> Result<ChunkEntry> {
+        let mut r = IndexReader::new(bytes, what)?;
+        let position = |bytes: Vec<u8>| Position::decode(&bytes).ok_or_else(|| corrupt(what, "a bad position"));
+        let entry = ChunkEntry { from: position(r.bytes()?)?, to: position(r.bytes()?)?, stamp: r.i64()? };
+        r.finish()?;
+        Ok(entry)
+    }
+}
+
+/// Adds the log entry of `chunk` to `wb`.
+pub fn put_chunk(wb: &mut WriteBatch, relation: &Relation, chunk: &ChunkEntry) {
+    wb.put(segment_key(relation.def.id, &chunk.from.records.to_be_bytes()), chunk.encode());
+}
+
+/// The logged chunks of `relation`, in order.
+fn chunks(relation: &Relation, store: &dyn StateStore) -> Result<Vec<ChunkEntry>> {
     let prefix = segment_key(relation.def.id, &[]);
-    let corrupt = || {
-        WeirError::new(
-            SqlState::DATA_CORRUPTED,
-            format!("the chunk log of source \"{}\" is corrupt", relation.def.name),
-        )
-    };
+    let what = format!("the chunk log of source \"{}\"", relation.def.name);
     let mut out = Vec::new();
-    store.scan_prefix(&prefix, &mut |key, value| {
-        let from = key.get(prefix.len()..).and_then(|k| <[u8; 8]>::try_from(k).ok()).ok_or_else(corrupt)?;
-        let (to, stamp) = value.split_at_checked(8).ok_or_else(corrupt)?;
-        let to = <[u8; 8]>::try_from(to).map_err(|_| corrupt())?;
-        let stamp = <[u8; 8]>::try_from(stamp).map_err(|_| corrupt())?;
-        out.push((u64::from_be_bytes(from), u64::from_be_bytes(to), i64::from_be_bytes(stamp)));
+    store.scan_prefix(&prefix, &mut |_, value| {
+        out.push(ChunkEntry::decode(value, &what)?);
         Ok(ScanControl::Continue)
     })?;
     Ok(out)
@@ -59,14 +73,14 @@ pub fn rows(relation: &Relation, store: &dyn StateStore) -> Result<Vec<RecordBat
     let mut reader = reader_of(relation)?;
     chunks(relation, store)?
         .into_iter()
-        .map(|(from, to, stamp)| dml::rows_stamped_at(relation, &reader.replay(from, to)?, stamp))
+        .map(|c| dml::rows_stamped_at(relation, &reader.replay(&c.from, &c.to)?, c.stamp))
         .collect()
 }
 
-/// The rows of one chunk of replayed source `relation` (offsets `from..to`, stamped `stamp`),
-/// produced again by its connector: how the change log replays a chunk. Blocking.
-pub fn chunk_rows(relation: &Relation, from: u64, to: u64, stamp: i64) -> Result<RecordBatch> {
-    dml::rows_stamped_at(relation, &reader_of(relation)?.replay(from, to)?, stamp)
+/// The rows of one chunk of replayed source `relation`, produced again by its connector: how
+/// the change log replays a chunk. Blocking.
+pub fn chunk_rows(relation: &Relation, chunk: &ChunkEntry) -> Result<RecordBatch> {
+    dml::rows_stamped_at(relation, &reader_of(relation)?.replay(&chunk.from, &chunk.to)?, chunk.stamp)
 }
 
 /// A reader of replayed source `relation`'s connector.
@@ -132,7 +146,7 @@ mod tests {
             })
             .unwrap();
         assert_eq!(entries.len(), 5, "one entry per chunk");
-        assert!(entries.iter().all(|(_, len)| *len == 16));
+        assert!(entries.iter().all(|(_, len)| *len < 64), "positions and a stamp, no rows");
 
         let rows = relation.scan_rows(store.as_ref()).unwrap();
         let all = datafusion::arrow::compute::concat_batches(&relation.schema, &rows).unwrap();

@@ -3,8 +3,9 @@
 //! relation's writer, so views reading the source get the rows as an INSERT's changes). A
 //! replayed source ([`super::replay`]) stores the chunk's offsets and stamp instead of its rows.
 //!
-//! The offset lives at meta key `source_offset/<relation id>`; a restarted source continues
-//! from it. Connectors can read again from any offset they reported (a generator regenerates,
+//! The position ([`Position`]: records read so far, and what else the connector needs, such as
+//! Kafka's offset per partition) lives at meta key `source_offset/<relation id>`; a restarted
+//! source continues from it. Connectors can read again from any offset they reported (a generator regenerates,
 //! a file is re-read, a Kafka topic keeps its offsets), so chunks are written without the
 //! write-ahead log: a crash may lose the latest chunks together with their offset, never one
 //! without the other, and the source reads them again after the restart. Records the reader
@@ -28,10 +29,37 @@ use crate::error::Result;
 use crate::state::store::WriteBatch;
 use crate::types::window::now_nanos;
 
+/// Where a source is in its connector's stream.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Position {
+    /// Records read so far; grows with every chunk (a replayed source's chunk log is keyed by
+    /// it). For the generator and files it is all the position there is.
+    pub records: u64,
+    /// The rest, in the connector's own encoding (Kafka: the next offset of each partition).
+    pub detail: Vec<u8>,
+}
+
+impl Position {
+    /// The position after `records` records, for connectors that need nothing else.
+    pub fn at(records: u64) -> Position {
+        Position { records, detail: vec![] }
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        [&self.records.to_be_bytes()[..], &self.detail].concat()
+    }
+
+    /// The position [`Position::encode`] gave; None for bytes that are not one.
+    pub fn decode(bytes: &[u8]) -> Option<Position> {
+        let (records, detail) = bytes.split_at_checked(8)?;
+        Some(Position { records: u64::from_be_bytes(records.try_into().ok()?), detail: detail.to_vec() })
+    }
+}
+
 /// What a reader produced.
 pub enum Chunk {
-    /// Rows, and the offset after them.
-    Rows(RecordBatch, u64),
+    /// Rows, and the position after them.
+    Rows(RecordBatch, Position),
     /// Nothing now; ask again after this long.
     Wait(Duration),
     /// The source is exhausted.
@@ -43,8 +71,8 @@ pub trait SourceReader: Send {
     /// The rows' columns.
     fn schema(&self) -> SchemaRef;
 
-    /// The rows after `offset` (at most the connector's chunk size).
-    fn read(&mut self, offset: u64) -> Result<Chunk>;
+    /// The rows after `from` (at most the connector's chunk size).
+    fn read(&mut self, from: &Position) -> Result<Chunk>;
 
     /// Whether the connector produces the very same rows again for any range of offsets it has
     /// read ([`SourceReader::replay`]). Such a source stores where each chunk began and ended
@@ -53,9 +81,9 @@ pub trait SourceReader: Send {
         false
     }
 
-    /// The rows from offset `from` to offset `to` again, as [`SourceReader::read`] gave them
-    /// (only asked of a replayable connector, for ranges it has read).
-    fn replay(&mut self, _from: u64, _to: u64) -> Result<RecordBatch> {
+    /// The rows from position `from` to position `to` again, as [`SourceReader::read`] gave
+    /// them (only asked of a replayable connector, for ranges it has read).
+    fn replay(&mut self, _from: &Position, _to: &Position) -> Result<RecordBatch> {
         Err(crate::error::WeirError::internal("this connector cannot produce its rows again"))
     }
 
@@ -70,31 +98,39 @@ fn offset_key(relation: &Relation) -> Vec<u8> {
     persist::sequence_key(&format!("source_offset/{}", relation.def.id))
 }
 
-/// The stored offset of a source (0 for a new one).
-pub fn stored_offset(catalog: &Catalog, relation: &Relation) -> Result<u64> {
-    persist::load_sequence(catalog.store().as_ref(), &format!("source_offset/{}", relation.def.id))
+/// The stored position of a source (the start for a new one).
+pub fn stored_position(catalog: &Catalog, relation: &Relation) -> Result<Position> {
+    match catalog.store().get(&offset_key(relation))? {
+        None => Ok(Position::default()),
+        Some(bytes) => Position::decode(&bytes).ok_or_else(|| {
+            crate::error::WeirError::new(
+                crate::error::SqlState::DATA_CORRUPTED,
+                format!("the stored position of source \"{}\" is corrupt", relation.def.name),
+            )
+        }),
+    }
 }
 
-/// Writes the chunk of rows from offset `bounds.0` to `bounds.1` with `wb` (the new offset, the
-/// dead letters) in one atomic write: the rows, or a replayed source's log entry, and either
-/// way the rows' changes to the views reading the source.
+/// Writes the chunk of rows from position `from` to `to` with `wb` (the new position, the dead
+/// letters) in one atomic write: the rows, or a replayed source's log entry, and either way the
+/// rows' changes to the views reading the source.
 async fn write_chunk(
     writer: &Writer,
     batch: RecordBatch,
     mut wb: WriteBatch,
-    (from, to): (u64, u64),
+    (from, to): (&Position, &Position),
     read_at: std::time::Instant,
 ) -> Result<u64> {
     if !writer.relation.def.replayed {
         return writer.append(&[batch], wb, read_at).await;
     }
-    let stamp = now_nanos();
+    let chunk = replay::ChunkEntry { from: from.clone(), to: to.clone(), stamp: now_nanos() };
     // A chunk of no rows (only dead letters) has nothing to read again.
     if batch.num_rows() > 0 {
-        replay::put_chunk(&mut wb, &writer.relation, from, to, stamp);
+        replay::put_chunk(&mut wb, &writer.relation, &chunk);
     }
-    let rows = dml::rows_stamped_at(&writer.relation, &batch, stamp)?;
-    writer.announce(rows, wb, read_at, (from, to, stamp)).await
+    let rows = dml::rows_stamped_at(&writer.relation, &batch, chunk.stamp)?;
+    writer.announce(rows, wb, read_at, chunk).await
 }
 
 /// Starts the task that feeds `relation` from `reader`.
@@ -103,19 +139,19 @@ pub fn start(
     relation: Arc<Relation>,
     mut reader: Box<dyn SourceReader>,
 ) -> Result<JoinHandle<()>> {
-    let mut offset = stored_offset(&catalog, &relation)?;
+    let mut position = stored_position(&catalog, &relation)?;
     let writer = Writer::new(&catalog, Arc::clone(&relation));
     let name = relation.def.name.clone();
     Ok(tokio::spawn(async move {
         loop {
             let read_at = std::time::Instant::now();
-            let chunk = tokio::task::block_in_place(|| reader.read(offset));
+            let chunk = tokio::task::block_in_place(|| reader.read(&position));
             match chunk {
                 Ok(Chunk::Rows(batch, next)) => {
                     // The chunk and its offset need no write-ahead log: losing both in a crash
                     // only sends the source back to an earlier offset, and it reads them again.
                     let mut wb = WriteBatch { skip_wal: true, ..Default::default() };
-                    wb.put(offset_key(&writer.relation), next.to_be_bytes().to_vec());
+                    wb.put(offset_key(&writer.relation), next.encode());
                     let dead = reader.take_dead_letters();
                     for letter in &dead {
                         if let Err(e) = dead_letter::put(&mut wb, writer.relation.def.id, letter) {
@@ -124,7 +160,7 @@ pub fn start(
                         }
                     }
                     let rows = batch.num_rows() as u64;
-                    if let Err(e) = write_chunk(&writer, batch, wb, (offset, next), read_at).await {
+                    if let Err(e) = write_chunk(&writer, batch, wb, (&position, &next), read_at).await {
                         tracing::error!(source = %name, "source stopped: storing rows failed: {e}");
                         return;
                     }
@@ -133,11 +169,11 @@ pub fn start(
                         tracing::warn!(source = %name, count = dead.len(), first = %dead[0].error, "records kept as dead letters");
                         crate::metrics::SOURCE_DEAD_LETTERS_TOTAL.with_label_values(&[&name]).inc_by(dead.len() as u64);
                     }
-                    offset = next;
+                    position = next;
                 }
                 Ok(Chunk::Wait(pause)) => tokio::time::sleep(pause).await,
                 Ok(Chunk::Done) => {
-                    tracing::info!(source = %name, offset, "source finished");
+                    tracing::info!(source = %name, records = position.records, "source finished");
                     writer.finish().await;
                     return;
                 }

@@ -37,7 +37,7 @@ use parking_lot::Mutex;
 use self::location::{base_name, Location};
 use super::dead_letter::DeadLetter;
 use super::options::ConnectorOptions;
-use super::source::{Chunk, SourceReader};
+use super::source::{Chunk, Position, SourceReader};
 use crate::error::{Result, SqlState, WeirError};
 
 pub const OPTIONS: &[&str] = &[
@@ -194,7 +194,8 @@ impl SourceReader for FileReader {
     /// (An edit that keeps every batch's row count is not seen: immutability is the user's
     /// promise, this only catches the common breaches.) Batches of no rows (only dead
     /// letters) were not logged and are passed over.
-    fn replay(&mut self, from: u64, to: u64) -> Result<RecordBatch> {
+    fn replay(&mut self, from: &Position, to: &Position) -> Result<RecordBatch> {
+        let (from, to) = (from.records, to.records);
         let changed = || {
             WeirError::new(
                 SqlState::IO_ERROR,
@@ -204,12 +205,12 @@ impl SourceReader for FileReader {
                 ),
             )
         };
-        let mut chunk = self.read(from)?;
-        while matches!(&chunk, Chunk::Rows(batch, next) if batch.num_rows() == 0 && *next == from) {
-            chunk = self.read(from)?;
+        let mut chunk = self.read(&Position::at(from))?;
+        while matches!(&chunk, Chunk::Rows(batch, next) if batch.num_rows() == 0 && next.records == from) {
+            chunk = self.read(&Position::at(from))?;
         }
         match chunk {
-            Chunk::Rows(batch, next) if next == to && batch.num_rows() as u64 == to - from => {
+            Chunk::Rows(batch, next) if next.records == to && batch.num_rows() as u64 == to - from => {
                 // Dead letters are stored with the chunk that first read them.
                 self.dead.lock().clear();
                 Ok(batch)
@@ -218,8 +219,8 @@ impl SourceReader for FileReader {
         }
     }
 
-    fn read(&mut self, offset: u64) -> Result<Chunk> {
-        let mut skip = *self.skip.get_or_insert(offset);
+    fn read(&mut self, from: &Position) -> Result<Chunk> {
+        let mut skip = *self.skip.get_or_insert(from.records);
         loop {
             if self.current.is_none() {
                 if self.to_read.is_empty() {
@@ -250,7 +251,7 @@ impl SourceReader for FileReader {
                     }
                     let batch = batch.slice(skip as usize, (n - skip) as usize);
                     self.skip = Some(0);
-                    return Ok(Chunk::Rows(batch, self.rows_done()));
+                    return Ok(Chunk::Rows(batch, Position::at(self.rows_done())));
                 }
                 Some(Err(e)) => {
                     return Err(WeirError::new(

@@ -23,7 +23,7 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 
 use super::options::ConnectorOptions;
-use super::source::{Chunk, SourceReader};
+use super::source::{Chunk, Position, SourceReader};
 use crate::error::Result;
 use combined::Combined;
 use generator::{EventKind, Generator, GeneratorConfig};
@@ -99,7 +99,8 @@ impl SourceReader for NexmarkReader {
         })
     }
 
-    fn read(&mut self, offset: u64) -> Result<Chunk> {
+    fn read(&mut self, from: &Position) -> Result<Chunk> {
+        let offset = from.records;
         if self.events > 0 && offset >= self.events {
             return Ok(Chunk::Done);
         }
@@ -115,7 +116,7 @@ impl SourceReader for NexmarkReader {
                 return Ok(Chunk::Wait((due - elapsed).min(Duration::from_millis(100))));
             }
         }
-        Ok(Chunk::Rows(self.events(offset, end)?, end))
+        Ok(Chunk::Rows(self.events(offset, end)?, Position::at(end)))
     }
 
     /// Events are a function of the seed and their number.
@@ -123,8 +124,8 @@ impl SourceReader for NexmarkReader {
         true
     }
 
-    fn replay(&mut self, from: u64, to: u64) -> Result<RecordBatch> {
-        self.events(from, to)
+    fn replay(&mut self, from: &Position, to: &Position) -> Result<RecordBatch> {
+        self.events(from.records, to.records)
     }
 }
 
