@@ -4,7 +4,8 @@
 #
 #   scripts/install-deps.sh build   # what `cargo build` needs: libclang (bindgen for RocksDB)
 #   scripts/install-deps.sh test    # plus the clients the tests drive (psql, psycopg, pgjdbc) and
-#                                   # the servers they talk to (an S3-compatible one: moto)
+#                                   # the servers they talk to (an S3-compatible one: moto; a
+#                                   # Kafka-compatible one: noida-db)
 set -euo pipefail
 
 what=${1:-test}
@@ -38,5 +39,9 @@ if [ "$what" = test ]; then
   if ! python3 -c 'import moto.server' 2>/dev/null; then
     echo "installing from PyPI: moto[server] (the S3-compatible server of scripts/s3-server.sh)"
     python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore 'moto[server]==5.2.*'
+  fi
+  if ! python3 -c 'import noida_db' 2>/dev/null; then
+    echo "installing from PyPI: noida-db (the Kafka-compatible broker of scripts/kafka-server.sh)"
+    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore 'noida-db==0.2.3'
   fi
 fi

@@ -39,6 +39,8 @@ impl SqlState {
     pub const DEPENDENT_OBJECTS_STILL_EXIST: SqlState = SqlState("2BP01");
     pub const WRONG_OBJECT_TYPE: SqlState = SqlState("42809");
     pub const IO_ERROR: SqlState = SqlState("58030");
+    /// A connector's external system (a Kafka broker) cannot be reached.
+    pub const UNABLE_TO_CONNECT: SqlState = SqlState("08001");
     pub const INTERNAL_ERROR: SqlState = SqlState("XX000");
     pub const DATA_CORRUPTED: SqlState = SqlState("XX001");
 

@@ -2,12 +2,12 @@
 //! stores what a connector reads is shared ([`source`]).
 //!
 //! A source is an append-only relation whose rows are produced by its connector instead of by
-//! INSERT. Its rows are stored like a table's (so ad-hoc queries read them, and views backfill
-//! from them and are rebuilt from them at start), together with the connector's offset, in one
-//! atomic write per chunk: after a crash a source resumes exactly after its last stored chunk,
-//! nothing lost and nothing doubled. A generator's rows, and an immutable file source's, are
-//! not stored but produced again when read ([`replay`]); their chunks' offsets are stored the
-//! same way.
+//! INSERT. Its rows are stored like a table's (so ad-hoc queries read them, and new views
+//! backfill from them), together with the connector's position, in one atomic write per chunk
+//! (with the chunk's change-log entry): after a crash a source resumes from the checkpoint's
+//! position, nothing lost and nothing doubled. A generator's rows, an immutable file source's
+//! and a Kafka topic's are not stored but read again when needed ([`replay`]); their chunks'
+//! positions are stored the same way.
 //!
 //! - [`options`]: the `WITH (key = 'value', ...)` options of `CREATE SOURCE`.
 //! - [`source`]: the [`source::SourceReader`] trait and the task that runs a reader.
@@ -17,11 +17,15 @@
 //!   declared immutable) store where each chunk began and ended instead of the rows.
 //! - [`nexmark`]: the built-in Nexmark generator (`connector = 'nexmark'`).
 //! - [`file`]: CSV, JSON and Parquet files, local or in S3 (`connector = 'file'`).
+//! - [`kafka`]: every partition of a Kafka topic (`connector = 'kafka'`).
+//! - [`records`]: CSV and JSON records decoded into rows, bad ones into dead letters.
 
 pub mod dead_letter;
 pub mod file;
+pub mod kafka;
 pub mod nexmark;
 pub mod options;
+pub mod records;
 pub mod registry;
 pub mod replay;
 pub mod source;

@@ -3,6 +3,7 @@
 use datafusion::arrow::datatypes::SchemaRef;
 
 use super::file::FileReader;
+use super::kafka::KafkaReader;
 use super::nexmark::NexmarkReader;
 use super::options::ConnectorOptions;
 use super::source::SourceReader;
@@ -14,9 +15,10 @@ pub fn reader(options: &ConnectorOptions, declared: Option<SchemaRef>) -> Result
     match options.get("connector").map(str::to_ascii_lowercase).as_deref() {
         Some("nexmark") => Ok(Box::new(NexmarkReader::new(options)?)),
         Some("file") => Ok(Box::new(FileReader::new(options, declared)?)),
-        Some(other) => {
-            Err(WeirError::unsupported(format!("connector '{other}' is not supported yet (nexmark and file are)")))
-        }
+        Some("kafka") => Ok(Box::new(KafkaReader::new(options, declared)?)),
+        Some(other) => Err(WeirError::unsupported(format!(
+            "connector '{other}' is not supported yet (nexmark, file and kafka are)"
+        ))),
         None => Err(WeirError::new(SqlState::INVALID_PARAMETER_VALUE, "a source needs WITH (connector = '...')")),
     }
 }

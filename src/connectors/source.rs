@@ -71,6 +71,12 @@ pub trait SourceReader: Send {
     /// The rows' columns.
     fn schema(&self) -> SchemaRef;
 
+    /// Checks that the connector can be read now (CREATE SOURCE): a broker that answers, a
+    /// topic that exists. Later failures are retried by the reader.
+    fn check(&mut self) -> Result<()> {
+        Ok(())
+    }
+
     /// The rows after `from` (at most the connector's chunk size).
     fn read(&mut self, from: &Position) -> Result<Chunk>;
 

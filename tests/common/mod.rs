@@ -232,3 +232,14 @@ pub async fn rows(client: &tokio_postgres::Client, sql: &str) -> Vec<String> {
     out.sort();
     out
 }
+
+/// The Kafka-compatible broker the tests use: `$WEIR_TEST_KAFKA` (scripts/test.sh starts it),
+/// or the one `scripts/kafka-server.sh start` starts now. Returns its bootstrap servers.
+pub fn kafka_bootstrap() -> String {
+    std::env::var("WEIR_TEST_KAFKA").unwrap_or_else(|_| {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/kafka-server.sh");
+        let out = Command::new(script).arg("start").output().expect("scripts/kafka-server.sh");
+        assert!(out.status.success(), "scripts/kafka-server.sh start: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    })
+}

@@ -37,6 +37,7 @@ use parking_lot::Mutex;
 use self::location::{base_name, Location};
 use super::dead_letter::DeadLetter;
 use super::options::ConnectorOptions;
+use super::records::{self, TextEncoding};
 use super::source::{Chunk, Position, SourceReader};
 use crate::error::{Result, SqlState, WeirError};
 
@@ -290,31 +291,12 @@ struct TextBatches {
 type ArrowResult<T> = std::result::Result<T, ArrowError>;
 
 impl TextBatches {
-    /// Decodes `text` (whole lines) as one batch.
-    fn decode(&self, text: &[u8], batch_size: usize) -> ArrowResult<Option<RecordBatch>> {
-        let schema = Arc::clone(&self.schema);
-        match self.encoding {
-            Encoding::Csv => {
-                let mut decoder = datafusion::arrow::csv::ReaderBuilder::new(schema)
-                    .with_header(false)
-                    .with_batch_size(batch_size)
-                    .build_decoder();
-                let used = decoder.decode(text)?;
-                decoder.decode(&[])?;
-                if used < text.len() {
-                    return Err(ArrowError::CsvError(format!("{} bytes left undecoded", text.len() - used)));
-                }
-                decoder.flush()
-            }
-            _ => {
-                let mut decoder =
-                    datafusion::arrow::json::ReaderBuilder::new(schema).with_batch_size(batch_size).build_decoder()?;
-                let used = decoder.decode(text)?;
-                if used < text.len() {
-                    return Err(ArrowError::JsonError(format!("{} bytes left undecoded", text.len() - used)));
-                }
-                decoder.flush()
-            }
+    /// The encoding of the lines.
+    fn text_encoding(&self) -> TextEncoding {
+        if self.encoding == Encoding::Csv {
+            TextEncoding::Csv
+        } else {
+            TextEncoding::Json
         }
     }
 
@@ -342,25 +324,13 @@ impl TextBatches {
     /// A batch with an error, line by line: the rows of the lines that decode; the others are
     /// dead letters.
     fn isolate(&self, first: u64, text: &[u8]) -> ArrowResult<RecordBatch> {
-        let mut good = Vec::new();
-        let mut dead = Vec::new();
-        let read_at = chrono::Utc::now().timestamp_micros();
-        for (i, line) in text.split_inclusive(|b| *b == b'\n').enumerate() {
-            if line.iter().all(u8::is_ascii_whitespace) {
-                continue;
-            }
-            match self.decode(line, 1) {
-                Ok(Some(batch)) => good.push(batch),
-                Ok(None) => {}
-                Err(e) => dead.push(DeadLetter {
-                    position: format!("{}:{}", self.name, first + i as u64),
-                    error: e.to_string(),
-                    raw: String::from_utf8_lossy(line).trim_end_matches(['\r', '\n']).to_string(),
-                    read_at_micros: read_at,
-                }),
-            }
-        }
+        let lines = text
+            .split_inclusive(|b| *b == b'\n')
+            .enumerate()
+            .map(|(i, line)| (format!("{}:{}", self.name, first + i as u64), line));
+        let (good, dead) = records::decode_each(self.text_encoding(), &self.schema, lines);
         self.dead.lock().extend(dead);
+        let good: Vec<RecordBatch> = good.into_iter().map(|(_, batch)| batch).collect();
         datafusion::arrow::compute::concat_batches(&self.schema, &good)
     }
 }
@@ -374,7 +344,7 @@ impl Iterator for TextBatches {
             Ok(None) => return None,
             Err(e) => return Some(Err(e.into())),
         };
-        Some(match self.decode(&text, lines) {
+        Some(match records::decode(self.text_encoding(), &self.schema, &text, lines) {
             Ok(Some(batch)) => Ok(batch),
             Ok(None) => Ok(RecordBatch::new_empty(Arc::clone(&self.schema))),
             Err(_) => self.isolate(first, &text),

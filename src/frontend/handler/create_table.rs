@@ -29,7 +29,8 @@ use crate::types::window::is_time_type;
 /// order (their types are what the connector's values are cast to). And whether the connector
 /// can produce its rows again (then they are not stored: [`crate::connectors::replay`]).
 fn source_schema(options: &ConnectorOptions, declared: Schema) -> Result<(Schema, bool)> {
-    let reader = crate::connectors::registry::reader(options, Some(std::sync::Arc::new(declared.clone())))?;
+    let mut reader = crate::connectors::registry::reader(options, Some(std::sync::Arc::new(declared.clone())))?;
+    reader.check()?;
     let (connector, replayable) = (reader.schema(), reader.replayable());
     if declared.fields().is_empty() {
         let fields: Vec<Field> = connector
