@@ -245,6 +245,17 @@ pub static RECOVERY_SECONDS: LazyLock<prometheus::Gauge> = LazyLock::new(|| {
     )
 });
 
+/// Checkpoints' changes a sink delivered to its external system.
+pub static SINK_CHECKPOINTS_DELIVERED_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register(
+        IntCounterVec::new(
+            Opts::new("weir_sink_checkpoints_delivered_total", "Checkpoints' changes a sink delivered"),
+            &["sink"],
+        )
+        .unwrap(),
+    )
+});
+
 /// The text exposition of every registered metric.
 pub fn render() -> String {
     // Touch the statics so that every metric is listed even before its first use.

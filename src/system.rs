@@ -261,7 +261,30 @@ fn dead_letters_batch(catalog: &Catalog) -> DfResult<RecordBatch> {
     )?)
 }
 
-const TABLES: [&str; 4] = ["view_errors", "event_time", "dead_letters", "checkpoints"];
+fn sinks_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("sink_name", DataType::Utf8, false),
+        Field::new("state", DataType::Utf8, false),
+        Field::new("delivered_epoch", DataType::UInt64, true),
+        Field::new("error", DataType::Utf8, true),
+    ]))
+}
+
+/// Every running sink: running or retrying, the last checkpoint it delivered, its last error.
+fn sinks_batch() -> DfResult<RecordBatch> {
+    let all: Vec<(String, crate::connectors::sink::SinkStatus)> =
+        crate::connectors::sink::STATUS.lock().values().cloned().collect();
+    let names: StringArray = all.iter().map(|(n, _)| Some(n.as_str())).collect();
+    let states: StringArray = all.iter().map(|(_, s)| Some(s.state.as_str())).collect();
+    let delivered: UInt64Array = all.iter().map(|(_, s)| s.delivered).collect();
+    let errors: StringArray = all.iter().map(|(_, s)| s.error.as_deref()).collect();
+    Ok(RecordBatch::try_new(
+        sinks_schema(),
+        vec![Arc::new(names), Arc::new(states), Arc::new(delivered), Arc::new(errors)],
+    )?)
+}
+
+const TABLES: [&str; 5] = ["view_errors", "event_time", "dead_letters", "checkpoints", "sinks"];
 
 /// The `weir_catalog` schema.
 pub struct SystemSchema {
@@ -292,6 +315,7 @@ impl SchemaProvider for SystemSchema {
             "view_errors" => table(view_errors_schema(), Arc::new(view_errors_batch)),
             "event_time" => table(event_time_schema(), Arc::new(event_time_batch)),
             "checkpoints" => table(checkpoints_schema(), Arc::new(checkpoints_batch)),
+            "sinks" => table(sinks_schema(), Arc::new(sinks_batch)),
             "dead_letters" => {
                 let catalog = Arc::clone(&self.catalog);
                 table(dead_letters_schema(), Arc::new(move || dead_letters_batch(&catalog)))

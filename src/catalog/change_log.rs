@@ -25,16 +25,13 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use datafusion::arrow::array::RecordBatch;
-
 use super::{Catalog, Relation};
 use crate::connectors::replay::ChunkEntry;
 use crate::error::{Result, SqlState, WeirError};
 use crate::state::index_codec::{IndexReader, IndexWriter};
 use crate::state::keys::{prefix_end, table_prefix, TableId, CHANGE_LOG_TABLE};
 use crate::state::store::{ScanControl, StateStore, WriteBatch, WriteOp};
-use crate::state::table::{decode_ipc, encode_ipc};
-use crate::types::{ChangeBatch, Epoch, Message, Op};
+use crate::types::{ChangeBatch, Epoch, Message};
 
 /// What views are told about a logged write.
 #[derive(Debug, Clone)]
@@ -87,8 +84,7 @@ pub fn append(wb: &mut WriteBatch, relation: &Relation, changes: &LoggedChanges)
             record.u64(0);
         }
         LoggedChanges::Rows(batch) => {
-            let ops: Vec<u8> = batch.ops.iter().map(|op| op_code(*op)).collect();
-            record.u64(1).bytes(&ops).bytes(&encode_ipc(&batch.data)?);
+            batch.encode(record.u64(1))?;
         }
         LoggedChanges::Chunk(chunk) => {
             record.u64(2).bytes(&chunk.encode());
@@ -97,15 +93,6 @@ pub fn append(wb: &mut WriteBatch, relation: &Relation, changes: &LoggedChanges)
     let sequence = SEQUENCE.fetch_add(1, Ordering::Relaxed);
     wb.put(key(epoch, relation.def.id, sequence), record.finish());
     Ok(())
-}
-
-fn op_code(op: Op) -> u8 {
-    match op {
-        Op::Insert => 0,
-        Op::Delete => 1,
-        Op::UpdateDelete => 2,
-        Op::UpdateInsert => 3,
-    }
 }
 
 fn corrupt(why: impl std::fmt::Display) -> WeirError {
@@ -131,25 +118,7 @@ fn decode(key: &[u8], value: &[u8]) -> Result<LogEntry> {
     }
     let changes = match r.u64()? {
         0 => LoggedChanges::None,
-        1 => {
-            let ops = r
-                .bytes()?
-                .into_iter()
-                .map(|code| match code {
-                    0 => Ok(Op::Insert),
-                    1 => Ok(Op::Delete),
-                    2 => Ok(Op::UpdateDelete),
-                    3 => Ok(Op::UpdateInsert),
-                    other => Err(corrupt(format!("change kind {other}"))),
-                })
-                .collect::<Result<Vec<_>>>()?;
-            let batches = decode_ipc(&r.bytes()?).map_err(corrupt)?;
-            let [data]: [RecordBatch; 1] = batches.try_into().map_err(|_| corrupt("not one batch of changes"))?;
-            if data.num_rows() != ops.len() {
-                return Err(corrupt("changes and their kinds differ in number"));
-            }
-            LoggedChanges::Rows(ChangeBatch::new(data, ops))
-        }
+        1 => LoggedChanges::Rows(ChangeBatch::decode(&mut r, "the change log")?),
         2 => LoggedChanges::Chunk(ChunkEntry::decode(&r.bytes()?, "the change log")?),
         other => return Err(corrupt(format!("changes kind {other}"))),
     };

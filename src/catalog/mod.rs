@@ -413,6 +413,23 @@ impl Catalog {
         Ok(Some(id))
     }
 
+    /// A sink of view `input` through the connector `options` (see `connectors::sink`);
+    /// None when it exists and `if_not_exists`.
+    pub fn create_sink(
+        &self,
+        name: &str,
+        definition: &str,
+        input: &Relation,
+        options: crate::connectors::options::ConnectorOptions,
+        if_not_exists: bool,
+    ) -> Result<Option<TableId>> {
+        let mut def = self.new_def(name, RelationKind::Sink, definition, input.schema.as_ref().clone());
+        def.depends_on = vec![input.def.id];
+        def.connector = Some(options);
+        def.layout = Layout::Segments;
+        self.create(def, if_not_exists)
+    }
+
     /// Drops a relation and its rows. Returns false when it does not exist and `if_exists`.
     pub fn drop_relation(&self, name: &str, if_exists: bool) -> Result<bool> {
         let mut inner = self.inner.write();

@@ -20,6 +20,9 @@ pub enum RelationKind {
     Table,
     /// A view kept up to date incrementally (`CREATE MATERIALIZED VIEW`).
     MaterializedView,
+    /// A view's changes delivered to an external system (`CREATE SINK`); no rows of its own
+    /// (its key range holds its outbox, `connectors::sink`).
+    Sink,
 }
 
 /// The durable description of one relation. Everything else about it is derived from this.

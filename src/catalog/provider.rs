@@ -43,18 +43,24 @@ impl std::fmt::Debug for WeirSchema {
 
 #[async_trait]
 impl SchemaProvider for WeirSchema {
+    /// Tables, sources and views; sinks hold no rows to read.
     fn table_names(&self) -> Vec<String> {
-        self.catalog.relations().iter().map(|r| r.def.name.clone()).collect()
+        self.catalog
+            .relations()
+            .iter()
+            .filter(|r| r.def.kind != RelationKind::Sink)
+            .map(|r| r.def.name.clone())
+            .collect()
     }
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
-        Ok(self.catalog.get(name).map(|relation| {
+        Ok(self.catalog.get(name).filter(|r| r.def.kind != RelationKind::Sink).map(|relation| {
             Arc::new(RelationTable::new(relation, Arc::clone(&self.catalog))) as Arc<dyn TableProvider>
         }))
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        self.catalog.get(name).is_some()
+        self.catalog.get(name).is_some_and(|r| r.def.kind != RelationKind::Sink)
     }
 
     fn register_table(&self, name: String, _table: Arc<dyn TableProvider>) -> DfResult<Option<Arc<dyn TableProvider>>> {
@@ -156,7 +162,8 @@ impl TableProvider for RelationTable {
     fn table_type(&self) -> TableType {
         match self.relation.def.kind {
             RelationKind::Table => TableType::Base,
-            RelationKind::MaterializedView => TableType::View,
+            // Sinks are never handed to DataFusion (`WeirSchema` leaves them out).
+            RelationKind::MaterializedView | RelationKind::Sink => TableType::View,
         }
     }
 

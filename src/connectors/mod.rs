@@ -11,6 +11,8 @@
 //!
 //! - [`options`]: the `WITH (key = 'value', ...)` options of `CREATE SOURCE`.
 //! - [`source`]: the [`source::SourceReader`] trait and the task that runs a reader.
+//! - [`sink`]: the [`sink::SinkWriter`] trait and the exactly-once delivery of a view's
+//!   changes, one outbox entry per checkpoint.
 //! - [`dead_letter`]: records a connector could not decode, kept with the chunk they came in.
 //! - [`registry`]: from `connector = '...'` to a reader.
 //! - [`replay`]: sources whose connector can produce their rows again (a generator, files
@@ -28,4 +30,5 @@ pub mod options;
 pub mod records;
 pub mod registry;
 pub mod replay;
+pub mod sink;
 pub mod source;

@@ -3,9 +3,10 @@
 use datafusion::arrow::datatypes::SchemaRef;
 
 use super::file::FileReader;
-use super::kafka::KafkaReader;
+use super::kafka::{KafkaReader, KafkaSink};
 use super::nexmark::NexmarkReader;
 use super::options::ConnectorOptions;
+use super::sink::SinkWriter;
 use super::source::SourceReader;
 use crate::error::{Result, SqlState, WeirError};
 
@@ -20,5 +21,21 @@ pub fn reader(options: &ConnectorOptions, declared: Option<SchemaRef>) -> Result
             "connector '{other}' is not supported yet (nexmark, file and kafka are)"
         ))),
         None => Err(WeirError::new(SqlState::INVALID_PARAMETER_VALUE, "a source needs WITH (connector = '...')")),
+    }
+}
+
+/// The writer of a sink `sink_id` of a view with `schema` (`append_only`: it never retracts)
+/// through the connector `options` name; fails (and so CREATE SINK fails) on unknown
+/// connectors and bad options.
+pub fn sink_writer(
+    options: &ConnectorOptions,
+    sink_id: crate::state::keys::TableId,
+    schema: SchemaRef,
+    append_only: bool,
+) -> Result<Box<dyn SinkWriter>> {
+    match options.get("connector").map(str::to_ascii_lowercase).as_deref() {
+        Some("kafka") => Ok(Box::new(KafkaSink::new(options, sink_id, schema, append_only)?)),
+        Some(other) => Err(WeirError::unsupported(format!("sink connector '{other}' is not supported yet (kafka is)"))),
+        None => Err(WeirError::new(SqlState::INVALID_PARAMETER_VALUE, "a sink needs WITH (connector = '...')")),
     }
 }

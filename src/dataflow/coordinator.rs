@@ -61,6 +61,8 @@ pub struct BarrierCoordinator {
     last_checkpoint: parking_lot::Mutex<std::time::Instant>,
     /// Shared by statements changing the catalog, exclusive while a checkpoint is taken.
     pub ddl_gate: tokio::sync::RwLock<()>,
+    /// The newest epoch whose checkpoint snapshot is taken (sinks deliver up to it).
+    checkpointed: watch::Sender<Epoch>,
 }
 
 impl BarrierCoordinator {
@@ -86,6 +88,7 @@ impl BarrierCoordinator {
             checkpointer,
             last_checkpoint: parking_lot::Mutex::new(std::time::Instant::now()),
             ddl_gate: tokio::sync::RwLock::new(()),
+            checkpointed: watch::channel(first_epoch).0,
         })
     }
 
@@ -169,6 +172,7 @@ impl BarrierCoordinator {
             checkpointer.record_failure(epoch, e.message.clone());
             return;
         }
+        self.checkpointed.send_replace(epoch);
         // The snapshot holds every write of an epoch up to `epoch`: their log entries can go.
         let store = Arc::clone(self.catalog.store());
         let truncate = move || crate::catalog::change_log::truncate_through(store.as_ref(), epoch);
@@ -202,6 +206,16 @@ impl BarrierCoordinator {
         let (tx, rx) = watch::channel(self.epoch.load(Ordering::SeqCst));
         self.jobs.lock().insert(job, rx);
         (value, tx)
+    }
+
+    /// Follows the newest epoch whose checkpoint snapshot is taken.
+    pub fn checkpointed(&self) -> watch::Receiver<Epoch> {
+        self.checkpointed.subscribe()
+    }
+
+    /// The last epoch injected.
+    pub fn current_epoch(&self) -> Epoch {
+        self.epoch.load(Ordering::SeqCst)
     }
 
     pub fn stop_job(&self, job: TableId) {

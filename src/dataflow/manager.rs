@@ -45,6 +45,8 @@ pub struct Streaming {
     jobs: parking_lot::Mutex<HashMap<TableId, JoinHandle<()>>>,
     /// The task feeding each source.
     sources: parking_lot::Mutex<HashMap<TableId, JoinHandle<()>>>,
+    /// The task delivering each sink's outbox.
+    deliverers: parking_lot::Mutex<HashMap<TableId, JoinHandle<()>>>,
 }
 
 impl Streaming {
@@ -66,6 +68,7 @@ impl Streaming {
             coordinator,
             jobs: parking_lot::Mutex::new(HashMap::new()),
             sources: parking_lot::Mutex::new(HashMap::new()),
+            deliverers: parking_lot::Mutex::new(HashMap::new()),
         })
     }
 
@@ -190,6 +193,67 @@ impl Streaming {
         if let Some(handle) = self.sources.lock().remove(&id) {
             handle.abort();
         }
+    }
+
+    /// Starts sink `sink`: its job follows its view (a new sink: the view's rows first), and
+    /// its deliverer writes each checkpoint's changes to the connector (`connectors::sink`).
+    pub async fn start_sink(&self, sink: Arc<Relation>, how: ViewStart) -> Result<()> {
+        let id = sink.def.id;
+        let view = sink
+            .def
+            .depends_on
+            .first()
+            .and_then(|v| self.catalog.by_id(*v))
+            .ok_or_else(|| WeirError::internal(format!("the view of sink \"{}\" is gone", sink.def.name)))?;
+        let options = sink.def.connector.clone().ok_or_else(|| WeirError::internal("a sink without a connector"))?;
+        let append_only = view.def.layout == crate::state::table::Layout::Segments;
+        let mut writer = crate::connectors::registry::sink_writer(&options, id, Arc::clone(&view.schema), append_only)?;
+        if how == ViewStart::Backfill {
+            tokio::task::block_in_place(|| writer.check())?;
+        }
+        let catalog = Arc::clone(&self.catalog);
+        let restored = self.coordinator.current_epoch();
+        let ((input, rows), committed) = self
+            .coordinator
+            .start_job(id, async {
+                let _guard = Arc::clone(&view.write_lock).lock_owned().await;
+                let input = catalog.changes.subscribe(view.def.id, id).await;
+                let rows = match how {
+                    ViewStart::Backfill => Some(view.read_rows(catalog.store()).await),
+                    ViewStart::Restore => None,
+                };
+                (input, rows)
+            })
+            .await;
+        let pending = match rows.transpose() {
+            Ok(rows) => rows.unwrap_or_default().into_iter().map(crate::types::ChangeBatch::inserts).collect(),
+            Err(e) => {
+                self.stop_view(id).await;
+                return Err(e);
+            }
+        };
+        let store = Arc::clone(self.catalog.store());
+        let job = crate::connectors::sink::SinkJob {
+            sink: Arc::clone(&sink),
+            input,
+            store: Arc::clone(&store),
+            committed,
+            pending,
+        };
+        self.jobs.lock().insert(id, tokio::spawn(job.run()));
+        let checkpointed = self.coordinator.checkpointed();
+        let deliverer = tokio::spawn(crate::connectors::sink::deliver(sink, store, writer, checkpointed, restored));
+        self.deliverers.lock().insert(id, deliverer);
+        Ok(())
+    }
+
+    /// Stops a sink's job and its deliverer (its outbox is the catalog's to delete).
+    pub async fn stop_sink(&self, id: TableId) {
+        if let Some(deliverer) = self.deliverers.lock().remove(&id) {
+            deliverer.abort();
+        }
+        self.stop_view(id).await;
+        crate::connectors::sink::forget(id);
     }
 
     /// Stops a view's job and its subscriptions (its rows are the catalog's to delete).

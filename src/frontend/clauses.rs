@@ -250,7 +250,11 @@ pub fn extract(sql: &str) -> Result<(String, StreamingClauses)> {
 /// The `WITH (key = 'value', ...)` of `CREATE SOURCE` and a trailing `FORMAT f ENCODE e`
 /// (kept as options `format` and `encode`), marked as not kept. Returns the options, the index
 /// of the `WITH` token, and whether a column list comes before it.
-fn source_options(tokens: &[Token], words: &[usize], keep: &mut [bool]) -> Result<(ConnectorOptions, usize, bool)> {
+pub(crate) fn source_options(
+    tokens: &[Token],
+    words: &[usize],
+    keep: &mut [bool],
+) -> Result<(ConnectorOptions, usize, bool)> {
     let mut depth = 0;
     let mut columns_given = false;
     let mut with = None;

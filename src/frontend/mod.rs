@@ -12,6 +12,7 @@ pub mod handler;
 pub mod parser;
 pub mod pg_catalog;
 pub mod session;
+pub mod sink_statement;
 
 use std::sync::Arc;
 
@@ -96,9 +97,16 @@ impl Frontend {
     /// creation order so a view's inputs are running before it.
     async fn restart_views(&self) {
         let session = self.new_session("weir");
-        let views = self.catalog.relations().into_iter().filter(|r| r.def.kind == RelationKind::MaterializedView);
-        for relation in views {
+        let relations = self.catalog.relations().into_iter().filter(|r| r.def.kind != RelationKind::Table);
+        for relation in relations {
             let name = relation.def.name.clone();
+            if relation.def.kind == RelationKind::Sink {
+                match self.streaming.start_sink(Arc::clone(&relation), ViewStart::Restore).await {
+                    Ok(()) => tracing::info!(sink = %name, "sink restored"),
+                    Err(e) => tracing::error!(sink = %name, "sink could not be restarted: {e}"),
+                }
+                continue;
+            }
             let started = async {
                 let (statement, clauses) = match self.parser.parse(&relation.def.definition)?.pop() {
                     Some(Statement::Sql(s)) => (s, Default::default()),
@@ -154,6 +162,7 @@ impl Frontend {
     ) -> Result<StatementResult> {
         let ddl = match &statement {
             Statement::Flush => false,
+            Statement::Sink(sink) => !matches!(sink, sink_statement::SinkStatement::Show),
             Statement::Streaming(statement, _) | Statement::Sql(statement) => handler::changes_catalog(statement),
         };
         if !ddl {
@@ -169,7 +178,7 @@ impl Frontend {
         result
     }
 
-    async fn run(
+    pub(crate) async fn run(
         &self,
         session: &mut Session,
         statement: Statement,
@@ -183,6 +192,7 @@ impl Frontend {
             Statement::Streaming(statement, clauses) => {
                 handler::execute_streaming(self, session, statement, clauses).await
             }
+            Statement::Sink(sink) => handler::execute_sink(self, session, sink).await,
             Statement::Sql(statement) => {
                 let writes = handler::writes_rows(&statement);
                 let result = handler::execute(self, session, statement, params).await?;
@@ -197,7 +207,7 @@ impl Frontend {
     /// Describes a statement without running it.
     pub async fn describe(&self, session: &mut Session, statement: &Statement) -> Result<StatementDescription> {
         match statement {
-            Statement::Flush | Statement::Streaming(..) => Ok(StatementDescription::default()),
+            Statement::Flush | Statement::Streaming(..) | Statement::Sink(_) => Ok(StatementDescription::default()),
             Statement::Sql(statement) => handler::describe(self, session, statement).await,
         }
     }

@@ -13,6 +13,7 @@ use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
 use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
 
 use super::clauses::{self, StreamingClauses};
+use super::sink_statement::{self, SinkStatement};
 use crate::error::{Result, WeirError};
 
 /// A parsed statement: Postgres SQL, or one of Weir's own.
@@ -24,6 +25,8 @@ pub enum Statement {
     /// `CREATE TABLE` or `CREATE MATERIALIZED VIEW` with Weir's streaming clauses
     /// (`WATERMARK FOR`, `APPEND ONLY`, `EMIT ON WINDOW CLOSE`, ...), taken out by [`clauses`].
     Streaming(ast::Statement, StreamingClauses),
+    /// `CREATE SINK`, `DROP SINK`, `SHOW SINKS`.
+    Sink(SinkStatement),
 }
 
 impl std::fmt::Display for Statement {
@@ -32,6 +35,7 @@ impl std::fmt::Display for Statement {
             Statement::Sql(s) => write!(f, "{s}"),
             Statement::Flush => f.write_str("FLUSH"),
             Statement::Streaming(s, c) => write!(f, "{s} {}", c.view_suffix()),
+            Statement::Sink(s) => write!(f, "{s}"),
         }
     }
 }
@@ -53,7 +57,7 @@ impl SqlParser {
 
     /// Parses one or more `;`-separated statements.
     pub fn parse(&self, sql: &str) -> Result<Vec<Statement>> {
-        let streaming = clauses::may_contain(sql);
+        let streaming = clauses::may_contain(sql) || sink_statement::may_be_one(sql);
         let pieces = split_weir_statements(sql, streaming);
         if pieces.iter().all(|p| matches!(p, Piece::Sql(_))) && !streaming {
             return Ok(self.parse_sql(sql)?.into_iter().map(Statement::Sql).collect());
@@ -63,19 +67,23 @@ impl SqlParser {
         let mut extracted = Vec::with_capacity(pieces.len());
         for piece in &pieces {
             extracted.push(match piece {
-                Piece::Flush => None,
-                Piece::Sql(text) => Some(clauses::extract(text)?),
+                Piece::Flush => Extracted::Flush,
+                Piece::Sql(text) => match sink_statement::parse(text)? {
+                    Some(sink) => Extracted::Sink(sink),
+                    None => Extracted::Sql(clauses::extract(text)?),
+                },
             });
         }
-        let plain = extracted.iter().all(|e| matches!(e, Some((_, found)) if found.is_empty()));
+        let plain = extracted.iter().all(|e| matches!(e, Extracted::Sql((_, found)) if found.is_empty()));
         if plain {
             return Ok(self.parse_sql(sql)?.into_iter().map(Statement::Sql).collect());
         }
         let mut out = Vec::new();
         for piece in extracted {
             match piece {
-                None => out.push(Statement::Flush),
-                Some((rest, found)) => {
+                Extracted::Flush => out.push(Statement::Flush),
+                Extracted::Sink(sink) => out.push(Statement::Sink(sink)),
+                Extracted::Sql((rest, found)) => {
                     let mut statements = self.parse_sql(&rest)?;
                     if found.is_empty() {
                         out.extend(statements.into_iter().map(Statement::Sql));
@@ -269,6 +277,13 @@ pub fn rewrite_catalog_idioms(statement: &mut ast::Statement) {
 enum Piece<'a> {
     Sql(&'a str),
     Flush,
+}
+
+/// A piece as parsed: FLUSH, a sink statement, or SQL with its streaming clauses taken out.
+enum Extracted {
+    Flush,
+    Sink(SinkStatement),
+    Sql((String, StreamingClauses)),
 }
 
 /// Splits `sql` at top-level semicolons when one of the statements is Weir's own (`FLUSH`) or

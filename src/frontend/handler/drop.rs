@@ -1,7 +1,7 @@
-//! `DROP TABLE | MATERIALIZED VIEW [IF EXISTS] name [, ...] [CASCADE | RESTRICT]`.
+//! `DROP TABLE | SOURCE | MATERIALIZED VIEW | SINK [IF EXISTS] name [, ...] [CASCADE | RESTRICT]`.
 //!
-//! A relation that views read cannot be dropped without CASCADE (2BP01); with CASCADE its
-//! dependent views go first, each with its job stopped and its rows deleted.
+//! A relation that views or sinks read cannot be dropped without CASCADE (2BP01); with CASCADE
+//! its dependents go first, each with its job stopped and its rows (a sink: its outbox) deleted.
 
 use datafusion::sql::sqlparser::ast::{ObjectType, Statement};
 
@@ -19,6 +19,11 @@ pub async fn handle_source(fe: &Frontend, statement: Statement) -> Result<Statem
     drop_relations(fe, statement, true).await
 }
 
+/// `DROP SINK [IF EXISTS] name`.
+pub async fn handle_sink(fe: &Frontend, name: &str, if_exists: bool) -> Result<StatementResult> {
+    drop_named(fe, RelationKind::Sink, "DROP SINK", vec![name.to_string()], if_exists, false, false).await
+}
+
 async fn drop_relations(fe: &Frontend, statement: Statement, sources: bool) -> Result<StatementResult> {
     let Statement::Drop { object_type, if_exists, names, cascade, .. } = statement else {
         unreachable!("dispatched on Drop")
@@ -29,10 +34,22 @@ async fn drop_relations(fe: &Frontend, statement: Statement, sources: bool) -> R
         ObjectType::MaterializedView => (RelationKind::MaterializedView, "DROP MATERIALIZED VIEW"),
         other => return Err(WeirError::unsupported(format!("DROP {other} is not supported"))),
     };
+    let names = names.iter().map(relation_name).collect::<Result<Vec<_>>>()?;
+    drop_named(fe, kind, tag, names, if_exists, cascade, sources).await
+}
+
+async fn drop_named(
+    fe: &Frontend,
+    kind: RelationKind,
+    tag: &str,
+    names: Vec<String>,
+    if_exists: bool,
+    cascade: bool,
+    sources: bool,
+) -> Result<StatementResult> {
     // Check every name before dropping any, so a failing statement changes nothing.
     let mut doomed = Vec::new();
-    for name in &names {
-        let name = relation_name(name)?;
+    for name in names {
         match fe.catalog().get(&name) {
             Some(rel) if rel.def.kind != kind => {
                 return Err(WeirError::new(
@@ -70,12 +87,14 @@ async fn drop_relations(fe: &Frontend, statement: Statement, sources: bool) -> R
         }
     }
     for relation in doomed {
-        if relation.def.kind == RelationKind::MaterializedView {
-            fe.streaming().stop_view(relation.def.id).await;
-            crate::system::forget_view(&relation.def.name);
-        }
-        if relation.def.connector.is_some() {
-            fe.streaming().stop_source(relation.def.id);
+        match relation.def.kind {
+            RelationKind::MaterializedView => {
+                fe.streaming().stop_view(relation.def.id).await;
+                crate::system::forget_view(&relation.def.name);
+            }
+            RelationKind::Sink => fe.streaming().stop_sink(relation.def.id).await,
+            RelationKind::Table if relation.def.connector.is_some() => fe.streaming().stop_source(relation.def.id),
+            RelationKind::Table => {}
         }
         fe.catalog().drop_relation(&relation.def.name, true)?;
     }
@@ -86,5 +105,6 @@ pub fn kind_name(kind: RelationKind) -> &'static str {
     match kind {
         RelationKind::Table => "table",
         RelationKind::MaterializedView => "materialized view",
+        RelationKind::Sink => "sink",
     }
 }

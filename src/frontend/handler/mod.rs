@@ -10,6 +10,7 @@
 //!
 //! Anything else is SQLSTATE 0A000, said plainly.
 
+pub mod create_sink;
 pub mod create_table;
 pub mod create_view;
 pub mod describe;
@@ -68,6 +69,15 @@ pub async fn execute(
         Statement::Deallocate { .. } => Ok(StatementResult::command("DEALLOCATE")),
         other => Err(WeirError::unsupported(format!("statement not supported: {}", first_words(&other.to_string())))),
     }
+}
+
+/// Runs CREATE SINK, DROP SINK or SHOW SINKS.
+pub async fn execute_sink(
+    fe: &Frontend,
+    session: &mut Session,
+    statement: crate::frontend::sink_statement::SinkStatement,
+) -> Result<StatementResult> {
+    create_sink::handle(fe, session, statement).await
 }
 
 /// Runs a CREATE statement that has Weir's streaming clauses.

@@ -1,4 +1,4 @@
-//! `SHOW TABLES`, `SHOW <setting>` and `SHOW ALL`.
+//! `SHOW TABLES`, `SHOW MATERIALIZED VIEWS`, `SHOW SINKS`, `SHOW <setting>` and `SHOW ALL`.
 
 use std::sync::Arc;
 
@@ -30,6 +30,10 @@ pub fn tables(fe: &Frontend) -> Result<StatementResult> {
 
 pub fn materialized_views(fe: &Frontend) -> Result<StatementResult> {
     names_of(fe, RelationKind::MaterializedView)
+}
+
+pub fn sinks(fe: &Frontend) -> Result<StatementResult> {
+    names_of(fe, RelationKind::Sink)
 }
 
 pub fn variable(session: &Session, variable: &[Ident]) -> Result<StatementResult> {

@@ -1,0 +1,255 @@
+//! The Kafka sink: a view's changes written to a topic exactly once (the runtime is
+//! [`crate::connectors::sink`]).
+//!
+//! ```sql
+//! CREATE SINK to_kafka FROM per_auction WITH (connector = 'kafka', topic = 'per_auction',
+//!   properties.bootstrap.server = '127.0.0.1:9092', primary_key = 'window_start,auction')
+//!   FORMAT UPSERT ENCODE JSON;
+//! ```
+//! Each checkpoint's changes are one Kafka transaction (`transactional.id` =
+//! `weir-sink-<sink id>`), committed together with the marker: the offset of partition 0 of the
+//! topic, for consumer group `weir-sink-<sink id>`, set to the checkpoint's epoch
+//! (`send_offsets_to_transaction`). Reading that group's committed offset says which checkpoint
+//! was delivered last. Consumers with `isolation.level = read_committed` see every change once.
+//!
+//! `FORMAT UPSERT`: the key is the primary key's columns as a JSON object, the value the row as
+//! a JSON object, or empty (a tombstone) when the row was deleted; a checkpoint's changes are
+//! netted per key first. `FORMAT PLAIN`: every row is a message (no key); only over a view that
+//! never retracts (CREATE SINK checks).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::SchemaRef;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+
+use super::{topic_partitions, unreachable_broker};
+use crate::connectors::options::ConnectorOptions;
+use crate::connectors::sink::SinkWriter;
+use crate::error::{Result, SqlState, WeirError};
+use crate::types::{ChangeBatch, Epoch};
+
+pub const OPTIONS: &[&str] =
+    &["connector", "topic", "properties.bootstrap.server", "primary_key", "kafka.timeout.ms", "format", "encode"];
+
+fn invalid(message: String) -> WeirError {
+    WeirError::new(SqlState::INVALID_PARAMETER_VALUE, message)
+}
+
+pub struct KafkaSink {
+    topic: String,
+    servers: String,
+    /// `weir-sink-<sink id>`: the transactional id and the marker's consumer group.
+    identity: String,
+    /// UPSERT: the key columns. None: PLAIN.
+    key: Option<Vec<usize>>,
+    timeout: Duration,
+    producer: Option<BaseProducer>,
+    marker: Option<BaseConsumer>,
+}
+
+impl KafkaSink {
+    /// A sink `sink_id` of rows of `schema` (the view's), as `options` say; `append_only`: the
+    /// view never retracts (required by FORMAT PLAIN).
+    pub fn new(options: &ConnectorOptions, sink_id: u32, schema: SchemaRef, append_only: bool) -> Result<KafkaSink> {
+        options.only(OPTIONS)?;
+        let topic = options.get("topic").ok_or_else(|| invalid("a Kafka sink needs topic = '...'".into()))?;
+        let servers = options
+            .get("properties.bootstrap.server")
+            .ok_or_else(|| invalid("a Kafka sink needs properties.bootstrap.server = 'host:port'".into()))?;
+        if let Some(encode) = options.get("encode").filter(|e| !e.eq_ignore_ascii_case("json")) {
+            return Err(WeirError::unsupported(format!("ENCODE {encode} for a Kafka sink (ENCODE JSON is)")));
+        }
+        let key = match options.get("format").unwrap_or("upsert").to_ascii_lowercase().as_str() {
+            "upsert" => {
+                let names = options.get("primary_key").ok_or_else(|| {
+                    invalid("FORMAT UPSERT needs primary_key = 'column, ...' (the message key)".into())
+                })?;
+                let key = names
+                    .split(',')
+                    .map(|name| {
+                        let name = name.trim();
+                        schema.index_of(name).map_err(|_| {
+                            WeirError::new(
+                                SqlState::UNDEFINED_COLUMN,
+                                format!("primary_key column \"{name}\" is not in the view"),
+                            )
+                        })
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                Some(key)
+            }
+            "plain" if append_only => None,
+            "plain" => {
+                return Err(WeirError::new(
+                    SqlState::FEATURE_NOT_SUPPORTED,
+                    "FORMAT PLAIN needs a view that only ever inserts rows; this one updates or deletes them",
+                )
+                .with_hint("Use FORMAT UPSERT with primary_key = '...': deletes become tombstones."))
+            }
+            other => return Err(invalid(format!("a Kafka sink's FORMAT must be UPSERT or PLAIN, not {other}"))),
+        };
+        Ok(KafkaSink {
+            topic: topic.to_string(),
+            servers: servers.to_string(),
+            identity: format!("weir-sink-{sink_id}"),
+            key,
+            timeout: Duration::from_millis(options.u64_or("kafka.timeout.ms", 10_000)?.max(1)),
+            producer: None,
+            marker: None,
+        })
+    }
+
+    fn broker(&self) -> impl Fn(KafkaError) -> WeirError + '_ {
+        move |e| unreachable_broker(&self.topic, &e)
+    }
+
+    /// The transactional producer, made (fencing any earlier one with the same id, and
+    /// aborting its open transaction) if there is none.
+    fn producer(&mut self) -> Result<&BaseProducer> {
+        if self.producer.is_none() {
+            let producer: BaseProducer = ClientConfig::new()
+                .set("bootstrap.servers", &self.servers)
+                .set("transactional.id", &self.identity)
+                .set("transaction.timeout.ms", "60000")
+                .set("log_level", "3")
+                .create()
+                .map_err(self.broker())?;
+            producer.init_transactions(self.timeout).map_err(self.broker())?;
+            self.producer = Some(producer);
+        }
+        Ok(self.producer.as_ref().expect("made"))
+    }
+
+    fn marker(&mut self) -> Result<&BaseConsumer> {
+        if self.marker.is_none() {
+            let consumer: BaseConsumer = ClientConfig::new()
+                .set("bootstrap.servers", &self.servers)
+                .set("group.id", &self.identity)
+                .set("enable.auto.commit", "false")
+                .set("log_level", "3")
+                .create()
+                .map_err(self.broker())?;
+            self.marker = Some(consumer);
+        }
+        Ok(self.marker.as_ref().expect("made"))
+    }
+
+    /// The messages of a checkpoint's changes: (key, value), value None for a tombstone.
+    fn messages(&self, changes: &[ChangeBatch]) -> Result<Vec<(Option<Vec<u8>>, Option<Vec<u8>>)>> {
+        let Some(key_columns) = &self.key else {
+            let mut out = Vec::new();
+            for batch in changes {
+                if batch.ops.iter().any(|op| op.sign() < 0) {
+                    return Err(WeirError::internal("a FORMAT PLAIN Kafka sink received a retraction"));
+                }
+                out.extend(json_lines(&batch.data)?.into_iter().map(|v| (None, Some(v))));
+            }
+            return Ok(out);
+        };
+        // Netted per key: the last change of a key decides its message; keys in first-seen order.
+        let mut order: Vec<Vec<u8>> = Vec::new();
+        let mut last: HashMap<Vec<u8>, Option<Vec<u8>>> = HashMap::new();
+        for batch in changes {
+            let keys = json_lines(&batch.data.project(key_columns)?)?;
+            let values = json_lines(&batch.data)?;
+            for ((key, value), op) in keys.into_iter().zip(values).zip(&batch.ops) {
+                let value = (op.sign() > 0).then_some(value);
+                if !last.contains_key(&key) {
+                    order.push(key.clone());
+                }
+                last.insert(key, value);
+            }
+        }
+        Ok(order
+            .into_iter()
+            .map(|key| (last.remove(&key).flatten(), key))
+            .map(|(value, key)| (Some(key), value))
+            .collect())
+    }
+}
+
+/// Each row of `batch` as one JSON object.
+fn json_lines(batch: &RecordBatch) -> Result<Vec<Vec<u8>>> {
+    let mut writer = datafusion::arrow::json::LineDelimitedWriter::new(Vec::new());
+    writer.write(batch)?;
+    writer.finish()?;
+    let bytes = writer.into_inner();
+    Ok(bytes.split(|b| *b == b'\n').filter(|line| !line.is_empty()).map(<[u8]>::to_vec).collect())
+}
+
+impl SinkWriter for KafkaSink {
+    /// The broker answers and the topic exists (CREATE SINK).
+    fn check(&mut self) -> Result<()> {
+        let consumer: BaseConsumer =
+            ClientConfig::new().set("bootstrap.servers", &self.servers).create().map_err(self.broker())?;
+        topic_partitions(&consumer, &self.topic, self.timeout).map(|_| ())
+    }
+
+    fn delivered(&mut self) -> Result<Option<Epoch>> {
+        self.producer()?;
+        let (topic, timeout) = (self.topic.clone(), self.timeout);
+        let mut wanted = TopicPartitionList::new();
+        wanted.add_partition(&topic, 0);
+        let committed =
+            self.marker()?.committed_offsets(wanted, timeout).map_err(|e| unreachable_broker(&topic, &e))?;
+        Ok(match committed.find_partition(&topic, 0).map(|p| p.offset()) {
+            Some(Offset::Offset(epoch)) if epoch >= 0 => Some(epoch as Epoch),
+            _ => None,
+        })
+    }
+
+    fn deliver(&mut self, checkpoint: Epoch, changes: &[ChangeBatch]) -> Result<()> {
+        let messages = self.messages(changes)?;
+        let topic = self.topic.clone();
+        let timeout = self.timeout;
+        let broker = |e: KafkaError| unreachable_broker(&topic, &e);
+        let group = self.marker()?.group_metadata().ok_or_else(|| WeirError::internal("no consumer group metadata"))?;
+        let producer = self.producer()?;
+        let sent = (|| -> Result<()> {
+            producer.begin_transaction().map_err(broker)?;
+            for (key, value) in &messages {
+                let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(&topic);
+                if let Some(key) = key {
+                    record = record.key(key.as_slice());
+                }
+                if let Some(value) = value {
+                    record = record.payload(value.as_slice());
+                }
+                let mut record = record;
+                loop {
+                    match producer.send(record) {
+                        Ok(()) => break,
+                        Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                            producer.poll(Duration::from_millis(50));
+                            record = back;
+                        }
+                        Err((e, _)) => return Err(broker(e)),
+                    }
+                }
+                producer.poll(Duration::ZERO);
+            }
+            let mut marker = TopicPartitionList::new();
+            marker.add_partition_offset(&topic, 0, Offset::Offset(checkpoint as i64)).map_err(broker)?;
+            producer.send_offsets_to_transaction(&marker, &group, timeout).map_err(broker)?;
+            producer.commit_transaction(timeout).map_err(broker)
+        })();
+        if sent.is_err() {
+            // The transaction is aborted (or its producer fenced): a new producer next time.
+            let _ = producer.abort_transaction(timeout);
+            self.producer = None;
+        }
+        sent
+    }
+}
+
+impl std::fmt::Debug for KafkaSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "KafkaSink({})", self.topic)
+    }
+}

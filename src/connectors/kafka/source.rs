@@ -1,0 +1,466 @@
+//! `connector = 'kafka'`: rows from every partition of a Kafka topic, one record per message,
+//! `FORMAT PLAIN ENCODE JSON` (one object per message) or `ENCODE CSV` (one line).
+//!
+//! ```sql
+//! CREATE SOURCE bids (auction BIGINT, price BIGINT, date_time TIMESTAMP,
+//!   _kafka_partition INT, _kafka_offset BIGINT, _kafka_timestamp TIMESTAMP, _kafka_key VARCHAR,
+//!   WATERMARK FOR date_time AS date_time - INTERVAL '5' SECOND)
+//! WITH (connector = 'kafka', topic = 'bids', properties.bootstrap.server = '127.0.0.1:9092',
+//!       scan.startup.mode = 'earliest') FORMAT PLAIN ENCODE JSON;
+//! ```
+//! The source's position ([`offsets`]) is the next offset of every partition, part of every
+//! checkpoint; it starts at `scan.startup.mode` (`earliest`, `latest`, or `timestamp` with
+//! `scan.startup.timestamp.millis`), resolved to offsets at the first read, so a restart goes
+//! on exactly from the checkpoint. Partitions added to the topic later are found (metadata is
+//! read again every `kafka.metadata.refresh.ms`) and read from their start. Messages are read
+//! with `isolation.level = read_committed`, so aborted transactions are never seen.
+//!
+//! The rows are not stored: Kafka keeps the messages, so the source is *replayed*
+//! ([`crate::connectors::replay`]): it logs each chunk's positions and reads the same offsets again when its
+//! rows are needed (a new view's backfill, a restart's replay). A chunk's messages are put in
+//! (partition, offset) order before decoding, so reading them again gives the same rows in the
+//! same order. What a new view sees is therefore what the topic still retains (ADR 11).
+//!
+//! Columns named `_kafka_partition`, `_kafka_offset`, `_kafka_timestamp` (the message's
+//! timestamp, for event time) and `_kafka_key` are filled from each message; the others are
+//! decoded from its value ([`crate::connectors::records`]). A message that does not decode is a dead letter
+//! (`topic:partition:offset`, its first bytes, the error), not a stopped source; an empty value
+//! (a tombstone) is passed over. A broker that cannot be reached when the source is created
+//! fails CREATE SOURCE (08001), as does a topic that does not exist (42704); one lost later is
+//! retried every `kafka.retry.ms` while the rest of the server goes on.
+//!
+//! At the end of every partition, reading pauses them until the next poll, so an idle source
+//! costs neither the broker nor the client a fetch loop.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use datafusion::arrow::array::{ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray, TimestampMillisecondArray};
+use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Message, Timestamp};
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+
+use super::offsets::{self, Offsets};
+use super::{topic_partitions, unreachable_broker};
+use crate::connectors::dead_letter::DeadLetter;
+use crate::connectors::options::ConnectorOptions;
+use crate::connectors::records::{self, TextEncoding};
+use crate::connectors::source::{Chunk, Position, SourceReader};
+use crate::error::{Result, SqlState, WeirError};
+
+pub const OPTIONS: &[&str] = &[
+    "connector",
+    "topic",
+    "properties.bootstrap.server",
+    "scan.startup.mode",
+    "scan.startup.timestamp.millis",
+    "kafka.max.chunk.size",
+    "kafka.poll.ms",
+    "kafka.metadata.refresh.ms",
+    "kafka.retry.ms",
+    "kafka.timeout.ms",
+    "format",
+    "encode",
+];
+
+/// Metadata columns a source may declare, filled from each message instead of its value.
+const PARTITION: &str = "_kafka_partition";
+const OFFSET: &str = "_kafka_offset";
+const TIMESTAMP: &str = "_kafka_timestamp";
+const KEY: &str = "_kafka_key";
+
+fn invalid(message: String) -> WeirError {
+    WeirError::new(SqlState::INVALID_PARAMETER_VALUE, message)
+}
+
+/// Where a source with no position yet starts.
+#[derive(Debug, Clone, Copy)]
+enum Startup {
+    Earliest,
+    Latest,
+    /// The first offset whose timestamp is at or after this (milliseconds).
+    Timestamp(i64),
+}
+
+/// One message, as read.
+struct Record {
+    partition: i32,
+    offset: i64,
+    timestamp: Option<i64>,
+    key: Option<String>,
+    value: Vec<u8>,
+}
+
+pub struct KafkaReader {
+    topic: String,
+    config: ClientConfig,
+    startup: Startup,
+    encoding: TextEncoding,
+    /// The declared columns.
+    schema: SchemaRef,
+    /// The columns decoded from values, and each declared column's source: Some(i) for the
+    /// i-th decoded column, None for a metadata column.
+    value_schema: SchemaRef,
+    chunk: usize,
+    poll: Duration,
+    refresh: Duration,
+    retry: Duration,
+    timeout: Duration,
+    /// The consumer and the offsets it is assigned at (the next to read, by partition).
+    consumer: Option<(BaseConsumer, Offsets)>,
+    last_refresh: Instant,
+    paused: bool,
+    dead: Vec<DeadLetter>,
+}
+
+impl KafkaReader {
+    pub fn new(options: &ConnectorOptions, declared: Option<SchemaRef>) -> Result<KafkaReader> {
+        options.only(OPTIONS)?;
+        let topic = options.get("topic").ok_or_else(|| invalid("a Kafka source needs topic = '...'".into()))?;
+        let servers = options
+            .get("properties.bootstrap.server")
+            .ok_or_else(|| invalid("a Kafka source needs properties.bootstrap.server = 'host:port'".into()))?;
+        let startup = match options.get("scan.startup.mode").unwrap_or("earliest").to_ascii_lowercase().as_str() {
+            "earliest" => Startup::Earliest,
+            "latest" => Startup::Latest,
+            "timestamp" => Startup::Timestamp(options.i64_or("scan.startup.timestamp.millis", -1).and_then(|t| {
+                if t < 0 {
+                    Err(invalid("scan.startup.mode = 'timestamp' needs scan.startup.timestamp.millis".into()))
+                } else {
+                    Ok(t)
+                }
+            })?),
+            other => {
+                return Err(invalid(format!("scan.startup.mode must be earliest, latest or timestamp, not '{other}'")))
+            }
+        };
+        if let Some(format) = options.get("format").filter(|f| !f.eq_ignore_ascii_case("plain")) {
+            return Err(WeirError::unsupported(format!("FORMAT {format} for a Kafka source (FORMAT PLAIN is)")));
+        }
+        let encoding = match options.get("encode").unwrap_or("json").to_ascii_lowercase().as_str() {
+            "json" => TextEncoding::Json,
+            "csv" => TextEncoding::Csv,
+            other => return Err(invalid(format!("a Kafka source's ENCODE must be JSON or CSV, not {other}"))),
+        };
+        let schema = match declared {
+            Some(s) if !s.fields().is_empty() => s,
+            _ => return Err(invalid("a Kafka source needs its column list".into())),
+        };
+        let value_fields: Vec<Field> = schema
+            .fields()
+            .iter()
+            .filter(|f| ![PARTITION, OFFSET, TIMESTAMP, KEY].contains(&f.name().as_str()))
+            .map(|f| f.as_ref().clone())
+            .collect();
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", servers)
+            .set("group.id", format!("weir-{topic}"))
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("isolation.level", "read_committed")
+            .set("enable.partition.eof", "true")
+            .set("auto.offset.reset", "earliest")
+            .set("log_level", "3");
+        Ok(KafkaReader {
+            topic: topic.to_string(),
+            config,
+            startup,
+            encoding,
+            value_schema: Arc::new(Schema::new(value_fields)),
+            schema,
+            chunk: options.u64_or("kafka.max.chunk.size", 10_000)?.max(1) as usize,
+            poll: Duration::from_millis(options.u64_or("kafka.poll.ms", 100)?.max(1)),
+            refresh: Duration::from_millis(options.u64_or("kafka.metadata.refresh.ms", 5_000)?),
+            retry: Duration::from_millis(options.u64_or("kafka.retry.ms", 1_000)?.max(1)),
+            timeout: Duration::from_millis(options.u64_or("kafka.timeout.ms", 10_000)?.max(1)),
+            consumer: None,
+            last_refresh: Instant::now(),
+            paused: false,
+            dead: Vec::new(),
+        })
+    }
+
+    fn consumer(&self) -> Result<BaseConsumer> {
+        self.config.create().map_err(|e| unreachable_broker(&self.topic, &e))
+    }
+
+    /// The topic's partitions now.
+    fn partitions(&self, consumer: &BaseConsumer) -> Result<Vec<i32>> {
+        topic_partitions(consumer, &self.topic, self.timeout)
+    }
+
+    /// The offset a partition with no position starts at.
+    fn start_offset(&self, consumer: &BaseConsumer, partition: i32) -> Result<i64> {
+        let broker = |e: KafkaError| unreachable_broker(&self.topic, &e);
+        let (low, high) = consumer.fetch_watermarks(&self.topic, partition, self.timeout).map_err(broker)?;
+        Ok(match self.startup {
+            Startup::Earliest => low,
+            Startup::Latest => high,
+            Startup::Timestamp(millis) => {
+                let mut wanted = TopicPartitionList::new();
+                wanted.add_partition_offset(&self.topic, partition, Offset::Offset(millis)).map_err(broker)?;
+                let found = consumer.offsets_for_times(wanted, self.timeout).map_err(broker)?;
+                match found.find_partition(&self.topic, partition).map(|p| p.offset()) {
+                    Some(Offset::Offset(o)) => o,
+                    _ => high,
+                }
+            }
+        })
+    }
+
+    /// Assigns a consumer to every partition at `known` offsets, new partitions at their start.
+    fn assign(&mut self, known: Offsets) -> Result<()> {
+        let consumer = self.consumer()?;
+        let mut offsets = known;
+        for partition in self.partitions(&consumer)? {
+            if !offsets.contains_key(&partition) {
+                let start = self.start_offset(&consumer, partition)?;
+                offsets.insert(partition, start);
+            }
+        }
+        let mut list = TopicPartitionList::new();
+        for (&partition, &offset) in &offsets {
+            list.add_partition_offset(&self.topic, partition, Offset::Offset(offset))
+                .map_err(|e| unreachable_broker(&self.topic, &e))?;
+        }
+        consumer.assign(&list).map_err(|e| unreachable_broker(&self.topic, &e))?;
+        self.consumer = Some((consumer, offsets));
+        self.paused = false;
+        self.last_refresh = Instant::now();
+        Ok(())
+    }
+
+    /// Pauses (or resumes) every assigned partition.
+    fn pause(&mut self, pause: bool) {
+        let Some((consumer, offsets)) = &self.consumer else { return };
+        if self.paused == pause {
+            return;
+        }
+        let mut list = TopicPartitionList::new();
+        for &partition in offsets.keys() {
+            list.add_partition(&self.topic, partition);
+        }
+        let done = if pause { consumer.pause(&list) } else { consumer.resume(&list) };
+        self.paused = pause && done.is_ok();
+    }
+
+    /// Polls up to a chunk of messages within `kafka.poll.ms`, stopping early once every
+    /// partition is at its end.
+    fn poll_chunk(&mut self) -> std::result::Result<Vec<Record>, KafkaError> {
+        let Some((consumer, offsets)) = &mut self.consumer else { return Ok(vec![]) };
+        let deadline = Instant::now() + self.poll;
+        let mut records = Vec::new();
+        let mut at_end = std::collections::HashSet::new();
+        while records.len() < self.chunk {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            match consumer.poll(left) {
+                None => break,
+                Some(Ok(m)) => {
+                    at_end.remove(&m.partition());
+                    offsets.insert(m.partition(), m.offset() + 1);
+                    records.push(record_of(&m));
+                }
+                Some(Err(KafkaError::PartitionEOF(partition))) => {
+                    at_end.insert(partition);
+                    if at_end.len() >= offsets.len() {
+                        break;
+                    }
+                }
+                Some(Err(e)) => return Err(e),
+            }
+        }
+        // Every partition at its end and nothing read: rest until the next poll.
+        if records.is_empty() && at_end.len() >= offsets.len() {
+            self.pause(true);
+        }
+        Ok(records)
+    }
+
+    /// The rows of `records` (in partition and offset order); those that do not decode become
+    /// dead letters when `keep_dead` (a first read), and are passed over when reading again.
+    fn rows(&mut self, mut records: Vec<Record>, keep_dead: bool) -> Result<RecordBatch> {
+        records.sort_by_key(|r| (r.partition, r.offset));
+        records.retain(|r| !r.value.is_empty());
+        let mut text = Vec::with_capacity(records.iter().map(|r| r.value.len() + 1).sum());
+        for r in &records {
+            text.extend_from_slice(&r.value);
+            text.push(b'\n');
+        }
+        let (values, kept): (RecordBatch, Vec<usize>) =
+            match records::decode(self.encoding, &self.value_schema, &text, records.len().max(1)) {
+                Ok(Some(batch)) if batch.num_rows() == records.len() => (batch, (0..records.len()).collect()),
+                Ok(None) if records.is_empty() => (RecordBatch::new_empty(Arc::clone(&self.value_schema)), vec![]),
+                _ => {
+                    let each = records
+                        .iter()
+                        .map(|r| (format!("{}:{}:{}", self.topic, r.partition, r.offset), r.value.as_slice()));
+                    let (good, dead) = records::decode_each(self.encoding, &self.value_schema, each);
+                    if keep_dead {
+                        self.dead.extend(dead);
+                    }
+                    let kept = good.iter().map(|(i, _)| *i).collect();
+                    let batches: Vec<RecordBatch> = good.into_iter().map(|(_, b)| b).collect();
+                    (datafusion::arrow::compute::concat_batches(&self.value_schema, &batches)?, kept)
+                }
+            };
+        let kept: Vec<&Record> = kept.iter().map(|&i| &records[i]).collect();
+        let mut decoded = values.columns().iter();
+        let columns = self
+            .schema
+            .fields()
+            .iter()
+            .map(|field| {
+                let column: ArrayRef = match field.name().as_str() {
+                    PARTITION => Arc::new(Int32Array::from_iter_values(kept.iter().map(|r| r.partition))),
+                    OFFSET => Arc::new(Int64Array::from_iter_values(kept.iter().map(|r| r.offset))),
+                    TIMESTAMP => Arc::new(TimestampMillisecondArray::from_iter(kept.iter().map(|r| r.timestamp))),
+                    KEY => Arc::new(StringArray::from_iter(kept.iter().map(|r| r.key.as_deref()))),
+                    _ => return Ok(Arc::clone(decoded.next().expect("a decoded column per value field"))),
+                };
+                Ok(datafusion::arrow::compute::cast(&column, field.data_type())?)
+            })
+            .collect::<Result<Vec<ArrayRef>>>()?;
+        Ok(RecordBatch::try_new(Arc::clone(&self.schema), columns)?)
+    }
+}
+
+fn record_of(m: &rdkafka::message::BorrowedMessage<'_>) -> Record {
+    Record {
+        partition: m.partition(),
+        offset: m.offset(),
+        timestamp: match m.timestamp() {
+            Timestamp::CreateTime(ms) | Timestamp::LogAppendTime(ms) => Some(ms),
+            Timestamp::NotAvailable => None,
+        },
+        key: m.key().map(|k| String::from_utf8_lossy(k).into_owned()),
+        value: m.payload().unwrap_or_default().to_vec(),
+    }
+}
+
+impl SourceReader for KafkaReader {
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    /// The broker answers and the topic exists (CREATE SOURCE).
+    fn check(&mut self) -> Result<()> {
+        let consumer = self.consumer()?;
+        self.partitions(&consumer).map(|_| ())
+    }
+
+    fn read(&mut self, from: &Position) -> Result<Chunk> {
+        let known = offsets::offsets(from)?;
+        let assigned = matches!(&self.consumer, Some((_, at)) if *at == known && !known.is_empty());
+        let stale = self.last_refresh.elapsed() >= self.refresh;
+        if !assigned || stale {
+            if let Err(e) = self.assign(known.clone()) {
+                tracing::warn!(topic = %self.topic, "Kafka source waiting for its broker: {e}");
+                self.consumer = None;
+                return Ok(Chunk::Wait(self.retry));
+            }
+            // New partitions (or the first read): their start offsets become the position
+            // before anything is read from them, so every chunk's first offsets are explicit.
+            let assigned = self.consumer.as_ref().map(|(_, o)| o.clone()).unwrap_or_default();
+            if assigned != known {
+                let empty = RecordBatch::new_empty(Arc::clone(&self.schema));
+                return Ok(Chunk::Rows(empty, offsets::position(from.records, &assigned)));
+            }
+        }
+        self.pause(false);
+        let records = match self.poll_chunk() {
+            Ok(records) => records,
+            Err(e) => {
+                tracing::warn!(topic = %self.topic, "Kafka source read failed, retrying: {e}");
+                self.consumer = None;
+                return Ok(Chunk::Wait(self.retry));
+            }
+        };
+        if records.is_empty() {
+            return Ok(Chunk::Wait(self.poll));
+        }
+        let read = records.len() as u64;
+        let offsets = self.consumer.as_ref().map(|(_, o)| o.clone()).unwrap_or_default();
+        let rows = self.rows(records, true)?;
+        Ok(Chunk::Rows(rows, offsets::position(from.records + read, &offsets)))
+    }
+
+    fn replayable(&self) -> bool {
+        true
+    }
+
+    /// The messages from `from`'s offsets up to `to`'s, read again.
+    fn replay(&mut self, from: &Position, to: &Position) -> Result<RecordBatch> {
+        let (start, end) = (offsets::offsets(from)?, offsets::offsets(to)?);
+        let consumer = self.consumer()?;
+        let mut list = TopicPartitionList::new();
+        let mut wanted: BTreeMap<i32, i64> = BTreeMap::new();
+        for (&partition, &last) in &end {
+            // A partition found during the chunk starts where the chunk first read it.
+            let first = start.get(&partition).copied().unwrap_or(0);
+            if first < last {
+                list.add_partition_offset(&self.topic, partition, Offset::Offset(first))
+                    .map_err(|e| unreachable_broker(&self.topic, &e))?;
+                wanted.insert(partition, last);
+            }
+        }
+        let gone = |why: String| {
+            WeirError::new(
+                SqlState::IO_ERROR,
+                format!("Kafka topic \"{}\": messages of a logged chunk cannot be read again: {why}", self.topic),
+            )
+        };
+        consumer.assign(&list).map_err(|e| unreachable_broker(&self.topic, &e))?;
+        let deadline = Instant::now() + self.timeout;
+        let mut records = Vec::new();
+        while !wanted.is_empty() {
+            if Instant::now() >= deadline {
+                return Err(gone(format!("partitions {:?} did not reach their offsets in time", wanted.keys())));
+            }
+            match consumer.poll(Duration::from_millis(100)) {
+                None => {}
+                Some(Ok(m)) => {
+                    let (partition, offset) = (m.partition(), m.offset());
+                    if let Some(&last) = wanted.get(&partition) {
+                        if offset < last {
+                            records.push(record_of(&m));
+                        }
+                        if offset + 1 >= last {
+                            wanted.remove(&partition);
+                        }
+                    }
+                }
+                Some(Err(KafkaError::PartitionEOF(partition))) => {
+                    if let Some(last) = wanted.get(&partition) {
+                        // At its end before the chunk's last offset: only control records
+                        // (transaction markers) can lie between, or the messages are gone.
+                        let position = consumer.position().ok().and_then(|p| {
+                            p.find_partition(&self.topic, partition).and_then(|e| match e.offset() {
+                                Offset::Offset(o) => Some(o),
+                                _ => None,
+                            })
+                        });
+                        if position.is_some_and(|p| p >= *last) {
+                            wanted.remove(&partition);
+                        } else {
+                            return Err(gone(format!("partition {partition} ends before offset {last}")));
+                        }
+                    }
+                }
+                Some(Err(e)) => return Err(unreachable_broker(&self.topic, &e)),
+            }
+        }
+        self.rows(records, false)
+    }
+
+    fn take_dead_letters(&mut self) -> Vec<DeadLetter> {
+        std::mem::take(&mut self.dead)
+    }
+}

@@ -1,0 +1,76 @@
+//! `CREATE SINK name FROM view | AS query WITH (connector = '...', ...) [FORMAT f ENCODE e]`,
+//! `DROP SINK` and `SHOW SINKS` (see `connectors::sink`).
+//!
+//! A sink over a query keeps the query as a materialized view of its own, named
+//! `<sink>_query` (hidden from nothing: users can read it), dropped with the sink. CREATE SINK
+//! checks the connector first (the broker answers, the topic exists), then records the sink
+//! and starts it; the view's current rows are its first changes. A failure undoes what the
+//! statement made, by id.
+
+use std::sync::Arc;
+
+use crate::catalog::RelationKind;
+use crate::dataflow::manager::ViewStart;
+use crate::error::{Result, SqlState, WeirError};
+use crate::frontend::sink_statement::{SinkInput, SinkStatement};
+use crate::frontend::{Frontend, Session, StatementResult};
+
+pub async fn handle(fe: &Frontend, session: &mut Session, statement: SinkStatement) -> Result<StatementResult> {
+    match statement {
+        SinkStatement::Show => super::show::sinks(fe),
+        SinkStatement::Drop { name, if_exists } => super::drop::handle_sink(fe, &name, if_exists).await,
+        SinkStatement::Create { name, if_not_exists, input, options, text } => {
+            if fe.catalog().get(&name).is_some() {
+                if if_not_exists {
+                    return Ok(StatementResult::command("CREATE SINK"));
+                }
+                return Err(WeirError::new(SqlState::DUPLICATE_TABLE, format!("relation \"{name}\" already exists")));
+            }
+            let (view, made) = match input {
+                SinkInput::View(view) => (view, false),
+                SinkInput::Query(query) => {
+                    let view = format!("{name}_query");
+                    let sql = format!("CREATE MATERIALIZED VIEW {view} AS {query}");
+                    for statement in fe.parse(&sql)? {
+                        Box::pin(fe.run(session, statement, None)).await?;
+                    }
+                    (view, true)
+                }
+            };
+            let created = create(fe, &name, &text, &view, options).await;
+            if created.is_err() && made {
+                if let Some(view) = fe.catalog().get(&view) {
+                    fe.streaming().stop_view(view.def.id).await;
+                    let _ = fe.catalog().undo_create(view.def.id);
+                }
+            }
+            created
+        }
+    }
+}
+
+async fn create(
+    fe: &Frontend,
+    name: &str,
+    text: &str,
+    view: &str,
+    options: crate::connectors::options::ConnectorOptions,
+) -> Result<StatementResult> {
+    let input = fe.catalog().get(view).ok_or_else(|| WeirError::undefined_table(view))?;
+    if input.def.kind != RelationKind::MaterializedView {
+        return Err(WeirError::new(
+            SqlState::WRONG_OBJECT_TYPE,
+            format!("\"{view}\" is not a materialized view: a sink delivers a view's changes"),
+        )
+        .with_hint("CREATE SINK name AS SELECT ... FROM table delivers a query's changes."));
+    }
+    let Some(id) = fe.catalog().create_sink(name, text, &input, options, false)? else {
+        return Ok(StatementResult::command("CREATE SINK"));
+    };
+    let sink = fe.catalog().by_id(id).ok_or_else(|| WeirError::internal("sink vanished while being created"))?;
+    if let Err(e) = fe.streaming().start_sink(Arc::clone(&sink), ViewStart::Backfill).await {
+        let _ = fe.catalog().undo_create(id);
+        return Err(e);
+    }
+    Ok(StatementResult::command("CREATE SINK"))
+}
