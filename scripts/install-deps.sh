@@ -5,7 +5,7 @@
 #   scripts/install-deps.sh build   # what `cargo build` needs: libclang (bindgen for RocksDB)
 #   scripts/install-deps.sh test    # plus the clients the tests drive (psql, psycopg, pgjdbc) and
 #                                   # the servers they talk to (an S3-compatible one: moto; a
-#                                   # Kafka-compatible one: noida-db)
+#                                   # Kafka-compatible one: noida-db; PostgreSQL for sinks)
 set -euo pipefail
 
 what=${1:-test}
@@ -20,6 +20,7 @@ need_deb make
 need_deb openssl
 if [ "$what" = test ]; then
   need_deb postgresql-client
+  need_deb postgresql
   need_deb libpostgresql-jdbc-java
   need_deb default-jdk-headless
 fi

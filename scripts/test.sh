@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # Runs Weir's whole test suite: installs what it needs, then `cargo test`.
 # Every test starts its own Weir server on a free loopback port with a temporary data directory;
-# the services they read from (an S3-compatible server, a Kafka-compatible broker) are started
-# here, on 127.0.0.1.
+# the services they read from and write to (an S3-compatible server, a Kafka-compatible broker,
+# PostgreSQL) are started here, on 127.0.0.1.
 # Arguments go to `cargo test` (e.g. scripts/test.sh --test slt). Ends with one summary line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh test
 WEIR_TEST_S3_ENDPOINT=$(scripts/s3-server.sh start)
 WEIR_TEST_KAFKA=$(scripts/kafka-server.sh start)
-export WEIR_TEST_S3_ENDPOINT WEIR_TEST_KAFKA
+WEIR_TEST_POSTGRES=$(scripts/pg-server.sh start)
+export WEIR_TEST_S3_ENDPOINT WEIR_TEST_KAFKA WEIR_TEST_POSTGRES
 log=$(mktemp)
-trap 'rm -f "$log"; scripts/s3-server.sh stop; scripts/kafka-server.sh stop' EXIT
+trap 'rm -f "$log"; scripts/s3-server.sh stop; scripts/kafka-server.sh stop; scripts/pg-server.sh stop' EXIT
 status=0
 cargo test --locked --no-fail-fast --all-targets "$@" 2>&1 | tee "$log" || status=$?
 passed=$(grep -oE 'test result: [a-zA-Z]+\. [0-9]+ passed' "$log" | awk '{s += $4} END {print s + 0}')

@@ -6,6 +6,7 @@ use super::file::FileReader;
 use super::kafka::{KafkaReader, KafkaSink};
 use super::nexmark::NexmarkReader;
 use super::options::ConnectorOptions;
+use super::postgres::PostgresSink;
 use super::sink::SinkWriter;
 use super::source::SourceReader;
 use crate::error::{Result, SqlState, WeirError};
@@ -35,7 +36,10 @@ pub fn sink_writer(
 ) -> Result<Box<dyn SinkWriter>> {
     match options.get("connector").map(str::to_ascii_lowercase).as_deref() {
         Some("kafka") => Ok(Box::new(KafkaSink::new(options, sink_id, schema, append_only)?)),
-        Some(other) => Err(WeirError::unsupported(format!("sink connector '{other}' is not supported yet (kafka is)"))),
+        Some("jdbc" | "postgres") => Ok(Box::new(PostgresSink::new(options, sink_id, schema, append_only)?)),
+        Some(other) => {
+            Err(WeirError::unsupported(format!("sink connector '{other}' is not supported yet (kafka and jdbc are)")))
+        }
         None => Err(WeirError::new(SqlState::INVALID_PARAMETER_VALUE, "a sink needs WITH (connector = '...')")),
     }
 }

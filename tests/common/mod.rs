@@ -243,3 +243,14 @@ pub fn kafka_bootstrap() -> String {
         String::from_utf8(out.stdout).unwrap().trim().to_string()
     })
 }
+
+/// The PostgreSQL server the tests write to: `$WEIR_TEST_POSTGRES` (scripts/test.sh starts
+/// it), or the one `scripts/pg-server.sh start` starts now. Returns its URL.
+pub fn postgres_url() -> String {
+    std::env::var("WEIR_TEST_POSTGRES").unwrap_or_else(|_| {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/pg-server.sh");
+        let out = Command::new(script).arg("start").output().expect("scripts/pg-server.sh");
+        assert!(out.status.success(), "scripts/pg-server.sh start: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    })
+}

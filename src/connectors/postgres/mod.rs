@@ -1,0 +1,291 @@
+//! `connector = 'jdbc'` (or `'postgres'`): a view's changes written to a PostgreSQL table
+//! exactly once (the runtime is [`crate::connectors::sink`], ADR 12).
+//!
+//! ```sql
+//! CREATE SINK to_pg FROM per_auction WITH (connector = 'jdbc',
+//!   jdbc.url = 'jdbc:postgresql://127.0.0.1:5432/analytics?user=postgres', table.name = 'per_auction',
+//!   primary_key = 'window_start,auction');
+//! ```
+//! Each checkpoint's changes are one SQL transaction: with `primary_key`, a checkpoint's changes
+//! are netted per key, gone keys deleted and the others upserted (`INSERT ... ON CONFLICT (key)
+//! DO UPDATE`); without one, every row is inserted (only over a view that never retracts). The
+//! same transaction sets the sink's row of `weir_sink_marker (sink, epoch)` (made if missing) to
+//! the checkpoint: the marker a restart reads. Values are sent as quoted text literals, which
+//! PostgreSQL casts to the table's column types; the table must exist, with the view's column
+//! names.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use datafusion::arrow::array::{Array, RecordBatch};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
+
+use crate::connectors::options::ConnectorOptions;
+use crate::connectors::sink::SinkWriter;
+use crate::error::{Result, SqlState, WeirError};
+use crate::types::{ChangeBatch, Epoch};
+
+pub const OPTIONS: &[&str] = &["connector", "jdbc.url", "table.name", "primary_key", "format", "encode"];
+
+fn invalid(message: String) -> WeirError {
+    WeirError::new(SqlState::INVALID_PARAMETER_VALUE, message)
+}
+
+/// Rows per INSERT or DELETE statement.
+const ROWS_PER_STATEMENT: usize = 500;
+
+pub struct PostgresSink {
+    config: tokio_postgres::Config,
+    table: String,
+    /// The view's column names, quoted.
+    columns: Vec<String>,
+    /// The primary key's columns (indices); None: inserts only.
+    key: Option<Vec<usize>>,
+    identity: String,
+    client: Option<tokio_postgres::Client>,
+}
+
+/// `jdbc:postgresql://host:port/db?user=u&password=p` (or a `postgresql://` URL) as a config.
+fn config_of(url: &str) -> Result<tokio_postgres::Config> {
+    let bad = |why: &str| invalid(format!("jdbc.url '{url}': {why}"));
+    let rest = url.strip_prefix("jdbc:").unwrap_or(url);
+    let rest = rest
+        .strip_prefix("postgresql://")
+        .or_else(|| rest.strip_prefix("postgres://"))
+        .ok_or_else(|| bad("expected jdbc:postgresql://host:port/database"))?;
+    let (address, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let (host_port, database) = address.split_once('/').unwrap_or((address, "postgres"));
+    let (host, port) = host_port.split_once(':').unwrap_or((host_port, "5432"));
+    let mut config = tokio_postgres::Config::new();
+    config.host(host).port(port.parse().map_err(|_| bad("the port is not a number"))?).dbname(database);
+    config.user("postgres").connect_timeout(Duration::from_secs(10));
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("user", v)) => {
+                config.user(v);
+            }
+            Some(("password", v)) => {
+                config.password(v);
+            }
+            _ => return Err(bad(&format!("unknown parameter {pair} (user and password are taken)"))),
+        }
+    }
+    Ok(config)
+}
+
+fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+impl PostgresSink {
+    pub fn new(options: &ConnectorOptions, sink_id: u32, schema: SchemaRef, append_only: bool) -> Result<PostgresSink> {
+        options.only(OPTIONS)?;
+        let url = options.get("jdbc.url").ok_or_else(|| invalid("a Postgres sink needs jdbc.url = '...'".into()))?;
+        let table =
+            options.get("table.name").ok_or_else(|| invalid("a Postgres sink needs table.name = '...'".into()))?;
+        let key = match options.get("primary_key") {
+            Some(names) => Some(
+                names
+                    .split(',')
+                    .map(|name| {
+                        schema.index_of(name.trim()).map_err(|_| {
+                            WeirError::new(
+                                SqlState::UNDEFINED_COLUMN,
+                                format!("primary_key column \"{}\" is not in the view", name.trim()),
+                            )
+                        })
+                    })
+                    .collect::<Result<Vec<_>>>()?,
+            ),
+            None if append_only => None,
+            None => {
+                return Err(WeirError::new(
+                    SqlState::FEATURE_NOT_SUPPORTED,
+                    "a Postgres sink without primary_key needs a view that only ever inserts rows",
+                )
+                .with_hint("Give primary_key = '...': changed rows are upserted, gone ones deleted."))
+            }
+        };
+        Ok(PostgresSink {
+            config: config_of(url)?,
+            table: table.split('.').map(quote_ident).collect::<Vec<_>>().join("."),
+            columns: schema.fields().iter().map(|f| quote_ident(f.name())).collect(),
+            key,
+            identity: format!("weir-sink-{sink_id}"),
+            client: None,
+        })
+    }
+
+    fn unreachable(&self, e: impl std::fmt::Display) -> WeirError {
+        WeirError::new(SqlState::UNABLE_TO_CONNECT, format!("Postgres sink table {}: {e}", self.table))
+    }
+
+    /// The connection, made (with the marker table) if there is none.
+    fn client(&mut self) -> Result<&mut tokio_postgres::Client> {
+        if self.client.is_none() {
+            let handle = tokio::runtime::Handle::current();
+            let config = self.config.clone();
+            let (client, connection) =
+                handle.block_on(config.connect(tokio_postgres::NoTls)).map_err(|e| self.unreachable(e))?;
+            handle.spawn(async move {
+                if let Err(e) = connection.await {
+                    tracing::warn!("Postgres sink connection ended: {e}");
+                }
+            });
+            handle
+                .block_on(client.batch_execute(
+                    "CREATE TABLE IF NOT EXISTS weir_sink_marker (sink TEXT PRIMARY KEY, epoch BIGINT NOT NULL)",
+                ))
+                .map_err(|e| self.unreachable(e))?;
+            self.client = Some(client);
+        }
+        Ok(self.client.as_mut().expect("made"))
+    }
+
+    /// The statements writing a checkpoint's changes.
+    fn statements(&self, changes: &[ChangeBatch]) -> Result<Vec<String>> {
+        let texts = |batch: &RecordBatch| -> Result<Vec<Vec<String>>> {
+            let options = FormatOptions::default().with_null("\u{0}NULL");
+            let formatters = batch
+                .columns()
+                .iter()
+                .map(|c| ArrayFormatter::try_new(c.as_ref(), &options))
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            Ok((0..batch.num_rows())
+                .map(|row| {
+                    formatters
+                        .iter()
+                        .zip(batch.columns())
+                        .map(|(f, c)| {
+                            if c.is_null(row) {
+                                "NULL".to_string()
+                            } else {
+                                format!("'{}'", f.value(row).to_string().replace('\'', "''"))
+                            }
+                        })
+                        .collect()
+                })
+                .collect())
+        };
+        let mut upserts: Vec<Vec<String>> = Vec::new();
+        let mut deletes: Vec<Vec<String>> = Vec::new();
+        match &self.key {
+            None => {
+                for batch in changes {
+                    if batch.ops.iter().any(|op| op.sign() < 0) {
+                        return Err(WeirError::internal("an insert-only Postgres sink received a retraction"));
+                    }
+                    upserts.extend(texts(&batch.data)?);
+                }
+            }
+            Some(key) => {
+                // Netted per key: its last change decides; keys in first-seen order.
+                let mut order = Vec::new();
+                let mut last: HashMap<Vec<String>, Option<Vec<String>>> = HashMap::new();
+                for batch in changes {
+                    for (row, op) in texts(&batch.data)?.into_iter().zip(&batch.ops) {
+                        let k: Vec<String> = key.iter().map(|&i| row[i].clone()).collect();
+                        if !last.contains_key(&k) {
+                            order.push(k.clone());
+                        }
+                        last.insert(k, (op.sign() > 0).then_some(row));
+                    }
+                }
+                for k in order {
+                    match last.remove(&k).flatten() {
+                        Some(row) => upserts.push(row),
+                        None => deletes.push(k),
+                    }
+                }
+            }
+        }
+        let mut statements = Vec::new();
+        if let Some(key) = &self.key {
+            let key_columns: Vec<&str> = key.iter().map(|&i| self.columns[i].as_str()).collect();
+            for chunk in deletes.chunks(ROWS_PER_STATEMENT) {
+                let tuples: Vec<String> = chunk.iter().map(|k| format!("({})", k.join(", "))).collect();
+                statements.push(format!(
+                    "DELETE FROM {} WHERE ({}) IN ({})",
+                    self.table,
+                    key_columns.join(", "),
+                    tuples.join(", ")
+                ));
+            }
+        }
+        let on_conflict = match &self.key {
+            Some(key) => {
+                let key_columns: Vec<&str> = key.iter().map(|&i| self.columns[i].as_str()).collect();
+                let others: Vec<String> = (0..self.columns.len())
+                    .filter(|i| !key.contains(i))
+                    .map(|i| format!("{0} = EXCLUDED.{0}", self.columns[i]))
+                    .collect();
+                if others.is_empty() {
+                    format!(" ON CONFLICT ({}) DO NOTHING", key_columns.join(", "))
+                } else {
+                    format!(" ON CONFLICT ({}) DO UPDATE SET {}", key_columns.join(", "), others.join(", "))
+                }
+            }
+            None => String::new(),
+        };
+        for chunk in upserts.chunks(ROWS_PER_STATEMENT) {
+            let rows: Vec<String> = chunk.iter().map(|r| format!("({})", r.join(", "))).collect();
+            statements.push(format!(
+                "INSERT INTO {} ({}) VALUES {}{on_conflict}",
+                self.table,
+                self.columns.join(", "),
+                rows.join(", ")
+            ));
+        }
+        Ok(statements)
+    }
+}
+
+impl SinkWriter for PostgresSink {
+    /// The database answers and the table exists.
+    fn check(&mut self) -> Result<()> {
+        let table = self.table.clone();
+        let client = self.client()?;
+        let found = tokio::runtime::Handle::current()
+            .block_on(client.simple_query(&format!("SELECT * FROM {table} LIMIT 0")))
+            .map_err(|e| WeirError::new(SqlState::UNDEFINED_TABLE, format!("Postgres sink table {table}: {e}")));
+        found.map(|_| ())
+    }
+
+    fn delivered(&mut self) -> Result<Option<Epoch>> {
+        let identity = self.identity.clone();
+        let client = self.client()?;
+        let row = tokio::runtime::Handle::current()
+            .block_on(client.query_opt("SELECT epoch FROM weir_sink_marker WHERE sink = $1", &[&identity]));
+        match row {
+            Ok(row) => Ok(row.map(|r| r.get::<_, i64>(0) as Epoch)),
+            Err(e) => {
+                self.client = None;
+                Err(self.unreachable(e))
+            }
+        }
+    }
+
+    fn deliver(&mut self, checkpoint: Epoch, changes: &[ChangeBatch]) -> Result<()> {
+        let statements = self.statements(changes)?;
+        let identity = self.identity.clone();
+        let client = self.client()?;
+        let written = tokio::runtime::Handle::current().block_on(async {
+            let transaction = client.transaction().await?;
+            for statement in &statements {
+                transaction.batch_execute(statement).await?;
+            }
+            transaction
+                .execute(
+                    "INSERT INTO weir_sink_marker VALUES ($1, $2) ON CONFLICT (sink) DO UPDATE SET epoch = EXCLUDED.epoch",
+                    &[&identity, &(checkpoint as i64)],
+                )
+                .await?;
+            transaction.commit().await
+        });
+        written.map_err(|e| {
+            self.client = None;
+            self.unreachable(e)
+        })
+    }
+}

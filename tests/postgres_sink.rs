@@ -1,0 +1,116 @@
+//! The Postgres (JDBC) sink against a real PostgreSQL (scripts/pg-server.sh): a view's changes
+//! upserted and deleted by primary key, an append-only view's rows inserted, each exactly once
+//! through SIGKILLs; CREATE SINK errors.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{postgres_url, rows, TestServer};
+
+/// A new database on the test server; returns a client of it and its JDBC URL.
+async fn database(name: &str) -> (tokio_postgres::Client, String) {
+    let db = format!("{name}_{}_{}", std::process::id(), common::free_port());
+    let admin = common::connect(&postgres_url()).await;
+    admin.batch_execute(&format!("CREATE DATABASE {db}")).await.unwrap();
+    let url = postgres_url();
+    let base = url.rsplit_once('/').unwrap().0;
+    let client = common::connect(&format!("{base}/{db}")).await;
+    let host_port = base.trim_start_matches("postgresql://").trim_start_matches("postgres@");
+    (client, format!("jdbc:postgresql://{host_port}/{db}?user=postgres"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_sink_holds_the_view_exactly_once_across_sigkills() {
+    let (pg, jdbc) = database("analytics").await;
+    pg.batch_execute(
+        "CREATE TABLE per_group (g INT PRIMARY KEY, n BIGINT, total BIGINT);
+         CREATE TABLE events (id BIGINT, g INT);",
+    )
+    .await
+    .unwrap();
+    let mut server = TestServer::start_with(&["--checkpoint-interval", "200ms", "--barrier-interval-ms", "50"]);
+    let mut c = server.connect().await;
+    c.batch_execute(&format!(
+        "CREATE TABLE accounts (id INT PRIMARY KEY, g INT, amount BIGINT);
+         CREATE TABLE ev (id BIGINT, g INT) APPEND ONLY;
+         INSERT INTO accounts VALUES (1, 1, 10), (2, 2, 20);
+         CREATE MATERIALIZED VIEW per_group AS SELECT g, count(*) AS n, sum(amount) AS total FROM accounts GROUP BY g;
+         CREATE SINK to_pg FROM per_group WITH (connector = 'jdbc', jdbc.url = '{jdbc}', table.name = 'per_group', primary_key = 'g');
+         CREATE SINK events_to_pg AS SELECT id, g FROM ev WITH (connector = 'jdbc', jdbc.url = '{jdbc}', table.name = 'events');"
+    ))
+    .await
+    .unwrap();
+    let mut next = 0i64;
+    for round in 0..6u64 {
+        for _ in 0..5 {
+            let values: Vec<String> = (next..next + 10).map(|id| format!("({id}, {})", id % 3)).collect();
+            c.batch_execute(&format!("INSERT INTO ev VALUES {}", values.join(", "))).await.unwrap();
+            c.batch_execute(&format!("INSERT INTO accounts VALUES ({}, {}, {next})", next % 23, next % 6))
+                .await
+                .unwrap();
+            if next % 4 == 0 {
+                c.batch_execute(&format!("DELETE FROM accounts WHERE g = {}", next % 6)).await.unwrap();
+            }
+            next += 10;
+        }
+        tokio::time::sleep(Duration::from_millis(50 * round)).await;
+        c = server.sigkill_and_reconnect().await;
+    }
+    c.batch_execute("FLUSH").await.unwrap();
+    let view = rows(&c, "SELECT g, n, total FROM per_group").await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let events = rows(&pg, "SELECT count(*) FROM events").await;
+        let table = rows(&pg, "SELECT g, n, total FROM per_group").await;
+        if (events == [next.to_string()] && table == view) || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(rows(&pg, "SELECT g, n, total FROM per_group").await, view, "the table equals the view");
+    assert_eq!(
+        rows(&pg, "SELECT count(*), count(DISTINCT id) FROM events").await,
+        [format!("{next}|{next}")],
+        "each event once"
+    );
+    assert_eq!(rows(&pg, "SELECT count(*) FROM weir_sink_marker").await, ["2"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_sink_refuses_what_it_cannot_deliver() {
+    let (_pg, jdbc) = database("refusals").await;
+    let server = TestServer::start();
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE t (k INT PRIMARY KEY, v INT); CREATE MATERIALIZED VIEW v AS SELECT k, sum(v) AS s FROM t GROUP BY k",
+    )
+    .await
+    .unwrap();
+    let missing_table = c
+        .batch_execute(&format!(
+            "CREATE SINK s FROM v WITH (connector = 'jdbc', jdbc.url = '{jdbc}', table.name = 'nope', primary_key = 'k')"
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(missing_table.code().map(|s| s.code()), Some("42P01"), "{missing_table:?}");
+    let retracting = c
+        .batch_execute(&format!(
+            "CREATE SINK s FROM v WITH (connector = 'jdbc', jdbc.url = '{jdbc}', table.name = 't')"
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(retracting.code().map(|s| s.code()), Some("0A000"), "{retracting:?}");
+    let not_a_view = c
+        .batch_execute(&format!(
+            "CREATE SINK s FROM t WITH (connector = 'jdbc', jdbc.url = '{jdbc}', table.name = 't')"
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(not_a_view.code().map(|s| s.code()), Some("42809"), "{not_a_view:?}");
+    let unknown = c.batch_execute("CREATE SINK s FROM v WITH (connector = 'nope')").await.unwrap_err();
+    assert_eq!(unknown.code().map(|s| s.code()), Some("0A000"), "{unknown:?}");
+    // Nothing was left behind, and the view still answers.
+    assert!(rows(&c, "SHOW SINKS").await.is_empty());
+    assert_eq!(rows(&c, "SELECT count(*) FROM v").await, ["0"]);
+}
