@@ -129,24 +129,13 @@ fn decode(key: &[u8], value: &[u8]) -> Result<LogEntry> {
 /// The entries of epochs after `epoch`, in log order.
 pub fn read_after(store: &dyn StateStore, epoch: Epoch) -> Result<Vec<LogEntry>> {
     let mut entries = Vec::new();
-    let mut failure = None;
     store.scan_prefix(&table_prefix(CHANGE_LOG_TABLE), &mut |k, v| {
-        let after = k.get(4..12).is_some_and(|e| u64::from_be_bytes(e.try_into().expect("8 bytes")) > epoch);
-        if after {
-            match decode(k, v) {
-                Ok(entry) => entries.push(entry),
-                Err(e) => {
-                    failure = Some(e);
-                    return Ok(ScanControl::Stop);
-                }
-            }
+        if k.get(4..12).is_some_and(|e| u64::from_be_bytes(e.try_into().expect("8 bytes")) > epoch) {
+            entries.push(decode(k, v)?);
         }
         Ok(ScanControl::Continue)
     })?;
-    match failure {
-        Some(e) => Err(e),
-        None => Ok(entries),
-    }
+    Ok(entries)
 }
 
 /// Writes `entry` (its statement's writes and the entry itself) into `store` if `store` does

@@ -82,35 +82,22 @@ fn outbox(store: &dyn StateStore, sink: &Relation, through: Epoch) -> Result<Vec
     let prefix = segment_key(sink.def.id, &[]);
     let what = format!("the outbox of sink \"{}\"", sink.def.name);
     let mut entries = Vec::new();
-    let mut failed = None;
     store.scan_prefix(&prefix, &mut |key, value| {
-        let Some(epoch) = key.get(prefix.len()..).and_then(|k| <[u8; 8]>::try_from(k).ok()).map(u64::from_be_bytes)
-        else {
-            failed = Some(crate::state::index_codec::corrupt(&what, "a key of the wrong length"));
-            return Ok(ScanControl::Stop);
-        };
+        let epoch = key
+            .get(prefix.len()..)
+            .and_then(|k| <[u8; 8]>::try_from(k).ok())
+            .map(u64::from_be_bytes)
+            .ok_or_else(|| crate::state::index_codec::corrupt(&what, "a key of the wrong length"))?;
         if epoch > through {
             return Ok(ScanControl::Stop);
         }
-        let decoded = IndexReader::new(value, &what).and_then(|mut r| {
-            let n = r.u64()?;
-            let changes = (0..n).map(|_| ChangeBatch::decode(&mut r, &what)).collect::<Result<Vec<_>>>()?;
-            r.finish()?;
-            Ok(changes)
-        });
-        match decoded {
-            Ok(changes) => entries.push((epoch, changes)),
-            Err(e) => {
-                failed = Some(e);
-                return Ok(ScanControl::Stop);
-            }
-        }
+        let mut r = IndexReader::new(value, &what)?;
+        let changes = (0..r.u64()?).map(|_| ChangeBatch::decode(&mut r, &what)).collect::<Result<Vec<_>>>()?;
+        r.finish()?;
+        entries.push((epoch, changes));
         Ok(ScanControl::Continue)
     })?;
-    match failed {
-        Some(e) => Err(e),
-        None => Ok(entries),
-    }
+    Ok(entries)
 }
 
 /// The job that keeps a sink's outbox: the view's changes, one entry per checkpoint.
