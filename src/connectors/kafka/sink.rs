@@ -7,8 +7,10 @@
 //!   FORMAT UPSERT ENCODE JSON;
 //! ```
 //! Each checkpoint's changes are one Kafka transaction (`transactional.id` =
-//! `weir-sink-<sink id>`), committed together with the marker: the offset of partition 0 of the
-//! topic, for consumer group `weir-sink-<sink id>`, set to the checkpoint's epoch
+//! `<prefix>-<sink id>`, the prefix `weir-sink` unless `transactional.id.prefix` says otherwise,
+//! so several Weir servers can share a cluster), committed together with the marker: the offset
+//! of partition 0 of the topic, for the consumer group of the same name, set to the checkpoint's
+//! epoch
 //! (`send_offsets_to_transaction`). Reading that group's committed offset says which checkpoint
 //! was delivered last. Consumers with `isolation.level = read_committed` see every change once.
 //!
@@ -34,8 +36,16 @@ use crate::connectors::sink::SinkWriter;
 use crate::error::{Result, SqlState, WeirError};
 use crate::types::{ChangeBatch, Epoch};
 
-pub const OPTIONS: &[&str] =
-    &["connector", "topic", "properties.bootstrap.server", "primary_key", "kafka.timeout.ms", "format", "encode"];
+pub const OPTIONS: &[&str] = &[
+    "connector",
+    "topic",
+    "properties.bootstrap.server",
+    "primary_key",
+    "kafka.timeout.ms",
+    "transactional.id.prefix",
+    "format",
+    "encode",
+];
 
 fn invalid(message: String) -> WeirError {
     WeirError::new(SqlState::INVALID_PARAMETER_VALUE, message)
@@ -44,7 +54,7 @@ fn invalid(message: String) -> WeirError {
 pub struct KafkaSink {
     topic: String,
     servers: String,
-    /// `weir-sink-<sink id>`: the transactional id and the marker's consumer group.
+    /// `<prefix>-<sink id>`: the transactional id and the marker's consumer group.
     identity: String,
     /// UPSERT: the key columns. None: PLAIN.
     key: Option<Vec<usize>>,
@@ -97,7 +107,7 @@ impl KafkaSink {
         Ok(KafkaSink {
             topic: topic.to_string(),
             servers: servers.to_string(),
-            identity: format!("weir-sink-{sink_id}"),
+            identity: format!("{}-{sink_id}", options.get("transactional.id.prefix").unwrap_or("weir-sink")),
             key,
             timeout: Duration::from_millis(options.u64_or("kafka.timeout.ms", 10_000)?.max(1)),
             producer: None,

@@ -1,4 +1,5 @@
-//! `connector = 'jdbc'` (or `'postgres'`): a view's changes written to a PostgreSQL table
+//! `connector = 'jdbc'` (with `jdbc.url`) or `'postgres'` (with `url = 'postgres://...'`): a
+//! view's changes written to a PostgreSQL table
 //! exactly once (the runtime is [`crate::connectors::sink`], ADR 12).
 //!
 //! ```sql
@@ -26,7 +27,7 @@ use crate::connectors::sink::SinkWriter;
 use crate::error::{Result, SqlState, WeirError};
 use crate::types::{ChangeBatch, Epoch};
 
-pub const OPTIONS: &[&str] = &["connector", "jdbc.url", "table.name", "primary_key", "format", "encode"];
+pub const OPTIONS: &[&str] = &["connector", "jdbc.url", "url", "table.name", "primary_key", "format", "encode"];
 
 fn invalid(message: String) -> WeirError {
     WeirError::new(SqlState::INVALID_PARAMETER_VALUE, message)
@@ -46,14 +47,17 @@ pub struct PostgresSink {
     client: Option<tokio_postgres::Client>,
 }
 
-/// `jdbc:postgresql://host:port/db?user=u&password=p` (or a `postgresql://` URL) as a config.
+/// `jdbc:postgresql://host:port/db?user=u&password=p`, or a libpq URL
+/// (`postgres://user:password@host:port/db`), as a config.
 fn config_of(url: &str) -> Result<tokio_postgres::Config> {
-    let bad = |why: &str| invalid(format!("jdbc.url '{url}': {why}"));
-    let rest = url.strip_prefix("jdbc:").unwrap_or(url);
-    let rest = rest
-        .strip_prefix("postgresql://")
-        .or_else(|| rest.strip_prefix("postgres://"))
-        .ok_or_else(|| bad("expected jdbc:postgresql://host:port/database"))?;
+    let bad = |why: &str| invalid(format!("the Postgres URL '{url}': {why}"));
+    let Some(rest) = url.strip_prefix("jdbc:") else {
+        let mut config: tokio_postgres::Config = url.parse().map_err(|e| bad(&format!("{e}")))?;
+        config.connect_timeout(Duration::from_secs(10));
+        return Ok(config);
+    };
+    let rest =
+        rest.strip_prefix("postgresql://").ok_or_else(|| bad("expected jdbc:postgresql://host:port/database"))?;
     let (address, query) = rest.split_once('?').unwrap_or((rest, ""));
     let (host_port, database) = address.split_once('/').unwrap_or((address, "postgres"));
     let (host, port) = host_port.split_once(':').unwrap_or((host_port, "5432"));
@@ -81,7 +85,9 @@ fn quote_ident(name: &str) -> String {
 impl PostgresSink {
     pub fn new(options: &ConnectorOptions, sink_id: u32, schema: SchemaRef, append_only: bool) -> Result<PostgresSink> {
         options.only(OPTIONS)?;
-        let url = options.get("jdbc.url").ok_or_else(|| invalid("a Postgres sink needs jdbc.url = '...'".into()))?;
+        let url = options.get("jdbc.url").or_else(|| options.get("url")).ok_or_else(|| {
+            invalid("a Postgres sink needs url = 'postgres://...' (or jdbc.url = 'jdbc:postgresql://...')".into())
+        })?;
         let table =
             options.get("table.name").ok_or_else(|| invalid("a Postgres sink needs table.name = '...'".into()))?;
         let key = match options.get("primary_key") {
@@ -287,5 +293,24 @@ impl SinkWriter for PostgresSink {
             self.client = None;
             self.unreachable(e)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jdbc_and_libpq_urls_read_as_the_same_config() {
+        let jdbc = config_of("jdbc:postgresql://db.example:5433/analytics?user=weir&password=s3cret").unwrap();
+        let libpq = config_of("postgres://weir:s3cret@db.example:5433/analytics").unwrap();
+        for c in [&jdbc, &libpq] {
+            assert_eq!(c.get_dbname(), Some("analytics"));
+            assert_eq!(c.get_user(), Some("weir"));
+            assert_eq!(c.get_ports(), &[5433]);
+            assert_eq!(c.get_password(), Some(&b"s3cret"[..]));
+        }
+        assert!(config_of("jdbc:mysql://h/db").is_err());
+        assert!(config_of("jdbc:postgresql://h/db?sslmode=require").is_err(), "unknown parameters are refused");
     }
 }

@@ -2,7 +2,7 @@
 //! `DROP SINK` and `SHOW SINKS` (see `connectors::sink`).
 //!
 //! A sink over a query keeps the query as a materialized view of its own, named
-//! `<sink>_query` (hidden from nothing: users can read it), dropped with the sink. CREATE SINK
+//! `<sink>_query` (users can read it too), dropped with the sink. CREATE SINK
 //! checks the connector first (the broker answers, the topic exists), then records the sink
 //! and starts it; the view's current rows are its first changes. A failure undoes what the
 //! statement made, by id.

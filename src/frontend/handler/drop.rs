@@ -19,9 +19,25 @@ pub async fn handle_source(fe: &Frontend, statement: Statement) -> Result<Statem
     drop_relations(fe, statement, true).await
 }
 
-/// `DROP SINK [IF EXISTS] name`.
+/// `DROP SINK [IF EXISTS] name`, and the view a sink `AS query` made for its query.
 pub async fn handle_sink(fe: &Frontend, name: &str, if_exists: bool) -> Result<StatementResult> {
-    drop_named(fe, RelationKind::Sink, "DROP SINK", vec![name.to_string()], if_exists, false, false).await
+    let made_view = fe.catalog().get(name).and_then(|sink| {
+        let own = matches!(
+            crate::frontend::sink_statement::parse(&sink.def.definition),
+            Ok(Some(crate::frontend::sink_statement::SinkStatement::Create {
+                input: crate::frontend::sink_statement::SinkInput::Query(_),
+                ..
+            }))
+        );
+        own.then(|| sink.def.depends_on.first().and_then(|v| fe.catalog().by_id(*v))).flatten()
+    });
+    let dropped =
+        drop_named(fe, RelationKind::Sink, "DROP SINK", vec![name.to_string()], if_exists, false, false).await?;
+    if let Some(view) = made_view.filter(|v| fe.catalog().dependents(v.def.id).is_empty()) {
+        drop_named(fe, RelationKind::MaterializedView, "DROP SINK", vec![view.def.name.clone()], true, false, false)
+            .await?;
+    }
+    Ok(dropped)
 }
 
 async fn drop_relations(fe: &Frontend, statement: Statement, sources: bool) -> Result<StatementResult> {
