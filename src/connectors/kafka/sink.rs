@@ -115,6 +115,13 @@ impl KafkaSink {
         })
     }
 
+    /// A client of this sink's broker.
+    fn client(&self) -> ClientConfig {
+        let mut config = ClientConfig::new();
+        config.set("bootstrap.servers", &self.servers).set("log_level", "3");
+        config
+    }
+
     fn broker(&self) -> impl Fn(KafkaError) -> WeirError + '_ {
         move |e| unreachable_broker(&self.topic, &e)
     }
@@ -123,11 +130,10 @@ impl KafkaSink {
     /// aborting its open transaction) if there is none.
     fn producer(&mut self) -> Result<&BaseProducer> {
         if self.producer.is_none() {
-            let producer: BaseProducer = ClientConfig::new()
-                .set("bootstrap.servers", &self.servers)
+            let producer: BaseProducer = self
+                .client()
                 .set("transactional.id", &self.identity)
                 .set("transaction.timeout.ms", "60000")
-                .set("log_level", "3")
                 .create()
                 .map_err(self.broker())?;
             producer.init_transactions(self.timeout).map_err(self.broker())?;
@@ -138,11 +144,10 @@ impl KafkaSink {
 
     fn marker(&mut self) -> Result<&BaseConsumer> {
         if self.marker.is_none() {
-            let consumer: BaseConsumer = ClientConfig::new()
-                .set("bootstrap.servers", &self.servers)
+            let consumer: BaseConsumer = self
+                .client()
                 .set("group.id", &self.identity)
                 .set("enable.auto.commit", "false")
-                .set("log_level", "3")
                 .create()
                 .map_err(self.broker())?;
             self.marker = Some(consumer);
@@ -196,8 +201,7 @@ fn json_lines(batch: &RecordBatch) -> Result<Vec<Vec<u8>>> {
 impl SinkWriter for KafkaSink {
     /// The broker answers and the topic exists (CREATE SINK).
     fn check(&mut self) -> Result<()> {
-        let consumer: BaseConsumer =
-            ClientConfig::new().set("bootstrap.servers", &self.servers).create().map_err(self.broker())?;
+        let consumer: BaseConsumer = self.client().create().map_err(self.broker())?;
         topic_partitions(&consumer, &self.topic, self.timeout).map(|_| ())
     }
 
