@@ -72,7 +72,8 @@ pub fn record_event_time(view: &str, watermark: Option<i64>, open_windows: usize
     }
     let entry = all.entry(view.to_string()).or_default();
     // Past every row (every input ended) is shown as NULL, like no watermark yet.
-    entry.watermark_micros = watermark.filter(|w| *w != i64::MAX).map(|w| w.div_euclid(1000));
+    entry.watermark_micros =
+        watermark.filter(|w| *w != crate::types::window::PAST_EVERY_ROW).map(|w| w.div_euclid(1000));
     entry.open_windows = open_windows as u64;
 }
 

@@ -48,6 +48,45 @@ pub trait SinkWriter: Send {
     fn deliver(&mut self, checkpoint: Epoch, changes: &[ChangeBatch]) -> Result<()>;
 }
 
+/// The columns (indices into `schema`) named by a sink's `primary_key = 'a, b'` option.
+pub fn key_columns(names: &str, schema: &datafusion::arrow::datatypes::Schema) -> Result<Vec<usize>> {
+    names
+        .split(',')
+        .map(|name| {
+            let name = name.trim();
+            schema.index_of(name).map_err(|_| {
+                crate::error::WeirError::new(
+                    crate::error::SqlState::UNDEFINED_COLUMN,
+                    format!("primary_key column \"{name}\" is not in the view"),
+                )
+            })
+        })
+        .collect()
+}
+
+/// A checkpoint's changes netted per key, for sinks that write by key: each key once, in the
+/// order keys first changed, with its row after its last change (None: the key is gone).
+/// `changes` gives each changed row's key, the row, and whether the row entered.
+pub fn net_by_key<K: std::hash::Hash + Eq + Clone, R>(
+    changes: impl IntoIterator<Item = (K, R, bool)>,
+) -> Vec<(K, Option<R>)> {
+    let mut order = Vec::new();
+    let mut last: std::collections::HashMap<K, Option<R>> = std::collections::HashMap::new();
+    for (key, row, entered) in changes {
+        if !last.contains_key(&key) {
+            order.push(key.clone());
+        }
+        last.insert(key, entered.then_some(row));
+    }
+    order
+        .into_iter()
+        .map(|key| {
+            let row = last.remove(&key).flatten();
+            (key, row)
+        })
+        .collect()
+}
+
 /// What a sink is doing, for `weir_catalog.sinks`.
 #[derive(Debug, Clone, Default)]
 pub struct SinkStatus {
@@ -211,5 +250,16 @@ pub async fn deliver(
                 through = through.max(*checkpointed.borrow());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn changes_net_to_each_keys_last_in_first_seen_order() {
+        let netted = net_by_key([("a", 1, true), ("b", 2, true), ("a", 1, false), ("a", 3, true), ("b", 2, false)]);
+        assert_eq!(netted, vec![("a", Some(3)), ("b", None)]);
     }
 }

@@ -48,7 +48,7 @@ use crate::operators::materialize::Materialize;
 use crate::state::index_codec::{IndexReader, IndexWriter};
 use crate::state::keys::{operator_state_table, table_prefix, RUNTIME_STATE_TABLE};
 use crate::state::store::{ScanControl, StateStore, WriteBatch};
-use crate::types::window::{instant_column, now_nanos, to_nanos};
+use crate::types::window::{instant_column, now_nanos, to_nanos, PAST_EVERY_ROW};
 use crate::types::{Barrier, BarrierKind, ChangeBatch, Epoch, Message};
 
 /// One input's watermark: the largest value of its watermark expression seen so far.
@@ -109,7 +109,7 @@ impl ViewJob {
     /// Input `input` has no more rows: its watermark passes every row.
     fn input_ended(&mut self, input: usize) {
         if let Some(w) = self.watermarks.get_mut(input).and_then(|w| w.as_mut()) {
-            w.max = Some(i64::MAX);
+            w.max = Some(PAST_EVERY_ROW);
         }
     }
 
@@ -134,7 +134,7 @@ impl ViewJob {
             if self.watermark.is_none_or(|current| next > current) {
                 self.watermark = Some(next);
                 self.graph.watermark(next);
-                if next != i64::MAX {
+                if next != PAST_EVERY_ROW {
                     metrics::VIEW_WATERMARK_SECONDS
                         .with_label_values(&[&self.relation.def.name])
                         .set(next as f64 / 1e9);
@@ -363,7 +363,7 @@ impl ViewJob {
         let view = self.relation.def.name.as_str();
         let open_windows = self.graph.open_windows();
         crate::system::record_event_time(view, self.watermark, open_windows);
-        if let Some(w) = self.watermark.filter(|w| *w != i64::MAX) {
+        if let Some(w) = self.watermark.filter(|w| *w != PAST_EVERY_ROW) {
             let lag = chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX).saturating_sub(w);
             metrics::WATERMARK_LAG_SECONDS.with_label_values(&[view]).set(lag as f64 / 1e9);
         }

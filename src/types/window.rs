@@ -76,6 +76,10 @@ pub fn to_nanos(array: &ArrayRef) -> Result<TimestampNanosecondArray> {
     Ok(converted.as_primitive::<TimestampNanosecondType>().clone())
 }
 
+/// The watermark of an input that has ended (a bounded source that read its last row): past
+/// every row's time. Shown as no watermark (NULL, no metric) where a time is displayed.
+pub const PAST_EVERY_ROW: i64 = i64::MAX;
+
 /// The current time in nanoseconds since the epoch.
 pub fn now_nanos() -> i64 {
     chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX)

@@ -184,12 +184,7 @@ pub async fn connect(conn: &str) -> tokio_postgres::Client {
 /// endpoint and the bucket's name.
 pub fn s3_bucket(name: &str) -> (String, String) {
     use std::io::{Read, Write};
-    let endpoint = std::env::var("WEIR_TEST_S3_ENDPOINT").unwrap_or_else(|_| {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/s3-server.sh");
-        let out = Command::new(script).arg("start").output().expect("scripts/s3-server.sh");
-        assert!(out.status.success(), "scripts/s3-server.sh start: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8(out.stdout).unwrap().trim().to_string()
-    });
+    let endpoint = service("WEIR_TEST_S3_ENDPOINT", "s3-server.sh");
     let bucket = format!("{name}-{}-{}", std::process::id(), free_port());
     // CreateBucket is an unsigned PUT on a local test server.
     let host = endpoint.trim_start_matches("http://");
@@ -233,24 +228,23 @@ pub async fn rows(client: &tokio_postgres::Client, sql: &str) -> Vec<String> {
     out
 }
 
-/// The Kafka-compatible broker the tests use: `$WEIR_TEST_KAFKA` (scripts/test.sh starts it),
-/// or the one `scripts/kafka-server.sh start` starts now. Returns its bootstrap servers.
-pub fn kafka_bootstrap() -> String {
-    std::env::var("WEIR_TEST_KAFKA").unwrap_or_else(|_| {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/kafka-server.sh");
-        let out = Command::new(script).arg("start").output().expect("scripts/kafka-server.sh");
-        assert!(out.status.success(), "scripts/kafka-server.sh start: {}", String::from_utf8_lossy(&out.stderr));
+/// Where a service the tests use answers: `$variable` (scripts/test.sh starts every service
+/// and sets it), or what `scripts/<script> start` prints after starting it now.
+fn service(variable: &str, script: &str) -> String {
+    std::env::var(variable).unwrap_or_else(|_| {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts").join(script);
+        let out = Command::new(path).arg("start").output().unwrap_or_else(|e| panic!("scripts/{script}: {e}"));
+        assert!(out.status.success(), "scripts/{script} start: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8(out.stdout).unwrap().trim().to_string()
     })
 }
 
-/// The PostgreSQL server the tests write to: `$WEIR_TEST_POSTGRES` (scripts/test.sh starts
-/// it), or the one `scripts/pg-server.sh start` starts now. Returns its URL.
+/// The Kafka-compatible broker the tests use (scripts/kafka-server.sh): its bootstrap servers.
+pub fn kafka_bootstrap() -> String {
+    service("WEIR_TEST_KAFKA", "kafka-server.sh")
+}
+
+/// The PostgreSQL server the tests write to (scripts/pg-server.sh): its URL.
 pub fn postgres_url() -> String {
-    std::env::var("WEIR_TEST_POSTGRES").unwrap_or_else(|_| {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/pg-server.sh");
-        let out = Command::new(script).arg("start").output().expect("scripts/pg-server.sh");
-        assert!(out.status.success(), "scripts/pg-server.sh start: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8(out.stdout).unwrap().trim().to_string()
-    })
+    service("WEIR_TEST_POSTGRES", "pg-server.sh")
 }

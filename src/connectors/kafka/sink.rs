@@ -19,7 +19,6 @@
 //! netted per key first. `FORMAT PLAIN`: every row is a message (no key); only over a view that
 //! never retracts (CREATE SINK checks).
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use datafusion::arrow::array::RecordBatch;
@@ -32,7 +31,7 @@ use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 use super::{topic_partitions, unreachable_broker};
 use crate::connectors::options::ConnectorOptions;
-use crate::connectors::sink::SinkWriter;
+use crate::connectors::sink::{key_columns, net_by_key, SinkWriter};
 use crate::error::{Result, SqlState, WeirError};
 use crate::types::{ChangeBatch, Epoch};
 
@@ -80,19 +79,7 @@ impl KafkaSink {
                 let names = options.get("primary_key").ok_or_else(|| {
                     invalid("FORMAT UPSERT needs primary_key = 'column, ...' (the message key)".into())
                 })?;
-                let key = names
-                    .split(',')
-                    .map(|name| {
-                        let name = name.trim();
-                        schema.index_of(name).map_err(|_| {
-                            WeirError::new(
-                                SqlState::UNDEFINED_COLUMN,
-                                format!("primary_key column \"{name}\" is not in the view"),
-                            )
-                        })
-                    })
-                    .collect::<Result<Vec<_>>>()?;
-                Some(key)
+                Some(key_columns(names, &schema)?)
             }
             "plain" if append_only => None,
             "plain" => {
@@ -167,25 +154,13 @@ impl KafkaSink {
             }
             return Ok(out);
         };
-        // Netted per key: the last change of a key decides its message; keys in first-seen order.
-        let mut order: Vec<Vec<u8>> = Vec::new();
-        let mut last: HashMap<Vec<u8>, Option<Vec<u8>>> = HashMap::new();
+        let mut keyed = Vec::new();
         for batch in changes {
             let keys = json_lines(&batch.data.project(key_columns)?)?;
             let values = json_lines(&batch.data)?;
-            for ((key, value), op) in keys.into_iter().zip(values).zip(&batch.ops) {
-                let value = (op.sign() > 0).then_some(value);
-                if !last.contains_key(&key) {
-                    order.push(key.clone());
-                }
-                last.insert(key, value);
-            }
+            keyed.extend(keys.into_iter().zip(values).zip(&batch.ops).map(|((k, v), op)| (k, v, op.sign() > 0)));
         }
-        Ok(order
-            .into_iter()
-            .map(|key| (last.remove(&key).flatten(), key))
-            .map(|(value, key)| (Some(key), value))
-            .collect())
+        Ok(net_by_key(keyed).into_iter().map(|(key, value)| (Some(key), value)).collect())
     }
 }
 

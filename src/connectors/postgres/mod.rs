@@ -15,7 +15,6 @@
 //! PostgreSQL casts to the table's column types; the table must exist, with the view's column
 //! names.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use datafusion::arrow::array::{Array, RecordBatch};
@@ -23,7 +22,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 
 use crate::connectors::options::ConnectorOptions;
-use crate::connectors::sink::SinkWriter;
+use crate::connectors::sink::{key_columns, net_by_key, SinkWriter};
 use crate::error::{Result, SqlState, WeirError};
 use crate::types::{ChangeBatch, Epoch};
 
@@ -91,19 +90,7 @@ impl PostgresSink {
         let table =
             options.get("table.name").ok_or_else(|| invalid("a Postgres sink needs table.name = '...'".into()))?;
         let key = match options.get("primary_key") {
-            Some(names) => Some(
-                names
-                    .split(',')
-                    .map(|name| {
-                        schema.index_of(name.trim()).map_err(|_| {
-                            WeirError::new(
-                                SqlState::UNDEFINED_COLUMN,
-                                format!("primary_key column \"{}\" is not in the view", name.trim()),
-                            )
-                        })
-                    })
-                    .collect::<Result<Vec<_>>>()?,
-            ),
+            Some(names) => Some(key_columns(names, &schema)?),
             None if append_only => None,
             None => {
                 return Err(WeirError::new(
@@ -186,20 +173,15 @@ impl PostgresSink {
                 }
             }
             Some(key) => {
-                // Netted per key: its last change decides; keys in first-seen order.
-                let mut order = Vec::new();
-                let mut last: HashMap<Vec<String>, Option<Vec<String>>> = HashMap::new();
+                let mut keyed = Vec::new();
                 for batch in changes {
                     for (row, op) in texts(&batch.data)?.into_iter().zip(&batch.ops) {
                         let k: Vec<String> = key.iter().map(|&i| row[i].clone()).collect();
-                        if !last.contains_key(&k) {
-                            order.push(k.clone());
-                        }
-                        last.insert(k, (op.sign() > 0).then_some(row));
+                        keyed.push((k, row, op.sign() > 0));
                     }
                 }
-                for k in order {
-                    match last.remove(&k).flatten() {
+                for (k, row) in net_by_key(keyed) {
+                    match row {
                         Some(row) => upserts.push(row),
                         None => deletes.push(k),
                     }
