@@ -278,11 +278,12 @@ async fn a_kafka_sink_delivers_every_change_exactly_once_across_sigkills() {
         c = server.sigkill_and_reconnect().await;
     }
     c.batch_execute("FLUSH").await.unwrap();
-    // Everything delivered: the sinks have caught up with the last checkpoint.
+    let view = rows(&c, "SELECT g, n, total FROM per_group").await;
+    // Everything delivered: each sink (they deliver apart) has caught up with the checkpoint
+    // after the FLUSH.
     let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let delivered = consume_all(&plain).len() as i64;
-        if delivered >= next || Instant::now() > deadline {
+    while (consume_all(&plain).len() as i64) < next || upsert_rows(&upsert) != view {
+        if Instant::now() > deadline {
             break;
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -296,11 +297,23 @@ async fn a_kafka_sink_delivers_every_change_exactly_once_across_sigkills() {
     assert_eq!(messages.len() as i64, next, "each event once (distinct ids {})", ids.len());
     assert_eq!(ids.len() as i64, next);
     // UPSERT: the last message of each key is the view's row (or a tombstone for a gone group).
+    assert_eq!(upsert_rows(&upsert), view);
+    let sinks = rows(&c, "SELECT sink_name, state FROM weir_catalog.sinks").await;
+    assert_eq!(sinks, ["events_out|running", "groups_out|running"]);
+    c.batch_execute("DROP SINK groups_out; DROP SINK events_out").await.unwrap();
+    assert!(rows(&c, "SHOW SINKS").await.is_empty());
+    // The view made for the query went with its sink; the user's view stays.
+    assert_eq!(rows(&c, "SHOW MATERIALIZED VIEWS").await, ["per_group"]);
+}
+
+/// The rows an upsert topic holds (`g|n|total`, sorted): each key's last message, tombstones
+/// removing their key.
+fn upsert_rows(topic: &str) -> Vec<String> {
     let mut state: std::collections::BTreeMap<String, Option<String>> = Default::default();
-    for (key, value) in consume_all(&upsert) {
+    for (key, value) in consume_all(topic) {
         state.insert(key.unwrap(), value);
     }
-    let mut from_kafka: Vec<String> = state
+    let mut rows: Vec<String> = state
         .values()
         .flatten()
         .map(|v| {
@@ -308,12 +321,6 @@ async fn a_kafka_sink_delivers_every_change_exactly_once_across_sigkills() {
             format!("{}|{}|{}", row["g"], row["n"], row["total"])
         })
         .collect();
-    from_kafka.sort();
-    assert_eq!(from_kafka, rows(&c, "SELECT g, n, total FROM per_group").await);
-    let sinks = rows(&c, "SELECT sink_name, state FROM weir_catalog.sinks").await;
-    assert_eq!(sinks, ["events_out|running", "groups_out|running"]);
-    c.batch_execute("DROP SINK groups_out; DROP SINK events_out").await.unwrap();
-    assert!(rows(&c, "SHOW SINKS").await.is_empty());
-    // The view made for the query went with its sink; the user's view stays.
-    assert_eq!(rows(&c, "SHOW MATERIALIZED VIEWS").await, ["per_group"]);
+    rows.sort();
+    rows
 }
