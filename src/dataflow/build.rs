@@ -24,6 +24,7 @@ use datafusion::physical_expr::PhysicalExpr;
 
 use super::graph::Graph;
 use super::join_interval::{interval_nanos, join_interval};
+use super::temporal_bounds::{self, uses_now};
 use crate::catalog::windowed::windowed_relation;
 use crate::catalog::Catalog;
 use crate::error::{Result, WeirError};
@@ -36,11 +37,13 @@ use crate::operators::no_watermark::NoWatermark;
 use crate::operators::operator::Operator;
 use crate::operators::project::Project;
 use crate::operators::session_assign::SessionAssign;
+use crate::operators::temporal_filter::{RowBound, TemporalFilter};
 use crate::operators::top_n::{RankOrder, TopN};
 use crate::operators::union::Union;
 use crate::operators::window_assign::WindowAssign;
 use crate::state::keyed::KeyedState;
 use crate::state::keys::{operator_state_table, TableId, RUNTIME_STATE_TABLE};
+use crate::state::rows_by_time::RowsByTime;
 use crate::types::window::{TimeColumn, Windowing};
 
 pub struct Built {
@@ -335,6 +338,43 @@ impl Builder<'_> {
         Ok(())
     }
 
+    /// Keeps the rows of `child` (over `input`) for which `predicate` holds: a Filter for its
+    /// conjuncts without `now()`, then a TemporalFilter for those comparing with it.
+    fn filter(&mut self, child: Out, predicate: &Expr, input: &DFSchema) -> Result<Out> {
+        let split = temporal_bounds::split(predicate, input)?;
+        let mut out = child;
+        if let Some(ordinary) = &split.ordinary {
+            let predicate = self.physical(ordinary, input)?;
+            let ops = self.each(|_| Ok(Box::new(Filter::new(Arc::clone(&predicate), &self.view))))?;
+            out = Out { node: self.graph.add(ops, &[out.node], vec![None])?, ..out };
+        }
+        if split.bounds.is_empty() {
+            return Ok(out);
+        }
+        let bounds = split
+            .bounds
+            .iter()
+            .map(|b| Ok((self.physical(&b.value, input)?, b.offset, b.end)))
+            .collect::<Result<Vec<_>>>()?;
+        let text = split.bounds.iter().map(|b| b.text.as_str()).collect::<Vec<_>>().join(" AND ");
+        let schema = Arc::new(input.as_arrow().clone());
+        let (entering, leaving) = (self.state_table()?, self.state_table()?);
+        let ops = self.each(|shard| {
+            let bounds = bounds.iter().map(|(value, offset, end)| RowBound {
+                value: Arc::clone(value),
+                offset: *offset,
+                end: *end,
+            });
+            // Each shard's rows under its own prefix of the two tables.
+            let prefix = (shard as u16).to_be_bytes().to_vec();
+            let tables =
+                (RowsByTime::new(self.keyed(entering)?, prefix.clone()), RowsByTime::new(self.keyed(leaving)?, prefix));
+            Ok(Box::new(TemporalFilter::new(bounds.collect(), text.clone(), Arc::clone(&schema), tables, &self.view)?))
+        })?;
+        // Rows leave as time passes: retractions, held to the barrier.
+        Ok(Out { node: self.graph.add(ops, &[out.node], vec![None])?, append_only: false, prompt: false, ..out })
+    }
+
     /// A shard's access to state table `id` (write-back: it reaches the store at checkpoints).
     fn keyed(&self, id: TableId) -> Result<KeyedState> {
         KeyedState::new(id, Arc::clone(self.catalog.store()), self.cache_entries).write_back()
@@ -345,7 +385,12 @@ impl Builder<'_> {
         (0..self.graph.parallelism()).map(&mut make).collect()
     }
 
+    /// `expr` over rows of `input`, evaluated per row; `now()` has no value there (only a
+    /// temporal filter compares with it, [`Builder::filter`]).
     fn physical(&self, expr: &Expr, input: &DFSchema) -> Result<Arc<dyn PhysicalExpr>> {
+        if uses_now(expr) {
+            return Err(temporal_bounds::refuse(expr));
+        }
         let expr = fixed_intervals_as_durations(expr.clone(), input)?;
         Ok(self.state.create_physical_expr(expr, input)?)
     }
@@ -492,12 +537,11 @@ impl Builder<'_> {
                         times = vec![None; indices.len()];
                     }
                 }
-                if let Some(predicate) = scan.filters.iter().cloned().reduce(|a, b| a.and(b)) {
-                    let predicate = self.physical(&predicate, scan.projected_schema.as_ref())?;
-                    let ops = self.each(|_| Ok(Box::new(Filter::new(Arc::clone(&predicate), &self.view))))?;
-                    top = self.graph.add(ops, &[top], vec![None])?;
+                let out = Out { node: top, distribution, times, append_only, prompt };
+                match scan.filters.iter().cloned().reduce(|a, b| a.and(b)) {
+                    Some(predicate) => self.filter(out, &predicate, scan.projected_schema.as_ref()),
+                    None => Ok(out),
                 }
-                Ok(Out { node: top, distribution, times, append_only, prompt })
             }
             LogicalPlan::Projection(p) => {
                 let child = self.node(&p.input)?;
@@ -535,10 +579,7 @@ impl Builder<'_> {
                         None => self.rank_limits.remove(&window),
                     };
                 }
-                let child = child?;
-                let predicate = self.physical(&f.predicate, f.input.schema())?;
-                let ops = self.each(|_| Ok(Box::new(Filter::new(Arc::clone(&predicate), &self.view))))?;
-                Ok(Out { node: self.graph.add(ops, &[child.node], vec![None])?, ..child })
+                self.filter(child?, &f.predicate, f.input.schema())
             }
             LogicalPlan::Aggregate(a) if !is_canonical(a) => {
                 // The same aggregate with its groups in a canonical order, so that two that
@@ -710,7 +751,20 @@ impl Builder<'_> {
                     j.on.iter().map(|(l, _)| self.physical(l, j.left.schema())).collect::<Result<Vec<_>>>()?;
                 let right_keys =
                     j.on.iter().map(|(_, r)| self.physical(r, j.right.schema())).collect::<Result<Vec<_>>>()?;
-                let residual = j.filter.as_ref().map(|f| self.physical(f, &j.schema)).transpose()?;
+                // Comparisons with now() in an inner join's condition filter its output instead.
+                let (condition, temporal) = match (&j.filter, j.join_type) {
+                    (Some(f), JoinType::Inner) if uses_now(f) => {
+                        let split = temporal_bounds::split(f, &j.schema)?;
+                        let temporal = datafusion::logical_expr::utils::split_conjunction(f)
+                            .into_iter()
+                            .filter(|c| uses_now(c))
+                            .cloned()
+                            .reduce(Expr::and);
+                        (split.ordinary, temporal)
+                    }
+                    (f, _) => (f.clone(), None),
+                };
+                let residual = condition.as_ref().map(|f| self.physical(f, &j.schema)).transpose()?;
                 // Joined on a window bound of both sides: state is freed as windows become final.
                 let window = j.on.iter().enumerate().find_map(|(i, (l, r))| {
                     let l = column_index(l, j.left.schema()).and_then(|c| left.times[c])?;
@@ -722,7 +776,7 @@ impl Builder<'_> {
                     })
                 });
                 // A residual bound on the sides' times: rows no future partner can meet are freed.
-                let interval = match (&j.filter, j.join_type) {
+                let interval = match (&condition, j.join_type) {
                     (Some(filter), JoinType::Inner) => {
                         let times: Vec<Option<TimeColumn>> = left.times.iter().chain(&right.times).copied().collect();
                         let left_width = j.left.schema().fields().len();
@@ -762,14 +816,18 @@ impl Builder<'_> {
                 };
                 // An inner join of rows that are never retracted never retracts a match.
                 let append_only = left.append_only && right.append_only && j.join_type == JoinType::Inner;
-                Ok(Out {
+                let out = Out {
                     node: self.graph.add(ops, &[left.node, right.node], exchanges)?,
                     distribution: output,
                     times,
                     append_only,
                     // A new row on either side may match the other side's rows of a final window.
                     prompt: false,
-                })
+                };
+                match temporal {
+                    Some(temporal) => self.filter(out, &temporal, &j.schema),
+                    None => Ok(out),
+                }
             }
             LogicalPlan::Union(u) => {
                 let children = u.inputs.iter().map(|i| self.node(i)).collect::<Result<Vec<_>>>()?;

@@ -32,6 +32,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use super::clock::EpochClock;
 use crate::catalog::changes::ChangeHub;
 use crate::catalog::{Catalog, RelationKind};
 use crate::checkpoint::Checkpointer;
@@ -63,6 +64,8 @@ pub struct BarrierCoordinator {
     pub ddl_gate: tokio::sync::RwLock<()>,
     /// The newest epoch whose checkpoint snapshot is taken (sinks deliver up to it).
     checkpointed: watch::Sender<Epoch>,
+    /// The time each barrier carries.
+    pub clock: EpochClock,
 }
 
 impl BarrierCoordinator {
@@ -89,6 +92,7 @@ impl BarrierCoordinator {
             last_checkpoint: parking_lot::Mutex::new(std::time::Instant::now()),
             ddl_gate: tokio::sync::RwLock::new(()),
             checkpointed: watch::channel(first_epoch).0,
+            clock: EpochClock::default(),
         })
     }
 
@@ -119,7 +123,7 @@ impl BarrierCoordinator {
         self.hub.epoch_started();
         let epoch = self.epoch.fetch_add(1, Ordering::SeqCst) + 1;
         let injected_at = std::time::Instant::now();
-        let barrier = Barrier { epoch, injected_at, kind };
+        let barrier = Barrier { epoch, injected_at, kind, now: self.clock.next() };
         self.catalog.set_open_epoch(epoch + 1);
         let tables = self.catalog.relations().into_iter().filter(|r| r.def.kind == RelationKind::Table);
         for table in tables {

@@ -228,6 +228,16 @@ impl Graph {
         op.restore_index(record)
     }
 
+    /// The epoch about to end has time `now` (`now()` in the view): every operator of every
+    /// shard learns it before the barrier.
+    pub fn epoch_time(&mut self, now: i64) {
+        for shard in &mut self.shards {
+            for op in shard.iter_mut() {
+                op.on_epoch_time(now);
+            }
+        }
+    }
+
     /// The view's watermark advanced: every operator of every shard learns it (changes are
     /// applied to completion before, so it follows exactly the data before it).
     pub fn watermark(&mut self, watermark: i64) {

@@ -170,11 +170,14 @@ impl ViewJob {
 
     /// Runs the view over its inputs' current rows (`snapshots[i]` for input `i`; `ended[i]`:
     /// the input has no more) and commits the result, before the job starts following changes.
+    /// `now` is the time of the epoch the view starts at.
     pub async fn backfill(
         &mut self,
         snapshots: Vec<Vec<datafusion::arrow::array::RecordBatch>>,
         ended: Vec<bool>,
+        now: i64,
     ) -> Result<()> {
+        self.graph.epoch_time(now);
         for (input, batches) in snapshots.into_iter().enumerate() {
             for batch in batches {
                 if batch.num_rows() > 0 {
@@ -334,6 +337,7 @@ impl ViewJob {
         // Inputs may have gone idle since the last rows.
         self.advance_watermark();
         let checkpoint = barrier.kind == BarrierKind::Checkpoint;
+        self.graph.epoch_time(barrier.now);
         let mut wb = WriteBatch { skip_wal: true, ..Default::default() };
         let out = self.graph.barrier(&mut wb, checkpoint)?;
         out.into_iter().for_each(|b| self.materialize.apply(b));

@@ -150,7 +150,7 @@ impl Streaming {
             committed,
         };
         let started = match how {
-            ViewStart::Backfill => job.backfill(snapshots, ended).await,
+            ViewStart::Backfill => job.backfill(snapshots, ended, self.coordinator.clock.current()).await,
             ViewStart::Restore => job.restore(),
         };
         if let Err(e) = started {

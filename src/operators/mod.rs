@@ -27,6 +27,7 @@ pub mod no_watermark;
 pub mod operator;
 pub mod project;
 pub mod session_assign;
+pub mod temporal_filter;
 pub mod top_n;
 pub mod union;
 pub mod window_assign;

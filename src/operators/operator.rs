@@ -52,6 +52,12 @@ pub trait Operator: Send {
     /// an event time below it are expected. Arrives after the data it follows; monotone.
     fn on_watermark(&mut self, _watermark: i64) {}
 
+    /// The epoch being ended has time `now` (nanoseconds since 1970 UTC): `now()` in the view
+    /// (a temporal filter). Called before [`Operator::on_barrier`] at every barrier, and before
+    /// a new view's first rows; it never goes back for one operator, though the clock may be
+    /// pinned back (an operator keeps the latest time it was given).
+    fn on_epoch_time(&mut self, _now: i64) {}
+
     /// Rows that arrived after their window could no longer change, since the last call
     /// (input columns, then `window_start`, `window_end`); the runtime stores and counts them.
     fn take_late_rows(&mut self) -> Vec<datafusion::arrow::array::RecordBatch> {
@@ -110,6 +116,8 @@ pub(crate) mod testing {
         Changes(usize, &'a str),
         /// The view's watermark advanced (nanoseconds).
         Watermark(i64),
+        /// The epoch's time (`now()`, nanoseconds).
+        Time(i64),
     }
 
     /// What the runtime sees of one epoch of an operator.
@@ -146,6 +154,7 @@ pub(crate) mod testing {
                         self.watermark = Some(*w);
                         self.op.on_watermark(*w);
                     }
+                    Event::Time(now) => self.op.on_epoch_time(*now),
                 }
             }
             out.extend(self.op.on_barrier().unwrap());

@@ -350,6 +350,55 @@ impl KeyedState {
         Ok(merged.into_iter().collect())
     }
 
+    /// Visits the entries whose key starts with `prefix` (as in [`KeyedState::scan_prefix`]) in
+    /// key order, this epoch's writes included, until `visit` says stop: reading an index kept
+    /// in time order up to a time costs the entries read, not the table.
+    pub fn scan_prefix_while(
+        &self,
+        prefix: &[u8],
+        distribution_len: usize,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<ScanControl>,
+    ) -> Result<()> {
+        let (distribution, rest) = prefix.split_at(distribution_len.min(prefix.len()));
+        let mut pending = self.pending.get(distribution).map(|inner| inner.starting_with(rest).peekable());
+        let whole = |rest: &[u8]| [distribution, rest].concat();
+        let mut stopped = false;
+        if self.stored_any {
+            let full = self.full_key(prefix, distribution_len);
+            self.store.scan_prefix(&full, &mut |stored_key, stored_value| {
+                let stored_rest = &stored_key[6 + distribution.len()..];
+                // Pending writes before this stored key come first; one of the key replaces it.
+                let mut value = Some(stored_value);
+                if let Some(writes) = pending.as_mut() {
+                    while let Some((rest, p)) = writes.next_if(|(rest, _)| rest.as_slice() <= stored_rest) {
+                        if rest.as_slice() == stored_rest {
+                            value = p.value.as_deref();
+                            break;
+                        }
+                        let Some(pending_value) = &p.value else { continue };
+                        if visit(&whole(rest), pending_value)? == ScanControl::Stop {
+                            stopped = true;
+                            return Ok(ScanControl::Stop);
+                        }
+                    }
+                }
+                let Some(value) = value else { return Ok(ScanControl::Continue) };
+                let control = visit(&stored_key[6..], value)?;
+                stopped = control == ScanControl::Stop;
+                Ok(control)
+            })?;
+        }
+        if let Some(writes) = pending.filter(|_| !stopped) {
+            for (rest, p) in writes {
+                let Some(value) = &p.value else { continue };
+                if visit(&whole(rest), value)? == ScanControl::Stop {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The first (`last` false) or last entry whose key starts with `prefix` (as in
     /// [`KeyedState::scan_prefix`]): a multiset's minimum or maximum.
     pub fn first_with_prefix(
@@ -524,6 +573,42 @@ mod tests {
         assert!(keys.contains(&key(0)) && !keys.contains(&b"new".to_vec()), "{keys:?}");
         assert!(!keys.contains(&b"made".to_vec()), "{keys:?}");
         assert_eq!(keys.len(), 17);
+    }
+
+    #[test]
+    fn an_ordered_scan_merges_pending_writes_and_stops_where_told() {
+        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+        let mut s = KeyedState::new(7, Arc::clone(&store), 1000).write_back().unwrap();
+        for i in (0..30u8).step_by(2) {
+            s.put(&[b'p', i], 1, vec![i]);
+        }
+        let mut wb = WriteBatch::default();
+        s.flush(&mut wb, true);
+        store.write(wb).unwrap();
+        // Pending: odd keys put, some stored keys deleted, one stored key replaced.
+        for i in (1..30u8).step_by(2) {
+            s.put(&[b'p', i], 1, vec![i]);
+        }
+        for i in [0u8, 4, 28] {
+            s.delete(&[b'p', i], 1);
+        }
+        s.put(&[b'p', 6], 1, vec![66]);
+        s.put(&[b'q', 0], 1, vec![0]);
+        let all = s.scan_prefix(b"p", 1).unwrap();
+        for limit in [0usize, 1, 5, all.len(), all.len() + 3] {
+            let mut seen = Vec::new();
+            s.scan_prefix_while(b"p", 1, &mut |k, v| {
+                if seen.len() == limit {
+                    return Ok(ScanControl::Stop);
+                }
+                seen.push((k.to_vec(), v.to_vec()));
+                Ok(ScanControl::Continue)
+            })
+            .unwrap();
+            assert_eq!(seen, all[..limit.min(all.len())].to_vec(), "limit {limit}");
+        }
+        assert_eq!(all.len(), 27);
+        assert!(all.contains(&(vec![b'p', 6], vec![66])));
     }
 
     #[test]

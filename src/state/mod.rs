@@ -7,9 +7,12 @@
 //! - [`table`]: [`StateTable`](table::StateTable), rows of one relation keyed by memcomparable key
 //!   columns (arrow-row), the form in which table rows and operator state are stored, or, for
 //!   relations that only grow, appended as Arrow IPC segments.
+//! - [`keyed`]: [`KeyedState`](keyed::KeyedState), an operator's state table with a write-back
+//!   cache; [`keys_by_time`] and [`rows_by_time`], the shared indexes of state that waits for a
+//!   time (the watermark, `now()`); [`index_codec`], the records operators checkpoint.
 //! - [`keys`]: the key layout shared by all of the above (table id, vnode, key bytes).
 //!
-//! Callers: the catalog (table rows and catalog entries), and later the streaming operators.
+//! Callers: the catalog (table rows and catalog entries) and the streaming operators.
 
 pub mod index_codec;
 pub mod keyed;
@@ -17,6 +20,7 @@ pub mod keys;
 pub mod keys_by_time;
 pub mod memory;
 pub mod rocks;
+pub mod rows_by_time;
 pub mod store;
 pub mod table;
 

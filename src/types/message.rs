@@ -28,6 +28,9 @@ pub struct Barrier {
     /// When the coordinator injected it (views built on views keep the original time).
     pub injected_at: std::time::Instant,
     pub kind: BarrierKind,
+    /// The epoch's time (nanoseconds since 1970 UTC, [`crate::dataflow::clock`]): what
+    /// `now()` is in every view for the epoch this barrier ends.
+    pub now: i64,
 }
 
 impl Barrier {

@@ -34,6 +34,8 @@ use crate::types::window::interval_nanos;
 pub async fn plan_view(session: &Session, statement: &Statement) -> Result<(Schema, LogicalPlan)> {
     let Statement::CreateView(view) = statement else { unreachable!("dispatched on CreateView") };
     let logical = query::plan(session, Statement::Query(view.query.clone())).await?;
+    // now() in a view is the epoch's time, not the time of planning (ADR 13).
+    let logical = crate::dataflow::temporal_bounds::mark_now(logical)?;
     let optimized = crate::frontend::df_context::optimize_for_view(&session.ctx.state(), &logical)?;
     let fields: Vec<Field> = logical.schema().fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();
     for (i, f) in fields.iter().enumerate() {

@@ -59,7 +59,7 @@ pub async fn execute(
             Some(name) => describe::handle(fe, &name),
             None => Err(WeirError::syntax("SHOW COLUMNS needs FROM <table>")),
         },
-        Statement::Set(set) => set::handle(session, set),
+        Statement::Set(set) => set::handle(fe, session, set),
         Statement::Savepoint { .. }
         | Statement::ReleaseSavepoint { .. }
         | Statement::StartTransaction { .. }

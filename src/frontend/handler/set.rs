@@ -1,17 +1,24 @@
-//! `SET name = value`, `SET name TO DEFAULT`, `SET TIME ZONE ...`, `SET NAMES ...`, and the
+//! `SET name = value` (`weir.epoch_clock` pins the server's epoch clock, `dataflow::clock`), `SET name TO DEFAULT`, `SET TIME ZONE ...`, `SET NAMES ...`, and the
 //! transaction-characteristics forms drivers send (accepted; Weir runs every statement at its own
 //! commit).
 
 use datafusion::sql::sqlparser::ast::{Expr, Set, Value};
 
 use crate::error::{Result, WeirError};
-use crate::frontend::{Session, StatementResult};
+use crate::frontend::{Frontend, Session, StatementResult};
 
-pub fn handle(session: &mut Session, set: Set) -> Result<StatementResult> {
+/// The server-wide setting that pins the time epochs carry (`now()` in views; for tests and
+/// demonstrations of temporal filters): a timestamp, or `wall`.
+const EPOCH_CLOCK: &str = "weir.epoch_clock";
+
+pub fn handle(fe: &Frontend, session: &mut Session, set: Set) -> Result<StatementResult> {
     match set {
         Set::SingleAssignment { variable, values, .. } => {
             let name = variable.to_string();
             let value = setting_value(&values)?;
+            if name.eq_ignore_ascii_case(EPOCH_CLOCK) {
+                fe.streaming().coordinator.clock.set(value.as_deref())?;
+            }
             session.set(&name, value)?;
         }
         Set::SetTimeZone { value, .. } => {
