@@ -47,7 +47,7 @@ enum BenchCommand {
     },
     /// A Nexmark query over the built-in generator (see src/bench/nexmark.rs).
     Nexmark {
-        /// A query of sql/nexmark/ (q0-q22), or `generator`
+        /// A query of sql/nexmark/ (q0-q22, or `recent`: a temporal filter), or `generator`
         /// for the generator alone.
         #[arg(long, default_value = "q0")]
         query: String,

@@ -157,6 +157,8 @@ const QUERIES: &[(&str, &str)] = &[
     ("q20", include_str!("../../sql/nexmark/q20.sql")),
     ("q21", include_str!("../../sql/nexmark/q21.sql")),
     ("q22", include_str!("../../sql/nexmark/q22.sql")),
+    // Not Nexmark: a temporal filter over the bids' processing time.
+    ("recent", include_str!("../../sql/nexmark/recent.sql")),
 ];
 const SOURCES: &str = include_str!("../../sql/nexmark/sources.sql");
 

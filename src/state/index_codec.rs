@@ -128,6 +128,12 @@ impl<'a> IndexReader<'a> {
         Ok(map)
     }
 
+    /// Whether the record has been read to its end (a field added later is absent from
+    /// records written before).
+    pub fn at_end(&self) -> bool {
+        self.rest.is_empty()
+    }
+
     /// The record is read: bytes left over mean it was not what the reader expected.
     pub fn finish(self) -> Result<()> {
         if self.rest.is_empty() {

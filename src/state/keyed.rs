@@ -297,16 +297,33 @@ impl KeyedState {
     /// Adds `delta` to the multiplicity stored under `key` (deleting it when it reaches 0);
     /// returns it before and after.
     pub fn add_count(&mut self, key: &[u8], distribution_len: usize, delta: i64) -> Result<(i64, i64)> {
-        let before = match self.get(key, distribution_len)? {
+        let before = self.get(key, distribution_len)?;
+        self.set_count(key, distribution_len, before, delta, None)
+    }
+
+    /// [`KeyedState::add_count`] for a key the store cannot hold (the caller knows: its time is
+    /// past every time that has reached the store), so nothing is read from the store, and a
+    /// key added and taken away again before a flush never reaches it.
+    pub fn add_count_unstored(&mut self, key: &[u8], distribution_len: usize, delta: i64) -> Result<(i64, i64)> {
+        let before = self.pending_write(key, distribution_len).and_then(|p| p.value.clone());
+        self.set_count(key, distribution_len, before, delta, Some(false))
+    }
+
+    fn set_count(
+        &mut self,
+        key: &[u8],
+        distribution_len: usize,
+        before: Option<Vec<u8>>,
+        delta: i64,
+        stored: Option<bool>,
+    ) -> Result<(i64, i64)> {
+        let before = match before {
             Some(bytes) => decode_count(&bytes)?,
             None => 0,
         };
         let after = before + delta;
-        if after == 0 {
-            self.delete(key, distribution_len);
-        } else {
-            self.put(key, distribution_len, after.to_le_bytes().to_vec());
-        }
+        let value = (after != 0).then(|| after.to_le_bytes().to_vec());
+        self.write(key, distribution_len, value, stored);
         Ok((before, after))
     }
 
@@ -480,11 +497,13 @@ impl KeyedState {
     }
 
     /// The epoch ends: moves the pending writes into `wb` (a write-back table's only at a
-    /// `checkpoint` or when more than `capacity` are pending) and bounds the cache.
-    pub fn flush(&mut self, wb: &mut WriteBatch, checkpoint: bool) {
+    /// `checkpoint` or when more than `capacity` are pending) and bounds the cache. Returns
+    /// whether anything may have reached the store.
+    pub fn flush(&mut self, wb: &mut WriteBatch, checkpoint: bool) -> bool {
         if self.write_back && !checkpoint && self.pending_len <= self.capacity {
-            return;
+            return false;
         }
+        let flushed = !self.pending.is_empty();
         self.pending_len = 0;
         self.stored_any |= !self.pending.is_empty();
         for (distribution, inner) in std::mem::take(&mut self.pending) {
@@ -499,6 +518,7 @@ impl KeyedState {
                 self.remember([distribution.as_slice(), rest.as_slice()].concat(), p.value);
             }
         }
+        flushed
     }
 
     fn remember(&mut self, key: Vec<u8>, value: Option<Vec<u8>>) {

@@ -9,6 +9,11 @@
 //! later. `prefix` keeps apart the rows of operators sharing a table (a shard's number). How
 //! many distinct rows wait is counted in memory, so a clock tick with none waiting reads
 //! nothing; the count goes into the operator's checkpoint record ([`RowsByTime::save`]).
+//!
+//! Times mostly grow (a window's close, a row's time plus an interval), so most rows added wait
+//! until a time later than any that has reached the store: the index remembers the latest time
+//! that may have ([`RowsByTime::flush`]), and a row past it is counted without a read of the
+//! store, and if it is taken out before the next flush it never reaches the store at all.
 
 use datafusion::arrow::array::{RecordBatch, UInt32Array};
 use datafusion::arrow::compute::take_record_batch;
@@ -27,6 +32,10 @@ pub struct RowsByTime {
     prefix: Vec<u8>,
     /// Distinct rows waiting (each counted once whatever its multiplicity).
     waiting: usize,
+    /// The latest time added.
+    latest: i64,
+    /// The latest time of a row that may be in the store (MAX: unknown, any may be).
+    stored_through: i64,
 }
 
 /// Rows taken out because their time passed: (time, row bytes, multiplicity), in time order.
@@ -34,7 +43,7 @@ pub type TakenRows = Vec<(i64, Vec<u8>, i64)>;
 
 impl RowsByTime {
     pub fn new(state: KeyedState, prefix: Vec<u8>) -> RowsByTime {
-        RowsByTime { state, prefix, waiting: 0 }
+        RowsByTime { state, prefix, waiting: 0, latest: i64::MIN, stored_through: i64::MAX }
     }
 
     fn key(&self, time: i64, row: &[u8]) -> Vec<u8> {
@@ -48,7 +57,12 @@ impl RowsByTime {
     /// Adds `delta` to how many times `row` waits until `time`.
     pub fn add(&mut self, time: i64, row: &[u8], delta: i64) -> Result<()> {
         let key = self.key(time, row);
-        let (before, after) = self.state.add_count(&key, self.prefix.len(), delta)?;
+        self.latest = self.latest.max(time);
+        let (before, after) = if time > self.stored_through {
+            self.state.add_count_unstored(&key, self.prefix.len(), delta)?
+        } else {
+            self.state.add_count(&key, self.prefix.len(), delta)?
+        };
         if after == 0 {
             self.waiting = self.waiting.saturating_sub(1);
         } else if before == 0 {
@@ -86,17 +100,26 @@ impl RowsByTime {
     }
 
     pub fn flush(&mut self, wb: &mut WriteBatch, checkpoint: bool) {
-        self.state.flush(wb, checkpoint);
+        if self.state.flush(wb, checkpoint) {
+            self.stored_through = match self.stored_through {
+                i64::MAX => self.latest,
+                through => through.max(self.latest),
+            };
+        }
     }
 
-    /// Adds what is kept in memory (the count waiting) to a checkpoint record.
+    /// Adds what is kept in memory (the count waiting, the latest time stored) to a checkpoint
+    /// record.
     pub fn save(&self, record: &mut IndexWriter) {
-        record.u64(self.waiting as u64);
+        record.u64(self.waiting as u64).i64(self.stored_through);
     }
 
     /// Reads what [`RowsByTime::save`] added.
     pub fn restore(&mut self, record: &mut IndexReader) -> Result<()> {
         self.waiting = record.u64()? as usize;
+        // An EOWC buffer's record written before the latest stored time was kept ends here.
+        self.stored_through = if record.at_end() { i64::MAX } else { record.i64()? };
+        self.latest = self.stored_through;
         Ok(())
     }
 }
@@ -165,5 +188,29 @@ mod tests {
         restored.add(25, b"e", -1).unwrap();
         assert_eq!(restored.take_through(i64::MAX).unwrap(), vec![(25, b"e".to_vec(), -1), (30, b"d".to_vec(), 1)]);
         assert_eq!(restored.waiting(), 0);
+    }
+
+    #[test]
+    fn rows_later_than_any_stored_are_counted_without_the_store_and_never_reach_it_if_gone() {
+        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+        let state = KeyedState::new(3, Arc::clone(&store), 16).write_back().unwrap();
+        let mut rows = RowsByTime::new(state, vec![]);
+        rows.add(10, b"a", 1).unwrap();
+        let mut wb = WriteBatch::default();
+        rows.flush(&mut wb, true);
+        store.write(std::mem::take(&mut wb)).unwrap();
+        // Past time 10: counted in memory; the same row twice is one row counted twice.
+        rows.add(20, b"b", 1).unwrap();
+        rows.add(20, b"b", 1).unwrap();
+        rows.add(30, b"c", 1).unwrap();
+        rows.add(30, b"c", -1).unwrap();
+        // At or before 10: read from the store.
+        rows.add(10, b"a", 1).unwrap();
+        assert_eq!(rows.waiting(), 2);
+        rows.flush(&mut wb, true);
+        let written: Vec<Vec<u8>> = wb.ops.iter().map(|op| op.key()[6 + 8..].to_vec()).collect();
+        assert_eq!(written, vec![b"a".to_vec(), b"b".to_vec()], "c never reaches the store");
+        store.write(wb).unwrap();
+        assert_eq!(rows.take_through(100).unwrap(), vec![(10, b"a".to_vec(), 2), (20, b"b".to_vec(), 2)]);
     }
 }
