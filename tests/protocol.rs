@@ -362,3 +362,51 @@ async fn statement_timeout_cancels_long_statements() {
     c.batch_execute("SET statement_timeout = 0").await.unwrap();
     c.simple_query("SELECT count(*) FROM generate_series(1, 1000)").await.unwrap();
 }
+
+/// Result columns are named as Postgres names them, in RowDescription for the simple and the
+/// extended protocol, and two columns may share a name (issue 18, item 3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn result_columns_have_postgres_names_and_may_repeat() {
+    let server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE t (k INT, v INT); INSERT INTO t VALUES (1, 10), (2, 20);
+             CREATE MATERIALIZED VIEW per_t AS SELECT count(*), sum(v), max(t.v) AS top FROM t;
+             FLUSH;",
+        )
+        .await
+        .unwrap();
+    let names = |columns: &[tokio_postgres::Column]| columns.iter().map(|c| c.name().to_string()).collect::<Vec<_>>();
+    let cases: &[(&str, &[&str])] = &[
+        (
+            "SELECT count(*), sum(v), t.k, 1, NULL::int, k::text, CASE WHEN k > 1 THEN 1 END FROM t GROUP BY k",
+            &["count", "sum", "k", "?column?", "int4", "k", "case"],
+        ),
+        ("SELECT 1 AS a, 2 AS a", &["a", "a"]),
+        ("SELECT current_schema(), current_schema", &["current_schema", "current_schema"]),
+        ("SELECT NULL::int, NULL::text", &["int4", "text"]),
+        // A view's columns are named the same way, so they can be selected by name.
+        ("SELECT count, sum, top FROM per_t", &["count", "sum", "top"]),
+    ];
+    for (sql, expected) in cases {
+        // Extended protocol: Parse / Describe / Bind / Execute.
+        let statement = client.prepare(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+        assert_eq!(names(statement.columns()), *expected, "{sql} (prepared)");
+        let rows = client.query(&statement, &[]).await.unwrap();
+        assert_eq!(names(rows[0].columns()), *expected, "{sql} (rows)");
+        // Simple protocol.
+        let messages = client.simple_query(sql).await.unwrap();
+        let row = messages.iter().find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => Some(r),
+            _ => None,
+        });
+        let simple: Vec<String> = row.unwrap().columns().iter().map(|c| c.name().to_string()).collect();
+        assert_eq!(simple, *expected, "{sql} (simple)");
+    }
+    let rows = client.query("SELECT 1 AS a, 2 AS a", &[]).await.unwrap();
+    assert_eq!((rows[0].get::<_, i64>(0), rows[0].get::<_, i64>(1)), (1, 2));
+    // A view may not have two columns of one name (42701), as in Postgres.
+    let err = client.batch_execute("CREATE MATERIALIZED VIEW twice AS SELECT k AS a, v AS a FROM t").await.unwrap_err();
+    assert_eq!(err.as_db_error().unwrap().code().code(), "42701");
+}

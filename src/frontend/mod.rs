@@ -7,6 +7,7 @@
 //! [`Frontend::parse`], then hands each statement here.
 
 pub mod clauses;
+pub mod column_names;
 pub mod df_context;
 pub mod handler;
 pub mod parser;

@@ -604,7 +604,7 @@ pub fn register_functions(ctx: &SessionContext, type_oids: HashMap<String, i32>,
 }
 
 /// `integer`, `pg_catalog.int4` and `INT4` all name `int4`.
-fn normalize_type_name(name: &str) -> String {
+pub(crate) fn normalize_type_name(name: &str) -> String {
     let n = name.trim().trim_start_matches("pg_catalog.").trim_matches('"').to_ascii_lowercase();
     let base = match n.as_str() {
         "integer" | "int" => "int4",

@@ -33,7 +33,16 @@ use crate::types::window::interval_nanos;
 /// Plans a view's query: its columns and its optimized logical plan.
 pub async fn plan_view(session: &Session, statement: &Statement) -> Result<(Schema, LogicalPlan)> {
     let Statement::CreateView(view) = statement else { unreachable!("dispatched on CreateView") };
-    let logical = query::plan(session, Statement::Query(view.query.clone())).await?;
+    let (logical, names) = query::plan_named(session, Statement::Query(view.query.clone())).await?;
+    // A view's columns are its names: two of one name are refused, as in Postgres.
+    if let Some(names) = names {
+        let twice = names.iter().enumerate().find(|(i, n)| names[..*i].contains(n)).map(|(_, n)| n.clone());
+        return Err(WeirError::new(
+            SqlState::DUPLICATE_COLUMN,
+            format!("column \"{}\" specified more than once", twice.unwrap_or_default()),
+        )
+        .with_hint("Give the columns distinct names with AS."));
+    }
     // now() in a view is the epoch's time, not the time of planning (ADR 13).
     let logical = crate::dataflow::temporal_bounds::mark_now(logical)?;
     let optimized = crate::frontend::df_context::optimize_for_view(&session.ctx.state(), &logical)?;

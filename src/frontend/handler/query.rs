@@ -10,7 +10,7 @@ use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::Statement;
 
 use crate::error::Result;
-use crate::frontend::{Session, StatementDescription, StatementResult};
+use crate::frontend::{column_names, Session, StatementDescription, StatementResult};
 
 /// The command tag of a DML statement, None for statements that return rows.
 fn dml_tag(statement: &Statement) -> Option<&'static str> {
@@ -24,8 +24,28 @@ fn dml_tag(statement: &Statement) -> Option<&'static str> {
 }
 
 pub async fn plan(session: &Session, statement: Statement) -> Result<LogicalPlan> {
+    Ok(plan_named(session, statement).await?.0)
+}
+
+/// Plans `statement`. A query's unaliased result columns get Postgres's names
+/// (`frontend::column_names`); the names the client must see are returned when the plan's
+/// differ (two columns of one name).
+pub async fn plan_named(session: &Session, mut statement: Statement) -> Result<(LogicalPlan, Option<Vec<String>>)> {
+    let names = match &mut statement {
+        Statement::Query(query) => column_names::name_columns(query),
+        _ => None,
+    };
     let state = session.ctx.state();
-    Ok(state.statement_to_plan(DfStatement::Statement(Box::new(statement))).await?)
+    Ok((state.statement_to_plan(DfStatement::Statement(Box::new(statement))).await?, names))
+}
+
+/// The result columns of a plan, with the client's names where they differ.
+fn result_schema(logical: &LogicalPlan, names: Option<&[String]>) -> datafusion::arrow::datatypes::SchemaRef {
+    let schema = logical.schema().inner().clone();
+    match names {
+        Some(names) => column_names::rename(&schema, names),
+        None => schema,
+    }
 }
 
 pub async fn handle(
@@ -34,7 +54,7 @@ pub async fn handle(
     params: Option<ParamValues>,
 ) -> Result<StatementResult> {
     let tag = dml_tag(&statement);
-    let mut logical = plan(session, statement).await?;
+    let (mut logical, names) = plan_named(session, statement).await?;
     if let Some(params) = params {
         logical = logical.with_param_values(params)?;
     }
@@ -51,7 +71,10 @@ pub async fn handle(
             Ok(StatementResult::Command { tag: tag.to_string(), rows })
         }
         None => {
-            let schema = frame.schema().inner().clone();
+            let schema = match &names {
+                Some(names) => column_names::rename(frame.schema().inner(), names),
+                None => frame.schema().inner().clone(),
+            };
             let stream = frame.execute_stream().await?;
             Ok(StatementResult::Rows { schema, stream })
         }
@@ -60,7 +83,7 @@ pub async fn handle(
 
 pub async fn describe(session: &Session, statement: &Statement) -> Result<StatementDescription> {
     let returns_rows = dml_tag(statement).is_none();
-    let logical = plan(session, statement.clone()).await?;
+    let (logical, names) = plan_named(session, statement.clone()).await?;
     let mut params: Vec<(usize, Option<_>)> = logical
         .get_parameter_types()?
         .into_iter()
@@ -88,7 +111,7 @@ pub async fn describe(session: &Session, statement: &Statement) -> Result<Statem
     Ok(StatementDescription {
         parameters,
         parameter_casts,
-        columns: returns_rows.then(|| logical.schema().inner().clone()),
+        columns: returns_rows.then(|| result_schema(&logical, names.as_deref())),
     })
 }
 
