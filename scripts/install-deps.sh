@@ -5,7 +5,8 @@
 #   scripts/install-deps.sh build   # what `cargo build` needs: libclang (bindgen for RocksDB)
 #   scripts/install-deps.sh test    # plus the clients the tests drive (psql, psycopg, pgjdbc) and
 #                                   # the servers they talk to (an S3-compatible one: moto; a
-#                                   # Kafka-compatible one: noida-db; PostgreSQL for sinks)
+#                                   # Kafka-compatible one: noida-db; PostgreSQL for sinks), the
+#                                   # Python ones in virtual environments (scripts/python-env.sh)
 set -euo pipefail
 
 what=${1:-test}
@@ -23,6 +24,7 @@ if [ "$what" = test ]; then
   need_deb postgresql
   need_deb libpostgresql-jdbc-java
   need_deb default-jdk-headless
+  python3 -c 'import venv, ensurepip' 2>/dev/null || need_deb python3-venv
 fi
 
 if [ ${#apt_missing[@]} -gt 0 ]; then
@@ -32,17 +34,29 @@ if [ ${#apt_missing[@]} -gt 0 ]; then
 fi
 
 if [ "$what" = test ]; then
-  if ! python3 -c 'import psycopg, sqlalchemy, asyncpg' 2>/dev/null; then
-    echo "installing from PyPI: psycopg, sqlalchemy, asyncpg"
-    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
-      'psycopg[binary]==3.2.*' 'sqlalchemy==2.0.*' 'asyncpg==0.30.*'
-  fi
-  if ! python3 -c 'import moto.server' 2>/dev/null; then
-    echo "installing from PyPI: moto[server] (the S3-compatible server of scripts/s3-server.sh)"
-    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore 'moto[server]==5.2.*'
-  fi
-  if ! python3 -c 'import noida_db' 2>/dev/null; then
-    echo "installing from PyPI: noida-db (the Kafka-compatible broker of scripts/kafka-server.sh)"
-    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore 'noida-db==0.2.3'
+  # Python programs go into virtual environments the project owns (outside the clone, like the
+  # build's target directory, so CI reuses them), so a run does not depend on what the machine
+  # has installed: scripts/python-env.sh says where. The pinned one runs the test clients
+  # and the S3 and Kafka servers; the other holds the clients' current releases, which the
+  # client tests run against too (what users install).
+  . scripts/python-env.sh
+  make_venv() {
+    local dir=$1; shift
+    local stamp="$dir/.weir-requirements"
+    if [ -x "$dir/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$*" ]; then return; fi
+    echo "installing from PyPI into $dir: $*"
+    rm -rf "$dir"
+    python3 -m venv "$dir"
+    "$dir/bin/python" -m pip install --quiet --disable-pip-version-check "$@"
+    echo "$*" > "$stamp"
+  }
+  make_venv "$WEIR_TEST_VENV" 'psycopg[binary]==3.2.13' 'SQLAlchemy==2.0.58' 'asyncpg==0.30.0' \
+    'moto[server]==5.2.1' 'noida-db==0.2.3'
+  # The current releases, looked up again once a day.
+  latest_stamp="$WEIR_TEST_VENV_LATEST/.weir-day"
+  if [ "$(cat "$latest_stamp" 2>/dev/null)" != "$(date +%F)" ]; then
+    rm -rf "$WEIR_TEST_VENV_LATEST"
+    make_venv "$WEIR_TEST_VENV_LATEST" 'psycopg[binary]' 'SQLAlchemy' 'asyncpg'
+    date +%F > "$latest_stamp"
   fi
 fi

@@ -10,12 +10,15 @@ set -euo pipefail
 port=${WEIR_S3_PORT:-9444}
 endpoint="http://127.0.0.1:${port}"
 state=${TMPDIR:-/tmp}/weir-s3-${port}
-answers() { python3 -c "import urllib.request,sys; urllib.request.urlopen('${endpoint}/moto-api/', timeout=1)" 2>/dev/null; }
+. "$(dirname "$0")/python-env.sh"
+# The pinned environment's python, or the machine's when scripts/install-deps.sh has not run.
+py=$WEIR_TEST_PYTHON; [ -x "$py" ] || py=python3
+answers() { "$py" -c "import urllib.request,sys; urllib.request.urlopen('${endpoint}/moto-api/', timeout=1)" 2>/dev/null; }
 
 case "${1:-start}" in
   start)
     if ! answers; then
-      nohup python3 -m moto.server -H 127.0.0.1 -p "$port" >"${state}.log" 2>&1 &
+      nohup "$py" -m moto.server -H 127.0.0.1 -p "$port" >"${state}.log" 2>&1 &
       echo $! >"${state}.pid"
       for _ in $(seq 1 100); do
         answers && break

@@ -7,6 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh test
+. scripts/python-env.sh
 WEIR_TEST_S3_ENDPOINT=$(scripts/s3-server.sh start)
 WEIR_TEST_KAFKA=$(scripts/kafka-server.sh start)
 WEIR_TEST_POSTGRES=$(scripts/pg-server.sh start)

@@ -72,7 +72,11 @@ pub async fn template_state(catalog: Arc<Catalog>) -> Result<SessionState> {
     let options = config.options_mut();
     options.sql_parser.dialect = datafusion::config::Dialect::PostgreSQL;
     options.execution.time_zone = Some("+00:00".to_string());
-    let state = SessionStateBuilder::new().with_config(config).with_default_features().build();
+    let state = SessionStateBuilder::new()
+        .with_config(config)
+        .with_default_features()
+        .with_analyzer_rule(Arc::new(super::outer_conditions::LiftOuterConditions))
+        .build();
     let ctx = SessionContext::new_with_state(state);
 
     let db_catalog = Arc::new(MemoryCatalogProvider::new());

@@ -531,14 +531,26 @@ pub fn sql_type_name_udf() -> datafusion::logical_expr::ScalarUDF {
 pub fn register_functions(ctx: &SessionContext, type_oids: HashMap<String, i32>, catalog: &Arc<Catalog>) {
     ctx.register_udf(index_definition_udf(Arc::clone(catalog)));
     ctx.register_udf(sql_type_name_udf());
-    // Every type is in pg_catalog, which is always on the search path.
+    // Every type and collation is in pg_catalog, which is always on the search path.
+    for name in ["pg_type_is_visible", "pg_collation_is_visible"] {
+        ctx.register_udf(create_udf(
+            name,
+            vec![DataType::Int32],
+            DataType::Boolean,
+            Volatility::Stable,
+            Arc::new(|_| Ok(ColumnarValue::Scalar(ScalarValue::Boolean(Some(true))))),
+        ));
+    }
+    // Weir has no sequences (no serial columns): no column owns one. (SQLAlchemy 2.1's
+    // inspector asks for every column.)
     ctx.register_udf(create_udf(
-        "pg_type_is_visible",
-        vec![DataType::Int32],
-        DataType::Boolean,
+        "pg_get_serial_sequence",
+        vec![DataType::Utf8, DataType::Utf8],
+        DataType::Utf8,
         Volatility::Stable,
-        Arc::new(|_| Ok(ColumnarValue::Scalar(ScalarValue::Boolean(Some(true))))),
+        Arc::new(|_| Ok(ColumnarValue::Scalar(ScalarValue::Utf8(None)))),
     ));
+    ctx.register_udf(datafusion::logical_expr::ScalarUDF::new_from_impl(JsonBuildObject::default()));
     ctx.register_udf(create_udf(
         "weir_like_escape",
         vec![DataType::Utf8, DataType::Utf8],
@@ -696,4 +708,70 @@ fn backslash_escapes(pattern: &str, escape: &str) -> String {
         }
     }
     out
+}
+
+/// `json_build_object(key, value, ...)`: a JSON object as text (SQLAlchemy 2.1's inspector builds
+/// column details with it). Keys are text; numbers and booleans stay JSON numbers and booleans,
+/// NULL is `null`, anything else a JSON string of its text form.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct JsonBuildObject {
+    signature: datafusion::logical_expr::Signature,
+}
+
+impl Default for JsonBuildObject {
+    fn default() -> Self {
+        JsonBuildObject { signature: datafusion::logical_expr::Signature::variadic_any(Volatility::Immutable) }
+    }
+}
+
+impl datafusion::logical_expr::ScalarUDFImpl for JsonBuildObject {
+    fn name(&self) -> &str {
+        "json_build_object"
+    }
+
+    fn signature(&self) -> &datafusion::logical_expr::Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> DfResult<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(&self, args: datafusion::logical_expr::ScalarFunctionArgs) -> DfResult<ColumnarValue> {
+        if args.args.len() % 2 != 0 {
+            return datafusion::common::plan_err!("argument list must have even number of elements");
+        }
+        let (n, arrays) = argument_arrays(&args.args)?;
+        let texts = arrays
+            .iter()
+            .map(|a| datafusion::arrow::compute::cast(a, &DataType::Utf8))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let mut out = datafusion::arrow::array::StringBuilder::new();
+        for row in 0..n {
+            let mut object = String::from("{");
+            for pair in 0..arrays.len() / 2 {
+                let (keys, values) = (texts[2 * pair].as_string::<i32>(), texts[2 * pair + 1].as_string::<i32>());
+                if keys.is_null(row) {
+                    return datafusion::common::exec_err!("null value not allowed for object key");
+                }
+                if pair > 0 {
+                    object.push_str(", ");
+                }
+                object.push_str(&serde_json::to_string(keys.value(row)).unwrap_or_default());
+                object.push_str(" : ");
+                let value_type = arrays[2 * pair + 1].data_type();
+                let value = if values.is_null(row) {
+                    "null".to_string()
+                } else if value_type.is_numeric() || *value_type == DataType::Boolean {
+                    values.value(row).to_string()
+                } else {
+                    serde_json::to_string(values.value(row)).unwrap_or_default()
+                };
+                object.push_str(&value);
+            }
+            object.push('}');
+            out.append_value(object);
+        }
+        Ok(ColumnarValue::Array(Arc::new(out.finish())))
+    }
 }
