@@ -10,6 +10,7 @@ pub mod clauses;
 pub mod column_names;
 pub mod df_context;
 pub mod handler;
+pub mod interval_text;
 pub mod outer_conditions;
 pub mod parser;
 pub mod pg_catalog;

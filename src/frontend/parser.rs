@@ -108,6 +108,7 @@ impl SqlParser {
         for statement in &mut statements {
             rewrite_catalog_idioms(statement);
             fold_window_function_names(statement);
+            super::interval_text::rewrite_interval_literals(statement);
         }
         Ok(statements)
     }

@@ -37,6 +37,13 @@ with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("UPDATE py SET name = %s WHERE id = %s", ("renamed", 0))
     (name,) = conn.execute("SELECT name FROM py WHERE id = 0").fetchone()
     assert name == "renamed", name
+    # Durations as psycopg sends them (text: '1 day 2:03:04'; binary), and intervals back.
+    for delta in [datetime.timedelta(days=1, hours=2, minutes=3, seconds=4), datetime.timedelta(days=-1, seconds=5)]:
+        for query in ["SELECT %s::interval", "SELECT %b::interval"]:
+            (back,) = conn.execute(query, [delta]).fetchone()
+            assert back == delta, (query, delta, back)
+    (back,) = conn.execute("SELECT '1 day 02:03:04'::interval").fetchone()
+    assert back == datetime.timedelta(days=1, hours=2, minutes=3, seconds=4), back
     # Type introspection, as psycopg's TypeInfo does it.
     info = psycopg.types.TypeInfo.fetch(conn, "int8")
     assert info is not None and info.oid == 20, info
