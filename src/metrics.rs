@@ -256,6 +256,46 @@ pub static SINK_CHECKPOINTS_DELIVERED_TOTAL: LazyLock<IntCounterVec> = LazyLock:
     )
 });
 
+/// Rows (changes) a sink delivered to its external system.
+pub static SINK_ROWS_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register(IntCounterVec::new(Opts::new("weir_sink_rows_total", "Changes a sink delivered"), &["sink"]).unwrap())
+});
+
+/// A sink's deliveries (one external transaction per checkpoint), by outcome: `committed`, or
+/// `failed` (rolled back or aborted; retried).
+pub static SINK_DELIVERIES_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register(
+        IntCounterVec::new(
+            Opts::new("weir_sink_deliveries_total", "A sink's transactions (one per checkpoint), by outcome"),
+            &["sink", "outcome"],
+        )
+        .unwrap(),
+    )
+});
+
+/// Checkpoints whose changes a sink holds and has not delivered yet.
+pub static SINK_CHECKPOINTS_PENDING: LazyLock<prometheus::IntGaugeVec> = LazyLock::new(|| {
+    register(
+        prometheus::IntGaugeVec::new(
+            Opts::new("weir_sink_checkpoints_pending", "Checkpoints a sink has not delivered yet"),
+            &["sink"],
+        )
+        .unwrap(),
+    )
+});
+
+/// Messages of a Kafka source's partition not read yet (the partition's high watermark as the
+/// consumer last saw it, minus the next offset to read).
+pub static KAFKA_SOURCE_LAG: LazyLock<prometheus::IntGaugeVec> = LazyLock::new(|| {
+    register(
+        prometheus::IntGaugeVec::new(
+            Opts::new("weir_kafka_source_lag", "Messages of a Kafka source's partition not read yet"),
+            &["topic", "partition"],
+        )
+        .unwrap(),
+    )
+});
+
 /// The text exposition of every registered metric.
 pub fn render() -> String {
     // Touch the statics so that every metric is listed even before its first use.

@@ -118,6 +118,18 @@ async fn a_kafka_source_reads_every_partition_keeps_bad_messages_and_follows_new
     assert_eq!(dead.len(), 3, "{dead:?}");
     assert!(dead.iter().any(|d| d.ends_with("|not json")), "{dead:?}");
     assert!(dead.iter().all(|d| d.starts_with(&format!("{topic}:"))), "{dead:?}");
+    // Each partition's lag, in the metrics: all read.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let lag_lines: Vec<String> =
+        (0..3).map(|p| format!("weir_kafka_source_lag{{partition=\"{p}\",topic=\"{topic}\"}} 0")).collect();
+    loop {
+        let metrics = server.metrics_text();
+        if lag_lines.iter().all(|l| metrics.lines().any(|m| m == l)) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{lag_lines:?} not in\n{metrics}");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
 
     // A partition added to the topic is read from its start.
     let admin: AdminClient<DefaultClientContext> =

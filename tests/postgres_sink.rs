@@ -57,6 +57,10 @@ async fn a_postgres_sink_holds_the_view_exactly_once_across_sigkills() {
         tokio::time::sleep(Duration::from_millis(50 * round)).await;
         c = server.sigkill_and_reconnect().await;
     }
+    // More after the last restart, so this server delivers (its metrics are checked below).
+    let values: Vec<String> = (next..next + 10).map(|id| format!("({id}, {})", id % 3)).collect();
+    c.batch_execute(&format!("INSERT INTO ev VALUES {}", values.join(", "))).await.unwrap();
+    next += 10;
     c.batch_execute("FLUSH").await.unwrap();
     let view = rows(&c, "SELECT g, n, total FROM per_group").await;
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -75,6 +79,16 @@ async fn a_postgres_sink_holds_the_view_exactly_once_across_sigkills() {
         "each event once"
     );
     assert_eq!(rows(&pg, "SELECT count(*) FROM weir_sink_marker").await, ["2"]);
+    // Metrics of the server since its last restart: transactions committed, rows delivered,
+    // nothing left to deliver.
+    let metrics = server.metrics_text();
+    let value = |name: &str| -> f64 {
+        let line = metrics.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("no {name} in\n{metrics}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    assert!(value("weir_sink_deliveries_total{outcome=\"committed\",sink=\"events_to_pg\"}") >= 1.0, "{metrics}");
+    assert!(value("weir_sink_rows_total{sink=\"events_to_pg\"}") >= 1.0, "{metrics}");
+    assert_eq!(value("weir_sink_checkpoints_pending{sink=\"events_to_pg\"}"), 0.0, "{metrics}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -211,9 +211,19 @@ pub async fn deliver(
                 None => *delivered.insert(writer.delivered()?),
             };
             let mut marker = marker;
-            for (checkpoint, changes) in outbox(store.as_ref(), &sink, through)? {
+            let entries = outbox(store.as_ref(), &sink, through)?;
+            let pending = crate::metrics::SINK_CHECKPOINTS_PENDING.with_label_values(&[&name]);
+            pending.set(entries.iter().filter(|(c, _)| marker.is_none_or(|m| *c > m)).count() as i64);
+            for (checkpoint, changes) in entries {
                 if marker.is_none_or(|m| checkpoint > m) {
-                    writer.deliver(checkpoint, &changes)?;
+                    if let Err(e) = writer.deliver(checkpoint, &changes) {
+                        crate::metrics::SINK_DELIVERIES_TOTAL.with_label_values(&[&name, "failed"]).inc();
+                        return Err(e);
+                    }
+                    crate::metrics::SINK_DELIVERIES_TOTAL.with_label_values(&[&name, "committed"]).inc();
+                    let rows: usize = changes.iter().map(|c| c.num_rows()).sum();
+                    crate::metrics::SINK_ROWS_TOTAL.with_label_values(&[&name]).inc_by(rows as u64);
+                    pending.dec();
                     marker = Some(checkpoint);
                     delivered = Some(marker);
                     set_status(&sink, |s| s.delivered = marker);

@@ -277,6 +277,14 @@ impl KafkaReader {
                 Some(Err(e)) => return Err(e),
             }
         }
+        // Lag, from the high watermarks the consumer last saw (no request to the broker).
+        for (&partition, &next) in offsets.iter() {
+            if let Some(high) = cached_high_watermark(consumer, &self.topic, partition) {
+                crate::metrics::KAFKA_SOURCE_LAG
+                    .with_label_values(&[self.topic.as_str(), &partition.to_string()])
+                    .set((high - next).max(0));
+            }
+        }
         // Every partition at its end and nothing read: rest until the next poll.
         if records.is_empty() && at_end.len() >= offsets.len() {
             self.pause(true);
@@ -330,6 +338,26 @@ impl KafkaReader {
             .collect::<Result<Vec<ArrayRef>>>()?;
         Ok(RecordBatch::try_new(Arc::clone(&self.schema), columns)?)
     }
+}
+
+/// The high watermark of `partition` the consumer last saw in a fetch response, without a
+/// request to the broker (librdkafka's `rd_kafka_get_watermark_offsets`, which rdkafka does not
+/// wrap); None until one is known.
+fn cached_high_watermark(consumer: &BaseConsumer, topic: &str, partition: i32) -> Option<i64> {
+    let topic = std::ffi::CString::new(topic).ok()?;
+    let (mut low, mut high) = (-1i64, -1i64);
+    // SAFETY: the client pointer is valid while `consumer` lives; the topic is a NUL-terminated
+    // string that outlives the call; `low` and `high` are valid for writes.
+    let err = unsafe {
+        rdkafka::bindings::rd_kafka_get_watermark_offsets(
+            consumer.client().native_ptr(),
+            topic.as_ptr(),
+            partition,
+            &mut low,
+            &mut high,
+        )
+    };
+    (err == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && high >= 0).then_some(high)
 }
 
 fn record_of(m: &rdkafka::message::BorrowedMessage<'_>) -> Record {
