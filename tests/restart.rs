@@ -17,12 +17,24 @@ async fn rows_and_catalog_survive_sigkill() {
              CREATE TABLE bag (x INT);
              INSERT INTO bag VALUES (1), (1), (2);
              CREATE TABLE gone (x INT);
-             DROP TABLE gone;",
+             DROP TABLE gone;
+             CREATE VIEW bag_view (value) AS SELECT x FROM bag WHERE x > 1;
+             CREATE OR REPLACE VIEW bag_view (value) AS SELECT x, x * 2 AS twice FROM bag WHERE x > 0;
+             CREATE MATERIALIZED VIEW bag_total AS SELECT sum(twice) AS s FROM bag_view;",
         )
         .await
         .unwrap();
     }
     let c = server.sigkill_and_reconnect().await;
+    // A plain view survives as it was last replaced, and what reads it restarts.
+    let rows = c.query("SELECT value, twice FROM bag_view ORDER BY value", &[]).await.unwrap();
+    assert_eq!(
+        rows.iter().map(|r| (r.get::<_, i32>(0), r.get::<_, i64>(1))).collect::<Vec<_>>(),
+        [(1, 2), (1, 2), (2, 4)]
+    );
+    c.batch_execute("FLUSH").await.unwrap();
+    let total: i64 = c.query_one("SELECT s FROM bag_total", &[]).await.unwrap().get(0);
+    assert_eq!(total, 8);
     let rows = c.query("SELECT id, name, price FROM t ORDER BY id", &[]).await.unwrap();
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].get::<_, i32>(0), 1);
@@ -49,6 +61,8 @@ async fn rows_and_catalog_survive_sigkill() {
     let c = server.connect().await;
     let n: i64 = c.query_one("SELECT count(*) FROM bag", &[]).await.unwrap().get(0);
     assert_eq!(n, 4);
+    let total: i64 = c.query_one("SELECT s FROM bag_total", &[]).await.unwrap().get(0);
+    assert_eq!(total, 14, "the view follows the row inserted after the first restart");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

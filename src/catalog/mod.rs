@@ -369,6 +369,34 @@ impl Catalog {
         self.create(def, false)?.ok_or_else(|| WeirError::internal("a view was not created"))
     }
 
+    /// Creates a plain view (a stored query, `CREATE VIEW`) reading `depends_on`; with
+    /// `replace`, an existing plain view of that name gets the new query and columns instead.
+    pub fn create_plain_view(
+        &self,
+        name: &str,
+        definition: &str,
+        schema: Schema,
+        depends_on: Vec<TableId>,
+        replace: bool,
+    ) -> Result<TableId> {
+        let mut def = self.new_def(name, RelationKind::View, definition, schema);
+        def.depends_on = depends_on;
+        if replace {
+            let mut inner = self.inner.write();
+            if let Some(existing) = inner.by_name.get(name).cloned() {
+                def.id = existing.def.id;
+                let relation = Self::materialize(self.store.as_ref(), def, self.open_epoch.load(Ordering::SeqCst))?;
+                let mut wb = WriteBatch::default();
+                persist::put_relation(&relation.def, &mut wb)?;
+                self.store.write(wb)?;
+                let id = relation.def.id;
+                inner.by_name.insert(name.to_string(), Arc::new(relation));
+                return Ok(id);
+            }
+        }
+        self.create(def, false)?.ok_or_else(|| WeirError::internal("a view was not created"))
+    }
+
     /// A definition with defaults, its id assigned by [`Catalog::create`].
     fn new_def(&self, name: &str, kind: RelationKind, definition: &str, schema: Schema) -> RelationDef {
         RelationDef {

@@ -23,6 +23,8 @@ pub enum RelationKind {
     /// A view's changes delivered to an external system (`CREATE SINK`); no rows of its own
     /// (its key range holds its outbox, `connectors::sink`).
     Sink,
+    /// A stored query (`CREATE VIEW`), run inside each query that reads it; no rows, no state.
+    View,
 }
 
 /// The durable description of one relation. Everything else about it is derived from this.

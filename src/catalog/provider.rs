@@ -1,5 +1,5 @@
-//! The catalog as DataFusion sees it: [`WeirSchema`] (the `public` schema) and
-//! [`RelationTable`] (one relation). This is one of DataFusion's three touch-points in Weir (with
+//! The catalog as DataFusion sees it: [`WeirSchema`] (the `public` schema), [`RelationTable`]
+//! (one relation with rows) and, for a plain view, DataFusion's `ViewTable` over its query. This is one of DataFusion's three touch-points in Weir (with
 //! `frontend::df_context` and the query handler); nothing else here knows DataFusion's
 //! catalog traits.
 //!
@@ -10,28 +10,40 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::catalog::view::ViewTable;
 use datafusion::catalog::{SchemaProvider, Session, TableProvider};
 use datafusion::common::{Constraint, Constraints, DFSchema};
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::datasource::TableType;
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::logical_expr::dml::InsertOp;
-use datafusion::logical_expr::Expr;
+use datafusion::logical_expr::{Expr, LogicalPlan};
 use datafusion::physical_plan::{execute_stream, ExecutionPlan};
 
 use super::dml::{self, DmlExec};
 use super::{Catalog, Relation, RelationKind};
 use crate::error::WeirError;
 
+/// Plans a plain view's stored query (`CREATE VIEW`), given by the frontend, which owns SQL.
+pub type ViewPlanner =
+    Arc<dyn Fn(Arc<Relation>) -> futures::future::BoxFuture<'static, DfResult<LogicalPlan>> + Send + Sync>;
+
 /// The `public` schema: every relation of the catalog.
 #[derive(Clone)]
 pub struct WeirSchema {
     catalog: Arc<Catalog>,
+    /// How plain views are planned; set once the session state that plans them exists.
+    view_planner: Arc<std::sync::OnceLock<ViewPlanner>>,
 }
 
 impl WeirSchema {
     pub fn new(catalog: Arc<Catalog>) -> Self {
-        WeirSchema { catalog }
+        WeirSchema { catalog, view_planner: Arc::new(std::sync::OnceLock::new()) }
+    }
+
+    /// Sets how plain views are planned (once).
+    pub fn set_view_planner(&self, planner: ViewPlanner) {
+        let _ = self.view_planner.set(planner);
     }
 }
 
@@ -53,10 +65,22 @@ impl SchemaProvider for WeirSchema {
             .collect()
     }
 
+    /// A plain view is its query, planned at each use (so it sees the relations it reads as
+    /// they are now), which DataFusion inlines into the query reading it.
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
-        Ok(self.catalog.get(name).filter(|r| r.def.kind != RelationKind::Sink).map(|relation| {
-            Arc::new(RelationTable::new(relation, Arc::clone(&self.catalog))) as Arc<dyn TableProvider>
-        }))
+        let Some(relation) = self.catalog.get(name).filter(|r| r.def.kind != RelationKind::Sink) else {
+            return Ok(None);
+        };
+        if relation.def.kind == RelationKind::View {
+            let planner = self
+                .view_planner
+                .get()
+                .ok_or_else(|| DataFusionError::Internal("plain views cannot be planned yet".into()))?;
+            let definition = relation.def.definition.clone();
+            let plan = planner(relation).await?;
+            return Ok(Some(Arc::new(ViewTable::new(plan, Some(definition)))));
+        }
+        Ok(Some(Arc::new(RelationTable::new(relation, Arc::clone(&self.catalog)))))
     }
 
     fn table_exist(&self, name: &str) -> bool {
@@ -163,7 +187,7 @@ impl TableProvider for RelationTable {
         match self.relation.def.kind {
             RelationKind::Table => TableType::Base,
             // Sinks are never handed to DataFusion (`WeirSchema` leaves them out).
-            RelationKind::MaterializedView | RelationKind::Sink => TableType::View,
+            RelationKind::MaterializedView | RelationKind::Sink | RelationKind::View => TableType::View,
         }
     }
 

@@ -68,8 +68,20 @@ fn placeholder() -> datafusion::sql::sqlparser::ast::ValueWithSpan {
     datafusion::sql::sqlparser::ast::Value::Null.into()
 }
 
+/// Refuses two columns of one name (a view's columns are its names), as Postgres does: 42701.
+pub fn refuse_repeated(names: &[String]) -> crate::error::Result<()> {
+    let Some(twice) = names.iter().enumerate().find(|(i, n)| names[..*i].contains(n)).map(|(_, n)| n) else {
+        return Ok(());
+    };
+    Err(crate::error::WeirError::new(
+        crate::error::SqlState::DUPLICATE_COLUMN,
+        format!("column \"{twice}\" specified more than once"),
+    )
+    .with_hint("Give the columns distinct names with AS."))
+}
+
 /// An identifier as a name: as written when quoted, else in lower case.
-fn ident_name(ident: &Ident) -> String {
+pub fn ident_name(ident: &Ident) -> String {
     match ident.quote_style {
         Some(_) => ident.value.clone(),
         None => ident.value.to_lowercase(),

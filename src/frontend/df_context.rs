@@ -80,15 +80,18 @@ pub async fn template_state(catalog: Arc<Catalog>) -> Result<SessionState> {
     let ctx = SessionContext::new_with_state(state);
 
     let db_catalog = Arc::new(MemoryCatalogProvider::new());
+    let public = Arc::new(WeirSchema::new(Arc::clone(&catalog)));
     db_catalog
-        .register_schema(DEFAULT_SCHEMA, Arc::new(WeirSchema::new(Arc::clone(&catalog))))
+        .register_schema(DEFAULT_SCHEMA, Arc::clone(&public) as Arc<dyn SchemaProvider>)
         .map_err(WeirError::from)?;
     db_catalog
         .register_schema(crate::system::SCHEMA, Arc::new(crate::system::SystemSchema::new(Arc::clone(&catalog))))
         .map_err(WeirError::from)?;
     ctx.register_catalog(&database, Arc::clone(&db_catalog) as Arc<dyn CatalogProvider>);
-    let information_schema =
-        InformationSchema { inner: InformationSchemaProvider::new(ctx.state().catalog_list().clone()) };
+    let information_schema = InformationSchema {
+        inner: InformationSchemaProvider::new(ctx.state().catalog_list().clone()),
+        catalog: Arc::clone(&catalog),
+    };
     db_catalog.register_schema("information_schema", Arc::new(information_schema)).map_err(WeirError::from)?;
 
     datafusion_pg_catalog::setup_pg_catalog(&ctx, &database, EmptyContextProvider)
@@ -112,7 +115,42 @@ pub async fn template_state(catalog: Arc<Catalog>) -> Result<SessionState> {
         Volatility::Stable,
         Arc::new(move |_| Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(version.clone()))))),
     ));
+    // Plain views are planned with this state (every function and schema registered above).
+    let planner_state = ctx.state();
+    public.set_view_planner(Arc::new(move |relation| {
+        let state = planner_state.clone();
+        Box::pin(async move { plan_plain_view(&state, &relation).await })
+    }));
     Ok(ctx.state())
+}
+
+/// A plain view's stored query (`CREATE VIEW ... AS query`) as a plan whose columns are the
+/// view's (a column list after its name renames them).
+async fn plan_plain_view(
+    state: &SessionState,
+    relation: &crate::catalog::Relation,
+) -> datafusion::error::Result<datafusion::logical_expr::LogicalPlan> {
+    use datafusion::sql::sqlparser::ast::Statement as Ast;
+    let definition = &relation.def.definition;
+    let statement = super::parser::SqlParser::new()
+        .parse(definition)
+        .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?
+        .pop();
+    let Some(super::parser::Statement::Sql(Ast::CreateView(view))) = statement else {
+        return datafusion::common::internal_err!("view \"{}\" is not stored as CREATE VIEW", relation.def.name);
+    };
+    let mut query = view.query;
+    super::column_names::name_columns(&mut query);
+    let plan =
+        state.statement_to_plan(datafusion::sql::parser::Statement::Statement(Box::new(Ast::Query(query)))).await?;
+    let columns: Vec<datafusion::logical_expr::Expr> = plan
+        .schema()
+        .columns()
+        .into_iter()
+        .zip(relation.schema.fields())
+        .map(|(c, f)| datafusion::logical_expr::Expr::Column(c).alias(f.name()))
+        .collect();
+    datafusion::logical_expr::LogicalPlanBuilder::from(plan).project(columns)?.build()
 }
 
 /// Optimizes a materialized view's plan: DataFusion's rules, except `eliminate_join`, which
@@ -147,9 +185,15 @@ pub fn session_context(template: &SessionState, user: &str) -> SessionContext {
 
 /// DataFusion's information_schema with 1-based `columns.ordinal_position` and Postgres type
 /// names.
-#[derive(Debug)]
 struct InformationSchema {
     inner: InformationSchemaProvider,
+    catalog: Arc<Catalog>,
+}
+
+impl std::fmt::Debug for InformationSchema {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("InformationSchema")
+    }
 }
 
 #[async_trait]
@@ -182,6 +226,21 @@ impl SchemaProvider for InformationSchema {
                     .collect();
                 let plan =
                     LogicalPlanBuilder::scan("columns", provider_as_source(columns), None)?.project(exprs)?.build()?;
+                Ok(Some(Arc::new(ViewTable::new(plan, None))))
+            }
+            // DataFusion lists every relation as a view; Postgres lists plain views only.
+            Some(views) if name == "views" => {
+                let plain: Vec<Expr> = self
+                    .catalog
+                    .relations()
+                    .iter()
+                    .filter(|r| r.def.kind == crate::catalog::RelationKind::View)
+                    .map(|r| lit(r.def.name.clone()))
+                    .collect();
+                let only_plain =
+                    col("table_schema").eq(lit(DEFAULT_SCHEMA)).and(col("table_name").in_list(plain, false));
+                let plan =
+                    LogicalPlanBuilder::scan("views", provider_as_source(views), None)?.filter(only_plain)?.build()?;
                 Ok(Some(Arc::new(ViewTable::new(plan, None))))
             }
             other => Ok(other),

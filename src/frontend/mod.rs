@@ -100,7 +100,12 @@ impl Frontend {
     /// creation order so a view's inputs are running before it.
     async fn restart_views(&self) {
         let session = self.new_session("weir");
-        let relations = self.catalog.relations().into_iter().filter(|r| r.def.kind != RelationKind::Table);
+        // Materialized views and sinks run; tables and plain views have nothing to run.
+        let relations = self
+            .catalog
+            .relations()
+            .into_iter()
+            .filter(|r| matches!(r.def.kind, RelationKind::MaterializedView | RelationKind::Sink));
         for relation in relations {
             let name = relation.def.name.clone();
             if relation.def.kind == RelationKind::Sink {

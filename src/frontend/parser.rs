@@ -138,6 +138,7 @@ fn fold_window_function_names(statement: &mut ast::Statement) {
 ///   column: the subqueries select by OID, so they yield at most one row and `max` is that row;
 /// - `(record).field` becomes `(record)['field']`, the form DataFusion reads;
 /// - asyncpg's domain and composite lookups become typed NULLs ([`domain_or_composite_lookup`]);
+/// - `pg_get_viewdef(oid)` becomes the view's query from `pg_views`;
 /// - a function looked up by name, `(SELECT oid FROM pg_catalog.pg_proc WHERE proname = 'f')`
 ///   (how the compatibility parser expands `'f'::regproc`), becomes `'f'`: this pg_catalog
 ///   names functions in `pg_type.typinput` and the like rather than numbering them.
@@ -183,6 +184,16 @@ pub fn rewrite_catalog_idioms(statement: &mut ast::Statement) {
                 let arg = single_arg.expect("checked");
                 let namespace = format!("{}.relnamespace", &arg[..arg.len() - 4]);
                 if let Some(e) = parse(format!("{namespace} IN (SELECT oid FROM pg_catalog.pg_namespace WHERE nspname IN ('public', 'pg_catalog'))")) {
+                    *expr = e;
+                }
+            }
+            Expr::Function(_) if name.ends_with("pg_get_viewdef") && single_arg.is_some() => {
+                // A view's query, by the view's oid (pg_views has it by name).
+                let oid = single_arg.expect("checked");
+                if let Some(e) = parse(format!(
+                    "(SELECT max(v.definition) FROM pg_catalog.pg_views v JOIN pg_catalog.pg_class c \
+                     ON c.relname = v.viewname WHERE c.oid = {oid})"
+                )) {
                     *expr = e;
                 }
             }

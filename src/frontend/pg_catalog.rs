@@ -66,6 +66,7 @@ impl SchemaProvider for WeirPgCatalog {
             "pg_index" | "pg_class" | "pg_constraint" => Extra::Keys(name.to_string()),
             "pg_settings" => Extra::Settings,
             "pg_matviews" => Extra::Matviews,
+            "pg_views" => Extra::Views,
             _ => return Ok(Some(inner)),
         };
         Ok(Some(Arc::new(Extended {
@@ -86,6 +87,7 @@ enum Extra {
     Keys(String),
     Settings,
     Matviews,
+    Views,
 }
 
 /// A crate table with Weir's rows appended.
@@ -193,6 +195,24 @@ impl Extended {
             .collect()
     }
 
+    /// pg_views: the plain views, with their queries.
+    fn view_rows(&self) -> Vec<Row> {
+        self.catalog
+            .relations()
+            .iter()
+            .filter(|r| r.def.kind == crate::catalog::RelationKind::View)
+            .map(|r| {
+                let query = r.def.definition.split_once(" AS ").map(|(_, q)| q).unwrap_or(&r.def.definition);
+                HashMap::from([
+                    ("schemaname", text(crate::catalog::DEFAULT_SCHEMA)),
+                    ("viewname", text(&r.def.name)),
+                    ("viewowner", text("root")),
+                    ("definition", text(query)),
+                ])
+            })
+            .collect()
+    }
+
     /// Columns clients read that the crate's table lacks (always NULL).
     fn missing_columns(&self, inner: &SchemaRef) -> Vec<Field> {
         let wanted: &[(&str, &str, DataType)] =
@@ -213,14 +233,17 @@ impl Extended {
     }
 
     /// The crate reports every relation as a table (`r`) without indexes; materialized views
-    /// are `m`, and tables with a primary key have its index.
+    /// are `m`, plain views `v`, and tables with a primary key have its index.
     fn mark_views(&self, batch: RecordBatch) -> DfResult<RecordBatch> {
-        let views: std::collections::HashSet<String> = self
+        let views: HashMap<String, &'static str> = self
             .catalog
             .relations()
             .iter()
-            .filter(|r| r.def.kind == crate::catalog::RelationKind::MaterializedView)
-            .map(|r| r.def.name.clone())
+            .filter_map(|r| match r.def.kind {
+                crate::catalog::RelationKind::MaterializedView => Some((r.def.name.clone(), "m")),
+                crate::catalog::RelationKind::View => Some((r.def.name.clone(), "v")),
+                _ => None,
+            })
             .collect();
         let (Ok(name_idx), Ok(kind_idx)) = (batch.schema().index_of("relname"), batch.schema().index_of("relkind"))
         else {
@@ -234,8 +257,10 @@ impl Extended {
             .map(|i| {
                 if kinds.is_null(i) {
                     None
-                } else if !names.is_null(i) && views.contains(names.value(i)) && matches!(kinds.value(i), "r" | "v") {
-                    Some("m")
+                } else if let Some(kind) =
+                    views.get(names.value(i)).filter(|_| !names.is_null(i) && matches!(kinds.value(i), "r" | "v"))
+                {
+                    Some(*kind)
                 } else {
                     Some(kinds.value(i))
                 }
@@ -415,7 +440,7 @@ impl TableProvider for Extended {
         let schema = self.inner.schema();
         let mut batches = match &self.extra {
             // The crate's one pg_settings row is replaced by the full list.
-            Extra::Settings | Extra::Matviews => vec![],
+            Extra::Settings | Extra::Matviews | Extra::Views => vec![],
             Extra::Keys(table) => {
                 let batches = collect(self.inner.scan(state, None, &[], None).await?, state.task_ctx()).await?;
                 if table == "pg_class" {
@@ -428,6 +453,7 @@ impl TableProvider for Extended {
         let rows = match &self.extra {
             Extra::Settings => settings_rows(),
             Extra::Matviews => self.matview_rows(),
+            Extra::Views => self.view_rows(),
             Extra::Keys(table) => self.extra_rows(state, table).await?,
         };
         batches.push(rows_to_batch(&schema, &rows)?);

@@ -13,6 +13,7 @@ public class JdbcCheck {
         try (Connection c = DriverManager.getConnection(args[0], "root", "")) {
             try (Statement s = c.createStatement()) {
                 s.execute("CREATE TABLE j (id INT PRIMARY KEY, name VARCHAR, price DOUBLE PRECISION)");
+                s.execute("CREATE VIEW j_named AS SELECT id, name FROM j");
             }
             try (PreparedStatement p = c.prepareStatement("INSERT INTO j VALUES (?, ?, ?)")) {
                 for (int i = 0; i < 3; i++) {
@@ -36,7 +37,12 @@ public class JdbcCheck {
             try (ResultSet r = md.getTables(null, "public", "%", new String[] {"TABLE"})) {
                 while (r.next()) tables.add(r.getString("TABLE_NAME"));
             }
-            check(tables.contains("j"), "getTables " + tables);
+            check(tables.contains("j") && !tables.contains("j_named"), "getTables " + tables);
+            List<String> views = new ArrayList<>();
+            try (ResultSet r = md.getTables(null, "public", "%", new String[] {"VIEW"})) {
+                while (r.next()) views.add(r.getString("TABLE_NAME"));
+            }
+            check(views.contains("j_named") && !views.contains("j"), "getTables VIEW " + views);
             List<String> columns = new ArrayList<>();
             try (ResultSet r = md.getColumns(null, "public", "j", "%")) {
                 while (r.next()) columns.add(r.getString("COLUMN_NAME") + ":" + r.getString("TYPE_NAME"));

@@ -15,11 +15,14 @@ with engine.connect() as c:
     c.execute(text("CREATE TABLE orders (id BIGINT PRIMARY KEY, customer VARCHAR NOT NULL, amount DOUBLE PRECISION)"))
     c.execute(text("CREATE TABLE composite (a INT, b INT, c TEXT, PRIMARY KEY (b, a))"))
     c.execute(text("CREATE MATERIALIZED VIEW per_customer AS SELECT customer, sum(amount) AS total FROM orders GROUP BY customer"))
+    c.execute(text("CREATE VIEW big_orders AS SELECT id, amount FROM orders WHERE amount > 100"))
     c.commit()
 
 insp = inspect(engine)
 assert sorted(insp.get_table_names()) == ["composite", "orders"], insp.get_table_names()
 assert insp.get_materialized_view_names() == ["per_customer"], insp.get_materialized_view_names()
+assert insp.get_view_names() == ["big_orders"], insp.get_view_names()
+assert "amount > 100" in insp.get_view_definition("big_orders"), insp.get_view_definition("big_orders")
 assert "public" in insp.get_schema_names(), insp.get_schema_names()
 columns = {c["name"]: c for c in insp.get_columns("orders")}
 assert list(columns) == ["id", "customer", "amount"], columns

@@ -36,12 +36,7 @@ pub async fn plan_view(session: &Session, statement: &Statement) -> Result<(Sche
     let (logical, names) = query::plan_named(session, Statement::Query(view.query.clone())).await?;
     // A view's columns are its names: two of one name are refused, as in Postgres.
     if let Some(names) = names {
-        let twice = names.iter().enumerate().find(|(i, n)| names[..*i].contains(n)).map(|(_, n)| n.clone());
-        return Err(WeirError::new(
-            SqlState::DUPLICATE_COLUMN,
-            format!("column \"{}\" specified more than once", twice.unwrap_or_default()),
-        )
-        .with_hint("Give the columns distinct names with AS."));
+        crate::frontend::column_names::refuse_repeated(&names)?;
     }
     // now() in a view is the epoch's time, not the time of planning (ADR 13).
     let logical = crate::dataflow::temporal_bounds::mark_now(logical)?;
@@ -187,7 +182,7 @@ pub async fn handle(
 ) -> Result<StatementResult> {
     let Statement::CreateView(view) = &statement else { unreachable!("dispatched on CreateView") };
     if !view.materialized {
-        return Err(WeirError::unsupported("plain views are not supported yet; use CREATE MATERIALIZED VIEW"));
+        return super::create_plain_view::handle(fe, session, statement).await;
     }
     if view.or_replace {
         return Err(WeirError::unsupported("CREATE OR REPLACE MATERIALIZED VIEW is not supported; DROP it first"));
@@ -203,7 +198,15 @@ pub async fn handle(
     let (schema, logical) = plan_view(session, &statement).await?;
     // Check the plan can be maintained before the view exists.
     let checked = build_view(fe, session, &logical, &name, 0, &event_time)?;
+    // What it reads once plain views are inlined, and the plain views it names (they cannot be
+    // dropped under it: its definition names them).
     let mut depends_on = checked.inputs;
+    if let Statement::CreateView(v) = &statement {
+        let named = super::create_plain_view::named_relations(fe, &v.query);
+        depends_on.extend(
+            named.into_iter().filter(|id| fe.catalog().by_id(*id).is_some_and(|r| r.def.kind == RelationKind::View)),
+        );
+    }
     let late = match (&clauses.late_rows_to, &checked.late_rows_schema) {
         (Some(table), Some(late_rows)) => {
             if *table == name {

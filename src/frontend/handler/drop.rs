@@ -48,6 +48,7 @@ async fn drop_relations(fe: &Frontend, statement: Statement, sources: bool) -> R
         ObjectType::Table if sources => (RelationKind::Table, "DROP SOURCE"),
         ObjectType::Table => (RelationKind::Table, "DROP TABLE"),
         ObjectType::MaterializedView => (RelationKind::MaterializedView, "DROP MATERIALIZED VIEW"),
+        ObjectType::View => (RelationKind::View, "DROP VIEW"),
         other => return Err(WeirError::unsupported(format!("DROP {other} is not supported"))),
     };
     let names = names.iter().map(relation_name).collect::<Result<Vec<_>>>()?;
@@ -110,7 +111,7 @@ async fn drop_named(
             }
             RelationKind::Sink => fe.streaming().stop_sink(relation.def.id).await,
             RelationKind::Table if relation.def.connector.is_some() => fe.streaming().stop_source(relation.def.id),
-            RelationKind::Table => {}
+            RelationKind::Table | RelationKind::View => {}
         }
         fe.catalog().drop_relation(&relation.def.name, true)?;
     }
@@ -122,5 +123,6 @@ pub fn kind_name(kind: RelationKind) -> &'static str {
         RelationKind::Table => "table",
         RelationKind::MaterializedView => "materialized view",
         RelationKind::Sink => "sink",
+        RelationKind::View => "view",
     }
 }

@@ -10,6 +10,7 @@
 //!
 //! Anything else is SQLSTATE 0A000, said plainly.
 
+pub mod create_plain_view;
 pub mod create_sink;
 pub mod create_table;
 pub mod create_view;
@@ -46,6 +47,7 @@ pub async fn execute(
             create_view::explain(fe, session, &inner, &StreamingClauses::default()).await
         }
         Statement::ShowViews { materialized: true, .. } => show::materialized_views(fe),
+        Statement::ShowViews { materialized: false, .. } => show::views(fe),
         Statement::Query(_)
         | Statement::Insert(_)
         | Statement::Update(_)

@@ -32,6 +32,10 @@ pub fn materialized_views(fe: &Frontend) -> Result<StatementResult> {
     names_of(fe, RelationKind::MaterializedView)
 }
 
+pub fn views(fe: &Frontend) -> Result<StatementResult> {
+    names_of(fe, RelationKind::View)
+}
+
 pub fn sinks(fe: &Frontend) -> Result<StatementResult> {
     names_of(fe, RelationKind::Sink)
 }
