@@ -10,6 +10,9 @@
 //! operator holds an epoch's touched state and output until its barrier, so bounding the rows
 //! in an epoch bounds that memory however fast rows come.
 //!
+//! Each barrier carries the epoch's time from the [`EpochClock`] (`now()` in views' temporal
+//! filters, ADR 13), read once per barrier.
+//!
 //! Checkpoints (ADR 11): the first barrier injected once `checkpoint_interval` has passed since
 //! the last checkpoint is a checkpoint barrier. After injecting checkpoint barrier `e` the
 //! coordinator keeps the injection lock until every view has committed `e` and the
