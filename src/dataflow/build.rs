@@ -320,11 +320,14 @@ impl Builder<'_> {
     }
 
     /// `EMIT ON WINDOW CLOSE` without a windowed aggregate: a buffer on top, by a window
-    /// column of the view's rows.
+    /// column of the view's rows; without one, by a column that is an input's watermarked
+    /// column as it is (`SELECT device, ts FROM events WHERE ... EMIT ON WINDOW CLOSE`: each row
+    /// once the watermark passes its time, as RisingWave does).
     fn emit_on_window_close(&mut self, plan: &LogicalPlan, top: Out) -> Result<()> {
-        let Some((column, time)) = top.times.iter().enumerate().find_map(|(i, t)| t.map(|t| (i, t))) else {
+        let window = top.times.iter().enumerate().find_map(|(i, t)| t.map(|t| (i, t)));
+        let Some((column, time)) = window.or_else(|| self.watermarked_column(plan)) else {
             return Err(WeirError::unsupported(
-                "EMIT ON WINDOW CLOSE needs a window: read from TUMBLE(...) or HOP(...) and GROUP BY (or select) window_start or window_end",
+                "EMIT ON WINDOW CLOSE needs a window or an event time: read from TUMBLE(...) or HOP(...) and GROUP BY (or select) window_start or window_end, or select the column a WATERMARK is declared for",
             ));
         };
         let table = self.state_table()?;
@@ -373,6 +376,23 @@ impl Builder<'_> {
         })?;
         // Rows leave as time passes: retractions, held to the barrier.
         Ok(Out { node: self.graph.add(ops, &[out.node], vec![None])?, append_only: false, prompt: false, ..out })
+    }
+
+    /// The first output column of `plan` that is a relation's watermarked column, unchanged
+    /// (its qualified name is that column's); its rows close at their own time.
+    fn watermarked_column(&self, plan: &LogicalPlan) -> Option<(usize, TimeColumn)> {
+        plan.schema()
+            .iter()
+            .position(|(qualifier, field)| {
+                qualifier.and_then(|q| self.catalog.get(q.table())).is_some_and(|relation| {
+                    relation
+                        .def
+                        .watermark
+                        .as_ref()
+                        .is_some_and(|w| relation.schema.field(w.column).name() == field.name())
+                })
+            })
+            .map(|column| (column, TimeColumn { close_offset: 0 }))
     }
 
     /// A shard's access to state table `id` (write-back: it reaches the store at checkpoints).
