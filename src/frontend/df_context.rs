@@ -199,10 +199,15 @@ impl std::fmt::Debug for InformationSchema {
 #[async_trait]
 impl SchemaProvider for InformationSchema {
     fn table_names(&self) -> Vec<String> {
-        self.inner.table_names()
+        let mut names = self.inner.table_names();
+        names.extend(KEY_TABLES.iter().map(|n| n.to_string()));
+        names
     }
 
     async fn table(&self, name: &str) -> datafusion::error::Result<Option<Arc<dyn TableProvider>>> {
+        if KEY_TABLES.contains(&name) {
+            return Ok(Some(Arc::new(primary_keys(&self.catalog, name)?)));
+        }
         let table = self.inner.table(name).await?;
         match table {
             Some(columns) if name == "columns" => {
@@ -248,6 +253,60 @@ impl SchemaProvider for InformationSchema {
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        self.inner.table_exist(name)
+        KEY_TABLES.contains(&name) || self.inner.table_exist(name)
     }
+}
+
+/// The information_schema tables of constraints DataFusion lacks (Metabase's field sync and
+/// most tools read primary keys from them).
+const KEY_TABLES: [&str; 2] = ["table_constraints", "key_column_usage"];
+
+/// `information_schema.table_constraints` or `key_column_usage` (`name`): each table's primary
+/// key, named `<table>_pkey` as in pg_constraint; a row per key, or per key column.
+fn primary_keys(catalog: &Catalog, name: &str) -> datafusion::error::Result<datafusion::datasource::MemTable> {
+    use crate::catalog::Relation;
+    use datafusion::arrow::array::{ArrayRef, Int32Array, RecordBatch, StringArray};
+    use datafusion::arrow::datatypes::{Field, Schema};
+    let per_column = name == "key_column_usage";
+    let rows: Vec<(Arc<Relation>, usize)> = catalog
+        .relations()
+        .into_iter()
+        .filter(|r| !r.def.primary_key.is_empty())
+        .flat_map(|r| {
+            let n = if per_column { r.def.primary_key.len() } else { 1 };
+            (0..n).map(move |i| (Arc::clone(&r), i))
+        })
+        .collect();
+    let text = |f: &dyn Fn(&Relation, usize) -> String| -> ArrayRef {
+        Arc::new(StringArray::from_iter_values(rows.iter().map(|(r, i)| f(r, *i))))
+    };
+    let database = catalog.database();
+    let mut columns: Vec<(&str, ArrayRef)> = vec![
+        ("constraint_catalog", text(&|_, _| database.to_string())),
+        ("constraint_schema", text(&|_, _| DEFAULT_SCHEMA.to_string())),
+        ("constraint_name", text(&|r, _| format!("{}_pkey", r.def.name))),
+        ("table_catalog", text(&|_, _| database.to_string())),
+        ("table_schema", text(&|_, _| DEFAULT_SCHEMA.to_string())),
+        ("table_name", text(&|r, _| r.def.name.clone())),
+    ];
+    if per_column {
+        columns.push(("column_name", text(&|r, i| r.schema.field(r.def.primary_key[i]).name().clone())));
+        let positions = rows.iter().map(|(_, i)| *i as i32 + 1);
+        columns.push(("ordinal_position", Arc::new(Int32Array::from_iter_values(positions))));
+        columns.push(("position_in_unique_constraint", Arc::new(Int32Array::new_null(rows.len()))));
+    } else {
+        for (column, value) in [
+            ("constraint_type", "PRIMARY KEY"),
+            ("is_deferrable", "NO"),
+            ("initially_deferred", "NO"),
+            ("enforced", "YES"),
+        ] {
+            columns.push((column, text(&|_, _| value.to_string())));
+        }
+    }
+    let schema = Arc::new(Schema::new(
+        columns.iter().map(|(n, a)| Field::new(*n, a.data_type().clone(), true)).collect::<Vec<_>>(),
+    ));
+    let batch = RecordBatch::try_new(Arc::clone(&schema), columns.into_iter().map(|(_, a)| a).collect())?;
+    datafusion::datasource::MemTable::try_new(schema, vec![vec![batch]])
 }
