@@ -254,6 +254,7 @@ fn consume_all(topic: &str) -> Vec<(Option<String>, Option<String>)> {
 async fn a_kafka_sink_delivers_every_change_exactly_once_across_sigkills() {
     let plain = topic("plain_out", 2).await;
     let upsert = topic("upsert_out", 2).await;
+    let cdc = topic("cdc_out", 2).await;
     let mut server = TestServer::start_with(&["--checkpoint-interval", "200ms", "--barrier-interval-ms", "50"]);
     let mut c = server.connect().await;
     c.batch_execute(
@@ -268,11 +269,13 @@ async fn a_kafka_sink_delivers_every_change_exactly_once_across_sigkills() {
         "CREATE SINK events_out AS SELECT id, g FROM events WITH (connector = 'kafka', topic = '{plain}', \
          properties.bootstrap.server = '{servers}') FORMAT PLAIN ENCODE JSON;
          CREATE SINK groups_out FROM per_group WITH (connector = 'kafka', topic = '{upsert}', \
-         properties.bootstrap.server = '{servers}', primary_key = 'g') FORMAT UPSERT ENCODE JSON;"
+         properties.bootstrap.server = '{servers}', primary_key = 'g') FORMAT UPSERT ENCODE JSON;
+         CREATE SINK groups_cdc FROM per_group WITH (connector = 'kafka', topic = '{cdc}', \
+         properties.bootstrap.server = '{servers}', primary_key = 'g') FORMAT DEBEZIUM ENCODE JSON;"
     ))
     .await
     .unwrap();
-    assert_eq!(rows(&c, "SHOW SINKS").await, ["events_out", "groups_out"]);
+    assert_eq!(rows(&c, "SHOW SINKS").await, ["events_out", "groups_cdc", "groups_out"]);
     let mut next = 0i64;
     for round in 0..8 {
         for _ in 0..5 {
@@ -294,7 +297,7 @@ async fn a_kafka_sink_delivers_every_change_exactly_once_across_sigkills() {
     // Everything delivered: each sink (they deliver apart) has caught up with the checkpoint
     // after the FLUSH.
     let deadline = Instant::now() + Duration::from_secs(30);
-    while (consume_all(&plain).len() as i64) < next || upsert_rows(&upsert) != view {
+    while (consume_all(&plain).len() as i64) < next || upsert_rows(&upsert) != view || debezium_rows(&cdc) != view {
         if Instant::now() > deadline {
             break;
         }
@@ -310,12 +313,51 @@ async fn a_kafka_sink_delivers_every_change_exactly_once_across_sigkills() {
     assert_eq!(ids.len() as i64, next);
     // UPSERT: the last message of each key is the view's row (or a tombstone for a gone group).
     assert_eq!(upsert_rows(&upsert), view);
+    // DEBEZIUM: each change's before is the key's after in the change before it, and the
+    // changes replayed give the view.
+    assert_eq!(debezium_rows(&cdc), view);
     let sinks = rows(&c, "SELECT sink_name, state FROM weir_catalog.sinks").await;
-    assert_eq!(sinks, ["events_out|running", "groups_out|running"]);
-    c.batch_execute("DROP SINK groups_out; DROP SINK events_out").await.unwrap();
+    assert_eq!(sinks, ["events_out|running", "groups_cdc|running", "groups_out|running"]);
+    c.batch_execute("DROP SINK groups_out; DROP SINK events_out; DROP SINK groups_cdc").await.unwrap();
     assert!(rows(&c, "SHOW SINKS").await.is_empty());
     // The view made for the query went with its sink; the user's view stays.
     assert_eq!(rows(&c, "SHOW MATERIALIZED VIEWS").await, ["per_group"]);
+}
+
+/// The rows a Debezium topic's changes give (`g|n|total`, sorted), replayed in order; panics
+/// unless each change's `before` is what the key held (the previous change's `after`), its `op`
+/// says what it did, and a tombstone follows each delete.
+fn debezium_rows(topic: &str) -> Vec<String> {
+    let mut state: std::collections::BTreeMap<String, serde_json::Value> = Default::default();
+    // Keys deleted and waiting for their tombstone (a key's messages are in order: one partition).
+    let mut deleted: std::collections::BTreeSet<String> = Default::default();
+    for (key, value) in consume_all(topic) {
+        let key = key.unwrap();
+        let Some(value) = value else {
+            assert!(deleted.remove(&key), "a tombstone without a delete before it: {key}");
+            continue;
+        };
+        assert!(!deleted.contains(&key), "a delete without its tombstone: {key}");
+        let change: serde_json::Value = serde_json::from_str(&value).unwrap();
+        let held = state.get(&key).cloned().unwrap_or(serde_json::Value::Null);
+        assert_eq!(change["before"], held, "{key}: {value}");
+        let op = match (&change["before"], &change["after"]) {
+            (serde_json::Value::Null, _) => "c",
+            (_, serde_json::Value::Null) => "d",
+            _ => "u",
+        };
+        assert_eq!(change["op"], op, "{value}");
+        if op == "d" {
+            state.remove(&key);
+            deleted.insert(key);
+        } else {
+            state.insert(key, change["after"].clone());
+        }
+    }
+    assert!(deleted.is_empty(), "deletes without tombstones: {deleted:?}");
+    let mut rows: Vec<String> = state.values().map(|v| format!("{}|{}|{}", v["g"], v["n"], v["total"])).collect();
+    rows.sort();
+    rows
 }
 
 /// The rows an upsert topic holds (`g|n|total`, sorted): each key's last message, tombstones

@@ -64,26 +64,36 @@ pub fn key_columns(names: &str, schema: &datafusion::arrow::datatypes::Schema) -
         .collect()
 }
 
+/// One key's change over a checkpoint: its row before the checkpoint's changes (None: the key
+/// did not exist) and after them (None: it is gone).
+#[derive(Debug, PartialEq)]
+pub struct NetChange<K, R> {
+    pub key: K,
+    pub before: Option<R>,
+    pub after: Option<R>,
+}
+
 /// A checkpoint's changes netted per key, for sinks that write by key: each key once, in the
-/// order keys first changed, with its row after its last change (None: the key is gone).
-/// `changes` gives each changed row's key, the row, and whether the row entered.
+/// order keys first changed. `changes` gives each changed row's key, the row, and whether the
+/// row entered; a key whose first change removes a row had that row before.
 pub fn net_by_key<K: std::hash::Hash + Eq + Clone, R>(
     changes: impl IntoIterator<Item = (K, R, bool)>,
-) -> Vec<(K, Option<R>)> {
+) -> Vec<NetChange<K, R>> {
     let mut order = Vec::new();
-    let mut last: std::collections::HashMap<K, Option<R>> = std::collections::HashMap::new();
+    let mut net: std::collections::HashMap<K, (Option<R>, Option<R>)> = std::collections::HashMap::new();
     for (key, row, entered) in changes {
-        if !last.contains_key(&key) {
-            order.push(key.clone());
+        match net.get_mut(&key) {
+            Some((_, after)) => *after = entered.then_some(row),
+            None => {
+                order.push(key.clone());
+                let (before, after) = if entered { (None, Some(row)) } else { (Some(row), None) };
+                net.insert(key, (before, after));
+            }
         }
-        last.insert(key, entered.then_some(row));
     }
     order
         .into_iter()
-        .map(|key| {
-            let row = last.remove(&key).flatten();
-            (key, row)
-        })
+        .filter_map(|key| net.remove(&key).map(|(before, after)| NetChange { key, before, after }))
         .collect()
 }
 
@@ -270,6 +280,10 @@ mod tests {
     #[test]
     fn changes_net_to_each_keys_last_in_first_seen_order() {
         let netted = net_by_key([("a", 1, true), ("b", 2, true), ("a", 1, false), ("a", 3, true), ("b", 2, false)]);
-        assert_eq!(netted, vec![("a", Some(3)), ("b", None)]);
+        let change = |key, before, after| NetChange { key, before, after };
+        assert_eq!(netted, vec![change("a", None, Some(3)), change("b", None, None)]);
+        // A key that had a row before: its first change removes it.
+        let netted = net_by_key([("c", 5, false), ("c", 6, true), ("d", 7, false)]);
+        assert_eq!(netted, vec![change("c", Some(5), Some(6)), change("d", Some(7), None)]);
     }
 }

@@ -16,8 +16,11 @@
 //!
 //! `FORMAT UPSERT`: the key is the primary key's columns as a JSON object, the value the row as
 //! a JSON object, or empty (a tombstone) when the row was deleted; a checkpoint's changes are
-//! netted per key first. `FORMAT PLAIN`: every row is a message (no key); only over a view that
-//! never retracts (CREATE SINK checks).
+//! netted per key first. `FORMAT DEBEZIUM`: the same key; the value Debezium's change envelope,
+//! `{"before": row | null, "after": row | null, "op": "c" | "u" | "d"}` (the key's row at the
+//! previous checkpoint and at this one), and after a delete a tombstone, as Debezium writes
+//! them, so its consumers (and Kafka Connect sinks) read Weir's changes unchanged. `FORMAT PLAIN`:
+//! every row is a message (no key); only over a view that never retracts (CREATE SINK checks).
 
 use std::time::Duration;
 
@@ -50,13 +53,22 @@ fn invalid(message: String) -> WeirError {
     WeirError::new(SqlState::INVALID_PARAMETER_VALUE, message)
 }
 
+/// What the messages are.
+enum Format {
+    /// Every row a message, no key.
+    Plain,
+    /// Keyed by these columns: the row, or a tombstone.
+    Upsert(Vec<usize>),
+    /// Keyed by these columns: Debezium's before/after envelope.
+    Debezium(Vec<usize>),
+}
+
 pub struct KafkaSink {
     topic: String,
     servers: String,
     /// `<prefix>-<sink id>`: the transactional id and the marker's consumer group.
     identity: String,
-    /// UPSERT: the key columns. None: PLAIN.
-    key: Option<Vec<usize>>,
+    format: Format,
     timeout: Duration,
     producer: Option<BaseProducer>,
     marker: Option<BaseConsumer>,
@@ -74,14 +86,17 @@ impl KafkaSink {
         if let Some(encode) = options.get("encode").filter(|e| !e.eq_ignore_ascii_case("json")) {
             return Err(WeirError::unsupported(format!("ENCODE {encode} for a Kafka sink (ENCODE JSON is)")));
         }
-        let key = match options.get("format").unwrap_or("upsert").to_ascii_lowercase().as_str() {
-            "upsert" => {
-                let names = options.get("primary_key").ok_or_else(|| {
-                    invalid("FORMAT UPSERT needs primary_key = 'column, ...' (the message key)".into())
-                })?;
-                Some(key_columns(names, &schema)?)
-            }
-            "plain" if append_only => None,
+        let format_name = options.get("format").unwrap_or("upsert").to_ascii_lowercase();
+        let keyed = |what: &str| -> Result<Vec<usize>> {
+            let names = options
+                .get("primary_key")
+                .ok_or_else(|| invalid(format!("FORMAT {what} needs primary_key = 'column, ...' (the message key)")))?;
+            key_columns(names, &schema)
+        };
+        let format = match format_name.as_str() {
+            "upsert" => Format::Upsert(keyed("UPSERT")?),
+            "debezium" => Format::Debezium(keyed("DEBEZIUM")?),
+            "plain" if append_only => Format::Plain,
             "plain" => {
                 return Err(WeirError::new(
                     SqlState::FEATURE_NOT_SUPPORTED,
@@ -89,13 +104,15 @@ impl KafkaSink {
                 )
                 .with_hint("Use FORMAT UPSERT with primary_key = '...': deletes become tombstones."))
             }
-            other => return Err(invalid(format!("a Kafka sink's FORMAT must be UPSERT or PLAIN, not {other}"))),
+            other => {
+                return Err(invalid(format!("a Kafka sink's FORMAT must be UPSERT, DEBEZIUM or PLAIN, not {other}")))
+            }
         };
         Ok(KafkaSink {
             topic: topic.to_string(),
             servers: servers.to_string(),
             identity: format!("{}-{sink_id}", options.get("transactional.id.prefix").unwrap_or("weir-sink")),
-            key,
+            format,
             timeout: Duration::from_millis(options.u64_or("kafka.timeout.ms", 10_000)?.max(1)),
             producer: None,
             marker: None,
@@ -144,15 +161,18 @@ impl KafkaSink {
 
     /// The messages of a checkpoint's changes: (key, value), value None for a tombstone.
     fn messages(&self, changes: &[ChangeBatch]) -> Result<Vec<(Option<Vec<u8>>, Option<Vec<u8>>)>> {
-        let Some(key_columns) = &self.key else {
-            let mut out = Vec::new();
-            for batch in changes {
-                if batch.ops.iter().any(|op| op.sign() < 0) {
-                    return Err(WeirError::internal("a FORMAT PLAIN Kafka sink received a retraction"));
+        let key_columns = match &self.format {
+            Format::Plain => {
+                let mut out = Vec::new();
+                for batch in changes {
+                    if batch.ops.iter().any(|op| op.sign() < 0) {
+                        return Err(WeirError::internal("a FORMAT PLAIN Kafka sink received a retraction"));
+                    }
+                    out.extend(json_lines(&batch.data)?.into_iter().map(|v| (None, Some(v))));
                 }
-                out.extend(json_lines(&batch.data)?.into_iter().map(|v| (None, Some(v))));
+                return Ok(out);
             }
-            return Ok(out);
+            Format::Upsert(key) | Format::Debezium(key) => key,
         };
         let mut keyed = Vec::new();
         for batch in changes {
@@ -160,7 +180,30 @@ impl KafkaSink {
             let values = json_lines(&batch.data)?;
             keyed.extend(keys.into_iter().zip(values).zip(&batch.ops).map(|((k, v), op)| (k, v, op.sign() > 0)));
         }
-        Ok(net_by_key(keyed).into_iter().map(|(key, value)| (Some(key), value)).collect())
+        let netted = net_by_key(keyed);
+        if matches!(self.format, Format::Upsert(_)) {
+            return Ok(netted.into_iter().map(|c| (Some(c.key), c.after)).collect());
+        }
+        let mut out = Vec::new();
+        for change in netted {
+            let op = match (&change.before, &change.after) {
+                (None, None) => continue,
+                (Some(before), Some(after)) if before == after => continue,
+                (None, Some(_)) => "c",
+                (Some(_), Some(_)) => "u",
+                (Some(_), None) => "d",
+            };
+            let row = |r: &Option<Vec<u8>>| {
+                r.as_deref().map_or_else(|| "null".to_string(), |r| String::from_utf8_lossy(r).into_owned())
+            };
+            let envelope =
+                format!(r#"{{"before":{},"after":{},"op":"{op}"}}"#, row(&change.before), row(&change.after));
+            out.push((Some(change.key.clone()), Some(envelope.into_bytes())));
+            if op == "d" {
+                out.push((Some(change.key), None));
+            }
+        }
+        Ok(out)
     }
 }
 

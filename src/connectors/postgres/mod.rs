@@ -180,10 +180,10 @@ impl PostgresSink {
                         keyed.push((k, row, op.sign() > 0));
                     }
                 }
-                for (k, row) in net_by_key(keyed) {
-                    match row {
+                for change in net_by_key(keyed) {
+                    match change.after {
                         Some(row) => upserts.push(row),
-                        None => deletes.push(k),
+                        None => deletes.push(change.key),
                     }
                 }
             }
