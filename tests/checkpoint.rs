@@ -213,3 +213,30 @@ async fn a_damaged_checkpoint_is_passed_over_for_the_one_before() {
     assert!(stderr.contains("no checkpoint"), "{stderr}");
     assert!(std::fs::read_dir(&manifests).unwrap().count() > 0);
 }
+
+/// A damaged newest local snapshot is passed over for the one before, and the writes
+/// acknowledged between the two come back from the change log: nothing is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_local_snapshot_falls_back_without_losing_writes() {
+    // Checkpoints only when DDL completes (and at start).
+    let mut server = TestServer::start_with(&["--checkpoint-interval", "0"]);
+    {
+        let c = server.connect().await;
+        c.batch_execute("CREATE TABLE t (x INT); INSERT INTO t VALUES (1), (2), (3)").await.unwrap();
+        // A checkpoint holding rows 1-3, then row 4 after it.
+        c.batch_execute("CREATE TABLE u (y INT); INSERT INTO t VALUES (4)").await.unwrap();
+    }
+    server.kill();
+    let snapshots = server.data_dir().join("snapshots");
+    let newest = std::fs::read_dir(&snapshots).unwrap().flatten().map(|e| e.path()).max().unwrap();
+    std::fs::write(newest.join("CURRENT"), b"garbage").unwrap();
+    server.start_again();
+    let c = server.connect().await;
+    assert_eq!(count(&c, "t").await, 4, "rows 1-3 (between the snapshots) and 4 (after both)");
+    let passed_over: i64 = c
+        .query_one("SELECT count(*) FROM weir_catalog.checkpoints WHERE detail LIKE '%passed over%'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(passed_over, 1);
+}

@@ -13,8 +13,9 @@
 //! At start ([`crate::checkpoint::recovery`]) the store is replaced by the newest checkpoint;
 //! entries after it are read from the old store, their writes applied again where the
 //! checkpoint lacks them, and ([`replay`]) their changes published to the restored views, in
-//! log order, before any new write. When checkpoint `e` is taken, the entries up to `e` are
-//! deleted with one range delete ([`truncate_through`]).
+//! log order, before any new write. When checkpoint `e` is taken, the entries up to the
+//! checkpoint before `e` are deleted with one range delete ([`truncate_through`]), so a restart
+//! that finds `e` damaged and restores the one before still has every write after it.
 //!
 //! A replayed source (the generator, immutable files) stores no rows: its entry names the
 //! chunk (offsets and stamp) and the rows are produced again by its connector. The log is off

@@ -18,7 +18,8 @@
 //! coordinator keeps the injection lock until every view has committed `e` and the
 //! [`Checkpointer`] has taken its snapshot of the store, so no view can commit `e + 1` before
 //! the snapshot: every view in it is exactly at `e`. Tables and sources keep writing meanwhile.
-//! Once the snapshot is taken, the change log up to `e` is deleted. A checkpoint whose views do
+//! Once the snapshot is taken, the change log up to the snapshot before `e` is deleted: a
+//! restart that finds `e` damaged restores the one before and replays the log after it. A checkpoint whose views do
 //! not all commit within `checkpoint_timeout` is given up (and recorded as failed); a periodic
 //! one due while the previous upload runs is put off to a later barrier, so uploads running
 //! behind skip checkpoints instead of queueing them.
@@ -69,6 +70,9 @@ pub struct BarrierCoordinator {
     checkpointed: watch::Sender<Epoch>,
     /// The time each barrier carries.
     pub clock: EpochClock,
+    /// The epoch of the last snapshot this process took (0: none yet); the change log is
+    /// deleted up to it when the next is taken.
+    previous_snapshot: AtomicU64,
 }
 
 impl BarrierCoordinator {
@@ -96,6 +100,7 @@ impl BarrierCoordinator {
             ddl_gate: tokio::sync::RwLock::new(()),
             checkpointed: watch::channel(first_epoch).0,
             clock: EpochClock::default(),
+            previous_snapshot: AtomicU64::new(0),
         })
     }
 
@@ -180,15 +185,20 @@ impl BarrierCoordinator {
             return;
         }
         self.checkpointed.send_replace(epoch);
-        // The snapshot holds every write of an epoch up to `epoch`: their log entries can go.
+        // The log is kept from the snapshot before this one: a restart that finds this snapshot
+        // damaged falls back to that one, and replays what came after it from the log.
+        let through = self.previous_snapshot.swap(epoch, Ordering::SeqCst);
+        if through == 0 {
+            return;
+        }
         let store = Arc::clone(self.catalog.store());
-        let truncate = move || crate::catalog::change_log::truncate_through(store.as_ref(), epoch);
+        let truncate = move || crate::catalog::change_log::truncate_through(store.as_ref(), through);
         let failed = match tokio::task::spawn_blocking(truncate).await {
             Ok(Ok(())) => return,
             Ok(Err(e)) => e.message,
             Err(e) => e.to_string(),
         };
-        tracing::warn!(epoch, "deleting the change log up to the checkpoint failed: {failed}");
+        tracing::warn!(epoch, "deleting the change log up to the checkpoint before failed: {failed}");
     }
 
     /// Waits until every view has committed a barrier injected after every change made so far.
