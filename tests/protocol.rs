@@ -410,3 +410,64 @@ async fn result_columns_have_postgres_names_and_may_repeat() {
     let err = client.batch_execute("CREATE MATERIALIZED VIEW twice AS SELECT k AS a, v AS a FROM t").await.unwrap_err();
     assert_eq!(err.as_db_error().unwrap().code().code(), "42701");
 }
+
+/// COPY FROM STDIN in text and CSV, through tokio-postgres's copy API (the extended protocol)
+/// and in pieces larger than a batch; a bad value fails the COPY with 22P02 and the connection
+/// carries on (issue 18, item 7).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_from_stdin_loads_rows() {
+    use futures::SinkExt;
+    let server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE loaded (id BIGINT PRIMARY KEY, name TEXT, price DOUBLE PRECISION, at TIMESTAMP, d INTERVAL);
+             CREATE MATERIALIZED VIEW loaded_total AS SELECT count(*) AS n, sum(price) AS total FROM loaded;",
+        )
+        .await
+        .unwrap();
+    // 200,000 rows of text format (over 1 MiB: several batches), sent in uneven pieces.
+    let mut text = String::new();
+    for i in 0..200_000 {
+        let name = if i % 1000 == 0 { "\\N".to_string() } else { format!("n\\t{i}") };
+        text.push_str(&format!("{i}\t{name}\t{}.5\t2026-01-01 00:00:{:02}\t1 day 02:03:04\n", i % 100, i % 60));
+    }
+    let sink = client.copy_in("COPY loaded FROM STDIN").await.unwrap();
+    futures::pin_mut!(sink);
+    for piece in text.as_bytes().chunks(70_001) {
+        sink.send(bytes::Bytes::copy_from_slice(piece)).await.unwrap();
+    }
+    assert_eq!(sink.finish().await.unwrap(), 200_000);
+    let row = client.query_one("SELECT count(*), count(name), sum(price), max(d) FROM loaded", &[]).await.unwrap();
+    assert_eq!(row.get::<_, i64>(0), 200_000);
+    assert_eq!(row.get::<_, i64>(1), 199_800);
+    assert_eq!(row.get::<_, f64>(2), (0..200_000).map(|i| (i % 100) as f64 + 0.5).sum::<f64>());
+    let name: String = client.query_one("SELECT name FROM loaded WHERE id = 7", &[]).await.unwrap().get(0);
+    assert_eq!(name, "n\t7", "escapes undone");
+    // CSV with a header, quotes, a NULL and a key already there (upserted).
+    let csv =
+        "id,name,price,at,d\n7,\"seven, again\",1,2026-01-02 00:00:00,P1D\n200000,,2,2026-01-02 00:00:00,00:00:01\n";
+    let sink =
+        client.copy_in("COPY loaded (id, name, price, at, d) FROM STDIN WITH (FORMAT csv, HEADER)").await.unwrap();
+    futures::pin_mut!(sink);
+    sink.send(bytes::Bytes::from(csv)).await.unwrap();
+    assert_eq!(sink.finish().await.unwrap(), 2);
+    let name: String = client.query_one("SELECT name FROM loaded WHERE id = 7", &[]).await.unwrap().get(0);
+    assert_eq!(name, "seven, again");
+    client.batch_execute("FLUSH").await.unwrap();
+    let n: i64 = client.query_one("SELECT n FROM loaded_total", &[]).await.unwrap().get(0);
+    assert_eq!(n, 200_001, "the view follows the COPY");
+    // A value that is not of its column's type: 22P02, and the session goes on.
+    let sink = client.copy_in("COPY loaded FROM STDIN").await.unwrap();
+    futures::pin_mut!(sink);
+    sink.send(bytes::Bytes::from("300000\tx\tnot a number\t2026-01-01 00:00:00\t1 day\n")).await.unwrap();
+    let err = sink.finish().await.unwrap_err();
+    assert_eq!(err.as_db_error().map(|e| e.code().code()), Some("22P02"), "{err:?}");
+    let n: i64 = client.query_one("SELECT count(*) FROM loaded", &[]).await.unwrap().get(0);
+    assert_eq!(n, 200_001);
+    // COPY into something that is not a table.
+    let Err(err) = client.copy_in::<_, bytes::Bytes>("COPY loaded_total FROM STDIN").await else {
+        panic!("COPY into a materialized view was accepted");
+    };
+    assert_eq!(err.as_db_error().map(|e| e.code().code()), Some("42809"), "{err:?}");
+}

@@ -5,12 +5,14 @@
 //! - [`simple_query`] and [`extended_query`]: the two query protocols.
 //! - [`session`]: per-connection session state and transaction-block rules.
 //! - [`encode`]: results to wire messages.
+//! - [`copy`]: COPY FROM STDIN's data.
 //!
 //! A connection's failure (protocol garbage, an abrupt disconnect, a panic in a statement)
 //! closes that connection only; the accept loop and every other session carry on.
 
 pub mod auth;
 pub mod cancel;
+pub mod copy;
 pub mod encode;
 pub mod extended_query;
 pub mod session;
@@ -104,6 +106,9 @@ impl PgWireServerHandlers for Handlers {
     }
     fn error_handler(&self) -> Arc<impl ErrorHandler> {
         Arc::new(LoggingErrors)
+    }
+    fn copy_handler(&self) -> Arc<impl pgwire::api::copy::CopyHandler> {
+        Arc::clone(&self.query)
     }
 }
 

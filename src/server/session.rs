@@ -32,6 +32,8 @@ use crate::metrics;
 pub struct SessionCell {
     pub session: Mutex<Session>,
     pub cancel: Arc<CancelSignal>,
+    /// A COPY FROM STDIN under way (`server::copy`).
+    pub copy: Mutex<Option<super::copy::CopyInProgress>>,
 }
 
 pub fn session_of<C: ClientInfo>(handler: &WeirHandler, client: &C) -> Arc<SessionCell> {
@@ -40,7 +42,7 @@ pub fn session_of<C: ClientInfo>(handler: &WeirHandler, client: &C) -> Arc<Sessi
         let cancel = Arc::new(CancelSignal::default());
         let (pid, secret) = client.pid_and_secret_key();
         handler.cancels.register(pid, secret.to_bytes().to_vec(), &cancel);
-        SessionCell { session: Mutex::new(handler.frontend.new_session(&user)), cancel }
+        SessionCell { session: Mutex::new(handler.frontend.new_session(&user)), cancel, copy: Mutex::new(None) }
     })
 }
 
@@ -92,6 +94,11 @@ where
         ));
     }
     tracing::debug!(statement = %statement, "run");
+    // COPY FROM STDIN: the connection goes into copy-in mode; the data follows.
+    if let Statement::Sql(copy @ ast::Statement::Copy { .. }) = &statement {
+        let copy = crate::frontend::handler::copy::copy_in(frontend, copy).map_err(|e| fail(block, e))?;
+        return Ok(super::copy::start(cell, copy).await);
+    }
     let started = Instant::now();
     let timeout = session.statement_timeout();
     let deadline = timeout.map(|t| tokio::time::Instant::now() + t);

@@ -37,6 +37,18 @@ with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("UPDATE py SET name = %s WHERE id = %s", ("renamed", 0))
     (name,) = conn.execute("SELECT name FROM py WHERE id = 0").fetchone()
     assert name == "renamed", name
+    # Bulk loading with psycopg's COPY API (text format, rows written one by one).
+    with conn.cursor() as cur:
+        with cur.copy("COPY py (id, name, price, ts, ok) FROM STDIN") as copy:
+            for i in range(100, 1100):
+                copy.write_row((i, f"copied\t{i}" if i % 100 else None, i / 2, ts, i % 2 == 0))
+        assert cur.rowcount == 1000, cur.rowcount
+    (n, named, evens) = conn.execute(
+        "SELECT count(*), count(name), count(*) FILTER (WHERE ok) FROM py WHERE id >= 100"
+    ).fetchone()
+    assert (n, named, evens) == (1000, 990, 500), (n, named, evens)
+    (name,) = conn.execute("SELECT name FROM py WHERE id = 101").fetchone()
+    assert name == "copied\t101", name
     # Durations as psycopg sends them (text: '1 day 2:03:04'; binary), and intervals back.
     for delta in [datetime.timedelta(days=1, hours=2, minutes=3, seconds=4), datetime.timedelta(days=-1, seconds=5)]:
         for query in ["SELECT %s::interval", "SELECT %b::interval"]:

@@ -10,6 +10,7 @@
 //!
 //! Anything else is SQLSTATE 0A000, said plainly.
 
+pub mod copy;
 pub mod create_plain_view;
 pub mod create_sink;
 pub mod create_table;

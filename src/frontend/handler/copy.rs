@@ -1,0 +1,277 @@
+//! `COPY table [(columns)] FROM STDIN [WITH (FORMAT text | csv, DELIMITER 'c', NULL 's',
+//! HEADER, QUOTE 'c', ESCAPE 'c')]`: bulk loading, as `psql`'s `\copy` and drivers' copy APIs do
+//! it. This handler checks the statement and says what the rows go into ([`CopyIn`]); the
+//! server receives the data (`server::copy`), which [`CopyIn::parse`] splits into rows and
+//! [`CopyIn::insert`] stores, a batch at a time, through the table's writer (as INSERT does:
+//! the primary key upserts, views follow). Text format: tab-separated, `\N` for NULL,
+//! backslash escapes; CSV: quoted fields (which may hold the delimiter and newlines), empty
+//! unquoted fields NULL. Values are read as their columns' types (intervals in every format
+//! Postgres prints); a value that is not one is 22P02 and nothing of the COPY is stored after
+//! the batch it is in.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, RecordBatch, StringArray};
+use datafusion::arrow::compute::{cast_with_options, CastOptions};
+use datafusion::arrow::datatypes::{DataType, Schema};
+use datafusion::sql::sqlparser::ast::{CopyOption, CopySource, CopyTarget, Statement};
+
+use super::relation_name;
+use crate::catalog::{Relation, RelationKind};
+use crate::error::{Result, SqlState, WeirError};
+use crate::frontend::{interval_text, Frontend};
+
+/// A COPY FROM STDIN under way: where its rows go and how they are written.
+pub struct CopyIn {
+    pub relation: Arc<Relation>,
+    /// The table's columns the data gives, in the data's order.
+    pub columns: Vec<usize>,
+    pub csv: bool,
+    pub delimiter: u8,
+    pub null: String,
+    pub header: bool,
+    pub quote: u8,
+    pub escape: u8,
+}
+
+/// What a COPY statement is, if the handler takes it.
+pub fn copy_in(fe: &Frontend, statement: &Statement) -> Result<CopyIn> {
+    let Statement::Copy { source, to, target, options, legacy_options, .. } = statement else {
+        unreachable!("dispatched on Copy")
+    };
+    if *to || !matches!(target, CopyTarget::Stdin) {
+        return Err(WeirError::unsupported("COPY supports FROM STDIN only (COPY ... TO is not supported yet)"));
+    }
+    if !legacy_options.is_empty() {
+        return Err(WeirError::unsupported("COPY's options before Postgres 9.0 syntax; use WITH (FORMAT ...)"));
+    }
+    let CopySource::Table { table_name, columns } = source else {
+        return Err(WeirError::unsupported("COPY (query) FROM STDIN"));
+    };
+    let name = relation_name(table_name)?;
+    let relation = fe.catalog().get(&name).ok_or_else(|| WeirError::undefined_table(&name))?;
+    if relation.def.kind != RelationKind::Table || relation.def.connector.is_some() {
+        return Err(WeirError::new(SqlState::WRONG_OBJECT_TYPE, format!("cannot copy to \"{name}\": not a table")));
+    }
+    let columns = if columns.is_empty() {
+        (0..relation.schema.fields().len()).filter(|&i| Some(i) != relation.def.processing_time).collect()
+    } else {
+        columns
+            .iter()
+            .map(|c| {
+                let column = crate::frontend::column_names::ident_name(c);
+                relation.schema.index_of(&column).map_err(|_| {
+                    WeirError::new(
+                        SqlState::UNDEFINED_COLUMN,
+                        format!("column \"{column}\" of relation \"{name}\" does not exist"),
+                    )
+                })
+            })
+            .collect::<Result<Vec<_>>>()?
+    };
+    let mut copy = CopyIn {
+        relation,
+        columns,
+        csv: false,
+        delimiter: b'\t',
+        null: "\\N".into(),
+        header: false,
+        quote: b'"',
+        escape: b'"',
+    };
+    let byte = |c: char, what: &str| -> Result<u8> {
+        u8::try_from(c).ok().filter(|b| b.is_ascii()).ok_or_else(|| {
+            WeirError::new(
+                SqlState::INVALID_PARAMETER_VALUE,
+                format!("COPY {what} must be a single one-byte character"),
+            )
+        })
+    };
+    let mut delimiter = None;
+    let mut null = None;
+    for option in options {
+        match option {
+            CopyOption::Format(f) => match f.value.to_ascii_lowercase().as_str() {
+                "text" => copy.csv = false,
+                "csv" => copy.csv = true,
+                other => return Err(WeirError::unsupported(format!("COPY format \"{other}\" (text and csv are)"))),
+            },
+            CopyOption::Delimiter(c) => delimiter = Some(byte(*c, "delimiter")?),
+            CopyOption::Null(s) => null = Some(s.clone()),
+            CopyOption::Header(h) => copy.header = *h,
+            CopyOption::Quote(c) => copy.quote = byte(*c, "quote")?,
+            CopyOption::Escape(c) => copy.escape = byte(*c, "escape")?,
+            CopyOption::Encoding(e) if e.eq_ignore_ascii_case("utf8") || e.eq_ignore_ascii_case("utf-8") => {}
+            other => return Err(WeirError::unsupported(format!("COPY option {other}"))),
+        }
+    }
+    copy.delimiter = delimiter.unwrap_or(if copy.csv { b',' } else { b'\t' });
+    copy.null = null.unwrap_or_else(|| if copy.csv { String::new() } else { "\\N".into() });
+    Ok(copy)
+}
+
+impl CopyIn {
+    /// The complete records at the start of `data` as rows of fields (None: NULL), and how
+    /// many bytes they took; a record cut off at the end waits for more data.
+    pub fn parse(&self, data: &[u8], at_end: bool) -> Result<(Vec<Vec<Option<String>>>, usize)> {
+        let mut rows = Vec::new();
+        let mut start = 0;
+        while start < data.len() {
+            let Some(end) = self.record_end(&data[start..]).map(|e| start + e).or(at_end.then_some(data.len())) else {
+                break;
+            };
+            let line = &data[start..end];
+            let line = line.strip_suffix(b"\n").unwrap_or(line);
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            start = end;
+            // The end-of-data marker of the text protocol.
+            if line == b"\\." {
+                continue;
+            }
+            let text = std::str::from_utf8(line)
+                .map_err(|_| WeirError::new(SqlState("22021"), "invalid byte sequence for encoding \"UTF8\""))?;
+            let fields = if self.csv { self.csv_fields(text) } else { self.text_fields(text) };
+            if fields.len() != self.columns.len() {
+                return Err(WeirError::new(
+                    SqlState("22P04"),
+                    format!(
+                        "a COPY row has {} fields where {} columns were expected: {text}",
+                        fields.len(),
+                        self.columns.len()
+                    ),
+                ));
+            }
+            rows.push(fields);
+        }
+        Ok((rows, start))
+    }
+
+    /// The end (past its newline) of the first complete record of `data`: its first newline,
+    /// outside quotes in CSV.
+    fn record_end(&self, data: &[u8]) -> Option<usize> {
+        if !self.csv {
+            return data.iter().position(|&b| b == b'\n').map(|i| i + 1);
+        }
+        let mut quoted = false;
+        for (i, &b) in data.iter().enumerate() {
+            if b == self.quote {
+                quoted = !quoted;
+            } else if b == b'\n' && !quoted {
+                return Some(i + 1);
+            }
+        }
+        None
+    }
+
+    /// A text-format line's fields: delimited, `null` for NULL, backslash escapes undone.
+    fn text_fields(&self, line: &str) -> Vec<Option<String>> {
+        line.split(self.delimiter as char).map(|field| (field != self.null).then(|| unescape(field))).collect()
+    }
+
+    /// A CSV record's fields: quoted ones as written (a doubled quote, or the escape before a
+    /// quote, is one quote), an unquoted one equal to `null` NULL.
+    fn csv_fields(&self, record: &str) -> Vec<Option<String>> {
+        let (quote, escape, delimiter) = (self.quote as char, self.escape as char, self.delimiter as char);
+        // Each field, and whether any of it was quoted (a quoted empty field is not NULL).
+        let mut fields: Vec<(String, bool)> = vec![(String::new(), false)];
+        let mut quoted = false;
+        let mut chars = record.chars().peekable();
+        while let Some(c) = chars.next() {
+            let (field, was_quoted) = fields.last_mut().expect("one field at least");
+            if quoted {
+                if c == escape && chars.peek() == Some(&quote) {
+                    chars.next();
+                    field.push(quote);
+                } else if c == quote {
+                    quoted = false;
+                } else {
+                    field.push(c);
+                }
+            } else if c == quote {
+                quoted = true;
+                *was_quoted = true;
+            } else if c == delimiter {
+                fields.push((String::new(), false));
+            } else {
+                field.push(c);
+            }
+        }
+        fields.into_iter().map(|(field, quoted)| (quoted || field != self.null).then_some(field)).collect()
+    }
+
+    /// Stores `rows` (as [`CopyIn::parse`] gave them) in the table; returns how many.
+    pub async fn insert(&self, fe: &Frontend, rows: Vec<Vec<Option<String>>>) -> Result<u64> {
+        if rows.is_empty() {
+            return Ok(0);
+        }
+        let schema = Arc::clone(&self.relation.schema);
+        let mut columns: Vec<ArrayRef> = schema
+            .fields()
+            .iter()
+            .map(|f| datafusion::arrow::array::new_null_array(f.data_type(), rows.len()))
+            .collect();
+        for (position, &column) in self.columns.iter().enumerate() {
+            let field = schema.field(column);
+            let texts: StringArray = rows
+                .iter()
+                .map(|r| match (&r[position], field.data_type()) {
+                    (Some(v), DataType::Interval(_)) => Some(interval_text::normalize(v).unwrap_or_else(|| v.clone())),
+                    (v, _) => v.clone(),
+                })
+                .collect();
+            let options = CastOptions { safe: false, ..Default::default() };
+            columns[column] = cast_with_options(&texts, field.data_type(), &options).map_err(|e| {
+                WeirError::new(
+                    SqlState::INVALID_TEXT_REPRESENTATION,
+                    format!("invalid input for column \"{}\" ({}): {e}", field.name(), field.data_type()),
+                )
+            })?;
+        }
+        let batch = RecordBatch::try_new(Arc::new(Schema::clone(&schema)), columns)?;
+        let writer = crate::catalog::dml::Writer::new(fe.catalog(), Arc::clone(&self.relation));
+        let stream = datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(
+            batch.schema(),
+            futures::stream::iter(vec![Ok(batch)]),
+        );
+        writer.insert(Box::pin(stream)).await
+    }
+}
+
+/// A text-format field with its backslash escapes undone.
+fn unescape(field: &str) -> String {
+    if !field.contains('\\') {
+        return field.to_string();
+    }
+    let mut out = String::with_capacity(field.len());
+    let mut chars = field.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('b') => out.push('\u{8}'),
+            Some('f') => out.push('\u{c}'),
+            Some('n') => out.push('\n'),
+            Some('r') => out.push('\r'),
+            Some('t') => out.push('\t'),
+            Some('v') => out.push('\u{b}'),
+            Some(d @ '0'..='7') => {
+                let mut code = d.to_digit(8).unwrap_or(0);
+                for _ in 0..2 {
+                    match chars.peek().and_then(|c| c.to_digit(8)) {
+                        Some(next) => {
+                            code = code * 8 + next;
+                            chars.next();
+                        }
+                        None => break,
+                    }
+                }
+                out.push(char::from_u32(code).unwrap_or('\u{fffd}'));
+            }
+            Some(other) => out.push(other),
+            None => out.push('\\'),
+        }
+    }
+    out
+}
