@@ -122,6 +122,18 @@ impl Relation {
     /// Every row as users see it, read from one snapshot: a table's rows without the hidden
     /// row id, a view's rows repeated by their multiplicity, a replayed source's rows produced
     /// again by its connector. Blocking.
+    /// The rows of a keyed table whose primary key is one of `keys` (one array per key column,
+    /// in key order, a row per key): a point lookup per key, from one snapshot.
+    pub fn rows_with_keys(
+        &self,
+        store: &dyn StateStore,
+        keys: &[datafusion::arrow::array::ArrayRef],
+    ) -> Result<datafusion::arrow::array::RecordBatch> {
+        let encoded = self.table.encode_key_columns(keys)?;
+        let keys: Vec<Vec<u8>> = encoded.iter().map(|k| k.as_ref().to_vec()).collect();
+        Ok(self.table.get_many(store, &keys)?.0)
+    }
+
     pub fn scan_rows(&self, store: &dyn StateStore) -> Result<Vec<datafusion::arrow::array::RecordBatch>> {
         if self.def.replayed {
             return crate::connectors::replay::rows(self, store);

@@ -156,6 +156,12 @@ impl StateTable {
         Ok(batches)
     }
 
+    /// The memcomparable keys of the key column values `columns` (one array per key column, in
+    /// key order).
+    pub fn encode_key_columns(&self, columns: &[ArrayRef]) -> Result<Rows> {
+        Ok(self.key_codec.convert_columns(columns)?)
+    }
+
     /// The rows stored under `keys` (memcomparable, as from [`Self::encode_keys`]), read in one
     /// batched lookup: the found rows, and for each key the index of its row among them.
     pub fn get_many(&self, store: &dyn StateStore, keys: &[Vec<u8>]) -> Result<(RecordBatch, Vec<Option<usize>>)> {
