@@ -202,6 +202,15 @@ pub struct Writer {
     log_changes: bool,
 }
 
+/// The stored rows a DELETE or UPDATE may change: those of `keys` when given (the statement's
+/// conditions pin the primary key), else every row.
+fn candidates(relation: &Relation, store: &dyn StateStore, keys: Option<Vec<ArrayRef>>) -> Result<Vec<RecordBatch>> {
+    match keys {
+        Some(keys) => Ok(vec![relation.rows_with_keys(store, &keys)?]),
+        None => relation.table.scan(store, 8192),
+    }
+}
+
 impl Writer {
     pub fn new(catalog: &Catalog, relation: Arc<Relation>) -> Writer {
         Writer {
@@ -338,14 +347,16 @@ impl Writer {
     }
 
     /// DELETE (and TRUNCATE, with no filters).
-    pub async fn delete(&self, filters: Vec<Arc<dyn PhysicalExpr>>) -> Result<u64> {
+    /// DELETE: every row matching `filters`. `keys` (one array per primary-key column), when
+    /// the filters pin the key: only those keys' rows can match, and only they are read.
+    pub async fn delete(&self, filters: Vec<Arc<dyn PhysicalExpr>>, keys: Option<Vec<ArrayRef>>) -> Result<u64> {
         let _guard = self.relation.write_lock.lock().await;
         let relation = Arc::clone(&self.relation);
         let store = Arc::clone(&self.store);
         let (wb, doomed) = tokio::task::spawn_blocking(move || -> Result<(WriteBatch, Vec<RecordBatch>)> {
             let mut wb = WriteBatch::default();
             let mut doomed = Vec::new();
-            for batch in relation.table.scan(store.as_ref(), 8192)? {
+            for batch in candidates(&relation, store.as_ref(), keys)? {
                 let gone = filter_record_batch(&batch, &filter_mask(&filters, &batch)?)?;
                 relation.table.delete_batch(&gone, &mut wb)?;
                 doomed.push(gone);
@@ -362,10 +373,12 @@ impl Writer {
     }
 
     /// UPDATE: every matching row is replaced by its updated version (its key may change).
+    /// `keys` as for [`Writer::delete`].
     pub async fn update(
         &self,
         assignments: Vec<(usize, Arc<dyn PhysicalExpr>)>,
         filters: Vec<Arc<dyn PhysicalExpr>>,
+        keys: Option<Vec<ArrayRef>>,
     ) -> Result<u64> {
         let _guard = self.relation.write_lock.lock().await;
         let rel = Arc::clone(&self.relation);
@@ -375,7 +388,7 @@ impl Writer {
                 let mut wb = WriteBatch::default();
                 let mut pairs = Vec::new();
                 let user_columns = rel.schema.fields().len();
-                for batch in rel.table.scan(st.as_ref(), 8192)? {
+                for batch in candidates(&rel, st.as_ref(), keys)? {
                     let old = filter_record_batch(&batch, &filter_mask(&filters, &batch)?)?;
                     if old.num_rows() == 0 {
                         continue;

@@ -263,11 +263,12 @@ impl TableProvider for RelationTable {
 
     async fn delete_from(&self, state: &dyn Session, filters: Vec<Expr>) -> DfResult<Arc<dyn ExecutionPlan>> {
         self.changeable("DELETE FROM")?;
+        let keys = lookup_keys(&self.relation, &filters)?;
         let filters = self.physical(state, filters)?;
         let writer = self.writer();
         Ok(DmlExec::new(
             format!("delete from {}", self.relation.def.name),
-            Box::new(move |_| Box::pin(async move { Ok(writer.delete(filters).await?) })),
+            Box::new(move |_| Box::pin(async move { Ok(writer.delete(filters, keys).await?) })),
         ))
     }
 
@@ -278,6 +279,7 @@ impl TableProvider for RelationTable {
         filters: Vec<Expr>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         self.changeable("UPDATE")?;
+        let keys = lookup_keys(&self.relation, &filters)?;
         let filters = self.physical(state, filters)?;
         let mut planned = Vec::with_capacity(assignments.len());
         for (column, expr) in assignments {
@@ -296,7 +298,7 @@ impl TableProvider for RelationTable {
         let writer = self.writer();
         Ok(DmlExec::new(
             format!("update {}", self.relation.def.name),
-            Box::new(move |_| Box::pin(async move { Ok(writer.update(planned, filters).await?) })),
+            Box::new(move |_| Box::pin(async move { Ok(writer.update(planned, filters, keys).await?) })),
         ))
     }
 
@@ -305,7 +307,7 @@ impl TableProvider for RelationTable {
         let writer = self.writer();
         Ok(DmlExec::new(
             format!("truncate {}", self.relation.def.name),
-            Box::new(move |_| Box::pin(async move { Ok(writer.delete(vec![]).await?) })),
+            Box::new(move |_| Box::pin(async move { Ok(writer.delete(vec![], None).await?) })),
         ))
     }
 }
@@ -314,7 +316,8 @@ impl TableProvider for RelationTable {
 const MAX_LOOKUP_KEYS: usize = 10_000;
 
 /// The primary-key column `filter` pins to values, and those values: `k = v`, `v = k`,
-/// `k IN (v, ...)` (a cast of `k` around it allowed), over a keyed table's key column.
+/// `k IN (v, ...)`, `k = v OR k = w` (an integer-widening cast of `k` allowed), over a keyed
+/// table's key column.
 fn key_values(relation: &Relation, filter: &Expr) -> Option<(usize, Vec<ScalarValue>)> {
     use datafusion::logical_expr::{BinaryExpr, Operator};
     if !looks_up(relation) {
@@ -347,17 +350,20 @@ fn key_values(relation: &Relation, filter: &Expr) -> Option<(usize, Vec<ScalarVa
         Expr::InList(list) if !list.negated => {
             (key_column(&list.expr)?, list.list.iter().map(literal).collect::<Option<Vec<_>>>()?)
         }
+        // `k = 1 OR k = 2` (how small IN lists may come): the values of both sides.
+        Expr::BinaryExpr(BinaryExpr { left, op: Operator::Or, right }) => {
+            let ((l, mut values), (r, more)) = (key_values(relation, left)?, key_values(relation, right)?);
+            if l != r {
+                return None;
+            }
+            values.extend(more);
+            (l, values)
+        }
         _ => return None,
     };
     // As the column's type; a value that is not one (or NULL) matches no row.
     let data_type = relation.schema.field(column).data_type();
-    let mut seen = std::collections::HashSet::new();
-    let values = values
-        .into_iter()
-        .filter(|v| !v.is_null())
-        .filter_map(|v| v.cast_to(data_type).ok())
-        .filter(|v| seen.insert(v.clone()))
-        .collect();
+    let values = values.into_iter().filter(|v| !v.is_null()).filter_map(|v| v.cast_to(data_type).ok()).collect();
     Some((column, values))
 }
 
@@ -401,9 +407,14 @@ fn lookup_keys(relation: &Relation, filters: &[Expr]) -> DfResult<Option<Vec<dat
         }
     }
     let key = &relation.def.primary_key;
-    let Some(per_column) = key.iter().map(|c| pinned.get(c).cloned()).collect::<Option<Vec<_>>>() else {
+    let Some(mut per_column) = key.iter().map(|c| pinned.get(c).cloned()).collect::<Option<Vec<_>>>() else {
         return Ok(None);
     };
+    // Each value once: a key looked up twice would be two rows.
+    for values in &mut per_column {
+        let mut seen = std::collections::HashSet::new();
+        values.retain(|v| seen.insert(v.clone()));
+    }
     let combinations = per_column.iter().try_fold(1usize, |n, values| n.checked_mul(values.len().max(1)));
     if combinations.is_none_or(|n| n > MAX_LOOKUP_KEYS) {
         return Ok(None);
