@@ -764,7 +764,7 @@ impl datafusion::logical_expr::ScalarUDFImpl for JsonBuildObject {
     }
 
     fn invoke_with_args(&self, args: datafusion::logical_expr::ScalarFunctionArgs) -> DfResult<ColumnarValue> {
-        if args.args.len() % 2 != 0 {
+        if !args.args.len().is_multiple_of(2) {
             return datafusion::common::plan_err!("argument list must have even number of elements");
         }
         let (n, arrays) = argument_arrays(&args.args)?;

@@ -35,7 +35,7 @@ use crate::types::hash::HashMap;
 use std::sync::Arc;
 
 use super::keys::{prefix_end, vnode_of, TableId};
-use super::store::{ScanControl, StateStore, WriteBatch};
+use super::store::{ScanControl, StateStore, Visitor, WriteBatch};
 use crate::error::{Result, SqlState, WeirError};
 
 /// A stored multiplicity; bytes of another length are a corrupt store (XX001).
@@ -370,12 +370,7 @@ impl KeyedState {
     /// Visits the entries whose key starts with `prefix` (as in [`KeyedState::scan_prefix`]) in
     /// key order, this epoch's writes included, until `visit` says stop: reading an index kept
     /// in time order up to a time costs the entries read, not the table.
-    pub fn scan_prefix_while(
-        &self,
-        prefix: &[u8],
-        distribution_len: usize,
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<ScanControl>,
-    ) -> Result<()> {
+    pub fn scan_prefix_while(&self, prefix: &[u8], distribution_len: usize, visit: &mut Visitor<'_>) -> Result<()> {
         let (distribution, rest) = prefix.split_at(distribution_len.min(prefix.len()));
         let mut pending = self.pending.get(distribution).map(|inner| inner.starting_with(rest).peekable());
         let whole = |rest: &[u8]| [distribution, rest].concat();

@@ -53,6 +53,9 @@ fn invalid(message: String) -> WeirError {
     WeirError::new(SqlState::INVALID_PARAMETER_VALUE, message)
 }
 
+/// A message to write: (key, value), value None for a tombstone.
+type KafkaMessage = (Option<Vec<u8>>, Option<Vec<u8>>);
+
 /// What the messages are.
 enum Format {
     /// Every row a message, no key.
@@ -160,7 +163,7 @@ impl KafkaSink {
     }
 
     /// The messages of a checkpoint's changes: (key, value), value None for a tombstone.
-    fn messages(&self, changes: &[ChangeBatch]) -> Result<Vec<(Option<Vec<u8>>, Option<Vec<u8>>)>> {
+    fn messages(&self, changes: &[ChangeBatch]) -> Result<Vec<KafkaMessage>> {
         let key_columns = match &self.format {
             Format::Plain => {
                 let mut out = Vec::new();
