@@ -88,6 +88,12 @@ impl TableFunctionImpl for WindowFunction {
         let relation_name = name(&exprs[0])?;
         let relation =
             self.catalog.get(&relation_name).ok_or_else(|| error(WeirError::undefined_table(&relation_name)))?;
+        if relation.def.kind == super::RelationKind::View {
+            return Err(error(WeirError::unsupported(format!(
+                "{} over the plain view \"{relation_name}\": window a table, a source or a materialized view",
+                self.usage()
+            ))));
+        }
         let column_of = |e: &Expr| {
             let column = name(e)?;
             relation.schema.index_of(&column).map_err(|_| {

@@ -155,6 +155,9 @@ pub fn split(predicate: &Expr, schema: &DFSchema) -> Result<Split> {
         for (left, op, right) in comparisons {
             if uses_now(&left) || uses_now(&right) {
                 bounds.push(bound(&left, op, &right, schema).ok_or_else(|| refuse(conjunct))?);
+            } else {
+                // The other half of a BETWEEN: an ordinary condition.
+                ordinary.push(Expr::BinaryExpr(BinaryExpr::new(Box::new(left), op, Box::new(right))));
             }
         }
     }
@@ -267,6 +270,14 @@ mod tests {
         assert_eq!(split.bounds[1].value, col("ts") + seconds(2));
         let texts: Vec<&str> = split.bounds.iter().map(|b| b.text.as_str()).collect();
         assert_eq!(texts, vec!["ts > now() - 5s", "ts + IntervalMonthDayNano(\"IntervalMonthDayNano { months: 0, days: 0, nanoseconds: 2000000000 }\") >= now() - 60s", "ts >= now() - 10s", "ts <= now()"]);
+    }
+
+    #[test]
+    fn the_half_of_a_between_without_now_stays_a_filter() {
+        let low = Expr::Literal(ScalarValue::TimestampMicrosecond(Some(0), None), None);
+        let split = split(&col("ts").between(low.clone(), now()), &schema()).unwrap();
+        assert_eq!(split.ordinary, Some(col("ts").gt_eq(low)));
+        assert_eq!(split.bounds.len(), 1);
     }
 
     #[test]

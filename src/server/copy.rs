@@ -47,7 +47,7 @@ impl CopyInProgress {
     async fn load(&mut self, fe: &Frontend, at_end: bool) -> crate::error::Result<()> {
         let (mut rows, used) = self.copy.parse(&self.buffer, at_end)?;
         self.buffer.drain(..used);
-        if self.copy.header && !self.header_skipped && !rows.is_empty() {
+        if self.copy.format.header && !self.header_skipped && !rows.is_empty() {
             rows.remove(0);
             self.header_skipped = true;
         }

@@ -1,7 +1,7 @@
 //! `COPY table [(columns)] FROM STDIN [WITH (FORMAT text | csv, DELIMITER 'c', NULL 's',
 //! HEADER, QUOTE 'c', ESCAPE 'c')]`: bulk loading, as `psql`'s `\copy` and drivers' copy APIs do
 //! it. This handler checks the statement and says what the rows go into ([`CopyIn`]); the
-//! server receives the data (`server::copy`), which [`CopyIn::parse`] splits into rows and
+//! server receives the data (`server::copy`), which [`CopyFormat::parse`] splits into rows and
 //! [`CopyIn::insert`] stores, a batch at a time, through the table's writer (as INSERT does:
 //! the primary key upserts, views follow). Text format: tab-separated, `\N` for NULL,
 //! backslash escapes; CSV: quoted fields (which may hold the delimiter and newlines), empty
@@ -26,6 +26,12 @@ pub struct CopyIn {
     pub relation: Arc<Relation>,
     /// The table's columns the data gives, in the data's order.
     pub columns: Vec<usize>,
+    pub format: CopyFormat,
+}
+
+/// How COPY data is written: text or CSV and their characters.
+#[derive(Debug, Clone)]
+pub struct CopyFormat {
     pub csv: bool,
     pub delimiter: u8,
     pub null: String,
@@ -69,16 +75,8 @@ pub fn copy_in(fe: &Frontend, statement: &Statement) -> Result<CopyIn> {
             })
             .collect::<Result<Vec<_>>>()?
     };
-    let mut copy = CopyIn {
-        relation,
-        columns,
-        csv: false,
-        delimiter: b'\t',
-        null: "\\N".into(),
-        header: false,
-        quote: b'"',
-        escape: b'"',
-    };
+    let mut copy =
+        CopyFormat { csv: false, delimiter: b'\t', null: "\\N".into(), header: false, quote: b'"', escape: b'"' };
     let byte = |c: char, what: &str| -> Result<u8> {
         u8::try_from(c).ok().filter(|b| b.is_ascii()).ok_or_else(|| {
             WeirError::new(
@@ -89,6 +87,7 @@ pub fn copy_in(fe: &Frontend, statement: &Statement) -> Result<CopyIn> {
     };
     let mut delimiter = None;
     let mut null = None;
+    let mut escape = None;
     for option in options {
         match option {
             CopyOption::Format(f) => match f.value.to_ascii_lowercase().as_str() {
@@ -100,20 +99,22 @@ pub fn copy_in(fe: &Frontend, statement: &Statement) -> Result<CopyIn> {
             CopyOption::Null(s) => null = Some(s.clone()),
             CopyOption::Header(h) => copy.header = *h,
             CopyOption::Quote(c) => copy.quote = byte(*c, "quote")?,
-            CopyOption::Escape(c) => copy.escape = byte(*c, "escape")?,
+            CopyOption::Escape(c) => escape = Some(byte(*c, "escape")?),
             CopyOption::Encoding(e) if e.eq_ignore_ascii_case("utf8") || e.eq_ignore_ascii_case("utf-8") => {}
             other => return Err(WeirError::unsupported(format!("COPY option {other}"))),
         }
     }
     copy.delimiter = delimiter.unwrap_or(if copy.csv { b',' } else { b'\t' });
+    // As in Postgres, the escape is the quote unless said otherwise.
+    copy.escape = escape.unwrap_or(copy.quote);
     copy.null = null.unwrap_or_else(|| if copy.csv { String::new() } else { "\\N".into() });
-    Ok(copy)
+    Ok(CopyIn { relation, columns, format: copy })
 }
 
-impl CopyIn {
+impl CopyFormat {
     /// The complete records at the start of `data` as rows of fields (None: NULL), and how
     /// many bytes they took; a record cut off at the end waits for more data.
-    pub fn parse(&self, data: &[u8], at_end: bool) -> Result<(Vec<Vec<Option<String>>>, usize)> {
+    pub fn parse(&self, data: &[u8], at_end: bool, columns: usize) -> Result<(Vec<Vec<Option<String>>>, usize)> {
         let mut rows = Vec::new();
         let mut start = 0;
         while start < data.len() {
@@ -131,14 +132,10 @@ impl CopyIn {
             let text = std::str::from_utf8(line)
                 .map_err(|_| WeirError::new(SqlState("22021"), "invalid byte sequence for encoding \"UTF8\""))?;
             let fields = if self.csv { self.csv_fields(text) } else { self.text_fields(text) };
-            if fields.len() != self.columns.len() {
+            if fields.len() != columns {
                 return Err(WeirError::new(
                     SqlState("22P04"),
-                    format!(
-                        "a COPY row has {} fields where {} columns were expected: {text}",
-                        fields.len(),
-                        self.columns.len()
-                    ),
+                    format!("a COPY row has {} fields where {columns} columns were expected: {text}", fields.len()),
                 ));
             }
             rows.push(fields);
@@ -153,19 +150,43 @@ impl CopyIn {
             return data.iter().position(|&b| b == b'\n').map(|i| i + 1);
         }
         let mut quoted = false;
-        for (i, &b) in data.iter().enumerate() {
+        let mut i = 0;
+        while i < data.len() {
+            let b = data[i];
+            if quoted && b == self.escape && data.get(i + 1) == Some(&self.quote) {
+                // An escaped quote (or, when the escape is the quote, a doubled one).
+                i += 2;
+                continue;
+            }
             if b == self.quote {
                 quoted = !quoted;
             } else if b == b'\n' && !quoted {
                 return Some(i + 1);
             }
+            i += 1;
         }
         None
     }
 
-    /// A text-format line's fields: delimited, `null` for NULL, backslash escapes undone.
+    /// A text-format line's fields: delimited (a backslash before the delimiter keeps it in
+    /// the field), `null` for NULL, backslash escapes undone.
     fn text_fields(&self, line: &str) -> Vec<Option<String>> {
-        line.split(self.delimiter as char).map(|field| (field != self.null).then(|| unescape(field))).collect()
+        let delimiter = self.delimiter as char;
+        let mut fields = Vec::new();
+        let mut field = String::new();
+        let mut chars = line.chars();
+        while let Some(c) = chars.next() {
+            if c == '\\' {
+                field.push(c);
+                field.extend(chars.next());
+            } else if c == delimiter {
+                fields.push(std::mem::take(&mut field));
+            } else {
+                field.push(c);
+            }
+        }
+        fields.push(field);
+        fields.into_iter().map(|field| (field != self.null).then(|| unescape(&field))).collect()
     }
 
     /// A CSV record's fields: quoted ones as written (a doubled quote, or the escape before a
@@ -197,6 +218,13 @@ impl CopyIn {
             }
         }
         fields.into_iter().map(|(field, quoted)| (quoted || field != self.null).then_some(field)).collect()
+    }
+}
+
+impl CopyIn {
+    /// The complete records at the start of `data` ([`CopyFormat::parse`]).
+    pub fn parse(&self, data: &[u8], at_end: bool) -> Result<(Vec<Vec<Option<String>>>, usize)> {
+        self.format.parse(data, at_end, self.columns.len())
     }
 
     /// Stores `rows` (as [`CopyIn::parse`] gave them) in the table; returns how many.
@@ -269,9 +297,56 @@ fn unescape(field: &str) -> String {
                 }
                 out.push(char::from_u32(code).unwrap_or('\u{fffd}'));
             }
+            Some('x') => {
+                let hex: String = std::iter::from_fn(|| chars.next_if(|c| c.is_ascii_hexdigit())).take(2).collect();
+                match u32::from_str_radix(&hex, 16).ok().and_then(char::from_u32) {
+                    Some(c) => out.push(c),
+                    None => out.push('x'),
+                }
+            }
             Some(other) => out.push(other),
             None => out.push('\\'),
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn format(csv: bool, quote: u8, escape: u8) -> CopyFormat {
+        let (delimiter, null) = if csv { (b',', String::new()) } else { (b'\t', "\\N".to_string()) };
+        CopyFormat { csv, delimiter, null, header: false, quote, escape }
+    }
+
+    fn rows(format: &CopyFormat, data: &str) -> Vec<Vec<Option<String>>> {
+        format.parse(data.as_bytes(), true, 2).unwrap().0
+    }
+
+    fn both(a: &str, b: &str) -> Vec<Option<String>> {
+        vec![Some(a.into()), Some(b.into())]
+    }
+
+    #[test]
+    fn text_rows_with_escapes_nulls_and_a_record_cut_off() {
+        let text = format(false, b'"', b'"');
+        let data = "a\\tb\t\\N\nx\\\ty\t\\x41\\101\r\n\\.\n";
+        assert_eq!(rows(&text, data), vec![vec![Some("a\tb".into()), None], both("x\ty", "AA")]);
+        // A record without its newline waits for more data, unless the data has ended.
+        let (got, used) = text.parse(b"1\t2\n3\t4", false, 2).unwrap();
+        assert_eq!((got, used), (vec![both("1", "2")], 4));
+        assert_eq!(text.parse(b"1\t2\t3\n", true, 2).unwrap_err().state.0, "22P04");
+    }
+
+    #[test]
+    fn csv_quotes_escapes_and_newlines_inside_fields() {
+        let csv = format(true, b'"', b'"');
+        let data = "\"x, \"\"y\"\"\",\n\"multi\nline\",\"\"\n";
+        assert_eq!(rows(&csv, data), vec![vec![Some("x, \"y\"".into()), None], both("multi\nline", "")]);
+        let single = format(true, b'\'', b'\'');
+        assert_eq!(rows(&single, "'it''s','a\"'\n"), vec![both("it's", "a\"")]);
+        let backslash = format(true, b'"', b'\\');
+        assert_eq!(rows(&backslash, "\"a\\\"b\",c\n\"d\",e\n"), vec![both("a\"b", "c"), both("d", "e")]);
+    }
 }

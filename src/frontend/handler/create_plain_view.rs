@@ -5,11 +5,15 @@
 //! relations the view reads. Its columns get Postgres's names (`frontend::column_names`), a
 //! column list renames the first ones, and two of one name are refused (42701). `OR REPLACE`
 //! keeps the existing columns (names and types, in order) and may add more after them, as
-//! Postgres allows; a view may not read itself. The relations the query names are the view's
-//! dependencies ([`named_relations`]): they cannot be dropped while it exists.
+//! Postgres allows, unless a materialized view or sink is maintained over it (2BP01: it keeps
+//! what it was built from); a view may not read itself. The relations the query names, tables
+//! windowed by TUMBLE / HOP / SESSION included, are the view's dependencies
+//! ([`named_relations`]): they cannot be dropped while it exists.
 
 use datafusion::arrow::datatypes::{Field, Schema};
-use datafusion::sql::sqlparser::ast::{visit_relations, Query, Statement};
+use datafusion::sql::sqlparser::ast::{
+    Expr, FunctionArg, FunctionArgExpr, ObjectName, Query, Statement, TableFactor, Visitor,
+};
 
 use super::{query, relation_name};
 use crate::catalog::RelationKind;
@@ -33,6 +37,20 @@ pub async fn handle(fe: &Frontend, session: &mut Session, statement: Statement) 
     }
     let depends_on = named_relations(fe, &view.query);
     if let Some(old) = existing.as_ref() {
+        // A materialized view or sink over it keeps what it was built from; the new query
+        // would change what it reads after a restart.
+        let maintained = fe.catalog().dependents(old.def.id);
+        if let Some(m) =
+            maintained.iter().find(|d| matches!(d.def.kind, RelationKind::MaterializedView | RelationKind::Sink))
+        {
+            return Err(WeirError::new(
+                SqlState::DEPENDENT_OBJECTS_STILL_EXIST,
+                format!("cannot replace view \"{name}\": \"{}\" is maintained over it", m.def.name),
+            )
+            .with_hint(
+                "Drop what is maintained over it first (DROP ... CASCADE), or create a view with another name.",
+            ));
+        }
         let loops = depends_on.contains(&old.def.id)
             || fe.catalog().dependents(old.def.id).iter().any(|d| depends_on.contains(&d.def.id));
         if loops {
@@ -79,16 +97,41 @@ pub async fn handle(fe: &Frontend, session: &mut Session, statement: Statement) 
     Ok(StatementResult::command("CREATE VIEW"))
 }
 
-/// The relations of the catalog `query` names (tables, sources, views), by id.
+/// The relations of the catalog `query` names (tables, sources, views), by id, those windowed
+/// by `TUMBLE(t, ...)` and the like included.
 pub fn named_relations(fe: &Frontend, query: &Query) -> Vec<TableId> {
-    let mut ids = Vec::new();
-    let _ = visit_relations(query, |name| {
-        if let Some(relation) = relation_name(name).ok().and_then(|n| fe.catalog().get(&n)) {
-            ids.push(relation.def.id);
-        }
-        std::ops::ControlFlow::<()>::Continue(())
-    });
+    use datafusion::sql::sqlparser::ast::Visit;
+    let mut names = Names(Vec::new());
+    let _ = query.visit(&mut names);
+    let mut ids: Vec<TableId> = names
+        .0
+        .iter()
+        .filter_map(|name| relation_name(name).ok().and_then(|n| fe.catalog().get(&n)))
+        .map(|relation| relation.def.id)
+        .collect();
     ids.sort_unstable();
     ids.dedup();
     ids
+}
+
+/// The names a query reads from: its relations, and a table function's first argument (the
+/// relation `TUMBLE(t, ...)` windows).
+struct Names(Vec<ObjectName>);
+
+impl Visitor for Names {
+    type Break = ();
+
+    fn pre_visit_relation(&mut self, relation: &ObjectName) -> std::ops::ControlFlow<()> {
+        self.0.push(relation.clone());
+        std::ops::ControlFlow::Continue(())
+    }
+
+    fn pre_visit_table_factor(&mut self, factor: &TableFactor) -> std::ops::ControlFlow<()> {
+        if let TableFactor::Table { args: Some(args), .. } = factor {
+            if let Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Identifier(ident)))) = args.args.first() {
+                self.0.push(ObjectName::from(vec![ident.clone()]));
+            }
+        }
+        std::ops::ControlFlow::Continue(())
+    }
 }
