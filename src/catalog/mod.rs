@@ -119,9 +119,6 @@ impl Relation {
         self.def.kind == RelationKind::MaterializedView && self.def.layout == Layout::Rows
     }
 
-    /// Every row as users see it, read from one snapshot: a table's rows without the hidden
-    /// row id, a view's rows repeated by their multiplicity, a replayed source's rows produced
-    /// again by its connector. Blocking.
     /// The rows of a keyed table whose primary key is one of `keys` (one array per key column,
     /// in key order, a row per key): a point lookup per key, from one snapshot.
     pub fn rows_with_keys(
@@ -134,14 +131,27 @@ impl Relation {
         Ok(self.table.get_many(store, &keys)?.0)
     }
 
+    /// Every row as users see it, read from one snapshot: a table's rows without the hidden
+    /// row id, a view's rows repeated by their multiplicity, a replayed source's rows produced
+    /// again by its connector. Blocking.
     pub fn scan_rows(&self, store: &dyn StateStore) -> Result<Vec<datafusion::arrow::array::RecordBatch>> {
+        self.scan_rows_up_to(store, None)
+    }
+
+    /// [`Relation::scan_rows`], reading stored entries only until `limit` rows are read (a
+    /// `LIMIT` without conditions: a table's first rows, not all of it).
+    pub fn scan_rows_up_to(
+        &self,
+        store: &dyn StateStore,
+        limit: Option<usize>,
+    ) -> Result<Vec<datafusion::arrow::array::RecordBatch>> {
         if self.def.replayed {
             return crate::connectors::replay::rows(self, store);
         }
         use datafusion::arrow::array::{AsArray, UInt32Array};
         use datafusion::arrow::datatypes::Int64Type;
         let user: Vec<usize> = (0..self.schema.fields().len()).collect();
-        let stored = self.table.scan(store, 8192)?;
+        let stored = self.table.scan_up_to(store, 8192, limit)?;
         stored
             .iter()
             .map(|batch| {
@@ -164,13 +174,14 @@ impl Relation {
             .collect()
     }
 
-    /// [`Relation::scan_rows`] on a blocking thread, for async callers.
+    /// [`Relation::scan_rows_up_to`] on a blocking thread, for async callers.
     pub async fn read_rows(
         self: &Arc<Self>,
         store: &Arc<dyn StateStore>,
+        limit: Option<usize>,
     ) -> Result<Vec<datafusion::arrow::array::RecordBatch>> {
         let (relation, store) = (Arc::clone(self), Arc::clone(store));
-        tokio::task::spawn_blocking(move || relation.scan_rows(store.as_ref()))
+        tokio::task::spawn_blocking(move || relation.scan_rows_up_to(store.as_ref(), limit))
             .await
             .map_err(|e| WeirError::internal(e.to_string()))?
     }

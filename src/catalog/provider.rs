@@ -214,7 +214,7 @@ impl TableProvider for RelationTable {
         _state: &dyn Session,
         projection: Option<&Vec<usize>>,
         filters: &[Expr],
-        _limit: Option<usize>,
+        limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let batches = match lookup_keys(&self.relation, filters)? {
             Some(keys) => {
@@ -224,7 +224,9 @@ impl TableProvider for RelationTable {
                     .map_err(|e| DataFusionError::External(Box::new(e)))??;
                 vec![rows]
             }
-            None => self.relation.read_rows(self.catalog.store()).await?,
+            // DataFusion passes a limit only when every row read counts towards it (no
+            // condition left to apply): the first rows are enough.
+            None => self.relation.read_rows(self.catalog.store(), limit).await?,
         };
         Ok(MemorySourceConfig::try_new_exec(&[batches], self.schema(), projection.cloned())?)
     }

@@ -177,7 +177,7 @@ impl TableProvider for WindowedRelation {
         _filters: &[Expr],
         _limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let batches = self.relation.read_rows(&self.store).await?;
+        let batches = self.relation.read_rows(&self.store, None).await?;
         let windowed = match &self.spec {
             Windowing::Fixed(spec) => batches
                 .iter()

@@ -113,7 +113,7 @@ impl Streaming {
                 for input in &inputs {
                     receivers.push(catalog.changes.subscribe(input.def.id, id).await);
                     if how == ViewStart::Backfill {
-                        snapshots.push(input.read_rows(catalog.store()).await);
+                        snapshots.push(input.read_rows(catalog.store(), None).await);
                         ended.push(input.finished());
                     }
                 }
@@ -219,7 +219,7 @@ impl Streaming {
                 let _guard = Arc::clone(&view.write_lock).lock_owned().await;
                 let input = catalog.changes.subscribe(view.def.id, id).await;
                 let rows = match how {
-                    ViewStart::Backfill => Some(view.read_rows(catalog.store()).await),
+                    ViewStart::Backfill => Some(view.read_rows(catalog.store(), None).await),
                     ViewStart::Restore => None,
                 };
                 (input, rows)

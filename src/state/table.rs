@@ -137,18 +137,32 @@ impl StateTable {
     /// Every row, in key order per vnode, as batches of at most `batch_size` rows, read from one
     /// snapshot.
     pub fn scan(&self, store: &dyn StateStore, batch_size: usize) -> Result<Vec<RecordBatch>> {
+        self.scan_up_to(store, batch_size, None)
+    }
+
+    /// [`StateTable::scan`], stopping once `limit` rows are read (at a segment's end, in a
+    /// segmented table).
+    pub fn scan_up_to(
+        &self,
+        store: &dyn StateStore,
+        batch_size: usize,
+        limit: Option<usize>,
+    ) -> Result<Vec<RecordBatch>> {
+        let limit = limit.unwrap_or(usize::MAX);
         if self.layout == Layout::Segments {
-            return self.scan_segments(store, batch_size);
+            return self.scan_segments(store, batch_size, limit);
         }
         let mut batches = Vec::new();
         let mut pending: Vec<Vec<u8>> = Vec::with_capacity(batch_size.min(4096));
+        let mut read = 0usize;
         store.scan_prefix(&table_prefix(self.table_id), &mut |_, v| {
             pending.push(v.to_vec());
+            read += 1;
             if pending.len() >= batch_size {
                 batches.push(self.decode_values(&pending)?);
                 pending.clear();
             }
-            Ok(ScanControl::Continue)
+            Ok(if read >= limit { ScanControl::Stop } else { ScanControl::Continue })
         })?;
         if !pending.is_empty() {
             batches.push(self.decode_values(&pending)?);
@@ -217,12 +231,17 @@ impl StateTable {
 
     /// Every segment's rows, in the order written, coalesced into batches of about
     /// `batch_size` rows.
-    fn scan_segments(&self, store: &dyn StateStore, batch_size: usize) -> Result<Vec<RecordBatch>> {
+    fn scan_segments(&self, store: &dyn StateStore, batch_size: usize, limit: usize) -> Result<Vec<RecordBatch>> {
         let mut batches = Vec::new();
         let mut small: Vec<RecordBatch> = Vec::new();
         let mut small_rows = 0;
+        let mut read = 0usize;
         store.scan_prefix(&table_prefix(self.table_id), &mut |_, v| {
+            if read >= limit {
+                return Ok(ScanControl::Stop);
+            }
             for batch in self.decode_segment(v)? {
+                read += batch.num_rows();
                 if batch.num_rows() >= batch_size {
                     batches.push(batch);
                     continue;
