@@ -12,8 +12,7 @@ port=${WEIR_KAFKA_PORT:-9092}
 bootstrap="127.0.0.1:${port}"
 state=${TMPDIR:-/tmp}/weir-kafka-${port}
 . "$(dirname "$0")/python-env.sh"
-# The pinned environment's python, or the machine's when scripts/install-deps.sh has not run.
-py=$WEIR_TEST_PYTHON; [ -x "$py" ] || py=python3
+py=$test_python
 noida() { "$py" -m noida_db.cli "$@" --data-dir "${state}.data" 2>&1 | grep -v "weak version .GLIBC_" || true; }
 answers() { "$py" -c "import socket; socket.create_connection(('127.0.0.1', ${port}), timeout=1).close()" 2>/dev/null; }
 

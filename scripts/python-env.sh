@@ -6,3 +6,6 @@
 export WEIR_TEST_VENV="${WEIR_TEST_VENV:-/var/tmp/weir-test-venv}"
 export WEIR_TEST_VENV_LATEST="${WEIR_TEST_VENV_LATEST:-/var/tmp/weir-test-venv-latest}"
 export WEIR_TEST_PYTHON="${WEIR_TEST_PYTHON:-$WEIR_TEST_VENV/bin/python}"
+# What the server scripts run: that python, or the machine's when install-deps.sh has not run.
+test_python=$WEIR_TEST_PYTHON
+[ -x "$test_python" ] || test_python=python3

@@ -11,8 +11,7 @@ port=${WEIR_S3_PORT:-9444}
 endpoint="http://127.0.0.1:${port}"
 state=${TMPDIR:-/tmp}/weir-s3-${port}
 . "$(dirname "$0")/python-env.sh"
-# The pinned environment's python, or the machine's when scripts/install-deps.sh has not run.
-py=$WEIR_TEST_PYTHON; [ -x "$py" ] || py=python3
+py=$test_python
 answers() { "$py" -c "import urllib.request,sys; urllib.request.urlopen('${endpoint}/moto-api/', timeout=1)" 2>/dev/null; }
 
 case "${1:-start}" in

@@ -64,11 +64,6 @@ impl EpochClock {
         self.pin(at);
         Ok(())
     }
-
-    /// The pinned time, if the clock is pinned.
-    pub fn pinned(&self) -> Option<i64> {
-        *self.pinned.lock()
-    }
 }
 
 /// `2026-12-01 10:00:00[.fff]` (or with a `T`) as nanoseconds since 1970, read as UTC.

@@ -176,39 +176,42 @@ fn int_arrays(column: &ArrayRef, oids: bool) -> DfResult<ArrayRef> {
 }
 
 impl Extended {
+    /// pg_matviews: the materialized views, with their queries.
     fn matview_rows(&self) -> Vec<Row> {
-        self.catalog
-            .relations()
-            .iter()
-            .filter(|r| r.def.kind == crate::catalog::RelationKind::MaterializedView)
-            .map(|r| {
-                let query = r.def.definition.split_once(" AS ").map(|(_, q)| q).unwrap_or(&r.def.definition);
-                HashMap::from([
-                    ("schemaname", text(crate::catalog::DEFAULT_SCHEMA)),
-                    ("matviewname", text(&r.def.name)),
-                    ("matviewowner", text("root")),
-                    ("hasindexes", boolean(false)),
-                    ("ispopulated", boolean(true)),
-                    ("definition", text(query)),
-                ])
-            })
-            .collect()
+        self.views_of(crate::catalog::RelationKind::MaterializedView, |name, query| {
+            HashMap::from([
+                ("schemaname", text(crate::catalog::DEFAULT_SCHEMA)),
+                ("matviewname", text(name)),
+                ("matviewowner", text("root")),
+                ("hasindexes", boolean(false)),
+                ("ispopulated", boolean(true)),
+                ("definition", text(query)),
+            ])
+        })
     }
 
     /// pg_views: the plain views, with their queries.
     fn view_rows(&self) -> Vec<Row> {
+        self.views_of(crate::catalog::RelationKind::View, |name, query| {
+            HashMap::from([
+                ("schemaname", text(crate::catalog::DEFAULT_SCHEMA)),
+                ("viewname", text(name)),
+                ("viewowner", text("root")),
+                ("definition", text(query)),
+            ])
+        })
+    }
+
+    /// A row per relation of `kind`, made from its name and its query (the definition after
+    /// `AS`).
+    fn views_of(&self, kind: crate::catalog::RelationKind, row: impl Fn(&str, &str) -> Row) -> Vec<Row> {
         self.catalog
             .relations()
             .iter()
-            .filter(|r| r.def.kind == crate::catalog::RelationKind::View)
+            .filter(|r| r.def.kind == kind)
             .map(|r| {
                 let query = r.def.definition.split_once(" AS ").map(|(_, q)| q).unwrap_or(&r.def.definition);
-                HashMap::from([
-                    ("schemaname", text(crate::catalog::DEFAULT_SCHEMA)),
-                    ("viewname", text(&r.def.name)),
-                    ("viewowner", text("root")),
-                    ("definition", text(query)),
-                ])
+                row(&r.def.name, query)
             })
             .collect()
     }

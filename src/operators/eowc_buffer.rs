@@ -7,7 +7,7 @@
 //! allowed lateness) is emitted at the next barrier. All rows go to one shard (shard 0).
 
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::arrow::row::{RowConverter, SortField};
+use datafusion::arrow::row::RowConverter;
 
 use super::operator::Operator;
 use crate::error::Result;
@@ -15,6 +15,7 @@ use crate::state::index_codec::{IndexReader, IndexWriter};
 use crate::state::keyed::KeyedState;
 use crate::state::rows_by_time::{decode_changes, RowsByTime};
 use crate::state::store::WriteBatch;
+use crate::state::table::row_codec;
 use crate::types::window::{close_times, TimeColumn};
 use crate::types::ChangeBatch;
 
@@ -38,7 +39,7 @@ impl EowcBuffer {
         state: KeyedState,
         active: bool,
     ) -> Result<EowcBuffer> {
-        let codec = RowConverter::new(schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect())?;
+        let codec = row_codec(&schema)?;
         let rows = RowsByTime::new(state, vec![]);
         Ok(EowcBuffer { column, time, rows, codec, schema, watermark: None, active })
     }

@@ -224,8 +224,7 @@ impl HashAgg {
                 _ => Ok(None),
             })
             .collect::<Result<Vec<_>>>()?;
-        let output_codec =
-            RowConverter::new(schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect())?;
+        let output_codec = crate::state::table::row_codec(&schema)?;
         let mut agg = HashAgg {
             group_by,
             group_codec,

@@ -175,8 +175,7 @@ fn count_of(bytes: Option<Vec<u8>>) -> Result<i64> {
 impl Side {
     fn new((input, keys, state): JoinInput, padded: bool) -> Result<Side> {
         let key_fields = keys.iter().map(|k| Ok(SortField::new(k.data_type(&input)?))).collect::<Result<Vec<_>>>()?;
-        let row_codec =
-            RowConverter::new(input.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect())?;
+        let row_codec = crate::state::table::row_codec(&input)?;
         let nulls: Vec<ArrayRef> = input.fields().iter().map(|f| new_null_array(f.data_type(), 1)).collect();
         let null_row = row_codec.convert_columns(&nulls)?.row(0).as_ref().to_vec();
         Ok(Side {

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use datafusion::arrow::array::{Array, ArrayRef};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit};
-use datafusion::arrow::row::{RowConverter, SortField};
+use datafusion::arrow::row::RowConverter;
 use datafusion::physical_expr::PhysicalExpr;
 
 use super::eval::evaluate;
@@ -26,6 +26,7 @@ use crate::error::Result;
 use crate::state::index_codec::{IndexReader, IndexWriter};
 use crate::state::rows_by_time::{decode_changes, RowsByTime, TakenRows};
 use crate::state::store::WriteBatch;
+use crate::state::table::row_codec;
 use crate::types::window::{time_from_key, time_key, to_nanos};
 use crate::types::ChangeBatch;
 
@@ -62,7 +63,7 @@ impl TemporalFilter {
         (entering, leaving): (RowsByTime, RowsByTime),
         view: &str,
     ) -> Result<TemporalFilter> {
-        let codec = RowConverter::new(schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect())?;
+        let codec = row_codec(&schema)?;
         Ok(TemporalFilter { bounds, text, codec, schema, now: None, next: None, entering, leaving, view: view.into() })
     }
 

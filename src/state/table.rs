@@ -47,6 +47,12 @@ pub enum Layout {
     Segments,
 }
 
+/// The arrow-row codec of whole rows of `schema`: how rows are stored as bytes (a table's
+/// values, an operator's rows) and read back.
+pub fn row_codec(schema: &datafusion::arrow::datatypes::Schema) -> Result<RowConverter> {
+    Ok(RowConverter::new(schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect())?)
+}
+
 pub struct StateTable {
     table_id: TableId,
     schema: SchemaRef,
@@ -73,11 +79,10 @@ impl StateTable {
             return Err(WeirError::internal("a segmented table is keyed by one increasing column"));
         }
         let key_fields = key_indices.iter().map(|&i| SortField::new(schema.field(i).data_type().clone())).collect();
-        let value_fields = schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
         Ok(StateTable {
             table_id,
             key_codec: RowConverter::new(key_fields)?,
-            value_codec: RowConverter::new(value_fields)?,
+            value_codec: row_codec(&schema)?,
             schema,
             key_indices,
             layout,

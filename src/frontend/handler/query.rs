@@ -3,7 +3,10 @@
 //! Writes reach the store through the catalog's table provider (`catalog::dml`); this handler
 //! only plans, binds parameters, runs, and turns a DML plan's `count` row into the command tag.
 
+use std::sync::Arc;
+
 use datafusion::arrow::array::UInt64Array;
+use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::ParamValues;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::sql::parser::Statement as DfStatement;
@@ -39,12 +42,11 @@ pub async fn plan_named(session: &Session, mut statement: Statement) -> Result<(
     Ok((state.statement_to_plan(DfStatement::Statement(Box::new(statement))).await?, names))
 }
 
-/// The result columns of a plan, with the client's names where they differ.
-fn result_schema(logical: &LogicalPlan, names: Option<&[String]>) -> datafusion::arrow::datatypes::SchemaRef {
-    let schema = logical.schema().inner().clone();
+/// Result columns `schema`, with the client's names where they differ.
+fn client_schema(schema: &SchemaRef, names: Option<&[String]>) -> SchemaRef {
     match names {
-        Some(names) => column_names::rename(&schema, names),
-        None => schema,
+        Some(names) => column_names::rename(schema, names),
+        None => Arc::clone(schema),
     }
 }
 
@@ -71,10 +73,7 @@ pub async fn handle(
             Ok(StatementResult::Command { tag: tag.to_string(), rows })
         }
         None => {
-            let schema = match &names {
-                Some(names) => column_names::rename(frame.schema().inner(), names),
-                None => frame.schema().inner().clone(),
-            };
+            let schema = client_schema(frame.schema().inner(), names.as_deref());
             let stream = frame.execute_stream().await?;
             Ok(StatementResult::Rows { schema, stream })
         }
@@ -111,7 +110,7 @@ pub async fn describe(session: &Session, statement: &Statement) -> Result<Statem
     Ok(StatementDescription {
         parameters,
         parameter_casts,
-        columns: returns_rows.then(|| result_schema(&logical, names.as_deref())),
+        columns: returns_rows.then(|| client_schema(logical.schema().inner(), names.as_deref())),
     })
 }
 
