@@ -16,7 +16,7 @@
 //!
 //! Cross-cutting pieces: [`config`] (flags, environment and TOML file), [`error`] (one error type
 //! whose kind maps to a SQLSTATE at the wire), [`metrics`] (the Prometheus registry and its
-//! `/metrics` endpoint).
+//! `/metrics` endpoint), [`fault`] (crash points for tests).
 //!
 //! Invariants worth knowing before you change anything:
 //! - Nothing lives only in memory: every table row and catalog entry is written to RocksDB (with
@@ -32,6 +32,7 @@ pub mod config;
 pub mod connectors;
 pub mod dataflow;
 pub mod error;
+pub mod fault;
 pub mod frontend;
 pub mod metrics;
 pub mod operators;

@@ -6,19 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{postgres_url, rows, TestServer};
-
-/// A new database on the test server; returns a client of it and its JDBC URL.
-async fn database(name: &str) -> (tokio_postgres::Client, String) {
-    let db = format!("{name}_{}_{}", std::process::id(), common::free_port());
-    let admin = common::connect(&postgres_url()).await;
-    admin.batch_execute(&format!("CREATE DATABASE {db}")).await.unwrap();
-    let url = postgres_url();
-    let base = url.rsplit_once('/').unwrap().0;
-    let client = common::connect(&format!("{base}/{db}")).await;
-    let host_port = base.trim_start_matches("postgresql://").trim_start_matches("postgres@");
-    (client, format!("jdbc:postgresql://{host_port}/{db}?user=postgres"))
-}
+use common::{postgres_database as database, rows, TestServer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_postgres_sink_holds_the_view_exactly_once_across_sigkills() {

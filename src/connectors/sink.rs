@@ -226,6 +226,7 @@ pub async fn deliver(
             pending.set(entries.iter().filter(|(c, _)| marker.is_none_or(|m| *c > m)).count() as i64);
             for (checkpoint, changes) in entries {
                 if marker.is_none_or(|m| checkpoint > m) {
+                    crate::fault::point("sink.before_deliver");
                     if let Err(e) = writer.deliver(checkpoint, &changes) {
                         crate::metrics::SINK_DELIVERIES_TOTAL.with_label_values(&[&name, "failed"]).inc();
                         return Err(e);
@@ -238,6 +239,7 @@ pub async fn deliver(
                     delivered = Some(marker);
                     set_status(&sink, |s| s.delivered = marker);
                     crate::metrics::SINK_CHECKPOINTS_DELIVERED_TOTAL.with_label_values(&[&name]).inc();
+                    crate::fault::point("sink.after_commit");
                 }
                 let mut wb = WriteBatch::default();
                 wb.delete(outbox_key(&sink, checkpoint));

@@ -88,7 +88,8 @@ impl Frontend {
 
     /// Starts every source's connector again, from its stored offset.
     fn restart_sources(&self) {
-        for relation in self.catalog.relations().into_iter().filter(|r| r.def.connector.is_some()) {
+        let sources = self.catalog.relations().into_iter();
+        for relation in sources.filter(|r| r.def.kind == RelationKind::Table && r.def.connector.is_some()) {
             let name = relation.def.name.clone();
             if let Err(e) = self.streaming.start_source(relation) {
                 tracing::error!(source = %name, "source could not be restarted: {e}");

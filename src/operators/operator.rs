@@ -130,6 +130,9 @@ pub(crate) mod testing {
         open_windows: usize,
     }
 
+    /// Makes a fresh operator over a store.
+    type MakeOperator<'a> = dyn Fn(&Arc<dyn StateStore>) -> Box<dyn Operator> + 'a;
+
     /// An operator and the store its state tables are in.
     struct Running {
         op: Box<dyn Operator>,
@@ -139,7 +142,7 @@ pub(crate) mod testing {
     }
 
     impl Running {
-        fn new(make: &dyn Fn(&Arc<dyn StateStore>) -> Box<dyn Operator>) -> Running {
+        fn new(make: &MakeOperator<'_>) -> Running {
             let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
             Running { op: make(&store), store, watermark: None }
         }
@@ -170,7 +173,7 @@ pub(crate) mod testing {
 
         /// Drops the operator after a checkpoint and builds a fresh one over its state, as a
         /// restart does: the record restored, then the view's watermark pushed again.
-        fn restart(self, make: &dyn Fn(&Arc<dyn StateStore>) -> Box<dyn Operator>) -> Running {
+        fn restart(self, make: &MakeOperator<'_>) -> Running {
             let Running { mut op, store, watermark } = self;
             let record = checkpoint(op.as_mut(), &store);
             drop(op);
@@ -200,7 +203,7 @@ pub(crate) mod testing {
     /// does) that never stops, and, for every epoch boundary, through one restarted there from a
     /// checkpoint: each epoch after the restart sees the same changes, late rows and open
     /// windows, and the state the two checkpoint at the end is the same.
-    pub fn assert_restore_continues(make: &dyn Fn(&Arc<dyn StateStore>) -> Box<dyn Operator>, epochs: &[&[Event]]) {
+    pub fn assert_restore_continues(make: &MakeOperator<'_>, epochs: &[&[Event]]) {
         let mut never_stopped = Running::new(make);
         let seen: Vec<Seen> = epochs.iter().map(|events| never_stopped.epoch(events)).collect();
         let final_state = never_stopped.checkpointed_state();

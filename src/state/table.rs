@@ -296,6 +296,29 @@ impl StateTable {
     }
 }
 
+/// `batch` in the Arrow IPC stream format: how stored batches (segments, logged changes) are
+/// encoded.
+pub fn encode_ipc(batch: &RecordBatch) -> Result<Vec<u8>> {
+    let mut writer =
+        StreamWriter::try_new(Vec::with_capacity(batch.get_array_memory_size() + 1024), batch.schema_ref())?;
+    writer.write(batch)?;
+    writer.finish()?;
+    Ok(writer.into_inner()?)
+}
+
+/// The batches of an [`encode_ipc`] encoding; why not, for bytes that are not one (a corrupt
+/// store: the caller says whose).
+pub fn decode_ipc(bytes: &[u8]) -> std::result::Result<Vec<RecordBatch>, String> {
+    let decoded = catch_unwind(AssertUnwindSafe(|| -> std::result::Result<Vec<RecordBatch>, ArrowError> {
+        StreamReader::try_new(Cursor::new(bytes), None)?.collect()
+    }));
+    match decoded {
+        Ok(Ok(batches)) => Ok(batches),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("undecodable Arrow IPC".into()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -426,28 +449,5 @@ mod tests {
         store.write(wb).unwrap();
         assert_eq!(a.count(&store).unwrap(), 0);
         assert_eq!(b.count(&store).unwrap(), 1);
-    }
-}
-
-/// `batch` in the Arrow IPC stream format: how stored batches (segments, logged changes) are
-/// encoded.
-pub fn encode_ipc(batch: &RecordBatch) -> Result<Vec<u8>> {
-    let mut writer =
-        StreamWriter::try_new(Vec::with_capacity(batch.get_array_memory_size() + 1024), batch.schema_ref())?;
-    writer.write(batch)?;
-    writer.finish()?;
-    Ok(writer.into_inner()?)
-}
-
-/// The batches of an [`encode_ipc`] encoding; why not, for bytes that are not one (a corrupt
-/// store: the caller says whose).
-pub fn decode_ipc(bytes: &[u8]) -> std::result::Result<Vec<RecordBatch>, String> {
-    let decoded = catch_unwind(AssertUnwindSafe(|| -> std::result::Result<Vec<RecordBatch>, ArrowError> {
-        StreamReader::try_new(Cursor::new(bytes), None)?.collect()
-    }));
-    match decoded {
-        Ok(Ok(batches)) => Ok(batches),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err("undecodable Arrow IPC".into()),
     }
 }

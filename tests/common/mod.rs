@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod kafka;
+
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -16,6 +18,8 @@ pub struct TestServer {
     _temp: Option<tempfile::TempDir>,
     log: PathBuf,
     extra_args: Vec<String>,
+    /// Environment variables the next start sets (e.g. `WEIR_FAULT`, see `src/fault.rs`).
+    pub env: Vec<(String, String)>,
 }
 
 pub fn free_port() -> u16 {
@@ -40,6 +44,7 @@ impl TestServer {
             _temp: Some(temp),
             log,
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+            env: Vec::new(),
         };
         server.spawn();
         server
@@ -59,6 +64,12 @@ impl TestServer {
     }
 
     fn spawn_once(&mut self) -> Result<(), String> {
+        self.launch();
+        self.wait_ready()
+    }
+
+    /// Starts the process on free ports, without waiting for it.
+    fn launch(&mut self) {
         self.port = free_port();
         self.metrics_port = free_port();
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("log file");
@@ -71,12 +82,19 @@ impl TestServer {
             .arg(format!("127.0.0.1:{}", self.metrics_port))
             .args(&self.extra_args)
             .env("WEIR_LOG", "info")
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdout(Stdio::from(log.try_clone().unwrap()))
             .stderr(Stdio::from(log))
             .spawn()
             .expect("spawn weir");
         self.child = Some(child);
-        self.wait_ready()
+    }
+
+    /// SIGKILLs the server and starts it again without waiting for it to answer: for a server
+    /// armed with a fault point (`env`), which may die before it is ready.
+    pub fn restart_armed(&mut self) {
+        self.kill();
+        self.launch();
     }
 
     /// Waits until the server takes connections; the log if it exited first.
@@ -131,6 +149,22 @@ impl TestServer {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// Waits up to `timeout` for the server to exit on its own (a fault point firing); true if
+    /// it did.
+    pub fn wait_exit(&mut self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(_)) = child.try_wait() {
+                    self.child = None;
+                    return true;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
     }
 
     /// SIGTERM, and waits for the server to exit (its shutdown code runs).
@@ -247,4 +281,16 @@ pub fn kafka_bootstrap() -> String {
 /// The PostgreSQL server the tests write to (scripts/pg-server.sh): its URL.
 pub fn postgres_url() -> String {
     service("WEIR_TEST_POSTGRES", "pg-server.sh")
+}
+
+/// A new database on the test PostgreSQL; returns a client of it and its JDBC URL.
+pub async fn postgres_database(name: &str) -> (tokio_postgres::Client, String) {
+    let db = format!("{name}_{}_{}", std::process::id(), free_port());
+    let admin = connect(&postgres_url()).await;
+    admin.batch_execute(&format!("CREATE DATABASE {db}")).await.unwrap();
+    let url = postgres_url();
+    let base = url.rsplit_once('/').unwrap().0;
+    let client = connect(&format!("{base}/{db}")).await;
+    let host_port = base.trim_start_matches("postgresql://").trim_start_matches("postgres@");
+    (client, format!("jdbc:postgresql://{host_port}/{db}?user=postgres"))
 }

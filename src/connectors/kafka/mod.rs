@@ -12,13 +12,32 @@ pub mod source;
 
 use std::time::Duration;
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::KafkaError;
+use rdkafka::client::ClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 use crate::error::{Result, SqlState, WeirError};
 
 pub use sink::KafkaSink;
 pub use source::KafkaReader;
+
+/// The client context of Weir's consumers: librdkafka's errors go to the log as warnings (the
+/// reader retries; its state shows in metrics), except a partition's end, which is news, not
+/// an error (`enable.partition.eof` reports it so a reader knows it is caught up).
+pub struct QuietContext;
+
+impl ClientContext for QuietContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        if error.rdkafka_error_code() != Some(RDKafkaErrorCode::PartitionEOF) {
+            tracing::warn!(target: "librdkafka", "librdkafka: {error}: {reason}");
+        }
+    }
+}
+
+impl ConsumerContext for QuietContext {}
+
+/// A consumer with [`QuietContext`].
+pub type QuietConsumer = BaseConsumer<QuietContext>;
 
 /// The error of a broker that cannot be reached (or refuses a request) for `topic`.
 fn unreachable_broker(topic: &str, e: &KafkaError) -> WeirError {
@@ -27,7 +46,11 @@ fn unreachable_broker(topic: &str, e: &KafkaError) -> WeirError {
 
 /// The partitions of `topic` now; 42704 if it does not exist, 08001 if the broker does not
 /// answer within `timeout`.
-fn topic_partitions(consumer: &BaseConsumer, topic: &str, timeout: Duration) -> Result<Vec<i32>> {
+fn topic_partitions<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+    timeout: Duration,
+) -> Result<Vec<i32>> {
     let metadata = consumer.fetch_metadata(Some(topic), timeout).map_err(|e| unreachable_broker(topic, &e))?;
     match metadata.topics().iter().find(|t| t.name() == topic) {
         Some(t) if t.error().is_none() && !t.partitions().is_empty() => {

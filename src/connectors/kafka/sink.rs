@@ -185,7 +185,10 @@ impl KafkaSink {
         }
         let netted = net_by_key(keyed);
         if matches!(self.format, Format::Upsert(_)) {
-            return Ok(netted.into_iter().map(|c| (Some(c.key), c.after)).collect());
+            // A key that came and went within the checkpoint, or came back as it was, has
+            // nothing to say.
+            let changed = netted.into_iter().filter(|c| c.before != c.after);
+            return Ok(changed.map(|c| (Some(c.key), c.after)).collect());
         }
         let mut out = Vec::new();
         for change in netted {
@@ -272,6 +275,7 @@ impl SinkWriter for KafkaSink {
             let mut marker = TopicPartitionList::new();
             marker.add_partition_offset(&topic, 0, Offset::Offset(checkpoint as i64)).map_err(broker)?;
             producer.send_offsets_to_transaction(&marker, &group, timeout).map_err(broker)?;
+            crate::fault::point("sink.before_commit");
             producer.commit_transaction(timeout).map_err(broker)
         })();
         if sent.is_err() {

@@ -29,8 +29,10 @@
 //! fails CREATE SOURCE (08001), as does a topic that does not exist (42704); one lost later is
 //! retried every `kafka.retry.ms` while the rest of the server goes on.
 //!
-//! At the end of every partition, reading pauses them until the next poll, so an idle source
-//! costs neither the broker nor the client a fetch loop.
+//! An idle source waits in its poll (librdkafka long-polls the broker). Partitions are never
+//! paused: pausing drops the messages librdkafka prefetched, and the fetcher resumed past
+//! them, so views missed messages the source's position had passed (found by
+//! `tests/end_to_end.rs`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -39,13 +41,13 @@ use std::time::{Duration, Instant};
 use datafusion::arrow::array::{ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray, TimestampMillisecondArray};
 use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Message, Timestamp};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 use super::offsets::{self, Offsets};
-use super::{topic_partitions, unreachable_broker};
+use super::{topic_partitions, unreachable_broker, QuietConsumer, QuietContext};
 use crate::connectors::dead_letter::DeadLetter;
 use crate::connectors::options::ConnectorOptions;
 use crate::connectors::records::{self, TextEncoding};
@@ -111,9 +113,8 @@ pub struct KafkaReader {
     retry: Duration,
     timeout: Duration,
     /// The consumer and the offsets it is assigned at (the next to read, by partition).
-    consumer: Option<(BaseConsumer, Offsets)>,
+    consumer: Option<(QuietConsumer, Offsets)>,
     last_refresh: Instant,
-    paused: bool,
     dead: Vec<DeadLetter>,
 }
 
@@ -180,22 +181,21 @@ impl KafkaReader {
             timeout: Duration::from_millis(options.u64_or("kafka.timeout.ms", 10_000)?.max(1)),
             consumer: None,
             last_refresh: Instant::now(),
-            paused: false,
             dead: Vec::new(),
         })
     }
 
-    fn consumer(&self) -> Result<BaseConsumer> {
-        self.config.create().map_err(|e| unreachable_broker(&self.topic, &e))
+    fn consumer(&self) -> Result<QuietConsumer> {
+        self.config.create_with_context(QuietContext).map_err(|e| unreachable_broker(&self.topic, &e))
     }
 
     /// The topic's partitions now.
-    fn partitions(&self, consumer: &BaseConsumer) -> Result<Vec<i32>> {
+    fn partitions(&self, consumer: &QuietConsumer) -> Result<Vec<i32>> {
         topic_partitions(consumer, &self.topic, self.timeout)
     }
 
     /// The offset a partition with no position starts at.
-    fn start_offset(&self, consumer: &BaseConsumer, partition: i32) -> Result<i64> {
+    fn start_offset(&self, consumer: &QuietConsumer, partition: i32) -> Result<i64> {
         let broker = |e: KafkaError| unreachable_broker(&self.topic, &e);
         let (low, high) = consumer.fetch_watermarks(&self.topic, partition, self.timeout).map_err(broker)?;
         Ok(match self.startup {
@@ -218,9 +218,8 @@ impl KafkaReader {
         let consumer = self.consumer()?;
         let mut offsets = known;
         for partition in self.partitions(&consumer)? {
-            if !offsets.contains_key(&partition) {
-                let start = self.start_offset(&consumer, partition)?;
-                offsets.insert(partition, start);
+            if let std::collections::btree_map::Entry::Vacant(new) = offsets.entry(partition) {
+                new.insert(self.start_offset(&consumer, partition)?);
             }
         }
         let mut list = TopicPartitionList::new();
@@ -230,23 +229,8 @@ impl KafkaReader {
         }
         consumer.assign(&list).map_err(|e| unreachable_broker(&self.topic, &e))?;
         self.consumer = Some((consumer, offsets));
-        self.paused = false;
         self.last_refresh = Instant::now();
         Ok(())
-    }
-
-    /// Pauses (or resumes) every assigned partition.
-    fn pause(&mut self, pause: bool) {
-        let Some((consumer, offsets)) = &self.consumer else { return };
-        if self.paused == pause {
-            return;
-        }
-        let mut list = TopicPartitionList::new();
-        for &partition in offsets.keys() {
-            list.add_partition(&self.topic, partition);
-        }
-        let done = if pause { consumer.pause(&list) } else { consumer.resume(&list) };
-        self.paused = pause && done.is_ok();
     }
 
     /// Polls up to a chunk of messages within `kafka.poll.ms`, stopping early once every
@@ -284,10 +268,6 @@ impl KafkaReader {
                     .with_label_values(&[self.topic.as_str(), &partition.to_string()])
                     .set((high - next).max(0));
             }
-        }
-        // Every partition at its end and nothing read: rest until the next poll.
-        if records.is_empty() && at_end.len() >= offsets.len() {
-            self.pause(true);
         }
         Ok(records)
     }
@@ -343,7 +323,7 @@ impl KafkaReader {
 /// The high watermark of `partition` the consumer last saw in a fetch response, without a
 /// request to the broker (librdkafka's `rd_kafka_get_watermark_offsets`, which rdkafka does not
 /// wrap); None until one is known.
-fn cached_high_watermark(consumer: &BaseConsumer, topic: &str, partition: i32) -> Option<i64> {
+fn cached_high_watermark(consumer: &QuietConsumer, topic: &str, partition: i32) -> Option<i64> {
     let topic = std::ffi::CString::new(topic).ok()?;
     let (mut low, mut high) = (-1i64, -1i64);
     // SAFETY: the client pointer is valid while `consumer` lives; the topic is a NUL-terminated
@@ -402,7 +382,6 @@ impl SourceReader for KafkaReader {
                 return Ok(Chunk::Rows(empty, offsets::position(from.records, &assigned)));
             }
         }
-        self.pause(false);
         let records = match self.poll_chunk() {
             Ok(records) => records,
             Err(e) => {
@@ -412,7 +391,8 @@ impl SourceReader for KafkaReader {
             }
         };
         if records.is_empty() {
-            return Ok(Chunk::Wait(self.poll));
+            // The poll waited already.
+            return Ok(Chunk::Wait(Duration::ZERO));
         }
         let read = records.len() as u64;
         let offsets = self.consumer.as_ref().map(|(_, o)| o.clone()).unwrap_or_default();

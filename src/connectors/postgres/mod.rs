@@ -269,6 +269,7 @@ impl SinkWriter for PostgresSink {
                     &[&identity, &(checkpoint as i64)],
                 )
                 .await?;
+            crate::fault::point("sink.before_commit");
             transaction.commit().await
         });
         written.map_err(|e| {

@@ -1,0 +1,41 @@
+//! Fault injection for crash tests: with `WEIR_FAULT=<point>[@<n>]` in its environment, the
+//! server dies the `n`-th time (the first, without `@n`) execution reaches
+//! `fault::point("<point>")`, as abruptly as SIGKILL (`abort`: no destructor, flush or shutdown
+//! code runs). Without the variable a point costs one load of a parsed-once setting.
+//!
+//! The points sit where a crash is hardest to get right, so tests can land one exactly there
+//! instead of hoping a random SIGKILL does:
+//! - `sink.before_deliver`: a checkpoint is complete, its sink entry not yet sent;
+//! - `sink.before_commit`: a sink's transaction holds the checkpoint's changes and marker, not
+//!   yet committed (Kafka: an open transaction the next producer must fence and abort);
+//! - `sink.after_commit`: the external system committed, the outbox entry is not yet deleted.
+//!
+//! Called by the sink runtime and its writers; read by the crash tests (`tests/end_to_end.rs`).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::LazyLock;
+
+/// The armed point and after how many passes it fires.
+static ARMED: LazyLock<Option<(String, u64)>> = LazyLock::new(|| {
+    let spec = std::env::var("WEIR_FAULT").ok().filter(|s| !s.is_empty())?;
+    let (name, nth) = match spec.split_once('@') {
+        Some((name, n)) => (name.to_string(), n.parse().unwrap_or(1)),
+        None => (spec, 1),
+    };
+    tracing::warn!(point = %name, nth, "fault injection armed: the server will abort there");
+    Some((name, nth.max(1)))
+});
+
+static PASSES: AtomicU64 = AtomicU64::new(0);
+
+/// Dies here if this is the armed point's `n`-th pass.
+pub fn point(name: &str) {
+    let Some((armed, nth)) = ARMED.as_ref() else { return };
+    if armed != name {
+        return;
+    }
+    if PASSES.fetch_add(1, Ordering::SeqCst) + 1 == *nth {
+        eprintln!("fault injection: aborting at {name} (pass {nth})");
+        std::process::abort();
+    }
+}
