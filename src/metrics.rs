@@ -187,6 +187,19 @@ pub static SOURCE_DEAD_LETTERS_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(||
     )
 });
 
+pub static SOURCE_RETRIES_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register(
+        IntCounterVec::new(
+            Opts::new(
+                "weir_source_retries_total",
+                "Reads a source retried because its connector could not be read (a broker or server gone)",
+            ),
+            &["source"],
+        )
+        .unwrap(),
+    )
+});
+
 /// Bytes in the state store (RocksDB's estimate of live data plus memtables), every 5 s.
 pub static STATE_BYTES: LazyLock<IntGauge> =
     LazyLock::new(|| register(IntGauge::new("weir_state_bytes", "Bytes held by the state store").unwrap()));

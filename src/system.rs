@@ -10,6 +10,8 @@
 //! - `weir_catalog.dead_letters`: records sources could not decode, by source and position,
 //!   with the error and the record as read. Durable: read from the state store
 //!   ([`crate::connectors::dead_letter`]).
+//! - `weir_catalog.sources` and `weir_catalog.sinks`: each connector's state (running,
+//!   retrying with the reason, failed, finished), kept in memory by their runtimes.
 //! - `weir_catalog.checkpoints`: the checkpoints in the object store (listed at start) and those
 //!   this server took, restored from or gave up on, newest last ([`crate::checkpoint`]). Kept
 //!   in memory, the last [`CHECKPOINT_HISTORY`] entries.
@@ -285,7 +287,33 @@ fn sinks_batch() -> DfResult<RecordBatch> {
     )?)
 }
 
-const TABLES: [&str; 5] = ["view_errors", "event_time", "dead_letters", "checkpoints", "sinks"];
+fn sources_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("source_name", DataType::Utf8, false),
+        Field::new("connector", DataType::Utf8, false),
+        Field::new("state", DataType::Utf8, false),
+        Field::new("records_read", DataType::UInt64, false),
+        Field::new("error", DataType::Utf8, true),
+    ]))
+}
+
+/// Every started source: running, retrying (and why), failed (and why) or finished, and the
+/// records it has read.
+fn sources_batch() -> DfResult<RecordBatch> {
+    let all: Vec<crate::connectors::source::SourceStatus> =
+        crate::connectors::source::STATUS.lock().values().cloned().collect();
+    let names: StringArray = all.iter().map(|s| Some(s.name.as_str())).collect();
+    let connectors: StringArray = all.iter().map(|s| Some(s.connector.as_str())).collect();
+    let states: StringArray = all.iter().map(|s| Some(s.state.as_str())).collect();
+    let records: UInt64Array = all.iter().map(|s| Some(s.records)).collect();
+    let errors: StringArray = all.iter().map(|s| s.error.as_deref()).collect();
+    Ok(RecordBatch::try_new(
+        sources_schema(),
+        vec![Arc::new(names), Arc::new(connectors), Arc::new(states), Arc::new(records), Arc::new(errors)],
+    )?)
+}
+
+const TABLES: [&str; 6] = ["view_errors", "event_time", "dead_letters", "checkpoints", "sinks", "sources"];
 
 /// The `weir_catalog` schema.
 pub struct SystemSchema {
@@ -317,6 +345,7 @@ impl SchemaProvider for SystemSchema {
             "event_time" => table(event_time_schema(), Arc::new(event_time_batch)),
             "checkpoints" => table(checkpoints_schema(), Arc::new(checkpoints_batch)),
             "sinks" => table(sinks_schema(), Arc::new(sinks_batch)),
+            "sources" => table(sources_schema(), Arc::new(sources_batch)),
             "dead_letters" => {
                 let catalog = Arc::clone(&self.catalog);
                 table(dead_letters_schema(), Arc::new(move || dead_letters_batch(&catalog)))

@@ -305,3 +305,71 @@ fn upsert_rows(topic: &str) -> Vec<String> {
     rows.sort();
     rows
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_data_fail_stops_a_source_at_its_first_bad_message_and_says_so() {
+    let topic = topic("strict", 1).await;
+    let server = TestServer::start();
+    let c = server.connect().await;
+    let bad_option = c.batch_execute(&source_sql("s", &topic, ", bad_data = 'ignore'")).await.unwrap_err();
+    assert_eq!(bad_option.code().map(|s| s.code()), Some("22023"), "{bad_option:?}");
+    c.batch_execute(&source_sql("strict", &topic, ", bad_data = 'fail', kafka.max.chunk.size = '1'")).await.unwrap();
+    c.batch_execute(&source_sql("lenient", &topic, ", kafka.max.chunk.size = '1'")).await.unwrap();
+    c.batch_execute("CREATE MATERIALIZED VIEW strict_n AS SELECT count(*) AS n FROM strict").await.unwrap();
+    let mut messages = bids(0, 5, 1);
+    messages.push((0, "not json".into()));
+    messages.extend(bids(5, 5, 1));
+    send(&producer(None), &topic, &messages);
+    eventually(&c, "SELECT state, records_read FROM weir_catalog.sources WHERE source_name = 'strict'", "failed|5")
+        .await;
+    eventually(&c, "SELECT state, records_read FROM weir_catalog.sources WHERE source_name = 'lenient'", "running|11")
+        .await;
+    let error = rows(&c, "SELECT error FROM weir_catalog.sources WHERE source_name = 'strict'").await;
+    assert!(error[0].contains(&format!("{topic}:0:5")) && error[0].contains("bad_data = 'fail'"), "{error:?}");
+    // The strict source stopped before the bad message: nothing after it, no dead letter.
+    c.batch_execute("FLUSH").await.unwrap();
+    assert_eq!(rows(&c, "SELECT n FROM strict_n").await, ["5"]);
+    assert_eq!(rows(&c, "SELECT count(*) FROM weir_catalog.dead_letters WHERE source_name = 'strict'").await, ["0"]);
+    assert_eq!(rows(&c, "SELECT count(*) FROM weir_catalog.dead_letters WHERE source_name = 'lenient'").await, ["1"]);
+    c.batch_execute("DROP MATERIALIZED VIEW strict_n; DROP SOURCE strict").await.unwrap();
+    assert_eq!(rows(&c, "SELECT source_name FROM weir_catalog.sources").await, ["lenient"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_at_least_once_kafka_sink_loses_nothing_across_sigkills() {
+    let out = topic("alo_out", 2).await;
+    let servers = kafka_bootstrap();
+    let mut server = TestServer::start_with(&["--checkpoint-interval", "200ms", "--barrier-interval-ms", "50"]);
+    let mut c = server.connect().await;
+    let sink = |guarantee: &str| {
+        format!(
+            "CREATE SINK ev_out AS SELECT id FROM ev WITH (connector = 'kafka', topic = '{out}', \
+             properties.bootstrap.server = '{servers}', sink.delivery_guarantee = '{guarantee}') FORMAT PLAIN ENCODE JSON"
+        )
+    };
+    c.batch_execute("CREATE TABLE ev (id BIGINT) APPEND ONLY").await.unwrap();
+    let refused = c.batch_execute(&sink("at-most-once")).await.unwrap_err();
+    assert_eq!(refused.code().map(|s| s.code()), Some("22023"), "{refused:?}");
+    c.batch_execute(&sink("at-least-once")).await.unwrap();
+    let mut next = 0i64;
+    for round in 0..5u64 {
+        let values: Vec<String> = (next..next + 50).map(|id| format!("({id})")).collect();
+        c.batch_execute(&format!("INSERT INTO ev VALUES {}", values.join(", "))).await.unwrap();
+        next += 50;
+        tokio::time::sleep(Duration::from_millis(60 * round)).await;
+        c = server.sigkill_and_reconnect().await;
+    }
+    c.batch_execute("FLUSH").await.unwrap();
+    let ids = || -> std::collections::BTreeSet<i64> {
+        consume_all(&out)
+            .into_iter()
+            .map(|(_, v)| serde_json::from_str::<serde_json::Value>(&v.unwrap()).unwrap()["id"].as_i64().unwrap())
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while (ids().len() as i64) < next && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert_eq!(ids(), (0..next).collect(), "every row at least once");
+    assert_eq!(rows(&c, "SELECT state FROM weir_catalog.sinks").await, ["running"]);
+}

@@ -14,6 +14,7 @@ use crate::error::{Result, SqlState, WeirError};
 /// A reader for a source with `options` and the columns it declares (if any); fails (and so
 /// CREATE SOURCE fails) on unknown connectors and bad options.
 pub fn reader(options: &ConnectorOptions, declared: Option<SchemaRef>) -> Result<Box<dyn SourceReader>> {
+    super::source::BadData::of(options)?;
     match options.get("connector").map(str::to_ascii_lowercase).as_deref() {
         Some("nexmark") => Ok(Box::new(NexmarkReader::new(options)?)),
         Some("file") => Ok(Box::new(FileReader::new(options, declared)?)),

@@ -13,6 +13,11 @@
 //! it is done) tells the views reading it that no row follows ([`Writer::finish`]: their
 //! watermark passes every row) and stops its task; rate limits are the reader's business (it
 //! says how long to wait before the next chunk).
+//!
+//! Records that do not decode are dead letters by default; with `bad_data = 'fail'` the first
+//! one stops the source instead (its position stays before the chunk, so a restart stops there
+//! again), as a pipeline that must not run on partial input wants. Each source's state
+//! (running, retrying with the reason, failed, finished) is in `weir_catalog.sources`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -62,6 +67,9 @@ pub enum Chunk {
     Rows(RecordBatch, Position),
     /// Nothing now; ask again after this long.
     Wait(Duration),
+    /// The connector cannot be read now (a broker or server gone, say why); ask again after
+    /// this long.
+    Retry(Duration, String),
     /// The source is exhausted.
     Done,
 }
@@ -98,6 +106,64 @@ pub trait SourceReader: Send {
     fn take_dead_letters(&mut self) -> Vec<DeadLetter> {
         Vec::new()
     }
+}
+
+/// What a source does with a record its connector cannot decode (`bad_data = '...'`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BadData {
+    /// Keep it in `weir_catalog.dead_letters` and go on (the default).
+    DeadLetter,
+    /// Stop the source.
+    Fail,
+}
+
+impl BadData {
+    pub fn of(options: &super::options::ConnectorOptions) -> Result<BadData> {
+        match options.get("bad_data").map(str::to_ascii_lowercase).as_deref() {
+            None | Some("dead_letter") => Ok(BadData::DeadLetter),
+            Some("fail") => Ok(BadData::Fail),
+            Some(other) => Err(crate::error::WeirError::new(
+                crate::error::SqlState::INVALID_PARAMETER_VALUE,
+                format!("bad_data must be 'dead_letter' or 'fail', not '{other}'"),
+            )),
+        }
+    }
+}
+
+/// What a source is doing, for `weir_catalog.sources`.
+#[derive(Debug, Clone, Default)]
+pub struct SourceStatus {
+    pub name: String,
+    pub connector: String,
+    /// running, retrying, failed or finished.
+    pub state: String,
+    /// Records read (its position).
+    pub records: u64,
+    /// Why it is retrying or failed.
+    pub error: Option<String>,
+}
+
+/// Every started source's status, by relation id.
+pub static STATUS: std::sync::LazyLock<parking_lot::Mutex<std::collections::BTreeMap<u32, SourceStatus>>> =
+    std::sync::LazyLock::new(Default::default);
+
+fn set_status(relation: &Relation, records: u64, state: &str, error: Option<String>) {
+    let connector = relation.def.connector.as_ref().and_then(|o| o.get("connector")).unwrap_or_default();
+    STATUS.lock().insert(
+        relation.def.id,
+        SourceStatus {
+            name: relation.def.name.clone(),
+            connector: connector.to_string(),
+            state: state.to_string(),
+            records,
+            error,
+        },
+    );
+}
+
+/// Forgets a dropped source's status.
+pub fn forget(source: u32) {
+    STATUS.lock().remove(&source);
 }
 
 fn offset_key(relation: &Relation) -> Vec<u8> {
@@ -146,9 +212,16 @@ pub fn start(
     mut reader: Box<dyn SourceReader>,
 ) -> Result<JoinHandle<()>> {
     let mut position = stored_position(&catalog, &relation)?;
+    let bad_data = BadData::of(relation.def.connector.as_ref().expect("a source has options"))?;
     let writer = Writer::new(&catalog, Arc::clone(&relation));
     let name = relation.def.name.clone();
+    set_status(&relation, position.records, "running", None);
     Ok(tokio::spawn(async move {
+        let failed = |position: &Position, why: String| {
+            tracing::error!(source = %name, "source stopped: {why}");
+            set_status(&relation, position.records, "failed", Some(why));
+        };
+        let mut retrying = false;
         loop {
             let read_at = std::time::Instant::now();
             let chunk = tokio::task::block_in_place(|| reader.read(&position));
@@ -159,16 +232,21 @@ pub fn start(
                     let mut wb = WriteBatch { skip_wal: true, ..Default::default() };
                     wb.put(offset_key(&writer.relation), next.encode());
                     let dead = reader.take_dead_letters();
+                    if let (BadData::Fail, Some(first)) = (bad_data, dead.first()) {
+                        let why = format!(
+                            "record {} could not be decoded (bad_data = 'fail'): {}",
+                            first.position, first.error
+                        );
+                        return failed(&position, why);
+                    }
                     for letter in &dead {
                         if let Err(e) = dead_letter::put(&mut wb, writer.relation.def.id, letter) {
-                            tracing::error!(source = %name, "source stopped: {e}");
-                            return;
+                            return failed(&position, e.message);
                         }
                     }
                     let rows = batch.num_rows() as u64;
                     if let Err(e) = write_chunk(&writer, batch, wb, (&position, &next), read_at).await {
-                        tracing::error!(source = %name, "source stopped: storing rows failed: {e}");
-                        return;
+                        return failed(&position, format!("storing rows failed: {}", e.message));
                     }
                     crate::metrics::SOURCE_ROWS_TOTAL.with_label_values(&[&name]).inc_by(rows);
                     if !dead.is_empty() {
@@ -176,17 +254,29 @@ pub fn start(
                         crate::metrics::SOURCE_DEAD_LETTERS_TOTAL.with_label_values(&[&name]).inc_by(dead.len() as u64);
                     }
                     position = next;
+                    if retrying {
+                        retrying = false;
+                        tracing::info!(source = %name, "source reading again");
+                    }
+                    set_status(&writer.relation, position.records, "running", None);
                 }
                 Ok(Chunk::Wait(pause)) => tokio::time::sleep(pause).await,
+                Ok(Chunk::Retry(pause, why)) => {
+                    if !retrying {
+                        tracing::warn!(source = %name, "source cannot read, retrying every {pause:?}: {why}");
+                    }
+                    retrying = true;
+                    crate::metrics::SOURCE_RETRIES_TOTAL.with_label_values(&[&name]).inc();
+                    set_status(&writer.relation, position.records, "retrying", Some(why));
+                    tokio::time::sleep(pause).await
+                }
                 Ok(Chunk::Done) => {
                     tracing::info!(source = %name, records = position.records, "source finished");
                     writer.finish().await;
+                    set_status(&writer.relation, position.records, "finished", None);
                     return;
                 }
-                Err(e) => {
-                    tracing::error!(source = %name, "source stopped: {e}");
-                    return;
-                }
+                Err(e) => return failed(&position, e.message),
             }
         }
     }))

@@ -193,6 +193,7 @@ impl Streaming {
         if let Some(handle) = self.sources.lock().remove(&id) {
             handle.abort();
         }
+        crate::connectors::source::forget(id);
     }
 
     /// Starts sink `sink`: its job follows its view (a new sink: the view's rows first), and

@@ -51,6 +51,7 @@ pub const OPTIONS: &[&str] = &[
     "file.immutable",
     "csv.header",
     "batch.size",
+    "bad_data",
 ];
 
 /// Every option a file source takes: its own and those of S3.

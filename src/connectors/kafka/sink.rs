@@ -14,6 +14,12 @@
 //! (`send_offsets_to_transaction`). Reading that group's committed offset says which checkpoint
 //! was delivered last. Consumers with `isolation.level = read_committed` see every change once.
 //!
+//! `sink.delivery_guarantee = 'at-least-once'` trades that for cheaper writes: no transaction,
+//! the idempotent producer (no duplicates from its own retries), the marker committed to the
+//! consumer group after the messages are flushed. A crash between the flush and the marker
+//! sends that checkpoint's messages again, so consumers may see them twice (an UPSERT topic's
+//! compacted state is the same either way).
+//!
 //! `FORMAT UPSERT`: the key is the primary key's columns as a JSON object, the value the row as
 //! a JSON object, or empty (a tombstone) when the row was deleted; a checkpoint's changes are
 //! netted per key first. `FORMAT DEBEZIUM`: the same key; the value Debezium's change envelope,
@@ -27,7 +33,7 @@ use std::time::Duration;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
@@ -45,6 +51,7 @@ pub const OPTIONS: &[&str] = &[
     "primary_key",
     "kafka.timeout.ms",
     "transactional.id.prefix",
+    "sink.delivery_guarantee",
     "format",
     "encode",
 ];
@@ -72,6 +79,8 @@ pub struct KafkaSink {
     /// `<prefix>-<sink id>`: the transactional id and the marker's consumer group.
     identity: String,
     format: Format,
+    /// One transaction per checkpoint (the default); else at-least-once.
+    exactly_once: bool,
     timeout: Duration,
     producer: Option<BaseProducer>,
     marker: Option<BaseConsumer>,
@@ -111,11 +120,23 @@ impl KafkaSink {
                 return Err(invalid(format!("a Kafka sink's FORMAT must be UPSERT, DEBEZIUM or PLAIN, not {other}")))
             }
         };
+        let exactly_once =
+            match options.get("sink.delivery_guarantee").map(|g| g.to_ascii_lowercase().replace('_', "-")) {
+                None => true,
+                Some(g) if g == "exactly-once" => true,
+                Some(g) if g == "at-least-once" => false,
+                Some(other) => {
+                    return Err(invalid(format!(
+                        "sink.delivery_guarantee must be 'exactly-once' or 'at-least-once', not '{other}'"
+                    )))
+                }
+            };
         Ok(KafkaSink {
             topic: topic.to_string(),
             servers: servers.to_string(),
             identity: format!("{}-{sink_id}", options.get("transactional.id.prefix").unwrap_or("weir-sink")),
             format,
+            exactly_once,
             timeout: Duration::from_millis(options.u64_or("kafka.timeout.ms", 10_000)?.max(1)),
             producer: None,
             marker: None,
@@ -133,17 +154,20 @@ impl KafkaSink {
         move |e| unreachable_broker(&self.topic, &e)
     }
 
-    /// The transactional producer, made (fencing any earlier one with the same id, and
-    /// aborting its open transaction) if there is none.
+    /// The producer, made if there is none: transactional (fencing any earlier one with the
+    /// same id, and aborting its open transaction), or idempotent for at-least-once.
     fn producer(&mut self) -> Result<&BaseProducer> {
         if self.producer.is_none() {
-            let producer: BaseProducer = self
-                .client()
-                .set("transactional.id", &self.identity)
-                .set("transaction.timeout.ms", "60000")
-                .create()
-                .map_err(self.broker())?;
-            producer.init_transactions(self.timeout).map_err(self.broker())?;
+            let mut config = self.client();
+            if self.exactly_once {
+                config.set("transactional.id", &self.identity).set("transaction.timeout.ms", "60000");
+            } else {
+                config.set("enable.idempotence", "true");
+            }
+            let producer: BaseProducer = config.create().map_err(self.broker())?;
+            if self.exactly_once {
+                producer.init_transactions(self.timeout).map_err(self.broker())?;
+            }
             self.producer = Some(producer);
         }
         Ok(self.producer.as_ref().expect("made"))
@@ -213,6 +237,36 @@ impl KafkaSink {
     }
 }
 
+/// Hands `messages` to `producer` for `topic`, waiting while its queue is full.
+fn send_all(
+    producer: &BaseProducer,
+    topic: &str,
+    messages: &[KafkaMessage],
+    broker: &dyn Fn(KafkaError) -> WeirError,
+) -> Result<()> {
+    for (key, value) in messages {
+        let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic);
+        if let Some(key) = key {
+            record = record.key(key.as_slice());
+        }
+        if let Some(value) = value {
+            record = record.payload(value.as_slice());
+        }
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    producer.poll(Duration::from_millis(50));
+                    record = back;
+                }
+                Err((e, _)) => return Err(broker(e)),
+            }
+        }
+        producer.poll(Duration::ZERO);
+    }
+    Ok(())
+}
+
 /// Each row of `batch` as one JSON object.
 fn json_lines(batch: &RecordBatch) -> Result<Vec<Vec<u8>>> {
     let mut writer = datafusion::arrow::json::LineDelimitedWriter::new(Vec::new());
@@ -247,33 +301,24 @@ impl SinkWriter for KafkaSink {
         let topic = self.topic.clone();
         let timeout = self.timeout;
         let broker = |e: KafkaError| unreachable_broker(&topic, &e);
+        let mut marker = TopicPartitionList::new();
+        marker.add_partition_offset(&topic, 0, Offset::Offset(checkpoint as i64)).map_err(broker)?;
         let group = self.marker()?.group_metadata().ok_or_else(|| WeirError::internal("no consumer group metadata"))?;
+        let exactly_once = self.exactly_once;
         let producer = self.producer()?;
+        if !exactly_once {
+            let sent =
+                send_all(producer, &topic, &messages, &broker).and_then(|()| producer.flush(timeout).map_err(broker));
+            if sent.is_err() {
+                self.producer = None;
+                return sent;
+            }
+            crate::fault::point("sink.before_commit");
+            return self.marker()?.commit(&marker, CommitMode::Sync).map_err(broker);
+        }
         let sent = (|| -> Result<()> {
             producer.begin_transaction().map_err(broker)?;
-            for (key, value) in &messages {
-                let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(&topic);
-                if let Some(key) = key {
-                    record = record.key(key.as_slice());
-                }
-                if let Some(value) = value {
-                    record = record.payload(value.as_slice());
-                }
-                let mut record = record;
-                loop {
-                    match producer.send(record) {
-                        Ok(()) => break,
-                        Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                            producer.poll(Duration::from_millis(50));
-                            record = back;
-                        }
-                        Err((e, _)) => return Err(broker(e)),
-                    }
-                }
-                producer.poll(Duration::ZERO);
-            }
-            let mut marker = TopicPartitionList::new();
-            marker.add_partition_offset(&topic, 0, Offset::Offset(checkpoint as i64)).map_err(broker)?;
+            send_all(producer, &topic, &messages, &broker)?;
             producer.send_offsets_to_transaction(&marker, &group, timeout).map_err(broker)?;
             crate::fault::point("sink.before_commit");
             producer.commit_transaction(timeout).map_err(broker)

@@ -67,6 +67,7 @@ pub const OPTIONS: &[&str] = &[
     "kafka.timeout.ms",
     "format",
     "encode",
+    "bad_data",
 ];
 
 /// Metadata columns a source may declare, filled from each message instead of its value.
@@ -370,9 +371,8 @@ impl SourceReader for KafkaReader {
         let stale = self.last_refresh.elapsed() >= self.refresh;
         if !assigned || stale {
             if let Err(e) = self.assign(known.clone()) {
-                tracing::warn!(topic = %self.topic, "Kafka source waiting for its broker: {e}");
                 self.consumer = None;
-                return Ok(Chunk::Wait(self.retry));
+                return Ok(Chunk::Retry(self.retry, e.message));
             }
             // New partitions (or the first read): their start offsets become the position
             // before anything is read from them, so every chunk's first offsets are explicit.
@@ -385,9 +385,8 @@ impl SourceReader for KafkaReader {
         let records = match self.poll_chunk() {
             Ok(records) => records,
             Err(e) => {
-                tracing::warn!(topic = %self.topic, "Kafka source read failed, retrying: {e}");
                 self.consumer = None;
-                return Ok(Chunk::Wait(self.retry));
+                return Ok(Chunk::Retry(self.retry, unreachable_broker(&self.topic, &e).message));
             }
         };
         if records.is_empty() {
