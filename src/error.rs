@@ -25,6 +25,7 @@ impl SqlState {
     pub const DUPLICATE_TABLE: SqlState = SqlState("42P07");
     pub const DUPLICATE_COLUMN: SqlState = SqlState("42701");
     pub const DATATYPE_MISMATCH: SqlState = SqlState("42804");
+    pub const INVALID_TABLE_DEFINITION: SqlState = SqlState("42P16");
     pub const UNDEFINED_FUNCTION: SqlState = SqlState("42883");
     pub const INVALID_PARAMETER_VALUE: SqlState = SqlState("22023");
     pub const INVALID_TEXT_REPRESENTATION: SqlState = SqlState("22P02");

@@ -8,7 +8,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::kafka::{consume_all, producer, send, topic, TIMEOUT};
+use common::kafka::{consume_all, producer, send, send_keyed, topic, TIMEOUT};
 use common::{kafka_bootstrap, rows, TestServer};
 use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions};
 use rdkafka::client::DefaultClientContext;
@@ -372,4 +372,106 @@ async fn an_at_least_once_kafka_sink_loses_nothing_across_sigkills() {
     }
     assert_eq!(ids(), (0..next).collect(), "every row at least once");
     assert_eq!(rows(&c, "SELECT state FROM weir_catalog.sinks").await, ["running"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kafka_table_with_a_primary_key_upserts_and_tombstones_delete() {
+    let input = topic("accounts", 2).await;
+    let output = topic("owners", 2).await;
+    let servers = kafka_bootstrap();
+    let mut server = TestServer::start_with(&["--checkpoint-interval", "200ms", "--barrier-interval-ms", "50"]);
+    let mut c = server.connect().await;
+    let table = |name: &str, columns: &str, topic: &str, format: &str| {
+        format!(
+            "CREATE TABLE {name} ({columns}) WITH (connector = 'kafka', topic = '{topic}', \
+             properties.bootstrap.server = '{servers}', kafka.max.chunk.size = '7') FORMAT {format} ENCODE JSON"
+        )
+    };
+    // Refusals: UPSERT without a key, on a source, or on another connector.
+    for (sql, code) in [
+        (table("t", "id BIGINT, owner VARCHAR", &input, "UPSERT"), "42P16"),
+        (source_sql("s", &input, "").replace("FORMAT PLAIN", "FORMAT UPSERT"), "42P16"),
+        (
+            "CREATE TABLE n (id BIGINT PRIMARY KEY) WITH (connector = 'nexmark', nexmark.table.type = 'bid') \
+             FORMAT UPSERT ENCODE JSON"
+                .to_string(),
+            "0A000",
+        ),
+    ] {
+        let e = c.batch_execute(&sql).await.unwrap_err();
+        assert_eq!(e.code().map(|s| s.code()), Some(code), "{sql}: {e:?}");
+    }
+    c.batch_execute(&table("accounts", "id BIGINT PRIMARY KEY, owner VARCHAR, balance BIGINT", &input, "UPSERT"))
+        .await
+        .unwrap();
+    // A table without a key keeps every message's row (and is append-only).
+    c.batch_execute(&table("history", "id BIGINT, owner VARCHAR, balance BIGINT", &input, "PLAIN")).await.unwrap();
+    c.batch_execute(
+        "CREATE MATERIALIZED VIEW per_owner AS SELECT owner, sum(balance) AS total, count(*) AS n FROM accounts GROUP BY owner",
+    )
+    .await
+    .unwrap();
+    // Weir's own UPSERT sink, read back by an UPSERT table: the same rows.
+    c.batch_execute(&format!(
+        "CREATE SINK owners_out FROM per_owner WITH (connector = 'kafka', topic = '{output}', \
+         properties.bootstrap.server = '{servers}', primary_key = 'owner') FORMAT UPSERT ENCODE JSON"
+    ))
+    .await
+    .unwrap();
+    c.batch_execute(&table("owners_back", "owner VARCHAR PRIMARY KEY, total BIGINT, n BIGINT", &output, "UPSERT"))
+        .await
+        .unwrap();
+    let p = producer(None);
+    let mut expected: std::collections::BTreeMap<i64, (String, i64)> = Default::default();
+    let mut plain_rows = 0;
+    let mut rng = common::Rng(7);
+    for round in 0..6 {
+        let mut messages = Vec::new();
+        for _ in 0..40 {
+            let id = rng.below(30);
+            let key = Some(format!(r#"{{"id": {id}}}"#));
+            if rng.below(4) == 0 {
+                expected.remove(&id);
+                messages.push(((id % 2) as i32, key, None));
+            } else {
+                let (owner, balance) = (format!("o{}", rng.below(5)), rng.below(1000));
+                let value = format!(r#"{{"id": {id}, "owner": "{owner}", "balance": {balance}}}"#);
+                expected.insert(id, (owner, balance));
+                messages.push(((id % 2) as i32, key, Some(value)));
+                plain_rows += 1;
+            }
+        }
+        // A message without a key, and a tombstone whose key does not decode: dead letters.
+        messages.push((0, None, Some(r#"{"id": 99, "owner": "x", "balance": 1}"#.to_string())));
+        messages.push((1, Some("not json".to_string()), None));
+        plain_rows += 1;
+        send_keyed(&p, &input, &messages);
+        if round % 2 == 1 {
+            c = server.sigkill_and_reconnect().await;
+        }
+    }
+    let mut want: Vec<String> =
+        expected.iter().map(|(id, (owner, balance))| format!("{id}|{owner}|{balance}")).collect();
+    want.sort();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while rows(&c, "SELECT id, owner, balance FROM accounts").await != want && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let got = rows(&c, "SELECT id, owner, balance FROM accounts").await;
+    assert_eq!(got, want, "each key's last message, deleted keys gone");
+    eventually(&c, "SELECT count(*) FROM history", &plain_rows.to_string()).await;
+    c.batch_execute("FLUSH").await.unwrap();
+    let batch = "SELECT owner, sum(balance), count(*) FROM accounts GROUP BY owner";
+    assert_eq!(rows(&c, "SELECT * FROM per_owner").await, rows(&c, batch).await);
+    let dead = rows(&c, "SELECT count(*) FROM weir_catalog.dead_letters WHERE source_name = 'accounts'").await;
+    assert_eq!(dead, ["12"], "a keyless message and a bad key per round");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let view = rows(&c, "SELECT owner, total, n FROM per_owner").await;
+    while rows(&c, "SELECT owner, total, n FROM owners_back").await != view && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(rows(&c, "SELECT owner, total, n FROM owners_back").await, view);
+    // INSERT into a table fed by a connector is refused, as into a source.
+    let e = c.batch_execute("INSERT INTO accounts VALUES (1, 'a', 1)").await.unwrap_err();
+    assert_eq!(e.code().map(|s| s.code()), Some("42809"), "{e:?}");
 }

@@ -233,7 +233,7 @@ impl Writer {
         while let Some(batch) = input.next().await {
             batches.push(batch?);
         }
-        self.insert_locked(&batches, WriteBatch::default(), None).await
+        self.insert_locked(&batches, WriteBatch::default(), None, None).await
     }
 
     /// Appends `batches` (user columns) and the writes in `also` in one atomic write: how a
@@ -241,7 +241,31 @@ impl Writer {
     /// began reading the chunk; views measure their freshness from it.
     pub async fn append(&self, batches: &[RecordBatch], also: WriteBatch, read_at: std::time::Instant) -> Result<u64> {
         let _guard = self.relation.write_lock.lock().await;
-        self.insert_locked(batches, also, Some(read_at)).await
+        self.insert_locked(batches, also, Some(read_at), None).await
+    }
+
+    /// Stores a keyed chunk of a table fed by a connector (`FORMAT UPSERT`) with the writes in
+    /// `also`, in one atomic write: the rows of the keys in `deleted` (one array per primary-key
+    /// column) removed, `upserts` stored over their keys' rows. No key is in both. `read_at` as
+    /// in [`Writer::append`].
+    pub async fn apply_keyed(
+        &self,
+        upserts: &RecordBatch,
+        deleted: &[ArrayRef],
+        mut also: WriteBatch,
+        read_at: std::time::Instant,
+    ) -> Result<u64> {
+        let _guard = self.relation.write_lock.lock().await;
+        let gone = match deleted.first() {
+            Some(column) if !column.is_empty() => {
+                let gone = self.relation.rows_with_keys(self.store.as_ref(), deleted)?;
+                self.relation.table.delete_batch(&gone, &mut also)?;
+                Some(gone)
+            }
+            _ => None,
+        };
+        let count = gone.as_ref().map_or(0, |g| g.num_rows() as u64);
+        Ok(count + self.insert_locked(&[upserts.clone()], also, Some(read_at), gone).await?)
     }
 
     /// Commits `also` and publishes `rows` (the relation's rows, as from [`rows_stamped_at`])
@@ -262,13 +286,15 @@ impl Writer {
         Ok(count)
     }
 
-    /// Stores `batches` with `wb`'s other writes, then publishes the changelog (under the write
-    /// lock, held by the caller).
+    /// Stores `batches` with `wb`'s other writes (which removed the stored rows `removed`, if
+    /// any, of keys not in `batches`), then publishes the changelog (under the write lock, held
+    /// by the caller).
     async fn insert_locked(
         &self,
         batches: &[RecordBatch],
         mut wb: WriteBatch,
         since: Option<std::time::Instant>,
+        removed: Option<RecordBatch>,
     ) -> Result<u64> {
         let listening = self.changes.has_subscribers(self.relation.def.id).await;
         let mut count = 0u64;
@@ -284,7 +310,15 @@ impl Writer {
         if self.relation.has_hidden_row_id() {
             self.relation.persist_row_id(&mut wb);
         }
-        let changes = if listening { Some(self.insert_changes(&stored_batches)?) } else { None };
+        let changes = match (listening, removed) {
+            (false, _) => None,
+            (true, None) => Some(self.insert_changes(&stored_batches)?),
+            (true, Some(removed)) => {
+                let deletes = ChangeBatch::deletes(self.user_columns(&removed)?);
+                let inserts = self.insert_changes(&stored_batches)?;
+                Some(ChangeBatch::concat(&self.relation.schema, &[deletes, inserts])?)
+            }
+        };
         self.commit_logged(wb, changes, since).await?;
         Ok(count)
     }

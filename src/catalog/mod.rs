@@ -101,6 +101,11 @@ impl Relation {
         self.def.kind == RelationKind::Table && self.def.primary_key.is_empty()
     }
 
+    /// The names of its primary key's columns (none without one).
+    pub fn key_names(&self) -> Vec<String> {
+        self.def.primary_key.iter().map(|&i| self.schema.field(i).name().clone()).collect()
+    }
+
     /// The columns its writers give: all but the processing-time column, which Weir stamps
     /// (what a source's connector reads).
     pub fn given_schema(&self) -> SchemaRef {

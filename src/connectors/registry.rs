@@ -11,14 +11,24 @@ use super::sink::SinkWriter;
 use super::source::SourceReader;
 use crate::error::{Result, SqlState, WeirError};
 
-/// A reader for a source with `options` and the columns it declares (if any); fails (and so
-/// CREATE SOURCE fails) on unknown connectors and bad options.
-pub fn reader(options: &ConnectorOptions, declared: Option<SchemaRef>) -> Result<Box<dyn SourceReader>> {
+/// A reader for a source with `options`, the columns it declares (if any) and its primary
+/// key's columns (a table fed by a connector may have one); fails (and so CREATE fails) on
+/// unknown connectors and bad options.
+pub fn reader(
+    options: &ConnectorOptions,
+    declared: Option<SchemaRef>,
+    primary_key: &[String],
+) -> Result<Box<dyn SourceReader>> {
     super::source::BadData::of(options)?;
+    if options.get("format").is_some_and(|f| f.eq_ignore_ascii_case("upsert"))
+        && !options.get("connector").is_some_and(|c| c.eq_ignore_ascii_case("kafka"))
+    {
+        return Err(WeirError::unsupported("FORMAT UPSERT is for Kafka tables"));
+    }
     match options.get("connector").map(str::to_ascii_lowercase).as_deref() {
         Some("nexmark") => Ok(Box::new(NexmarkReader::new(options)?)),
         Some("file") => Ok(Box::new(FileReader::new(options, declared)?)),
-        Some("kafka") => Ok(Box::new(KafkaReader::new(options, declared)?)),
+        Some("kafka") => Ok(Box::new(KafkaReader::new(options, declared, primary_key)?)),
         Some(other) => Err(WeirError::unsupported(format!(
             "connector '{other}' is not supported yet (nexmark, file and kafka are)"
         ))),

@@ -87,7 +87,7 @@ pub fn chunk_rows(relation: &Relation, chunk: &ChunkEntry) -> Result<RecordBatch
 fn reader_of(relation: &Relation) -> Result<Box<dyn super::source::SourceReader>> {
     let options =
         relation.def.connector.as_ref().ok_or_else(|| WeirError::internal("a replayed table without a connector"))?;
-    super::registry::reader(options, Some(relation.given_schema()))
+    super::registry::reader(options, Some(relation.given_schema()), &[])
 }
 
 #[cfg(test)]
@@ -135,7 +135,7 @@ mod tests {
         };
         catalog.create_table_with("bid", "", Schema::new(fields), vec![], table_options, false).unwrap();
         let relation = catalog.get("bid").unwrap();
-        let reader = crate::connectors::registry::reader(&options, Some(relation.given_schema())).unwrap();
+        let reader = crate::connectors::registry::reader(&options, Some(relation.given_schema()), &[]).unwrap();
         super::super::source::start(Arc::clone(&catalog), Arc::clone(&relation), reader).unwrap().await.unwrap();
 
         let mut entries = Vec::new();

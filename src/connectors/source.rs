@@ -65,6 +65,10 @@ impl Position {
 pub enum Chunk {
     /// Rows, and the position after them.
     Rows(RecordBatch, Position),
+    /// For a table with a primary key (`FORMAT UPSERT`): rows to store, replacing those of
+    /// their keys; keys (the primary key's columns) whose rows go; the position after them. No
+    /// key is in both.
+    Keyed { upserts: RecordBatch, deleted: RecordBatch, position: Position },
     /// Nothing now; ask again after this long.
     Wait(Duration),
     /// The connector cannot be read now (a broker or server gone, say why); ask again after
@@ -188,11 +192,14 @@ pub fn stored_position(catalog: &Catalog, relation: &Relation) -> Result<Positio
 /// rows' changes to the views reading the source.
 async fn write_chunk(
     writer: &Writer,
-    batch: RecordBatch,
+    (batch, deleted): (RecordBatch, Option<RecordBatch>),
     mut wb: WriteBatch,
     (from, to): (&Position, &Position),
     read_at: std::time::Instant,
 ) -> Result<u64> {
+    if let Some(deleted) = deleted {
+        return writer.apply_keyed(&batch, deleted.columns(), wb, read_at).await;
+    }
     if !writer.relation.def.replayed {
         return writer.append(&[batch], wb, read_at).await;
     }
@@ -203,6 +210,41 @@ async fn write_chunk(
     }
     let rows = dml::rows_stamped_at(&writer.relation, &batch, chunk.stamp)?;
     writer.announce(rows, wb, read_at, chunk).await
+}
+
+/// Stores a chunk read from position `from` up to `to`: its rows (and, for a keyed chunk, the
+/// keys it deletes) with the new position and the chunk's dead letters `dead`, in one atomic
+/// write; or, with `bad_data = 'fail'` and a dead letter, nothing. Err says why the source
+/// must stop.
+async fn store_chunk(
+    writer: &Writer,
+    rows: (RecordBatch, Option<RecordBatch>),
+    dead: Vec<DeadLetter>,
+    bad_data: BadData,
+    (from, to): (&Position, &Position),
+    read_at: std::time::Instant,
+) -> std::result::Result<(), String> {
+    if let (BadData::Fail, Some(first)) = (bad_data, dead.first()) {
+        return Err(format!("record {} could not be decoded (bad_data = 'fail'): {}", first.position, first.error));
+    }
+    // The chunk and its offset need no write-ahead log: losing both in a crash only sends the
+    // source back to an earlier offset, and it reads them again.
+    let mut wb = WriteBatch { skip_wal: true, ..Default::default() };
+    wb.put(offset_key(&writer.relation), to.encode());
+    for letter in &dead {
+        dead_letter::put(&mut wb, writer.relation.def.id, letter).map_err(|e| e.message)?;
+    }
+    let count = (rows.0.num_rows() + rows.1.as_ref().map_or(0, |d| d.num_rows())) as u64;
+    write_chunk(writer, rows, wb, (from, to), read_at)
+        .await
+        .map_err(|e| format!("storing rows failed: {}", e.message))?;
+    let name = &writer.relation.def.name;
+    crate::metrics::SOURCE_ROWS_TOTAL.with_label_values(&[name]).inc_by(count);
+    if !dead.is_empty() {
+        tracing::warn!(source = %name, count = dead.len(), first = %dead[0].error, "records kept as dead letters");
+        crate::metrics::SOURCE_DEAD_LETTERS_TOTAL.with_label_values(&[name]).inc_by(dead.len() as u64);
+    }
+    Ok(())
 }
 
 /// Starts the task that feeds `relation` from `reader`.
@@ -225,42 +267,13 @@ pub fn start(
         loop {
             let read_at = std::time::Instant::now();
             let chunk = tokio::task::block_in_place(|| reader.read(&position));
-            match chunk {
-                Ok(Chunk::Rows(batch, next)) => {
-                    // The chunk and its offset need no write-ahead log: losing both in a crash
-                    // only sends the source back to an earlier offset, and it reads them again.
-                    let mut wb = WriteBatch { skip_wal: true, ..Default::default() };
-                    wb.put(offset_key(&writer.relation), next.encode());
-                    let dead = reader.take_dead_letters();
-                    if let (BadData::Fail, Some(first)) = (bad_data, dead.first()) {
-                        let why = format!(
-                            "record {} could not be decoded (bad_data = 'fail'): {}",
-                            first.position, first.error
-                        );
-                        return failed(&position, why);
-                    }
-                    for letter in &dead {
-                        if let Err(e) = dead_letter::put(&mut wb, writer.relation.def.id, letter) {
-                            return failed(&position, e.message);
-                        }
-                    }
-                    let rows = batch.num_rows() as u64;
-                    if let Err(e) = write_chunk(&writer, batch, wb, (&position, &next), read_at).await {
-                        return failed(&position, format!("storing rows failed: {}", e.message));
-                    }
-                    crate::metrics::SOURCE_ROWS_TOTAL.with_label_values(&[&name]).inc_by(rows);
-                    if !dead.is_empty() {
-                        tracing::warn!(source = %name, count = dead.len(), first = %dead[0].error, "records kept as dead letters");
-                        crate::metrics::SOURCE_DEAD_LETTERS_TOTAL.with_label_values(&[&name]).inc_by(dead.len() as u64);
-                    }
-                    position = next;
-                    if retrying {
-                        retrying = false;
-                        tracing::info!(source = %name, "source reading again");
-                    }
-                    set_status(&writer.relation, position.records, "running", None);
+            let (rows, next) = match chunk {
+                Ok(Chunk::Rows(batch, next)) => ((batch, None), next),
+                Ok(Chunk::Keyed { upserts, deleted, position: next }) => ((upserts, Some(deleted)), next),
+                Ok(Chunk::Wait(pause)) => {
+                    tokio::time::sleep(pause).await;
+                    continue;
                 }
-                Ok(Chunk::Wait(pause)) => tokio::time::sleep(pause).await,
                 Ok(Chunk::Retry(pause, why)) => {
                     if !retrying {
                         tracing::warn!(source = %name, "source cannot read, retrying every {pause:?}: {why}");
@@ -268,7 +281,8 @@ pub fn start(
                     retrying = true;
                     crate::metrics::SOURCE_RETRIES_TOTAL.with_label_values(&[&name]).inc();
                     set_status(&writer.relation, position.records, "retrying", Some(why));
-                    tokio::time::sleep(pause).await
+                    tokio::time::sleep(pause).await;
+                    continue;
                 }
                 Ok(Chunk::Done) => {
                     tracing::info!(source = %name, records = position.records, "source finished");
@@ -277,7 +291,17 @@ pub fn start(
                     return;
                 }
                 Err(e) => return failed(&position, e.message),
+            };
+            let dead = reader.take_dead_letters();
+            if let Err(why) = store_chunk(&writer, rows, dead, bad_data, (&position, &next), read_at).await {
+                return failed(&position, why);
             }
+            position = next;
+            if retrying {
+                retrying = false;
+                tracing::info!(source = %name, "source reading again");
+            }
+            set_status(&writer.relation, position.records, "running", None);
         }
     }))
 }

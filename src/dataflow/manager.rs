@@ -179,7 +179,8 @@ impl Streaming {
     /// Starts feeding source `relation` from its connector, from its stored offset.
     pub fn start_source(&self, relation: Arc<Relation>) -> Result<()> {
         let options = relation.def.connector.clone().ok_or_else(|| WeirError::internal("not a source"))?;
-        let reader = crate::connectors::registry::reader(&options, Some(relation.given_schema()))?;
+        let reader =
+            crate::connectors::registry::reader(&options, Some(relation.given_schema()), &relation.key_names())?;
         let id = relation.def.id;
         let handle = crate::connectors::source::start(Arc::clone(&self.catalog), relation, reader)?;
         if let Some(previous) = self.sources.lock().insert(id, handle) {

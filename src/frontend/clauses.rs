@@ -44,6 +44,9 @@ pub struct StreamingClauses {
     /// `CREATE SOURCE ... WITH (connector = '...', ...) [FORMAT f ENCODE e]`: the options (the
     /// statement itself is rewritten to `CREATE TABLE`).
     pub source: Option<ConnectorOptions>,
+    /// `CREATE TABLE ... WITH (connector = '...')`: a table fed by a connector (its rows
+    /// stored; with a primary key, upserted), where `source` holds the options.
+    pub table_with_connector: bool,
     /// `DROP SOURCE` (rewritten to `DROP TABLE`).
     pub drop_source: bool,
 }
@@ -91,7 +94,9 @@ fn text(tokens: &[Token]) -> String {
 /// Whether `sql` may contain a streaming clause (a cheap test before tokenizing).
 pub fn may_contain(sql: &str) -> bool {
     let upper = sql.to_ascii_uppercase();
-    ["WATERMARK", "PROCTIME", "APPEND", "EMIT", "LATENESS", "LATE", "SOURCE"].iter().any(|k| upper.contains(k))
+    ["WATERMARK", "PROCTIME", "APPEND", "EMIT", "LATENESS", "LATE", "SOURCE", "CONNECTOR"]
+        .iter()
+        .any(|k| upper.contains(k))
 }
 
 /// Splits the streaming clauses off one statement: the remaining SQL and the clauses.
@@ -134,6 +139,10 @@ pub fn extract(sql: &str) -> Result<(String, StreamingClauses)> {
             insert_before.push((with_at, "() "));
         }
         clauses.source = Some(options);
+    } else if is_table && has_connector_options(&tokens, &words) {
+        let (options, _, _) = source_options(&tokens, &words, &mut keep)?;
+        clauses.source = Some(options);
+        clauses.table_with_connector = true;
     }
     let mut depth = 0i32;
     let mut n = 0; // index into `words`
@@ -245,6 +254,27 @@ pub fn extract(sql: &str) -> Result<(String, StreamingClauses)> {
         }
     }
     Ok((rest, clauses))
+}
+
+/// Whether a `CREATE TABLE`'s column list is followed by `WITH (connector = ...`.
+fn has_connector_options(tokens: &[Token], words: &[usize]) -> bool {
+    let mut depth = 0;
+    for (n, &i) in words.iter().enumerate() {
+        match &tokens[i] {
+            Token::LParen => depth += 1,
+            Token::RParen => depth -= 1,
+            t if depth == 0 && is_word(t, "WITH") => {
+                let at = |k: usize| words.get(k).map(|&w| &tokens[w]);
+                return n > 0
+                    && at(n - 1) == Some(&Token::RParen)
+                    && at(n + 1) == Some(&Token::LParen)
+                    && at(n + 2).is_some_and(|t| is_word(t, "CONNECTOR"));
+            }
+            t if depth == 0 && is_word(t, "AS") => return false,
+            _ => {}
+        }
+    }
+    false
 }
 
 /// The `WITH (key = 'value', ...)` of `CREATE SOURCE` and a trailing `FORMAT f ENCODE e`
@@ -450,6 +480,21 @@ mod tests {
         assert_eq!(rest, "DROP TABLE IF EXISTS s");
         assert!(c.drop_source);
         assert!(extract("CREATE SOURCE s").is_err());
+    }
+
+    #[test]
+    fn create_table_with_a_connector_keeps_its_key_and_gives_the_options() {
+        let (rest, c) = extract(
+            "CREATE TABLE t (k BIGINT PRIMARY KEY, v TEXT) WITH (connector = 'kafka', topic = 't') FORMAT UPSERT ENCODE JSON",
+        )
+        .unwrap();
+        assert_eq!(rest.trim(), "CREATE TABLE t (k BIGINT PRIMARY KEY, v TEXT)");
+        assert!(c.table_with_connector);
+        let options = c.source.unwrap();
+        assert_eq!((options.get("topic"), options.get("format")), (Some("t"), Some("upsert")));
+        // A CTE after AS and other WITH options are not a connector's.
+        let sql = "CREATE TABLE t AS WITH connector AS (SELECT 1) SELECT * FROM connector";
+        assert_eq!(extract(sql).unwrap(), (sql.to_string(), StreamingClauses::default()));
     }
 
     #[test]

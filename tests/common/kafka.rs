@@ -46,6 +46,23 @@ pub fn send(producer: &BaseProducer, topic: &str, messages: &[(i32, String)]) {
     producer.flush(TIMEOUT).unwrap();
 }
 
+/// Sends `(partition, key, value)` messages (value None: a tombstone) and waits until the
+/// broker has them.
+pub fn send_keyed(producer: &BaseProducer, topic: &str, messages: &[(i32, Option<String>, Option<String>)]) {
+    for (partition, key, value) in messages {
+        let mut record: BaseRecord<'_, str, str> = BaseRecord::to(topic).partition(*partition);
+        if let Some(key) = key {
+            record = record.key(key.as_str());
+        }
+        if let Some(value) = value {
+            record = record.payload(value.as_str());
+        }
+        producer.send(record).map_err(|(e, _)| e).unwrap();
+        producer.poll(Duration::ZERO);
+    }
+    producer.flush(TIMEOUT).unwrap();
+}
+
 /// Every message of `topic` as a read_committed consumer sees it: (key, value), value None for
 /// a tombstone.
 pub fn consume_all(topic: &str) -> Vec<(Option<String>, Option<String>)> {

@@ -108,6 +108,10 @@ pub struct KafkaReader {
     /// The columns decoded from values, and each declared column's source: Some(i) for the
     /// i-th decoded column, None for a metadata column.
     value_schema: SchemaRef,
+    /// `FORMAT UPSERT`: the primary key's columns (indices into `schema`) and their schema,
+    /// which a message key decodes to (a JSON object of those columns, as Weir's own UPSERT
+    /// sinks write it).
+    upsert_key: Option<(Vec<usize>, SchemaRef)>,
     chunk: usize,
     poll: Duration,
     refresh: Duration,
@@ -120,7 +124,9 @@ pub struct KafkaReader {
 }
 
 impl KafkaReader {
-    pub fn new(options: &ConnectorOptions, declared: Option<SchemaRef>) -> Result<KafkaReader> {
+    /// A reader of the topic `options` name, decoding the `declared` columns; `primary_key`:
+    /// the key's column names of a table fed by the topic (`FORMAT UPSERT` needs one).
+    pub fn new(options: &ConnectorOptions, declared: Option<SchemaRef>, primary_key: &[String]) -> Result<KafkaReader> {
         options.only(OPTIONS)?;
         let topic = options.get("topic").ok_or_else(|| invalid("a Kafka source needs topic = '...'".into()))?;
         let servers = options
@@ -140,9 +146,23 @@ impl KafkaReader {
                 return Err(invalid(format!("scan.startup.mode must be earliest, latest or timestamp, not '{other}'")))
             }
         };
-        if let Some(format) = options.get("format").filter(|f| !f.eq_ignore_ascii_case("plain")) {
-            return Err(WeirError::unsupported(format!("FORMAT {format} for a Kafka source (FORMAT PLAIN is)")));
-        }
+        let upsert =
+            match options.get("format").map(str::to_ascii_lowercase).as_deref() {
+                None | Some("plain") => false,
+                Some("upsert") if primary_key.is_empty() => return Err(WeirError::new(
+                    SqlState::INVALID_TABLE_DEFINITION,
+                    "FORMAT UPSERT needs a table with a PRIMARY KEY (the message key's columns)",
+                )
+                .with_hint(
+                    "CREATE TABLE t (..., PRIMARY KEY (k)) WITH (connector = 'kafka', ...) FORMAT UPSERT ENCODE JSON",
+                )),
+                Some("upsert") => true,
+                Some(other) => {
+                    return Err(WeirError::unsupported(format!(
+                        "FORMAT {other} for a Kafka source (FORMAT PLAIN and, for tables, UPSERT are)"
+                    )))
+                }
+            };
         let encoding = match options.get("encode").unwrap_or("json").to_ascii_lowercase().as_str() {
             "json" => TextEncoding::Json,
             "csv" => TextEncoding::Csv,
@@ -152,6 +172,14 @@ impl KafkaReader {
             Some(s) if !s.fields().is_empty() => s,
             _ => return Err(invalid("a Kafka source needs its column list".into())),
         };
+        let key_columns = primary_key
+            .iter()
+            .map(|name| {
+                schema
+                    .index_of(name)
+                    .map_err(|_| WeirError::internal(format!("primary key column {name} not declared")))
+            })
+            .collect::<Result<Vec<usize>>>()?;
         let value_fields: Vec<Field> = schema
             .fields()
             .iter()
@@ -174,6 +202,10 @@ impl KafkaReader {
             startup,
             encoding,
             value_schema: Arc::new(Schema::new(value_fields)),
+            upsert_key: upsert.then(|| {
+                let key_fields: Vec<Field> = key_columns.iter().map(|&i| schema.field(i).clone()).collect();
+                (key_columns, Arc::new(Schema::new(key_fields)))
+            }),
             schema,
             chunk: options.u64_or("kafka.max.chunk.size", 10_000)?.max(1) as usize,
             poll: Duration::from_millis(options.u64_or("kafka.poll.ms", 100)?.max(1)),
@@ -278,8 +310,13 @@ impl KafkaReader {
     fn rows(&mut self, mut records: Vec<Record>, keep_dead: bool) -> Result<RecordBatch> {
         records.sort_by_key(|r| (r.partition, r.offset));
         records.retain(|r| !r.value.is_empty());
+        Ok(self.decode_rows(&records, keep_dead)?.0)
+    }
+
+    /// The rows of `records`, in their order, and which records they are (indices).
+    fn decode_rows(&mut self, records: &[Record], keep_dead: bool) -> Result<(RecordBatch, Vec<usize>)> {
         let mut text = Vec::with_capacity(records.iter().map(|r| r.value.len() + 1).sum());
-        for r in &records {
+        for r in records {
             text.extend_from_slice(&r.value);
             text.push(b'\n');
         }
@@ -300,7 +337,7 @@ impl KafkaReader {
                     (datafusion::arrow::compute::concat_batches(&self.value_schema, &batches)?, kept)
                 }
             };
-        let kept: Vec<&Record> = kept.iter().map(|&i| &records[i]).collect();
+        let kept_records: Vec<&Record> = kept.iter().map(|&i| &records[i]).collect();
         let mut decoded = values.columns().iter();
         let columns = self
             .schema
@@ -308,16 +345,81 @@ impl KafkaReader {
             .iter()
             .map(|field| {
                 let column: ArrayRef = match field.name().as_str() {
-                    PARTITION => Arc::new(Int32Array::from_iter_values(kept.iter().map(|r| r.partition))),
-                    OFFSET => Arc::new(Int64Array::from_iter_values(kept.iter().map(|r| r.offset))),
-                    TIMESTAMP => Arc::new(TimestampMillisecondArray::from_iter(kept.iter().map(|r| r.timestamp))),
-                    KEY => Arc::new(StringArray::from_iter(kept.iter().map(|r| r.key.as_deref()))),
+                    PARTITION => Arc::new(Int32Array::from_iter_values(kept_records.iter().map(|r| r.partition))),
+                    OFFSET => Arc::new(Int64Array::from_iter_values(kept_records.iter().map(|r| r.offset))),
+                    TIMESTAMP => {
+                        Arc::new(TimestampMillisecondArray::from_iter(kept_records.iter().map(|r| r.timestamp)))
+                    }
+                    KEY => Arc::new(StringArray::from_iter(kept_records.iter().map(|r| r.key.as_deref()))),
                     _ => return Ok(Arc::clone(decoded.next().expect("a decoded column per value field"))),
                 };
                 Ok(datafusion::arrow::compute::cast(&column, field.data_type())?)
             })
             .collect::<Result<Vec<ArrayRef>>>()?;
-        Ok(RecordBatch::try_new(Arc::clone(&self.schema), columns)?)
+        Ok((RecordBatch::try_new(Arc::clone(&self.schema), columns)?, kept))
+    }
+
+    /// `FORMAT UPSERT`: a chunk's messages netted per key, the last one winning: the rows to
+    /// store and the keys (columns `key_schema`) to delete (empty values: tombstones). A message
+    /// without a key, or with a key or value that does not decode, is a dead letter.
+    fn keyed_rows(
+        &mut self,
+        mut records: Vec<Record>,
+        (key_columns, key_schema): &(Vec<usize>, SchemaRef),
+    ) -> Result<(RecordBatch, RecordBatch)> {
+        use datafusion::arrow::row::{RowConverter, SortField};
+        records.sort_by_key(|r| (r.partition, r.offset));
+        let read_at = chrono::Utc::now().timestamp_micros();
+        let topic = self.topic.clone();
+        let position = |r: &Record| format!("{topic}:{}:{}", r.partition, r.offset);
+        let (keyed, keyless): (Vec<Record>, Vec<Record>) = records.into_iter().partition(|r| r.key.is_some());
+        for r in &keyless {
+            self.dead.push(DeadLetter {
+                position: position(r),
+                error: "a message of a FORMAT UPSERT topic needs a key".into(),
+                raw: String::from_utf8_lossy(&r.value[..r.value.len().min(1024)]).into_owned(),
+                read_at_micros: read_at,
+            });
+        }
+        let (tombstones, values): (Vec<Record>, Vec<Record>) = keyed.into_iter().partition(|r| r.value.is_empty());
+        let (rows, row_records) = self.decode_rows(&values, true)?;
+        let keys_text = tombstones.iter().map(|r| (position(r), r.key.as_deref().unwrap_or_default().as_bytes()));
+        let (good, dead) = records::decode_each(TextEncoding::Json, key_schema, keys_text);
+        self.dead.extend(dead);
+        let key_records: Vec<usize> = good.iter().map(|(i, _)| *i).collect();
+        let keys = datafusion::arrow::compute::concat_batches(key_schema, good.iter().map(|(_, b)| b))?;
+        // Each key's last message, in (partition, offset) order.
+        let fields = key_schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
+        let converter = RowConverter::new(fields)?;
+        let row_keys = converter.convert_columns(&rows.project(key_columns)?.columns().to_vec())?;
+        let tombstone_keys = converter.convert_columns(keys.columns())?;
+        let mut events: Vec<((i32, i64), bool, usize)> = Vec::new();
+        events.extend(
+            row_records.iter().enumerate().map(|(row, &r)| ((values[r].partition, values[r].offset), true, row)),
+        );
+        events.extend(
+            key_records
+                .iter()
+                .enumerate()
+                .map(|(key, &r)| ((tombstones[r].partition, tombstones[r].offset), false, key)),
+        );
+        events.sort_unstable_by_key(|(at, _, _)| *at);
+        let mut last: std::collections::HashMap<&[u8], (bool, usize)> = std::collections::HashMap::new();
+        for &(_, is_row, index) in &events {
+            let key = if is_row { row_keys.row(index) } else { tombstone_keys.row(index) };
+            last.insert(key.data(), (is_row, index));
+        }
+        let mut upserts: Vec<u32> = last.values().filter(|(is_row, _)| *is_row).map(|(_, i)| *i as u32).collect();
+        let mut deletes: Vec<u32> = last.values().filter(|(is_row, _)| !*is_row).map(|(_, i)| *i as u32).collect();
+        upserts.sort_unstable();
+        deletes.sort_unstable();
+        let take = |batch: &RecordBatch, picks: Vec<u32>| -> Result<RecordBatch> {
+            Ok(datafusion::arrow::compute::take_record_batch(
+                batch,
+                &datafusion::arrow::array::UInt32Array::from(picks),
+            )?)
+        };
+        Ok((take(&rows, upserts)?, take(&keys, deletes)?))
     }
 }
 
@@ -395,8 +497,14 @@ impl SourceReader for KafkaReader {
         }
         let read = records.len() as u64;
         let offsets = self.consumer.as_ref().map(|(_, o)| o.clone()).unwrap_or_default();
-        let rows = self.rows(records, true)?;
-        Ok(Chunk::Rows(rows, offsets::position(from.records + read, &offsets)))
+        let position = offsets::position(from.records + read, &offsets);
+        if let Some(key) = self.upsert_key.take() {
+            let keyed = self.keyed_rows(records, &key);
+            self.upsert_key = Some(key);
+            let (upserts, deleted) = keyed?;
+            return Ok(Chunk::Keyed { upserts, deleted, position });
+        }
+        Ok(Chunk::Rows(self.rows(records, true)?, position))
     }
 
     fn replayable(&self) -> bool {

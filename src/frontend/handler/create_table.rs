@@ -28,8 +28,9 @@ use crate::types::window::is_time_type;
 /// or, when the statement lists columns, those, which must have the connector's names in its
 /// order (their types are what the connector's values are cast to). And whether the connector
 /// can produce its rows again (then they are not stored: [`crate::connectors::replay`]).
-fn source_schema(options: &ConnectorOptions, declared: Schema) -> Result<(Schema, bool)> {
-    let mut reader = crate::connectors::registry::reader(options, Some(std::sync::Arc::new(declared.clone())))?;
+fn source_schema(options: &ConnectorOptions, declared: Schema, primary_key: &[String]) -> Result<(Schema, bool)> {
+    let declared_schema = Some(std::sync::Arc::new(declared.clone()));
+    let mut reader = crate::connectors::registry::reader(options, declared_schema, primary_key)?;
     reader.check()?;
     let (connector, replayable) = (reader.schema(), reader.replayable());
     if declared.fields().is_empty() {
@@ -162,6 +163,9 @@ pub async fn handle(
         None => None,
     };
     let is_source = clauses.source.is_some();
+    // `CREATE TABLE ... WITH (connector = ...)`: the connector's rows stored (and upserted by
+    // the primary key, if any), not read again from the connector.
+    let stored = clauses.table_with_connector;
     let mut processing_time = stamped.as_ref().map(|(index, _)| *index);
     let mut replayed = false;
     if let Some(options) = &clauses.source {
@@ -170,8 +174,9 @@ pub async fn handle(
             fields.remove(index);
             field
         });
-        let (connector_schema, replayable) = source_schema(options, Schema::new(fields))?;
-        replayed = replayable;
+        let key_names: Vec<String> = primary_key.iter().map(|&i| schema.field(i).name().clone()).collect();
+        let (connector_schema, replayable) = source_schema(options, Schema::new(fields), &key_names)?;
+        replayed = replayable && !stored;
         let mut all = connector_schema.fields().to_vec();
         if let Some(field) = stamped {
             processing_time = Some(all.len());
@@ -179,15 +184,19 @@ pub async fn handle(
         }
         schema = Schema::new(all);
     }
-    let append_only = clauses.append_only || is_source;
+    let append_only = clauses.append_only || (is_source && primary_key.is_empty());
     let sort_fields: Vec<SortField> = schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
     if !RowConverter::supports_fields(&sort_fields) {
         return Err(WeirError::unsupported("a column type of this table cannot be stored yet"));
     }
 
     let is_ctas = !matches!(cmt.input.as_ref(), LogicalPlan::EmptyRelation(_));
-    if is_source && (is_ctas || !primary_key.is_empty()) {
-        return Err(WeirError::unsupported("a source takes neither AS SELECT nor a PRIMARY KEY"));
+    if is_source && is_ctas {
+        return Err(WeirError::unsupported("a table fed by a connector takes no AS SELECT"));
+    }
+    if is_source && !stored && !primary_key.is_empty() {
+        return Err(WeirError::unsupported("a source takes no PRIMARY KEY")
+            .with_hint("CREATE TABLE ... (..., PRIMARY KEY (...)) WITH (connector = ...) keeps the rows by key."));
     }
     if append_only && !primary_key.is_empty() {
         return Err(WeirError::unsupported(
@@ -217,7 +226,7 @@ pub async fn handle(
                 return Err(e);
             }
         }
-        return Ok(StatementResult::command("CREATE SOURCE"));
+        return Ok(StatementResult::command(if stored { "CREATE TABLE" } else { "CREATE SOURCE" }));
     }
     if !is_ctas {
         return Ok(StatementResult::command("CREATE TABLE"));
