@@ -116,3 +116,52 @@ async fn create_sink_refuses_what_it_cannot_deliver() {
     assert!(rows(&c, "SHOW SINKS").await.is_empty());
     assert_eq!(rows(&c, "SELECT count(*) FROM v").await, ["0"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_create_makes_the_table_with_the_views_types_and_key() {
+    let (pg, jdbc) = database("autocreate").await;
+    let server = TestServer::start_with(&["--checkpoint-interval", "200ms"]);
+    let c = server.connect().await;
+    c.batch_execute(&format!(
+        "CREATE TABLE t (k INT PRIMARY KEY, name VARCHAR, amount DECIMAL(10, 2), at TIMESTAMP, ok BOOLEAN, x DOUBLE);
+         INSERT INTO t VALUES (1, 'a', 1.50, '2026-01-02 03:04:05', true, 0.5), (2, NULL, NULL, NULL, NULL, NULL);
+         CREATE MATERIALIZED VIEW v AS SELECT k, name, amount, at, ok, x, k::BIGINT * 10 AS big FROM t;
+         CREATE SINK s FROM v WITH (connector = 'jdbc', jdbc.url = '{jdbc}', table.name = 'made', primary_key = 'k', auto_create = 'true');"
+    ))
+    .await
+    .unwrap();
+    let columns = rows(
+        &pg,
+        "SELECT column_name, data_type, is_nullable FROM information_schema.columns WHERE table_name = 'made'",
+    )
+    .await;
+    assert_eq!(
+        columns,
+        [
+            "amount|numeric|YES",
+            "at|timestamp without time zone|YES",
+            "big|bigint|YES",
+            "k|integer|NO",
+            "name|text|YES",
+            "ok|boolean|YES",
+            "x|double precision|YES"
+        ]
+    );
+    let key =
+        "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) \
+               WHERE i.indrelid = 'made'::regclass AND i.indisprimary";
+    assert_eq!(rows(&pg, key).await, ["k"]);
+    c.batch_execute("UPDATE t SET name = 'b' WHERE k = 2; DELETE FROM t WHERE k = 1").await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while rows(&pg, "SELECT k, name, amount, big FROM made").await != ["2|b|NULL|20"] && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(rows(&pg, "SELECT k, name, amount, big FROM made").await, ["2|b|NULL|20"]);
+    let bad = c
+        .batch_execute(&format!(
+            "CREATE SINK s2 FROM v WITH (connector = 'jdbc', jdbc.url = '{jdbc}', table.name = 'x', primary_key = 'k', auto_create = 'yes')"
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(bad.code().map(|s| s.code()), Some("22023"), "{bad:?}");
+}

@@ -13,7 +13,8 @@
 //! same transaction sets the sink's row of `weir_sink_marker (sink, epoch)` (made if missing) to
 //! the checkpoint: the marker a restart reads. Values are sent as quoted text literals, which
 //! PostgreSQL casts to the table's column types; the table must exist, with the view's column
-//! names.
+//! names, unless `auto_create = 'true'`: then CREATE SINK makes it if it is missing, with the
+//! view's columns (their Postgres types, [`postgres_type`]) and `primary_key` as its key.
 
 use std::time::Duration;
 
@@ -26,7 +27,8 @@ use crate::connectors::sink::{key_columns, net_by_key, SinkWriter};
 use crate::error::{Result, SqlState, WeirError};
 use crate::types::{ChangeBatch, Epoch};
 
-pub const OPTIONS: &[&str] = &["connector", "jdbc.url", "url", "table.name", "primary_key", "format", "encode"];
+pub const OPTIONS: &[&str] =
+    &["connector", "jdbc.url", "url", "table.name", "primary_key", "auto_create", "format", "encode"];
 
 fn invalid(message: String) -> WeirError {
     WeirError::new(SqlState::INVALID_PARAMETER_VALUE, message)
@@ -40,6 +42,9 @@ pub struct PostgresSink {
     table: String,
     /// The view's column names, quoted.
     columns: Vec<String>,
+    /// The table's definition (columns with their Postgres types, the key) when CREATE SINK may
+    /// make it (`auto_create`).
+    create: Option<String>,
     /// The primary key's columns (indices); None: inserts only.
     key: Option<Vec<usize>>,
     identity: String,
@@ -100,10 +105,32 @@ impl PostgresSink {
                 .with_hint("Give primary_key = '...': changed rows are upserted, gone ones deleted."))
             }
         };
+        let columns: Vec<String> = schema.fields().iter().map(|f| quote_ident(f.name())).collect();
+        let auto_create = match options.get("auto_create").map(str::to_ascii_lowercase).as_deref() {
+            None | Some("false") => false,
+            Some("true") => true,
+            Some(other) => return Err(invalid(format!("auto_create must be true or false, not '{other}'"))),
+        };
+        let create = auto_create.then(|| {
+            let mut definition: Vec<String> = columns
+                .iter()
+                .zip(schema.fields())
+                .map(|(name, f)| {
+                    let not_null = if f.is_nullable() { "" } else { " NOT NULL" };
+                    format!("{name} {}{not_null}", postgres_type(f.data_type()))
+                })
+                .collect();
+            if let Some(key) = &key {
+                let key: Vec<&str> = key.iter().map(|&i| columns[i].as_str()).collect();
+                definition.push(format!("PRIMARY KEY ({})", key.join(", ")));
+            }
+            definition.join(", ")
+        });
         Ok(PostgresSink {
             config: config_of(url)?,
             table: table.split('.').map(quote_ident).collect::<Vec<_>>().join("."),
-            columns: schema.fields().iter().map(|f| quote_ident(f.name())).collect(),
+            columns,
+            create,
             key,
             identity: format!("weir-sink-{sink_id}"),
             client: None,
@@ -229,11 +256,41 @@ impl PostgresSink {
     }
 }
 
+/// The PostgreSQL type of a view's column of `data_type` (text for types it has no match for:
+/// values are sent as text either way).
+pub fn postgres_type(data_type: &datafusion::arrow::datatypes::DataType) -> String {
+    use datafusion::arrow::datatypes::DataType as T;
+    match data_type {
+        T::Boolean => "boolean".into(),
+        T::Int8 | T::Int16 | T::UInt8 => "smallint".into(),
+        T::Int32 | T::UInt16 => "integer".into(),
+        T::Int64 | T::UInt32 => "bigint".into(),
+        T::UInt64 => "numeric(20, 0)".into(),
+        T::Float16 | T::Float32 => "real".into(),
+        T::Float64 => "double precision".into(),
+        T::Decimal128(p, s) | T::Decimal256(p, s) if *s >= 0 => format!("numeric({p}, {s})"),
+        T::Date32 | T::Date64 => "date".into(),
+        T::Time32(_) | T::Time64(_) => "time".into(),
+        T::Timestamp(_, None) => "timestamp".into(),
+        T::Timestamp(_, Some(_)) => "timestamptz".into(),
+        T::Interval(_) | T::Duration(_) => "interval".into(),
+        T::Decimal128(..) | T::Decimal256(..) => "numeric".into(),
+        T::Binary | T::LargeBinary | T::BinaryView | T::FixedSizeBinary(_) => "bytea".into(),
+        _ => "text".into(),
+    }
+}
+
 impl SinkWriter for PostgresSink {
-    /// The database answers and the table exists.
+    /// The database answers and the table exists (made now with `auto_create`).
     fn check(&mut self) -> Result<()> {
         let table = self.table.clone();
+        let create = self.create.as_ref().map(|columns| format!("CREATE TABLE IF NOT EXISTS {table} ({columns})"));
         let client = self.client()?;
+        if let Some(create) = create {
+            tokio::runtime::Handle::current().block_on(client.batch_execute(&create)).map_err(|e| {
+                WeirError::new(SqlState::INVALID_PARAMETER_VALUE, format!("making Postgres sink table {table}: {e}"))
+            })?;
+        }
         let found = tokio::runtime::Handle::current()
             .block_on(client.simple_query(&format!("SELECT * FROM {table} LIMIT 0")))
             .map_err(|e| WeirError::new(SqlState::UNDEFINED_TABLE, format!("Postgres sink table {table}: {e}")));
