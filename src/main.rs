@@ -85,6 +85,13 @@ enum BenchCommand {
         /// (`file.immutable`) and keeping offsets only.
         #[arg(long)]
         store_file_rows: bool,
+        /// Read the bids from a Kafka topic on this broker and write the view to another
+        /// (see src/bench/kafka.rs), instead of the built-in generator.
+        #[arg(long, value_name = "HOST:PORT")]
+        kafka: Option<String>,
+        /// With --kafka: the sink's delivery guarantee, exactly-once, at-least-once, or none.
+        #[arg(long, default_value = "exactly-once")]
+        sink: String,
     },
 }
 
@@ -197,6 +204,8 @@ fn main() -> std::process::ExitCode {
                     files,
                     format,
                     store_file_rows,
+                    kafka,
+                    sink,
                 },
         }) => {
             let options = weir::bench::nexmark::NexmarkOptions {
@@ -215,6 +224,10 @@ fn main() -> std::process::ExitCode {
                 format,
                 store_file_rows,
             };
+            if let Some(servers) = kafka {
+                let kafka = weir::bench::kafka::KafkaBenchOptions { servers, sink };
+                return run_bench(weir::bench::kafka::run(options, kafka));
+            }
             return run_bench(weir::bench::nexmark::run(options));
         }
         None => cli.serve,

@@ -133,7 +133,7 @@ fn file_sources(dir: &Path, events: u64, format: &str, chunk: u64, store_rows: b
 }
 
 /// The queries shipped in `sql/nexmark/`.
-const QUERIES: &[(&str, &str)] = &[
+pub(crate) const QUERIES: &[(&str, &str)] = &[
     ("q0", include_str!("../../sql/nexmark/q0.sql")),
     ("q1", include_str!("../../sql/nexmark/q1.sql")),
     ("q2", include_str!("../../sql/nexmark/q2.sql")),
@@ -163,7 +163,7 @@ const QUERIES: &[(&str, &str)] = &[
 const SOURCES: &str = include_str!("../../sql/nexmark/sources.sql");
 
 /// The `q` quantile of a histogram, as the upper bound of the bucket it falls in.
-fn quantile(histogram: &prometheus::Histogram, q: f64) -> f64 {
+pub(crate) fn quantile(histogram: &prometheus::Histogram, q: f64) -> f64 {
     use prometheus::core::Metric;
     let metric = histogram.metric();
     let h = metric.get_histogram();
@@ -172,7 +172,7 @@ fn quantile(histogram: &prometheus::Histogram, q: f64) -> f64 {
 }
 
 /// CPU seconds this process has used (user + system).
-fn cpu_seconds() -> f64 {
+pub(crate) fn cpu_seconds() -> f64 {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
     // Fields after the command name (which is in parentheses): utime and stime are 14 and 15.
     let after = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");

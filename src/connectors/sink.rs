@@ -149,6 +149,16 @@ fn outbox(store: &dyn StateStore, sink: &Relation, through: Epoch) -> Result<Vec
     Ok(entries)
 }
 
+/// How many checkpoints' changes `sink` holds and has not delivered yet (its outbox entries).
+pub fn undelivered(store: &dyn StateStore, sink: &Relation) -> Result<usize> {
+    let mut count = 0;
+    store.scan_prefix(&segment_key(sink.def.id, &[]), &mut |_, _| {
+        count += 1;
+        Ok(ScanControl::Continue)
+    })?;
+    Ok(count)
+}
+
 /// The job that keeps a sink's outbox: the view's changes, one entry per checkpoint.
 pub struct SinkJob {
     pub sink: Arc<Relation>,

@@ -1,0 +1,317 @@
+//! `weir bench nexmark --kafka HOST:PORT --query qN --events N`: a Nexmark query with Kafka
+//! in and out, against a real broker. The generator's bids (those among the first N events)
+//! are JSON messages on a fresh 4-partition topic; Weir reads it with a Kafka source, keeps the
+//! view, and a sink writes the view to another fresh topic, `FORMAT UPSERT` keyed by all its
+//! columns, exactly once (`--sink at-least-once`, or `none` for no sink). Checkpoints every
+//! `--checkpoint-interval` (1 s unless given): a sink delivers at checkpoints.
+//!
+//! - Throughput (`--rate 0`): the bids are produced first (untimed; the producer's rate is
+//!   printed), then timed from creating the source until the view holds every bid and the
+//!   sink has committed every change (its outbox empty after a final checkpoint).
+//! - Latency (`--rate R`): the pipeline is made first, then a producer sends R bids per second,
+//!   each bid's `date_time` set to when it is sent, while a `read_committed` consumer reads
+//!   the sink's topic: end-to-end latency is a message's arrival minus its row's `date_time`
+//!   (the bid it came from was sent then), p50 and p99 over every message (views with a
+//!   `date_time` column: q7's). Runs for N / R seconds.
+//!
+//! Prints one human line and one JSON line, as `weir bench nexmark` does.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use datafusion::arrow::array::{RecordBatch, TimestampMillisecondArray};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+
+use super::nexmark::{cpu_seconds, NexmarkOptions, QUERIES};
+use super::{peak_rss_mib, Harness};
+use crate::connectors::nexmark::generator::{EventKind, Generator, GeneratorConfig};
+use crate::connectors::source::stored_position;
+use crate::error::{Result, WeirError};
+
+/// What the Kafka mode adds to a Nexmark run.
+pub struct KafkaBenchOptions {
+    /// The broker's bootstrap servers.
+    pub servers: String,
+    /// `exactly-once`, `at-least-once` or `none` (no sink).
+    pub sink: String,
+}
+
+const PARTITIONS: i32 = 4;
+
+fn kafka_error(what: &str) -> impl Fn(rdkafka::error::KafkaError) -> WeirError + '_ {
+    move |e| WeirError::new(crate::error::SqlState::UNABLE_TO_CONNECT, format!("{what}: {e}"))
+}
+
+async fn create_topic(servers: &str, name: &str) -> Result<()> {
+    let admin: AdminClient<DefaultClientContext> =
+        ClientConfig::new().set("bootstrap.servers", servers).create().map_err(kafka_error("Kafka admin client"))?;
+    let topic = NewTopic::new(name, PARTITIONS, TopicReplication::Fixed(1)).set("retention.ms", "-1");
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    let created = admin.create_topics(&[topic], &options).await.map_err(kafka_error("creating a topic"))?;
+    for result in created {
+        result.map_err(|(topic, e)| WeirError::internal(format!("creating topic {topic}: {e}")))?;
+    }
+    Ok(())
+}
+
+fn producer(servers: &str) -> Result<BaseProducer> {
+    ClientConfig::new()
+        .set("bootstrap.servers", servers)
+        .set("linger.ms", "5")
+        .set("batch.size", "1000000")
+        .set("queue.buffering.max.messages", "1000000")
+        .set("compression.type", "lz4")
+        .create()
+        .map_err(kafka_error("Kafka producer"))
+}
+
+/// Sends each row of `bids` as one JSON message; returns how many.
+fn send_bids(producer: &BaseProducer, topic: &str, bids: &RecordBatch) -> Result<usize> {
+    let mut writer = datafusion::arrow::json::LineDelimitedWriter::new(Vec::new());
+    writer.write(bids)?;
+    writer.finish()?;
+    let text = writer.into_inner();
+    let mut sent = 0;
+    for line in text.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic).payload(line);
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((rdkafka::error::KafkaError::MessageProduction(_), back)) => {
+                    producer.poll(Duration::from_millis(10));
+                    record = back;
+                }
+                Err((e, _)) => return Err(kafka_error("producing bids")(e)),
+            }
+        }
+        sent += 1;
+    }
+    producer.poll(Duration::ZERO);
+    Ok(sent)
+}
+
+/// `bids` with `date_time` set to now.
+fn stamped_now(bids: &RecordBatch) -> Result<RecordBatch> {
+    let index = bids.schema().index_of("date_time")?;
+    let now = chrono::Utc::now().timestamp_millis();
+    let mut columns = bids.columns().to_vec();
+    columns[index] = Arc::new(TimestampMillisecondArray::from(vec![now; bids.num_rows()]));
+    Ok(RecordBatch::try_new(bids.schema(), columns)?)
+}
+
+/// The exact `q` quantile of `values` (sorted).
+fn quantile(values: &[f64], q: f64) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    values[((values.len() as f64 * q).ceil() as usize).clamp(1, values.len()) - 1]
+}
+
+pub async fn run(options: NexmarkOptions, kafka: KafkaBenchOptions) -> Result<()> {
+    let (_, view) = QUERIES
+        .iter()
+        .find(|(name, _)| *name == options.query)
+        .ok_or_else(|| WeirError::syntax(format!("unknown query {}", options.query)))?;
+    let exactly_once = match kafka.sink.as_str() {
+        "exactly-once" => Some(true),
+        "at-least-once" => Some(false),
+        "none" => None,
+        other => return Err(WeirError::syntax(format!("--sink {other}: exactly-once, at-least-once or none"))),
+    };
+    let suffix = format!("{}-{}", std::process::id(), chrono::Utc::now().timestamp_millis());
+    let (input, output) = (format!("weir-bench-bids-{suffix}"), format!("weir-bench-{}-{suffix}", options.query));
+    create_topic(&kafka.servers, &input).await?;
+    create_topic(&kafka.servers, &output).await?;
+    let generator = Generator::new(EventKind::Bid, GeneratorConfig::default());
+    let p = producer(&kafka.servers)?;
+    let mut bids = 0u64;
+    if options.rate == 0 {
+        let started = Instant::now();
+        let mut from = 0;
+        while from < options.events {
+            let to = (from + 100_000).min(options.events);
+            bids += tokio::task::block_in_place(|| send_bids(&p, &input, &generator.batch(from, to)?))? as u64;
+            from = to;
+        }
+        tokio::task::block_in_place(|| p.flush(Duration::from_secs(120))).map_err(kafka_error("flushing bids"))?;
+        let seconds = started.elapsed().as_secs_f64();
+        eprintln!("produced {bids} bids to {input} in {seconds:.1} s ({:.0} messages/s)", bids as f64 / seconds);
+    }
+
+    let checkpoints = options.checkpoints.clone().unwrap_or(crate::checkpoint::CheckpointConfig {
+        interval_ms: 1000,
+        ..Default::default()
+    });
+    let interval_ms = checkpoints.interval_ms;
+    let started = Instant::now();
+    let cpu_before = cpu_seconds();
+    let mut h = Harness::with_epoch(options.epoch, Some(checkpoints)).await?;
+    h.run(&format!("SET streaming_parallelism = {}", options.parallelism)).await?;
+    h.run(&format!(
+        "CREATE SOURCE bid (auction BIGINT, bidder BIGINT, price BIGINT, channel VARCHAR, url VARCHAR, \
+         date_time TIMESTAMP, extra VARCHAR, p_time AS PROCTIME(), \
+         WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND) \
+         WITH (connector = 'kafka', topic = '{input}', properties.bootstrap.server = '{}', \
+         kafka.max.chunk.size = '{}') FORMAT PLAIN ENCODE JSON",
+        kafka.servers, options.chunk
+    ))
+    .await?;
+    h.run(view).await.map_err(|e| {
+        WeirError::syntax(format!("{} in Kafka mode (only queries over bid run): {e}", options.query))
+    })?;
+    let catalog = Arc::clone(h.frontend.catalog());
+    let view_relation = catalog.get(&options.query).ok_or_else(|| WeirError::internal("the view is missing"))?;
+    let columns: Vec<String> = view_relation.schema.fields().iter().map(|f| f.name().clone()).collect();
+    if let Some(exactly_once) = exactly_once {
+        let guarantee = if exactly_once { "exactly-once" } else { "at-least-once" };
+        h.run(&format!(
+            "CREATE SINK bench_out FROM {} WITH (connector = 'kafka', topic = '{output}', \
+             properties.bootstrap.server = '{}', primary_key = '{}', sink.delivery_guarantee = '{guarantee}') \
+             FORMAT UPSERT ENCODE JSON",
+            options.query,
+            kafka.servers,
+            columns.join(",")
+        ))
+        .await?;
+    }
+
+    let mut latencies: Vec<f64> = Vec::new();
+    if options.rate == 0 {
+        let source = catalog.get("bid").ok_or_else(|| WeirError::internal("source missing"))?;
+        while stored_position(&catalog, &source)?.records < bids {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        h.run("FLUSH").await?;
+    } else {
+        if !columns.iter().any(|c| c == "date_time") || exactly_once.is_none() {
+            return Err(WeirError::syntax(
+                "--rate with --kafka measures end to end through the sink: a query whose view has date_time (q7) and a sink",
+            ));
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let consumer = {
+            let (servers, output, stop) = (kafka.servers.clone(), output.clone(), Arc::clone(&stop));
+            std::thread::spawn(move || read_latencies(&servers, &output, &stop))
+        };
+        let seconds = options.events as f64 / options.rate as f64;
+        let per_tick = (options.rate / 100).max(1);
+        let mut from = 0u64;
+        let mut tick = tokio::time::interval(Duration::from_millis(10));
+        while from < options.events {
+            tick.tick().await;
+            let to = (from + per_tick * 50 / 46).min(options.events);
+            let batch = stamped_now(&generator.batch(from, to)?)?;
+            bids += tokio::task::block_in_place(|| send_bids(&p, &input, &batch))? as u64;
+            from = to;
+        }
+        tokio::task::block_in_place(|| p.flush(Duration::from_secs(60))).map_err(kafka_error("flushing bids"))?;
+        eprintln!("sent {bids} bids at {:.0}/s over {seconds:.0} s", bids as f64 / started.elapsed().as_secs_f64());
+        let source = catalog.get("bid").ok_or_else(|| WeirError::internal("source missing"))?;
+        while stored_position(&catalog, &source)?.records < bids {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        h.run("FLUSH").await?;
+        wait_delivered(&h, &catalog).await?;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        stop.store(true, Ordering::SeqCst);
+        latencies = consumer.join().map_err(|_| WeirError::internal("the consumer thread panicked"))??;
+    }
+    if exactly_once.is_some() {
+        wait_delivered(&h, &catalog).await?;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let cpu = cpu_seconds() - cpu_before;
+    latencies.sort_by(f64::total_cmp);
+    let (p50, p99) = (quantile(&latencies, 0.5) * 1000.0, quantile(&latencies, 0.99) * 1000.0);
+    let rate = bids as f64 / seconds;
+    let rss = peak_rss_mib();
+    let sink = kafka.sink.clone();
+    let latency = if options.rate > 0 {
+        format!(
+            ", end to end (sent to committed in the sink's topic, {} messages) p50 {p50:.0} ms p99 {p99:.0} ms",
+            latencies.len()
+        )
+    } else {
+        String::new()
+    };
+    println!(
+        "nexmark {} (Kafka in, sink {sink}): {bids} bids in {seconds:.2} s = {rate:.0} bids/s, {:.2} CPU s per million bids{latency}, checkpoints every {interval_ms} ms, peak RSS {rss:.0} MiB ({} cores)",
+        options.query,
+        cpu / (bids as f64 / 1e6),
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    );
+    let whole = |v: f64| v.is_finite().then(|| v.round() as u64);
+    let json = serde_json::json!({
+        "query": options.query,
+        "source": "kafka",
+        "sink": sink,
+        "bids": bids,
+        "rate": options.rate,
+        "parallelism": options.parallelism,
+        "seconds": (seconds * 1000.0).round() / 1000.0,
+        "bids_per_second": whole(rate),
+        "end_to_end_p50_ms": whole(p50),
+        "end_to_end_p99_ms": whole(p99),
+        "peak_rss_mib": whole(rss),
+        "checkpoint_interval_ms": interval_ms,
+    });
+    println!("{json}");
+    Ok(())
+}
+
+/// Waits until the sink has committed everything the view holds now: a checkpoint taken after
+/// the caller's FLUSH, then the sink's outbox empty.
+async fn wait_delivered(h: &Harness, catalog: &Arc<crate::catalog::Catalog>) -> Result<()> {
+    h.frontend.streaming().coordinator.checkpoint_now().await;
+    let sink = catalog.get("bench_out").ok_or_else(|| WeirError::internal("the sink is missing"))?;
+    while crate::connectors::sink::undelivered(catalog.store().as_ref(), &sink)? > 0 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
+
+/// Reads `topic` as a `read_committed` consumer until `stop`: for each message with a row, now
+/// minus its `date_time` (seconds).
+fn read_latencies(servers: &str, topic: &str, stop: &AtomicBool) -> Result<Vec<f64>> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", servers)
+        .set("group.id", format!("weir-bench-reader-{topic}"))
+        .set("isolation.level", "read_committed")
+        .set("auto.offset.reset", "earliest")
+        .set("fetch.wait.max.ms", "10")
+        .create()
+        .map_err(kafka_error("Kafka consumer"))?;
+    consumer.subscribe(&[topic]).map_err(kafka_error("subscribing"))?;
+    let mut latencies = Vec::new();
+    while !stop.load(Ordering::SeqCst) {
+        let Some(Ok(message)) = consumer.poll(Duration::from_millis(50)) else { continue };
+        let now = chrono::Utc::now().naive_utc();
+        let Some(row) = message.payload().and_then(|p| serde_json::from_slice::<serde_json::Value>(p).ok()) else {
+            continue;
+        };
+        let sent = row["date_time"]
+            .as_str()
+            .and_then(|t| chrono::NaiveDateTime::parse_from_str(t, "%Y-%m-%dT%H:%M:%S%.f").ok());
+        if let Some(sent) = sent {
+            latencies.push((now - sent).num_microseconds().unwrap_or(0) as f64 / 1e6);
+        }
+    }
+    Ok(latencies)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn quantiles_are_exact() {
+        let values: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(super::quantile(&values, 0.5), 50.0);
+        assert_eq!(super::quantile(&values, 0.99), 99.0);
+        assert!(super::quantile(&[], 0.5).is_nan());
+    }
+}
