@@ -92,6 +92,9 @@ enum BenchCommand {
         /// With --kafka: the sink's delivery guarantee, exactly-once, at-least-once, or none.
         #[arg(long, default_value = "exactly-once")]
         sink: String,
+        /// With --kafka: only produce the bids to this topic (the benchmark's producer process).
+        #[arg(long, hide = true)]
+        produce_to: Option<String>,
     },
 }
 
@@ -206,6 +209,7 @@ fn main() -> std::process::ExitCode {
                     store_file_rows,
                     kafka,
                     sink,
+                    produce_to,
                 },
         }) => {
             let options = weir::bench::nexmark::NexmarkOptions {
@@ -224,6 +228,9 @@ fn main() -> std::process::ExitCode {
                 format,
                 store_file_rows,
             };
+            if let (Some(servers), Some(topic)) = (&kafka, produce_to) {
+                return run_bench(weir::bench::kafka::produce(options, servers.clone(), topic));
+            }
             if let Some(servers) = kafka {
                 let kafka = weir::bench::kafka::KafkaBenchOptions { servers, sink };
                 return run_bench(weir::bench::kafka::run(options, kafka));

@@ -5,14 +5,17 @@
 //! columns, exactly once (`--sink at-least-once`, or `none` for no sink). Checkpoints every
 //! `--checkpoint-interval` (1 s unless given): a sink delivers at checkpoints.
 //!
-//! - Throughput (`--rate 0`): the bids are produced first (untimed; the producer's rate is
-//!   printed), then timed from creating the source until the view holds every bid and the
-//!   sink has committed every change (its outbox empty after a final checkpoint).
-//! - Latency (`--rate R`): the pipeline is made first, then a producer sends R bids per second,
-//!   each bid's `date_time` set to when it is sent, while a `read_committed` consumer reads
-//!   the sink's topic: end-to-end latency is a message's arrival minus its row's `date_time`
-//!   (the bid it came from was sent then), p50 and p99 over every message (views with a
-//!   `date_time` column: q7's). Runs for N / R seconds.
+//! The bids are produced while the pipeline runs, by a process of its own (`--produce-to`, so
+//! its memory is not counted as Weir's; it shares the machine's cores with Weir and the
+//! broker), so the source reads near the topic's head, as in production.
+//! - Throughput (`--rate 0`): the producer sends as fast as the broker takes; timed from
+//!   creating the source until the view holds every bid and the sink has committed every
+//!   change (its outbox empty after a final checkpoint).
+//! - Latency (`--rate R`): the producer sends R events' bids per second, each bid's
+//!   `date_time` set to when it is sent, while a `read_committed` consumer reads the sink's
+//!   topic: end-to-end latency is a message's arrival minus its row's `date_time` (the bid it
+//!   came from was sent then), p50 and p99 over every message (views with a `date_time`
+//!   column: q0's every bid, q7's highest bids). Runs for N / R seconds.
 //!
 //! Prints one human line and one JSON line, as `weir bench nexmark` does.
 
@@ -128,26 +131,12 @@ pub async fn run(options: NexmarkOptions, kafka: KafkaBenchOptions) -> Result<()
     let (input, output) = (format!("weir-bench-bids-{suffix}"), format!("weir-bench-{}-{suffix}", options.query));
     create_topic(&kafka.servers, &input).await?;
     create_topic(&kafka.servers, &output).await?;
-    let generator = Generator::new(EventKind::Bid, GeneratorConfig::default());
-    let p = producer(&kafka.servers)?;
-    let mut bids = 0u64;
-    if options.rate == 0 {
-        let started = Instant::now();
-        let mut from = 0;
-        while from < options.events {
-            let to = (from + 100_000).min(options.events);
-            bids += tokio::task::block_in_place(|| send_bids(&p, &input, &generator.batch(from, to)?))? as u64;
-            from = to;
-        }
-        tokio::task::block_in_place(|| p.flush(Duration::from_secs(120))).map_err(kafka_error("flushing bids"))?;
-        let seconds = started.elapsed().as_secs_f64();
-        eprintln!("produced {bids} bids to {input} in {seconds:.1} s ({:.0} messages/s)", bids as f64 / seconds);
-    }
-
-    let checkpoints = options.checkpoints.clone().unwrap_or(crate::checkpoint::CheckpointConfig {
-        interval_ms: 1000,
-        ..Default::default()
-    });
+    // The bids among the first N events.
+    let bids = options.events / 50 * 46 + (options.events % 50).saturating_sub(4);
+    let checkpoints = options
+        .checkpoints
+        .clone()
+        .unwrap_or(crate::checkpoint::CheckpointConfig { interval_ms: 1000, ..Default::default() });
     let interval_ms = checkpoints.interval_ms;
     let started = Instant::now();
     let cpu_before = cpu_seconds();
@@ -162,9 +151,9 @@ pub async fn run(options: NexmarkOptions, kafka: KafkaBenchOptions) -> Result<()
         kafka.servers, options.chunk
     ))
     .await?;
-    h.run(view).await.map_err(|e| {
-        WeirError::syntax(format!("{} in Kafka mode (only queries over bid run): {e}", options.query))
-    })?;
+    h.run(view)
+        .await
+        .map_err(|e| WeirError::syntax(format!("{} in Kafka mode (only queries over bid run): {e}", options.query)))?;
     let catalog = Arc::clone(h.frontend.catalog());
     let view_relation = catalog.get(&options.query).ok_or_else(|| WeirError::internal("the view is missing"))?;
     let columns: Vec<String> = view_relation.schema.fields().iter().map(|f| f.name().clone()).collect();
@@ -181,9 +170,17 @@ pub async fn run(options: NexmarkOptions, kafka: KafkaBenchOptions) -> Result<()
         .await?;
     }
 
+    // The producer, a process of its own (its memory is not Weir's), started now that the
+    // pipeline runs: the source reads near the topic's head, as in production.
+    let exe = std::env::current_exe().map_err(|e| WeirError::io(format!("this executable: {e}")))?;
+    let mut producer = std::process::Command::new(exe)
+        .args(["bench", "nexmark", "--kafka", &kafka.servers, "--produce-to", &input])
+        .args(["--events", &options.events.to_string(), "--rate", &options.rate.to_string()])
+        .spawn()
+        .map_err(|e| WeirError::io(format!("starting the producer: {e}")))?;
+    let source = catalog.get("bid").ok_or_else(|| WeirError::internal("source missing"))?;
     let mut latencies: Vec<f64> = Vec::new();
     if options.rate == 0 {
-        let source = catalog.get("bid").ok_or_else(|| WeirError::internal("source missing"))?;
         while stored_position(&catalog, &source)?.records < bids {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -199,20 +196,6 @@ pub async fn run(options: NexmarkOptions, kafka: KafkaBenchOptions) -> Result<()
             let (servers, output, stop) = (kafka.servers.clone(), output.clone(), Arc::clone(&stop));
             std::thread::spawn(move || read_latencies(&servers, &output, &stop))
         };
-        let seconds = options.events as f64 / options.rate as f64;
-        let per_tick = (options.rate / 100).max(1);
-        let mut from = 0u64;
-        let mut tick = tokio::time::interval(Duration::from_millis(10));
-        while from < options.events {
-            tick.tick().await;
-            let to = (from + per_tick * 50 / 46).min(options.events);
-            let batch = stamped_now(&generator.batch(from, to)?)?;
-            bids += tokio::task::block_in_place(|| send_bids(&p, &input, &batch))? as u64;
-            from = to;
-        }
-        tokio::task::block_in_place(|| p.flush(Duration::from_secs(60))).map_err(kafka_error("flushing bids"))?;
-        eprintln!("sent {bids} bids at {:.0}/s over {seconds:.0} s", bids as f64 / started.elapsed().as_secs_f64());
-        let source = catalog.get("bid").ok_or_else(|| WeirError::internal("source missing"))?;
         while stored_position(&catalog, &source)?.records < bids {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -226,6 +209,7 @@ pub async fn run(options: NexmarkOptions, kafka: KafkaBenchOptions) -> Result<()
         wait_delivered(&h, &catalog).await?;
     }
     let seconds = started.elapsed().as_secs_f64();
+    let _ = tokio::task::block_in_place(|| producer.wait());
     let cpu = cpu_seconds() - cpu_before;
     latencies.sort_by(f64::total_cmp);
     let (p50, p99) = (quantile(&latencies, 0.5) * 1000.0, quantile(&latencies, 0.99) * 1000.0);
@@ -262,6 +246,45 @@ pub async fn run(options: NexmarkOptions, kafka: KafkaBenchOptions) -> Result<()
         "checkpoint_interval_ms": interval_ms,
     });
     println!("{json}");
+    // Stop the pipeline before the runtime goes: a source's read in progress must not come
+    // back to a runtime that is shutting down.
+    h.run("DROP SINK IF EXISTS bench_out").await?;
+    h.run("DROP SOURCE bid CASCADE").await?;
+    Ok(())
+}
+
+/// `--produce-to TOPIC` (run by [`run`] as a process of its own): the bids among the first N
+/// events as JSON messages to TOPIC, as fast as the broker takes them, or at `--rate` events
+/// per second with each bid's `date_time` set to when it is sent.
+pub async fn produce(options: NexmarkOptions, servers: String, topic: String) -> Result<()> {
+    let generator = Generator::new(EventKind::Bid, GeneratorConfig::default());
+    let p = producer(&servers)?;
+    let started = Instant::now();
+    let mut bids = 0u64;
+    let mut from = 0u64;
+    if options.rate == 0 {
+        while from < options.events {
+            let to = (from + 100_000).min(options.events);
+            bids += tokio::task::block_in_place(|| send_bids(&p, &topic, &generator.batch(from, to)?))? as u64;
+            from = to;
+        }
+    } else {
+        // Every 10 ms, the events due by then.
+        let mut tick = tokio::time::interval(Duration::from_millis(10));
+        while from < options.events {
+            tick.tick().await;
+            let due = (started.elapsed().as_secs_f64() * options.rate as f64) as u64;
+            let to = due.clamp(from, options.events);
+            if to > from {
+                let batch = stamped_now(&generator.batch(from, to)?)?;
+                bids += tokio::task::block_in_place(|| send_bids(&p, &topic, &batch))? as u64;
+                from = to;
+            }
+        }
+    }
+    tokio::task::block_in_place(|| p.flush(Duration::from_secs(120))).map_err(kafka_error("flushing bids"))?;
+    let seconds = started.elapsed().as_secs_f64();
+    eprintln!("producer: {bids} bids to {topic} in {seconds:.1} s ({:.0} messages/s)", bids as f64 / seconds);
     Ok(())
 }
 

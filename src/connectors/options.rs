@@ -35,7 +35,13 @@ impl ConnectorOptions {
 
     /// Fails on keys outside `known`.
     pub fn only(&self, known: &[&str]) -> Result<()> {
-        match self.0.keys().find(|k| !known.contains(&k.as_str())) {
+        self.only_or(known, |_| false)
+    }
+
+    /// Fails on keys outside `known` for which `also` is false (a connector passing a family of
+    /// keys through, such as Kafka's `properties.*`).
+    pub fn only_or(&self, known: &[&str], also: impl Fn(&str) -> bool) -> Result<()> {
+        match self.0.keys().find(|k| !known.contains(&k.as_str()) && !also(k)) {
             Some(unknown) => {
                 Err(invalid(format!("unknown option {unknown}; this connector takes {}", known.join(", "))))
             }

@@ -271,7 +271,13 @@ pub fn start(
                 Ok(Chunk::Rows(batch, next)) => ((batch, None), next),
                 Ok(Chunk::Keyed { upserts, deleted, position: next }) => ((upserts, Some(deleted)), next),
                 Ok(Chunk::Wait(pause)) => {
-                    tokio::time::sleep(pause).await;
+                    // No timer for no pause (a reader whose read waited already): a source
+                    // stopped while reading must not make one as the runtime shuts down.
+                    if pause.is_zero() {
+                        tokio::task::yield_now().await;
+                    } else {
+                        tokio::time::sleep(pause).await;
+                    }
                     continue;
                 }
                 Ok(Chunk::Retry(pause, why)) => {

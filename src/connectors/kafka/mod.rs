@@ -13,9 +13,11 @@ pub mod source;
 use std::time::Duration;
 
 use rdkafka::client::ClientContext;
+use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
+use crate::connectors::options::ConnectorOptions;
 use crate::error::{Result, SqlState, WeirError};
 
 pub use sink::KafkaSink;
@@ -38,6 +40,34 @@ impl ConsumerContext for QuietContext {}
 
 /// A consumer with [`QuietContext`].
 pub type QuietConsumer = BaseConsumer<QuietContext>;
+
+/// The librdkafka settings a user passes as `properties.<name> = '...'` (security, fetch and
+/// buffer sizes; `properties.bootstrap.server` is the broker list), checked against `reserved`:
+/// settings Weir sets itself for its guarantees, which a user may not change.
+fn client_config(options: &ConnectorOptions, reserved: &[&str]) -> Result<ClientConfig> {
+    let mut config = ClientConfig::new();
+    for (key, value) in &options.0 {
+        let Some(name) = key.strip_prefix("properties.") else { continue };
+        if name == "bootstrap.server" {
+            config.set("bootstrap.servers", value);
+        } else if reserved.contains(&name) {
+            return Err(WeirError::new(
+                SqlState::INVALID_PARAMETER_VALUE,
+                format!("{key} is set by Weir (exactly-once reading and writing depend on it)"),
+            ));
+        } else {
+            config.set(name, value);
+        }
+    }
+    config.set("log_level", "3");
+    Ok(config)
+}
+
+/// Whether `key` is a librdkafka setting passed through (`properties.*`), which the Kafka
+/// connectors take besides their own options.
+fn is_passed_through(key: &str) -> bool {
+    key.starts_with("properties.")
+}
 
 /// The error of a broker that cannot be reached (or refuses a request) for `topic`.
 fn unreachable_broker(topic: &str, e: &KafkaError) -> WeirError {

@@ -38,7 +38,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
-use super::{topic_partitions, unreachable_broker};
+use super::{client_config, is_passed_through, topic_partitions, unreachable_broker};
 use crate::connectors::options::ConnectorOptions;
 use crate::connectors::sink::{key_columns, net_by_key, SinkWriter};
 use crate::error::{Result, SqlState, WeirError};
@@ -75,7 +75,8 @@ enum Format {
 
 pub struct KafkaSink {
     topic: String,
-    servers: String,
+    /// The broker and the user's `properties.*`.
+    client: ClientConfig,
     /// `<prefix>-<sink id>`: the transactional id and the marker's consumer group.
     identity: String,
     format: Format,
@@ -90,11 +91,13 @@ impl KafkaSink {
     /// A sink `sink_id` of rows of `schema` (the view's), as `options` say; `append_only`: the
     /// view never retracts (required by FORMAT PLAIN).
     pub fn new(options: &ConnectorOptions, sink_id: u32, schema: SchemaRef, append_only: bool) -> Result<KafkaSink> {
-        options.only(OPTIONS)?;
+        options.only_or(OPTIONS, is_passed_through)?;
         let topic = options.get("topic").ok_or_else(|| invalid("a Kafka sink needs topic = '...'".into()))?;
-        let servers = options
-            .get("properties.bootstrap.server")
-            .ok_or_else(|| invalid("a Kafka sink needs properties.bootstrap.server = 'host:port'".into()))?;
+        if options.get("properties.bootstrap.server").is_none() {
+            return Err(invalid("a Kafka sink needs properties.bootstrap.server = 'host:port'".into()));
+        }
+        let client =
+            client_config(options, &["transactional.id", "enable.idempotence", "group.id", "enable.auto.commit"])?;
         if let Some(encode) = options.get("encode").filter(|e| !e.eq_ignore_ascii_case("json")) {
             return Err(WeirError::unsupported(format!("ENCODE {encode} for a Kafka sink (ENCODE JSON is)")));
         }
@@ -133,7 +136,7 @@ impl KafkaSink {
             };
         Ok(KafkaSink {
             topic: topic.to_string(),
-            servers: servers.to_string(),
+            client,
             identity: format!("{}-{sink_id}", options.get("transactional.id.prefix").unwrap_or("weir-sink")),
             format,
             exactly_once,
@@ -145,9 +148,7 @@ impl KafkaSink {
 
     /// A client of this sink's broker.
     fn client(&self) -> ClientConfig {
-        let mut config = ClientConfig::new();
-        config.set("bootstrap.servers", &self.servers).set("log_level", "3");
-        config
+        self.client.clone()
     }
 
     fn broker(&self) -> impl Fn(KafkaError) -> WeirError + '_ {
@@ -160,7 +161,10 @@ impl KafkaSink {
         if self.producer.is_none() {
             let mut config = self.client();
             if self.exactly_once {
-                config.set("transactional.id", &self.identity).set("transaction.timeout.ms", "60000");
+                config.set("transactional.id", &self.identity);
+                if config.get("transaction.timeout.ms").is_none() {
+                    config.set("transaction.timeout.ms", "60000");
+                }
             } else {
                 config.set("enable.idempotence", "true");
             }

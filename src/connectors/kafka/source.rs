@@ -47,7 +47,7 @@ use rdkafka::message::{Message, Timestamp};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 use super::offsets::{self, Offsets};
-use super::{topic_partitions, unreachable_broker, QuietConsumer, QuietContext};
+use super::{client_config, is_passed_through, topic_partitions, unreachable_broker, QuietConsumer, QuietContext};
 use crate::connectors::dead_letter::DeadLetter;
 use crate::connectors::options::ConnectorOptions;
 use crate::connectors::records::{self, TextEncoding};
@@ -127,11 +127,11 @@ impl KafkaReader {
     /// A reader of the topic `options` name, decoding the `declared` columns; `primary_key`:
     /// the key's column names of a table fed by the topic (`FORMAT UPSERT` needs one).
     pub fn new(options: &ConnectorOptions, declared: Option<SchemaRef>, primary_key: &[String]) -> Result<KafkaReader> {
-        options.only(OPTIONS)?;
+        options.only_or(OPTIONS, is_passed_through)?;
         let topic = options.get("topic").ok_or_else(|| invalid("a Kafka source needs topic = '...'".into()))?;
-        let servers = options
-            .get("properties.bootstrap.server")
-            .ok_or_else(|| invalid("a Kafka source needs properties.bootstrap.server = 'host:port'".into()))?;
+        if options.get("properties.bootstrap.server").is_none() {
+            return Err(invalid("a Kafka source needs properties.bootstrap.server = 'host:port'".into()));
+        }
         let startup = match options.get("scan.startup.mode").unwrap_or("earliest").to_ascii_lowercase().as_str() {
             "earliest" => Startup::Earliest,
             "latest" => Startup::Latest,
@@ -186,16 +186,22 @@ impl KafkaReader {
             .filter(|f| ![PARTITION, OFFSET, TIMESTAMP, KEY].contains(&f.name().as_str()))
             .map(|f| f.as_ref().clone())
             .collect();
-        let mut config = ClientConfig::new();
+        let reserved = [
+            "group.id",
+            "enable.auto.commit",
+            "enable.auto.offset.store",
+            "isolation.level",
+            "enable.partition.eof",
+            "auto.offset.reset",
+        ];
+        let mut config = client_config(options, &reserved)?;
         config
-            .set("bootstrap.servers", servers)
             .set("group.id", format!("weir-{topic}"))
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
             .set("isolation.level", "read_committed")
             .set("enable.partition.eof", "true")
-            .set("auto.offset.reset", "earliest")
-            .set("log_level", "3");
+            .set("auto.offset.reset", "earliest");
         Ok(KafkaReader {
             topic: topic.to_string(),
             config,
