@@ -62,6 +62,7 @@ pub const OPTIONS: &[&str] = &[
     "scan.startup.timestamp.millis",
     "kafka.max.chunk.size",
     "kafka.poll.ms",
+    "kafka.linger.ms",
     "kafka.metadata.refresh.ms",
     "kafka.retry.ms",
     "kafka.timeout.ms",
@@ -114,6 +115,8 @@ pub struct KafkaReader {
     upsert_key: Option<(Vec<usize>, SchemaRef)>,
     chunk: usize,
     poll: Duration,
+    /// How long a chunk caught up with the topic's end waits for more messages.
+    linger: Duration,
     refresh: Duration,
     retry: Duration,
     timeout: Duration,
@@ -215,6 +218,7 @@ impl KafkaReader {
             schema,
             chunk: options.u64_or("kafka.max.chunk.size", 10_000)?.max(1) as usize,
             poll: Duration::from_millis(options.u64_or("kafka.poll.ms", 100)?.max(1)),
+            linger: Duration::from_millis(options.u64_or("kafka.linger.ms", 10)?),
             refresh: Duration::from_millis(options.u64_or("kafka.metadata.refresh.ms", 5_000)?),
             retry: Duration::from_millis(options.u64_or("kafka.retry.ms", 1_000)?.max(1)),
             timeout: Duration::from_millis(options.u64_or("kafka.timeout.ms", 10_000)?.max(1)),
@@ -276,7 +280,8 @@ impl KafkaReader {
     /// partition is at its end.
     fn poll_chunk(&mut self) -> std::result::Result<Vec<Record>, KafkaError> {
         let Some((consumer, offsets)) = &mut self.consumer else { return Ok(vec![]) };
-        let deadline = Instant::now() + self.poll;
+        let started = Instant::now();
+        let mut deadline = started + self.poll;
         let mut records = Vec::new();
         let mut at_end = std::collections::HashSet::new();
         while records.len() < self.chunk {
@@ -294,7 +299,12 @@ impl KafkaReader {
                 Some(Err(KafkaError::PartitionEOF(partition))) => {
                     at_end.insert(partition);
                     if at_end.len() >= offsets.len() {
-                        break;
+                        if records.is_empty() {
+                            break;
+                        }
+                        // Caught up: what arrives within the linger joins this chunk (fewer,
+                        // fuller chunks at a steady rate; each has a fixed cost).
+                        deadline = deadline.min(started + self.linger);
                     }
                 }
                 Some(Err(e)) => return Err(e),
