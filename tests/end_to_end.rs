@@ -129,11 +129,13 @@ async fn kafka_to_a_view_to_kafka_and_postgres_exactly_once_through_crashes() {
         // reach the sinks.
         let point = points[round % 3];
         server.env = vec![("WEIR_FAULT".into(), format!("{point}@{}", 1 + rng.below(2)))];
+        let log_before = server.log_text().len();
         server.restart_armed();
         send(&p, &input, &batch);
         sent += 150;
         assert!(server.wait_exit(Duration::from_secs(60)), "round {round}: the server did not die at {point}");
-        assert!(server.log_text().contains(&format!("fault injection: aborting at {point}")));
+        let log = server.log_text();
+        assert!(log[log_before..].contains(&format!("fault injection: aborting at {point}")), "round {round}");
         server.env.clear();
         server.start_again();
         c = server.connect().await;

@@ -401,9 +401,15 @@ async fn a_kafka_table_with_a_primary_key_upserts_and_tombstones_delete() {
         let e = c.batch_execute(&sql).await.unwrap_err();
         assert_eq!(e.code().map(|s| s.code()), Some(code), "{sql}: {e:?}");
     }
-    c.batch_execute(&table("accounts", "id BIGINT PRIMARY KEY, owner VARCHAR, balance BIGINT", &input, "UPSERT"))
-        .await
-        .unwrap();
+    // The processing-time column first: the key is still `id` (the stamp goes last).
+    c.batch_execute(&table(
+        "accounts",
+        "seen AS PROCTIME(), id BIGINT PRIMARY KEY, owner VARCHAR, balance BIGINT",
+        &input,
+        "UPSERT",
+    ))
+    .await
+    .unwrap();
     // A table without a key keeps every message's row (and is append-only).
     c.batch_execute(&table("history", "id BIGINT, owner VARCHAR, balance BIGINT", &input, "PLAIN")).await.unwrap();
     c.batch_execute(
@@ -471,7 +477,14 @@ async fn a_kafka_table_with_a_primary_key_upserts_and_tombstones_delete() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert_eq!(rows(&c, "SELECT owner, total, n FROM owners_back").await, view);
-    // INSERT into a table fed by a connector is refused, as into a source.
-    let e = c.batch_execute("INSERT INTO accounts VALUES (1, 'a', 1)").await.unwrap_err();
-    assert_eq!(e.code().map(|s| s.code()), Some("42809"), "{e:?}");
+    // A table fed by a connector takes no DML, as a source takes none.
+    for dml in [
+        "INSERT INTO accounts VALUES (1, 'a', 1)",
+        "UPDATE accounts SET balance = 0",
+        "DELETE FROM accounts",
+        "TRUNCATE accounts",
+    ] {
+        let e = c.batch_execute(dml).await.unwrap_err();
+        assert_eq!(e.code().map(|s| s.code()), Some("42809"), "{dml}: {e:?}");
+    }
 }

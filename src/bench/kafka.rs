@@ -86,7 +86,10 @@ fn send_bids(producer: &BaseProducer, topic: &str, bids: &RecordBatch) -> Result
         loop {
             match producer.send(record) {
                 Ok(()) => break,
-                Err((rdkafka::error::KafkaError::MessageProduction(_), back)) => {
+                Err((
+                    rdkafka::error::KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull),
+                    back,
+                )) => {
                     producer.poll(Duration::from_millis(10));
                     record = back;
                 }
@@ -170,6 +173,11 @@ pub async fn run(options: NexmarkOptions, kafka: KafkaBenchOptions) -> Result<()
         .await?;
     }
 
+    if options.rate > 0 && (!columns.iter().any(|c| c == "date_time") || exactly_once.is_none()) {
+        return Err(WeirError::syntax(
+            "--rate with --kafka measures end to end through the sink: a query whose view has date_time (q0, q7) and a sink",
+        ));
+    }
     // The producer, a process of its own (its memory is not Weir's), started now that the
     // pipeline runs: the source reads near the topic's head, as in production.
     let exe = std::env::current_exe().map_err(|e| WeirError::io(format!("this executable: {e}")))?;
@@ -182,21 +190,18 @@ pub async fn run(options: NexmarkOptions, kafka: KafkaBenchOptions) -> Result<()
     let mut latencies: Vec<f64> = Vec::new();
     if options.rate == 0 {
         while stored_position(&catalog, &source)?.records < bids {
+            producer_alive(&mut producer)?;
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         h.run("FLUSH").await?;
     } else {
-        if !columns.iter().any(|c| c == "date_time") || exactly_once.is_none() {
-            return Err(WeirError::syntax(
-                "--rate with --kafka measures end to end through the sink: a query whose view has date_time (q7) and a sink",
-            ));
-        }
         let stop = Arc::new(AtomicBool::new(false));
         let consumer = {
             let (servers, output, stop) = (kafka.servers.clone(), output.clone(), Arc::clone(&stop));
             std::thread::spawn(move || read_latencies(&servers, &output, &stop))
         };
         while stored_position(&catalog, &source)?.records < bids {
+            producer_alive(&mut producer)?;
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         h.run("FLUSH").await?;
@@ -251,6 +256,14 @@ pub async fn run(options: NexmarkOptions, kafka: KafkaBenchOptions) -> Result<()
     h.run("DROP SINK IF EXISTS bench_out").await?;
     h.run("DROP SOURCE bid CASCADE").await?;
     Ok(())
+}
+
+/// Fails if the producer process exited without success (the bids would never all come).
+fn producer_alive(producer: &mut std::process::Child) -> Result<()> {
+    match producer.try_wait() {
+        Ok(Some(status)) if !status.success() => Err(WeirError::internal(format!("the producer failed: {status}"))),
+        _ => Ok(()),
+    }
 }
 
 /// `--produce-to TOPIC` (run by [`run`] as a process of its own): the bids among the first N

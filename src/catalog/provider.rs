@@ -122,12 +122,19 @@ impl RelationTable {
         RelationTable { relation, catalog, constraints }
     }
 
-    /// Only tables take INSERT, UPDATE and DELETE.
+    /// Only tables take INSERT, UPDATE and DELETE, and not those a connector feeds.
     fn writable(&self) -> DfResult<()> {
         if self.relation.def.kind != RelationKind::Table {
             return Err(WeirError::new(
                 crate::error::SqlState::WRONG_OBJECT_TYPE,
                 format!("cannot change materialized view \"{}\"", self.relation.def.name),
+            )
+            .into());
+        }
+        if self.relation.def.connector.is_some() {
+            return Err(WeirError::new(
+                crate::error::SqlState::WRONG_OBJECT_TYPE,
+                format!("cannot change \"{}\": its rows come from its connector", self.relation.def.name),
             )
             .into());
         }
@@ -241,13 +248,6 @@ impl TableProvider for RelationTable {
             return Err(DataFusionError::NotImplemented(format!("{insert_op} is not supported")));
         }
         self.writable()?;
-        if self.relation.def.connector.is_some() {
-            return Err(WeirError::new(
-                crate::error::SqlState::WRONG_OBJECT_TYPE,
-                format!("cannot INSERT into source \"{}\": its rows come from its connector", self.relation.def.name),
-            )
-            .into());
-        }
         // The input runs inside DmlExec, a leaf the physical optimizer does not look into:
         // optimize it here (a join's partition mode is chosen there, for one).
         let input = optimize_physical(state, input)?;

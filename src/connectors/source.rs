@@ -151,18 +151,12 @@ pub struct SourceStatus {
 pub static STATUS: std::sync::LazyLock<parking_lot::Mutex<std::collections::BTreeMap<u32, SourceStatus>>> =
     std::sync::LazyLock::new(Default::default);
 
+/// Updates a running source's status (none once [`forget`] ran: a dropped source's task may
+/// still finish a read).
 fn set_status(relation: &Relation, records: u64, state: &str, error: Option<String>) {
-    let connector = relation.def.connector.as_ref().and_then(|o| o.get("connector")).unwrap_or_default();
-    STATUS.lock().insert(
-        relation.def.id,
-        SourceStatus {
-            name: relation.def.name.clone(),
-            connector: connector.to_string(),
-            state: state.to_string(),
-            records,
-            error,
-        },
-    );
+    if let Some(status) = STATUS.lock().get_mut(&relation.def.id) {
+        (status.records, status.state, status.error) = (records, state.to_string(), error);
+    }
 }
 
 /// Forgets a dropped source's status.
@@ -257,7 +251,17 @@ pub fn start(
     let bad_data = BadData::of(relation.def.connector.as_ref().expect("a source has options"))?;
     let writer = Writer::new(&catalog, Arc::clone(&relation));
     let name = relation.def.name.clone();
-    set_status(&relation, position.records, "running", None);
+    let connector = relation.def.connector.as_ref().and_then(|o| o.get("connector")).unwrap_or_default();
+    STATUS.lock().insert(
+        relation.def.id,
+        SourceStatus {
+            name: name.clone(),
+            connector: connector.to_string(),
+            state: "running".into(),
+            records: position.records,
+            error: None,
+        },
+    );
     Ok(tokio::spawn(async move {
         let failed = |position: &Position, why: String| {
             tracing::error!(source = %name, "source stopped: {why}");

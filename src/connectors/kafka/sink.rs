@@ -32,10 +32,11 @@ use std::time::Duration;
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
+use rdkafka::client::ClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 use super::{client_config, is_passed_through, topic_partitions, unreachable_broker};
@@ -73,6 +74,30 @@ enum Format {
     Debezium(Vec<usize>),
 }
 
+/// A producer's client context that remembers messages the broker refused (after librdkafka's
+/// own retries): without a transaction to fail, an at-least-once delivery checks it before
+/// committing its marker.
+#[derive(Default)]
+pub struct DeliveryErrors {
+    failed: std::sync::atomic::AtomicU64,
+    last: parking_lot::Mutex<Option<String>>,
+}
+
+impl ClientContext for DeliveryErrors {}
+
+impl ProducerContext for DeliveryErrors {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if let Err((e, _)) = result {
+            self.failed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            *self.last.lock() = Some(e.to_string());
+        }
+    }
+}
+
+type SinkProducer = BaseProducer<DeliveryErrors>;
+
 pub struct KafkaSink {
     topic: String,
     /// The broker and the user's `properties.*`.
@@ -83,7 +108,7 @@ pub struct KafkaSink {
     /// One transaction per checkpoint (the default); else at-least-once.
     exactly_once: bool,
     timeout: Duration,
-    producer: Option<BaseProducer>,
+    producer: Option<SinkProducer>,
     marker: Option<BaseConsumer>,
 }
 
@@ -96,8 +121,10 @@ impl KafkaSink {
         if options.get("properties.bootstrap.server").is_none() {
             return Err(invalid("a Kafka sink needs properties.bootstrap.server = 'host:port'".into()));
         }
-        let client =
-            client_config(options, &["transactional.id", "enable.idempotence", "group.id", "enable.auto.commit"])?;
+        let client = client_config(
+            options,
+            &["transactional.id", "enable.idempotence", "group.id", "enable.auto.commit", "isolation.level"],
+        )?;
         if let Some(encode) = options.get("encode").filter(|e| !e.eq_ignore_ascii_case("json")) {
             return Err(WeirError::unsupported(format!("ENCODE {encode} for a Kafka sink (ENCODE JSON is)")));
         }
@@ -157,7 +184,7 @@ impl KafkaSink {
 
     /// The producer, made if there is none: transactional (fencing any earlier one with the
     /// same id, and aborting its open transaction), or idempotent for at-least-once.
-    fn producer(&mut self) -> Result<&BaseProducer> {
+    fn producer(&mut self) -> Result<&SinkProducer> {
         if self.producer.is_none() {
             let mut config = self.client();
             if self.exactly_once {
@@ -168,7 +195,8 @@ impl KafkaSink {
             } else {
                 config.set("enable.idempotence", "true");
             }
-            let producer: BaseProducer = config.create().map_err(self.broker())?;
+            let producer: SinkProducer =
+                config.create_with_context(DeliveryErrors::default()).map_err(self.broker())?;
             if self.exactly_once {
                 producer.init_transactions(self.timeout).map_err(self.broker())?;
             }
@@ -243,7 +271,7 @@ impl KafkaSink {
 
 /// Hands `messages` to `producer` for `topic`, waiting while its queue is full.
 fn send_all(
-    producer: &BaseProducer,
+    producer: &SinkProducer,
     topic: &str,
     messages: &[KafkaMessage],
     broker: &dyn Fn(KafkaError) -> WeirError,
@@ -311,8 +339,20 @@ impl SinkWriter for KafkaSink {
         let exactly_once = self.exactly_once;
         let producer = self.producer()?;
         if !exactly_once {
-            let sent =
-                send_all(producer, &topic, &messages, &broker).and_then(|()| producer.flush(timeout).map_err(broker));
+            let failed_before = producer.context().failed.load(std::sync::atomic::Ordering::SeqCst);
+            let sent = send_all(producer, &topic, &messages, &broker)
+                .and_then(|()| producer.flush(timeout).map_err(broker))
+                .and_then(|()| {
+                    let errors = producer.context();
+                    if errors.failed.load(std::sync::atomic::Ordering::SeqCst) == failed_before {
+                        return Ok(());
+                    }
+                    let why = errors.last.lock().clone().unwrap_or_default();
+                    Err(WeirError::new(
+                        SqlState::IO_ERROR,
+                        format!("Kafka topic \"{topic}\": a message was refused: {why}"),
+                    ))
+                });
             if sent.is_err() {
                 self.producer = None;
                 return sent;

@@ -117,6 +117,9 @@ pub struct KafkaReader {
     poll: Duration,
     /// How long a chunk caught up with the topic's end waits for more messages.
     linger: Duration,
+    /// The partitions read to their end (librdkafka says so once per end reached), until a
+    /// message of theirs arrives.
+    at_end: std::collections::HashSet<i32>,
     refresh: Duration,
     retry: Duration,
     timeout: Duration,
@@ -204,7 +207,16 @@ impl KafkaReader {
             .set("enable.auto.offset.store", "false")
             .set("isolation.level", "read_committed")
             .set("enable.partition.eof", "true")
-            .set("auto.offset.reset", "earliest");
+            // A position the topic no longer retains is an error, not a silent jump.
+            .set("auto.offset.reset", "error");
+        // Bounded prefetch (librdkafka's defaults queue 100,000 messages per partition, and a
+        // queued message pins its whole fetch response): memory stays near what a chunk needs.
+        // `properties.*` may raise them.
+        for (name, value) in [("queued.min.messages", "20000"), ("queued.max.messages.kbytes", "32768")] {
+            if config.get(name).is_none() {
+                config.set(name, value);
+            }
+        }
         Ok(KafkaReader {
             topic: topic.to_string(),
             config,
@@ -219,6 +231,7 @@ impl KafkaReader {
             chunk: options.u64_or("kafka.max.chunk.size", 10_000)?.max(1) as usize,
             poll: Duration::from_millis(options.u64_or("kafka.poll.ms", 100)?.max(1)),
             linger: Duration::from_millis(options.u64_or("kafka.linger.ms", 10)?),
+            at_end: Default::default(),
             refresh: Duration::from_millis(options.u64_or("kafka.metadata.refresh.ms", 5_000)?),
             retry: Duration::from_millis(options.u64_or("kafka.retry.ms", 1_000)?.max(1)),
             timeout: Duration::from_millis(options.u64_or("kafka.timeout.ms", 10_000)?.max(1)),
@@ -272,6 +285,7 @@ impl KafkaReader {
         }
         consumer.assign(&list).map_err(|e| unreachable_broker(&self.topic, &e))?;
         self.consumer = Some((consumer, offsets));
+        self.at_end.clear();
         self.last_refresh = Instant::now();
         Ok(())
     }
@@ -283,7 +297,7 @@ impl KafkaReader {
         let started = Instant::now();
         let mut deadline = started + self.poll;
         let mut records = Vec::new();
-        let mut at_end = std::collections::HashSet::new();
+        let at_end = &mut self.at_end;
         while records.len() < self.chunk {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -398,6 +412,17 @@ impl KafkaReader {
             });
         }
         let (tombstones, values): (Vec<Record>, Vec<Record>) = keyed.into_iter().partition(|r| r.value.is_empty());
+        // A tombstone must name its key (the decoder would pass an empty one over).
+        let (tombstones, blank): (Vec<Record>, Vec<Record>) =
+            tombstones.into_iter().partition(|r| r.key.as_deref().is_some_and(|k| !k.trim().is_empty()));
+        for r in &blank {
+            self.dead.push(DeadLetter {
+                position: position(r),
+                error: "a tombstone of a FORMAT UPSERT topic with an empty key".into(),
+                raw: String::new(),
+                read_at_micros: read_at,
+            });
+        }
         let (rows, row_records) = self.decode_rows(&values, true)?;
         let keys_text = tombstones.iter().map(|r| (position(r), r.key.as_deref().unwrap_or_default().as_bytes()));
         let (good, dead) = records::decode_each(TextEncoding::Json, key_schema, keys_text);
@@ -502,6 +527,16 @@ impl SourceReader for KafkaReader {
         }
         let records = match self.poll_chunk() {
             Ok(records) => records,
+            Err(e) if e.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::AutoOffsetReset) => {
+                return Err(WeirError::new(
+                    SqlState::IO_ERROR,
+                    format!(
+                        "Kafka topic \"{}\": the source's position is no longer retained by the topic ({e}); \
+                         drop and create the source again to start over",
+                        self.topic
+                    ),
+                ));
+            }
             Err(e) => {
                 self.consumer = None;
                 return Ok(Chunk::Retry(self.retry, unreachable_broker(&self.topic, &e).message));

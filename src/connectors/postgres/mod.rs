@@ -178,8 +178,15 @@ impl PostgresSink {
                         .iter()
                         .zip(batch.columns())
                         .map(|(f, c)| {
+                            use datafusion::arrow::datatypes::DataType as T;
                             if c.is_null(row) {
                                 "NULL".to_string()
+                            } else if matches!(
+                                c.data_type(),
+                                T::Binary | T::LargeBinary | T::BinaryView | T::FixedSizeBinary(_)
+                            ) {
+                                // Arrow prints bytes as bare hex; bytea's hex input starts \x.
+                                format!("'\\x{}'", f.value(row))
                             } else {
                                 format!("'{}'", f.value(row).to_string().replace('\'', "''"))
                             }

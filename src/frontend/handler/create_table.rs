@@ -183,6 +183,11 @@ pub async fn handle(
             all.push(std::sync::Arc::new(field));
         }
         schema = Schema::new(all);
+        // The key's columns where they are now (the PROCTIME() column moved to the end).
+        primary_key = key_names
+            .iter()
+            .map(|name| schema.index_of(name).map_err(|_| WeirError::internal("a key column vanished")))
+            .collect::<Result<Vec<usize>>>()?;
     }
     let append_only = clauses.append_only || (is_source && primary_key.is_empty());
     let sort_fields: Vec<SortField> = schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
