@@ -142,7 +142,7 @@ async fn auto_create_makes_the_table_with_the_views_types_and_key() {
             "at|timestamp without time zone|YES",
             "big|bigint|YES",
             "k|integer|NO",
-            "name|text|YES",
+            "name|character varying|YES",
             "ok|boolean|YES",
             "x|double precision|YES"
         ]

@@ -692,31 +692,10 @@ pub async fn type_oids(ctx: &SessionContext) -> DfResult<HashMap<String, i32>> {
     Ok(out)
 }
 
-/// The SQL name Postgres would print for a column of this Arrow type.
+/// The SQL name Postgres would print for a column of this Arrow type (Arrow's own name, lower
+/// case, for types Postgres has none for).
 pub fn sql_type_name(dt: &DataType) -> String {
-    match dt {
-        DataType::Boolean => "boolean".into(),
-        DataType::Int8 | DataType::Int16 | DataType::UInt8 => "smallint".into(),
-        DataType::Int32 | DataType::UInt16 => "integer".into(),
-        DataType::Int64 | DataType::UInt32 => "bigint".into(),
-        DataType::UInt64 => "numeric".into(),
-        DataType::Float16 | DataType::Float32 => "real".into(),
-        DataType::Float64 => "double precision".into(),
-        DataType::Decimal128(p, s) | DataType::Decimal256(p, s) => format!("numeric({p},{s})"),
-        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "character varying".into(),
-        DataType::Binary | DataType::LargeBinary | DataType::BinaryView | DataType::FixedSizeBinary(_) => {
-            "bytea".into()
-        }
-        DataType::Date32 | DataType::Date64 => "date".into(),
-        DataType::Time32(_) | DataType::Time64(_) => "time without time zone".into(),
-        DataType::Timestamp(_, None) => "timestamp without time zone".into(),
-        DataType::Timestamp(_, Some(_)) => "timestamp with time zone".into(),
-        DataType::Interval(_) | DataType::Duration(_) => "interval".into(),
-        DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
-            format!("{}[]", sql_type_name(f.data_type()))
-        }
-        other => other.to_string().to_lowercase(),
-    }
+    crate::types::pg_type::postgres_type_name(dt).unwrap_or_else(|| dt.to_string().to_lowercase())
 }
 
 /// A LIKE pattern written with escape character `escape`, rewritten with backslash escapes.

@@ -1,10 +1,11 @@
 //! The types every streaming layer shares: the changelog ([`ChangeBatch`], [`Op`]), what
-//! flows between operators ([`Message`], [`Barrier`], [`Epoch`]) and event-time arithmetic
-//! ([`window`]).
+//! flows between operators ([`Message`], [`Barrier`], [`Epoch`]), event-time arithmetic
+//! ([`window`]) and PostgreSQL's names of Arrow types ([`pg_type`]).
 
 pub mod change_batch;
 pub mod hash;
 pub mod message;
+pub mod pg_type;
 pub mod window;
 
 pub use change_batch::{ChangeBatch, Op};

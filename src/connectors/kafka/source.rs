@@ -207,7 +207,8 @@ impl KafkaReader {
             .set("enable.auto.offset.store", "false")
             .set("isolation.level", "read_committed")
             .set("enable.partition.eof", "true")
-            // A position the topic no longer retains is an error, not a silent jump.
+            // A position the topic no longer retains is an error (the source retries at that
+            // position and says why in weir_catalog.sources), never a silent jump.
             .set("auto.offset.reset", "error");
         // Bounded prefetch (librdkafka's defaults queue 100,000 messages per partition, and a
         // queued message pins its whole fetch response): memory stays near what a chunk needs.
@@ -527,16 +528,6 @@ impl SourceReader for KafkaReader {
         }
         let records = match self.poll_chunk() {
             Ok(records) => records,
-            Err(e) if e.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::AutoOffsetReset) => {
-                return Err(WeirError::new(
-                    SqlState::IO_ERROR,
-                    format!(
-                        "Kafka topic \"{}\": the source's position is no longer retained by the topic ({e}); \
-                         drop and create the source again to start over",
-                        self.topic
-                    ),
-                ));
-            }
             Err(e) => {
                 self.consumer = None;
                 return Ok(Chunk::Retry(self.retry, unreachable_broker(&self.topic, &e).message));

@@ -266,25 +266,7 @@ impl PostgresSink {
 /// The PostgreSQL type of a view's column of `data_type` (text for types it has no match for:
 /// values are sent as text either way).
 pub fn postgres_type(data_type: &datafusion::arrow::datatypes::DataType) -> String {
-    use datafusion::arrow::datatypes::DataType as T;
-    match data_type {
-        T::Boolean => "boolean".into(),
-        T::Int8 | T::Int16 | T::UInt8 => "smallint".into(),
-        T::Int32 | T::UInt16 => "integer".into(),
-        T::Int64 | T::UInt32 => "bigint".into(),
-        T::UInt64 => "numeric(20, 0)".into(),
-        T::Float16 | T::Float32 => "real".into(),
-        T::Float64 => "double precision".into(),
-        T::Decimal128(p, s) | T::Decimal256(p, s) if *s >= 0 => format!("numeric({p}, {s})"),
-        T::Date32 | T::Date64 => "date".into(),
-        T::Time32(_) | T::Time64(_) => "time".into(),
-        T::Timestamp(_, None) => "timestamp".into(),
-        T::Timestamp(_, Some(_)) => "timestamptz".into(),
-        T::Interval(_) | T::Duration(_) => "interval".into(),
-        T::Decimal128(..) | T::Decimal256(..) => "numeric".into(),
-        T::Binary | T::LargeBinary | T::BinaryView | T::FixedSizeBinary(_) => "bytea".into(),
-        _ => "text".into(),
-    }
+    crate::types::pg_type::postgres_type_name(data_type).unwrap_or_else(|| "text".into())
 }
 
 impl SinkWriter for PostgresSink {
