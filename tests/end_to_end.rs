@@ -18,7 +18,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use common::kafka::{consume_all, producer, send, topic};
+use common::kafka::{consume_all, producer, send, topic, upsert_rows};
 use common::{kafka_bootstrap, postgres_database, rows, Rng, TestServer};
 
 const GROUPS: i64 = 13;
@@ -54,30 +54,6 @@ fn expensive(sent: i64) -> Vec<i64> {
 /// Ids as numbers, sorted.
 fn sorted_ids(ids: impl IntoIterator<Item = String>) -> Vec<i64> {
     let mut out: Vec<i64> = ids.into_iter().map(|id| id.parse().unwrap()).collect();
-    out.sort();
-    out
-}
-
-/// The rows the upsert topic holds: each key's last message, tombstones removing their key.
-/// Panics if a key's message repeats the one before it (a checkpoint delivered twice: every
-/// change of this view changes `n`).
-fn topic_rows(topic: &str) -> Vec<String> {
-    let mut latest: BTreeMap<String, Option<String>> = BTreeMap::new();
-    for (key, value) in consume_all(topic) {
-        let key = key.expect("an upsert message has a key");
-        if let Some(previous) = latest.get(&key) {
-            assert_ne!(previous, &value, "key {key}: the same message twice in a row");
-        }
-        latest.insert(key, value);
-    }
-    let mut out: Vec<String> = latest
-        .values()
-        .flatten()
-        .map(|v| {
-            let row: serde_json::Value = serde_json::from_str(v).unwrap();
-            format!("{}|{}|{}", row["auction"], row["n"], row["top"])
-        })
-        .collect();
     out.sort();
     out
 }
@@ -176,7 +152,10 @@ async fn kafka_to_a_view_to_kafka_and_postgres_exactly_once_through_crashes() {
     };
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let (kafka, table) = (topic_rows(&output), rows(&pg, "SELECT auction, n, top FROM per_auction").await);
+        let (kafka, table) = (
+            upsert_rows(&output, &["auction", "n", "top"]),
+            rows(&pg, "SELECT auction, n, top FROM per_auction").await,
+        );
         let (kafka_ids, table_ids) = (topic_ids(), sorted_ids(rows(&pg, "SELECT id FROM expensive").await));
         let done = kafka == want && table == want && kafka_ids == want_ids && table_ids == want_ids;
         if done || Instant::now() > deadline {

@@ -100,3 +100,28 @@ pub fn consume_all(topic: &str) -> Vec<(Option<String>, Option<String>)> {
     }
     out
 }
+
+/// The rows an UPSERT topic holds: each key's last message (a tombstone removes its key), as
+/// `fields` of its JSON value joined by `|`, sorted. Panics if a key's message repeats the one
+/// before it: Weir writes a key only when its row changed, so a repeat is a checkpoint
+/// delivered twice.
+pub fn upsert_rows(topic: &str, fields: &[&str]) -> Vec<String> {
+    let mut latest: std::collections::BTreeMap<String, Option<String>> = Default::default();
+    for (key, value) in consume_all(topic) {
+        let key = key.expect("an upsert message has a key");
+        if let Some(previous) = latest.get(&key) {
+            assert_ne!(previous, &value, "key {key}: the same message twice in a row");
+        }
+        latest.insert(key, value);
+    }
+    let mut rows: Vec<String> = latest
+        .values()
+        .flatten()
+        .map(|v| {
+            let row: serde_json::Value = serde_json::from_str(v).unwrap();
+            fields.iter().map(|f| row[*f].to_string()).collect::<Vec<_>>().join("|")
+        })
+        .collect();
+    rows.sort();
+    rows
+}
