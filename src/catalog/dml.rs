@@ -265,7 +265,7 @@ impl Writer {
             _ => None,
         };
         let count = gone.as_ref().map_or(0, |g| g.num_rows() as u64);
-        Ok(count + self.insert_locked(&[upserts.clone()], also, Some(read_at), gone).await?)
+        Ok(count + self.insert_locked(std::slice::from_ref(upserts), also, Some(read_at), gone).await?)
     }
 
     /// Commits `also` and publishes `rows` (the relation's rows, as from [`rows_stamped_at`])

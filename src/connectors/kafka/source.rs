@@ -433,7 +433,7 @@ impl KafkaReader {
         // Each key's last message, in (partition, offset) order.
         let fields = key_schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
         let converter = RowConverter::new(fields)?;
-        let row_keys = converter.convert_columns(&rows.project(key_columns)?.columns().to_vec())?;
+        let row_keys = converter.convert_columns(rows.project(key_columns)?.columns())?;
         let tombstone_keys = converter.convert_columns(keys.columns())?;
         let mut events: Vec<((i32, i64), bool, usize)> = Vec::new();
         events.extend(
