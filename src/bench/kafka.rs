@@ -29,10 +29,11 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::producer::{BaseProducer, Producer};
 
 use super::nexmark::{cpu_seconds, NexmarkOptions, QUERIES};
 use super::{peak_rss_mib, Harness};
+use crate::connectors::kafka::{json_lines, send_all, KafkaMessage};
 use crate::connectors::nexmark::generator::{EventKind, Generator, GeneratorConfig};
 use crate::connectors::source::stored_position;
 use crate::error::{Result, WeirError};
@@ -76,30 +77,9 @@ fn producer(servers: &str) -> Result<BaseProducer> {
 
 /// Sends each row of `bids` as one JSON message; returns how many.
 fn send_bids(producer: &BaseProducer, topic: &str, bids: &RecordBatch) -> Result<usize> {
-    let mut writer = datafusion::arrow::json::LineDelimitedWriter::new(Vec::new());
-    writer.write(bids)?;
-    writer.finish()?;
-    let text = writer.into_inner();
-    let mut sent = 0;
-    for line in text.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-        let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic).payload(line);
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((
-                    rdkafka::error::KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull),
-                    back,
-                )) => {
-                    producer.poll(Duration::from_millis(10));
-                    record = back;
-                }
-                Err((e, _)) => return Err(kafka_error("producing bids")(e)),
-            }
-        }
-        sent += 1;
-    }
-    producer.poll(Duration::ZERO);
-    Ok(sent)
+    let messages: Vec<KafkaMessage> = json_lines(bids)?.into_iter().map(|line| (None, Some(line))).collect();
+    send_all(producer, topic, &messages, &kafka_error("producing bids"))?;
+    Ok(messages.len())
 }
 
 /// `bids` with `date_time` set to now.

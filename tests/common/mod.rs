@@ -294,3 +294,27 @@ pub async fn postgres_database(name: &str) -> (tokio_postgres::Client, String) {
     let host_port = base.trim_start_matches("postgresql://").trim_start_matches("postgres@");
     (client, format!("jdbc:postgresql://{host_port}/{db}?user=postgres"))
 }
+
+/// Runs `sql`, which must fail with SQLSTATE `code`.
+pub async fn assert_sqlstate(client: &tokio_postgres::Client, sql: &str, code: &str) {
+    let e = client.batch_execute(sql).await.expect_err(sql);
+    assert_eq!(e.code().map(|s| s.code()), Some(code), "{sql}: {e:?}");
+}
+
+/// The rows of `sql` (as [`rows`] gives them) once they equal `want`, or whatever they are
+/// after `timeout`: for outputs that catch up asynchronously (sinks, sources).
+pub async fn rows_eventually(
+    client: &tokio_postgres::Client,
+    sql: &str,
+    want: &[String],
+    timeout: Duration,
+) -> Vec<String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let got = rows(client, sql).await;
+        if got == want || Instant::now() > deadline {
+            return got;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -16,6 +16,7 @@ use rdkafka::client::ClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{BaseProducer, BaseRecord, ProducerContext};
 
 use crate::connectors::options::ConnectorOptions;
 use crate::error::{Result, SqlState, WeirError};
@@ -67,6 +68,49 @@ fn client_config(options: &ConnectorOptions, reserved: &[&str]) -> Result<Client
 /// connectors take besides their own options.
 fn is_passed_through(key: &str) -> bool {
     key.starts_with("properties.")
+}
+
+/// A message to write: (key, value), value None for a tombstone.
+pub type KafkaMessage = (Option<Vec<u8>>, Option<Vec<u8>>);
+
+/// Hands `messages` to `producer` for `topic`, waiting while its queue is full; `broker` says
+/// what any other error means. The sinks and `weir bench --kafka`'s producer send this way.
+pub fn send_all<C: ProducerContext<DeliveryOpaque = ()>>(
+    producer: &BaseProducer<C>,
+    topic: &str,
+    messages: &[KafkaMessage],
+    broker: &dyn Fn(KafkaError) -> WeirError,
+) -> Result<()> {
+    for (key, value) in messages {
+        let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic);
+        if let Some(key) = key {
+            record = record.key(key.as_slice());
+        }
+        if let Some(value) = value {
+            record = record.payload(value.as_slice());
+        }
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    producer.poll(Duration::from_millis(50));
+                    record = back;
+                }
+                Err((e, _)) => return Err(broker(e)),
+            }
+        }
+        producer.poll(Duration::ZERO);
+    }
+    Ok(())
+}
+
+/// Each row of `batch` as one JSON object (ENCODE JSON).
+pub fn json_lines(batch: &datafusion::arrow::array::RecordBatch) -> Result<Vec<Vec<u8>>> {
+    let mut writer = datafusion::arrow::json::LineDelimitedWriter::new(Vec::new());
+    writer.write(batch)?;
+    writer.finish()?;
+    let bytes = writer.into_inner();
+    Ok(bytes.split(|b| *b == b'\n').filter(|line| !line.is_empty()).map(<[u8]>::to_vec).collect())
 }
 
 /// The error of a broker that cannot be reached (or refuses a request) for `topic`.

@@ -30,16 +30,17 @@
 
 use std::time::Duration;
 
-use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use rdkafka::client::ClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::error::KafkaError;
+use rdkafka::producer::{BaseProducer, DeliveryResult, Producer, ProducerContext};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
-use super::{client_config, is_passed_through, topic_partitions, unreachable_broker};
+use super::{
+    client_config, is_passed_through, json_lines, send_all, topic_partitions, unreachable_broker, KafkaMessage,
+};
 use crate::connectors::options::ConnectorOptions;
 use crate::connectors::sink::{key_columns, net_by_key, SinkWriter};
 use crate::error::{Result, SqlState, WeirError};
@@ -60,9 +61,6 @@ pub const OPTIONS: &[&str] = &[
 fn invalid(message: String) -> WeirError {
     WeirError::new(SqlState::INVALID_PARAMETER_VALUE, message)
 }
-
-/// A message to write: (key, value), value None for a tombstone.
-type KafkaMessage = (Option<Vec<u8>>, Option<Vec<u8>>);
 
 /// What the messages are.
 enum Format {
@@ -267,45 +265,6 @@ impl KafkaSink {
         }
         Ok(out)
     }
-}
-
-/// Hands `messages` to `producer` for `topic`, waiting while its queue is full.
-fn send_all(
-    producer: &SinkProducer,
-    topic: &str,
-    messages: &[KafkaMessage],
-    broker: &dyn Fn(KafkaError) -> WeirError,
-) -> Result<()> {
-    for (key, value) in messages {
-        let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic);
-        if let Some(key) = key {
-            record = record.key(key.as_slice());
-        }
-        if let Some(value) = value {
-            record = record.payload(value.as_slice());
-        }
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                    producer.poll(Duration::from_millis(50));
-                    record = back;
-                }
-                Err((e, _)) => return Err(broker(e)),
-            }
-        }
-        producer.poll(Duration::ZERO);
-    }
-    Ok(())
-}
-
-/// Each row of `batch` as one JSON object.
-fn json_lines(batch: &RecordBatch) -> Result<Vec<Vec<u8>>> {
-    let mut writer = datafusion::arrow::json::LineDelimitedWriter::new(Vec::new());
-    writer.write(batch)?;
-    writer.finish()?;
-    let bytes = writer.into_inner();
-    Ok(bytes.split(|b| *b == b'\n').filter(|line| !line.is_empty()).map(<[u8]>::to_vec).collect())
 }
 
 impl SinkWriter for KafkaSink {

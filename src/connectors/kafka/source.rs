@@ -403,27 +403,20 @@ impl KafkaReader {
         let read_at = chrono::Utc::now().timestamp_micros();
         let topic = self.topic.clone();
         let position = |r: &Record| format!("{topic}:{}:{}", r.partition, r.offset);
+        let dead_letter = |r: &Record, error: &str| DeadLetter {
+            position: position(r),
+            error: error.into(),
+            raw: String::from_utf8_lossy(&r.value[..r.value.len().min(1024)]).into_owned(),
+            read_at_micros: read_at,
+        };
         let (keyed, keyless): (Vec<Record>, Vec<Record>) = records.into_iter().partition(|r| r.key.is_some());
-        for r in &keyless {
-            self.dead.push(DeadLetter {
-                position: position(r),
-                error: "a message of a FORMAT UPSERT topic needs a key".into(),
-                raw: String::from_utf8_lossy(&r.value[..r.value.len().min(1024)]).into_owned(),
-                read_at_micros: read_at,
-            });
-        }
+        self.dead.extend(keyless.iter().map(|r| dead_letter(r, "a message of a FORMAT UPSERT topic needs a key")));
         let (tombstones, values): (Vec<Record>, Vec<Record>) = keyed.into_iter().partition(|r| r.value.is_empty());
         // A tombstone must name its key (the decoder would pass an empty one over).
         let (tombstones, blank): (Vec<Record>, Vec<Record>) =
             tombstones.into_iter().partition(|r| r.key.as_deref().is_some_and(|k| !k.trim().is_empty()));
-        for r in &blank {
-            self.dead.push(DeadLetter {
-                position: position(r),
-                error: "a tombstone of a FORMAT UPSERT topic with an empty key".into(),
-                raw: String::new(),
-                read_at_micros: read_at,
-            });
-        }
+        self.dead
+            .extend(blank.iter().map(|r| dead_letter(r, "a tombstone of a FORMAT UPSERT topic with an empty key")));
         let (rows, row_records) = self.decode_rows(&values, true)?;
         let keys_text = tombstones.iter().map(|r| (position(r), r.key.as_deref().unwrap_or_default().as_bytes()));
         let (good, dead) = records::decode_each(TextEncoding::Json, key_schema, keys_text);
