@@ -34,6 +34,7 @@ use datafusion::arrow::compute::concat_batches;
 
 use super::change_log::{self, LoggedChanges};
 use super::changes::ChangeHub;
+use super::key_access::KeyAccess;
 use super::{Catalog, Relation};
 use crate::error::{Result, SqlState, WeirError};
 use crate::state::store::{StateStore, WriteBatch};
@@ -202,13 +203,20 @@ pub struct Writer {
     log_changes: bool,
 }
 
-/// The stored rows a DELETE or UPDATE may change: those of `keys` when given (the statement's
-/// conditions pin the primary key), else every row.
-fn candidates(relation: &Relation, store: &dyn StateStore, keys: Option<Vec<ArrayRef>>) -> Result<Vec<RecordBatch>> {
-    match keys {
-        Some(keys) => Ok(vec![relation.rows_with_keys(store, &keys)?]),
-        None => relation.table.scan(store, 8192),
-    }
+/// The stored rows a DELETE or UPDATE may change: those `access` allows (the statement's
+/// conditions narrow the key, [`super::key_access`]), else every row.
+fn candidates(relation: &Relation, store: &dyn StateStore, access: KeyAccess) -> Result<Vec<RecordBatch>> {
+    let ranges = match access {
+        KeyAccess::Keys(keys) => return Ok(vec![relation.rows_with_keys(store, &keys)?]),
+        KeyAccess::Ranges(ranges) => Some(ranges),
+        KeyAccess::All => None,
+    };
+    let mut batches = Vec::new();
+    relation.table.scan_batches(store, ranges.as_deref(), 8192, None, &mut |batch| {
+        batches.push(batch);
+        Ok(crate::state::store::ScanControl::Continue)
+    })?;
+    Ok(batches)
 }
 
 impl Writer {
@@ -381,16 +389,16 @@ impl Writer {
     }
 
     /// DELETE (and TRUNCATE, with no filters).
-    /// DELETE: every row matching `filters`. `keys` (one array per primary-key column), when
-    /// the filters pin the key: only those keys' rows can match, and only they are read.
-    pub async fn delete(&self, filters: Vec<Arc<dyn PhysicalExpr>>, keys: Option<Vec<ArrayRef>>) -> Result<u64> {
+    /// DELETE: every row matching `filters`. `access`: the stored rows that can match (the
+    /// filters narrow the key), the only ones read.
+    pub async fn delete(&self, filters: Vec<Arc<dyn PhysicalExpr>>, access: KeyAccess) -> Result<u64> {
         let _guard = self.relation.write_lock.lock().await;
         let relation = Arc::clone(&self.relation);
         let store = Arc::clone(&self.store);
         let (wb, doomed) = tokio::task::spawn_blocking(move || -> Result<(WriteBatch, Vec<RecordBatch>)> {
             let mut wb = WriteBatch::default();
             let mut doomed = Vec::new();
-            for batch in candidates(&relation, store.as_ref(), keys)? {
+            for batch in candidates(&relation, store.as_ref(), access)? {
                 let gone = filter_record_batch(&batch, &filter_mask(&filters, &batch)?)?;
                 relation.table.delete_batch(&gone, &mut wb)?;
                 doomed.push(gone);
@@ -407,12 +415,12 @@ impl Writer {
     }
 
     /// UPDATE: every matching row is replaced by its updated version (its key may change).
-    /// `keys` as for [`Writer::delete`].
+    /// `access` as for [`Writer::delete`].
     pub async fn update(
         &self,
         assignments: Vec<(usize, Arc<dyn PhysicalExpr>)>,
         filters: Vec<Arc<dyn PhysicalExpr>>,
-        keys: Option<Vec<ArrayRef>>,
+        access: KeyAccess,
     ) -> Result<u64> {
         let _guard = self.relation.write_lock.lock().await;
         let rel = Arc::clone(&self.relation);
@@ -422,7 +430,7 @@ impl Writer {
                 let mut wb = WriteBatch::default();
                 let mut pairs = Vec::new();
                 let user_columns = rel.schema.fields().len();
-                for batch in candidates(&rel, st.as_ref(), keys)? {
+                for batch in candidates(&rel, st.as_ref(), access)? {
                     let old = filter_record_batch(&batch, &filter_mask(&filters, &batch)?)?;
                     if old.num_rows() == 0 {
                         continue;

@@ -13,8 +13,10 @@
 pub mod change_log;
 pub mod changes;
 pub mod dml;
+pub mod key_access;
 pub mod persist;
 pub mod provider;
+pub mod scan;
 pub mod windowed;
 
 use std::collections::BTreeMap;
@@ -28,7 +30,7 @@ pub use persist::{RelationDef, RelationKind, WatermarkDef};
 
 use crate::error::{Result, SqlState, WeirError};
 use crate::state::keys::TableId;
-use crate::state::store::{StateStore, WriteBatch};
+use crate::state::store::{KeyRange, ScanControl, StateStore, WriteBatch};
 use crate::state::table::Layout;
 use crate::state::StateTable;
 
@@ -150,33 +152,67 @@ impl Relation {
         store: &dyn StateStore,
         limit: Option<usize>,
     ) -> Result<Vec<datafusion::arrow::array::RecordBatch>> {
-        if self.def.replayed {
-            return crate::connectors::replay::rows(self, store);
-        }
+        let mut batches = Vec::new();
+        self.stream_rows(store, None, limit, &mut |batch| {
+            batches.push(batch);
+            Ok(ScanControl::Continue)
+        })?;
+        Ok(batches)
+    }
+
+    /// Hands `emit` the rows as users see them (see [`Relation::scan_rows`]) batch by batch,
+    /// from one snapshot: those whose stored keys lie in `ranges` (memcomparable, over the
+    /// stored key columns: [`Relation::key_columns`]) or all when None, until about `limit`
+    /// stored entries are read or `emit` says stop. Blocking; memory is a batch or two.
+    pub fn stream_rows(
+        &self,
+        store: &dyn StateStore,
+        ranges: Option<&[KeyRange]>,
+        limit: Option<usize>,
+        emit: &mut dyn FnMut(datafusion::arrow::array::RecordBatch) -> Result<ScanControl>,
+    ) -> Result<()> {
         use datafusion::arrow::array::{AsArray, UInt32Array};
         use datafusion::arrow::datatypes::Int64Type;
+        if self.def.replayed {
+            for batch in crate::connectors::replay::rows(self, store)? {
+                if emit(batch)? == ScanControl::Stop {
+                    break;
+                }
+            }
+            return Ok(());
+        }
         let user: Vec<usize> = (0..self.schema.fields().len()).collect();
-        let stored = self.table.scan_up_to(store, 8192, limit)?;
-        stored
-            .iter()
-            .map(|batch| {
-                let rows = batch.project(&user)?;
-                if !self.has_counts() {
-                    return Ok(rows);
-                }
-                let counts = batch.column(user.len()).as_primitive::<Int64Type>();
-                if counts.values().iter().all(|&c| c == 1) {
-                    return Ok(rows);
-                }
-                let repeat: UInt32Array = counts
-                    .values()
-                    .iter()
-                    .enumerate()
-                    .flat_map(|(i, &c)| std::iter::repeat_n(i as u32, c.max(0) as usize))
-                    .collect();
-                Ok(datafusion::arrow::compute::take_record_batch(&rows, &repeat)?)
-            })
-            .collect()
+        self.table.scan_batches(store, ranges, SCAN_BATCH_ROWS, limit, &mut |batch| {
+            let rows = batch.project(&user)?;
+            if !self.has_counts() {
+                return emit(rows);
+            }
+            let counts = batch.column(user.len()).as_primitive::<Int64Type>();
+            if counts.values().iter().all(|&c| c == 1) {
+                return emit(rows);
+            }
+            let repeat: UInt32Array = counts
+                .values()
+                .iter()
+                .enumerate()
+                .flat_map(|(i, &c)| std::iter::repeat_n(i as u32, c.max(0) as usize))
+                .collect();
+            emit(datafusion::arrow::compute::take_record_batch(&rows, &repeat)?)
+        })
+    }
+
+    /// The user columns its stored rows are keyed by, in key order, where reads may narrow by
+    /// key: a keyed table's primary key, a materialized view's columns (its rows are keyed by
+    /// all of them). None where rows are keyed by a hidden row id or not stored by key.
+    pub fn key_columns(&self) -> Option<&[usize]> {
+        if self.def.replayed || self.def.layout == Layout::Segments {
+            return None;
+        }
+        match self.def.kind {
+            RelationKind::Table if !self.def.primary_key.is_empty() => Some(&self.def.primary_key),
+            RelationKind::MaterializedView => Some(self.table.key_indices()),
+            _ => None,
+        }
     }
 
     /// [`Relation::scan_rows_up_to`] on a blocking thread, for async callers.
@@ -204,6 +240,9 @@ impl Relation {
         wb.put(persist::sequence_key(&format!("rowid/{}", self.def.id)), next.to_be_bytes().to_vec());
     }
 }
+
+/// Rows per batch a scan reads.
+const SCAN_BATCH_ROWS: usize = 8192;
 
 pub struct Catalog {
     store: Arc<dyn StateStore>,

@@ -12,9 +12,7 @@ use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::view::ViewTable;
 use datafusion::catalog::{SchemaProvider, Session, TableProvider};
-use datafusion::common::ScalarValue;
 use datafusion::common::{Constraint, Constraints, DFSchema};
-use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::datasource::TableType;
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::logical_expr::dml::InsertOp;
@@ -22,6 +20,8 @@ use datafusion::logical_expr::{Expr, LogicalPlan, TableProviderFilterPushDown};
 use datafusion::physical_plan::{execute_stream, ExecutionPlan};
 
 use super::dml::{self, DmlExec};
+use super::key_access::{self, KeyAccess};
+use super::scan::RelationScanExec;
 use super::{Catalog, Relation, RelationKind};
 use crate::error::WeirError;
 
@@ -203,15 +203,15 @@ impl TableProvider for RelationTable {
         (self.relation.def.kind == RelationKind::MaterializedView).then_some(self.relation.def.definition.as_str())
     }
 
-    /// Equalities on primary-key columns (`k = 1`, `k IN (1, 2)`) are offered to [`scan`],
-    /// which looks their keys up instead of reading the table; DataFusion applies them again
-    /// (inexact), so a scan that cannot use them stays right.
+    /// Conditions on key columns (`k = 1`, `k IN (1, 2)`, `k > 5`, on a prefix of the key) are
+    /// offered to [`scan`], which reads only the keys they allow ([`key_access`]); DataFusion
+    /// applies them again (inexact), so a scan that cannot use them stays right.
     fn supports_filters_pushdown(&self, filters: &[&Expr]) -> DfResult<Vec<TableProviderFilterPushDown>> {
         Ok(filters
             .iter()
-            .map(|f| match key_values(&self.relation, f) {
-                Some(_) => TableProviderFilterPushDown::Inexact,
-                None => TableProviderFilterPushDown::Unsupported,
+            .map(|f| match key_access::narrows(&self.relation, f) {
+                true => TableProviderFilterPushDown::Inexact,
+                false => TableProviderFilterPushDown::Unsupported,
             })
             .collect())
     }
@@ -223,19 +223,16 @@ impl TableProvider for RelationTable {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let batches = match lookup_keys(&self.relation, filters)? {
-            Some(keys) => {
-                let (relation, store) = (Arc::clone(&self.relation), Arc::clone(self.catalog.store()));
-                let rows = tokio::task::spawn_blocking(move || relation.rows_with_keys(store.as_ref(), &keys))
-                    .await
-                    .map_err(|e| DataFusionError::External(Box::new(e)))??;
-                vec![rows]
-            }
-            // DataFusion passes a limit only when every row read counts towards it (no
-            // condition left to apply): the first rows are enough.
-            None => self.relation.read_rows(self.catalog.store(), limit).await?,
-        };
-        Ok(MemorySourceConfig::try_new_exec(&[batches], self.schema(), projection.cloned())?)
+        let access = key_access::key_access(&self.relation, filters)?;
+        // DataFusion passes a limit only when every row read counts towards it (no condition
+        // left to apply): the first rows are enough.
+        Ok(Arc::new(RelationScanExec::new(
+            Arc::clone(&self.relation),
+            Arc::clone(self.catalog.store()),
+            access,
+            projection.cloned(),
+            limit,
+        )?))
     }
 
     async fn insert_into(
@@ -265,7 +262,7 @@ impl TableProvider for RelationTable {
 
     async fn delete_from(&self, state: &dyn Session, filters: Vec<Expr>) -> DfResult<Arc<dyn ExecutionPlan>> {
         self.changeable("DELETE FROM")?;
-        let keys = lookup_keys(&self.relation, &filters)?;
+        let keys = key_access::key_access(&self.relation, &filters)?;
         let filters = self.physical(state, filters)?;
         let writer = self.writer();
         Ok(DmlExec::new(
@@ -281,7 +278,7 @@ impl TableProvider for RelationTable {
         filters: Vec<Expr>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         self.changeable("UPDATE")?;
-        let keys = lookup_keys(&self.relation, &filters)?;
+        let keys = key_access::key_access(&self.relation, &filters)?;
         let filters = self.physical(state, filters)?;
         let mut planned = Vec::with_capacity(assignments.len());
         for (column, expr) in assignments {
@@ -309,132 +306,7 @@ impl TableProvider for RelationTable {
         let writer = self.writer();
         Ok(DmlExec::new(
             format!("truncate {}", self.relation.def.name),
-            Box::new(move |_| Box::pin(async move { Ok(writer.delete(vec![], None).await?) })),
+            Box::new(move |_| Box::pin(async move { Ok(writer.delete(vec![], KeyAccess::All).await?) })),
         ))
     }
-}
-
-/// Keys looked up one by one at most; more, and the table is read instead.
-const MAX_LOOKUP_KEYS: usize = 10_000;
-
-/// The primary-key column `filter` pins to values, and those values: `k = v`, `v = k`,
-/// `k IN (v, ...)`, `k = v OR k = w` (an integer-widening cast of `k` allowed), over a keyed
-/// table's key column.
-fn key_values(relation: &Relation, filter: &Expr) -> Option<(usize, Vec<ScalarValue>)> {
-    use datafusion::logical_expr::{BinaryExpr, Operator};
-    if !looks_up(relation) {
-        return None;
-    }
-    let key_column = |e: &Expr| -> Option<usize> {
-        let column = match e {
-            Expr::Column(c) => c,
-            // A cast that keeps every value apart (an integer widened): equal after it is
-            // equal before it.
-            Expr::Cast(cast) => match cast.expr.as_ref() {
-                Expr::Column(c) if widens(relation, c, cast.field.data_type()) => c,
-                _ => return None,
-            },
-            _ => return None,
-        };
-        let index = relation.schema.index_of(&column.name).ok()?;
-        relation.def.primary_key.contains(&index).then_some(index)
-    };
-    let literal = |e: &Expr| match e {
-        Expr::Literal(v, _) => Some(v.clone()),
-        _ => None,
-    };
-    let (column, values) = match filter {
-        Expr::BinaryExpr(BinaryExpr { left, op: Operator::Eq, right }) => match (key_column(left), key_column(right)) {
-            (Some(c), None) => (c, vec![literal(right)?]),
-            (None, Some(c)) => (c, vec![literal(left)?]),
-            _ => return None,
-        },
-        Expr::InList(list) if !list.negated => {
-            (key_column(&list.expr)?, list.list.iter().map(literal).collect::<Option<Vec<_>>>()?)
-        }
-        // `k = 1 OR k = 2` (how small IN lists may come): the values of both sides.
-        Expr::BinaryExpr(BinaryExpr { left, op: Operator::Or, right }) => {
-            let ((l, mut values), (r, more)) = (key_values(relation, left)?, key_values(relation, right)?);
-            if l != r {
-                return None;
-            }
-            values.extend(more);
-            (l, values)
-        }
-        _ => return None,
-    };
-    // As the column's type; a value that is not one (or NULL) matches no row.
-    let data_type = relation.schema.field(column).data_type();
-    let values = values.into_iter().filter(|v| !v.is_null()).filter_map(|v| v.cast_to(data_type).ok()).collect();
-    Some((column, values))
-}
-
-/// Whether rows of `relation` are looked up by key: a table with a primary key (its rows are
-/// stored by it).
-fn looks_up(relation: &Relation) -> bool {
-    relation.def.kind == RelationKind::Table && !relation.def.primary_key.is_empty() && !relation.def.replayed
-}
-
-/// Whether casting column `column` to `to` is an integer widening (no two values become one).
-fn widens(
-    relation: &Relation,
-    column: &datafusion::common::Column,
-    to: &datafusion::arrow::datatypes::DataType,
-) -> bool {
-    use datafusion::arrow::datatypes::DataType::*;
-    let Ok(from) = relation.schema.field_with_name(&column.name).map(|f| f.data_type().clone()) else {
-        return false;
-    };
-    let rank = |t: &datafusion::arrow::datatypes::DataType| match t {
-        Int8 => Some(1),
-        Int16 => Some(2),
-        Int32 => Some(3),
-        Int64 => Some(4),
-        _ => None,
-    };
-    matches!((rank(&from), rank(to)), (Some(a), Some(b)) if a <= b)
-}
-
-/// The keys `filters` (ANDed) pin the table to, as one array per key column in key order, a
-/// row per key; None when some key column is not pinned or there are too many keys.
-fn lookup_keys(relation: &Relation, filters: &[Expr]) -> DfResult<Option<Vec<datafusion::arrow::array::ArrayRef>>> {
-    if !looks_up(relation) {
-        return Ok(None);
-    }
-    let mut pinned: std::collections::HashMap<usize, Vec<ScalarValue>> = std::collections::HashMap::new();
-    for filter in filters.iter().flat_map(datafusion::logical_expr::utils::split_conjunction) {
-        if let Some((column, values)) = key_values(relation, filter) {
-            let entry = pinned.entry(column).or_insert_with(|| values.clone());
-            entry.retain(|v| values.contains(v));
-        }
-    }
-    let key = &relation.def.primary_key;
-    let Some(mut per_column) = key.iter().map(|c| pinned.get(c).cloned()).collect::<Option<Vec<_>>>() else {
-        return Ok(None);
-    };
-    // Each value once: a key looked up twice would be two rows.
-    for values in &mut per_column {
-        let mut seen = std::collections::HashSet::new();
-        values.retain(|v| seen.insert(v.clone()));
-    }
-    let combinations = per_column.iter().try_fold(1usize, |n, values| n.checked_mul(values.len().max(1)));
-    if combinations.is_none_or(|n| n > MAX_LOOKUP_KEYS) {
-        return Ok(None);
-    }
-    // Every combination of the columns' values (none when a column has no value left).
-    let mut rows: Vec<Vec<ScalarValue>> = vec![vec![]];
-    for values in &per_column {
-        rows =
-            rows.iter().flat_map(|row| values.iter().map(move |v| [row.clone(), vec![v.clone()]].concat())).collect();
-    }
-    let columns = (0..key.len())
-        .map(|i| {
-            let data_type = relation.schema.field(key[i]).data_type().clone();
-            if rows.is_empty() {
-                return Ok(datafusion::arrow::array::new_empty_array(&data_type));
-            }
-            ScalarValue::iter_to_array(rows.iter().map(|r| r[i].clone()))
-        })
-        .collect::<DfResult<Vec<_>>>()?;
-    Ok(Some(columns))
 }

@@ -76,6 +76,7 @@ pub async fn template_state(catalog: Arc<Catalog>) -> Result<SessionState> {
         .with_config(config)
         .with_default_features()
         .with_analyzer_rule(Arc::new(super::outer_conditions::LiftOuterConditions))
+        .with_analyzer_rule(Arc::new(super::comparison_order::ColumnFirstComparisons))
         .build();
     let ctx = SessionContext::new_with_state(state);
 
@@ -164,6 +165,16 @@ pub fn optimize_for_view(
     let rules = state.optimizers().iter().filter(|r| r.name() != "eliminate_join").cloned().collect();
     let view_state = SessionStateBuilder::new_from_existing(state.clone()).with_optimizer_rules(rules).build();
     Ok(view_state.optimize(plan)?)
+}
+
+/// The session state UPDATE and DELETE run in: DataFusion's rules, except
+/// `common_sub_expression_eliminate`. DataFusion hands a table's `update`/`delete_from` the
+/// conditions of the plan's filters, and that rule moves a repeated condition
+/// (`(c = 1 OR c = 1) AND ...`) into a projection below the filter, leaving the filter a
+/// column (`__common_expr_1`) the table does not have.
+pub fn state_for_dml(state: &SessionState) -> SessionState {
+    let rules = state.optimizers().iter().filter(|r| r.name() != "common_sub_expression_eliminate").cloned().collect();
+    SessionStateBuilder::new_from_existing(state.clone()).with_optimizer_rules(rules).build()
 }
 
 /// A session's own context, started from the template, knowing who its user is.

@@ -8,6 +8,7 @@
 
 pub mod clauses;
 pub mod column_names;
+pub mod comparison_order;
 pub mod df_context;
 pub mod handler;
 pub mod interval_text;

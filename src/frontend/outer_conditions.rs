@@ -1,4 +1,4 @@
-//! An analyzer rule for DataFusion (the adapter's one planning rule): a scalar subquery's
+//! An analyzer rule for DataFusion (one of the adapter's planning rules): a scalar subquery's
 //! conditions on the outer row alone are asked before the subquery instead of inside it.
 //!
 //! `(SELECT x FROM d WHERE a.flag AND d.id = a.id)` (with `a` the outer row) is NULL when

@@ -6,7 +6,7 @@ use std::ops::Bound;
 
 use parking_lot::RwLock;
 
-use super::store::{ScanControl, StateStore, Visitor, WriteBatch, WriteOp};
+use super::store::{KeyRange, ScanControl, StateStore, Visitor, WriteBatch, WriteOp};
 use crate::error::Result;
 
 #[derive(Default)]
@@ -25,11 +25,16 @@ impl StateStore for MemoryStore {
         Ok(self.map.read().get(key).cloned())
     }
 
-    fn scan_prefix(&self, prefix: &[u8], visit: &mut Visitor<'_>) -> Result<()> {
+    fn scan_ranges(&self, ranges: &[KeyRange], visit: &mut Visitor<'_>) -> Result<()> {
         let map = self.map.read();
-        for (k, v) in map.range::<[u8], _>((Bound::Included(prefix), Bound::Unbounded)) {
-            if !k.starts_with(prefix) || visit(k, v)? == ScanControl::Stop {
-                break;
+        for range in ranges {
+            for (k, v) in map.range::<[u8], _>((Bound::Included(range.start.as_slice()), Bound::Unbounded)) {
+                if !range.contains(k) {
+                    break;
+                }
+                if visit(k, v)? == ScanControl::Stop {
+                    return Ok(());
+                }
             }
         }
         Ok(())

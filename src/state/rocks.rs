@@ -10,8 +10,7 @@ use std::path::Path;
 
 use rocksdb::{BlockBasedOptions, Cache, Options, ReadOptions, WriteOptions, DB};
 
-use super::keys::prefix_end;
-use super::store::{ScanControl, StateStore, Visitor, WriteBatch, WriteOp};
+use super::store::{KeyRange, ScanControl, StateStore, Visitor, WriteBatch, WriteOp};
 use crate::config::StorageConfig;
 use crate::error::{Result, WeirError};
 
@@ -73,23 +72,32 @@ impl StateStore for RocksStore {
         Ok(())
     }
 
-    fn scan_prefix(&self, prefix: &[u8], visit: &mut Visitor<'_>) -> Result<()> {
+    /// One iterator (so one snapshot) for every range: it seeks to each range's start.
+    fn scan_ranges(&self, ranges: &[KeyRange], visit: &mut Visitor<'_>) -> Result<()> {
         let mut read_opts = ReadOptions::default();
-        if let Some(end) = prefix_end(prefix) {
-            read_opts.set_iterate_upper_bound(end);
+        // The iterator stops at the last range's end, not at the next table's first key.
+        if ranges.iter().all(|r| r.end.is_some()) {
+            if let Some(end) = ranges.iter().filter_map(|r| r.end.clone()).max() {
+                read_opts.set_iterate_upper_bound(end);
+            }
         }
         let mut iter = self.db.raw_iterator_opt(read_opts);
-        iter.seek(prefix);
-        while iter.valid() {
-            let (Some(k), Some(v)) = (iter.key(), iter.value()) else {
-                break;
-            };
-            if !k.starts_with(prefix) || visit(k, v)? == ScanControl::Stop {
-                break;
+        for range in ranges {
+            iter.seek(&range.start);
+            while iter.valid() {
+                let (Some(k), Some(v)) = (iter.key(), iter.value()) else {
+                    break;
+                };
+                if !range.contains(k) {
+                    break;
+                }
+                if visit(k, v)? == ScanControl::Stop {
+                    return Ok(iter.status()?);
+                }
+                iter.next();
             }
-            iter.next();
+            iter.status()?;
         }
-        iter.status()?;
         Ok(())
     }
 

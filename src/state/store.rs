@@ -62,6 +62,19 @@ pub enum ScanControl {
     Stop,
 }
 
+/// The keys from `start` (included) to `end` (excluded; None: to the end of the store).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyRange {
+    pub start: Vec<u8>,
+    pub end: Option<Vec<u8>>,
+}
+
+impl KeyRange {
+    pub fn contains(&self, key: &[u8]) -> bool {
+        key >= self.start.as_slice() && self.end.as_ref().is_none_or(|end| key < end.as_slice())
+    }
+}
+
 /// What a prefix scan calls with each entry's key and value.
 pub type Visitor<'a> = dyn FnMut(&[u8], &[u8]) -> Result<ScanControl> + 'a;
 
@@ -70,7 +83,15 @@ pub trait StateStore: Send + Sync + 'static {
 
     /// Calls `visit` on every entry whose key starts with `prefix`, in key order, over one
     /// consistent snapshot.
-    fn scan_prefix(&self, prefix: &[u8], visit: &mut Visitor<'_>) -> Result<()>;
+    fn scan_prefix(&self, prefix: &[u8], visit: &mut Visitor<'_>) -> Result<()> {
+        let range = KeyRange { start: prefix.to_vec(), end: super::keys::prefix_end(prefix) };
+        self.scan_ranges(std::slice::from_ref(&range), visit)
+    }
+
+    /// Calls `visit` on every entry of each of `ranges`, the ranges in the order given and each
+    /// in key order, all over one consistent snapshot; a [`ScanControl::Stop`] ends the whole
+    /// scan.
+    fn scan_ranges(&self, ranges: &[KeyRange], visit: &mut Visitor<'_>) -> Result<()>;
 
     fn write(&self, batch: WriteBatch) -> Result<()>;
 

@@ -29,11 +29,12 @@ use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::ipc::reader::StreamReader;
 use datafusion::arrow::ipc::writer::StreamWriter;
 use datafusion::arrow::row::{RowConverter, Rows, SortField};
+use datafusion::common::ScalarValue;
 
 use serde::{Deserialize, Serialize};
 
-use super::keys::{row_key, segment_key, table_prefix, TableId};
-use super::store::{ScanControl, StateStore, WriteBatch};
+use super::keys::{prefix_end, row_key, segment_key, table_prefix, TableId, VNODE_COUNT};
+use super::store::{KeyRange, ScanControl, StateStore, WriteBatch};
 use crate::error::{Result, SqlState, WeirError};
 
 /// How a table's rows are laid out in the store (part of a relation's durable definition).
@@ -153,26 +154,96 @@ impl StateTable {
         batch_size: usize,
         limit: Option<usize>,
     ) -> Result<Vec<RecordBatch>> {
+        let mut batches = Vec::new();
+        self.scan_batches(store, None, batch_size, limit, &mut |batch| {
+            batches.push(batch);
+            Ok(ScanControl::Continue)
+        })?;
+        Ok(batches)
+    }
+
+    /// Hands `emit` the rows whose memcomparable keys lie in one of `ranges` (None: every row),
+    /// as batches of at most `batch_size` rows (about that, in a segmented table), read from one
+    /// snapshot, until `limit` rows are read or `emit` says stop. Rows come in key order
+    /// within a vnode, vnode after vnode. Only [`Layout::Rows`] tables are read by key range.
+    pub fn scan_batches(
+        &self,
+        store: &dyn StateStore,
+        ranges: Option<&[KeyRange]>,
+        batch_size: usize,
+        limit: Option<usize>,
+        emit: &mut dyn FnMut(RecordBatch) -> Result<ScanControl>,
+    ) -> Result<()> {
         let limit = limit.unwrap_or(usize::MAX);
         if self.layout == Layout::Segments {
-            return self.scan_segments(store, batch_size, limit);
+            if ranges.is_some() {
+                self.rows_layout("read a key range")?;
+            }
+            return self.scan_segments(store, batch_size, limit, emit);
         }
-        let mut batches = Vec::new();
+        let store_ranges = match ranges {
+            None => vec![KeyRange {
+                start: table_prefix(self.table_id).to_vec(),
+                end: prefix_end(&table_prefix(self.table_id)),
+            }],
+            Some(ranges) => self.store_ranges(ranges),
+        };
         let mut pending: Vec<Vec<u8>> = Vec::with_capacity(batch_size.min(4096));
         let mut read = 0usize;
-        store.scan_prefix(&table_prefix(self.table_id), &mut |_, v| {
+        let mut stopped = false;
+        store.scan_ranges(&store_ranges, &mut |_, v| {
             pending.push(v.to_vec());
             read += 1;
             if pending.len() >= batch_size {
-                batches.push(self.decode_values(&pending)?);
-                pending.clear();
+                let batch = self.decode_values(&std::mem::take(&mut pending))?;
+                if emit(batch)? == ScanControl::Stop {
+                    stopped = true;
+                    return Ok(ScanControl::Stop);
+                }
             }
             Ok(if read >= limit { ScanControl::Stop } else { ScanControl::Continue })
         })?;
-        if !pending.is_empty() {
-            batches.push(self.decode_values(&pending)?);
+        if !pending.is_empty() && !stopped {
+            emit(self.decode_values(&pending)?)?;
         }
-        Ok(batches)
+        Ok(())
+    }
+
+    /// The store ranges holding the memcomparable keys in `ranges`: each range in every vnode,
+    /// since a key's vnode is a hash of the whole key.
+    fn store_ranges(&self, ranges: &[KeyRange]) -> Vec<KeyRange> {
+        let mut out = Vec::with_capacity(ranges.len() * VNODE_COUNT as usize);
+        for vnode in 0..VNODE_COUNT {
+            let mut prefix = table_prefix(self.table_id).to_vec();
+            prefix.extend_from_slice(&vnode.to_be_bytes());
+            for range in ranges {
+                let at = |key: &[u8]| [prefix.as_slice(), key].concat();
+                out.push(KeyRange {
+                    start: at(&range.start),
+                    end: match &range.end {
+                        Some(end) => Some(at(end)),
+                        None => prefix_end(&prefix),
+                    },
+                });
+            }
+        }
+        out
+    }
+
+    /// The memcomparable encoding of `values`, the values of the first `values.len()` key
+    /// columns: the start of every key with those values (keys encode column after column).
+    pub fn encode_key_prefix(&self, values: &[ScalarValue]) -> Result<Vec<u8>> {
+        if values.is_empty() {
+            return Ok(vec![]);
+        }
+        let fields = self.key_indices[..values.len()]
+            .iter()
+            .map(|&i| SortField::new(self.schema.field(i).data_type().clone()))
+            .collect();
+        let codec = RowConverter::new(fields)?;
+        let columns = values.iter().map(|v| v.to_array()).collect::<std::result::Result<Vec<_>, _>>()?;
+        let rows = codec.convert_columns(&columns)?;
+        Ok(rows.row(0).as_ref().to_vec())
     }
 
     /// The memcomparable keys of the key column values `columns` (one array per key column, in
@@ -236,34 +307,48 @@ impl StateTable {
 
     /// Every segment's rows, in the order written, coalesced into batches of about
     /// `batch_size` rows.
-    fn scan_segments(&self, store: &dyn StateStore, batch_size: usize, limit: usize) -> Result<Vec<RecordBatch>> {
-        let mut batches = Vec::new();
+    fn scan_segments(
+        &self,
+        store: &dyn StateStore,
+        batch_size: usize,
+        limit: usize,
+        emit: &mut dyn FnMut(RecordBatch) -> Result<ScanControl>,
+    ) -> Result<()> {
         let mut small: Vec<RecordBatch> = Vec::new();
         let mut small_rows = 0;
         let mut read = 0usize;
+        let mut stopped = false;
         store.scan_prefix(&table_prefix(self.table_id), &mut |_, v| {
             if read >= limit {
                 return Ok(ScanControl::Stop);
             }
             for batch in self.decode_segment(v)? {
                 read += batch.num_rows();
-                if batch.num_rows() >= batch_size {
-                    batches.push(batch);
-                    continue;
-                }
-                small_rows += batch.num_rows();
-                small.push(batch);
-                if small_rows >= batch_size {
-                    batches.push(concat_batches(&self.schema, &std::mem::take(&mut small))?);
-                    small_rows = 0;
+                let full = if batch.num_rows() >= batch_size {
+                    Some(batch)
+                } else {
+                    small_rows += batch.num_rows();
+                    small.push(batch);
+                    (small_rows >= batch_size)
+                        .then(|| {
+                            small_rows = 0;
+                            concat_batches(&self.schema, &std::mem::take(&mut small))
+                        })
+                        .transpose()?
+                };
+                if let Some(batch) = full {
+                    if emit(batch)? == ScanControl::Stop {
+                        stopped = true;
+                        return Ok(ScanControl::Stop);
+                    }
                 }
             }
             Ok(ScanControl::Continue)
         })?;
-        if !small.is_empty() {
-            batches.push(concat_batches(&self.schema, &small)?);
+        if !small.is_empty() && !stopped {
+            emit(concat_batches(&self.schema, &small)?)?;
         }
-        Ok(batches)
+        Ok(())
     }
 
     fn decode_segment(&self, bytes: &[u8]) -> Result<Vec<RecordBatch>> {

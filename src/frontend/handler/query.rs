@@ -56,11 +56,18 @@ pub async fn handle(
     params: Option<ParamValues>,
 ) -> Result<StatementResult> {
     let tag = dml_tag(&statement);
+    let explain = matches!(statement, Statement::Explain { .. });
     let (mut logical, names) = plan_named(session, statement).await?;
     if let Some(params) = params {
         logical = logical.with_param_values(params)?;
     }
-    let frame = session.ctx.execute_logical_plan(logical).await?;
+    let frame = match tag {
+        Some("UPDATE" | "DELETE") => datafusion::dataframe::DataFrame::new(
+            crate::frontend::df_context::state_for_dml(&session.ctx.state()),
+            logical,
+        ),
+        _ => session.ctx.execute_logical_plan(logical).await?,
+    };
     match tag {
         Some(tag) => {
             let batches = frame.collect().await?;
@@ -75,6 +82,7 @@ pub async fn handle(
         None => {
             let schema = client_schema(frame.schema().inner(), names.as_deref());
             let stream = frame.execute_stream().await?;
+            let stream = if explain { without_trailing_newlines(stream) } else { stream };
             Ok(StatementResult::Rows { schema, stream })
         }
     }
@@ -134,4 +142,31 @@ fn cast_parameter_types(plan: &LogicalPlan) -> Result<Vec<(usize, datafusion::ar
         })
     })?;
     Ok(found)
+}
+
+/// EXPLAIN's rows without the newline DataFusion ends a physical plan with (Postgres's plans
+/// end without one; psql showed it as an empty line).
+fn without_trailing_newlines(
+    stream: datafusion::physical_plan::SendableRecordBatchStream,
+) -> datafusion::physical_plan::SendableRecordBatchStream {
+    use datafusion::arrow::array::{Array, AsArray, StringArray};
+    use futures::StreamExt;
+    let schema = stream.schema();
+    let trimmed = Arc::clone(&schema);
+    let batches = stream.map(move |batch| {
+        let batch = batch?;
+        let columns = batch
+            .columns()
+            .iter()
+            .map(|column| match column.as_string_opt::<i32>() {
+                Some(text) => {
+                    Arc::new(text.iter().map(|v| v.map(|v| v.trim_end_matches('\n'))).collect::<StringArray>())
+                        as Arc<dyn Array>
+                }
+                None => Arc::clone(column),
+            })
+            .collect();
+        Ok(datafusion::arrow::array::RecordBatch::try_new(Arc::clone(&trimmed), columns)?)
+    });
+    Box::pin(datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(schema, batches))
 }
