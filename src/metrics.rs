@@ -36,6 +36,18 @@ pub static STATEMENTS_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
     )
 });
 
+/// Queries and DML statements planned, by whether a session's cached plan served them
+/// (`frontend::plan_cache`): `cached` or `planned`.
+pub static PLANS_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register(
+        IntCounterVec::new(
+            Opts::new("weir_plans_total", "Statements planned, by whether a cached plan served them"),
+            &["plan"],
+        )
+        .unwrap(),
+    )
+});
+
 /// Errors sent to clients, by SQLSTATE.
 pub static ERRORS_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register(
@@ -314,7 +326,7 @@ pub fn render() -> String {
     // Touch the statics so that every metric is listed even before its first use.
     let _ = (&*CONNECTIONS_TOTAL, &*CONNECTIONS_ACTIVE, &*STATEMENTS_TOTAL, &*ERRORS_TOTAL, &*STATEMENT_SECONDS);
     let _ = (&*VIEW_ERRORS_TOTAL, &*OPERATOR_ROWS, &*BARRIER_LATENCY_SECONDS, &*VIEW_EPOCH, &*STATE_BYTES);
-    let _ = &*EARLY_BARRIERS_TOTAL;
+    let _ = (&*EARLY_BARRIERS_TOTAL, &*PLANS_TOTAL);
     let _ =
         (&*CHECKPOINTS_TOTAL, &*CHECKPOINT_SECONDS, &*CHECKPOINT_ALIGNMENT_SECONDS, &*CHECKPOINT_UPLOADED_BYTES_TOTAL);
     let _ = (&*CHECKPOINT_LAST_COMPLETE_EPOCH, &*RECOVERY_SECONDS);

@@ -471,3 +471,71 @@ async fn copy_from_stdin_loads_rows() {
     };
     assert_eq!(err.as_db_error().map(|e| e.code().code()), Some("42809"), "{err:?}");
 }
+
+/// The value of the Prometheus sample `name` (with its labels, as printed), 0 when absent.
+fn sample(server: &TestServer, name: &str) -> f64 {
+    server
+        .metrics_text()
+        .lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.trim().parse().ok()))
+        .unwrap_or(0.0)
+}
+
+/// A prepared statement is planned once and its plan used for every Execute (key lookups by a
+/// parameter included); a changed catalog or setting plans it again; plans that read the
+/// system catalogs or the clock are not kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepared_statements_reuse_their_plans_until_the_catalog_changes() {
+    let server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE kv (k INT PRIMARY KEY, v TEXT);
+             INSERT INTO kv SELECT x, 'v' || x FROM generate_series(1, 100) AS s(x);",
+        )
+        .await
+        .unwrap();
+    let cached = r#"weir_plans_total{plan="cached"}"#;
+    let lookup = client.prepare("SELECT v FROM kv WHERE k = $1").await.unwrap();
+    let update = client.prepare("UPDATE kv SET v = $2 WHERE k = $1").await.unwrap();
+    let before = sample(&server, cached);
+    for k in 1..=20 {
+        let row = client.query_one(&lookup, &[&k]).await.unwrap();
+        assert_eq!(row.get::<_, String>(0), format!("v{k}"));
+        client.execute(&update, &[&k, &format!("w{k}")]).await.unwrap();
+        let row = client.query_one(&lookup, &[&k]).await.unwrap();
+        assert_eq!(row.get::<_, String>(0), format!("w{k}"));
+    }
+    assert!(client.query_opt(&lookup, &[&1000]).await.unwrap().is_none());
+    // 61 runs: the first of each statement planned, the rest from the cache.
+    assert!(sample(&server, cached) - before >= 58.0, "plans were not reused");
+
+    // The table is dropped and made again with other rows and another type: planned again.
+    client
+        .batch_execute("DROP TABLE kv; CREATE TABLE kv (k INT PRIMARY KEY, v INT); INSERT INTO kv VALUES (1, 7);")
+        .await
+        .unwrap();
+    let lookup = client.prepare("SELECT v FROM kv WHERE k = $1").await.unwrap();
+    assert_eq!(client.query_one(&lookup, &[&1]).await.unwrap().get::<_, i32>(0), 7);
+
+    // The clock is read at every run.
+    let clock = client.prepare("SELECT now() FROM kv WHERE k = $1").await.unwrap();
+    let first: std::time::SystemTime = client.query_one(&clock, &[&1]).await.unwrap().get(0);
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    let second: std::time::SystemTime = client.query_one(&clock, &[&1]).await.unwrap().get(0);
+    assert!(second > first, "now() came from a cached plan");
+
+    // The system catalogs are read as they are now.
+    let tables = client.prepare("SELECT count(*) FROM pg_catalog.pg_tables WHERE tablename = $1").await.unwrap();
+    assert_eq!(client.query_one(&tables, &[&"later"]).await.unwrap().get::<_, i64>(0), 0);
+    client.batch_execute("CREATE TABLE later (x INT)").await.unwrap();
+    assert_eq!(client.query_one(&tables, &[&"later"]).await.unwrap().get::<_, i64>(0), 1);
+
+    // A setting the plan depends on: the time zone a timestamptz is shown in.
+    let shown =
+        client.prepare("SELECT CAST(TIMESTAMPTZ '2026-01-01 00:00:00+00' AS TEXT) FROM kv WHERE k = $1").await.unwrap();
+    let utc: String = client.query_one(&shown, &[&1]).await.unwrap().get(0);
+    client.batch_execute("SET TIME ZONE 'Europe/Berlin'").await.unwrap();
+    let berlin: String = client.query_one(&shown, &[&1]).await.unwrap().get(0);
+    assert_ne!(utc, berlin, "the plan made before SET was used after it");
+}

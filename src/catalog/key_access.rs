@@ -120,8 +120,21 @@ impl ColumnBounds {
 }
 
 /// Whether `filter` narrows a read of `relation` by key (so it is worth offering to the scan).
+/// A typed parameter (`k = $1`) narrows as a constant does: a cached plan is optimized with its
+/// parameters in it, and their values are put in before the scan is made.
 pub fn narrows(relation: &Relation, filter: &Expr) -> bool {
-    narrowing(relation, filter).is_some()
+    use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode};
+    let with_constants = filter
+        .clone()
+        .transform(|e| match &e {
+            Expr::Placeholder(p) => match p.field.as_ref().map(|f| ScalarValue::new_default(f.data_type())) {
+                Some(Ok(v)) if !v.is_null() => Ok(Transformed::yes(Expr::Literal(v, None))),
+                _ => Ok(Transformed::no(e)),
+            },
+            _ => Ok(Transformed::no(e)),
+        })
+        .data();
+    with_constants.is_ok_and(|f| narrowing(relation, &f).is_some())
 }
 
 /// The stored rows a read of `relation` under `filters` (ANDed) must touch.

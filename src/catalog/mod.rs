@@ -255,6 +255,8 @@ pub struct Catalog {
     /// Whether writes are logged to [`change_log`] (off only where nothing restarts from the
     /// store: benchmarks).
     log_changes: std::sync::atomic::AtomicBool,
+    /// Bumped by every change to the set of relations (what a cached plan was planned against).
+    version: AtomicU64,
 }
 
 struct Inner {
@@ -283,6 +285,7 @@ impl Catalog {
             changes: Arc::new(changes::ChangeHub::default()),
             open_epoch: AtomicU64::new(0),
             log_changes: std::sync::atomic::AtomicBool::new(true),
+            version: AtomicU64::new(0),
         })
     }
 
@@ -337,6 +340,11 @@ impl Catalog {
         self.relations()
             .iter()
             .fold(FNV1A_START, |h, r| fnv1a(fnv1a(h, &r.def.id.to_be_bytes()), r.def.name.as_bytes()))
+    }
+
+    /// A number that changes whenever a relation is made or dropped.
+    pub fn version(&self) -> u64 {
+        self.version.load(Ordering::SeqCst)
     }
 
     pub fn store(&self) -> &Arc<dyn StateStore> {
@@ -458,6 +466,7 @@ impl Catalog {
                 self.store.write(wb)?;
                 let id = relation.def.id;
                 inner.by_name.insert(name.to_string(), Arc::new(relation));
+                self.version.fetch_add(1, Ordering::SeqCst);
                 return Ok(id);
             }
         }
@@ -505,6 +514,7 @@ impl Catalog {
         self.store.write(wb)?;
         inner.next_id = id + 1;
         inner.by_name.insert(name, Arc::new(relation));
+        self.version.fetch_add(1, Ordering::SeqCst);
         Ok(Some(id))
     }
 
@@ -560,6 +570,7 @@ impl Catalog {
         relation.table.clear(&mut wb);
         self.store.write(wb)?;
         inner.by_name.remove(&relation.def.name);
+        self.version.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
 }

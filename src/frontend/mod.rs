@@ -15,6 +15,7 @@ pub mod interval_text;
 pub mod outer_conditions;
 pub mod parser;
 pub mod pg_catalog;
+pub mod plan_cache;
 pub mod session;
 pub mod sink_statement;
 
@@ -51,7 +52,7 @@ impl StatementResult {
 }
 
 /// What a prepared statement takes and returns, for the extended protocol's Describe.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct StatementDescription {
     /// Parameter types in `$1..$n` order (None where DataFusion could not infer one).
     pub parameters: Vec<Option<DataType>>,

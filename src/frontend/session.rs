@@ -238,13 +238,15 @@ pub struct Session {
     values: Values,
     /// ParameterStatus messages owed to the client.
     reports: Vec<(String, String)>,
+    /// Plans of statements run before, to run again.
+    pub plans: super::plan_cache::PlanCache,
 }
 
 impl Session {
     pub fn new(user: String, database: String, ctx: SessionContext) -> Session {
         let values: Values = Arc::default();
         register_current_setting(&ctx, &user, &values);
-        Session { user, database, ctx, values, reports: Vec::new() }
+        Session { user, database, ctx, values, reports: Vec::new(), plans: Default::default() }
     }
 
     /// The current value of a setting, or 42704 if there is no such setting.
@@ -254,6 +256,8 @@ impl Session {
 
     /// Changes a setting; `None` resets it to its default.
     pub fn set(&mut self, name: &str, value: Option<String>) -> Result<()> {
+        // Plans were made under the old settings.
+        self.plans.clear();
         let Some(s) = spec(name) else {
             if !name.contains('.') {
                 return Err(unknown(name));

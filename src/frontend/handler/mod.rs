@@ -54,7 +54,9 @@ pub async fn execute(
         | Statement::Update(_)
         | Statement::Delete(_)
         | Statement::Truncate(_)
-        | Statement::Explain { .. } => query::handle(session, name_given_columns(fe, statement), params).await,
+        | Statement::Explain { .. } => {
+            query::handle(session, name_given_columns(fe, statement), params, fe.catalog().version()).await
+        }
         Statement::ShowTables { .. } => show::tables(fe),
         Statement::ShowVariable { variable } => show::variable(session, &variable),
         Statement::ExplainTable { table_name, .. } => describe::handle(fe, &table_name),
@@ -110,7 +112,18 @@ pub async fn describe(fe: &Frontend, session: &mut Session, statement: &Statemen
         | Statement::Update(_)
         | Statement::Delete(_)
         | Statement::Truncate(_)
-        | Statement::Explain { .. } => query::describe(session, &name_given_columns(fe, statement.clone())).await,
+        | Statement::Explain { .. } => {
+            // Described once per catalog version (a prepared statement is described at each
+            // Execute that binds parameters).
+            let version = fe.catalog().version();
+            let sql = statement.to_string();
+            if let Some(described) = session.plans.description(&sql, version) {
+                return Ok(described);
+            }
+            let described = query::describe(session, &name_given_columns(fe, statement.clone())).await?;
+            session.plans.keep_description(sql, version, described.clone());
+            Ok(described)
+        }
         // These only read the catalog or the session: running them is the simplest exact answer.
         Statement::ShowTables { .. }
         | Statement::ShowViews { .. }

@@ -13,6 +13,7 @@ use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::Statement;
 
 use crate::error::Result;
+use crate::frontend::plan_cache::CachedPlan;
 use crate::frontend::{column_names, Session, StatementDescription, StatementResult};
 
 /// The command tag of a DML statement, None for statements that return rows.
@@ -36,6 +37,14 @@ pub async fn plan(session: &Session, statement: Statement) -> Result<LogicalPlan
 pub async fn plan_named(session: &Session, mut statement: Statement) -> Result<(LogicalPlan, Option<Vec<String>>)> {
     let names = match &mut statement {
         Statement::Query(query) => column_names::name_columns(query),
+        // An INSERT's rows go by position: its query's columns need only names DataFusion
+        // takes (`SELECT x, x % 10, x` repeats one).
+        Statement::Insert(insert) => {
+            if let Some(source) = insert.source.as_mut() {
+                column_names::name_columns(source);
+            }
+            None
+        }
         _ => None,
     };
     let state = session.ctx.state();
@@ -50,27 +59,67 @@ fn client_schema(schema: &SchemaRef, names: Option<&[String]>) -> SchemaRef {
     }
 }
 
+/// Runs a query or DML statement. `catalog_version` is the catalog's
+/// ([`crate::catalog::Catalog::version`]): a plan cached for it is used
+/// (`frontend::plan_cache`), and a new plan is kept with it.
 pub async fn handle(
     session: &mut Session,
     statement: Statement,
     params: Option<ParamValues>,
+    catalog_version: u64,
 ) -> Result<StatementResult> {
     let tag = dml_tag(&statement);
-    let explain = matches!(statement, Statement::Explain { .. });
-    let (mut logical, names) = plan_named(session, statement).await?;
-    if let Some(params) = params {
-        logical = logical.with_param_values(params)?;
+    if matches!(statement, Statement::Explain { .. }) {
+        return explain(session, statement).await;
     }
-    let frame = match tag {
-        Some("UPDATE" | "DELETE") => datafusion::dataframe::DataFrame::new(
-            crate::frontend::df_context::state_for_dml(&session.ctx.state()),
-            logical,
-        ),
-        _ => session.ctx.execute_logical_plan(logical).await?,
+    // Which statements are worth keeping: reads, key updates and deletes, and prepared inserts
+    // (not a bulk INSERT of literal rows, run once).
+    let worth_keeping = match &statement {
+        Statement::Query(_) | Statement::Update(_) | Statement::Delete(_) => true,
+        Statement::Insert(_) => params.is_some(),
+        _ => false,
     };
+    let sql = worth_keeping.then(|| statement.to_string());
+    let cached = match sql.as_deref().and_then(|sql| session.plans.plan(sql, catalog_version)) {
+        Some(cached) => {
+            crate::metrics::PLANS_TOTAL.with_label_values(&["cached"]).inc();
+            cached
+        }
+        None => {
+            crate::metrics::PLANS_TOTAL.with_label_values(&["planned"]).inc();
+            let (logical, names) = plan_named(session, statement).await?;
+            let state = match tag {
+                Some("UPDATE" | "DELETE") => crate::frontend::df_context::state_for_dml(&session.ctx.state()),
+                _ => session.ctx.state(),
+            };
+            // Optimized with its parameters as placeholders, so the plan serves every Execute;
+            // a plan that cannot be (an untyped parameter the optimizer must know) is
+            // optimized with the values in, once.
+            match state.optimize(&logical) {
+                Ok(optimized) => {
+                    if let Some(sql) = sql {
+                        session.plans.keep(sql, catalog_version, &logical, &optimized, &state, names.clone());
+                    }
+                    Arc::new(CachedPlan::new(optimized, state, names))
+                }
+                Err(e) if params.is_none() => return Err(e.into()),
+                Err(_) => {
+                    let logical = logical.with_param_values(params.clone().unwrap_or(ParamValues::List(vec![])))?;
+                    let optimized = state.optimize(&logical)?;
+                    Arc::new(CachedPlan::new(optimized, state, names))
+                }
+            }
+        }
+    };
+    let plan = match params {
+        Some(params) => bind(&cached.plan, params)?,
+        None => cached.plan.clone(),
+    };
+    let physical = cached.state.query_planner().create_physical_plan(&plan, &cached.state).await?;
+    let task = cached.state.task_ctx();
     match tag {
         Some(tag) => {
-            let batches = frame.collect().await?;
+            let batches = datafusion::physical_plan::collect(physical, task).await?;
             let count: u64 = batches
                 .iter()
                 .filter_map(|b| b.column_by_name("count"))
@@ -80,12 +129,54 @@ pub async fn handle(
             Ok(StatementResult::Command { tag: tag.to_string(), rows })
         }
         None => {
-            let schema = client_schema(frame.schema().inner(), names.as_deref());
-            let stream = frame.execute_stream().await?;
-            let stream = if explain { without_trailing_newlines(stream) } else { stream };
+            let schema = client_schema(&physical.schema(), cached.names.as_deref());
+            let stream = datafusion::physical_plan::execute_stream(physical, task)?;
             Ok(StatementResult::Rows { schema, stream })
         }
     }
+}
+
+/// `plan` (optimized) with the values of its parameters put in, each as the type the plan
+/// gave its parameter: the client's value for a `text` parameter is a Utf8 string where the
+/// plan compares a Utf8View column, and no optimizer runs after this to add the cast.
+fn bind(plan: &LogicalPlan, params: ParamValues) -> Result<LogicalPlan> {
+    let types = plan.get_parameter_types()?;
+    if types.is_empty() {
+        return Ok(plan.clone());
+    }
+    let as_planned = |name: &str, value: datafusion::common::metadata::ScalarAndMetadata| {
+        let (v, metadata) = value.into_inner();
+        let v = match types.get(name) {
+            Some(Some(planned)) if v.data_type() != *planned => v.cast_to(planned)?,
+            _ => v,
+        };
+        Ok::<_, datafusion::error::DataFusionError>(datafusion::common::metadata::ScalarAndMetadata::new(v, metadata))
+    };
+    let params = match params {
+        ParamValues::List(values) => ParamValues::List(
+            values
+                .into_iter()
+                .enumerate()
+                .map(|(i, v)| as_planned(&format!("${}", i + 1), v))
+                .collect::<std::result::Result<_, _>>()?,
+        ),
+        ParamValues::Map(values) => ParamValues::Map(
+            values
+                .into_iter()
+                .map(|(k, v)| Ok((k.clone(), as_planned(&format!("${k}"), v)?)))
+                .collect::<std::result::Result<_, datafusion::error::DataFusionError>>()?,
+        ),
+    };
+    Ok(plan.clone().with_param_values(params)?)
+}
+
+/// EXPLAIN: planned and run as DataFusion runs it (its optimizer records each rule's plan).
+async fn explain(session: &mut Session, statement: Statement) -> Result<StatementResult> {
+    let (logical, names) = plan_named(session, statement).await?;
+    let frame = session.ctx.execute_logical_plan(logical).await?;
+    let schema = client_schema(frame.schema().inner(), names.as_deref());
+    let stream = without_trailing_newlines(frame.execute_stream().await?);
+    Ok(StatementResult::Rows { schema, stream })
 }
 
 pub async fn describe(session: &Session, statement: &Statement) -> Result<StatementDescription> {
