@@ -234,10 +234,7 @@ fn narrowing(relation: &Relation, filter: &Expr) -> Option<(usize, Narrowing)> {
         let index = relation.schema.index_of(&column.name).ok()?;
         key.contains(&index).then_some(index)
     };
-    let literal = |e: &Expr| match e {
-        Expr::Literal(v, _) => Some(v.clone()),
-        _ => None,
-    };
+    let literal = constant;
     let (column, narrowing) = match filter {
         Expr::BinaryExpr(BinaryExpr { left, op, right }) if *op != Operator::Or => {
             let (column, op, value) = match (key_column(left), key_column(right)) {
@@ -278,6 +275,22 @@ fn narrowing(relation: &Relation, filter: &Expr) -> Option<(usize, Narrowing)> {
         _ => return None,
     };
     Some((column, narrowing))
+}
+
+/// The value of `expr` when it is a constant: a literal, or an expression of literals
+/// (`$1 + 100` once its parameter is bound: a cached plan is not optimized again, so nothing
+/// folded it).
+fn constant(expr: &Expr) -> Option<ScalarValue> {
+    use datafusion::logical_expr::simplify::SimplifyContext;
+    use datafusion::optimizer::simplify_expressions::ExprSimplifier;
+    match expr {
+        Expr::Literal(v, _) => Some(v.clone()),
+        _ if !expr.column_refs().is_empty() || expr.is_volatile() => None,
+        _ => match ExprSimplifier::new(SimplifyContext::default()).simplify(expr.clone()).ok()? {
+            Expr::Literal(v, _) => Some(v),
+            _ => None,
+        },
+    }
 }
 
 /// `value` as a value of `column`'s type: Some(None) when no row can equal it (NULL, or a

@@ -12,7 +12,9 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::Statistics;
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
@@ -26,6 +28,9 @@ use crate::state::store::{ScanControl, StateStore};
 
 /// Batches a scan reads ahead of its consumer.
 const READ_AHEAD: usize = 2;
+
+/// Keys looked up on the query's own task at most; more go to a blocking thread.
+const INLINE_LOOKUPS: usize = 16;
 
 pub struct RelationScanExec {
     relation: Arc<Relation>,
@@ -113,7 +118,37 @@ impl ExecutionPlan for RelationScanExec {
         Ok(TreeNodeRecursion::Continue)
     }
 
+    /// At most as many rows as keys looked up (or as the limit): DataFusion then reads a
+    /// small scan on one task rather than spreading its rows over several.
+    fn partition_statistics(&self, _partition: Option<usize>) -> DfResult<Arc<Statistics>> {
+        let at_most = match (self.access.as_ref(), self.limit) {
+            (KeyAccess::Keys(keys), _) => Some(keys.first().map_or(0, |k| k.len())),
+            (_, Some(limit)) => Some(limit),
+            _ => None,
+        };
+        let statistics = Statistics::new_unknown(&self.schema);
+        Ok(Arc::new(match at_most {
+            Some(rows) => statistics.with_num_rows(Precision::Inexact(rows)),
+            None => statistics,
+        }))
+    }
+
     fn execute(&self, _partition: usize, _context: Arc<TaskContext>) -> DfResult<SendableRecordBatchStream> {
+        // A few keys are looked up here and now: a handful of point reads cost less than
+        // handing them to a blocking thread and back.
+        if let KeyAccess::Keys(keys) = self.access.as_ref() {
+            if keys.first().is_none_or(|k| k.len() <= INLINE_LOOKUPS) {
+                let rows = self.relation.rows_with_keys(self.store.as_ref(), keys)?;
+                let rows = match &self.projection {
+                    Some(columns) => rows.project(columns)?,
+                    None => rows,
+                };
+                return Ok(Box::pin(RecordBatchStreamAdapter::new(
+                    Arc::clone(&self.schema),
+                    futures::stream::once(async move { Ok(rows) }),
+                )));
+            }
+        }
         let (tx, rx) = tokio::sync::mpsc::channel::<DfResult<RecordBatch>>(READ_AHEAD);
         let (relation, store, access) = (Arc::clone(&self.relation), Arc::clone(&self.store), Arc::clone(&self.access));
         let (projection, limit) = (self.projection.clone(), self.limit);
