@@ -38,6 +38,7 @@ impl SqlState {
     pub const QUERY_CANCELED: SqlState = SqlState("57014");
     pub const ADMIN_SHUTDOWN: SqlState = SqlState("57P01");
     pub const DEPENDENT_OBJECTS_STILL_EXIST: SqlState = SqlState("2BP01");
+    pub const INSUFFICIENT_PRIVILEGE: SqlState = SqlState("42501");
     pub const WRONG_OBJECT_TYPE: SqlState = SqlState("42809");
     pub const IO_ERROR: SqlState = SqlState("58030");
     /// A connector's external system (a Kafka broker) cannot be reached.

@@ -94,6 +94,19 @@ where
         ));
     }
     tracing::debug!(statement = %statement, "run");
+    // COPY ... TO STDOUT: the query's rows go out as copy data.
+    if let Statement::Sql(copy @ ast::Statement::Copy { .. }) = &statement {
+        if crate::frontend::handler::copy::is_copy_out(copy) {
+            let out = crate::frontend::handler::copy::copy_out(frontend, copy).map_err(|e| fail(block, e))?;
+            let query = crate::frontend::Statement::Sql(out.query.clone());
+            return match frontend.execute(session, query, None).await.map_err(|e| fail(block, e))? {
+                StatementResult::Rows { schema, stream } => {
+                    super::copy::copy_out(&out, schema, cancellable(stream, &cell.cancel, None))
+                }
+                _ => Err(fail(block, WeirError::internal("COPY's query returned no rows"))),
+            };
+        }
+    }
     // COPY FROM STDIN: the connection goes into copy-in mode; the data follows.
     if let Statement::Sql(copy @ ast::Statement::Copy { .. }) = &statement {
         let copy = crate::frontend::handler::copy::copy_in(frontend, copy).map_err(|e| fail(block, e))?;

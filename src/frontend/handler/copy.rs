@@ -1,6 +1,7 @@
 //! `COPY table [(columns)] FROM STDIN [WITH (FORMAT text | csv, DELIMITER 'c', NULL 's',
 //! HEADER, QUOTE 'c', ESCAPE 'c')]`: bulk loading, as `psql`'s `\copy` and drivers' copy APIs do
-//! it. This handler checks the statement and says what the rows go into ([`CopyIn`]); the
+//! it; and `COPY table [(columns)] | (query) TO STDOUT [WITH (FORMAT text | csv | binary,
+//! ...)]`, the other way ([`copy_out`]: the query whose rows go out, which the server encodes). This handler checks the statement and says what the rows go into ([`CopyIn`]); the
 //! server receives the data (`server::copy`), which [`CopyFormat::parse`] splits into rows and
 //! [`CopyIn::insert`] stores, a batch at a time, through the table's writer (as INSERT does:
 //! the primary key upserts, views follow). Text format: tab-separated, `\N` for NULL,
@@ -40,13 +41,68 @@ pub struct CopyFormat {
     pub escape: u8,
 }
 
-/// What a COPY statement is, if the handler takes it.
-pub fn copy_in(fe: &Frontend, statement: &Statement) -> Result<CopyIn> {
-    let Statement::Copy { source, to, target, options, legacy_options, .. } = statement else {
+/// A COPY ... TO STDOUT: the query whose rows go out, in what format.
+pub struct CopyOut {
+    /// `SELECT columns FROM table`, or the statement's query.
+    pub query: Statement,
+    pub format: CopyFormat,
+    /// `FORMAT binary` (Postgres's binary COPY format; `format` then does not apply).
+    pub binary: bool,
+}
+
+/// Whether `statement` is a COPY ... TO (else FROM).
+pub fn is_copy_out(statement: &Statement) -> bool {
+    matches!(statement, Statement::Copy { to: true, .. })
+}
+
+/// The query and format of a `COPY ... TO STDOUT`.
+pub fn copy_out(fe: &Frontend, statement: &Statement) -> Result<CopyOut> {
+    let Statement::Copy { source, target, options, legacy_options, .. } = statement else {
         unreachable!("dispatched on Copy")
     };
-    if *to || !matches!(target, CopyTarget::Stdin) {
-        return Err(WeirError::unsupported("COPY supports FROM STDIN only (COPY ... TO is not supported yet)"));
+    if !matches!(target, CopyTarget::Stdout) {
+        return Err(WeirError::new(
+            SqlState::INSUFFICIENT_PRIVILEGE,
+            "COPY to a file or program is not allowed: use COPY ... TO STDOUT (psql's \\copy)",
+        ));
+    }
+    if !legacy_options.is_empty() {
+        return Err(WeirError::unsupported("COPY's options before Postgres 9.0 syntax; use WITH (FORMAT ...)"));
+    }
+    let query = match source {
+        CopySource::Query(query) => Statement::Query(query.clone()),
+        CopySource::Table { table_name, columns } => {
+            let name = relation_name(table_name)?;
+            let relation = fe.catalog().get(&name).ok_or_else(|| WeirError::undefined_table(&name))?;
+            if relation.def.kind == RelationKind::Sink {
+                return Err(WeirError::new(SqlState::WRONG_OBJECT_TYPE, format!("cannot copy from sink \"{name}\"")));
+            }
+            let columns = if columns.is_empty() {
+                "*".to_string()
+            } else {
+                columns.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(", ")
+            };
+            let mut parsed = fe.parse(&format!("SELECT {columns} FROM {table_name}"))?;
+            match parsed.pop() {
+                Some(crate::frontend::Statement::Sql(query)) => query,
+                _ => return Err(WeirError::internal("COPY's query did not parse")),
+            }
+        }
+    };
+    let (format, binary) = copy_format(options, true)?;
+    Ok(CopyOut { query, format, binary })
+}
+
+/// What a COPY statement is, if the handler takes it.
+pub fn copy_in(fe: &Frontend, statement: &Statement) -> Result<CopyIn> {
+    let Statement::Copy { source, target, options, legacy_options, .. } = statement else {
+        unreachable!("dispatched on Copy")
+    };
+    if !matches!(target, CopyTarget::Stdin) {
+        return Err(WeirError::new(
+            SqlState::INSUFFICIENT_PRIVILEGE,
+            "COPY from a file or program is not allowed: use COPY ... FROM STDIN (psql's \\copy)",
+        ));
     }
     if !legacy_options.is_empty() {
         return Err(WeirError::unsupported("COPY's options before Postgres 9.0 syntax; use WITH (FORMAT ...)"));
@@ -75,8 +131,18 @@ pub fn copy_in(fe: &Frontend, statement: &Statement) -> Result<CopyIn> {
             })
             .collect::<Result<Vec<_>>>()?
     };
+    let (format, binary) = copy_format(options, false)?;
+    if binary {
+        return Err(WeirError::unsupported("COPY FROM STDIN in binary format (text and csv are)"));
+    }
+    Ok(CopyIn { relation, columns, format })
+}
+
+/// The format COPY's `options` ask for, and whether it is binary (`binary_allowed` only).
+fn copy_format(options: &[CopyOption], binary_allowed: bool) -> Result<(CopyFormat, bool)> {
     let mut copy =
         CopyFormat { csv: false, delimiter: b'\t', null: "\\N".into(), header: false, quote: b'"', escape: b'"' };
+    let mut binary = false;
     let byte = |c: char, what: &str| -> Result<u8> {
         u8::try_from(c).ok().filter(|b| b.is_ascii()).ok_or_else(|| {
             WeirError::new(
@@ -93,7 +159,8 @@ pub fn copy_in(fe: &Frontend, statement: &Statement) -> Result<CopyIn> {
             CopyOption::Format(f) => match f.value.to_ascii_lowercase().as_str() {
                 "text" => copy.csv = false,
                 "csv" => copy.csv = true,
-                other => return Err(WeirError::unsupported(format!("COPY format \"{other}\" (text and csv are)"))),
+                "binary" if binary_allowed => binary = true,
+                other => return Err(WeirError::unsupported(format!("COPY format \"{other}\" here"))),
             },
             CopyOption::Delimiter(c) => delimiter = Some(byte(*c, "delimiter")?),
             CopyOption::Null(s) => null = Some(s.clone()),
@@ -108,7 +175,7 @@ pub fn copy_in(fe: &Frontend, statement: &Statement) -> Result<CopyIn> {
     // As in Postgres, the escape is the quote unless said otherwise.
     copy.escape = escape.unwrap_or(copy.quote);
     copy.null = null.unwrap_or_else(|| if copy.csv { String::new() } else { "\\N".into() });
-    Ok(CopyIn { relation, columns, format: copy })
+    Ok((copy, binary))
 }
 
 impl CopyFormat {
