@@ -73,6 +73,20 @@ run() {
               sys, s, c, tps, l[int(NR * 0.5)] / 1000, l[int(NR * 0.99)] / 1000, l[int(NR * 0.999)] / 1000 }'
 }
 
+# Memory of a full scan: resident memory sampled while SELECT count(*) reads every row.
+rss() { awk '/^VmRSS/ { print $2 }' "/proc/$pid/status"; }
+before=$(rss)
+psql "${weir_args[@]}" -Atc "SELECT count(*) FROM items" >"$dir/count.out" &
+counter=$!
+peak=$before
+started=$(date +%s.%N)
+while kill -0 "$counter" 2>/dev/null; do
+    now_rss=$(rss)
+    [ "$now_rss" -gt "$peak" ] && peak=$now_rss
+    sleep 0.05
+done
+echo "weir: SELECT count(*) = $(cat "$dir/count.out") in $(echo "$(date +%s.%N) - $started" | bc) s; RSS $((before / 1024)) MiB before, peak +$(((peak - before) / 1024)) MiB"
+
 for script in lookup.sql range.sql update.sql; do
     for clients in 1 16; do
         run weir "$script" "$clients"

@@ -22,8 +22,12 @@ use crate::error::Result;
 use crate::state::keys::prefix_end;
 use crate::state::store::KeyRange;
 
-/// Keys looked up (or key prefixes scanned) one by one at most; more, and a wider read is made.
+/// Keys looked up one by one at most; more, and a wider read is made.
 const MAX_LOOKUPS: usize = 10_000;
+
+/// Key prefixes read as ranges at most: each is a seek in every vnode (256), so past this a
+/// read of every row costs less.
+const MAX_RANGES: usize = 64;
 
 /// The stored rows a read touches.
 #[derive(Debug)]
@@ -178,6 +182,9 @@ pub fn key_access(relation: &Relation, filters: &[Expr]) -> Result<KeyAccess> {
     }
     if pinned == key.len() && relation.def.kind == RelationKind::Table {
         return Ok(KeyAccess::Keys(key_arrays(relation, key, &prefixes)?));
+    }
+    if prefixes.len() > MAX_RANGES {
+        return Ok(KeyAccess::All);
     }
     let table = &relation.table;
     let mut ranges = Vec::with_capacity(prefixes.len());

@@ -152,7 +152,7 @@ impl ExecutionPlan for RelationScanExec {
         let (tx, rx) = tokio::sync::mpsc::channel::<DfResult<RecordBatch>>(READ_AHEAD);
         let (relation, store, access) = (Arc::clone(&self.relation), Arc::clone(&self.store), Arc::clone(&self.access));
         let (projection, limit) = (self.projection.clone(), self.limit);
-        tokio::task::spawn_blocking(move || {
+        let reader = tokio::task::spawn_blocking(move || {
             let mut emit = |batch: RecordBatch| {
                 let batch = match &projection {
                     Some(columns) => batch.project(columns)?,
@@ -175,7 +175,16 @@ impl ExecutionPlan for RelationScanExec {
                 let _ = tx.blocking_send(Err(DataFusionError::from(e)));
             }
         });
-        let batches = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|batch| (batch, rx)) });
+        // After the last batch, the reader's end: a panic there is an error, not a short read.
+        let batches = futures::stream::unfold((rx, Some(reader)), |(mut rx, reader)| async move {
+            if let Some(batch) = rx.recv().await {
+                return Some((batch, (rx, reader)));
+            }
+            match reader?.await {
+                Ok(()) => None,
+                Err(e) => Some((Err(DataFusionError::External(Box::new(e))), (rx, None))),
+            }
+        });
         Ok(Box::pin(RecordBatchStreamAdapter::new(Arc::clone(&self.schema), batches)))
     }
 }

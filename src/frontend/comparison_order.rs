@@ -7,12 +7,14 @@
 //! `c = T` (integer columns escaped: the simplifier turns their comparisons round on its own).
 //! Its fix for the equality case (apache/datafusion#24763) came after 55. With every such
 //! comparison column-first, the merge sees what it expects. Swapping the sides of a
-//! comparison never changes its value. Registered by `df_context::template_state`, after type
+//! comparison never changes its value; the expressions keep their names (an unaliased
+//! `0 < v` is still called that, by the client and by the plan above it). Registered by `df_context::template_state`, after type
 //! coercion.
 
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode, TreeNodeRecursion};
 use datafusion::error::Result;
+use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::{BinaryExpr, Expr, LogicalPlan, Operator};
 use datafusion::optimizer::AnalyzerRule;
 
@@ -25,7 +27,16 @@ impl AnalyzerRule for ColumnFirstComparisons {
     }
 
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
-        plan.transform_up_with_subqueries(|node| node.map_expressions(|expr| expr.transform_up(column_first))).data()
+        plan.transform_up_with_subqueries(|node| {
+            // A swapped comparison is named differently; the plan's schemas (and whatever reads
+            // the old name above) keep the name it had.
+            let names = NamePreserver::new(&node);
+            node.map_expressions(|expr| {
+                let name = names.save(&expr);
+                Ok(expr.transform_up(column_first)?.update_data(|e| name.restore(e)))
+            })
+        })
+        .data()
     }
 }
 

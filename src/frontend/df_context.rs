@@ -72,6 +72,9 @@ pub async fn template_state(catalog: Arc<Catalog>) -> Result<SessionState> {
     let options = config.options_mut();
     options.sql_parser.dialect = datafusion::config::Dialect::PostgreSQL;
     options.execution.time_zone = Some("+00:00".to_string());
+    // A scan that says it returns few rows (a key lookup: `catalog::scan`) is read on one task,
+    // not spread over the partitions by a round-robin repartition.
+    options.execution.use_row_number_estimates_to_optimize_partitioning = true;
     let state = SessionStateBuilder::new()
         .with_config(config)
         .with_default_features()

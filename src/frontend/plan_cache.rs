@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::execution::session_state::SessionState;
+use datafusion::execution::TaskContext;
 use datafusion::logical_expr::{Expr, LogicalPlan, Volatility};
 
 use super::StatementDescription;
@@ -32,8 +33,11 @@ pub struct CachedPlan {
     catalog_version: Option<u64>,
     /// Optimized, with its parameters as placeholders.
     pub plan: LogicalPlan,
-    /// The session's state it was planned in (makes the physical plan).
-    pub state: SessionState,
+    /// The session's state it was planned in (makes the physical plan); shared by the plans
+    /// planned in one state.
+    pub state: Arc<SessionState>,
+    /// What the plan runs with (made once per state: it copies the function registries).
+    pub task: Arc<TaskContext>,
     /// The client's names of the result columns where they differ from the plan's.
     pub names: Option<Vec<String>>,
 }
@@ -41,7 +45,8 @@ pub struct CachedPlan {
 impl CachedPlan {
     /// A plan for one run only.
     pub fn new(plan: LogicalPlan, state: SessionState, names: Option<Vec<String>>) -> CachedPlan {
-        CachedPlan { catalog_version: None, plan, state, names }
+        let task = state.task_ctx();
+        CachedPlan { catalog_version: None, plan, state: Arc::new(state), task, names }
     }
 }
 
@@ -49,6 +54,9 @@ impl CachedPlan {
 pub struct PlanCache {
     plans: HashMap<String, Arc<CachedPlan>>,
     descriptions: HashMap<String, (u64, StatementDescription)>,
+    /// The states plans were made in (one for queries, one for UPDATE and DELETE), each with
+    /// its task context, shared by the plans kept (until a SET empties the cache).
+    states: Vec<(Arc<SessionState>, Arc<TaskContext>)>,
 }
 
 impl PlanCache {
@@ -74,8 +82,15 @@ impl PlanCache {
         if self.plans.len() >= MAX_PLANS {
             self.plans.clear();
         }
-        let cached =
-            CachedPlan { catalog_version: Some(catalog_version), plan: plan.clone(), state: state.clone(), names };
+        // The same state as a kept plan's (same optimizer rules, same settings): share it.
+        let rules = |s: &SessionState| s.optimizers().iter().map(|r| r.name().to_string()).collect::<Vec<_>>();
+        let shared = self.states.iter().find(|(s, _)| rules(s) == rules(state)).cloned();
+        let (state, task) = shared.unwrap_or_else(|| {
+            let made = (Arc::new(state.clone()), state.task_ctx());
+            self.states.push(made.clone());
+            made
+        });
+        let cached = CachedPlan { catalog_version: Some(catalog_version), plan: plan.clone(), state, task, names };
         self.plans.insert(sql, Arc::new(cached));
     }
 
@@ -95,6 +110,7 @@ impl PlanCache {
     pub fn clear(&mut self) {
         self.plans.clear();
         self.descriptions.clear();
+        self.states.clear();
     }
 }
 

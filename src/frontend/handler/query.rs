@@ -70,7 +70,7 @@ pub async fn handle(
 ) -> Result<StatementResult> {
     let tag = dml_tag(&statement);
     if matches!(statement, Statement::Explain { .. }) {
-        return explain(session, statement).await;
+        return explain(session, statement, params).await;
     }
     // Which statements are worth keeping: reads, key updates and deletes, and prepared inserts
     // (not a bulk INSERT of literal rows, run once).
@@ -88,6 +88,9 @@ pub async fn handle(
         None => {
             crate::metrics::PLANS_TOTAL.with_label_values(&["planned"]).inc();
             let (logical, names) = plan_named(session, statement).await?;
+            if matches!(tag, Some("UPDATE" | "DELETE")) {
+                conditions_on_the_target_only(&logical)?;
+            }
             let state = match tag {
                 Some("UPDATE" | "DELETE") => crate::frontend::df_context::state_for_dml(&session.ctx.state()),
                 _ => session.ctx.state(),
@@ -115,8 +118,8 @@ pub async fn handle(
         Some(params) => bind(&cached.plan, params)?,
         None => cached.plan.clone(),
     };
-    let physical = cached.state.query_planner().create_physical_plan(&plan, &cached.state).await?;
-    let task = cached.state.task_ctx();
+    let physical = cached.state.query_planner().create_physical_plan(&plan, cached.state.as_ref()).await?;
+    let task = Arc::clone(&cached.task);
     match tag {
         Some(tag) => {
             let batches = datafusion::physical_plan::collect(physical, task).await?;
@@ -134,6 +137,41 @@ pub async fn handle(
             Ok(StatementResult::Rows { schema, stream })
         }
     }
+}
+
+/// Refuses an UPDATE or DELETE whose conditions read another relation (a subquery, a join,
+/// `UPDATE ... FROM`): DataFusion 55 hands the table's `update`/`delete_from` only the
+/// conditions it finds on the table's own scan and drops the rest, so
+/// `DELETE FROM t WHERE k IN (SELECT k FROM s)` would delete every row of `t`.
+fn conditions_on_the_target_only(plan: &LogicalPlan) -> Result<()> {
+    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+    use datafusion::logical_expr::Expr;
+    let LogicalPlan::Dml(dml) = plan else {
+        return Ok(());
+    };
+    let mut beyond = false;
+    dml.input.apply_with_subqueries(|node| {
+        match node {
+            LogicalPlan::Join(_) | LogicalPlan::Subquery(_) => beyond = true,
+            LogicalPlan::TableScan(scan) if !scan.table_name.resolved_eq(&dml.table_name) => beyond = true,
+            _ => {}
+        }
+        node.apply_expressions(|e| {
+            e.apply(|e| {
+                beyond |= matches!(e, Expr::Exists(_) | Expr::InSubquery(_) | Expr::ScalarSubquery(_));
+                Ok(TreeNodeRecursion::Continue)
+            })
+        })?;
+        Ok(if beyond { TreeNodeRecursion::Stop } else { TreeNodeRecursion::Continue })
+    })?;
+    if beyond {
+        return Err(crate::error::WeirError::unsupported(format!(
+            "{} whose conditions read another relation or a subquery",
+            dml.op
+        ))
+        .with_hint("Read the keys first, then change them by key: ... WHERE k IN (1, 2, 3)."));
+    }
+    Ok(())
 }
 
 /// `plan` (optimized) with the values of its parameters put in, each as the type the plan
@@ -171,8 +209,11 @@ fn bind(plan: &LogicalPlan, params: ParamValues) -> Result<LogicalPlan> {
 }
 
 /// EXPLAIN: planned and run as DataFusion runs it (its optimizer records each rule's plan).
-async fn explain(session: &mut Session, statement: Statement) -> Result<StatementResult> {
-    let (logical, names) = plan_named(session, statement).await?;
+async fn explain(session: &mut Session, statement: Statement, params: Option<ParamValues>) -> Result<StatementResult> {
+    let (mut logical, names) = plan_named(session, statement).await?;
+    if let Some(params) = params {
+        logical = logical.with_param_values(params)?;
+    }
     let frame = session.ctx.execute_logical_plan(logical).await?;
     let schema = client_schema(frame.schema().inner(), names.as_deref());
     let stream = without_trailing_newlines(frame.execute_stream().await?);
