@@ -37,7 +37,8 @@ pub static STATEMENTS_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
 });
 
 /// Queries and DML statements planned, by whether a session's cached plan served them
-/// (`frontend::plan_cache`): `cached` or `planned`.
+/// (`frontend::plan_cache`): `cached` or `planned`; `lookup` counts the cached runs that were
+/// one key lookup, answered without DataFusion (`frontend::point_lookup`).
 pub static PLANS_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register(
         IntCounterVec::new(

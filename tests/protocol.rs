@@ -610,3 +610,53 @@ async fn copy_to_stdout_writes_rows() {
     common::assert_sqlstate(&client, "COPY nothing TO STDOUT", "42P01").await;
     assert_eq!(copied_out(&client, "COPY (SELECT 1) TO STDOUT").await, "1\n");
 }
+
+/// Prepared point lookups (answered without DataFusion, `frontend::point_lookup`) equal the
+/// same reads written so they cannot be looked up, for keys present, absent, NULL and of
+/// another type, over a composite key, after updates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepared_point_lookups_equal_full_reads() {
+    let server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE pairs (a INT, b TEXT, v BIGINT, PRIMARY KEY (a, b));
+             INSERT INTO pairs SELECT x % 50, 'b' || (x % 7), x FROM generate_series(1, 1000) AS s(x);",
+        )
+        .await
+        .unwrap();
+    let fast = client.prepare("SELECT v * 2 AS d, b, a FROM pairs WHERE a = $1 AND b = $2").await.unwrap();
+    let slow = client.prepare("SELECT v * 2 AS d, b, a FROM pairs WHERE a + 0 = $1 AND b || '' = $2").await.unwrap();
+    let whole = client.prepare("SELECT * FROM pairs WHERE b = $2 AND a = $1").await.unwrap();
+    let update = client.prepare("UPDATE pairs SET v = v + 1 WHERE a = $1 AND b = $2").await.unwrap();
+    let lookups = r#"weir_plans_total{plan="lookup"}"#;
+    let before = sample(&server, lookups);
+    let show = |rows: Vec<tokio_postgres::Row>| -> Vec<String> {
+        rows.iter()
+            .map(|r| {
+                format!(
+                    "{:?} {:?} {:?}",
+                    r.get::<_, Option<i64>>(0),
+                    r.get::<_, Option<String>>(1),
+                    r.get::<_, Option<i32>>(2)
+                )
+            })
+            .collect()
+    };
+    let mut rng = common::Rng(77);
+    for step in 0..200 {
+        let a = rng.below(60) as i32 - 5;
+        let b = format!("b{}", rng.below(9));
+        if step % 5 == 0 {
+            client.execute(&update, &[&a, &b]).await.unwrap();
+        }
+        let got = show(client.query(&fast, &[&a, &b]).await.unwrap());
+        let want = show(client.query(&slow, &[&i64::from(a), &b]).await.unwrap());
+        assert_eq!(got, want, "a = {a}, b = {b}");
+        assert_eq!(client.query(&whole, &[&a, &b]).await.unwrap().len(), want.len());
+    }
+    let none: Option<i32> = None;
+    assert!(client.query(&fast, &[&none, &"b1"]).await.unwrap().is_empty());
+    // 401 lookups: all but the first run of each statement (planned) took the fast path.
+    assert!(sample(&server, lookups) - before >= 399.0, "the lookups did not take the fast path");
+}

@@ -300,6 +300,13 @@ fn constant(expr: &Expr) -> Option<ScalarValue> {
     }
 }
 
+/// `value` as a value of `column`'s type, as a condition `column = value` would match it:
+/// Some(None) when no row can (NULL, a value the type cannot hold exactly), None when that
+/// cannot be told here (see [`exact`]).
+pub fn as_column_value(relation: &Relation, column: usize, value: ScalarValue) -> Option<Option<ScalarValue>> {
+    exact(relation, column, value)
+}
+
 /// `value` as a value of `column`'s type: Some(None) when no row can equal it (NULL, or a
 /// value the type cannot hold exactly), None when that cannot be told (a cast that fails).
 fn exact(relation: &Relation, column: usize, value: ScalarValue) -> Option<Option<ScalarValue>> {

@@ -122,6 +122,14 @@ impl RelationTable {
         RelationTable { relation, catalog, constraints }
     }
 
+    pub fn relation(&self) -> &Arc<Relation> {
+        &self.relation
+    }
+
+    pub fn store(&self) -> &Arc<dyn crate::state::store::StateStore> {
+        self.catalog.store()
+    }
+
     /// Only tables take INSERT, UPDATE and DELETE, and not those a connector feeds.
     fn writable(&self) -> DfResult<()> {
         if self.relation.def.kind != RelationKind::Table {

@@ -16,6 +16,7 @@ pub mod outer_conditions;
 pub mod parser;
 pub mod pg_catalog;
 pub mod plan_cache;
+pub mod point_lookup;
 pub mod session;
 pub mod sink_statement;
 

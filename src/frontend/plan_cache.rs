@@ -40,13 +40,15 @@ pub struct CachedPlan {
     pub task: Arc<TaskContext>,
     /// The client's names of the result columns where they differ from the plan's.
     pub names: Option<Vec<String>>,
+    /// The plan as one key lookup, when it is one (`frontend::point_lookup`).
+    pub lookup: Option<super::point_lookup::PointLookup>,
 }
 
 impl CachedPlan {
     /// A plan for one run only.
     pub fn new(plan: LogicalPlan, state: SessionState, names: Option<Vec<String>>) -> CachedPlan {
         let task = state.task_ctx();
-        CachedPlan { catalog_version: None, plan, state: Arc::new(state), task, names }
+        CachedPlan { catalog_version: None, plan, state: Arc::new(state), task, names, lookup: None }
     }
 }
 
@@ -90,7 +92,9 @@ impl PlanCache {
             self.states.push(made.clone());
             made
         });
-        let cached = CachedPlan { catalog_version: Some(catalog_version), plan: plan.clone(), state, task, names };
+        let lookup = super::point_lookup::PointLookup::of(plan, &state);
+        let cached =
+            CachedPlan { catalog_version: Some(catalog_version), plan: plan.clone(), state, task, names, lookup };
         self.plans.insert(sql, Arc::new(cached));
     }
 

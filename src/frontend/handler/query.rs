@@ -114,6 +114,17 @@ pub async fn handle(
             }
         }
     };
+    if let Some(lookup) = cached.lookup.as_ref().filter(|_| tag.is_none()) {
+        if let Some(rows) = lookup.run(params.as_ref())? {
+            crate::metrics::PLANS_TOTAL.with_label_values(&["lookup"]).inc();
+            return crate::frontend::handler::rows(rows).map(|result| match result {
+                StatementResult::Rows { schema, stream } => {
+                    StatementResult::Rows { schema: client_schema(&schema, cached.names.as_deref()), stream }
+                }
+                other => other,
+            });
+        }
+    }
     let plan = match params {
         Some(params) => bind(&cached.plan, params)?,
         None => cached.plan.clone(),
