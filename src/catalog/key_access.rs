@@ -12,6 +12,8 @@
 //! module does not understand only costs a wider read. Called by [`super::provider`] (reads,
 //! UPDATE, DELETE) and [`super::dml`].
 
+use std::cmp::Ordering;
+
 use datafusion::arrow::array::ArrayRef;
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::{Column, ScalarValue};
@@ -57,8 +59,8 @@ enum Narrowing {
 #[derive(Debug, Default, Clone)]
 struct ColumnBounds {
     values: Option<Vec<ScalarValue>>,
-    lower: Option<(ScalarValue, bool)>,
-    upper: Option<(ScalarValue, bool)>,
+    lower: Bound,
+    upper: Bound,
 }
 
 impl ColumnBounds {
@@ -69,28 +71,12 @@ impl ColumnBounds {
                 None => self.values = Some(values),
             },
             Narrowing::Lower(v, inclusive) => {
-                let tighter = match &self.lower {
-                    Some((old, old_inclusive)) => match v.partial_cmp(old) {
-                        Some(std::cmp::Ordering::Greater) => true,
-                        Some(std::cmp::Ordering::Equal) => *old_inclusive && !inclusive,
-                        _ => false,
-                    },
-                    None => true,
-                };
-                if tighter {
+                if tighter(&v, inclusive, &self.lower, Ordering::Greater) {
                     self.lower = Some((v, inclusive));
                 }
             }
             Narrowing::Upper(v, inclusive) => {
-                let tighter = match &self.upper {
-                    Some((old, old_inclusive)) => match v.partial_cmp(old) {
-                        Some(std::cmp::Ordering::Less) => true,
-                        Some(std::cmp::Ordering::Equal) => *old_inclusive && !inclusive,
-                        _ => false,
-                    },
-                    None => true,
-                };
-                if tighter {
+                if tighter(&v, inclusive, &self.upper, Ordering::Less) {
                     self.upper = Some((v, inclusive));
                 }
             }
@@ -100,19 +86,8 @@ impl ColumnBounds {
     /// The pinned values, each once, that also lie within the bounds.
     fn pinned(&self) -> Option<Vec<ScalarValue>> {
         let mut seen = std::collections::HashSet::new();
-        let within = |v: &ScalarValue| {
-            let above = self.lower.as_ref().is_none_or(|(lo, inclusive)| match v.partial_cmp(lo) {
-                Some(std::cmp::Ordering::Greater) => true,
-                Some(std::cmp::Ordering::Equal) => *inclusive,
-                _ => false,
-            });
-            let below = self.upper.as_ref().is_none_or(|(hi, inclusive)| match v.partial_cmp(hi) {
-                Some(std::cmp::Ordering::Less) => true,
-                Some(std::cmp::Ordering::Equal) => *inclusive,
-                _ => false,
-            });
-            above && below
-        };
+        let within =
+            |v: &ScalarValue| inside(v, &self.lower, Ordering::Greater) && inside(v, &self.upper, Ordering::Less);
         self.values
             .as_ref()
             .map(|values| values.iter().filter(|v| within(v) && seen.insert((*v).clone())).cloned().collect())
@@ -121,6 +96,31 @@ impl ColumnBounds {
     fn bounded(&self) -> bool {
         self.lower.is_some() || self.upper.is_some()
     }
+}
+
+/// A bound: a value, and whether the value itself is in.
+type Bound = Option<(ScalarValue, bool)>;
+
+/// Whether bound `(v, inclusive)` keeps fewer values than `old` on its side: `inward` is how a
+/// value further in compares (Greater for a lower bound, Less for an upper one).
+fn tighter(v: &ScalarValue, inclusive: bool, old: &Bound, inward: Ordering) -> bool {
+    match old {
+        None => true,
+        Some((old, old_inclusive)) => match v.partial_cmp(old) {
+            Some(Ordering::Equal) => *old_inclusive && !inclusive,
+            Some(o) => o == inward,
+            None => false,
+        },
+    }
+}
+
+/// Whether `v` is on the kept side of `bound` (`inward` as for [`tighter`]).
+fn inside(v: &ScalarValue, bound: &Bound, inward: Ordering) -> bool {
+    bound.as_ref().is_none_or(|(b, inclusive)| match v.partial_cmp(b) {
+        Some(Ordering::Equal) => *inclusive,
+        Some(o) => o == inward,
+        None => false,
+    })
 }
 
 /// Whether `filter` narrows a read of `relation` by key (so it is worth offering to the scan).

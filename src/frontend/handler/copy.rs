@@ -60,15 +60,7 @@ pub fn copy_out(fe: &Frontend, statement: &Statement) -> Result<CopyOut> {
     let Statement::Copy { source, target, options, legacy_options, .. } = statement else {
         unreachable!("dispatched on Copy")
     };
-    if !matches!(target, CopyTarget::Stdout) {
-        return Err(WeirError::new(
-            SqlState::INSUFFICIENT_PRIVILEGE,
-            "COPY to a file or program is not allowed: use COPY ... TO STDOUT (psql's \\copy)",
-        ));
-    }
-    if !legacy_options.is_empty() {
-        return Err(WeirError::unsupported("COPY's options before Postgres 9.0 syntax; use WITH (FORMAT ...)"));
-    }
+    client_side_only(target, legacy_options, true)?;
     let query = match source {
         CopySource::Query(query) => Statement::Query(query.clone()),
         CopySource::Table { table_name, columns } => {
@@ -98,15 +90,7 @@ pub fn copy_in(fe: &Frontend, statement: &Statement) -> Result<CopyIn> {
     let Statement::Copy { source, target, options, legacy_options, .. } = statement else {
         unreachable!("dispatched on Copy")
     };
-    if !matches!(target, CopyTarget::Stdin) {
-        return Err(WeirError::new(
-            SqlState::INSUFFICIENT_PRIVILEGE,
-            "COPY from a file or program is not allowed: use COPY ... FROM STDIN (psql's \\copy)",
-        ));
-    }
-    if !legacy_options.is_empty() {
-        return Err(WeirError::unsupported("COPY's options before Postgres 9.0 syntax; use WITH (FORMAT ...)"));
-    }
+    client_side_only(target, legacy_options, false)?;
     let CopySource::Table { table_name, columns } = source else {
         return Err(WeirError::unsupported("COPY (query) FROM STDIN"));
     };
@@ -136,6 +120,22 @@ pub fn copy_in(fe: &Frontend, statement: &Statement) -> Result<CopyIn> {
         return Err(WeirError::unsupported("COPY FROM STDIN in binary format (text and csv are)"));
     }
     Ok(CopyIn { relation, columns, format })
+}
+
+/// Refuses a COPY to or from a server file or program (as Postgres does for a
+/// non-superuser), and the options of the syntax before Postgres 9.0.
+fn client_side_only(target: &CopyTarget, legacy_options: &[impl std::fmt::Debug], out: bool) -> Result<()> {
+    let (wanted, direction) = if out { (CopyTarget::Stdout, "TO STDOUT") } else { (CopyTarget::Stdin, "FROM STDIN") };
+    if *target != wanted {
+        return Err(WeirError::new(
+            SqlState::INSUFFICIENT_PRIVILEGE,
+            format!("COPY with a file or program is not allowed: use COPY ... {direction} (psql's \\copy)"),
+        ));
+    }
+    if !legacy_options.is_empty() {
+        return Err(WeirError::unsupported("COPY's options before Postgres 9.0 syntax; use WITH (FORMAT ...)"));
+    }
+    Ok(())
 }
 
 /// The format COPY's `options` ask for, and whether it is binary (`binary_allowed` only).
