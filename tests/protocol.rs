@@ -605,6 +605,22 @@ async fn copy_to_stdout_writes_rows() {
     assert_eq!(got[0], (1, Some("plain".to_string())));
     assert_eq!(got[2], (3, None));
 
+    // An empty string and NULL differ in CSV; a header goes with the first row (COPY n counts
+    // rows); an empty binary result still has its signature; the processing-time column is
+    // left out as COPY FROM leaves it out.
+    let csv = copied_out(&client, "COPY (SELECT '' AS a, NULL AS b) TO STDOUT WITH (FORMAT csv, HEADER)").await;
+    assert_eq!(csv, "a,b\n\"\",\n");
+    // (Read as bytes: tokio-postgres's binary reader wants the signature in the chunk of the
+    // first row or of the trailer; pgwire sends the trailer on its own.)
+    let stream =
+        client.copy_out("COPY (SELECT id, name FROM src WHERE id < 0) TO STDOUT WITH (FORMAT binary)").await.unwrap();
+    let chunks: Vec<bytes::Bytes> = stream.try_collect().await.unwrap();
+    assert_eq!(chunks.concat(), [&b"PGCOPY\n\xff\r\n\0"[..], &[0; 8], &[0xff, 0xff]].concat());
+    client.batch_execute("CREATE TABLE stamped (k INT PRIMARY KEY, at TIMESTAMP AS PROCTIME())").await.unwrap();
+    client.batch_execute("INSERT INTO stamped VALUES (1)").await.unwrap();
+    assert_eq!(copied_out(&client, "COPY stamped TO STDOUT").await, "1\n");
+    common::assert_sqlstate(&client, "COPY src TO STDOUT WITH (FORMAT binary, HEADER)", "42601").await;
+
     // Errors: a file target, a table that is not there; the session goes on.
     common::assert_sqlstate(&client, "COPY src TO '/tmp/x'", "42501").await;
     common::assert_sqlstate(&client, "COPY nothing TO STDOUT", "42P01").await;

@@ -111,88 +111,141 @@ impl CopyHandler for WeirHandler {
     }
 }
 
-/// The CopyOut response of a `COPY ... TO STDOUT` whose query gave `schema` and `rows`.
+/// The CopyOut response of a `COPY ... TO STDOUT` whose query gave `schema` and `rows`: one
+/// CopyData a row (the count pgwire reports), text and CSV written by
+/// [`CopyFormat::write_record`](crate::frontend::handler::copy::CopyFormat::write_record) from
+/// each value's Postgres text form, binary by pgwire's encoder.
 pub fn copy_out(
     copy: &crate::frontend::handler::copy::CopyOut,
     schema: datafusion::arrow::datatypes::SchemaRef,
     rows: datafusion::physical_plan::SendableRecordBatchStream,
 ) -> PgWireResult<Response> {
     use futures::StreamExt;
-    use pgwire::api::results::{CopyCsvOptions, CopyEncoder, CopyTextOptions};
-    use std::sync::Arc;
     let wire_format =
         if copy.binary { pgwire::api::portal::Format::UnifiedBinary } else { pgwire::api::portal::Format::UnifiedText };
-    let fields = Arc::new(super::encode::fields(&schema, &wire_format)?);
-    let format = &copy.format;
-    let byte = |b: u8| (b as char).to_string();
-    let mut encoder = if copy.binary {
-        CopyEncoder::new_binary(Arc::clone(&fields))
-    } else if format.csv {
-        CopyEncoder::new_csv(
-            Arc::clone(&fields),
-            CopyCsvOptions {
-                delimiter: byte(format.delimiter).as_str().into(),
-                quote: byte(format.quote).as_str().into(),
-                escape: byte(format.escape).as_str().into(),
-                null_string: format.null.as_str().into(),
-                force_quote: vec![],
-            },
-        )
-    } else {
-        CopyEncoder::new_text(
-            Arc::clone(&fields),
-            CopyTextOptions {
-                delimiter: byte(format.delimiter).as_str().into(),
-                null_string: format.null.as_str().into(),
-            },
-        )
+    let fields = std::sync::Arc::new(super::encode::fields(&schema, &wire_format)?);
+    let header = (copy.format.header && !copy.binary).then(|| {
+        let names: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
+        let mut line = Vec::new();
+        copy.format.write_record(names.iter().map(|n| Some(n.as_bytes())), &mut line);
+        line
+    });
+    let writer = CopyOutWriter {
+        format: copy.format.clone(),
+        binary: copy.binary.then(|| pgwire::api::results::CopyEncoder::new_binary(std::sync::Arc::clone(&fields))),
+        fields,
+        header,
+        wrote_row: false,
     };
-    // CSV's HEADER: the column names, quoted where they must be.
-    let header = (format.csv && format.header && !copy.binary).then(|| {
-        let quote = format.quote as char;
-        let names: Vec<String> = schema
-            .fields()
-            .iter()
-            .map(|f| {
-                let name = f.name();
-                if name.contains([format.delimiter as char, quote, '\n', '\r']) {
-                    format!("{quote}{}{quote}", name.replace(quote, &format!("{quote}{quote}")))
-                } else {
-                    name.clone()
-                }
-            })
-            .collect();
-        Ok(CopyData::new(bytes::Bytes::from(format!("{}\n", names.join(&(format.delimiter as char).to_string())))))
+    let columns = schema.fields().len();
+    let chunks = futures::stream::unfold((rows, Some(writer)), |(mut rows, writer)| async move {
+        let mut writer = writer?;
+        match rows.next().await {
+            Some(batch) => {
+                let chunk = writer.rows(batch);
+                let more = chunk.is_ok();
+                Some((chunk, (rows, more.then_some(writer))))
+            }
+            None => Some((Ok(writer.finish()), (rows, None))),
+        }
     });
-    let text = !copy.binary;
-    let data = rows.flat_map(move |batch| {
-        let rows: Vec<PgWireResult<CopyData>> = match encode_rows(&mut encoder, &fields, batch, text) {
-            Ok(rows) => rows.into_iter().map(Ok).collect(),
+    let data = chunks.flat_map(|chunk| {
+        futures::stream::iter(match chunk {
+            Ok(messages) => messages.into_iter().map(Ok).collect::<Vec<_>>(),
             Err(e) => vec![Err(e)],
-        };
-        futures::stream::iter(rows)
+        })
     });
-    let data = futures::stream::iter(header).chain(data);
-    Ok(Response::CopyOut(CopyResponse::new(i8::from(copy.binary), schema.fields().len(), data)))
+    Ok(Response::CopyOut(CopyResponse::new(i8::from(copy.binary), columns, data)))
 }
 
-/// One CopyData per row of `batch`.
-fn encode_rows(
-    encoder: &mut pgwire::api::results::CopyEncoder,
-    fields: &[pgwire::api::results::FieldInfo],
-    batch: datafusion::error::Result<datafusion::arrow::array::RecordBatch>,
-    text: bool,
-) -> PgWireResult<Vec<CopyData>> {
-    let batch = batch.map_err(|e| WeirError::from(e).into_pg())?;
-    // Times and floats as Postgres writes them, as in query results.
-    let batch = if text { super::encode::postgres_text(batch, fields).map_err(|e| e.into_pg())? } else { batch };
-    let schema = batch.schema();
-    let mut out = Vec::with_capacity(batch.num_rows());
-    for row in 0..batch.num_rows() {
-        for (i, column) in batch.columns().iter().enumerate() {
-            arrow_pg::encoder::encode_value(encoder, column, row, schema.field(i), &fields[i])?;
+/// Writes a COPY's rows as CopyData messages.
+struct CopyOutWriter {
+    format: crate::frontend::handler::copy::CopyFormat,
+    /// pgwire's encoder, for the binary format.
+    binary: Option<pgwire::api::results::CopyEncoder>,
+    fields: std::sync::Arc<Vec<pgwire::api::results::FieldInfo>>,
+    /// The header line, sent with the first row (so it is not counted as one).
+    header: Option<Vec<u8>>,
+    wrote_row: bool,
+}
+
+impl CopyOutWriter {
+    /// One CopyData per row of `batch`.
+    fn rows(
+        &mut self,
+        batch: datafusion::error::Result<datafusion::arrow::array::RecordBatch>,
+    ) -> PgWireResult<Vec<CopyData>> {
+        let batch = batch.map_err(|e| WeirError::from(e).into_pg())?;
+        // Times and floats as Postgres writes them, as in query results.
+        let batch = match self.binary {
+            None => super::encode::postgres_text(batch, &self.fields).map_err(|e| e.into_pg())?,
+            Some(_) => batch,
+        };
+        let schema = batch.schema();
+        let mut out = Vec::with_capacity(batch.num_rows());
+        let mut text = TextFields::default();
+        for row in 0..batch.num_rows() {
+            let data = match &mut self.binary {
+                Some(encoder) => {
+                    for (i, column) in batch.columns().iter().enumerate() {
+                        arrow_pg::encoder::encode_value(encoder, column, row, schema.field(i), &self.fields[i])?;
+                    }
+                    encoder.take_copy()
+                }
+                None => {
+                    for (i, column) in batch.columns().iter().enumerate() {
+                        arrow_pg::encoder::encode_value(&mut text, column, row, schema.field(i), &self.fields[i])?;
+                    }
+                    let values = arrow_pg::encoder::Encoder::take_row(&mut text);
+                    let mut line = self.header.take().unwrap_or_default();
+                    self.format.write_record(values.iter().map(|v| v.as_deref()), &mut line);
+                    CopyData::new(bytes::Bytes::from(line))
+                }
+            };
+            self.wrote_row = true;
+            out.push(data);
         }
-        out.push(encoder.take_copy());
+        Ok(out)
     }
-    Ok(out)
+
+    /// What is owed after the last row: the header of an empty text or CSV result, the
+    /// signature of an empty binary one (pgwire adds the trailer). Either is then counted as a
+    /// row by pgwire's `COPY n`.
+    fn finish(&mut self) -> Vec<CopyData> {
+        if self.wrote_row {
+            return vec![];
+        }
+        if self.binary.is_some() {
+            let mut signature = b"PGCOPY\n\xff\r\n\0".to_vec();
+            signature.extend_from_slice(&0i32.to_be_bytes()); // flags
+            signature.extend_from_slice(&0i32.to_be_bytes()); // header extension length
+            return vec![CopyData::new(bytes::Bytes::from(signature))];
+        }
+        self.header.take().map(|h| CopyData::new(bytes::Bytes::from(h))).into_iter().collect()
+    }
+}
+
+/// Each value of a row in Postgres's text form (None: NULL), as arrow-pg hands them over.
+#[derive(Default)]
+struct TextFields {
+    values: Vec<Option<bytes::BytesMut>>,
+}
+
+impl arrow_pg::encoder::Encoder for TextFields {
+    type Item = Vec<Option<bytes::BytesMut>>;
+
+    fn encode_field<T>(&mut self, value: &T, field: &pgwire::api::results::FieldInfo) -> PgWireResult<()>
+    where
+        T: tokio_postgres::types::ToSql + pgwire::types::ToSqlText + Sized,
+    {
+        let mut text = bytes::BytesMut::new();
+        let options = pgwire::types::format::FormatOptions::default();
+        let is_null = value.to_sql_text(field.datatype(), &mut text, &options).map_err(PgWireError::ApiError)?;
+        self.values.push(matches!(is_null, tokio_postgres::types::IsNull::No).then_some(text));
+        Ok(())
+    }
+
+    fn take_row(&mut self) -> Self::Item {
+        std::mem::take(&mut self.values)
+    }
 }

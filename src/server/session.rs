@@ -94,19 +94,17 @@ where
         ));
     }
     tracing::debug!(statement = %statement, "run");
-    // COPY ... TO STDOUT: the query's rows go out as copy data.
-    if let Statement::Sql(copy @ ast::Statement::Copy { .. }) = &statement {
-        if crate::frontend::handler::copy::is_copy_out(copy) {
-            let out = crate::frontend::handler::copy::copy_out(frontend, copy).map_err(|e| fail(block, e))?;
+    // COPY ... TO STDOUT runs its query as any statement; its rows then go out as copy data.
+    let mut copy_out = None;
+    let statement = match statement {
+        Statement::Sql(copy @ ast::Statement::Copy { .. }) if crate::frontend::handler::copy::is_copy_out(&copy) => {
+            let out = crate::frontend::handler::copy::copy_out(frontend, &copy).map_err(|e| fail(block, e))?;
             let query = crate::frontend::Statement::Sql(out.query.clone());
-            return match frontend.execute(session, query, None).await.map_err(|e| fail(block, e))? {
-                StatementResult::Rows { schema, stream } => {
-                    super::copy::copy_out(&out, schema, cancellable(stream, &cell.cancel, None))
-                }
-                _ => Err(fail(block, WeirError::internal("COPY's query returned no rows"))),
-            };
+            copy_out = Some(out);
+            query
         }
-    }
+        other => other,
+    };
     // COPY FROM STDIN: the connection goes into copy-in mode; the data follows.
     if let Statement::Sql(copy @ ast::Statement::Copy { .. }) = &statement {
         let copy = crate::frontend::handler::copy::copy_in(frontend, copy).map_err(|e| fail(block, e))?;
@@ -142,7 +140,11 @@ where
             StatementResult::TransactionEnd { tag }
         }
         StatementResult::Rows { schema, stream } => {
-            StatementResult::Rows { schema, stream: cancellable(stream, &cell.cancel, deadline) }
+            let stream = cancellable(stream, &cell.cancel, deadline);
+            if let Some(out) = &copy_out {
+                return super::copy::copy_out(out, schema, stream);
+            }
+            StatementResult::Rows { schema, stream }
         }
         other => other,
     };

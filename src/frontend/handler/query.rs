@@ -163,7 +163,11 @@ fn conditions_on_the_target_only(plan: &LogicalPlan) -> Result<()> {
     let mut beyond = false;
     dml.input.apply_with_subqueries(|node| {
         match node {
-            LogicalPlan::Join(_) | LogicalPlan::Subquery(_) => beyond = true,
+            // A LIMIT or ORDER BY would be dropped as well: `DELETE ... LIMIT 1` deleted every
+            // matching row.
+            LogicalPlan::Join(_) | LogicalPlan::Subquery(_) | LogicalPlan::Limit(_) | LogicalPlan::Sort(_) => {
+                beyond = true
+            }
             LogicalPlan::TableScan(scan) if !scan.table_name.resolved_eq(&dml.table_name) => beyond = true,
             _ => {}
         }
@@ -177,7 +181,7 @@ fn conditions_on_the_target_only(plan: &LogicalPlan) -> Result<()> {
     })?;
     if beyond {
         return Err(crate::error::WeirError::unsupported(format!(
-            "{} whose conditions read another relation or a subquery",
+            "{} whose conditions read another relation or a subquery, or with LIMIT or ORDER BY",
             dml.op
         ))
         .with_hint("Read the keys first, then change them by key: ... WHERE k IN (1, 2, 3)."));
@@ -225,6 +229,16 @@ async fn explain(session: &mut Session, statement: Statement, params: Option<Par
     if let Some(params) = params {
         logical = logical.with_param_values(params)?;
     }
+    // EXPLAIN ANALYZE runs the statement it explains.
+    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+    let mut refused = Ok(());
+    logical.apply(|node| {
+        if matches!(node, LogicalPlan::Dml(_)) {
+            refused = conditions_on_the_target_only(node);
+        }
+        Ok(if refused.is_ok() { TreeNodeRecursion::Continue } else { TreeNodeRecursion::Stop })
+    })?;
+    refused?;
     let frame = session.ctx.execute_logical_plan(logical).await?;
     let schema = client_schema(frame.schema().inner(), names.as_deref());
     let stream = without_trailing_newlines(frame.execute_stream().await?);
