@@ -105,3 +105,26 @@ run weir view_lookup.sql 16
 wait "$writer"
 awk '/^tps/ { printf "writer: %.0f updates/s\n", $3 }' "$dir/writer.out"
 echo "view: $(psql "${weir_args[@]}" -Atc "SELECT count(*), sum(n) FROM per_group")  (groups, rows)"
+
+# A stream beside the readers: Nexmark bids, unthrottled, into a view of counts per auction.
+# Bids the view has counted per second, alone and while 16 clients look keys up.
+psql "${weir_args[@]}" -q -v ON_ERROR_STOP=1 \
+    -c "CREATE SOURCE bid WITH (connector = 'nexmark', nexmark.table.type = 'bid')" \
+    -c "CREATE MATERIALIZED VIEW bids_per_auction AS SELECT auction, count(*) AS n FROM bid GROUP BY auction"
+counted() { psql "${weir_args[@]}" -Atc "SELECT coalesce(sum(n), 0) FROM bids_per_auction"; }
+stream_rate() { # $1: seconds; prints bids counted per second over them
+    local first last
+    first=$(counted)
+    sleep "$1"
+    last=$(counted)
+    echo $(((last - first) / $1))
+}
+sleep 3
+alone=$(stream_rate "$seconds")
+(cd "$dir" && "$pgbench" -n -M prepared -c 16 -j 2 -T "$((seconds + 2))" -D rows="$rows" \
+    -f "$OLDPWD/sql/serving/lookup.sql" "${weir_args[@]}" >"$dir/readers.out" 2>&1) &
+readers=$!
+sleep 1
+beside=$(stream_rate "$seconds")
+wait "$readers"
+echo "stream: $alone bids/s alone, $beside bids/s beside 16 readers ($(awk '/^tps/ { printf "%.0f", $3 }' "$dir/readers.out") lookups/s)"
