@@ -106,7 +106,10 @@ impl TestServer {
                     return Err(format!("({status})\n{}", self.log_text()));
                 }
             }
-            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+            // Its own log must say it listens on this port: a port chosen free may have been
+            // taken by another test's server, which would answer the connect instead.
+            let ours = self.log_text().contains(&format!("Weir is ready: psql -h 127.0.0.1 -p {} ", self.port));
+            if ours && std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
                 return Ok(());
             }
             if Instant::now() > deadline {
