@@ -155,8 +155,6 @@ fn tls_acceptor(config: &Config) -> Result<Option<TlsAcceptor>> {
 pub async fn run(config: Config) -> Result<()> {
     // Before the store opens: it is put back at the newest checkpoint (downloaded first into an
     // empty data directory), with every acknowledged write after it.
-    // Views, sources and sinks run on this runtime, also those a session starts.
-    crate::dataflow::runtime::set_current();
     let prepared = crate::checkpoint::prepare(&config.checkpoint, &config.storage, &config.data_dir).await?;
     let first_epoch = prepared.first_epoch;
     let store = Arc::new(RocksStore::open(&config.data_dir.join("state"), &config.storage)?);
