@@ -73,9 +73,9 @@ pub struct ServingConfig {
     /// of their own as needed).
     pub threads: usize,
     /// The Linux nice value of those threads: above 0, the kernel gives the dataflow's threads
-    /// (at 0) the CPU first when both want it. At 10, on the 2-core bench machine, a Nexmark
-    /// stream beside 16 readers kept 94 % of its rate (half at 0), the readers getting what is
-    /// left; they also lose against any other process on the machine. 0 (the default) shares.
+    /// (at 0) the CPU first when both want it. 0 (the default) shares equally: at 10, on the
+    /// 2-core bench machine, a Nexmark stream beside 16 readers still lost a third of its rate
+    /// (docs/benchmarks.md) while the readers' p99 grew against any other process.
     pub nice: i32,
 }
 
