@@ -45,6 +45,17 @@ pub enum LoggedChanges {
     Chunk(ChunkEntry),
 }
 
+impl LoggedChanges {
+    /// What the entry holds, for logs.
+    fn kind(&self) -> &'static str {
+        match self {
+            LoggedChanges::None => "none",
+            LoggedChanges::Rows(_) => "rows",
+            LoggedChanges::Chunk(_) => "chunk",
+        }
+    }
+}
+
 /// One entry of the log.
 #[derive(Debug, Clone)]
 pub struct LogEntry {
@@ -92,6 +103,7 @@ pub fn append(wb: &mut WriteBatch, relation: &Relation, changes: &LoggedChanges)
         }
     }
     let sequence = SEQUENCE.fetch_add(1, Ordering::Relaxed);
+    tracing::debug!(relation = relation.def.id, epoch, sequence, changes = changes.kind(), "logged");
     wb.put(key(epoch, relation.def.id, sequence), record.finish());
     Ok(())
 }
@@ -170,6 +182,7 @@ pub fn truncate_through(store: &dyn StateStore, epoch: Epoch) -> Result<()> {
 /// connect.
 pub async fn replay(catalog: &Arc<Catalog>, entries: Vec<LogEntry>) -> Result<()> {
     for entry in entries {
+        tracing::debug!(relation = entry.relation, epoch = entry.epoch, changes = entry.changes.kind(), "replayed");
         let Some(relation) = catalog.by_id(entry.relation) else {
             // Dropped since (DDL completes with a checkpoint, so only before this one).
             continue;

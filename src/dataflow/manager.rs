@@ -47,6 +47,9 @@ pub struct Streaming {
     sources: parking_lot::Mutex<HashMap<TableId, JoinHandle<()>>>,
     /// The task delivering each sink's outbox.
     deliverers: parking_lot::Mutex<HashMap<TableId, JoinHandle<()>>>,
+    /// When barriers are injected, once [`Streaming::start_epochs`] starts them.
+    epochs: EpochBounds,
+    ticking: std::sync::Once,
 }
 
 impl Streaming {
@@ -60,7 +63,6 @@ impl Streaming {
     ) -> Arc<Streaming> {
         let coordinator =
             BarrierCoordinator::new(Arc::clone(&catalog.changes), Arc::clone(&catalog), checkpointer, first_epoch);
-        coordinator.start_ticker(epochs);
         Arc::new(Streaming {
             catalog,
             state_cache_entries,
@@ -69,7 +71,18 @@ impl Streaming {
             jobs: parking_lot::Mutex::new(HashMap::new()),
             sources: parking_lot::Mutex::new(HashMap::new()),
             deliverers: parking_lot::Mutex::new(HashMap::new()),
+            epochs,
+            ticking: std::sync::Once::new(),
         })
+    }
+
+    /// Starts injecting barriers (and taking checkpoints) on time. Called once recovery is
+    /// over: the change log replayed at start belongs to epochs up to the first one of this
+    /// process, so no barrier may come before its last entry is published; a checkpoint taken
+    /// earlier would hold the sources' positions after those entries and views without them,
+    /// and a crash then would lose them for good (found by `tests/end_to_end.rs`).
+    pub fn start_epochs(&self) {
+        self.ticking.call_once(|| self.coordinator.start_ticker(self.epochs));
     }
 
     /// Waits until every change made so far is visible in every view.

@@ -73,8 +73,8 @@ pub struct Frontend {
 impl Frontend {
     /// Sets up DataFusion over `catalog`, restores every materialized view it has from the
     /// checkpoint the store holds, replays into them the writes logged after it (`replay`,
-    /// from `checkpoint::recovery`), then starts the sources again. On a new data directory it
-    /// takes the first checkpoint.
+    /// from `checkpoint::recovery`), and only then starts barriers and the sources again. On a
+    /// new data directory it takes the first checkpoint.
     pub async fn new(
         catalog: Arc<Catalog>,
         streaming: Arc<Streaming>,
@@ -84,6 +84,7 @@ impl Frontend {
         let frontend = Frontend { catalog, parser: parser::SqlParser::new(), template, streaming };
         frontend.restart_views().await;
         crate::catalog::change_log::replay(&frontend.catalog, replay).await?;
+        frontend.streaming.start_epochs();
         frontend.restart_sources();
         frontend.streaming.coordinator.checkpoint_now().await;
         Ok(frontend)
@@ -222,5 +223,61 @@ impl Frontend {
             Statement::Flush | Statement::Streaming(..) | Statement::Sink(_) => Ok(StatementDescription::default()),
             Statement::Sql(statement) => handler::describe(self, session, statement).await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use datafusion::arrow::array::{Int64Array, RecordBatch};
+    use datafusion::arrow::datatypes::{Field, Schema};
+
+    use super::*;
+    use crate::catalog::change_log::{LogEntry, LoggedChanges};
+    use crate::catalog::TableOptions;
+    use crate::dataflow::coordinator::EpochBounds;
+    use crate::state::memory::MemoryStore;
+    use crate::types::{ChangeBatch, Message};
+
+    /// The change log replayed at start reaches the views before any barrier: it belongs to
+    /// epochs before this process's first, and a checkpoint at a barrier among it would hold
+    /// the sources' positions after the log and views without it. More entries than a
+    /// subscription queues, read slowly: a ticker running during the replay gets in between.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_replayed_log_comes_before_the_first_barrier() {
+        const ENTRIES: usize = crate::catalog::changes::CHANNEL_CAPACITY + 100;
+        let store = Arc::new(MemoryStore::new());
+        let catalog = Arc::new(Catalog::open(store, "dev").unwrap());
+        let schema = Schema::new(vec![Field::new("a", DataType::Int64, true)]);
+        catalog.create_table_with("t", "", schema, vec![], TableOptions::default(), false).unwrap();
+        let t = catalog.get("t").unwrap();
+        let mut subscriber = catalog.changes.subscribe(t.def.id, 9_999).await;
+        let bounds = EpochBounds { interval: Duration::from_millis(1), max_rows: 0 };
+        let streaming = Streaming::new(Arc::clone(&catalog), bounds, 1_000, Duration::from_secs(10), None, 7);
+        let entries: Vec<LogEntry> = (0..ENTRIES as i64)
+            .map(|i| {
+                let rows = RecordBatch::try_new(Arc::clone(&t.schema), vec![Arc::new(Int64Array::from(vec![i]))]);
+                LogEntry {
+                    key: vec![],
+                    value: vec![],
+                    epoch: 7,
+                    relation: t.def.id,
+                    writes: vec![],
+                    changes: LoggedChanges::Rows(ChangeBatch::inserts(rows.unwrap())),
+                }
+            })
+            .collect();
+        let started = tokio::spawn(Frontend::new(Arc::clone(&catalog), streaming, entries));
+        for i in 0..ENTRIES {
+            let (message, _) = subscriber.recv().await.unwrap();
+            assert!(matches!(message, Message::Data(_)), "message {i} is a logged change, not {message:?}");
+            if i % 16 == 0 {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        }
+        let (message, _) = tokio::time::timeout(Duration::from_secs(5), subscriber.recv()).await.unwrap().unwrap();
+        assert!(matches!(message, Message::Barrier(b) if b.epoch == 8), "then the first barrier: {message:?}");
+        assert!(started.await.unwrap().is_ok());
     }
 }

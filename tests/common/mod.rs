@@ -81,7 +81,8 @@ impl TestServer {
             .arg("--metrics-listen")
             .arg(format!("127.0.0.1:{}", self.metrics_port))
             .args(&self.extra_args)
-            .env("WEIR_LOG", "info")
+            // WEIR_TEST_LOG: another filter for the servers' logs (say, debug for one module).
+            .env("WEIR_LOG", std::env::var("WEIR_TEST_LOG").unwrap_or_else(|_| "info".into()))
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdout(Stdio::from(log.try_clone().unwrap()))
             .stderr(Stdio::from(log))
@@ -203,6 +204,11 @@ impl TestServer {
 impl Drop for TestServer {
     fn drop(&mut self) {
         self.kill();
+        // WEIR_TEST_KEEP_LOGS=dir: the whole log of a server whose test failed is kept there.
+        if let (true, Ok(dir)) = (std::thread::panicking(), std::env::var("WEIR_TEST_KEEP_LOGS")) {
+            let _ = std::fs::create_dir_all(&dir);
+            let _ = std::fs::copy(&self.log, Path::new(&dir).join(format!("weir-{}.log", self.port)));
+        }
     }
 }
 

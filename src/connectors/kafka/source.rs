@@ -532,6 +532,7 @@ impl SourceReader for KafkaReader {
         }
         let read = records.len() as u64;
         let offsets = self.consumer.as_ref().map(|(_, o)| o.clone()).unwrap_or_default();
+        tracing::debug!(topic = %self.topic, read, from = ?known, to = ?offsets, "chunk read");
         let position = offsets::position(from.records + read, &offsets);
         if let Some(key) = self.upsert_key.take() {
             let keyed = self.keyed_rows(records, &key);
@@ -549,6 +550,7 @@ impl SourceReader for KafkaReader {
     /// The messages from `from`'s offsets up to `to`'s, read again.
     fn replay(&mut self, from: &Position, to: &Position) -> Result<RecordBatch> {
         let (start, end) = (offsets::offsets(from)?, offsets::offsets(to)?);
+        tracing::debug!(topic = %self.topic, from = ?start, to = ?end, "chunk read again");
         let consumer = self.consumer()?;
         let mut list = TopicPartitionList::new();
         let mut wanted: BTreeMap<i32, i64> = BTreeMap::new();
