@@ -6,6 +6,7 @@
 //! [`StatementResult`]. The server never looks inside a statement: it parses through
 //! [`Frontend::parse`], then hands each statement here.
 
+pub mod checked_arithmetic;
 pub mod clauses;
 pub mod column_names;
 pub mod comparison_order;
