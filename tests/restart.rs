@@ -154,3 +154,30 @@ async fn a_failed_create_leaves_the_relation_it_collided_with_across_a_restart()
     assert_eq!(n, 4);
     c.batch_execute("DROP MATERIALIZED VIEW v").await.unwrap();
 }
+
+/// A view joining a table `FOR SYSTEM_TIME AS OF PROCTIME()` comes back from a SIGKILL as it
+/// was, its definition (with the clause) read again, and goes on looking rows up in the table
+/// as it is now; what it joined before keeps the table's values of then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lookup_join_survives_sigkill() {
+    let mut server = TestServer::start();
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE customers (id INT PRIMARY KEY, name VARCHAR);
+         CREATE TABLE orders (oid BIGINT, customer BIGINT) APPEND ONLY;
+         INSERT INTO customers VALUES (1, 'ann'), (2, 'bob');
+         CREATE MATERIALIZED VIEW enriched AS SELECT o.oid, c.name FROM orders o
+           JOIN customers FOR SYSTEM_TIME AS OF PROCTIME() AS c ON o.customer = c.id;
+         INSERT INTO orders VALUES (10, 1), (11, 2), (12, 3);
+         FLUSH;",
+    )
+    .await
+    .unwrap();
+    drop(c);
+    let c = server.sigkill_and_reconnect().await;
+    c.batch_execute("UPDATE customers SET name = 'ann2' WHERE id = 1; INSERT INTO orders VALUES (13, 1); FLUSH;")
+        .await
+        .unwrap();
+    let rows = common::rows(&c, "SELECT oid, name FROM enriched").await;
+    assert_eq!(rows, ["10|ann", "11|bob", "13|ann2"]);
+}

@@ -26,13 +26,14 @@ use super::graph::Graph;
 use super::join_interval::{interval_nanos, join_interval};
 use super::temporal_bounds::{self, uses_now};
 use crate::catalog::windowed::windowed_relation;
-use crate::catalog::Catalog;
+use crate::catalog::{Catalog, RelationKind};
 use crate::error::{Result, WeirError};
 use crate::operators::eowc_buffer::EowcBuffer;
 use crate::operators::filter::Filter;
 use crate::operators::hash_agg::AggWindow;
 use crate::operators::hash_agg::{AggKind, AggSpec, HashAgg};
 use crate::operators::hash_join::{HashJoin, JoinWindow};
+use crate::operators::lookup_join::{LookupJoin, LookupKind};
 use crate::operators::no_watermark::NoWatermark;
 use crate::operators::operator::Operator;
 use crate::operators::project::Project;
@@ -59,14 +60,17 @@ pub struct Built {
     pub append_only: bool,
 }
 
-/// What a view's event-time clauses ask of its operators.
+/// What a view's clauses ask of its operators: its event-time clauses, and the tables it joins
+/// `FOR SYSTEM_TIME AS OF PROCTIME()`.
 #[derive(Debug, Clone, Default)]
-pub struct EventTimeOptions {
+pub struct ViewOptions {
     pub emit_on_window_close: bool,
     /// `ALLOW LATENESS`, nanoseconds.
     pub lateness: i64,
     /// `LATE ROWS TO`: late rows are kept for a table.
     pub keep_late_rows: bool,
+    /// Tables read `FOR SYSTEM_TIME AS OF PROCTIME()`: joined by lookups, never followed.
+    pub lookups: Vec<TableId>,
 }
 
 /// A node's top, where its rows are, which of its output columns are window bounds, whether
@@ -102,7 +106,7 @@ struct Builder<'a> {
     /// The next operator state table number of this view.
     next_state_table: u8,
     cache_entries: usize,
-    event_time: EventTimeOptions,
+    options: ViewOptions,
     /// Windowed aggregates built (they emit on window close themselves).
     windowed_aggregates: usize,
     /// Window assigners built (lateness needs one).
@@ -138,6 +142,16 @@ impl SharedPlan {
 
 type Ops = Vec<Box<dyn Operator>>;
 
+/// The table side of a lookup join ([`Builder::lookup_side`]).
+struct LookupSide {
+    relation: Arc<crate::catalog::Relation>,
+    /// The table's columns the scan reads, in the scan's order.
+    columns: Vec<usize>,
+    /// Conditions on the scan's rows (pushed under the join), over `scan_schema`.
+    filter: Option<Expr>,
+    scan_schema: DFSchema,
+}
+
 /// Builds view `view_id`'s operators for `plan`; each operator state table caches at most
 /// `cache_entries` entries in memory.
 #[allow(clippy::too_many_arguments)]
@@ -149,7 +163,7 @@ pub fn build(
     view_id: TableId,
     cache_entries: usize,
     parallelism: usize,
-    event_time: &EventTimeOptions,
+    options: &ViewOptions,
 ) -> Result<Built> {
     let mut b = Builder {
         state,
@@ -162,7 +176,7 @@ pub fn build(
         late_rows_schema: None,
         next_state_table: 0,
         cache_entries,
-        event_time: event_time.clone(),
+        options: options.clone(),
         windowed_aggregates: 0,
         assigners: 0,
         built: Default::default(),
@@ -170,10 +184,10 @@ pub fn build(
     };
     let top = b.node(plan)?;
     let append_only = top.append_only;
-    if event_time.emit_on_window_close && b.windowed_aggregates == 0 {
+    if options.emit_on_window_close && b.windowed_aggregates == 0 {
         b.emit_on_window_close(plan, top)?;
     }
-    if (event_time.keep_late_rows || event_time.lateness > 0) && b.assigners == 0 {
+    if (options.keep_late_rows || options.lateness > 0) && b.assigners == 0 {
         return Err(WeirError::unsupported(
             "ALLOW LATENESS and LATE ROWS TO need a window: read a table through TUMBLE(...) or HOP(...)",
         ));
@@ -509,7 +523,7 @@ impl Builder<'_> {
                         // copies each row once per window, so unread columns would be copied
                         // for nothing.
                         let n = relation.schema.fields().len();
-                        let read: Vec<usize> = match (&scan.projection, self.event_time.keep_late_rows) {
+                        let read: Vec<usize> = match (&scan.projection, self.options.keep_late_rows) {
                             (Some(projection), false) => {
                                 let mut read: Vec<usize> = projection.iter().copied().filter(|&c| c < n).collect();
                                 read.extend(windowing.columns());
@@ -549,6 +563,12 @@ impl Builder<'_> {
                     None => {
                         let name = scan.table_name.table();
                         let relation = self.catalog.get(name).ok_or_else(|| WeirError::undefined_table(name))?;
+                        if self.options.lookups.contains(&relation.def.id) {
+                            return Err(WeirError::unsupported(format!(
+                                "a table read FOR SYSTEM_TIME AS OF PROCTIME() must be a side of a join \
+                                 (\"{name}\" is read another way here)"
+                            )));
+                        }
                         append_only = relation.def.append_only;
                         prompt = true;
                         let indices: Vec<usize> =
@@ -674,8 +694,8 @@ impl Builder<'_> {
                     t.map(|column| AggWindow {
                         group_index: i,
                         column,
-                        lateness: self.event_time.lateness,
-                        emit_on_close: self.event_time.emit_on_window_close,
+                        lateness: self.options.lateness,
+                        emit_on_close: self.options.emit_on_window_close,
                     })
                 });
                 if window.is_some() {
@@ -753,6 +773,9 @@ impl Builder<'_> {
                 })
             }
             LogicalPlan::Join(j) => {
+                if let Some(out) = self.lookup_join(j)? {
+                    return Ok(out);
+                }
                 if j.on.is_empty() {
                     return Err(unsupported("a join without an equality condition"));
                 }
@@ -792,7 +815,7 @@ impl Builder<'_> {
                     Some(JoinWindow {
                         key_index: i,
                         column: TimeColumn { close_offset: l.close_offset.max(r.close_offset) },
-                        lateness: self.event_time.lateness,
+                        lateness: self.options.lateness,
                     })
                 });
                 // A residual bound on the sides' times: rows no future partner can meet are freed.
@@ -800,7 +823,7 @@ impl Builder<'_> {
                     (Some(filter), JoinType::Inner) => {
                         let times: Vec<Option<TimeColumn>> = left.times.iter().chain(&right.times).copied().collect();
                         let left_width = j.left.schema().fields().len();
-                        join_interval(filter, &j.schema, left_width, &times, self.event_time.lateness)
+                        join_interval(filter, &j.schema, left_width, &times, self.options.lateness)
                     }
                     _ => None,
                 };
@@ -878,6 +901,146 @@ impl Builder<'_> {
         }
     }
 
+    /// A join one of whose sides reads a table `FOR SYSTEM_TIME AS OF PROCTIME()`: the other
+    /// side's rows look their partner up by the table's primary key (`LookupJoin`); the table
+    /// is not an input of the view. None for other joins.
+    fn lookup_join(&mut self, j: &datafusion::logical_expr::Join) -> Result<Option<Out>> {
+        let (left, right) = (self.lookup_side(&j.left)?, self.lookup_side(&j.right)?);
+        let (table_on_left, side) = match (left, right) {
+            (None, None) => return Ok(None),
+            (Some(_), Some(_)) => {
+                return Err(unsupported("a join of two tables both read FOR SYSTEM_TIME AS OF PROCTIME()"))
+            }
+            (Some(side), None) => (true, side),
+            (None, Some(side)) => (false, side),
+        };
+        let kind = match (j.join_type, table_on_left) {
+            (JoinType::Inner, table_on_left) => LookupKind::Inner { table_on_left },
+            (JoinType::Left, false) => LookupKind::Left,
+            _ => {
+                return Err(unsupported(
+                    "a join FOR SYSTEM_TIME AS OF PROCTIME() other than [INNER] JOIN or LEFT JOIN with the table on the right",
+                ))
+            }
+        };
+        let (stream_plan, table_plan) = if table_on_left { (&j.right, &j.left) } else { (&j.left, &j.right) };
+        let table = &side.relation;
+        let must = |what: String| {
+            WeirError::unsupported(what).with_hint(format!(
+                "join on every column of the primary key of \"{}\": ... JOIN {} FOR SYSTEM_TIME AS OF PROCTIME() AS d ON s.k = d.k",
+                table.def.name, table.def.name
+            ))
+        };
+        let key = &table.def.primary_key;
+        if key.is_empty() {
+            return Err(must(format!("\"{}\" has no primary key to look rows up by", table.def.name)));
+        }
+        let mut keys: Vec<Option<Arc<dyn PhysicalExpr>>> = vec![None; key.len()];
+        for (l, r) in &j.on {
+            let (stream_expr, table_expr) = if table_on_left { (r, l) } else { (l, r) };
+            // A key column widened to the stream's integer type is looked up by the stream's
+            // value narrowed back (a value the column cannot hold matches no row).
+            let table_expr = match table_expr {
+                Expr::Cast(cast)
+                    if cast.field.data_type().is_integer()
+                        && cast.expr.get_type(table_plan.schema()).is_ok_and(|t| t.is_integer()) =>
+                {
+                    cast.expr.as_ref()
+                }
+                other => other,
+            };
+            let column = column_index(table_expr, table_plan.schema()).map(|c| side.columns[c]);
+            let Some(position) = column.and_then(|c| key.iter().position(|&k| k == c)) else {
+                return Err(must(format!("the join condition {l} = {r} is not on a primary key column")));
+            };
+            keys[position] = Some(self.physical(stream_expr, stream_plan.schema())?);
+        }
+        let keys: Vec<Arc<dyn PhysicalExpr>> = match keys.into_iter().collect::<Option<Vec<_>>>() {
+            Some(keys) => keys,
+            None => return Err(must("the join condition does not pin every primary key column".into())),
+        };
+        if j.filter.as_ref().is_some_and(uses_now) {
+            return Err(unsupported("now() in the condition of a join FOR SYSTEM_TIME AS OF PROCTIME()"));
+        }
+        let stream = self.node(stream_plan)?;
+        if !stream.append_only {
+            return Err(WeirError::unsupported(format!(
+                "the rows joined with \"{}\" FOR SYSTEM_TIME AS OF PROCTIME() may be updated or deleted; \
+                 a lookup join needs an append-only side",
+                table.def.name
+            ))
+            .with_hint("Read an APPEND ONLY table or a source, or join the table without FOR SYSTEM_TIME AS OF."));
+        }
+        let residual = j.filter.as_ref().map(|f| self.physical(f, &j.schema)).transpose()?;
+        let table_filter = match side.filter {
+            Some(f) => Some(self.physical(&f, &side.scan_schema)?),
+            None => None,
+        };
+        let output = Arc::new(j.schema.as_arrow().clone());
+        let store = Arc::clone(self.catalog.store());
+        let ops = self.each(|_| {
+            Ok(Box::new(LookupJoin::new(
+                kind,
+                keys.clone(),
+                Arc::clone(table),
+                Arc::clone(&store),
+                side.columns.clone(),
+                table_filter.clone(),
+                residual.clone(),
+                Arc::clone(&output),
+                &self.view,
+            )))
+        })?;
+        let node = self.graph.add(ops, &[stream.node], vec![None])?;
+        let table_times = vec![None; side.columns.len()];
+        let times = if table_on_left {
+            table_times.into_iter().chain(stream.times).collect()
+        } else {
+            stream.times.into_iter().chain(table_times).collect()
+        };
+        let width = if table_on_left { side.columns.len() } else { 0 };
+        let distribution = match stream.distribution {
+            Distribution::Hash(cols) => Distribution::Hash(cols.into_iter().map(|c| c + width).collect()),
+            other => other,
+        };
+        Ok(Some(Out { node, distribution, times, append_only: true, prompt: stream.prompt }))
+    }
+
+    /// `plan` as the table side of a lookup join: a scan of a table read `FOR SYSTEM_TIME AS
+    /// OF PROCTIME()`, under aliases and conditions. None for anything else.
+    fn lookup_side(&self, plan: &LogicalPlan) -> Result<Option<LookupSide>> {
+        let mut at = plan;
+        let mut conditions = Vec::new();
+        loop {
+            match at {
+                LogicalPlan::SubqueryAlias(s) => at = &s.input,
+                LogicalPlan::Filter(f) => {
+                    conditions.push(f.predicate.clone());
+                    at = &f.input;
+                }
+                LogicalPlan::TableScan(scan) if windowed_relation(&scan.source).is_none() => {
+                    let Some(relation) = self.catalog.get(scan.table_name.table()) else { return Ok(None) };
+                    if !self.options.lookups.contains(&relation.def.id) {
+                        return Ok(None);
+                    }
+                    if relation.def.kind != RelationKind::Table {
+                        return Err(unsupported("FOR SYSTEM_TIME AS OF PROCTIME() over anything but a table"));
+                    }
+                    conditions.extend(scan.filters.iter().cloned());
+                    let columns =
+                        scan.projection.clone().unwrap_or_else(|| (0..relation.schema.fields().len()).collect());
+                    return Ok(Some(LookupSide {
+                        relation,
+                        columns,
+                        filter: conditions.into_iter().reduce(Expr::and),
+                        scan_schema: scan.projected_schema.as_ref().clone(),
+                    }));
+                }
+                _ => return Ok(None),
+            }
+        }
+    }
+
     /// A `row_number()` window under a filter bounding it: a streaming Top-N.
     fn top_n(&mut self, plan: &LogicalPlan, w: &datafusion::logical_expr::Window) -> Result<Out> {
         let [expr] = w.window_expr.as_slice() else {
@@ -929,7 +1092,7 @@ impl Builder<'_> {
             .find_map(|(i, e)| column_index(e, input).and_then(|c| child.times[c]).map(|column| (i, column)));
         let table = self.state_table()?;
         let schema = Self::schema(plan);
-        let lateness = self.event_time.lateness;
+        let lateness = self.options.lateness;
         let ops = self.each(|_| {
             let mut op = TopN::new(
                 partition_by.clone(),
@@ -980,7 +1143,7 @@ impl Builder<'_> {
     ) -> Result<(usize, SchemaRef, Distribution, Vec<Option<TimeColumn>>)> {
         let schema = windowing.output_schema(input);
         self.assigners += 1;
-        if self.event_time.keep_late_rows {
+        if self.options.keep_late_rows {
             if let Some(existing) = &self.late_rows_schema {
                 if existing.fields() != schema.fields() {
                     return Err(unsupported(
@@ -990,7 +1153,7 @@ impl Builder<'_> {
             }
             self.late_rows_schema = Some(Arc::clone(&schema));
         }
-        let (lateness, keep) = (self.event_time.lateness, self.event_time.keep_late_rows);
+        let (lateness, keep) = (self.options.lateness, self.options.keep_late_rows);
         let deaf = |op: Box<dyn Operator>| -> Box<dyn Operator> {
             if by_watermark {
                 op

@@ -20,6 +20,7 @@ pub mod plan_cache;
 pub mod point_lookup;
 pub mod session;
 pub mod sink_statement;
+pub mod system_time;
 
 use std::sync::Arc;
 
@@ -127,10 +128,10 @@ impl Frontend {
                     Some(Statement::Streaming(s, c)) => (s, c),
                     _ => return Err(crate::error::WeirError::internal("view definition is not a statement")),
                 };
-                let event_time = handler::create_view::event_time_options(&session, &clauses).await?;
+                let options = handler::create_view::view_options(self, &session, &statement, &clauses).await?;
                 let (_, logical) = handler::create_view::plan_view(&session, &statement).await?;
                 let built =
-                    handler::create_view::build_view(self, &session, &logical, &name, relation.def.id, &event_time)?;
+                    handler::create_view::build_view(self, &session, &logical, &name, relation.def.id, &options)?;
                 let late_table = clauses.late_rows_to.as_deref().and_then(|t| self.catalog.get(t));
                 self.streaming.start_view(Arc::clone(&relation), built, late_table, ViewStart::Restore).await
             };

@@ -99,6 +99,12 @@ impl SqlParser {
     }
 
     fn parse_sql(&self, sql: &str) -> Result<Vec<ast::Statement>> {
+        // `FOR SYSTEM_TIME AS OF PROCTIME()` is not PostgreSQL's: out of the text, back into the AST.
+        let (sql, lookups) = match super::system_time::strip(sql)? {
+            Some((rest, tables)) => (std::borrow::Cow::Owned(rest), Some(tables)),
+            None => (std::borrow::Cow::Borrowed(sql), None),
+        };
+        let sql: &str = &sql;
         let mut statements = self.inner.parse(sql).map_err(|e| {
             // The compatibility parser's token rewriting drops source locations; sqlparser on
             // the original text reports the same error with its line and column.
@@ -109,6 +115,9 @@ impl SqlParser {
             rewrite_catalog_idioms(statement);
             fold_window_function_names(statement);
             super::interval_text::rewrite_interval_literals(statement);
+        }
+        if let Some(tables) = lookups {
+            super::system_time::annotate(&mut statements, tables)?;
         }
         Ok(statements)
     }

@@ -6,6 +6,7 @@
 //! - [`project`], [`filter`]: stateless, with DataFusion physical expressions.
 //! - [`hash_agg`]: grouped aggregates (count, sum, avg, min, max) with retraction.
 //! - [`hash_join`]: inner equi-joins with a residual condition.
+//! - [`lookup_join`]: `JOIN t FOR SYSTEM_TIME AS OF PROCTIME()`, a table read by key, never followed.
 //! - [`union`]: UNION ALL.
 //! - [`window_assign`]: rows into `TUMBLE` / `HOP` windows; judges lateness.
 //! - [`session_assign`]: rows into `SESSION` windows, re-assigned as sessions grow and merge.
@@ -22,6 +23,7 @@ pub mod filter;
 pub mod hash_agg;
 pub mod hash_join;
 pub mod lateness;
+pub mod lookup_join;
 pub mod materialize;
 pub mod no_watermark;
 pub mod operator;

@@ -6,7 +6,7 @@
 //! does not exist afterwards.
 //!
 //! Event-time clauses (`EMIT ON WINDOW CLOSE`, `ALLOW LATENESS`, `LATE ROWS TO`) become
-//! [`EventTimeOptions`] for the builder; `LATE ROWS TO name` creates the append-only table
+//! [`ViewOptions`] for the builder, with the tables it joins `FOR SYSTEM_TIME AS OF PROCTIME()`; `LATE ROWS TO name` creates the append-only table
 //! `name` (the windowed input's columns, `view_name`, `window_start`, `window_end`,
 //! `arrived_at`) unless it exists with those columns, and the view depends on it.
 
@@ -22,7 +22,7 @@ use datafusion::arrow::datatypes::{DataType, TimeUnit};
 use datafusion::common::ScalarValue;
 
 use crate::catalog::{RelationKind, TableOptions};
-use crate::dataflow::build::{build, Built, EventTimeOptions};
+use crate::dataflow::build::{build, Built, ViewOptions};
 use crate::dataflow::manager::ViewStart;
 use crate::error::{Result, SqlState, WeirError};
 use crate::frontend::clauses::StreamingClauses;
@@ -61,7 +61,7 @@ pub fn build_view(
     plan: &LogicalPlan,
     name: &str,
     view: TableId,
-    event_time: &EventTimeOptions,
+    options: &ViewOptions,
 ) -> Result<Built> {
     let parallelism = fe
         .catalog()
@@ -77,12 +77,24 @@ pub fn build_view(
         view,
         fe.streaming().state_cache_entries,
         parallelism,
-        event_time,
+        options,
     )
 }
 
-/// What the view's event-time clauses ask of its operators.
-pub async fn event_time_options(session: &Session, clauses: &StreamingClauses) -> Result<EventTimeOptions> {
+/// What the view's clauses ask of its operators: its event-time clauses (`clauses`) and the
+/// tables `statement` joins `FOR SYSTEM_TIME AS OF PROCTIME()`.
+pub async fn view_options(
+    fe: &Frontend,
+    session: &Session,
+    statement: &Statement,
+    clauses: &StreamingClauses,
+) -> Result<ViewOptions> {
+    let mut lookups = Vec::new();
+    for name in crate::frontend::system_time::lookup_tables(statement) {
+        let name = relation_name(&name)?;
+        let table = fe.catalog().get(&name).ok_or_else(|| WeirError::undefined_table(&name))?;
+        lookups.push(table.def.id);
+    }
     let lateness = match &clauses.allow_lateness {
         Some(interval) => {
             let batches = session.ctx.sql(&format!("SELECT {interval}")).await?.collect().await?;
@@ -100,10 +112,11 @@ pub async fn event_time_options(session: &Session, clauses: &StreamingClauses) -
         }
         None => 0,
     };
-    Ok(EventTimeOptions {
+    Ok(ViewOptions {
         emit_on_window_close: clauses.emit_on_window_close,
         lateness,
         keep_late_rows: clauses.late_rows_to.is_some(),
+        lookups,
     })
 }
 
@@ -157,9 +170,9 @@ pub async fn explain(
 ) -> Result<StatementResult> {
     let Statement::CreateView(view) = statement else { unreachable!("dispatched on CreateView") };
     let name = relation_name(&view.name)?;
-    let event_time = event_time_options(session, clauses).await?;
+    let options = view_options(fe, session, statement, clauses).await?;
     let (_, logical) = plan_view(session, statement).await?;
-    let built = build_view(fe, session, &logical, &name, 0, &event_time)?;
+    let built = build_view(fe, session, &logical, &name, 0, &options)?;
     let plan = format!("Materialize {name}\n{}", indent(&built.graph.explain()));
     let schema =
         Arc::new(Schema::new(vec![Field::new("QUERY PLAN", datafusion::arrow::datatypes::DataType::Utf8, false)]));
@@ -194,13 +207,14 @@ pub async fn handle(
     if view.if_not_exists && fe.catalog().get(&name).is_some() {
         return Ok(StatementResult::command("CREATE MATERIALIZED VIEW"));
     }
-    let event_time = event_time_options(session, &clauses).await?;
+    let options = view_options(fe, session, &statement, &clauses).await?;
     let (schema, logical) = plan_view(session, &statement).await?;
     // Check the plan can be maintained before the view exists.
-    let checked = build_view(fe, session, &logical, &name, 0, &event_time)?;
+    let checked = build_view(fe, session, &logical, &name, 0, &options)?;
     // What it reads once plain views are inlined, and the plain views it names (they cannot be
     // dropped under it: its definition names them).
     let mut depends_on = checked.inputs;
+    depends_on.extend(&options.lookups);
     if let Statement::CreateView(v) = &statement {
         let named = super::create_plain_view::named_relations(fe, &v.query);
         depends_on.extend(
@@ -250,7 +264,7 @@ pub async fn handle(
         }
     };
     let started = match fe.catalog().by_id(id) {
-        Some(relation) => match build_view(fe, session, &logical, &name, id, &event_time) {
+        Some(relation) => match build_view(fe, session, &logical, &name, id, &options) {
             Ok(built) => {
                 fe.streaming()
                     .start_view(relation, built, late.as_ref().map(|(t, _)| Arc::clone(t)), ViewStart::Backfill)
