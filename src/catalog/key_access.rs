@@ -165,7 +165,7 @@ pub fn key_access(relation: &Relation, filters: &[Expr]) -> Result<KeyAccess> {
                 }
                 prefixes = prefixes
                     .iter()
-                    .flat_map(|prefix| values.iter().map(move |v| [prefix.as_slice(), &[v.clone()]].concat()))
+                    .flat_map(|prefix| values.iter().map(move |v| [prefix.as_slice(), std::slice::from_ref(v)].concat()))
                     .collect();
             }
             None => {
@@ -190,7 +190,7 @@ pub fn key_access(relation: &Relation, filters: &[Expr]) -> Result<KeyAccess> {
     let mut ranges = Vec::with_capacity(prefixes.len());
     for prefix in &prefixes {
         let encoded = table.encode_key_prefix(prefix)?;
-        let with = |v: &ScalarValue| table.encode_key_prefix(&[prefix.as_slice(), &[v.clone()]].concat());
+        let with = |v: &ScalarValue| table.encode_key_prefix(&[prefix.as_slice(), std::slice::from_ref(v)].concat());
         let start = match range.and_then(|r| r.lower.as_ref()) {
             Some((lo, true)) => with(lo)?,
             Some((lo, false)) => after(&with(lo)?),

@@ -15,6 +15,8 @@
 
 use std::sync::Arc;
 
+use datafusion::optimizer::AnalyzerRule;
+
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::DataType;
 use datafusion::catalog::information_schema::InformationSchemaProvider;
@@ -78,6 +80,12 @@ pub async fn template_state(catalog: Arc<Catalog>) -> Result<SessionState> {
     let state = SessionStateBuilder::new()
         .with_config(config)
         .with_default_features()
+        // Integer literals are typed before DataFusion's rules (type coercion) see them.
+        .with_analyzer_rules(
+            std::iter::once(Arc::new(super::int4_literals::Int4Literals) as Arc<dyn AnalyzerRule + Send + Sync>)
+                .chain(datafusion::optimizer::Analyzer::new().rules)
+                .collect(),
+        )
         .with_analyzer_rule(Arc::new(super::outer_conditions::LiftOuterConditions))
         .with_analyzer_rule(Arc::new(super::comparison_order::ColumnFirstComparisons))
         .with_analyzer_rule(Arc::new(super::checked_arithmetic::CheckedIntegerArithmetic))

@@ -11,6 +11,7 @@ pub mod clauses;
 pub mod column_names;
 pub mod comparison_order;
 pub mod df_context;
+pub mod int4_literals;
 pub mod handler;
 pub mod interval_text;
 pub mod outer_conditions;

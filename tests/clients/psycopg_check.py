@@ -26,6 +26,13 @@ with psycopg.connect(url, autocommit=True) as conn:
         cur.execute("SELECT count(*), sum(price), CAST(2.5 AS NUMERIC(4,2)) FROM py")
         count, total, num = cur.fetchone()
         assert count == 5 and total == 15.0 and num == decimal.Decimal("2.50"), (count, total, num)
+    # Integer literals and int4 arithmetic are int4 (OID 23), in text and binary, with and
+    # without parameters, as Postgres sends them.
+    for binary in (False, True):
+        with conn.cursor(binary=binary) as cur:
+            cur.execute("SELECT 1 AS one, %s::int4 + 1 AS two, 10000000000 AS big", (1,))
+            assert [d.type_code for d in cur.description] == [23, 23, 20], cur.description
+            assert cur.fetchone() == (1, 2, 10000000000)
     # Errors carry SQLSTATEs psycopg maps to exception classes.
     try:
         conn.execute("SELECT * FROM missing")

@@ -41,7 +41,14 @@ pub async fn plan_view(session: &Session, statement: &Statement) -> Result<(Sche
     // now() in a view is the epoch's time, not the time of planning (ADR 13).
     let logical = crate::dataflow::temporal_bounds::mark_now(logical)?;
     let optimized = crate::frontend::df_context::optimize_for_view(&session.ctx.state(), &logical)?;
-    let fields: Vec<Field> = logical.schema().fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();
+    // Names as planned, types as the analyzer rules left them (an integer literal is int4).
+    let fields: Vec<Field> = logical
+        .schema()
+        .fields()
+        .iter()
+        .zip(optimized.schema().fields())
+        .map(|(named, typed)| named.as_ref().clone().with_data_type(typed.data_type().clone()).with_nullable(true))
+        .collect();
     for (i, f) in fields.iter().enumerate() {
         if fields[..i].iter().any(|g| g.name() == f.name()) {
             return Err(WeirError::new(

@@ -272,10 +272,15 @@ pub async fn describe(session: &Session, statement: &Statement) -> Result<Statem
             *slot = Some(sql_type);
         }
     }
+    // The columns as the query runs them: after the analyzer rules, which type literals and
+    // coerce (`SELECT $1::int4 + 1` is int4, not the planner's first int8).
+    let state = session.ctx.state();
+    let analyzed = state.analyzer().execute_and_check(logical.clone(), state.config_options(), |_, _| {});
+    let columns = analyzed.as_ref().map(|p| p.schema()).unwrap_or_else(|_| logical.schema());
     Ok(StatementDescription {
         parameters,
         parameter_casts,
-        columns: returns_rows.then(|| client_schema(logical.schema().inner(), names.as_deref())),
+        columns: returns_rows.then(|| client_schema(columns.inner(), names.as_deref())),
     })
 }
 
