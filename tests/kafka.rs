@@ -444,3 +444,35 @@ async fn a_kafka_table_with_a_primary_key_upserts_and_tombstones_delete() {
         assert_sqlstate(&c, dml, "42809").await;
     }
 }
+
+/// The source's position is committed to the consumer group `weir-<topic>` (for monitoring
+/// tools), every partition at its end once everything is read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_position_is_committed_to_the_consumer_group() {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::topic_partition_list::Offset;
+    let topic = topic("grouped", 2).await;
+    send(&producer(None), &topic, &bids(0, 50, 2));
+    let server = TestServer::start();
+    let c = server.connect().await;
+    c.batch_execute(&source_sql("bids", &topic, ", kafka.group.commit.ms = '100'")).await.unwrap();
+    eventually(&c, "SELECT count(*) FROM bids", "50").await;
+    let group: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", kafka_bootstrap())
+        .set("group.id", format!("weir-{topic}"))
+        .create()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let mut list = rdkafka::TopicPartitionList::new();
+        list.add_partition(&topic, 0);
+        list.add_partition(&topic, 1);
+        let committed = group.committed_offsets(list, std::time::Duration::from_secs(5)).unwrap();
+        let offsets: Vec<Offset> = committed.elements().iter().map(|e| e.offset()).collect();
+        if offsets == [Offset::Offset(25), Offset::Offset(25)] {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "committed offsets {offsets:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}

@@ -165,7 +165,9 @@ pub fn key_access(relation: &Relation, filters: &[Expr]) -> Result<KeyAccess> {
                 }
                 prefixes = prefixes
                     .iter()
-                    .flat_map(|prefix| values.iter().map(move |v| [prefix.as_slice(), std::slice::from_ref(v)].concat()))
+                    .flat_map(|prefix| {
+                        values.iter().map(move |v| [prefix.as_slice(), std::slice::from_ref(v)].concat())
+                    })
                     .collect();
             }
             None => {

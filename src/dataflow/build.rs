@@ -145,8 +145,12 @@ type Ops = Vec<Box<dyn Operator>>;
 /// The table side of a lookup join ([`Builder::lookup_side`]).
 struct LookupSide {
     relation: Arc<crate::catalog::Relation>,
-    /// The table's columns the scan reads, in the scan's order.
+    /// The table's column of each of the side's columns.
     columns: Vec<usize>,
+    /// The table's columns the scan reads, in the scan's order.
+    scan_columns: Vec<usize>,
+    /// For each of the side's columns, its index among the scan's.
+    output: Vec<usize>,
     /// Conditions on the scan's rows (pushed under the join), over `scan_schema`.
     filter: Option<Expr>,
     scan_schema: DFSchema,
@@ -936,6 +940,8 @@ impl Builder<'_> {
             return Err(must(format!("\"{}\" has no primary key to look rows up by", table.def.name)));
         }
         let mut keys: Vec<Option<Arc<dyn PhysicalExpr>>> = vec![None; key.len()];
+        // Equalities beyond one per key column are checked on the joined rows.
+        let mut more = Vec::new();
         for (l, r) in &j.on {
             let (stream_expr, table_expr) = if table_on_left { (r, l) } else { (l, r) };
             // A key column widened to the stream's integer type is looked up by the stream's
@@ -950,10 +956,12 @@ impl Builder<'_> {
                 other => other,
             };
             let column = column_index(table_expr, table_plan.schema()).map(|c| side.columns[c]);
-            let Some(position) = column.and_then(|c| key.iter().position(|&k| k == c)) else {
-                return Err(must(format!("the join condition {l} = {r} is not on a primary key column")));
-            };
-            keys[position] = Some(self.physical(stream_expr, stream_plan.schema())?);
+            match column.and_then(|c| key.iter().position(|&k| k == c)) {
+                Some(position) if keys[position].is_none() => {
+                    keys[position] = Some(self.physical(stream_expr, stream_plan.schema())?)
+                }
+                _ => more.push(l.clone().eq(r.clone())),
+            }
         }
         let keys: Vec<Arc<dyn PhysicalExpr>> = match keys.into_iter().collect::<Option<Vec<_>>>() {
             Some(keys) => keys,
@@ -971,7 +979,8 @@ impl Builder<'_> {
             ))
             .with_hint("Read an APPEND ONLY table or a source, or join the table without FOR SYSTEM_TIME AS OF."));
         }
-        let residual = j.filter.as_ref().map(|f| self.physical(f, &j.schema)).transpose()?;
+        let residual = more.into_iter().chain(j.filter.clone()).reduce(Expr::and);
+        let residual = residual.map(|f| self.physical(&f, &j.schema)).transpose()?;
         let table_filter = match side.filter {
             Some(f) => Some(self.physical(&f, &side.scan_schema)?),
             None => None,
@@ -984,7 +993,7 @@ impl Builder<'_> {
                 keys.clone(),
                 Arc::clone(table),
                 Arc::clone(&store),
-                side.columns.clone(),
+                (side.scan_columns.clone(), side.output.clone()),
                 table_filter.clone(),
                 residual.clone(),
                 Arc::clone(&output),
@@ -992,13 +1001,13 @@ impl Builder<'_> {
             )))
         })?;
         let node = self.graph.add(ops, &[stream.node], vec![None])?;
-        let table_times = vec![None; side.columns.len()];
+        let table_times = vec![None; side.output.len()];
         let times = if table_on_left {
             table_times.into_iter().chain(stream.times).collect()
         } else {
             stream.times.into_iter().chain(table_times).collect()
         };
-        let width = if table_on_left { side.columns.len() } else { 0 };
+        let width = if table_on_left { side.output.len() } else { 0 };
         let distribution = match stream.distribution {
             Distribution::Hash(cols) => Distribution::Hash(cols.into_iter().map(|c| c + width).collect()),
             other => other,
@@ -1011,12 +1020,22 @@ impl Builder<'_> {
     fn lookup_side(&self, plan: &LogicalPlan) -> Result<Option<LookupSide>> {
         let mut at = plan;
         let mut conditions = Vec::new();
+        // For each column of `plan`, its column in the node `at` (through column projections).
+        let mut from: Vec<usize> = (0..plan.schema().fields().len()).collect();
         loop {
             match at {
                 LogicalPlan::SubqueryAlias(s) => at = &s.input,
                 LogicalPlan::Filter(f) => {
+                    // Evaluated on the scan's rows (a condition naming a column by a name the
+                    // scan does not have fails to plan, never passes unchecked).
                     conditions.push(f.predicate.clone());
                     at = &f.input;
+                }
+                LogicalPlan::Projection(p) => {
+                    let below: Option<Vec<usize>> = p.expr.iter().map(|e| column_index(e, p.input.schema())).collect();
+                    let Some(below) = below else { return Ok(None) };
+                    from = from.iter().map(|&c| below[c]).collect();
+                    at = &p.input;
                 }
                 LogicalPlan::TableScan(scan) if windowed_relation(&scan.source).is_none() => {
                     let Some(relation) = self.catalog.get(scan.table_name.table()) else { return Ok(None) };
@@ -1026,13 +1045,15 @@ impl Builder<'_> {
                     if relation.def.kind != RelationKind::Table {
                         return Err(unsupported("FOR SYSTEM_TIME AS OF PROCTIME() over anything but a table"));
                     }
-                    conditions.extend(scan.filters.iter().cloned());
-                    let columns =
+                    let scan_columns =
                         scan.projection.clone().unwrap_or_else(|| (0..relation.schema.fields().len()).collect());
+                    let filter = scan.filters.iter().cloned().chain(conditions);
                     return Ok(Some(LookupSide {
+                        columns: from.iter().map(|&c| scan_columns[c]).collect(),
+                        output: from,
+                        scan_columns,
                         relation,
-                        columns,
-                        filter: conditions.into_iter().reduce(Expr::and),
+                        filter: filter.reduce(Expr::and),
                         scan_schema: scan.projected_schema.as_ref().clone(),
                     }));
                 }

@@ -106,7 +106,9 @@ pub fn extract(sql: &str) -> Result<(String, StreamingClauses)> {
     if !may_contain(sql) {
         return Ok((sql.to_string(), clauses));
     }
-    let Ok(tokens) = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize() else {
+    // Not unescaped: the tokens are written back as text, and a string must come back as it
+    // was written (`'O''Brien'`, not `'O'Brien'`).
+    let Ok(tokens) = Tokenizer::new(&PostgreSqlDialect {}, sql).with_unescape(false).tokenize() else {
         return Ok((sql.to_string(), clauses));
     };
     let words: Vec<usize> =
@@ -327,7 +329,7 @@ pub(crate) fn source_options(
             return Err(WeirError::syntax("expected key = 'value' in WITH (...)"));
         }
         let value = match words.get(n + 1).map(|&i| &tokens[i]) {
-            Some(Token::SingleQuotedString(v)) => v.clone(),
+            Some(Token::SingleQuotedString(v)) => v.replace("''", "'"),
             Some(Token::Number(v, _)) => v.clone(),
             Some(Token::Word(word)) => word.value.clone(),
             _ => return Err(WeirError::syntax(format!("expected a value for {key} in WITH (...)"))),

@@ -101,7 +101,7 @@ impl SqlParser {
     fn parse_sql(&self, sql: &str) -> Result<Vec<ast::Statement>> {
         // `FOR SYSTEM_TIME AS OF PROCTIME()` is not PostgreSQL's: out of the text, back into the AST.
         let (sql, lookups) = match super::system_time::strip(sql)? {
-            Some((rest, tables)) => (std::borrow::Cow::Owned(rest), Some(tables)),
+            Some((rest, clauses)) => (std::borrow::Cow::Owned(rest), Some(clauses)),
             None => (std::borrow::Cow::Borrowed(sql), None),
         };
         let sql: &str = &sql;
@@ -116,8 +116,8 @@ impl SqlParser {
             fold_window_function_names(statement);
             super::interval_text::rewrite_interval_literals(statement);
         }
-        if let Some(tables) = lookups {
-            super::system_time::annotate(&mut statements, tables)?;
+        if let Some(clauses) = lookups {
+            super::system_time::annotate(&mut statements, clauses)?;
         }
         Ok(statements)
     }

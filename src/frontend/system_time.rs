@@ -38,22 +38,37 @@ fn is_word(t: &Token, keyword: &str) -> bool {
     matches!(t, Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case(keyword))
 }
 
-/// `sql` without its `FOR SYSTEM_TIME AS OF PROCTIME()` clauses, and the table name or alias
-/// each followed (as written, in order); None when it has none.
-pub fn strip(sql: &str) -> Result<Option<(String, Vec<Ident>)>> {
+/// Where a clause was: the statement (its index in the text) and what it followed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Clause {
+    statement: usize,
+    /// The table's name (the last part of it), or its alias.
+    follows: Ident,
+    alias: bool,
+}
+
+/// `sql` without its `FOR SYSTEM_TIME AS OF PROCTIME()` clauses, and where each was (in
+/// order); None when it has none.
+pub fn strip(sql: &str) -> Result<Option<(String, Vec<Clause>)>> {
     if !may_contain(sql) {
         return Ok(None);
     }
-    let Ok(tokens) = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize() else {
+    // Not unescaped: the tokens are written back as text, and a string must come back as it
+    // was written (`'O''Brien'`, not `'O'Brien'`).
+    let Ok(tokens) = Tokenizer::new(&PostgreSqlDialect {}, sql).with_unescape(false).tokenize() else {
         return Ok(None);
     };
     let words: Vec<usize> =
         tokens.iter().enumerate().filter(|(_, t)| !matches!(t, Token::Whitespace(_))).map(|(i, _)| i).collect();
     let word = |n: usize, k: &str| words.get(n).is_some_and(|&i| is_word(&tokens[i], k));
     let mut keep = vec![true; tokens.len()];
-    let mut tables = Vec::new();
+    let mut clauses = Vec::new();
+    let mut statement = 0;
     let mut n = 0;
     while n < words.len() {
+        if tokens[words[n]] == Token::SemiColon {
+            statement += 1;
+        }
         if !(word(n, "FOR") && word(n + 1, "SYSTEM_TIME") && word(n + 2, "AS") && word(n + 3, "OF")) {
             n += 1;
             continue;
@@ -66,22 +81,32 @@ pub fn strip(sql: &str) -> Result<Option<(String, Vec<Ident>)>> {
                 "FOR SYSTEM_TIME AS OF takes PROCTIME() only (the table as it is when each row arrives)",
             ));
         }
-        let table = n.checked_sub(1).map(|p| &tokens[words[p]]);
-        let Some(Token::Word(table)) = table else {
+        let Some(Token::Word(follows)) = n.checked_sub(1).map(|p| &tokens[words[p]]) else {
             return Err(WeirError::syntax("FOR SYSTEM_TIME AS OF PROCTIME() must follow a table's name"));
         };
-        tables.push(match table.quote_style {
-            Some(quote) => Ident::with_quote(quote, table.value.clone()),
-            None => Ident::new(table.value.clone()),
-        });
+        // An alias follows `AS` or the table's name (`dim d`); a name follows `JOIN`, `FROM`,
+        // a comma or a dot.
+        let before = n.checked_sub(2).map(|p| &tokens[words[p]]);
+        let alias = match before {
+            Some(Token::Word(w)) if w.quote_style.is_some() => true,
+            Some(Token::Word(w)) => {
+                !["JOIN", "FROM", "LATERAL", "ONLY"].iter().any(|k| w.value.eq_ignore_ascii_case(k))
+            }
+            _ => false,
+        };
+        let follows = match follows.quote_style {
+            Some(quote) => Ident::with_quote(quote, follows.value.clone()),
+            None => Ident::new(follows.value.clone()),
+        };
+        clauses.push(Clause { statement, follows, alias });
         keep[words[n]..=words[n + 6]].iter_mut().for_each(|k| *k = false);
         n += 7;
     }
-    if tables.is_empty() {
+    if clauses.is_empty() {
         return Ok(None);
     }
     let rest = tokens.iter().zip(&keep).filter(|(_, k)| **k).map(|(t, _)| t.to_string()).collect();
-    Ok(Some((rest, tables)))
+    Ok(Some((rest, clauses)))
 }
 
 /// `PROCTIME()`.
@@ -107,33 +132,40 @@ fn last_ident(name: &ObjectName) -> Option<&Ident> {
     name.0.last().and_then(|part| part.as_ident())
 }
 
-/// Puts the clauses [`strip`] took out back on their tables in `statements` (each on the next
-/// table of that name or alias, in order).
-pub fn annotate(statements: &mut [ast::Statement], tables: Vec<Ident>) -> Result<()> {
+/// Puts the clauses [`strip`] took out back on their tables in `statements`: each on the
+/// next table of its statement with that name (or alias), in order.
+pub fn annotate(statements: &mut [ast::Statement], clauses: Vec<Clause>) -> Result<()> {
     struct Annotate {
-        tables: std::collections::VecDeque<Ident>,
+        clauses: std::collections::VecDeque<Clause>,
     }
     impl VisitorMut for Annotate {
         type Break = ();
         fn pre_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<()> {
             if let TableFactor::Table { name, alias, version, .. } = factor {
-                // The clause follows the table's name, or its alias (as a stored definition,
-                // printed by sqlparser, has it).
-                let named = |t: &Ident| last_ident(name) == Some(t) || alias.as_ref().is_some_and(|a| a.name == *t);
-                if version.is_none() && self.tables.front().is_some_and(named) {
+                let named = |c: &Clause| match c.alias {
+                    true => alias.as_ref().is_some_and(|a| a.name == c.follows),
+                    false => last_ident(name) == Some(&c.follows),
+                };
+                if version.is_none() && self.clauses.front().is_some_and(named) {
                     *version = Some(TableVersion::ForSystemTimeAsOf(proctime()));
-                    self.tables.pop_front();
+                    self.clauses.pop_front();
                 }
             }
             ControlFlow::Continue(())
         }
     }
-    let mut visitor = Annotate { tables: tables.into() };
-    for statement in statements.iter_mut() {
-        let _ = statement.visit(&mut visitor);
+    let mut by_statement: std::collections::BTreeMap<usize, Vec<Clause>> = Default::default();
+    for clause in clauses {
+        by_statement.entry(clause.statement).or_default().push(clause);
     }
-    if !visitor.tables.is_empty() {
-        return Err(WeirError::syntax("FOR SYSTEM_TIME AS OF PROCTIME() must follow a table in a FROM clause"));
+    for (index, clauses) in by_statement {
+        let mut visitor = Annotate { clauses: clauses.into() };
+        if let Some(statement) = statements.get_mut(index) {
+            let _ = statement.visit(&mut visitor);
+        }
+        if !visitor.clauses.is_empty() {
+            return Err(WeirError::syntax("FOR SYSTEM_TIME AS OF PROCTIME() must follow a table in a FROM clause"));
+        }
     }
     Ok(())
 }
@@ -165,7 +197,7 @@ mod tests {
                    JOIN customers FOR SYSTEM_TIME AS OF PROCTIME() AS c ON o.c = c.id";
         let (rest, tables) = strip(sql).unwrap().unwrap();
         assert!(!rest.contains("SYSTEM_TIME"));
-        assert_eq!(tables, vec![Ident::new("customers")]);
+        assert_eq!(tables, vec![Clause { statement: 0, follows: Ident::new("customers"), alias: false }]);
         let mut statements =
             datafusion::sql::sqlparser::parser::Parser::parse_sql(&PostgreSqlDialect {}, &rest).unwrap();
         annotate(&mut statements, tables).unwrap();
@@ -180,6 +212,18 @@ mod tests {
         annotate(&mut again, tables).unwrap();
         assert_eq!(again[0].to_string(), printed);
         assert!(strip("SELECT 1").unwrap().is_none());
+        // Strings come back as written; a clause stays in its own statement; an alias named
+        // like another table is the alias.
+        let sql =
+            "SELECT * FROM dim; SELECT 'O''Brien' FROM d AS s JOIN dim d FOR SYSTEM_TIME AS OF PROCTIME() ON s.k = d.k";
+        let (rest, clauses) = strip(sql).unwrap().unwrap();
+        assert!(rest.contains("'O''Brien'"), "{rest}");
+        let mut statements =
+            datafusion::sql::sqlparser::parser::Parser::parse_sql(&PostgreSqlDialect {}, &rest).unwrap();
+        annotate(&mut statements, clauses).unwrap();
+        assert!(lookup_tables(&statements[0]).is_empty());
+        let found: Vec<String> = lookup_tables(&statements[1]).iter().map(|n| n.to_string()).collect();
+        assert_eq!(found, ["dim"]);
         assert!(strip("SELECT * FROM t FOR SYSTEM_TIME AS OF now()").is_err());
     }
 }

@@ -50,9 +50,9 @@ pub struct LookupJoin {
     keys: Vec<Arc<dyn PhysicalExpr>>,
     table: Arc<Relation>,
     store: Arc<dyn StateStore>,
-    /// The table's columns the join outputs (indices into its rows).
-    columns: Vec<usize>,
-    /// Over those columns: table rows it rejects count as absent.
+    /// The table's columns read (indices into its rows), and which of those the join outputs.
+    columns: (Vec<usize>, Vec<usize>),
+    /// Over the columns read: table rows it rejects count as absent.
     table_filter: Option<Arc<dyn PhysicalExpr>>,
     /// Over the joined rows.
     residual: Option<Arc<dyn PhysicalExpr>>,
@@ -67,7 +67,7 @@ impl LookupJoin {
         keys: Vec<Arc<dyn PhysicalExpr>>,
         table: Arc<Relation>,
         store: Arc<dyn StateStore>,
-        columns: Vec<usize>,
+        columns: (Vec<usize>, Vec<usize>),
         table_filter: Option<Arc<dyn PhysicalExpr>>,
         residual: Option<Arc<dyn PhysicalExpr>>,
         output: SchemaRef,
@@ -76,8 +76,8 @@ impl LookupJoin {
         LookupJoin { kind, keys, table, store, columns, table_filter, residual, output, view: view.to_string() }
     }
 
-    /// For each stream row, the index of its partner among the returned table rows (projected
-    /// to `columns`), if it has one.
+    /// For each stream row, the index of its partner among the returned table rows (the
+    /// columns the join outputs), if it has one.
     fn partners(&self, stream: &RecordBatch) -> Result<(RecordBatch, Vec<Option<usize>>)> {
         let key_types: Vec<_> =
             self.table.def.primary_key.iter().map(|&c| self.table.schema.field(c).data_type().clone()).collect();
@@ -94,7 +94,8 @@ impl LookupJoin {
         let encoded = self.table.table.encode_key_columns(&key_columns)?;
         let keys: Vec<Vec<u8>> = encoded.iter().map(|k| k.as_ref().to_vec()).collect();
         let (rows, mut index) = self.table.table.get_many(self.store.as_ref(), &keys)?;
-        let rows = rows.project(&self.columns)?;
+        let (read, output) = &self.columns;
+        let rows = rows.project(read)?;
         for (row, missing) in missing_key.into_iter().enumerate() {
             if missing {
                 index[row] = None;
@@ -109,7 +110,7 @@ impl LookupJoin {
                 }
             }
         }
-        Ok((rows, index))
+        Ok((rows.project(output)?, index))
     }
 
     /// The stream rows at `stream_rows` beside the table rows at `table_rows` (a null index:

@@ -29,6 +29,9 @@
 //! fails CREATE SOURCE (08001), as does a topic that does not exist (42704); one lost later is
 //! retried every `kafka.retry.ms` while the rest of the server goes on.
 //!
+//! Every `kafka.group.commit.ms` (1000; 0: never) the position is also committed to the
+//! consumer group `weir-<topic>`, for monitoring tools only: Weir never reads it back.
+//!
 //! An idle source waits in its poll (librdkafka long-polls the broker). Partitions are never
 //! paused: pausing drops the messages librdkafka prefetched, and the fetcher resumed past
 //! them, so views missed messages the source's position had passed (found by
@@ -66,6 +69,7 @@ pub const OPTIONS: &[&str] = &[
     "kafka.metadata.refresh.ms",
     "kafka.retry.ms",
     "kafka.timeout.ms",
+    "kafka.group.commit.ms",
     "format",
     "encode",
     "bad_data",
@@ -126,6 +130,12 @@ pub struct KafkaReader {
     /// The consumer and the offsets it is assigned at (the next to read, by partition).
     consumer: Option<(QuietConsumer, Offsets)>,
     last_refresh: Instant,
+    /// How often the position is committed to the consumer group `weir-<topic>`, for
+    /// monitoring tools (never read back: a restart goes on from the checkpoint); zero: never.
+    group_commit: Duration,
+    last_group_commit: Instant,
+    /// What was last committed to the group.
+    group_committed: Offsets,
     dead: Vec<DeadLetter>,
 }
 
@@ -238,6 +248,9 @@ impl KafkaReader {
             timeout: Duration::from_millis(options.u64_or("kafka.timeout.ms", 10_000)?.max(1)),
             consumer: None,
             last_refresh: Instant::now(),
+            group_commit: Duration::from_millis(options.u64_or("kafka.group.commit.ms", 1_000)?),
+            last_group_commit: Instant::now(),
+            group_committed: Offsets::new(),
             dead: Vec::new(),
         })
     }
@@ -458,6 +471,31 @@ impl KafkaReader {
     }
 }
 
+impl KafkaReader {
+    /// Commits `position` (the stored position: every message before it is in the source) to
+    /// the consumer group, at most every `kafka.group.commit.ms`, without waiting: so that
+    /// `kafka-consumer-groups --describe --group weir-<topic>` and lag exporters see how far
+    /// Weir has read. A failed commit only shows in the debug log.
+    fn commit_to_group(&mut self, position: &Offsets) {
+        let due = !self.group_commit.is_zero() && self.last_group_commit.elapsed() >= self.group_commit;
+        if !due || position.is_empty() || *position == self.group_committed {
+            return;
+        }
+        let Some((consumer, _)) = &self.consumer else { return };
+        self.last_group_commit = Instant::now();
+        let mut list = TopicPartitionList::new();
+        for (&partition, &offset) in position {
+            if list.add_partition_offset(&self.topic, partition, Offset::Offset(offset)).is_err() {
+                return;
+            }
+        }
+        match consumer.commit(&list, rdkafka::consumer::CommitMode::Async) {
+            Ok(()) => self.group_committed = position.clone(),
+            Err(e) => tracing::debug!(topic = %self.topic, "committing the position to the consumer group failed: {e}"),
+        }
+    }
+}
+
 /// The high watermark of `partition` the consumer last saw in a fetch response, without a
 /// request to the broker (librdkafka's `rd_kafka_get_watermark_offsets`, which rdkafka does not
 /// wrap); None until one is known.
@@ -504,6 +542,7 @@ impl SourceReader for KafkaReader {
 
     fn read(&mut self, from: &Position) -> Result<Chunk> {
         let known = offsets::offsets(from)?;
+        self.commit_to_group(&known);
         let assigned = matches!(&self.consumer, Some((_, at)) if *at == known && !known.is_empty());
         let stale = self.last_refresh.elapsed() >= self.refresh;
         if !assigned || stale {

@@ -58,8 +58,11 @@ pub async fn handle(fe: &Frontend, session: &mut Session, statement: Statement) 
         }
     }
     let (plan, names) = query::plan_named(session, Statement::Query(view.query.clone())).await?;
-    let mut fields: Vec<Field> =
-        plan.schema().fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();
+    let mut fields: Vec<Field> = query::analyzed_schema(session, &plan)
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone().with_nullable(true))
+        .collect();
     if let Some(names) = names {
         for (field, name) in fields.iter_mut().zip(names) {
             *field = field.clone().with_name(name);

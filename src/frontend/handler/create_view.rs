@@ -100,6 +100,11 @@ pub async fn view_options(
     for name in crate::frontend::system_time::lookup_tables(statement) {
         let name = relation_name(&name)?;
         let table = fe.catalog().get(&name).ok_or_else(|| WeirError::undefined_table(&name))?;
+        if table.def.kind != RelationKind::Table {
+            return Err(WeirError::unsupported(format!(
+                "FOR SYSTEM_TIME AS OF PROCTIME() reads a table; \"{name}\" is not one"
+            )));
+        }
         lookups.push(table.def.id);
     }
     let lateness = match &clauses.allow_lateness {

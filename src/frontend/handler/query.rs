@@ -272,16 +272,23 @@ pub async fn describe(session: &Session, statement: &Statement) -> Result<Statem
             *slot = Some(sql_type);
         }
     }
-    // The columns as the query runs them: after the analyzer rules, which type literals and
-    // coerce (`SELECT $1::int4 + 1` is int4, not the planner's first int8).
-    let state = session.ctx.state();
-    let analyzed = state.analyzer().execute_and_check(logical.clone(), state.config_options(), |_, _| {});
-    let columns = analyzed.as_ref().map(|p| p.schema()).unwrap_or_else(|_| logical.schema());
+    let columns = analyzed_schema(session, &logical);
     Ok(StatementDescription {
         parameters,
         parameter_casts,
         columns: returns_rows.then(|| client_schema(columns.inner(), names.as_deref())),
     })
+}
+
+/// `plan`'s columns as the query runs them: after the analyzer rules, which type literals and
+/// coerce (`SELECT $1::int4 + 1` is int4, not the planner's first int8). The planner's when
+/// the analysis fails (the statement fails when it runs).
+pub fn analyzed_schema(session: &Session, plan: &LogicalPlan) -> datafusion::common::DFSchemaRef {
+    let state = session.ctx.state();
+    match state.analyzer().execute_and_check(plan.clone(), state.config_options(), |_, _| {}) {
+        Ok(analyzed) => std::sync::Arc::clone(analyzed.schema()),
+        Err(_) => std::sync::Arc::clone(plan.schema()),
+    }
 }
 
 /// `(n, type)` for every `CAST($n AS type)` in the plan.
