@@ -438,6 +438,7 @@ impl Catalog {
         def.depends_on = depends_on;
         def.parallelism = parallelism;
         def.append_only = append_only;
+        def.int4_literals = true;
         if append_only {
             def.layout = Layout::Segments;
         }
@@ -490,6 +491,7 @@ impl Catalog {
             connector: None,
             replayed: false,
             layout: Layout::Rows,
+            int4_literals: false,
         }
     }
 

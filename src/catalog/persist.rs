@@ -68,6 +68,10 @@ pub struct RelationDef {
     /// entries written before segments existed have none and keep their rows one by one.
     #[serde(default)]
     pub layout: Layout,
+    /// A materialized view planned with integer literals typed int4 (created by this version);
+    /// one made before is planned again as it was, literals int8, so its state still decodes.
+    #[serde(default)]
+    pub int4_literals: bool,
 }
 
 /// A table's watermark declaration: views reading the table take `max(expr)` over the rows

@@ -173,10 +173,16 @@ async fn plan_plain_view(
 pub fn optimize_for_view(
     state: &SessionState,
     plan: &datafusion::logical_expr::LogicalPlan,
+    int4_literals: bool,
 ) -> Result<datafusion::logical_expr::LogicalPlan> {
     let rules = state.optimizers().iter().filter(|r| r.name() != "eliminate_join").cloned().collect();
-    let view_state = SessionStateBuilder::new_from_existing(state.clone()).with_optimizer_rules(rules).build();
-    Ok(view_state.optimize(plan)?)
+    let mut view_state = SessionStateBuilder::new_from_existing(state.clone()).with_optimizer_rules(rules);
+    if !int4_literals {
+        // A view made before literals were int4 is planned as it was (`RelationDef::int4_literals`).
+        let analyzers = state.analyzer().rules.iter().filter(|r| r.name() != "weir_int4_literals").cloned().collect();
+        view_state = view_state.with_analyzer_rules(analyzers);
+    }
+    Ok(view_state.build().optimize(plan)?)
 }
 
 /// The session state UPDATE and DELETE run in: DataFusion's rules, except

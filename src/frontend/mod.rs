@@ -130,7 +130,8 @@ impl Frontend {
                     _ => return Err(crate::error::WeirError::internal("view definition is not a statement")),
                 };
                 let options = handler::create_view::view_options(self, &session, &statement, &clauses).await?;
-                let (_, logical) = handler::create_view::plan_view(&session, &statement).await?;
+                let (_, logical) =
+                    handler::create_view::plan_view(&session, &statement, relation.def.int4_literals).await?;
                 let built =
                     handler::create_view::build_view(self, &session, &logical, &name, relation.def.id, &options)?;
                 let late_table = clauses.late_rows_to.as_deref().and_then(|t| self.catalog.get(t));
