@@ -18,11 +18,10 @@ use datafusion::arrow::array::{ArrayRef, Datum};
 use datafusion::arrow::compute::kernels::numeric;
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode};
+use datafusion::common::tree_node::{Transformed, TransformedResult};
 use datafusion::common::{DFSchema, ScalarValue};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::logical_expr::expr::ScalarFunction;
-use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::{
     BinaryExpr, ColumnarValue, Expr, ExprSchemable, LogicalPlan, Operator, ScalarFunctionArgs, ScalarUDF,
     ScalarUDFImpl, Signature, Volatility,
@@ -53,11 +52,7 @@ impl AnalyzerRule for CheckedIntegerArithmetic {
                     Arc::new(merged)
                 }
             };
-            let names = NamePreserver::new(&node);
-            node.map_expressions(|expr| {
-                let name = names.save(&expr);
-                Ok(expr.transform_up(|e| checked(e, &schema))?.update_data(|e| name.restore(e)))
-            })
+            super::keep_names::rewrite_expressions(node, |e| checked(e, &schema))
         })
         .data()
     }

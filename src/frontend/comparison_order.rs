@@ -14,7 +14,6 @@
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode, TreeNodeRecursion};
 use datafusion::error::Result;
-use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::{BinaryExpr, Expr, LogicalPlan, Operator};
 use datafusion::optimizer::AnalyzerRule;
 
@@ -27,16 +26,9 @@ impl AnalyzerRule for ColumnFirstComparisons {
     }
 
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
-        plan.transform_up_with_subqueries(|node| {
-            // A swapped comparison is named differently; the plan's schemas (and whatever reads
-            // the old name above) keep the name it had.
-            let names = NamePreserver::new(&node);
-            node.map_expressions(|expr| {
-                let name = names.save(&expr);
-                Ok(expr.transform_up(column_first)?.update_data(|e| name.restore(e)))
-            })
-        })
-        .data()
+        // A swapped comparison is named differently; the plan's schemas (and whatever reads the
+        // old name above) keep the name it had.
+        plan.transform_up_with_subqueries(|node| super::keep_names::rewrite_expressions(node, column_first)).data()
     }
 }
 

@@ -13,10 +13,9 @@
 //! `df_context::template_state` before DataFusion's own rules.
 
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode, TreeNodeRecursion};
+use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNodeRecursion};
 use datafusion::common::ScalarValue;
 use datafusion::error::Result;
-use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::{Expr, LogicalPlan};
 use datafusion::optimizer::AnalyzerRule;
 
@@ -45,11 +44,7 @@ impl AnalyzerRule for Int4Literals {
             if matches!(node, LogicalPlan::Limit(_) | LogicalPlan::Values(_)) {
                 return Ok(Transformed::no(node));
             }
-            let names = NamePreserver::new(&node);
-            let retyped = node.map_expressions(|expr| {
-                let name = names.save(&expr);
-                Ok(expr.transform_up(int4)?.update_data(|e| name.restore(e)))
-            })?;
+            let retyped = super::keep_names::rewrite_expressions(node, int4)?;
             if retyped.transformed {
                 retyped.map_data(|p| p.recompute_schema())
             } else {
