@@ -580,6 +580,7 @@ pub fn register_functions(ctx: &SessionContext, type_oids: HashMap<String, i32>,
         Arc::new(|_| Ok(ColumnarValue::Scalar(ScalarValue::Utf8(None)))),
     ));
     ctx.register_udf(datafusion::logical_expr::ScalarUDF::new_from_impl(JsonBuildObject::default()));
+    ctx.register_udf(datafusion::logical_expr::ScalarUDF::new_from_impl(PgTypeof::default()));
     ctx.register_udf(create_udf(
         "weir_like_escape",
         vec![DataType::Utf8, DataType::Utf8],
@@ -721,6 +722,52 @@ fn backslash_escapes(pattern: &str, escape: &str) -> String {
 /// `json_build_object(key, value, ...)`: a JSON object as text (SQLAlchemy 2.1's inspector builds
 /// column details with it). Keys are text; numbers and booleans stay JSON numbers and booleans,
 /// NULL is `null`, anything else a JSON string of its text form.
+/// `pg_typeof(x)`: the name of the type of `x` as Postgres prints it (`integer`, `bigint`,
+/// `text`, `numeric`, `timestamp with time zone`, `integer[]`; `unknown` for a bare NULL): the
+/// type the value has on the wire, which is what a user asks it for.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct PgTypeof {
+    signature: datafusion::logical_expr::Signature,
+}
+
+impl Default for PgTypeof {
+    fn default() -> Self {
+        PgTypeof { signature: datafusion::logical_expr::Signature::any(1, Volatility::Immutable) }
+    }
+}
+
+/// Postgres's name of the type a value of `data_type` is sent as.
+fn wire_type_name(data_type: &DataType) -> String {
+    match data_type {
+        DataType::Null => "unknown".into(),
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "text".into(),
+        DataType::Decimal128(..) | DataType::Decimal256(..) | DataType::UInt64 => "numeric".into(),
+        DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
+            format!("{}[]", wire_type_name(f.data_type()))
+        }
+        other => crate::types::pg_type::postgres_type_name(other).unwrap_or_else(|| other.to_string()),
+    }
+}
+
+impl datafusion::logical_expr::ScalarUDFImpl for PgTypeof {
+    fn name(&self) -> &str {
+        "pg_typeof"
+    }
+
+    fn signature(&self) -> &datafusion::logical_expr::Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> DfResult<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(&self, args: datafusion::logical_expr::ScalarFunctionArgs) -> DfResult<ColumnarValue> {
+        let name = wire_type_name(args.arg_fields[0].data_type());
+        Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(name))))
+    }
+}
+
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct JsonBuildObject {
     signature: datafusion::logical_expr::Signature,
