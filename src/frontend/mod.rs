@@ -85,7 +85,9 @@ impl Frontend {
         replay: Vec<crate::catalog::change_log::LogEntry>,
     ) -> Result<Frontend> {
         let template = df_context::template_state(Arc::clone(&catalog)).await?;
-        let frontend = Frontend { catalog, parser: parser::SqlParser::new(), template, streaming };
+        let table_functions = template.table_functions().keys().map(|k| k.to_ascii_lowercase()).collect();
+        let parser = parser::SqlParser::with_table_functions(table_functions);
+        let frontend = Frontend { catalog, parser, template, streaming };
         frontend.restart_views().await;
         crate::catalog::change_log::replay(&frontend.catalog, replay).await?;
         frontend.streaming.start_epochs();

@@ -42,6 +42,9 @@ impl std::fmt::Display for Statement {
 
 pub struct SqlParser {
     inner: PostgresCompatibilityParser,
+    /// The table functions' names, when known: function calls in FROM are then read as
+    /// Postgres reads them ([`functions_in_from`]).
+    table_functions: Option<std::collections::HashSet<String>>,
 }
 
 impl Default for SqlParser {
@@ -51,8 +54,15 @@ impl Default for SqlParser {
 }
 
 impl SqlParser {
+    /// A parser that leaves function calls in FROM as they are written.
     pub fn new() -> Self {
-        SqlParser { inner: PostgresCompatibilityParser::new() }
+        SqlParser { inner: PostgresCompatibilityParser::new(), table_functions: None }
+    }
+
+    /// A parser that reads function calls in FROM as Postgres does, knowing which names are
+    /// table functions (`table_functions`, lower case; see [`functions_in_from`]).
+    pub fn with_table_functions(table_functions: std::collections::HashSet<String>) -> Self {
+        SqlParser { inner: PostgresCompatibilityParser::new(), table_functions: Some(table_functions) }
     }
 
     /// Parses one or more `;`-separated statements.
@@ -115,12 +125,60 @@ impl SqlParser {
             rewrite_catalog_idioms(statement);
             fold_window_function_names(statement);
             super::interval_text::rewrite_interval_literals(statement);
+            if let Some(table_functions) = &self.table_functions {
+                functions_in_from(statement, table_functions);
+            }
         }
         if let Some(clauses) = lookups {
             super::system_time::annotate(&mut statements, clauses)?;
         }
         Ok(statements)
     }
+}
+
+/// Function calls in FROM as Postgres reads them, for what catalog queries of BI tools write
+/// (Grafana's table list: `FROM generate_series(...) AS i, string_to_array(...) s`):
+/// - a table function of one column with an alias and no column list names its column by the
+///   alias (`generate_series(1, 3) AS i` has a column `i`; DataFusion calls it `value`);
+/// - any other function (not a table function) is a one-row table of its value, its column
+///   named by the alias, or the function: `(SELECT f(...) AS s) AS s`.
+fn functions_in_from(statement: &mut ast::Statement, table_functions: &std::collections::HashSet<String>) {
+    use datafusion::sql::sqlparser::ast::{Ident, TableAlias, TableAliasColumnDef, TableFactor, VisitMut, VisitorMut};
+    use std::ops::ControlFlow;
+    struct Rewrite<'a>(&'a std::collections::HashSet<String>);
+    impl VisitorMut for Rewrite<'_> {
+        type Break = ();
+        fn post_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<()> {
+            let TableFactor::Table { name, args: Some(args), alias, with_hints, version, .. } = factor else {
+                return ControlFlow::Continue(());
+            };
+            let Some(function) = name.0.last().and_then(|p| p.as_ident()).map(|i| i.value.to_ascii_lowercase()) else {
+                return ControlFlow::Continue(());
+            };
+            if self.0.contains(&function) {
+                if let Some(alias) = alias.as_mut().filter(|a| a.columns.is_empty()) {
+                    if matches!(function.as_str(), "generate_series" | "range") {
+                        alias.columns = vec![TableAliasColumnDef { name: alias.name.clone(), data_type: None }];
+                    }
+                }
+                return ControlFlow::Continue(());
+            }
+            if !with_hints.is_empty() || version.is_some() || !args.settings.as_ref().is_none_or(|s| s.is_empty()) {
+                return ControlFlow::Continue(());
+            }
+            let column = alias.as_ref().map(|a| a.name.clone()).unwrap_or_else(|| Ident::new(function.clone()));
+            let arguments: Vec<String> = args.args.iter().map(|a| a.to_string()).collect();
+            let select = format!("SELECT {name}({}) AS {column}", arguments.join(", "));
+            let Ok(mut parsed) = Parser::parse_sql(&PostgreSqlDialect {}, &select) else {
+                return ControlFlow::Continue(());
+            };
+            let Some(ast::Statement::Query(query)) = parsed.pop() else { return ControlFlow::Continue(()) };
+            let alias = alias.take().unwrap_or(TableAlias { explicit: true, name: column, columns: vec![], at: None });
+            *factor = TableFactor::Derived { lateral: false, subquery: query, alias: Some(alias), sample: None };
+            ControlFlow::Continue(())
+        }
+    }
+    let _ = statement.visit(&mut Rewrite(table_functions));
 }
 
 /// `TUMBLE(...)`, `Hop(...)`, `SESSION(...)` in FROM as the registered table functions:
