@@ -127,7 +127,9 @@ impl Frontend {
                 continue;
             }
             let started = async {
-                let (statement, clauses) = match self.parser.parse(&relation.def.definition)?.pop() {
+                // Without rewriting functions in FROM: a definition is stored as it was planned
+                // (rewritten already, or from before the rewrite existed, when it meant otherwise).
+                let (statement, clauses) = match parser::SqlParser::new().parse(&relation.def.definition)?.pop() {
                     Some(Statement::Sql(s)) => (s, Default::default()),
                     Some(Statement::Streaming(s, c)) => (s, c),
                     _ => return Err(crate::error::WeirError::internal("view definition is not a statement")),

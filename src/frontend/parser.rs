@@ -143,18 +143,22 @@ impl SqlParser {
 /// - any other function (not a table function) is a one-row table of its value, its column
 ///   named by the alias, or the function: `(SELECT f(...) AS s) AS s`.
 fn functions_in_from(statement: &mut ast::Statement, table_functions: &std::collections::HashSet<String>) {
-    use datafusion::sql::sqlparser::ast::{Ident, TableAlias, TableAliasColumnDef, TableFactor, VisitMut, VisitorMut};
+    use datafusion::sql::sqlparser::ast::{TableAlias, TableAliasColumnDef, TableFactor, VisitMut, VisitorMut};
     use std::ops::ControlFlow;
     struct Rewrite<'a>(&'a std::collections::HashSet<String>);
     impl VisitorMut for Rewrite<'_> {
         type Break = ();
         fn post_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<()> {
-            let TableFactor::Table { name, args: Some(args), alias, with_hints, version, .. } = factor else {
+            let TableFactor::Table {
+                name, args: Some(args), alias, with_hints, version, with_ordinality, sample, ..
+            } = factor
+            else {
                 return ControlFlow::Continue(());
             };
-            let Some(function) = name.0.last().and_then(|p| p.as_ident()).map(|i| i.value.to_ascii_lowercase()) else {
+            let Some(ident) = name.0.last().and_then(|p| p.as_ident()).cloned() else {
                 return ControlFlow::Continue(());
             };
+            let function = ident.value.to_ascii_lowercase();
             if self.0.contains(&function) {
                 if let Some(alias) = alias.as_mut().filter(|a| a.columns.is_empty()) {
                     if matches!(function.as_str(), "generate_series" | "range") {
@@ -163,10 +167,16 @@ fn functions_in_from(statement: &mut ast::Statement, table_functions: &std::coll
                 }
                 return ControlFlow::Continue(());
             }
-            if !with_hints.is_empty() || version.is_some() || !args.settings.as_ref().is_none_or(|s| s.is_empty()) {
+            let plain = with_hints.is_empty()
+                && version.is_none()
+                && !*with_ordinality
+                && sample.is_none()
+                && args.settings.as_ref().is_none_or(|s| s.is_empty());
+            if !plain {
                 return ControlFlow::Continue(());
             }
-            let column = alias.as_ref().map(|a| a.name.clone()).unwrap_or_else(|| Ident::new(function.clone()));
+            // The column is named by the alias, else by the function as written.
+            let column = alias.as_ref().map(|a| a.name.clone()).unwrap_or(ident);
             let arguments: Vec<String> = args.args.iter().map(|a| a.to_string()).collect();
             let select = format!("SELECT {name}({}) AS {column}", arguments.join(", "));
             let Ok(mut parsed) = Parser::parse_sql(&PostgreSqlDialect {}, &select) else {
@@ -174,6 +184,9 @@ fn functions_in_from(statement: &mut ast::Statement, table_functions: &std::coll
             };
             let Some(ast::Statement::Query(query)) = parsed.pop() else { return ControlFlow::Continue(()) };
             let alias = alias.take().unwrap_or(TableAlias { explicit: true, name: column, columns: vec![], at: None });
+            // Not lateral: DataFusion 55 cannot plan a lateral one-row projection that reads the
+            // FROM items before it (`FROM t, upper(t.name) AS u`, which Postgres allows), and says
+            // so more clearly when the column is simply not found.
             *factor = TableFactor::Derived { lateral: false, subquery: query, alias: Some(alias), sample: None };
             ControlFlow::Continue(())
         }

@@ -719,9 +719,6 @@ fn backslash_escapes(pattern: &str, escape: &str) -> String {
     out
 }
 
-/// `json_build_object(key, value, ...)`: a JSON object as text (SQLAlchemy 2.1's inspector builds
-/// column details with it). Keys are text; numbers and booleans stay JSON numbers and booleans,
-/// NULL is `null`, anything else a JSON string of its text form.
 /// `pg_typeof(x)`: the name of the type of `x` as Postgres prints it (`integer`, `bigint`,
 /// `text`, `numeric`, `timestamp with time zone`, `integer[]`; `unknown` for a bare NULL): the
 /// type the value has on the wire, which is what a user asks it for.
@@ -768,6 +765,9 @@ impl datafusion::logical_expr::ScalarUDFImpl for PgTypeof {
     }
 }
 
+/// `json_build_object(key, value, ...)`: a JSON object as text (SQLAlchemy 2.1's inspector builds
+/// column details with it). Keys are text; numbers and booleans stay JSON numbers and booleans,
+/// NULL is `null`, anything else a JSON string of its text form.
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct JsonBuildObject {
     signature: datafusion::logical_expr::Signature,
