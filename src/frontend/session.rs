@@ -240,13 +240,23 @@ pub struct Session {
     reports: Vec<(String, String)>,
     /// Plans of statements run before, to run again.
     pub plans: super::plan_cache::PlanCache,
+    /// Statements kept by SQL `PREPARE`, by name (`handler::prepare`).
+    pub prepared: std::collections::HashMap<String, super::handler::prepare::Prepared>,
 }
 
 impl Session {
     pub fn new(user: String, database: String, ctx: SessionContext) -> Session {
         let values: Values = Arc::default();
         register_current_setting(&ctx, &user, &values);
-        Session { user, database, ctx, values, reports: Vec::new(), plans: Default::default() }
+        Session {
+            user,
+            database,
+            ctx,
+            values,
+            reports: Vec::new(),
+            plans: Default::default(),
+            prepared: Default::default(),
+        }
     }
 
     /// The current value of a setting, or 42704 if there is no such setting.

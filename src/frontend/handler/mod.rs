@@ -17,6 +17,7 @@ pub mod create_table;
 pub mod create_view;
 pub mod describe;
 pub mod drop;
+pub mod prepare;
 pub mod query;
 pub mod set;
 pub mod show;
@@ -71,7 +72,12 @@ pub async fn execute(
         | Statement::Commit { .. }
         | Statement::Rollback { .. } => transaction::handle(statement),
         Statement::Discard { .. } => Ok(StatementResult::command("DISCARD ALL")),
-        Statement::Deallocate { .. } => Ok(StatementResult::command("DEALLOCATE")),
+        Statement::Prepare { name, data_types, statement } => prepare::prepare(session, &name, &data_types, &statement),
+        Statement::Execute { name: Some(name), parameters, immediate: false, .. } if name.0.len() == 1 => {
+            let Some(ident) = name.0[0].as_ident() else { return Err(WeirError::syntax("EXECUTE needs a name")) };
+            prepare::execute(fe, session, &ident.clone(), &parameters).await
+        }
+        Statement::Deallocate { name, .. } => prepare::deallocate(session, &name),
         other => Err(WeirError::unsupported(format!("statement not supported: {}", first_words(&other.to_string())))),
     }
 }
