@@ -133,9 +133,19 @@ impl Relation {
         store: &dyn StateStore,
         keys: &[datafusion::arrow::array::ArrayRef],
     ) -> Result<datafusion::arrow::array::RecordBatch> {
+        Ok(self.rows_by_key(store, keys)?.0)
+    }
+
+    /// [`Relation::rows_with_keys`], and for each key the index of its row among them (None:
+    /// no row has it), for callers that pair rows with what asked for them (a lookup join).
+    pub fn rows_by_key(
+        &self,
+        store: &dyn StateStore,
+        keys: &[datafusion::arrow::array::ArrayRef],
+    ) -> Result<(datafusion::arrow::array::RecordBatch, Vec<Option<usize>>)> {
         let encoded = self.table.encode_key_columns(keys)?;
         let keys: Vec<Vec<u8>> = encoded.iter().map(|k| k.as_ref().to_vec()).collect();
-        Ok(self.table.get_many(store, &keys)?.0)
+        self.table.get_many(store, &keys)
     }
 
     /// Every row as users see it, read from one snapshot: a table's rows without the hidden

@@ -13,7 +13,7 @@
 //! reject table rows as if they were absent.
 //!
 //! After a restart, the rows the change log replays into the view are joined with the table as
-//! it is then (processing time, as in RisingWave).
+//! it is then (processing time).
 //!
 //! Built by `dataflow::build` for a join one of whose sides scans a table named in
 //! `FOR SYSTEM_TIME AS OF` (`frontend::system_time`).
@@ -24,7 +24,7 @@ use datafusion::arrow::array::{
     new_null_array, Array, ArrayRef, AsArray, RecordBatch, RecordBatchOptions, UInt32Array,
 };
 use datafusion::arrow::compute::{cast_with_options, take, CastOptions};
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::physical_expr::PhysicalExpr;
 
 use super::eval::evaluate;
@@ -48,6 +48,8 @@ pub struct LookupJoin {
     /// Over the stream's rows: the value of each of the table's primary key columns, in key
     /// order.
     keys: Vec<Arc<dyn PhysicalExpr>>,
+    /// The types of the table's primary key columns, in key order.
+    key_types: Vec<DataType>,
     table: Arc<Relation>,
     store: Arc<dyn StateStore>,
     /// The table's columns read (indices into its rows), and which of those the join outputs.
@@ -73,27 +75,35 @@ impl LookupJoin {
         output: SchemaRef,
         view: &str,
     ) -> LookupJoin {
-        LookupJoin { kind, keys, table, store, columns, table_filter, residual, output, view: view.to_string() }
+        let key_types = table.def.primary_key.iter().map(|&c| table.schema.field(c).data_type().clone()).collect();
+        LookupJoin {
+            kind,
+            keys,
+            key_types,
+            table,
+            store,
+            columns,
+            table_filter,
+            residual,
+            output,
+            view: view.to_string(),
+        }
     }
 
     /// For each stream row, the index of its partner among the returned table rows (the
     /// columns the join outputs), if it has one.
     fn partners(&self, stream: &RecordBatch) -> Result<(RecordBatch, Vec<Option<usize>>)> {
-        let key_types: Vec<_> =
-            self.table.def.primary_key.iter().map(|&c| self.table.schema.field(c).data_type().clone()).collect();
         // Stream values cast to the key columns' types; a value a column cannot hold becomes
         // NULL, which no row has.
         let safe = CastOptions { safe: true, ..Default::default() };
         let mut key_columns: Vec<ArrayRef> = Vec::with_capacity(self.keys.len());
-        for (expr, data_type) in self.keys.iter().zip(&key_types) {
+        for (expr, data_type) in self.keys.iter().zip(&self.key_types) {
             let values = evaluate(expr, stream, &self.view)?;
             key_columns.push(cast_with_options(&values, data_type, &safe)?);
         }
         let missing_key: Vec<bool> =
             (0..stream.num_rows()).map(|row| key_columns.iter().any(|c| c.is_null(row))).collect();
-        let encoded = self.table.table.encode_key_columns(&key_columns)?;
-        let keys: Vec<Vec<u8>> = encoded.iter().map(|k| k.as_ref().to_vec()).collect();
-        let (rows, mut index) = self.table.table.get_many(self.store.as_ref(), &keys)?;
+        let (rows, mut index) = self.table.rows_by_key(self.store.as_ref(), &key_columns)?;
         let (read, output) = &self.columns;
         let rows = rows.project(read)?;
         for (row, missing) in missing_key.into_iter().enumerate() {
