@@ -253,6 +253,18 @@ pub static CHECKPOINT_ALIGNMENT_SECONDS: LazyLock<Histogram> = LazyLock::new(|| 
     )
 });
 
+/// From every view having committed a checkpoint barrier until the store's local snapshot is
+/// taken: new barriers wait meanwhile.
+pub static CHECKPOINT_SNAPSHOT_SECONDS: LazyLock<Histogram> = LazyLock::new(|| {
+    register(
+        Histogram::with_opts(HistogramOpts::new(
+            "weir_checkpoint_snapshot_seconds",
+            "From every view having committed a checkpoint barrier until the local snapshot is taken",
+        ))
+        .unwrap(),
+    )
+});
+
 /// Bytes of checkpoint files uploaded to the object store.
 pub static CHECKPOINT_UPLOADED_BYTES_TOTAL: LazyLock<IntCounter> = LazyLock::new(|| {
     register(IntCounter::new("weir_checkpoint_uploaded_bytes_total", "Bytes of checkpoint files uploaded").unwrap())
@@ -330,6 +342,7 @@ pub fn render() -> String {
     let _ = (&*EARLY_BARRIERS_TOTAL, &*PLANS_TOTAL);
     let _ =
         (&*CHECKPOINTS_TOTAL, &*CHECKPOINT_SECONDS, &*CHECKPOINT_ALIGNMENT_SECONDS, &*CHECKPOINT_UPLOADED_BYTES_TOTAL);
+    let _ = &*CHECKPOINT_SNAPSHOT_SECONDS;
     let _ = (&*CHECKPOINT_LAST_COMPLETE_EPOCH, &*RECOVERY_SECONDS);
     let mut buf = Vec::new();
     TextEncoder::new().encode(&REGISTRY.gather(), &mut buf).expect("text encoding");

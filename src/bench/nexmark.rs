@@ -276,10 +276,15 @@ pub async fn run(options: NexmarkOptions) -> Result<()> {
     let uploaded_mib = crate::metrics::CHECKPOINT_UPLOADED_BYTES_TOTAL.get() as f64 / (1 << 20) as f64;
     let alignment = &*crate::metrics::CHECKPOINT_ALIGNMENT_SECONDS;
     let alignment_p99 = quantile(alignment, 0.99) * 1000.0;
+    let mean_ms = |h: &prometheus::Histogram| h.get_sample_sum() / h.get_sample_count().max(1) as f64 * 1000.0;
+    let snapshot = &*crate::metrics::CHECKPOINT_SNAPSHOT_SECONDS;
     let checkpointed = match &options.checkpoints {
         Some(c) => format!(
-            ", checkpoints every {} ms: {checkpoints} uploaded, {uploaded_mib:.1} MiB, alignment p99 <= {alignment_p99:.0} ms",
-            c.interval_ms
+            ", checkpoints every {} ms: {checkpoints} uploaded, {uploaded_mib:.1} MiB, alignment mean {:.0} ms p99 <= {alignment_p99:.0} ms, snapshot mean {:.0} ms p99 <= {:.0} ms",
+            c.interval_ms,
+            mean_ms(alignment),
+            mean_ms(snapshot),
+            quantile(snapshot, 0.99) * 1000.0,
         ),
         None => ", checkpoints off".to_string(),
     };

@@ -11,12 +11,17 @@
 //! all operator state) keeps its writes in memory across epochs and sends them to the store at
 //! a checkpoint, or earlier when more than `capacity` are pending; a key written and deleted
 //! again before then, which the store is known not to hold, never reaches it. A write-back
-//! table that holds nothing in the store when it is opened (a new view's) reads nothing from
-//! the store until its first flush and knows every key absent; one restored from a checkpoint
-//! reads it. (State that is created and dropped between checkpoints, such as a short window's
-//! groups, then costs no store operations.) The cache holds at most `capacity` clean entries
-//! and is emptied when it would grow past that, so memory stays bounded however large the
-//! state is.
+//! table knows *exactly* which keys the store holds while they are few (at most `capacity`,
+//! and past a few thousand only while that answers lookups; [`StoredKeys`]): read when it is
+//! opened, kept up to date at each flush. A lookup of any
+//! other key is then answered from memory, and its write and delete before the next flush
+//! never reach the store, however many checkpoints have flushed the table before. (State that
+//! is created and dropped between checkpoints, such as a short window's groups, then costs no
+//! store operations; a join side holding a few keys answers the other side's many probes
+//! without RocksDB.) Past `capacity` stored keys the table stops tracking them and asks the
+//! store, with the cache remembering keys found absent. The cache holds at most `capacity`
+//! clean entries and is emptied when it would grow past that, so memory stays bounded however
+//! large the state is.
 //!
 //! Pending writes are hashed by distribution prefix and ordered under it (keys up to 32 bytes
 //! held inline), so the entries under a prefix can be read first or last
@@ -31,10 +36,10 @@ use std::ops::Bound;
 
 use smallvec::SmallVec;
 
-use crate::types::hash::HashMap;
+use crate::types::hash::{HashMap, HashSet};
 use std::sync::Arc;
 
-use super::keys::{prefix_end, vnode_of, TableId};
+use super::keys::{prefix_end, vnode_of, TableId, VNODE_COUNT};
 use super::store::{ScanControl, StateStore, Visitor, WriteBatch};
 use crate::error::{Result, SqlState, WeirError};
 
@@ -66,6 +71,11 @@ enum Writes {
     Few(SmallVec<[(InlineKey, Pending); 1]>),
     Many(BTreeMap<InlineKey, Pending>),
 }
+
+/// Past this many stored keys a table whose tracked keys answered no lookup between two
+/// flushes (a join side that is only probed by prefix, rows added and expired) stops tracking
+/// them: keeping the set costs a hash update per flushed write and saves nothing.
+const UNTRACKED_UNLESS_USED: usize = 4096;
 
 /// Past this many writes a prefix's vector becomes a B-tree.
 const FEW_WRITES: usize = 16;
@@ -171,6 +181,59 @@ impl Writes {
     }
 }
 
+/// Which keys of a table the store holds.
+#[derive(Debug)]
+enum StoredKeys {
+    /// Exactly `keys` (logical keys, without table id and vnode; at most the table's capacity),
+    /// and how many of them are in each vnode, for questions about a prefix.
+    Exactly { keys: HashSet<Vec<u8>>, per_vnode: Box<[u32; VNODE_COUNT as usize]> },
+    /// Not tracked: any key may be stored.
+    Unknown,
+}
+
+impl StoredKeys {
+    fn none() -> StoredKeys {
+        StoredKeys::Exactly { keys: HashSet::default(), per_vnode: Box::new([0; VNODE_COUNT as usize]) }
+    }
+
+    /// Whether the store holds `key`: None when not tracked.
+    fn holds(&self, key: &[u8]) -> Option<bool> {
+        match self {
+            StoredKeys::Exactly { keys, .. } => Some(keys.contains(key)),
+            StoredKeys::Unknown => None,
+        }
+    }
+
+    /// Whether the store may hold a key starting with `prefix`, which begins with a whole
+    /// distribution prefix of `distribution_len` bytes: not if no stored key is in its vnode.
+    fn may_hold_prefix(&self, prefix: &[u8], distribution_len: usize) -> bool {
+        match self {
+            StoredKeys::Exactly { keys, per_vnode } => {
+                !keys.is_empty() && per_vnode[vnode_of(&prefix[..distribution_len.min(prefix.len())]) as usize] > 0
+            }
+            StoredKeys::Unknown => true,
+        }
+    }
+
+    /// Records a write of `key` (in `vnode`) reaching the store (`stored`: a put; else a
+    /// delete); past `limit` keys stops tracking.
+    fn record(&mut self, key: &[u8], vnode: u16, stored: bool, limit: usize) {
+        let StoredKeys::Exactly { keys, per_vnode } = self else { return };
+        if !stored {
+            if keys.remove(key) {
+                per_vnode[vnode as usize] -= 1;
+            }
+        } else if !keys.contains(key) {
+            if keys.len() >= limit {
+                *self = StoredKeys::Unknown;
+            } else {
+                keys.insert(key.to_vec());
+                per_vnode[vnode as usize] += 1;
+            }
+        }
+    }
+}
+
 pub struct KeyedState {
     table_id: TableId,
     store: Arc<dyn StateStore>,
@@ -182,9 +245,11 @@ pub struct KeyedState {
     pending_len: usize,
     /// Keep writes across epochs until more than `capacity` are pending.
     write_back: bool,
-    /// Whether the store may hold any key of this table: false for a write-back table until
-    /// its first flush.
-    stored_any: bool,
+    /// Which keys the store holds, when tracked (a write-back table's, while few).
+    stored: StoredKeys,
+    /// Lookups the tracked keys answered since the last flush: a table past
+    /// [`UNTRACKED_UNLESS_USED`] stored keys that answered none stops tracking them.
+    answered_absent: usize,
     /// Committed values read recently (None = known absent), by key.
     cache: HashMap<Vec<u8>, Option<Vec<u8>>>,
     capacity: usize,
@@ -198,22 +263,26 @@ impl KeyedState {
             pending: HashMap::default(),
             pending_len: 0,
             write_back: false,
-            stored_any: true,
+            stored: StoredKeys::Unknown,
+            answered_absent: 0,
             cache: HashMap::default(),
             capacity: capacity.max(16),
         }
     }
 
     /// Makes this a write-back table: operator state, which needs to be in the store only at
-    /// checkpoints. Whether the store holds any of it yet (a restored view's) is read once here.
+    /// checkpoints. Which keys the store holds (a restored view's) is read once here, up to
+    /// `capacity` of them.
     pub fn write_back(mut self) -> Result<KeyedState> {
         self.write_back = true;
-        let mut any = false;
-        self.store.scan_prefix(&self.table_id.to_be_bytes(), &mut |_, _| {
-            any = true;
-            Ok(ScanControl::Stop)
+        let mut stored = StoredKeys::none();
+        let limit = self.capacity;
+        self.store.scan_prefix(&self.table_id.to_be_bytes(), &mut |k, _| {
+            let vnode = u16::from_be_bytes([k[4], k[5]]);
+            stored.record(&k[6..], vnode, true, limit);
+            Ok(if matches!(stored, StoredKeys::Unknown) { ScanControl::Stop } else { ScanControl::Continue })
         })?;
-        self.stored_any = any;
+        self.stored = stored;
         Ok(self)
     }
 
@@ -244,7 +313,8 @@ impl KeyedState {
         if let Some(v) = self.cache.get(key) {
             return Ok(v.clone());
         }
-        if !self.stored_any {
+        if self.stored.holds(key) == Some(false) {
+            self.answered_absent += 1;
             return Ok(None);
         }
         let v = self.store.get(&self.full_key(key, distribution_len))?;
@@ -285,7 +355,7 @@ impl KeyedState {
                 return;
             }
         }
-        let maybe_stored = stored.unwrap_or_else(|| Self::may_hold(self.stored_any, &self.cache, key));
+        let maybe_stored = stored.unwrap_or_else(|| Self::may_hold(&self.stored, &self.cache, key));
         if value.is_none() && !maybe_stored {
             return;
         }
@@ -330,17 +400,16 @@ impl KeyedState {
     /// Records that the store does not hold `key` (the caller knows, e.g. a group it has just
     /// found absent), so a write and delete of it before it is flushed never reach the store.
     pub fn known_absent(&mut self, key: &[u8]) {
-        // Before the first spill every key is known absent already.
-        if self.stored_any {
+        // A tracked table knows every key absent that it has not stored.
+        if self.stored.holds(key).is_none() {
             self.remember(key.to_vec(), None);
         }
     }
 
-    /// Whether the store may hold `key`: not if it holds nothing of the table yet
-    /// (`stored_any`), nor if the cache knows the key absent; unknown counts as yes. (Fields
-    /// passed apart, for callers holding a borrow of `pending`.)
-    fn may_hold(stored_any: bool, cache: &HashMap<Vec<u8>, Option<Vec<u8>>>, key: &[u8]) -> bool {
-        stored_any && cache.get(key).is_none_or(|v| v.is_some())
+    /// Whether the store may hold `key`: as tracked, else unless the cache knows the key absent;
+    /// unknown counts as yes. (Fields passed apart, for callers holding a borrow of `pending`.)
+    fn may_hold(stored: &StoredKeys, cache: &HashMap<Vec<u8>, Option<Vec<u8>>>, key: &[u8]) -> bool {
+        stored.holds(key).unwrap_or_else(|| cache.get(key).is_none_or(|v| v.is_some()))
     }
 
     /// Every entry whose key starts with `prefix` (which begins with a whole distribution
@@ -348,7 +417,7 @@ impl KeyedState {
     pub fn scan_prefix(&self, prefix: &[u8], distribution_len: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let full = self.full_key(prefix, distribution_len);
         let mut merged: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
-        if self.stored_any {
+        if self.stored.may_hold_prefix(prefix, distribution_len) {
             self.store.scan_prefix(&full, &mut |k, v| {
                 merged.insert(k[6..].to_vec(), v.to_vec());
                 Ok(ScanControl::Continue)
@@ -375,7 +444,7 @@ impl KeyedState {
         let mut pending = self.pending.get(distribution).map(|inner| inner.starting_with(rest).peekable());
         let whole = |rest: &[u8]| [distribution, rest].concat();
         let mut stopped = false;
-        if self.stored_any {
+        if self.stored.may_hold_prefix(prefix, distribution_len) {
             let full = self.full_key(prefix, distribution_len);
             self.store.scan_prefix(&full, &mut |stored_key, stored_value| {
                 let stored_rest = &stored_key[6 + distribution.len()..];
@@ -419,11 +488,12 @@ impl KeyedState {
         distribution_len: usize,
         last: bool,
     ) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
-        if self.stored_any {
+        if self.stored.may_hold_prefix(prefix, distribution_len) {
             let mut all = self.scan_prefix(prefix, distribution_len)?;
             return Ok(if last { all.pop() } else { all.into_iter().next() });
         }
-        // Nothing is stored: the pending writes are the table, and hold no deletes.
+        // Nothing under the prefix is stored: its pending writes are all there is, and hold no
+        // deletes (a delete is kept only for a key the store may hold).
         let (distribution, rest) = prefix.split_at(distribution_len.min(prefix.len()));
         let Some(inner) = self.pending.get(distribution) else {
             return Ok(None);
@@ -444,8 +514,8 @@ impl KeyedState {
         let (distribution, rest) = prefix.split_at(distribution_len.min(prefix.len()));
         let inner = self.pending.get(distribution);
         let join = |k: &InlineKey| [distribution, k.as_slice()].concat();
-        if !self.stored_any {
-            // Nothing is stored: the pending writes are the table, and hold no deletes.
+        if !self.stored.may_hold_prefix(prefix, distribution_len) {
+            // Nothing under the prefix is stored: its pending writes are all there is.
             let Some(inner) = inner else { return Ok(vec![]) };
             let live = inner.starting_with(rest).filter_map(|(k, p)| p.value.as_ref().map(|v| (join(k), v.clone())));
             return Ok(live.take(n).collect());
@@ -474,13 +544,13 @@ impl KeyedState {
 
     /// Deletes every entry whose key starts with `prefix` (as in [`KeyedState::scan_prefix`]).
     pub fn delete_prefix(&mut self, prefix: &[u8], distribution_len: usize) -> Result<()> {
-        if self.stored_any {
+        if self.stored.may_hold_prefix(prefix, distribution_len) {
             for (key, _) in self.scan_prefix(prefix, distribution_len)? {
                 self.delete(&key, distribution_len);
             }
             return Ok(());
         }
-        // Nothing is stored: forgetting the pending writes is deleting them.
+        // Nothing under the prefix is stored: forgetting its pending writes is deleting them.
         let (distribution, rest) = prefix.split_at(distribution_len.min(prefix.len()));
         if let Some(inner) = self.pending.get_mut(distribution) {
             self.pending_len -= inner.remove_starting_with(rest);
@@ -500,9 +570,17 @@ impl KeyedState {
         }
         let flushed = !self.pending.is_empty();
         self.pending_len = 0;
-        self.stored_any |= !self.pending.is_empty();
-        for (distribution, inner) in std::mem::take(&mut self.pending) {
-            let stored_prefix = self.full_key(&distribution, distribution.len());
+        // In store key order (vnode, prefix, rest): RocksDB's memtable inserts a run of
+        // ascending keys from where the previous insert ended instead of searching its skip list
+        // from the top for each.
+        let mut prefixes: Vec<(u16, InlineKey, Writes)> =
+            self.pending.drain().map(|(d, w)| (vnode_of(&d), d, w)).collect();
+        prefixes.sort_unstable_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+        for (vnode, distribution, inner) in prefixes {
+            let mut stored_prefix = Vec::with_capacity(6 + distribution.len());
+            stored_prefix.extend_from_slice(&self.table_id.to_be_bytes());
+            stored_prefix.extend_from_slice(&vnode.to_be_bytes());
+            stored_prefix.extend_from_slice(&distribution);
             for (rest, p) in inner.into_vec() {
                 let full = [stored_prefix.as_slice(), rest.as_slice()].concat();
                 match &p.value {
@@ -510,9 +588,23 @@ impl KeyedState {
                     None if p.maybe_stored => wb.delete(full),
                     None => {}
                 }
-                self.remember([distribution.as_slice(), rest.as_slice()].concat(), p.value);
+                let key = [distribution.as_slice(), rest.as_slice()].concat();
+                self.stored.record(&key, vnode, p.value.is_some(), self.capacity);
+                // A tracked table needs no reminder of keys it does not hold, but must forget
+                // what it remembered of them.
+                if p.value.is_some() || self.stored.holds(&key).is_none() {
+                    self.remember(key, p.value);
+                } else {
+                    self.cache.remove(&key);
+                }
             }
         }
+        if let StoredKeys::Exactly { keys, .. } = &self.stored {
+            if keys.len() > UNTRACKED_UNLESS_USED && self.answered_absent == 0 {
+                self.stored = StoredKeys::Unknown;
+            }
+        }
+        self.answered_absent = 0;
         flushed
     }
 
@@ -588,6 +680,60 @@ mod tests {
         assert!(keys.contains(&key(0)) && !keys.contains(&b"new".to_vec()), "{keys:?}");
         assert!(!keys.contains(&b"made".to_vec()), "{keys:?}");
         assert_eq!(keys.len(), 17);
+    }
+
+    #[test]
+    fn a_table_knows_its_few_stored_keys_across_checkpoints_and_restores() {
+        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+        let mut s = KeyedState::new(7, Arc::clone(&store), 16).write_back().unwrap();
+        s.put(b"a1", 1, vec![1]);
+        s.put(b"b1", 1, vec![2]);
+        let mut wb = WriteBatch::default();
+        s.flush(&mut wb, true);
+        store.write(std::mem::take(&mut wb)).unwrap();
+        // After a checkpoint flush: a key never stored is absent without asking, and written
+        // and deleted again before the next flush it never reaches the store.
+        assert_eq!(s.get(b"c1", 1).unwrap(), None);
+        s.put(b"c1", 1, vec![3]);
+        s.delete(b"c1", 1);
+        s.delete(b"b1", 1);
+        assert_eq!(s.first_with_prefix(b"c", 1, false).unwrap(), None);
+        s.flush(&mut wb, true);
+        let keys: Vec<Vec<u8>> = wb.ops.iter().map(|op| op.key()[6..].to_vec()).collect();
+        assert_eq!(keys, vec![b"b1".to_vec()], "only the stored key's delete");
+        store.write(std::mem::take(&mut wb)).unwrap();
+        // A stored key read (so cached), then deleted and flushed, reads absent after.
+        assert_eq!(s.get(b"a1", 1).unwrap(), Some(vec![1]));
+        s.delete(b"a1", 1);
+        s.flush(&mut wb, true);
+        assert_eq!(s.get(b"a1", 1).unwrap(), None);
+        s.put(b"a1", 1, vec![1]);
+        s.flush(&mut wb, true);
+        store.write(std::mem::take(&mut wb)).unwrap();
+        // Reopened (a restore): the stored keys are read back, and still known exactly.
+        let mut restored = KeyedState::new(7, Arc::clone(&store), 16).write_back().unwrap();
+        assert_eq!(restored.get(b"a1", 1).unwrap(), Some(vec![1]));
+        restored.put(b"d1", 1, vec![4]);
+        restored.delete(b"d1", 1);
+        restored.delete(b"a1", 1);
+        restored.flush(&mut wb, true);
+        let keys: Vec<Vec<u8>> = wb.ops.iter().map(|op| op.key()[6..].to_vec()).collect();
+        assert_eq!(keys, vec![b"a1".to_vec()]);
+        store.write(std::mem::take(&mut wb)).unwrap();
+        // Past capacity stored keys it stops tracking them, and reads stay right.
+        for i in 0..40u8 {
+            restored.put(&[b'k', i], 1, vec![i]);
+        }
+        restored.flush(&mut wb, true);
+        store.write(std::mem::take(&mut wb)).unwrap();
+        assert!(matches!(restored.stored, StoredKeys::Unknown));
+        assert_eq!(restored.get(&[b'k', 39], 1).unwrap(), Some(vec![39]));
+        assert_eq!(restored.scan_prefix(b"k", 1).unwrap().len(), 40);
+        restored.delete(&[b'k', 3], 1);
+        restored.flush(&mut wb, true);
+        assert_eq!(wb.ops.len(), 1, "an untracked table's delete of a stored key reaches the store");
+        let reopened = KeyedState::new(7, Arc::clone(&store), 16).write_back().unwrap();
+        assert!(matches!(reopened.stored, StoredKeys::Unknown), "40 stored keys are more than 16");
     }
 
     #[test]
