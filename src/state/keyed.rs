@@ -173,10 +173,11 @@ impl Writes {
         }
     }
 
-    fn into_vec(self) -> Vec<(InlineKey, Pending)> {
+    /// Hands each write to `f`, in key order.
+    fn for_each(self, mut f: impl FnMut(InlineKey, Pending)) {
         match self {
-            Writes::Few(v) => v.into_vec(),
-            Writes::Many(m) => m.into_iter().collect(),
+            Writes::Few(v) => v.into_iter().for_each(|(k, p)| f(k, p)),
+            Writes::Many(m) => m.into_iter().for_each(|(k, p)| f(k, p)),
         }
     }
 }
@@ -581,23 +582,33 @@ impl KeyedState {
             stored_prefix.extend_from_slice(&self.table_id.to_be_bytes());
             stored_prefix.extend_from_slice(&vnode.to_be_bytes());
             stored_prefix.extend_from_slice(&distribution);
-            for (rest, p) in inner.into_vec() {
-                let full = [stored_prefix.as_slice(), rest.as_slice()].concat();
+            inner.for_each(|rest, p| {
+                let mut full = Vec::with_capacity(stored_prefix.len() + rest.len());
+                full.extend_from_slice(&stored_prefix);
+                full.extend_from_slice(&rest);
+                let key = &full[6..];
+                self.stored.record(key, vnode, p.value.is_some(), self.capacity);
+                // Values flushed are remembered while the cache has room (a flush does not
+                // empty it, which would drop the entries read most); a tracked table needs no
+                // reminder of keys it does not hold, but must forget what it remembered of them.
                 match &p.value {
-                    Some(value) => wb.put(full, value.clone()),
+                    Some(value) if self.cache.len() < self.capacity => {
+                        self.cache.insert(key.to_vec(), Some(value.clone()));
+                    }
+                    Some(_) => {
+                        self.cache.remove(key);
+                    }
+                    None if self.stored.holds(key).is_none() => self.remember(key.to_vec(), None),
+                    None => {
+                        self.cache.remove(key);
+                    }
+                }
+                match p.value {
+                    Some(value) => wb.put(full, value),
                     None if p.maybe_stored => wb.delete(full),
                     None => {}
                 }
-                let key = [distribution.as_slice(), rest.as_slice()].concat();
-                self.stored.record(&key, vnode, p.value.is_some(), self.capacity);
-                // A tracked table needs no reminder of keys it does not hold, but must forget
-                // what it remembered of them.
-                if p.value.is_some() || self.stored.holds(&key).is_none() {
-                    self.remember(key, p.value);
-                } else {
-                    self.cache.remove(&key);
-                }
-            }
+            });
         }
         if let StoredKeys::Exactly { keys, .. } = &self.stored {
             if keys.len() > UNTRACKED_UNLESS_USED && self.answered_absent == 0 {
