@@ -253,13 +253,14 @@ pub static CHECKPOINT_ALIGNMENT_SECONDS: LazyLock<Histogram> = LazyLock::new(|| 
     )
 });
 
-/// From every view having committed a checkpoint barrier until the store's local snapshot is
-/// taken: new barriers wait meanwhile.
+/// Taking a checkpoint's local snapshot (a RocksDB checkpoint: memtables flushed, files
+/// hard-linked), once every view has committed its barrier; new barriers wait meanwhile.
+/// Snapshots taken, not failed attempts.
 pub static CHECKPOINT_SNAPSHOT_SECONDS: LazyLock<Histogram> = LazyLock::new(|| {
     register(
         Histogram::with_opts(HistogramOpts::new(
             "weir_checkpoint_snapshot_seconds",
-            "From every view having committed a checkpoint barrier until the local snapshot is taken",
+            "Taking a checkpoint's local snapshot, after every view committed its barrier",
         ))
         .unwrap(),
     )

@@ -275,16 +275,19 @@ pub async fn run(options: NexmarkOptions) -> Result<()> {
     let checkpoints = crate::metrics::CHECKPOINTS_TOTAL.with_label_values(&["complete"]).get();
     let uploaded_mib = crate::metrics::CHECKPOINT_UPLOADED_BYTES_TOTAL.get() as f64 / (1 << 20) as f64;
     let alignment = &*crate::metrics::CHECKPOINT_ALIGNMENT_SECONDS;
-    let alignment_p99 = quantile(alignment, 0.99) * 1000.0;
-    let mean_ms = |h: &prometheus::Histogram| h.get_sample_sum() / h.get_sample_count().max(1) as f64 * 1000.0;
-    let snapshot = &*crate::metrics::CHECKPOINT_SNAPSHOT_SECONDS;
+    // Mean and p99 of a checkpoint phase, or "none" when no checkpoint got that far.
+    let phase = |h: &prometheus::Histogram| match h.get_sample_count() {
+        0 => "none".to_string(),
+        n => {
+            format!("mean {:.0} ms p99 <= {:.0} ms", h.get_sample_sum() / n as f64 * 1000.0, quantile(h, 0.99) * 1000.0)
+        }
+    };
     let checkpointed = match &options.checkpoints {
         Some(c) => format!(
-            ", checkpoints every {} ms: {checkpoints} uploaded, {uploaded_mib:.1} MiB, alignment mean {:.0} ms p99 <= {alignment_p99:.0} ms, snapshot mean {:.0} ms p99 <= {:.0} ms",
+            ", checkpoints every {} ms: {checkpoints} uploaded, {uploaded_mib:.1} MiB, alignment {}, snapshot {}",
             c.interval_ms,
-            mean_ms(alignment),
-            mean_ms(snapshot),
-            quantile(snapshot, 0.99) * 1000.0,
+            phase(alignment),
+            phase(&crate::metrics::CHECKPOINT_SNAPSHOT_SECONDS),
         ),
         None => ", checkpoints off".to_string(),
     };

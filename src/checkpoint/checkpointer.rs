@@ -137,6 +137,7 @@ impl Checkpointer {
     /// the snapshot unless an upload runs. Returns once the snapshot is taken.
     pub async fn take(self: Arc<Self>, epoch: Epoch, catalog_version: u64, injected_at: Instant) -> Result<()> {
         let started_at = now_micros();
+        let snapshot_started = Instant::now();
         let dir = self.snapshots.join(snapshot_name(epoch));
         let store = Arc::clone(&self.store);
         let target = dir.clone();
@@ -159,6 +160,7 @@ impl Checkpointer {
         })
         .await
         .map_err(|e| WeirError::internal(e.to_string()))??;
+        crate::metrics::CHECKPOINT_SNAPSHOT_SECONDS.observe(snapshot_started.elapsed().as_secs_f64());
         self.local_epoch.fetch_max(epoch, Ordering::SeqCst);
         if self.busy.swap(true, Ordering::SeqCst) {
             system::record_checkpoint(CheckpointRecord {

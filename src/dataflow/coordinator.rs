@@ -179,10 +179,7 @@ impl BarrierCoordinator {
             return;
         }
         let catalog_version = self.catalog.fingerprint();
-        let snapshot_started = std::time::Instant::now();
-        let taken = Arc::clone(checkpointer).take(epoch, catalog_version, injected_at).await;
-        crate::metrics::CHECKPOINT_SNAPSHOT_SECONDS.observe(snapshot_started.elapsed().as_secs_f64());
-        if let Err(e) = taken {
+        if let Err(e) = Arc::clone(checkpointer).take(epoch, catalog_version, injected_at).await {
             tracing::error!(epoch, "checkpoint failed: {e}");
             checkpointer.record_failure(epoch, e.message.clone());
             return;

@@ -11,9 +11,10 @@
 //! all operator state) keeps its writes in memory across epochs and sends them to the store at
 //! a checkpoint, or earlier when more than `capacity` are pending; a key written and deleted
 //! again before then, which the store is known not to hold, never reaches it. A write-back
-//! table knows *exactly* which keys the store holds while they are few (at most `capacity`,
-//! and past a few thousand only while that answers lookups; [`StoredKeys`]): read when it is
-//! opened, kept up to date at each flush. A lookup of any
+//! table knows *exactly* which keys the store holds while they are few ([`StoredKeys`]: read
+//! when it is opened if there are at most a few thousand, kept up to date at each flush; once
+//! they pass `capacity`, or a few thousand without answering lookups, it stops tracking them
+//! until the next start). A lookup of any
 //! other key is then answered from memory, and its write and delete before the next flush
 //! never reach the store, however many checkpoints have flushed the table before. (State that
 //! is created and dropped between checkpoints, such as a short window's groups, then costs no
@@ -73,9 +74,14 @@ enum Writes {
 }
 
 /// Past this many stored keys a table whose tracked keys answered no lookup between two
-/// flushes (a join side that is only probed by prefix, rows added and expired) stops tracking
-/// them: keeping the set costs a hash update per flushed write and saves nothing.
+/// flushes that wrote (a join side that is only probed by prefix, rows added and expired) stops
+/// tracking them: keeping the set costs a hash update per flushed write, and what else it saves
+/// (a tombstone for a key written and deleted between flushes, a prefix read skipped) is rare
+/// in such a table. A restored table holding more than this starts untracked.
 const UNTRACKED_UNLESS_USED: usize = 4096;
+
+/// A pending map's allocation kept across a flush, in prefixes.
+const FEW_PREFIXES: usize = 1024;
 
 /// Past this many writes a prefix's vector becomes a B-tree.
 const FEW_WRITES: usize = 16;
@@ -272,12 +278,14 @@ impl KeyedState {
     }
 
     /// Makes this a write-back table: operator state, which needs to be in the store only at
-    /// checkpoints. Which keys the store holds (a restored view's) is read once here, up to
-    /// `capacity` of them.
+    /// checkpoints. Which keys the store holds (a restored view's) is read once here, if they
+    /// are at most [`UNTRACKED_UNLESS_USED`] (every shard's, as the shards share the table: a
+    /// superset of this shard's, which is safe), so that a restore reads little; a table holding
+    /// more starts untracked.
     pub fn write_back(mut self) -> Result<KeyedState> {
         self.write_back = true;
         let mut stored = StoredKeys::none();
-        let limit = self.capacity;
+        let limit = self.capacity.min(UNTRACKED_UNLESS_USED);
         self.store.scan_prefix(&self.table_id.to_be_bytes(), &mut |k, _| {
             let vnode = u16::from_be_bytes([k[4], k[5]]);
             stored.record(&k[6..], vnode, true, limit);
@@ -356,6 +364,7 @@ impl KeyedState {
                 return;
             }
         }
+        debug_assert!(stored != Some(false) || self.stored.holds(key) != Some(true), "a key declared new is stored");
         let maybe_stored = stored.unwrap_or_else(|| Self::may_hold(&self.stored, &self.cache, key));
         if value.is_none() && !maybe_stored {
             return;
@@ -576,6 +585,8 @@ impl KeyedState {
         // from the top for each.
         let mut prefixes: Vec<(u16, InlineKey, Writes)> =
             self.pending.drain().map(|(d, w)| (vnode_of(&d), d, w)).collect();
+        // Keep a small map's allocation for the next epoch, not a large one's.
+        self.pending.shrink_to(FEW_PREFIXES);
         prefixes.sort_unstable_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
         for (vnode, distribution, inner) in prefixes {
             let mut stored_prefix = Vec::with_capacity(6 + distribution.len());
@@ -588,9 +599,10 @@ impl KeyedState {
                 full.extend_from_slice(&rest);
                 let key = &full[6..];
                 self.stored.record(key, vnode, p.value.is_some(), self.capacity);
-                // Values flushed are remembered while the cache has room (a flush does not
-                // empty it, which would drop the entries read most); a tracked table needs no
-                // reminder of keys it does not hold, but must forget what it remembered of them.
+                // Values flushed are remembered while the cache has room (the flush itself does
+                // not empty it; the next lookup missing a full cache does); a tracked table
+                // needs no reminder of keys it does not hold, but must forget what it remembered
+                // of them.
                 match &p.value {
                     Some(value) if self.cache.len() < self.capacity => {
                         self.cache.insert(key.to_vec(), Some(value.clone()));
@@ -611,7 +623,8 @@ impl KeyedState {
             });
         }
         if let StoredKeys::Exactly { keys, .. } = &self.stored {
-            if keys.len() > UNTRACKED_UNLESS_USED && self.answered_absent == 0 {
+            // Judged only over an interval that wrote: an idle table keeps its keys tracked.
+            if flushed && keys.len() > UNTRACKED_UNLESS_USED && self.answered_absent == 0 {
                 self.stored = StoredKeys::Unknown;
             }
         }
@@ -768,6 +781,63 @@ mod tests {
         for i in 0..16 {
             assert_eq!(s.get(&key(i), 1).unwrap(), Some(vec![1]), "key {i}");
         }
+    }
+
+    #[test]
+    fn a_large_table_probed_only_by_prefix_stops_tracking_its_keys_but_an_idle_one_keeps_them() {
+        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+        let many = UNTRACKED_UNLESS_USED + 10;
+        let mut s = KeyedState::new(7, Arc::clone(&store), 2 * many).write_back().unwrap();
+        let key = |i: usize| (i as u32).to_be_bytes().to_vec();
+        for i in 0..many {
+            s.put(&key(i), 2, vec![1]);
+        }
+        assert_eq!(s.get(&key(many + 1), 2).unwrap(), None);
+        let mut wb = WriteBatch::default();
+        s.flush(&mut wb, true);
+        store.write(std::mem::take(&mut wb)).unwrap();
+        assert!(matches!(s.stored, StoredKeys::Exactly { .. }), "a lookup was answered absent");
+        // An idle interval changes nothing.
+        s.flush(&mut wb, true);
+        assert!(matches!(s.stored, StoredKeys::Exactly { .. }));
+        // An interval with a lookup answered absent keeps them tracked ...
+        assert_eq!(s.get(&key(many + 1), 2).unwrap(), None);
+        s.put(&key(0), 2, vec![2]);
+        s.flush(&mut wb, true);
+        assert!(matches!(s.stored, StoredKeys::Exactly { .. }));
+        // ... one that wrote and answered none ends the tracking.
+        s.put(&key(1), 2, vec![2]);
+        s.flush(&mut wb, true);
+        store.write(std::mem::take(&mut wb)).unwrap();
+        assert!(matches!(s.stored, StoredKeys::Unknown));
+        assert_eq!(s.get(&key(1), 2).unwrap(), Some(vec![2]));
+        // Reopened, a table this large starts untracked.
+        let reopened = KeyedState::new(7, Arc::clone(&store), 2 * many).write_back().unwrap();
+        assert!(matches!(reopened.stored, StoredKeys::Unknown));
+    }
+
+    #[test]
+    fn a_prefix_sharing_a_vnode_with_a_stored_one_is_read_right() {
+        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+        let mut s = KeyedState::new(7, Arc::clone(&store), 64).write_back().unwrap();
+        // Two distribution prefixes in one vnode: one stored, one only pending.
+        let a = [b'p', 0u8];
+        let b = (1..=u8::MAX).map(|i| [b'q', i]).find(|b| vnode_of(b) == vnode_of(&a)).expect("a vnode twin");
+        s.put(&[a[0], a[1], 1], 2, vec![1]);
+        let mut wb = WriteBatch::default();
+        s.flush(&mut wb, true);
+        store.write(std::mem::take(&mut wb)).unwrap();
+        s.put(&[b[0], b[1], 2], 2, vec![2]);
+        s.put(&[b[0], b[1], 3], 2, vec![3]);
+        s.delete(&[b[0], b[1], 3], 2);
+        assert_eq!(s.scan_prefix(&b, 2).unwrap(), vec![(vec![b[0], b[1], 2], vec![2])]);
+        assert_eq!(s.first_with_prefix(&b, 2, true).unwrap(), Some((vec![b[0], b[1], 2], vec![2])));
+        assert_eq!(s.first_n_with_prefix(&a, 2, 5).unwrap(), vec![(vec![a[0], a[1], 1], vec![1])]);
+        s.delete_prefix(&b, 2).unwrap();
+        s.delete_prefix(&a, 2).unwrap();
+        s.flush(&mut wb, true);
+        let keys: Vec<Vec<u8>> = wb.ops.iter().map(|op| op.key()[6..].to_vec()).collect();
+        assert_eq!(keys, vec![vec![a[0], a[1], 1]], "only the stored key needs a tombstone");
     }
 
     /// Random puts, deletes, prefix deletes, flushes (checkpoint or not, written to the store
