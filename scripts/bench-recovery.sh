@@ -63,7 +63,7 @@ kill_and_time() {
 start
 answers_after "SELECT 1" 1 "$(now)" >/dev/null
 sql "CREATE TABLE t (k BIGINT PRIMARY KEY, v BIGINT)" >/dev/null
-sql "INSERT INTO t SELECT value, value % 1000 FROM generate_series(1, 1000000)" >/dev/null
+sql "INSERT INTO t SELECT i, i % 1000 FROM generate_series(1, 1000000) AS i" >/dev/null
 sql "CREATE MATERIALIZED VIEW per_k AS SELECT k, sum(v) AS s, count(*) AS n FROM t GROUP BY k" >/dev/null
 # Writes after the last checkpoint, for the restart to replay.
 sql "UPDATE t SET v = v + 1 WHERE k <= 1000; DELETE FROM t WHERE k > 999000" >/dev/null

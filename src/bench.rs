@@ -150,7 +150,8 @@ impl Harness {
         let mut start = from;
         while start < to {
             let end = (start + batch).min(to) - 1;
-            self.run(&format!("INSERT INTO events SELECT {columns} FROM generate_series({start}, {end})")).await?;
+            self.run(&format!("INSERT INTO events SELECT {columns} FROM generate_series({start}, {end}) AS value"))
+                .await?;
             start = end + 1;
         }
         Ok(())
@@ -239,7 +240,7 @@ async fn windowed(name: &str, options: &BenchOptions) -> Result<(f64, f64, Vec<f
 }
 
 const SETUP: &str = "CREATE TABLE dim (k BIGINT PRIMARY KEY, region VARCHAR);
-     INSERT INTO dim SELECT value, 'r' || CAST(value % 10 AS VARCHAR) FROM generate_series(0, 9999);";
+     INSERT INTO dim SELECT i, 'r' || CAST(i % 10 AS VARCHAR) FROM generate_series(0, 9999) AS i;";
 
 async fn scenario(name: &str, options: &BenchOptions) -> Result<(f64, f64)> {
     let mut h = Harness::new().await?;

@@ -99,7 +99,7 @@ async fn an_empty_data_directory_is_restored_from_s3() {
         c.batch_execute(
             "SET implicit_flush = true;
              CREATE TABLE t (k INT PRIMARY KEY, g INT);
-             INSERT INTO t SELECT CAST(value AS INT), CAST(value % 7 AS INT) FROM generate_series(1, 5000);
+             INSERT INTO t SELECT CAST(i AS INT), CAST(i % 7 AS INT) FROM generate_series(1, 5000) AS i;
              CREATE MATERIALIZED VIEW per_g AS SELECT g, count(*) AS n FROM t GROUP BY g;
              DELETE FROM t WHERE k <= 100;",
         )

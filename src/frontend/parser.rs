@@ -139,7 +139,8 @@ impl SqlParser {
 /// Function calls in FROM as Postgres reads them, for what catalog queries of BI tools write
 /// (Grafana's table list: `FROM generate_series(...) AS i, string_to_array(...) s`):
 /// - a table function of one column with an alias and no column list names its column by the
-///   alias (`generate_series(1, 3) AS i` has a column `i`; DataFusion calls it `value`);
+///   alias (`generate_series(1, 3) AS i` has a column `i`; DataFusion calls it `value`), and
+///   `generate_series` without an alias names it `generate_series`;
 /// - any other function (not a table function) is a one-row table of its value, its column
 ///   named by the alias, or the function: `(SELECT f(...) AS s) AS s`.
 fn functions_in_from(statement: &mut ast::Statement, table_functions: &std::collections::HashSet<String>) {
@@ -160,10 +161,25 @@ fn functions_in_from(statement: &mut ast::Statement, table_functions: &std::coll
             };
             let function = ident.value.to_ascii_lowercase();
             if self.0.contains(&function) {
-                if let Some(alias) = alias.as_mut().filter(|a| a.columns.is_empty()) {
-                    if matches!(function.as_str(), "generate_series" | "range") {
-                        alias.columns = vec![TableAliasColumnDef { name: alias.name.clone(), data_type: None }];
+                // Unquoted, the name is folded to lower case, as Postgres folds it.
+                if let Some(ast::ObjectNamePart::Identifier(written)) = name.0.last_mut() {
+                    if written.quote_style.is_none() {
+                        written.value = function.clone();
                     }
+                }
+                let column = |name: &ast::Ident| TableAliasColumnDef { name: name.clone(), data_type: None };
+                match alias.as_mut() {
+                    Some(alias)
+                        if alias.columns.is_empty() && matches!(function.as_str(), "generate_series" | "range") =>
+                    {
+                        alias.columns = vec![column(&alias.name)];
+                    }
+                    // Unaliased, Postgres names the table and its column after the function.
+                    None if function == "generate_series" => {
+                        let name = ast::Ident::new(&function);
+                        *alias = Some(TableAlias { explicit: true, columns: vec![column(&name)], name, at: None });
+                    }
+                    _ => {}
                 }
                 return ControlFlow::Continue(());
             }
