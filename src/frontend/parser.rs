@@ -127,6 +127,7 @@ impl SqlParser {
             super::interval_text::rewrite_interval_literals(statement);
             if let Some(table_functions) = &self.table_functions {
                 functions_in_from(statement, table_functions);
+                series_in_select_lists(statement);
             }
         }
         if let Some(clauses) = lookups {
@@ -208,6 +209,64 @@ fn functions_in_from(statement: &mut ast::Statement, table_functions: &std::coll
         }
     }
     let _ = statement.visit(&mut Rewrite(table_functions));
+}
+
+/// `generate_series(...)` as a whole select-list item yields one row per value, as in Postgres
+/// (DataFusion's scalar `generate_series` is one array): it becomes
+/// `unnest(generate_series(...)) AS generate_series` (the alias kept when one is written).
+/// Inside a larger expression it is left alone.
+fn series_in_select_lists(statement: &mut ast::Statement) {
+    use datafusion::sql::sqlparser::ast::{
+        Expr, FunctionArg, FunctionArgExpr, FunctionArguments, SelectItem, SetExpr, VisitMut, VisitorMut,
+    };
+    use std::ops::ControlFlow;
+    fn is_series(expr: &Expr) -> bool {
+        matches!(expr, Expr::Function(f)
+            if f.name.0.len() == 1
+                && f.name.0[0].as_ident().is_some_and(|i| i.value.eq_ignore_ascii_case("generate_series")))
+    }
+    fn unnest(expr: Expr) -> Expr {
+        let call = ast::Function {
+            name: ast::ObjectName::from(vec![ast::Ident::new("unnest")]),
+            uses_odbc_syntax: false,
+            parameters: FunctionArguments::None,
+            args: FunctionArguments::List(ast::FunctionArgumentList {
+                duplicate_treatment: None,
+                args: vec![FunctionArg::Unnamed(FunctionArgExpr::Expr(expr))],
+                clauses: vec![],
+            }),
+            filter: None,
+            null_treatment: None,
+            over: None,
+            within_group: vec![],
+        };
+        Expr::Function(call)
+    }
+    struct Rewrite;
+    impl VisitorMut for Rewrite {
+        type Break = ();
+        fn post_visit_query(&mut self, query: &mut ast::Query) -> ControlFlow<()> {
+            let SetExpr::Select(select) = query.body.as_mut() else { return ControlFlow::Continue(()) };
+            for item in &mut select.projection {
+                match item {
+                    SelectItem::UnnamedExpr(expr) if is_series(expr) => {
+                        let series = std::mem::replace(expr, Expr::value(ast::Value::Null));
+                        *item = SelectItem::ExprWithAlias {
+                            expr: unnest(series),
+                            alias: ast::Ident::new("generate_series"),
+                        };
+                    }
+                    SelectItem::ExprWithAlias { expr, .. } if is_series(expr) => {
+                        let series = std::mem::replace(expr, Expr::value(ast::Value::Null));
+                        *expr = unnest(series);
+                    }
+                    _ => {}
+                }
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let _ = statement.visit(&mut Rewrite);
 }
 
 /// `TUMBLE(...)`, `Hop(...)`, `SESSION(...)` in FROM as the registered table functions:
