@@ -127,7 +127,8 @@ impl Frontend {
                 continue;
             }
             let started = async {
-                // Without rewriting functions in FROM: a definition is stored as it was planned
+                // Without rewriting functions in FROM or generate_series in select lists: a
+                // definition is stored as it was planned
                 // (rewritten already, or from before the rewrite existed, when it meant otherwise).
                 let (statement, clauses) = match parser::SqlParser::new().parse(&relation.def.definition)?.pop() {
                     Some(Statement::Sql(s)) => (s, Default::default()),

@@ -14,7 +14,7 @@ use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
 
 use super::clauses::{self, StreamingClauses};
 use super::sink_statement::{self, SinkStatement};
-use crate::error::{Result, WeirError};
+use crate::error::{Result, SqlState, WeirError};
 
 /// A parsed statement: Postgres SQL, or one of Weir's own.
 #[derive(Debug, Clone)]
@@ -127,7 +127,7 @@ impl SqlParser {
             super::interval_text::rewrite_interval_literals(statement);
             if let Some(table_functions) = &self.table_functions {
                 functions_in_from(statement, table_functions);
-                series_in_select_lists(statement);
+                series_in_select_lists(statement)?;
             }
         }
         if let Some(clauses) = lookups {
@@ -211,13 +211,16 @@ fn functions_in_from(statement: &mut ast::Statement, table_functions: &std::coll
     let _ = statement.visit(&mut Rewrite(table_functions));
 }
 
-/// `generate_series(...)` as a whole select-list item yields one row per value, as in Postgres
-/// (DataFusion's scalar `generate_series` is one array): it becomes
-/// `unnest(generate_series(...)) AS generate_series` (the alias kept when one is written).
-/// Inside a larger expression it is left alone.
-fn series_in_select_lists(statement: &mut ast::Statement) {
+/// `generate_series(...)` as a whole select-list item (or one in brackets or cast) yields one
+/// row per value, as in Postgres (DataFusion's scalar `generate_series` is one array): the call
+/// becomes `unnest(generate_series(...))`, the item named `generate_series` unless aliased, and
+/// an ORDER BY repeating the call orders by that item. In every SELECT of the statement, UNION
+/// branches and subqueries included. Anywhere else in a select list, WHERE, GROUP BY, HAVING or
+/// ORDER BY it is refused (0A000) rather than read as an array.
+fn series_in_select_lists(statement: &mut ast::Statement) -> Result<()> {
     use datafusion::sql::sqlparser::ast::{
-        Expr, FunctionArg, FunctionArgExpr, FunctionArguments, SelectItem, SetExpr, VisitMut, VisitorMut,
+        visit_expressions, Expr, FunctionArg, FunctionArgExpr, FunctionArguments, OrderByKind, SelectItem, SetExpr,
+        VisitMut, VisitorMut,
     };
     use std::ops::ControlFlow;
     fn is_series(expr: &Expr) -> bool {
@@ -225,8 +228,21 @@ fn series_in_select_lists(statement: &mut ast::Statement) {
             if f.name.0.len() == 1
                 && f.name.0[0].as_ident().is_some_and(|i| i.value.eq_ignore_ascii_case("generate_series")))
     }
+    /// `unnest(e)`'s argument when `expr` is one.
+    fn unnested(expr: &Expr) -> Option<&Expr> {
+        let Expr::Function(f) = expr else { return None };
+        let is_unnest =
+            f.name.0.len() == 1 && f.name.0[0].as_ident().is_some_and(|i| i.value.eq_ignore_ascii_case("unnest"));
+        match &f.args {
+            FunctionArguments::List(list) if is_unnest && list.args.len() == 1 => match &list.args[0] {
+                FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Some(e),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
     fn unnest(expr: Expr) -> Expr {
-        let call = ast::Function {
+        Expr::Function(ast::Function {
             name: ast::ObjectName::from(vec![ast::Ident::new("unnest")]),
             uses_odbc_syntax: false,
             parameters: FunctionArguments::None,
@@ -239,34 +255,97 @@ fn series_in_select_lists(statement: &mut ast::Statement) {
             null_treatment: None,
             over: None,
             within_group: vec![],
-        };
-        Expr::Function(call)
+        })
+    }
+    /// Wraps the call when `expr` is one, in brackets or cast; whether it did.
+    fn wrap_whole(expr: &mut Expr) -> bool {
+        match expr {
+            Expr::Nested(inner) | Expr::Cast { expr: inner, .. } => wrap_whole(inner),
+            e if is_series(e) => {
+                let call = std::mem::replace(e, Expr::value(ast::Value::Null));
+                *e = unnest(call);
+                true
+            }
+            _ => false,
+        }
+    }
+    /// Fails when `node` holds a call that is not wrapped.
+    fn all_wrapped<V: ast::Visit>(node: &V) -> Result<()> {
+        let (mut calls, mut wrapped) = (0usize, 0usize);
+        let _ = visit_expressions(node, |e| {
+            calls += is_series(e) as usize;
+            wrapped += unnested(e).is_some_and(is_series) as usize;
+            ControlFlow::<()>::Continue(())
+        });
+        if calls > wrapped {
+            return Err(WeirError::new(
+                SqlState::FEATURE_NOT_SUPPORTED,
+                "generate_series(...) is supported as a whole select-list item or in FROM, not inside an expression, WHERE, GROUP BY, HAVING or ORDER BY",
+            )
+            .with_hint("write FROM generate_series(...) AS g and use g"));
+        }
+        Ok(())
+    }
+    /// Rewrites the SELECTs of a body (both sides of a set operation); `renamed` gets each
+    /// rewritten call as written with its item's name.
+    fn rewrite_body(body: &mut SetExpr, renamed: &mut Vec<(Expr, ast::Ident)>) -> Result<()> {
+        match body {
+            SetExpr::SetOperation { left, right, .. } => {
+                rewrite_body(left, renamed)?;
+                rewrite_body(right, renamed)
+            }
+            SetExpr::Select(select) => {
+                for item in &mut select.projection {
+                    let (expr, alias) = match item {
+                        SelectItem::UnnamedExpr(expr) => (expr, None),
+                        SelectItem::ExprWithAlias { expr, alias } => (expr, Some(alias.clone())),
+                        _ => continue,
+                    };
+                    let written = expr.clone();
+                    if !wrap_whole(expr) {
+                        continue;
+                    }
+                    let name = alias.unwrap_or_else(|| ast::Ident::new("generate_series"));
+                    renamed.push((written, name.clone()));
+                    if let SelectItem::UnnamedExpr(expr) = item {
+                        let expr = std::mem::replace(expr, Expr::value(ast::Value::Null));
+                        *item = SelectItem::ExprWithAlias { expr, alias: name };
+                    }
+                }
+                all_wrapped(&select.projection)?;
+                all_wrapped(&select.selection)?;
+                all_wrapped(&select.group_by)?;
+                all_wrapped(&select.having)?;
+                all_wrapped(&select.distinct)
+            }
+            _ => Ok(()),
+        }
     }
     struct Rewrite;
     impl VisitorMut for Rewrite {
-        type Break = ();
-        fn post_visit_query(&mut self, query: &mut ast::Query) -> ControlFlow<()> {
-            let SetExpr::Select(select) = query.body.as_mut() else { return ControlFlow::Continue(()) };
-            for item in &mut select.projection {
-                match item {
-                    SelectItem::UnnamedExpr(expr) if is_series(expr) => {
-                        let series = std::mem::replace(expr, Expr::value(ast::Value::Null));
-                        *item = SelectItem::ExprWithAlias {
-                            expr: unnest(series),
-                            alias: ast::Ident::new("generate_series"),
-                        };
+        type Break = WeirError;
+        fn post_visit_query(&mut self, query: &mut ast::Query) -> ControlFlow<WeirError> {
+            let mut renamed = Vec::new();
+            if let Err(e) = rewrite_body(&mut query.body, &mut renamed) {
+                return ControlFlow::Break(e);
+            }
+            if let Some(ast::OrderBy { kind: OrderByKind::Expressions(order), .. }) = &mut query.order_by {
+                for by in order.iter_mut() {
+                    if let Some((_, name)) = renamed.iter().find(|(written, _)| *written == by.expr) {
+                        by.expr = Expr::Identifier(name.clone());
                     }
-                    SelectItem::ExprWithAlias { expr, .. } if is_series(expr) => {
-                        let series = std::mem::replace(expr, Expr::value(ast::Value::Null));
-                        *expr = unnest(series);
-                    }
-                    _ => {}
                 }
             }
-            ControlFlow::Continue(())
+            match all_wrapped(&query.order_by) {
+                Ok(()) => ControlFlow::Continue(()),
+                Err(e) => ControlFlow::Break(e),
+            }
         }
     }
-    let _ = statement.visit(&mut Rewrite);
+    match statement.visit(&mut Rewrite) {
+        ControlFlow::Break(e) => Err(e),
+        ControlFlow::Continue(()) => Ok(()),
+    }
 }
 
 /// `TUMBLE(...)`, `Hop(...)`, `SESSION(...)` in FROM as the registered table functions:
