@@ -295,7 +295,8 @@ fn series_in_select_lists(statement: &mut ast::Statement) -> Result<()> {
                 rewrite_body(right, renamed)
             }
             SetExpr::Select(select) => {
-                for item in &mut select.projection {
+                let mut wrapped_items = Vec::new();
+                for (position, item) in select.projection.iter_mut().enumerate() {
                     let (expr, alias) = match item {
                         SelectItem::UnnamedExpr(expr) => (expr, None),
                         SelectItem::ExprWithAlias { expr, alias } => (expr, Some(alias.clone())),
@@ -307,6 +308,7 @@ fn series_in_select_lists(statement: &mut ast::Statement) -> Result<()> {
                     }
                     let name = alias.unwrap_or_else(|| ast::Ident::new("generate_series"));
                     renamed.push((written, name.clone()));
+                    wrapped_items.push((position, name.clone()));
                     if let SelectItem::UnnamedExpr(expr) = item {
                         let expr = std::mem::replace(expr, Expr::value(ast::Value::Null));
                         *item = SelectItem::ExprWithAlias { expr, alias: name };
@@ -316,9 +318,62 @@ fn series_in_select_lists(statement: &mut ast::Statement) -> Result<()> {
                 all_wrapped(&select.selection)?;
                 all_wrapped(&select.group_by)?;
                 all_wrapped(&select.having)?;
-                all_wrapped(&select.distinct)
+                all_wrapped(&select.distinct)?;
+                if let ([(position, name)], true) = (wrapped_items.as_slice(), select.from.is_empty()) {
+                    series_as_table(select, *position, name);
+                }
+                Ok(())
             }
             _ => Ok(()),
+        }
+    }
+    /// With no FROM and one series whose bounds are number literals (`INSERT INTO t SELECT
+    /// generate_series(1, 10000000)`), reads it as the table function: its rows come in
+    /// batches instead of one array built first. Other bounds (timestamps, parameters) keep
+    /// the unnest form, which the table function does not cover.
+    fn series_as_table(select: &mut ast::Select, position: usize, name: &ast::Ident) {
+        fn literal(arg: &FunctionArg) -> bool {
+            match arg {
+                FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => match e {
+                    Expr::Value(v) => matches!(v.value, ast::Value::Number(..)),
+                    Expr::UnaryOp { op: ast::UnaryOperator::Minus, expr } => {
+                        matches!(expr.as_ref(), Expr::Value(v) if matches!(v.value, ast::Value::Number(..)))
+                    }
+                    _ => false,
+                },
+                _ => false,
+            }
+        }
+        /// The unnest under brackets and casts, replaced by `name`; its series call's arguments.
+        fn take(expr: &mut Expr, name: &ast::Ident) -> Option<Vec<FunctionArg>> {
+            match expr {
+                Expr::Nested(inner) | Expr::Cast { expr: inner, .. } => take(inner, name),
+                e => {
+                    let Some(Expr::Function(call)) = unnested(e) else { return None };
+                    let FunctionArguments::List(list) = &call.args else { return None };
+                    if !list.args.iter().all(literal) {
+                        return None;
+                    }
+                    let args = list.args.clone();
+                    *e = Expr::Identifier(name.clone());
+                    Some(args)
+                }
+            }
+        }
+        let (SelectItem::ExprWithAlias { expr, .. } | SelectItem::UnnamedExpr(expr)) = &mut select.projection[position]
+        else {
+            return;
+        };
+        let before = expr.clone();
+        let Some(args) = take(expr, name) else { return };
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let from = format!("SELECT 1 FROM generate_series({}) AS {name} ({name})", args.join(", "));
+        match Parser::parse_sql(&PostgreSqlDialect {}, &from).ok().and_then(|mut p| p.pop()) {
+            Some(ast::Statement::Query(query)) => match *query.body {
+                SetExpr::Select(parsed) => select.from = parsed.from,
+                _ => *expr = before,
+            },
+            _ => *expr = before,
         }
     }
     struct Rewrite;
