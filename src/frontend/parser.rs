@@ -223,18 +223,19 @@ fn series_in_select_lists(statement: &mut ast::Statement) -> Result<()> {
         VisitMut, VisitorMut,
     };
     use std::ops::ControlFlow;
+    /// `expr` as a call of the unqualified function `name`.
+    fn call_of<'a>(expr: &'a Expr, name: &str) -> Option<&'a ast::Function> {
+        let Expr::Function(f) = expr else { return None };
+        let named = f.name.0.len() == 1 && f.name.0[0].as_ident().is_some_and(|i| i.value.eq_ignore_ascii_case(name));
+        named.then_some(f)
+    }
     fn is_series(expr: &Expr) -> bool {
-        matches!(expr, Expr::Function(f)
-            if f.name.0.len() == 1
-                && f.name.0[0].as_ident().is_some_and(|i| i.value.eq_ignore_ascii_case("generate_series")))
+        call_of(expr, "generate_series").is_some()
     }
     /// `unnest(e)`'s argument when `expr` is one.
     fn unnested(expr: &Expr) -> Option<&Expr> {
-        let Expr::Function(f) = expr else { return None };
-        let is_unnest =
-            f.name.0.len() == 1 && f.name.0[0].as_ident().is_some_and(|i| i.value.eq_ignore_ascii_case("unnest"));
-        match &f.args {
-            FunctionArguments::List(list) if is_unnest && list.args.len() == 1 => match &list.args[0] {
+        match &call_of(expr, "unnest")?.args {
+            FunctionArguments::List(list) if list.args.len() == 1 => match &list.args[0] {
                 FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Some(e),
                 _ => None,
             },

@@ -215,8 +215,8 @@ impl StoredKeys {
     /// distribution prefix of `distribution_len` bytes: not if no stored key is in its vnode.
     fn may_hold_prefix(&self, prefix: &[u8], distribution_len: usize) -> bool {
         match self {
-            StoredKeys::Exactly { keys, per_vnode } => {
-                !keys.is_empty() && per_vnode[vnode_of(&prefix[..distribution_len.min(prefix.len())]) as usize] > 0
+            StoredKeys::Exactly { per_vnode, .. } => {
+                per_vnode[vnode_of(&prefix[..distribution_len.min(prefix.len())]) as usize] > 0
             }
             StoredKeys::Unknown => true,
         }
