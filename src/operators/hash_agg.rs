@@ -346,7 +346,14 @@ impl HashAgg {
                         Some(s) => s,
                         None => ScalarValue::new_zero(&spec.output_type)?,
                     };
-                    *sum = Some(if sign > 0 { current.add_checked(&v)? } else { current.sub_checked(&v)? });
+                    let next = if sign > 0 { current.add_checked(&v)? } else { current.sub_checked(&v)? };
+                    // Decimal arithmetic widens its precision (Decimal(20, 2) + Decimal(20, 2) is
+                    // Decimal(21, 2)); the sum keeps the aggregate's type.
+                    *sum = Some(if next.data_type() == spec.output_type {
+                        next
+                    } else {
+                        next.cast_to(&spec.output_type)?
+                    });
                     *values += sign;
                 }
             }
