@@ -31,6 +31,7 @@ impl SqlState {
     pub const INVALID_TEXT_REPRESENTATION: SqlState = SqlState("22P02");
     pub const NUMERIC_VALUE_OUT_OF_RANGE: SqlState = SqlState("22003");
     pub const DIVISION_BY_ZERO: SqlState = SqlState("22012");
+    pub const STRING_DATA_RIGHT_TRUNCATION: SqlState = SqlState("22001");
     pub const NOT_NULL_VIOLATION: SqlState = SqlState("23502");
     pub const IN_FAILED_TRANSACTION: SqlState = SqlState("25P02");
     pub const FEATURE_NOT_SUPPORTED: SqlState = SqlState("0A000");

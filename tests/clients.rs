@@ -1,6 +1,7 @@
 //! Real client programs against a real server: psql's meta-commands, psycopg 3, SQLAlchemy's
-//! inspector and asyncpg (Python: pinned versions, and the current releases), and pgjdbc (Java),
-//! installed by scripts/install-deps.sh.
+//! inspector and asyncpg (Python: pinned versions, and the current releases), pgjdbc (Java), and
+//! the statements BI tools send (Grafana, Metabase, DBeaver, Tableau, Superset), installed by
+//! scripts/install-deps.sh.
 
 mod common;
 
@@ -97,6 +98,20 @@ async fn sqlalchemy_inspector_and_asyncpg() {
             .arg("127.0.0.1")
             .arg(server.port.to_string()));
         assert!(out.contains("sqlalchemy and asyncpg ok"), "{python:?}: {out}\n{}", server.log_text());
+    }
+}
+
+/// The statements Grafana, Metabase, DBeaver, Tableau and Superset send to list schemas,
+/// tables, columns and keys and to draw a chart (tests/clients/bi_tools_check.py; issue 18).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bi_tools_introspection_and_charts() {
+    for python in pythons(false) {
+        let server = TestServer::start();
+        let out = run(Command::new(&python)
+            .arg(clients_dir().join("bi_tools_check.py"))
+            .arg("127.0.0.1")
+            .arg(server.port.to_string()));
+        assert!(out.contains("BI statements ok"), "{python:?}: {out}\n{}", server.log_text());
     }
 }
 

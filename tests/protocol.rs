@@ -412,6 +412,110 @@ async fn result_columns_have_postgres_names_and_may_repeat() {
     assert_eq!(err.as_db_error().unwrap().code().code(), "42701");
 }
 
+/// RowDescription ties a result column taken unchanged from a relation to it (table OID as
+/// pg_class has it, column number) and carries its declared type (`VARCHAR(5)` is varchar with
+/// typmod 9, not text), as pgjdbc's ResultSetMetaData and Metabase read them (issue 18, item 6).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn result_columns_name_their_table_and_declared_type() {
+    let mut server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE orders (id BIGINT PRIMARY KEY, customer VARCHAR(5), note TEXT, amount NUMERIC(10,2));
+             INSERT INTO orders VALUES (1, 'ann', 'x', 1.50), (2, 'bob', 'y', 2.25);
+             CREATE MATERIALIZED VIEW per_customer AS SELECT customer, sum(amount) AS total FROM orders GROUP BY customer;
+             CREATE VIEW named AS SELECT id, customer FROM orders;
+             FLUSH;",
+        )
+        .await
+        .unwrap();
+    let oid = |name: &str| {
+        let client = &client;
+        let name = name.to_string();
+        async move {
+            let row = client
+                .query_one("SELECT CAST(oid AS BIGINT) FROM pg_catalog.pg_class WHERE relname = $1", &[&name])
+                .await
+                .unwrap();
+            row.get::<_, i64>(0) as u32
+        }
+    };
+    let (orders, per_customer, named) = (oid("orders").await, oid("per_customer").await, oid("named").await);
+    assert!(orders >= 16384 && orders != per_customer && per_customer != named, "{orders} {per_customer} {named}");
+    // (name, table OID, column number, type) of each result column.
+    let described = |statement: &tokio_postgres::Statement| {
+        statement
+            .columns()
+            .iter()
+            .map(|c| (c.name().to_string(), c.table_oid(), c.column_id(), c.type_().name().to_string()))
+            .collect::<Vec<_>>()
+    };
+    let column = |name: &str, table: Option<u32>, attnum: Option<i16>, ty: &str| {
+        (name.to_string(), table, attnum, ty.to_string())
+    };
+    let cases = [
+        (
+            "SELECT customer, id, amount, note, id + 1 AS next, upper(customer) FROM orders WHERE id > 0 ORDER BY id",
+            vec![
+                column("customer", Some(orders), Some(2), "varchar"),
+                column("id", Some(orders), Some(1), "int8"),
+                column("amount", Some(orders), Some(4), "numeric"),
+                column("note", Some(orders), Some(3), "text"),
+                column("next", None, None, "int8"),
+                column("upper", None, None, "text"),
+            ],
+        ),
+        (
+            "SELECT o.customer AS who, p.total FROM orders o JOIN per_customer p ON o.customer = p.customer",
+            vec![
+                column("who", Some(orders), Some(2), "varchar"),
+                column("total", Some(per_customer), Some(2), "numeric"),
+            ],
+        ),
+        (
+            "SELECT * FROM per_customer",
+            vec![
+                column("customer", Some(per_customer), Some(1), "varchar"),
+                column("total", Some(per_customer), Some(2), "numeric"),
+            ],
+        ),
+        // A plain view is its query: its columns are the table's, as Postgres says of them.
+        (
+            "SELECT customer, count(*) FROM named GROUP BY customer",
+            vec![column("customer", Some(orders), Some(2), "varchar"), column("count", None, None, "int8")],
+        ),
+        ("SELECT 1 AS one", vec![column("one", None, None, "int4")]),
+    ];
+    for (sql, expected) in cases {
+        let statement = client.prepare(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+        assert_eq!(described(&statement), expected, "{sql}");
+        // The values arrive as the announced types, in binary.
+        client.query(&statement, &[]).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    let row = client.query_one("SELECT customer FROM orders WHERE id = 1", &[]).await.unwrap();
+    assert_eq!(row.get::<_, String>(0), "ann");
+    // The declared length holds: a longer value is refused with 22001; spaces past it are cut.
+    let err = client.execute("INSERT INTO orders VALUES (3, 'carolyn', 'z', 1)", &[]).await.unwrap_err();
+    assert_eq!(err.as_db_error().unwrap().code().code(), "22001", "{err}");
+    client.execute("INSERT INTO orders VALUES (3, 'carl    ', 'z', 1)", &[]).await.unwrap();
+    let err = client.execute("UPDATE orders SET customer = 'toolong' WHERE id = 3", &[]).await.unwrap_err();
+    assert_eq!(err.as_db_error().unwrap().code().code(), "22001", "{err}");
+    let row = client.query_one("SELECT customer FROM orders WHERE id = 3", &[]).await.unwrap();
+    assert_eq!(row.get::<_, String>(0), "carl ");
+    // OIDs are the relations' own: the same after a restart.
+    drop(client);
+    server.restart();
+    let client = server.connect().await;
+    let row = client
+        .query_one("SELECT CAST(oid AS BIGINT) FROM pg_catalog.pg_class WHERE relname = 'orders'", &[])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, i64>(0) as u32, orders);
+    let statement = client.prepare("SELECT customer FROM orders").await.unwrap();
+    assert_eq!(statement.columns()[0].table_oid(), Some(orders));
+    assert_eq!(statement.columns()[0].type_(), &Type::VARCHAR);
+}
+
 /// COPY FROM STDIN in text and CSV, through tokio-postgres's copy API (the extended protocol)
 /// and in pieces larger than a batch; a bad value fails the COPY with 22P02 and the connection
 /// carries on (issue 18, item 7).

@@ -135,6 +135,19 @@ pub fn check_not_null(relation: &Relation, user_columns: &[ArrayRef]) -> Result<
     Ok(())
 }
 
+/// Fits values to their columns' declared lengths (`VARCHAR(3)`: 22001 for a longer value,
+/// trailing spaces past the length cut), as Postgres does when it stores them.
+pub fn fit_declared_lengths(relation: &Relation, user_columns: &mut [ArrayRef]) -> Result<()> {
+    for (index, column) in user_columns.iter_mut().enumerate() {
+        if let Some(fitted) =
+            relation.declared_type(index).map(|t| t.fit_length(column.as_ref())).transpose()?.flatten()
+        {
+            *column = fitted;
+        }
+    }
+    Ok(())
+}
+
 /// Turns a batch of user columns into a batch of stored columns, casting each to the column's
 /// type and appending fresh hidden row ids where the table has them.
 ///
@@ -174,6 +187,7 @@ fn user_columns_at(relation: &Relation, batch: &RecordBatch, stamp_nanos: i64) -
             cast(col, field.data_type())?
         });
     }
+    fit_declared_lengths(relation, &mut columns)?;
     Ok(columns)
 }
 
@@ -442,6 +456,7 @@ impl Writer {
                         columns[*index] = if v.data_type() == target { v } else { cast(&v, target)? };
                     }
                     check_not_null(&rel, &columns[..user_columns])?;
+                    fit_declared_lengths(&rel, &mut columns[..user_columns])?;
                     let new = RecordBatch::try_new(Arc::clone(old.schema_ref()), columns)?;
                     rel.table.delete_batch(&old, &mut wb)?;
                     rel.table.put_batch(&new, &mut wb)?;

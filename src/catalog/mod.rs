@@ -77,7 +77,22 @@ pub struct Relation {
     finished: std::sync::atomic::AtomicBool,
 }
 
+/// Base of the OIDs clients see for relations (`pg_class.oid`, RowDescription's table OID):
+/// a relation's OID is this plus its id, the same across restarts. Above the OIDs
+/// `datafusion-pg-catalog` hands out to system relations, below primary-key index OIDs.
+pub const RELATION_OID_BASE: u32 = 500_000_000;
+
 impl Relation {
+    /// The OID clients see for this relation.
+    pub fn oid(&self) -> u32 {
+        RELATION_OID_BASE + self.def.id
+    }
+
+    /// Column `index`'s declared type (`VARCHAR(20)`), where its Arrow type says less.
+    pub fn declared_type(&self, index: usize) -> Option<crate::types::pg_type::DeclaredType> {
+        self.def.schema.fields().get(index).and_then(|f| crate::types::pg_type::DeclaredType::of(f))
+    }
+
     /// Whether this is a bounded source that has read its last row (read under `write_lock`
     /// by a view starting on it; a restarted source finds its end again).
     pub fn finished(&self) -> bool {
@@ -317,7 +332,8 @@ impl Catalog {
     }
 
     fn materialize(store: &dyn StateStore, def: RelationDef, open_epoch: crate::types::Epoch) -> Result<Relation> {
-        let schema = Arc::new(def.schema.clone());
+        // Declared types (`VARCHAR(20)`) stay in the definition; queries plan with Arrow types.
+        let schema = Arc::new(crate::types::pg_type::DeclaredType::strip(&def.schema));
         let (stored_schema, key) =
             if def.layout == Layout::Segments || def.kind == RelationKind::Table && def.primary_key.is_empty() {
                 // Appended rows (and rows of tables without a key) are keyed by a hidden row id.

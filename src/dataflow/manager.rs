@@ -222,7 +222,8 @@ impl Streaming {
             .ok_or_else(|| WeirError::internal(format!("the view of sink \"{}\" is gone", sink.def.name)))?;
         let options = sink.def.connector.clone().ok_or_else(|| WeirError::internal("a sink without a connector"))?;
         let append_only = view.def.layout == crate::state::table::Layout::Segments;
-        let mut writer = crate::connectors::registry::sink_writer(&options, id, Arc::clone(&view.schema), append_only)?;
+        let mut writer =
+            crate::connectors::registry::sink_writer(&options, id, Arc::new(view.def.schema.clone()), append_only)?;
         if how == ViewStart::Backfill {
             tokio::task::block_in_place(|| writer.check())?;
         }

@@ -240,24 +240,54 @@ impl SchemaProvider for InformationSchema {
         let table = self.inner.table(name).await?;
         match table {
             Some(columns) if name == "columns" => {
+                let [column_type, column_length, column_udt] = pg_catalog::column_type_udfs(&self.catalog);
                 let schema = columns.schema();
                 let exprs: Vec<_> = schema
                     .fields()
                     .iter()
                     .map(|f| {
                         if f.name() == "ordinal_position" {
-                            (col(f.name()) + lit(1u64)).alias("ordinal_position")
+                            datafusion::logical_expr::cast(col(f.name()) + lit(1u64), DataType::Int32)
+                                .alias("ordinal_position")
                         } else if f.name() == "data_type" {
                             Expr::ScalarFunction(ScalarFunction::new_udf(
-                                Arc::new(pg_catalog::sql_type_name_udf()),
-                                vec![col(f.name())],
+                                Arc::new(column_type.clone()),
+                                vec![col("table_schema"), col("table_name"), col("column_name"), col(f.name())],
                             ))
                             .alias("data_type")
+                        } else if f.name() == "character_maximum_length" {
+                            let declared = Expr::ScalarFunction(ScalarFunction::new_udf(
+                                Arc::new(column_length.clone()),
+                                vec![col("table_schema"), col("table_name"), col("column_name")],
+                            ));
+                            datafusion::functions::expr_fn::coalesce(vec![
+                                datafusion::logical_expr::cast(declared, f.data_type().clone()),
+                                col(f.name()),
+                            ])
+                            .alias("character_maximum_length")
                         } else {
                             col(f.name())
                         }
                     })
                     .collect();
+                // Columns of Postgres's view DataFusion's lacks (Metabase's and Grafana's column
+                // queries read them): the type's name in pg_type, identity and generation.
+                let udt = Expr::ScalarFunction(ScalarFunction::new_udf(
+                    Arc::new(column_udt),
+                    vec![col("table_schema"), col("table_name"), col("column_name"), col("data_type")],
+                ));
+                let mut exprs = exprs;
+                for (name, value) in [
+                    ("udt_catalog", col("table_catalog")),
+                    ("udt_schema", lit("pg_catalog")),
+                    ("udt_name", udt),
+                    ("is_identity", lit("NO")),
+                    ("is_generated", lit("NEVER")),
+                ] {
+                    if schema.field_with_name(name).is_err() {
+                        exprs.push(value.alias(name));
+                    }
+                }
                 let plan =
                     LogicalPlanBuilder::scan("columns", provider_as_source(columns), None)?.project(exprs)?.build()?;
                 Ok(Some(Arc::new(ViewTable::new(plan, None))))

@@ -9,6 +9,7 @@
 pub mod checked_arithmetic;
 pub mod clauses;
 pub mod column_names;
+pub mod column_origins;
 pub mod comparison_order;
 pub mod df_context;
 pub mod handler;
@@ -18,6 +19,7 @@ pub mod keep_names;
 pub mod outer_conditions;
 pub mod parser;
 pub mod pg_catalog;
+pub mod pg_functions;
 pub mod plan_cache;
 pub mod point_lookup;
 pub mod session;

@@ -109,6 +109,8 @@ impl SqlParser {
     }
 
     fn parse_sql(&self, sql: &str) -> Result<Vec<ast::Statement>> {
+        let grafana = search_path_membership(sql);
+        let sql: &str = grafana.as_deref().unwrap_or(sql);
         // `FOR SYSTEM_TIME AS OF PROCTIME()` is not PostgreSQL's: out of the text, back into the AST.
         let (sql, lookups) = match super::system_time::strip(sql)? {
             Some((rest, clauses)) => (std::borrow::Cow::Owned(rest), Some(clauses)),
@@ -123,6 +125,7 @@ impl SqlParser {
         })?;
         for statement in &mut statements {
             rewrite_catalog_idioms(statement);
+            super::pg_functions::rewrite_datetime_patterns(statement);
             fold_window_function_names(statement);
             super::interval_text::rewrite_interval_literals(statement);
             if let Some(table_functions) = &self.table_functions {
@@ -420,6 +423,62 @@ fn fold_window_function_names(statement: &mut ast::Statement) {
     });
 }
 
+/// Whether `expr` makes text: a call of a string function, a `||`, a cast to text.
+fn makes_text(expr: &ast::Expr) -> bool {
+    use datafusion::sql::sqlparser::ast::{BinaryOperator, Expr};
+    match expr {
+        Expr::Nested(inner) => makes_text(inner),
+        Expr::Function(f) => {
+            let name = f.name.to_string().to_ascii_lowercase();
+            matches!(
+                name.trim_start_matches("pg_catalog."),
+                "format" | "concat" | "concat_ws" | "quote_ident" | "lower" | "upper"
+            )
+        }
+        Expr::BinaryOp { op: BinaryOperator::StringConcat, .. } => true,
+        Expr::Cast { data_type, .. } => {
+            matches!(data_type.to_string().to_ascii_lowercase().as_str(), "text" | "varchar")
+        }
+        _ => false,
+    }
+}
+
+/// Grafana's "is this schema on the search path" test, `quote_ident(table_schema) IN (SELECT CASE
+/// WHEN trim(s[i]) = '"$user"' ... FROM generate_series(...) AS i, string_to_array(...) s)`, as
+/// `= ANY(current_schemas(false))`: the same schemas, without a subquery inside CASE, which
+/// DataFusion cannot run (the compatibility parser would make it match nothing, and Grafana's
+/// table and column pickers would come up empty). Matched whatever the whitespace and case.
+fn search_path_membership(sql: &str) -> Option<String> {
+    const SUBQUERY: &str = "IN(SELECTCASEWHENtrim(s[i])='\"$user\"'THENuserELSEtrim(s[i])ENDFROMgenerate_series(\
+        array_lower(string_to_array(current_setting('search_path'),','),1),\
+        array_upper(string_to_array(current_setting('search_path'),','),1))asi,\
+        string_to_array(current_setting('search_path'),',')s)";
+    if !sql.contains("current_setting('search_path')") {
+        return None;
+    }
+    // The text without whitespace, each character with its place in `sql`.
+    let compact: Vec<(usize, char)> = sql.char_indices().filter(|(_, c)| !c.is_whitespace()).collect();
+    let pattern: Vec<char> = SUBQUERY.chars().filter(|c| !c.is_whitespace()).collect();
+    let mut out = String::with_capacity(sql.len());
+    let (mut copied, mut i) = (0, 0);
+    while i + pattern.len() <= compact.len() {
+        let matches = compact[i..i + pattern.len()].iter().zip(&pattern).all(|((_, a), b)| a.eq_ignore_ascii_case(b));
+        if matches {
+            let (start, (end, last)) = (compact[i].0, compact[i + pattern.len() - 1]);
+            out.push_str(&sql[copied..start]);
+            out.push_str("= ANY(current_schemas(false))");
+            copied = end + last.len_utf8();
+            i += pattern.len();
+        } else {
+            i += 1;
+        }
+    }
+    (copied > 0).then(|| {
+        out.push_str(&sql[copied..]);
+        out
+    })
+}
+
 /// Postgres idioms of catalog queries that DataFusion cannot plan, in forms it can:
 /// - the set-returning `information_schema._pg_expandarray(a)` (JDBC key queries) becomes
 ///   `unnest(weir_pg_expandarray(a))`, whose rows are the same `(x, n)` records;
@@ -515,6 +574,17 @@ pub fn rewrite_catalog_idioms(statement: &mut ast::Statement) {
                     )];
                 }
                 *expr = Expr::Function(outer);
+            }
+            // A relation's name made by an expression, cast to regclass (Metabase's
+            // `CAST(FORMAT('%I.%I', schema, table) AS REGCLASS)`): looked up by `weir_regclass`.
+            // (A literal name is looked up by the compatibility parser; an oid cast to regclass
+            // stays a number.)
+            Expr::Cast { expr: inner, data_type, .. }
+                if data_type.to_string().eq_ignore_ascii_case("regclass") && makes_text(inner) =>
+            {
+                if let Some(e) = parse(format!("weir_regclass({inner})")) {
+                    *expr = e;
+                }
             }
             // `(unnest(x)).n` is a field of a record; `con.conkey[1]` is a column of a table.
             Expr::CompoundFieldAccess { root, access_chain }

@@ -1,10 +1,14 @@
 //! Weir's layer over `datafusion-pg-catalog`: what that crate cannot know about Weir.
 //!
+//! - OIDs. The crate numbers relations in the order it meets them; Weir's relations have their
+//!   own ([`crate::catalog::Relation::oid`], stable across restarts, the one RowDescription
+//!   names), put into `pg_class.oid` and `pg_attribute.attrelid`.
+//! - Declared types: `pg_attribute.atttypid` / `atttypmod` of a `VARCHAR(20)` column say
+//!   varchar and its length, where the crate sees the text it is stored as.
 //! - Primary keys. The crate's `pg_index` and `pg_constraint` hold only Postgres's own system
 //!   rows; clients find a table's key there (`\d t`, JDBC `getPrimaryKeys`, SQLAlchemy's
 //!   `get_pk_constraint`). [`WeirPgCatalog`] appends one primary-key index per keyed table to
-//!   `pg_index`, its index relation to `pg_class`, and its constraint to `pg_constraint`, with
-//!   the table's OID as the crate's `pg_class` reports it.
+//!   `pg_index`, its index relation to `pg_class`, and its constraint to `pg_constraint`.
 //! - `pg_settings`: the server's settings (the crate lists one); `pg_matviews`: the views.
 //! - Functions: `to_regtype` (psycopg's type introspection) and `_pg_expandarray` (JDBC's key
 //!   queries, rewritten to `unnest(weir_pg_expandarray(..))` by the parser).
@@ -18,7 +22,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, Int32Array, ListArray, RecordBatch, StructArray};
 use datafusion::arrow::buffer::OffsetBuffer;
-use datafusion::arrow::datatypes::{DataType, Field, Fields, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Field, Fields, Int64Type, SchemaRef};
 use datafusion::catalog::{SchemaProvider, Session, TableProvider};
 use datafusion::common::ScalarValue;
 use datafusion::datasource::memory::MemorySourceConfig;
@@ -29,7 +33,7 @@ use datafusion::physical_plan::{collect, ExecutionPlan};
 use datafusion::prelude::SessionContext;
 
 use super::df_context::argument_arrays;
-use crate::catalog::Catalog;
+use crate::catalog::{Catalog, DEFAULT_SCHEMA};
 use crate::frontend::session::all_defaults;
 
 /// OIDs of Weir's primary-key indexes and constraints: far above the crate's dynamic range.
@@ -64,6 +68,7 @@ impl SchemaProvider for WeirPgCatalog {
         };
         let extra = match name {
             "pg_index" | "pg_class" | "pg_constraint" => Extra::Keys(name.to_string()),
+            "pg_attribute" => Extra::Attributes,
             "pg_settings" => Extra::Settings,
             "pg_matviews" => Extra::Matviews,
             "pg_views" => Extra::Views,
@@ -72,6 +77,7 @@ impl SchemaProvider for WeirPgCatalog {
         Ok(Some(Arc::new(Extended {
             inner,
             pg_class: self.inner.table("pg_class").await?,
+            pg_namespace: self.inner.table("pg_namespace").await?,
             extra,
             catalog: Arc::clone(&self.catalog),
         })))
@@ -88,12 +94,15 @@ enum Extra {
     Settings,
     Matviews,
     Views,
+    /// pg_attribute: Weir's relations' OIDs and declared types.
+    Attributes,
 }
 
 /// A crate table with Weir's rows appended.
 struct Extended {
     inner: Arc<dyn TableProvider>,
     pg_class: Option<Arc<dyn TableProvider>>,
+    pg_namespace: Option<Arc<dyn TableProvider>>,
     extra: Extra,
     catalog: Arc<Catalog>,
 }
@@ -293,45 +302,109 @@ impl Extended {
         Ok(RecordBatch::try_new(batch.schema(), columns)?)
     }
 
-    /// Table OIDs by name, as the crate's pg_class reports them.
-    async fn table_oids(&self, state: &dyn Session) -> DfResult<HashMap<String, (i64, i64)>> {
-        let mut out = HashMap::new();
-        let Some(pg_class) = &self.pg_class else {
+    /// Weir's relations by the OID the crate's pg_class gives them, and the `public` schema's
+    /// OID. The crate numbers relations as it meets them; clients see each relation's own OID
+    /// ([`Relation::oid`], the same across restarts), so pg_class and pg_attribute are
+    /// renumbered with this map and RowDescription can name a column's table.
+    async fn public_relations(&self, state: &dyn Session) -> DfResult<PublicRelations> {
+        let mut out = PublicRelations { namespace: 0, by_crate_oid: HashMap::new() };
+        let (Some(pg_class), Some(pg_namespace)) = (&self.pg_class, &self.pg_namespace) else {
             return Ok(out);
         };
-        let plan = pg_class.scan(state, None, &[], None).await?;
-        for batch in collect(plan, state.task_ctx()).await? {
+        let scan = |provider: &Arc<dyn TableProvider>| {
+            let provider = Arc::clone(provider);
+            async move { collect(provider.scan(state, None, &[], None).await?, state.task_ctx()).await }
+        };
+        let int64 = |c: &ArrayRef| datafusion::arrow::compute::cast(c, &DataType::Int64);
+        let utf8 = |c: &ArrayRef| datafusion::arrow::compute::cast(c, &DataType::Utf8);
+        for batch in scan(pg_namespace).await? {
+            let (Some(oid), Some(name)) = (batch.column_by_name("oid"), batch.column_by_name("nspname")) else {
+                continue;
+            };
+            let (oid, name) = (int64(oid)?, utf8(name)?);
+            let (oid, name) = (oid.as_primitive::<Int64Type>(), name.as_string::<i32>());
+            if let Some(i) = (0..batch.num_rows()).find(|&i| name.is_valid(i) && name.value(i) == DEFAULT_SCHEMA) {
+                out.namespace = oid.value(i);
+            }
+        }
+        for batch in scan(pg_class).await? {
             let get = |name: &str| batch.column_by_name(name).cloned();
             let (Some(oid), Some(relname), Some(ns)) = (get("oid"), get("relname"), get("relnamespace")) else {
                 continue;
             };
-            let oid = datafusion::arrow::compute::cast(&oid, &DataType::Int64)?;
-            let ns = datafusion::arrow::compute::cast(&ns, &DataType::Int64)?;
-            let relname = datafusion::arrow::compute::cast(&relname, &DataType::Utf8)?;
-            let (oid, ns, relname) = (
-                oid.as_primitive::<datafusion::arrow::datatypes::Int64Type>(),
-                ns.as_primitive::<datafusion::arrow::datatypes::Int64Type>(),
-                relname.as_string::<i32>(),
-            );
+            let (oid, ns, relname) = (int64(&oid)?, int64(&ns)?, utf8(&relname)?);
+            let (oid, ns, relname) =
+                (oid.as_primitive::<Int64Type>(), ns.as_primitive::<Int64Type>(), relname.as_string::<i32>());
             for i in 0..batch.num_rows() {
-                if !relname.is_null(i) {
-                    out.entry(relname.value(i).to_string()).or_insert((oid.value(i), ns.value(i)));
+                if relname.is_valid(i) && ns.value(i) == out.namespace {
+                    if let Some(relation) = self.catalog.get(relname.value(i)) {
+                        out.by_crate_oid.insert(oid.value(i), relation);
+                    }
                 }
             }
         }
         Ok(out)
     }
 
-    async fn extra_rows(&self, state: &dyn Session, table: &str) -> DfResult<Vec<Row>> {
-        let oids = self.table_oids(state).await?;
+    /// `batch` with `column`'s crate relation OIDs replaced by Weir's.
+    fn renumber(batch: RecordBatch, column: &str, relations: &PublicRelations) -> DfResult<RecordBatch> {
+        let Ok(index) = batch.schema().index_of(column) else { return Ok(batch) };
+        let original = batch.column(index);
+        let oids = datafusion::arrow::compute::cast(original, &DataType::Int64)?;
+        let renumbered: datafusion::arrow::array::Int64Array = oids
+            .as_primitive::<Int64Type>()
+            .iter()
+            .map(|oid| oid.map(|oid| relations.by_crate_oid.get(&oid).map_or(oid, |r| r.oid() as i64)))
+            .collect();
+        let mut columns = batch.columns().to_vec();
+        columns[index] = datafusion::arrow::compute::cast(&renumbered, original.data_type())?;
+        Ok(RecordBatch::try_new(batch.schema(), columns)?)
+    }
+
+    /// pg_attribute's rows of Weir's relations: their OIDs, and their columns' declared types
+    /// (`varchar` with its length, where the crate sees text).
+    fn attributes(batch: RecordBatch, relations: &PublicRelations) -> DfResult<RecordBatch> {
+        let schema = batch.schema();
+        let (Ok(relid), Ok(attnum), Ok(typid), Ok(typmod)) = (
+            schema.index_of("attrelid"),
+            schema.index_of("attnum"),
+            schema.index_of("atttypid"),
+            schema.index_of("atttypmod"),
+        ) else {
+            return Ok(batch);
+        };
+        let relids = datafusion::arrow::compute::cast(batch.column(relid), &DataType::Int64)?;
+        let attnums = datafusion::arrow::compute::cast(batch.column(attnum), &DataType::Int64)?;
+        let (relids, attnums) = (relids.as_primitive::<Int64Type>(), attnums.as_primitive::<Int64Type>());
+        let declared: Vec<Option<crate::types::pg_type::DeclaredType>> = (0..batch.num_rows())
+            .map(|i| {
+                let relation = relations.by_crate_oid.get(&relids.value(i))?;
+                relation.declared_type(usize::try_from(attnums.value(i) - 1).ok()?)
+            })
+            .collect();
+        let mut columns = batch.columns().to_vec();
+        for (index, value) in [
+            (typid, &(|d: crate::types::pg_type::DeclaredType| d.oid as i64) as &dyn Fn(_) -> i64),
+            (typmod, &|d: crate::types::pg_type::DeclaredType| d.typmod as i64),
+        ] {
+            let current = datafusion::arrow::compute::cast(batch.column(index), &DataType::Int64)?;
+            let patched: datafusion::arrow::array::Int64Array =
+                current.as_primitive::<Int64Type>().iter().zip(&declared).map(|(v, d)| d.map(value).or(v)).collect();
+            columns[index] = datafusion::arrow::compute::cast(&patched, batch.column(index).data_type())?;
+        }
+        Self::renumber(RecordBatch::try_new(schema, columns)?, "attrelid", relations)
+    }
+
+    fn extra_rows(&self, relations: &PublicRelations, table: &str) -> Vec<Row> {
+        let namespace_oid = relations.namespace;
         let mut rows = Vec::new();
-        for relation in self.catalog.relations() {
+        let mut keyed: Vec<&Arc<crate::catalog::Relation>> = relations.by_crate_oid.values().collect();
+        keyed.sort_by_key(|r| r.def.id);
+        for relation in keyed {
             if relation.def.primary_key.is_empty() {
                 continue;
             }
-            let Some(&(table_oid, namespace_oid)) = oids.get(&relation.def.name) else {
-                continue;
-            };
+            let table_oid = relation.oid() as i64;
             let key_oid = KEY_OID_BASE + relation.def.id as i64;
             let name = format!("{}_pkey", relation.def.name);
             let attnums: Vec<String> = relation.def.primary_key.iter().map(|i| (i + 1).to_string()).collect();
@@ -378,8 +451,15 @@ impl Extended {
             };
             rows.push(row);
         }
-        Ok(rows)
+        rows
     }
+}
+
+/// Weir's relations as the crate's pg_catalog numbers them ([`Extended::public_relations`]).
+struct PublicRelations {
+    /// The `public` schema's OID.
+    namespace: i64,
+    by_crate_oid: HashMap<i64, Arc<crate::catalog::Relation>>,
 }
 
 fn settings_rows() -> Vec<Row> {
@@ -418,6 +498,14 @@ impl TableProvider for Extended {
             .map(|f| {
                 if let Some(oids) = self.int_array(f.name()) {
                     Field::new(f.name(), int_array_type(oids), true)
+                } else if matches!(self.extra, Extra::Attributes)
+                    && matches!(f.name().as_str(), "attrelid" | "atttypid")
+                {
+                    // Postgres types these `oid`, and clients read them as numbers (the crate
+                    // announces regclass and regtype, which drivers read as names).
+                    let mut metadata = f.metadata().clone();
+                    metadata.insert(arrow_pg::datatypes::PG_OID_ALIAS_KEY.to_string(), "oid".to_string());
+                    f.as_ref().clone().with_metadata(metadata)
                 } else {
                     f.as_ref().clone()
                 }
@@ -441,23 +529,35 @@ impl TableProvider for Extended {
         _limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let schema = self.inner.schema();
-        let mut batches = match &self.extra {
-            // The crate's one pg_settings row is replaced by the full list.
-            Extra::Settings | Extra::Matviews | Extra::Views => vec![],
-            Extra::Keys(table) => {
+        let relations = match &self.extra {
+            Extra::Keys(_) | Extra::Attributes => Some(self.public_relations(state).await?),
+            _ => None,
+        };
+        let mut batches = match (&self.extra, &relations) {
+            (Extra::Keys(table), Some(relations)) => {
                 let batches = collect(self.inner.scan(state, None, &[], None).await?, state.task_ctx()).await?;
                 if table == "pg_class" {
-                    batches.into_iter().map(|b| self.mark_views(b)).collect::<DfResult<Vec<_>>>()?
+                    batches
+                        .into_iter()
+                        .map(|b| Self::renumber(self.mark_views(b)?, "oid", relations))
+                        .collect::<DfResult<Vec<_>>>()?
                 } else {
                     batches
                 }
             }
+            (Extra::Attributes, Some(relations)) => {
+                let batches = collect(self.inner.scan(state, None, &[], None).await?, state.task_ctx()).await?;
+                batches.into_iter().map(|b| Self::attributes(b, relations)).collect::<DfResult<Vec<_>>>()?
+            }
+            // The crate's one pg_settings row is replaced by the full list.
+            _ => vec![],
         };
-        let rows = match &self.extra {
-            Extra::Settings => settings_rows(),
-            Extra::Matviews => self.matview_rows(),
-            Extra::Views => self.view_rows(),
-            Extra::Keys(table) => self.extra_rows(state, table).await?,
+        let rows = match (&self.extra, &relations) {
+            (Extra::Settings, _) => settings_rows(),
+            (Extra::Matviews, _) => self.matview_rows(),
+            (Extra::Views, _) => self.view_rows(),
+            (Extra::Keys(table), Some(relations)) => self.extra_rows(relations, table),
+            _ => vec![],
         };
         batches.push(rows_to_batch(&schema, &rows)?);
         let schema = self.schema();
@@ -556,10 +656,140 @@ pub fn sql_type_name_udf() -> datafusion::logical_expr::ScalarUDF {
     )
 }
 
+/// `information_schema.columns`' `data_type`, `character_maximum_length` and `udt_name` of a
+/// column (`weir_column_type(table_schema, table_name, column_name, arrow_type_text)`,
+/// `weir_column_max_length(table_schema, table_name, column_name)` and `weir_column_udt(...)` as
+/// the first): its declared type where it has one (`character varying`, 20, `varchar`), else its
+/// Arrow type's Postgres names (and no length).
+pub fn column_type_udfs(catalog: &Arc<Catalog>) -> [datafusion::logical_expr::ScalarUDF; 3] {
+    fn declared(catalog: &Catalog, arrays: &[ArrayRef]) -> DfResult<Vec<Option<crate::types::pg_type::DeclaredType>>> {
+        let texts = arrays[..3]
+            .iter()
+            .map(|a| datafusion::arrow::compute::cast(a, &DataType::Utf8))
+            .collect::<Result<Vec<_>, _>>()?;
+        let (schemas, tables, columns) =
+            (texts[0].as_string::<i32>(), texts[1].as_string::<i32>(), texts[2].as_string::<i32>());
+        Ok((0..schemas.len())
+            .map(|i| {
+                if schemas.is_null(i) || schemas.value(i) != DEFAULT_SCHEMA || tables.is_null(i) || columns.is_null(i) {
+                    return None;
+                }
+                let relation = catalog.get(tables.value(i))?;
+                relation.declared_type(relation.schema.index_of(columns.value(i)).ok()?)
+            })
+            .collect())
+    }
+    // A text column of the declared type's or the Arrow type's name.
+    let named = |name: &str,
+                 declared_name: fn(crate::types::pg_type::DeclaredType) -> String,
+                 arrow_name: fn(&DataType) -> String| {
+        let catalog = Arc::clone(catalog);
+        create_udf(
+            name,
+            vec![DataType::Utf8, DataType::Utf8, DataType::Utf8, DataType::Utf8],
+            DataType::Utf8,
+            Volatility::Stable,
+            Arc::new(move |args| {
+                let (_, arrays) = argument_arrays(args)?;
+                let arrow_types = datafusion::arrow::compute::cast(&arrays[3], &DataType::Utf8)?;
+                let arrow_types = arrow_types.as_string::<i32>();
+                let out: datafusion::arrow::array::StringArray = declared(&catalog, &arrays)?
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, d)| match d {
+                        Some(d) => Some(declared_name(d)),
+                        None if arrow_types.is_null(i) => None,
+                        None => Some(
+                            arrow_types
+                                .value(i)
+                                .parse::<DataType>()
+                                .map(|dt| arrow_name(&dt))
+                                .unwrap_or_else(|_| arrow_types.value(i).to_string()),
+                        ),
+                    })
+                    .collect();
+                Ok(ColumnarValue::Array(Arc::new(out)))
+            }),
+        )
+    };
+    let type_udf = named("weir_column_type", |d| d.base_name().to_string(), sql_type_name);
+    let udt_udf = named(
+        "weir_column_udt",
+        |d| d.type_name().to_string(),
+        |dt| crate::types::pg_type::type_name(dt).unwrap_or_else(|| dt.to_string().to_lowercase()),
+    );
+    let for_lengths = Arc::clone(catalog);
+    let length_udf = create_udf(
+        "weir_column_max_length",
+        vec![DataType::Utf8, DataType::Utf8, DataType::Utf8],
+        DataType::Int64,
+        Volatility::Stable,
+        Arc::new(move |args| {
+            let (_, arrays) = argument_arrays(args)?;
+            let out: datafusion::arrow::array::Int64Array = declared(&for_lengths, &arrays)?
+                .into_iter()
+                .map(|d| d.and_then(|d| d.max_length()).map(|n| n as i64))
+                .collect();
+            Ok(ColumnarValue::Array(Arc::new(out)))
+        }),
+    );
+    [type_udf, length_udf, udt_udf]
+}
+
+/// `weir_regclass(name)`: the OID of the relation `name` (`orders`, `public.orders`,
+/// `"public"."Orders"`), what a cast of a computed name to `regclass` gives; NULL for a name that
+/// is no relation of Weir's.
+fn regclass_udf(catalog: Arc<Catalog>) -> datafusion::logical_expr::ScalarUDF {
+    create_udf(
+        "weir_regclass",
+        vec![DataType::Utf8],
+        DataType::Int32,
+        Volatility::Stable,
+        Arc::new(move |args| {
+            let (_, arrays) = argument_arrays(args)?;
+            let names = datafusion::arrow::compute::cast(&arrays[0], &DataType::Utf8)?;
+            let unquote = |part: &str| {
+                let part = part.trim();
+                match part.strip_prefix('"').and_then(|p| p.strip_suffix('"')) {
+                    Some(quoted) => quoted.replace("\"\"", "\""),
+                    None => part.to_lowercase(),
+                }
+            };
+            let oids: Int32Array = names
+                .as_string::<i32>()
+                .iter()
+                .map(|name| {
+                    let name = name?;
+                    // A dot outside double quotes separates the schema from the name.
+                    let mut quoted = false;
+                    let split = name.char_indices().find(|(_, c)| {
+                        if *c == '"' {
+                            quoted = !quoted;
+                        }
+                        *c == '.' && !quoted
+                    });
+                    let (schema, relation) = match split {
+                        Some((i, _)) => (Some(unquote(&name[..i])), unquote(&name[i + 1..])),
+                        None => (None, unquote(name)),
+                    };
+                    if schema.is_some_and(|s| s != DEFAULT_SCHEMA) {
+                        return None;
+                    }
+                    catalog.get(&relation).map(|r| r.oid() as i32)
+                })
+                .collect();
+            Ok(ColumnarValue::Array(Arc::new(oids)))
+        }),
+    )
+}
+
 /// Registers the functions clients' catalog queries call that the crate does not provide.
 pub fn register_functions(ctx: &SessionContext, type_oids: HashMap<String, i32>, catalog: &Arc<Catalog>) {
     ctx.register_udf(index_definition_udf(Arc::clone(catalog)));
     ctx.register_udf(sql_type_name_udf());
+    ctx.register_udf(super::pg_functions::format_udf());
+    ctx.register_udf(super::pg_functions::col_description_udf());
+    ctx.register_udf(regclass_udf(Arc::clone(catalog)));
     // Every type and collation is in pg_catalog, which is always on the search path.
     for name in ["pg_type_is_visible", "pg_collation_is_visible"] {
         ctx.register_udf(create_udf(

@@ -38,17 +38,37 @@ pub struct CachedPlan {
     pub state: Arc<SessionState>,
     /// What the plan runs with (made once per state: it copies the function registries).
     pub task: Arc<TaskContext>,
-    /// The client's names of the result columns where they differ from the plan's.
-    pub names: Option<Vec<String>>,
+    /// What the client is told of the result columns besides their types.
+    pub columns: ClientColumns,
     /// The plan as one key lookup, when it is one (`frontend::point_lookup`).
     pub lookup: Option<super::point_lookup::PointLookup>,
 }
 
 impl CachedPlan {
     /// A plan for one run only.
-    pub fn new(plan: LogicalPlan, state: SessionState, names: Option<Vec<String>>) -> CachedPlan {
+    pub fn new(plan: LogicalPlan, state: SessionState, columns: ClientColumns) -> CachedPlan {
         let task = state.task_ctx();
-        CachedPlan { catalog_version: None, plan, state: Arc::new(state), task, names, lookup: None }
+        CachedPlan { catalog_version: None, plan, state: Arc::new(state), task, columns, lookup: None }
+    }
+}
+
+/// What the client is told of a query's result columns besides their types: the names it
+/// wrote where the plan's differ (two columns of one name), and each column's origin
+/// (`super::column_origins`: RowDescription's table OID, column number and declared type).
+#[derive(Clone, Default)]
+pub struct ClientColumns {
+    pub names: Option<Vec<String>>,
+    pub origins: Vec<Option<super::column_origins::ColumnOrigin>>,
+}
+
+impl ClientColumns {
+    /// The result columns `schema` as the client is to see them.
+    pub fn schema(&self, schema: &datafusion::arrow::datatypes::SchemaRef) -> datafusion::arrow::datatypes::SchemaRef {
+        let named = match &self.names {
+            Some(names) => super::column_names::rename(schema, names),
+            None => Arc::clone(schema),
+        };
+        super::column_origins::annotate(&named, &self.origins)
     }
 }
 
@@ -76,7 +96,7 @@ impl PlanCache {
         logical: &LogicalPlan,
         plan: &LogicalPlan,
         state: &SessionState,
-        names: Option<Vec<String>>,
+        columns: ClientColumns,
     ) {
         if !cacheable(logical) || !cacheable(plan) {
             return;
@@ -94,7 +114,7 @@ impl PlanCache {
         });
         let lookup = super::point_lookup::PointLookup::of(plan, &state);
         let cached =
-            CachedPlan { catalog_version: Some(catalog_version), plan: plan.clone(), state, task, names, lookup };
+            CachedPlan { catalog_version: Some(catalog_version), plan: plan.clone(), state, task, columns, lookup };
         self.plans.insert(sql, Arc::new(cached));
     }
 

@@ -18,6 +18,7 @@ use futures::{stream, StreamExt};
 use pgwire::api::portal::Format;
 use pgwire::api::results::FieldFormat;
 use pgwire::api::results::{FieldInfo, QueryResponse, Response, Tag};
+use pgwire::api::Type;
 use pgwire::error::{PgWireError, PgWireResult};
 
 use crate::error::WeirError;
@@ -40,7 +41,24 @@ pub fn fields(schema: &Schema, format: &Format) -> PgWireResult<Vec<FieldInfo>> 
             f
         })
         .collect();
-    arrow_schema_to_pg_fields(&Schema::new(cleaned), format, None)
+    let fields = arrow_schema_to_pg_fields(&Schema::new(cleaned), format, None)?;
+    Ok(fields.into_iter().zip(schema.fields()).map(|(info, field)| with_origin(info, field)).collect())
+}
+
+/// `info` with what Postgres also says of a column taken unchanged from a relation
+/// (`frontend::column_origins`): the table's OID, the column's number, its declared type
+/// (`varchar(20)` for a column stored as text) and type modifier.
+fn with_origin(info: FieldInfo, field: &Field) -> FieldInfo {
+    use crate::frontend::column_origins::{ATTNUM_KEY, TABLE_OID_KEY};
+    let metadata = field.metadata();
+    let number = |key: &str| metadata.get(key).and_then(|v| v.parse::<i64>().ok());
+    let (Some(table), Some(attnum)) = (number(TABLE_OID_KEY), number(ATTNUM_KEY)) else {
+        return info;
+    };
+    let declared = crate::types::pg_type::DeclaredType::of(field);
+    let datatype = declared.and_then(|d| Type::from_oid(d.oid)).unwrap_or_else(|| info.datatype().clone());
+    FieldInfo::new(info.name().to_string(), Some(table as i32), Some(attnum as i16), datatype, info.format())
+        .with_type_modifier(declared.map_or(-1, |d| d.typmod))
 }
 
 pub fn into_response(result: StatementResult, format: &Format) -> PgWireResult<Response> {

@@ -1,9 +1,13 @@
 //! How PostgreSQL names the type of a column of an Arrow type: what `\d`, `information_schema`
 //! and RowDescription-adjacent catalog queries show (`frontend::pg_catalog`), and the column
 //! types a Postgres sink creates its table with (`connectors::postgres`). One mapping, so what
-//! a client sees of a view is what a sink makes of it.
+//! a client sees of a view is what a sink makes of it. And [`DeclaredType`]: what a column was
+//! declared as where its Arrow type says less (`VARCHAR(20)` is stored as a string).
 
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, StringArray};
 use datafusion::arrow::datatypes::DataType;
+
+use crate::error::{Result, SqlState, WeirError};
 
 /// The PostgreSQL name of `data_type`; None for types PostgreSQL has no equivalent of (structs,
 /// maps, unions).
@@ -17,7 +21,7 @@ pub fn postgres_type_name(data_type: &DataType) -> Option<String> {
         DataType::Float16 | DataType::Float32 => "real".into(),
         DataType::Float64 => "double precision".into(),
         DataType::Decimal128(p, s) | DataType::Decimal256(p, s) => format!("numeric({p},{s})"),
-        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "character varying".into(),
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "text".into(),
         DataType::Binary | DataType::LargeBinary | DataType::BinaryView | DataType::FixedSizeBinary(_) => {
             "bytea".into()
         }
@@ -31,4 +35,206 @@ pub fn postgres_type_name(data_type: &DataType) -> Option<String> {
         }
         _ => return None,
     })
+}
+
+/// The `pg_type.typname` of a value of `data_type` (`int8`, `float8`, `_int4` for an array):
+/// what `information_schema.columns.udt_name` says.
+pub fn type_name(data_type: &DataType) -> Option<String> {
+    Some(match data_type {
+        DataType::Boolean => "bool".into(),
+        DataType::Int8 | DataType::Int16 | DataType::UInt8 => "int2".into(),
+        DataType::Int32 | DataType::UInt16 => "int4".into(),
+        DataType::Int64 | DataType::UInt32 => "int8".into(),
+        DataType::UInt64 | DataType::Decimal128(_, _) | DataType::Decimal256(_, _) => "numeric".into(),
+        DataType::Float16 | DataType::Float32 => "float4".into(),
+        DataType::Float64 => "float8".into(),
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "text".into(),
+        DataType::Binary | DataType::LargeBinary | DataType::BinaryView | DataType::FixedSizeBinary(_) => {
+            "bytea".into()
+        }
+        DataType::Date32 | DataType::Date64 => "date".into(),
+        DataType::Time32(_) | DataType::Time64(_) => "time".into(),
+        DataType::Timestamp(_, None) => "timestamp".into(),
+        DataType::Timestamp(_, Some(_)) => "timestamptz".into(),
+        DataType::Interval(_) | DataType::Duration(_) => "interval".into(),
+        DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
+            format!("_{}", type_name(f.data_type())?)
+        }
+        _ => return None,
+    })
+}
+
+/// The PostgreSQL name of a column's type: its declared type if it has one, else its Arrow
+/// type's ([`postgres_type_name`]).
+pub fn column_type_name(field: &datafusion::arrow::datatypes::Field) -> Option<String> {
+    match DeclaredType::of(field) {
+        Some(declared) => Some(declared.sql_name()),
+        None => postgres_type_name(field.data_type()),
+    }
+}
+
+/// A column's type as declared, where its Arrow type does not say it all: `VARCHAR(n)` and
+/// `CHAR(n)` are stored as Arrow strings (text), `NUMERIC` without a precision as a decimal of
+/// DataFusion's default precision. Clients see the declared type in RowDescription, `pg_attribute`
+/// and `information_schema.columns`; values are checked against a declared length when stored.
+///
+/// Kept as field metadata of the relation's stored definition (`catalog::RelationDef::schema`),
+/// never of the schema DataFusion plans with ([`DeclaredType::strip`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeclaredType {
+    /// `pg_type.oid`: varchar (1043), bpchar (1042) or numeric (1700).
+    pub oid: u32,
+    /// `pg_attribute.atttypmod`: the length plus 4, `(precision << 16 | scale) + 4`, or -1.
+    pub typmod: i32,
+}
+
+const VARCHAR_OID: u32 = 1043;
+const BPCHAR_OID: u32 = 1042;
+const NUMERIC_OID: u32 = 1700;
+/// Field metadata keys of a declared type.
+const OID_KEY: &str = "weir.declared_type_oid";
+const TYPMOD_KEY: &str = "weir.declared_typmod";
+
+impl DeclaredType {
+    /// The declared type of a column written `data_type`, when it says more than its Arrow type.
+    pub fn from_sql(data_type: &datafusion::sql::sqlparser::ast::DataType) -> Option<DeclaredType> {
+        use datafusion::sql::sqlparser::ast::{CharacterLength, DataType as Sql, ExactNumberInfo};
+        let length = |l: &Option<CharacterLength>| match l {
+            Some(CharacterLength::IntegerLength { length, .. }) => i32::try_from(*length).ok().map(|n| n + 4),
+            _ => None,
+        };
+        Some(match data_type {
+            Sql::Varchar(l) | Sql::CharacterVarying(l) | Sql::CharVarying(l) | Sql::Nvarchar(l) => {
+                DeclaredType { oid: VARCHAR_OID, typmod: length(l).unwrap_or(-1) }
+            }
+            // `CHAR` alone is CHAR(1), as in Postgres.
+            Sql::Char(l) | Sql::Character(l) => DeclaredType { oid: BPCHAR_OID, typmod: length(l).unwrap_or(5) },
+            Sql::Numeric(info) | Sql::Decimal(info) | Sql::Dec(info) => {
+                let typmod = match info {
+                    ExactNumberInfo::None => -1,
+                    ExactNumberInfo::Precision(p) => ((*p as i32) << 16) + 4,
+                    ExactNumberInfo::PrecisionAndScale(p, s) => (((*p as i32) << 16) | (*s as i32 & 0xffff)) + 4,
+                };
+                DeclaredType { oid: NUMERIC_OID, typmod }
+            }
+            _ => return None,
+        })
+    }
+
+    /// The declared type recorded on `field`, if any.
+    pub fn of(field: &datafusion::arrow::datatypes::Field) -> Option<DeclaredType> {
+        let metadata = field.metadata();
+        Some(DeclaredType {
+            oid: metadata.get(OID_KEY)?.parse().ok()?,
+            typmod: metadata.get(TYPMOD_KEY)?.parse().ok()?,
+        })
+    }
+
+    /// `field` with this declared type recorded.
+    pub fn on(self, field: datafusion::arrow::datatypes::Field) -> datafusion::arrow::datatypes::Field {
+        let mut metadata = field.metadata().clone();
+        metadata.insert(OID_KEY.to_string(), self.oid.to_string());
+        metadata.insert(TYPMOD_KEY.to_string(), self.typmod.to_string());
+        field.with_metadata(metadata)
+    }
+
+    /// `schema` without declared types: what queries are planned with.
+    pub fn strip(schema: &datafusion::arrow::datatypes::Schema) -> datafusion::arrow::datatypes::Schema {
+        let fields: Vec<datafusion::arrow::datatypes::Field> = schema
+            .fields()
+            .iter()
+            .map(|f| {
+                let mut f = f.as_ref().clone();
+                if f.metadata().contains_key(OID_KEY) {
+                    let mut metadata = f.metadata().clone();
+                    metadata.remove(OID_KEY);
+                    metadata.remove(TYPMOD_KEY);
+                    f = f.with_metadata(metadata);
+                }
+                f
+            })
+            .collect();
+        datafusion::arrow::datatypes::Schema::new_with_metadata(fields, schema.metadata().clone())
+    }
+
+    /// Whether a value of `data_type` can carry this declared type (a string a character type,
+    /// a decimal numeric): an expression over a declared column may have changed its type.
+    pub fn fits(self, data_type: &DataType) -> bool {
+        match self.oid {
+            NUMERIC_OID => matches!(data_type, DataType::Decimal128(_, _) | DataType::Decimal256(_, _)),
+            _ => matches!(data_type, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View),
+        }
+    }
+
+    /// The longest value a character type takes, in characters.
+    pub fn max_length(self) -> Option<usize> {
+        (self.oid != NUMERIC_OID && self.typmod >= 4).then(|| (self.typmod - 4) as usize)
+    }
+
+    /// Precision and scale of a numeric type declared with them.
+    pub fn precision_scale(self) -> Option<(i32, i32)> {
+        (self.oid == NUMERIC_OID && self.typmod >= 4).then(|| ((self.typmod - 4) >> 16, (self.typmod - 4) & 0xffff))
+    }
+
+    /// The type's name without its modifier, as `information_schema.columns.data_type` says it.
+    pub fn base_name(self) -> &'static str {
+        match self.oid {
+            VARCHAR_OID => "character varying",
+            BPCHAR_OID => "character",
+            _ => "numeric",
+        }
+    }
+
+    /// The type's `pg_type.typname`.
+    pub fn type_name(self) -> &'static str {
+        match self.oid {
+            VARCHAR_OID => "varchar",
+            BPCHAR_OID => "bpchar",
+            _ => "numeric",
+        }
+    }
+
+    /// The type as `format_type` prints it: `character varying(20)`, `numeric(10,2)`.
+    pub fn sql_name(self) -> String {
+        match (self.max_length(), self.precision_scale()) {
+            (Some(n), _) => format!("{}({n})", self.base_name()),
+            (_, Some((p, s))) => format!("numeric({p},{s})"),
+            _ => self.base_name().to_string(),
+        }
+    }
+
+    /// Checks `values` against a declared length as Postgres does when a value is stored: a
+    /// longer value is refused (22001) unless what is past the length is spaces, which are cut.
+    /// None when nothing needs to change.
+    pub fn fit_length(self, values: &dyn Array) -> Result<Option<ArrayRef>> {
+        let Some(max) = self.max_length() else { return Ok(None) };
+        let as_utf8 = match values.data_type() {
+            DataType::Utf8View | DataType::LargeUtf8 => datafusion::arrow::compute::cast(values, &DataType::Utf8)?,
+            DataType::Utf8 => datafusion::arrow::array::make_array(values.to_data()),
+            _ => return Ok(None),
+        };
+        let strings = as_utf8.as_string::<i32>();
+        let too_long = |s: &str| s.len() > max && s.chars().count() > max;
+        if !strings.iter().flatten().any(too_long) {
+            return Ok(None);
+        }
+        let mut fitted = Vec::with_capacity(strings.len());
+        for value in strings.iter() {
+            match value {
+                Some(s) if too_long(s) => {
+                    let cut = s.char_indices().nth(max).map(|(i, _)| i).unwrap_or(s.len());
+                    if s[cut..].chars().any(|c| c != ' ') {
+                        return Err(WeirError::new(
+                            SqlState::STRING_DATA_RIGHT_TRUNCATION,
+                            format!("value too long for type {}", self.sql_name()),
+                        ));
+                    }
+                    fitted.push(Some(&s[..cut]));
+                }
+                other => fitted.push(other),
+            }
+        }
+        let fitted: ArrayRef = std::sync::Arc::new(StringArray::from(fitted));
+        Ok(Some(datafusion::arrow::compute::cast(&fitted, values.data_type())?))
+    }
 }

@@ -31,6 +31,28 @@ public class JdbcCheck {
                     check(!r.next(), "two rows");
                 }
             }
+            // What connection pools and BI tools do: validate with an empty query, cap rows
+            // (Execute with a row limit), fetch in pieces (portal suspension).
+            check(c.isValid(5), "isValid");
+            try (Statement s = c.createStatement()) {
+                s.setMaxRows(2);
+                int n = 0;
+                try (ResultSet r = s.executeQuery("SELECT * FROM j ORDER BY id")) {
+                    while (r.next()) n++;
+                }
+                check(n == 2, "setMaxRows(2) gave " + n);
+            }
+            c.setAutoCommit(false);
+            try (Statement s = c.createStatement()) {
+                s.setFetchSize(1);
+                int n = 0;
+                try (ResultSet r = s.executeQuery("SELECT * FROM j ORDER BY id")) {
+                    while (r.next()) n++;
+                }
+                check(n == 3, "setFetchSize(1) gave " + n);
+            }
+            c.commit();
+            c.setAutoCommit(true);
             DatabaseMetaData md = c.getMetaData();
             check(md.getDatabaseProductName().equals("PostgreSQL"), "product " + md.getDatabaseProductName());
             List<String> tables = new ArrayList<>();
@@ -47,7 +69,23 @@ public class JdbcCheck {
             try (ResultSet r = md.getColumns(null, "public", "j", "%")) {
                 while (r.next()) columns.add(r.getString("COLUMN_NAME") + ":" + r.getString("TYPE_NAME"));
             }
-            check(columns.size() == 3 && columns.get(0).startsWith("id:"), "getColumns " + columns);
+            check(columns.equals(List.of("id:int4", "name:varchar", "price:float8")), "getColumns " + columns);
+            // Result columns name their table and column (RowDescription's table OID and
+            // column number), and VARCHAR columns are varchar.
+            try (PreparedStatement p = c.prepareStatement("SELECT name, price * 2 AS doubled FROM j WHERE id = ?")) {
+                p.setInt(1, 1);
+                try (ResultSet r = p.executeQuery()) {
+                    ResultSetMetaData meta = r.getMetaData();
+                    org.postgresql.PGResultSetMetaData pg = meta.unwrap(org.postgresql.PGResultSetMetaData.class);
+                    check(pg.getBaseTableName(1).equals("j"), "getBaseTableName " + pg.getBaseTableName(1));
+                    check(pg.getBaseColumnName(1).equals("name"), "getBaseColumnName " + pg.getBaseColumnName(1));
+                    check(pg.getBaseSchemaName(1).equals("public"), "getBaseSchemaName " + pg.getBaseSchemaName(1));
+                    check(pg.getBaseTableName(2).equals(""), "computed column has no table: " + pg.getBaseTableName(2));
+                    check(meta.getColumnTypeName(1).equals("varchar"), "getColumnTypeName " + meta.getColumnTypeName(1));
+                    check(meta.isNullable(1) == ResultSetMetaData.columnNullable, "isNullable " + meta.isNullable(1));
+                    check(r.next() && r.getString(1).equals("n1"), "row");
+                }
+            }
             List<String> pk = new ArrayList<>();
             try (ResultSet r = md.getPrimaryKeys(null, "public", "j")) {
                 while (r.next()) pk.add(r.getString("COLUMN_NAME"));

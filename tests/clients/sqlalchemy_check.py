@@ -28,6 +28,12 @@ columns = {c["name"]: c for c in insp.get_columns("orders")}
 assert list(columns) == ["id", "customer", "amount"], columns
 assert str(columns["id"]["type"]) == "BIGINT" and not columns["id"]["nullable"], columns["id"]
 assert not columns["customer"]["nullable"] and columns["amount"]["nullable"], columns
+assert str(columns["customer"]["type"]) == "VARCHAR", columns["customer"]
+with engine.connect() as c:
+    c.execute(text("CREATE TABLE sized (code CHAR(3), name VARCHAR(20), price NUMERIC(10, 2))"))
+    c.commit()
+sized = {c["name"]: str(c["type"]) for c in insp.get_columns("sized")}
+assert sized == {"code": "CHAR(3)", "name": "VARCHAR(20)", "price": "NUMERIC(10, 2)"}, sized
 assert insp.get_pk_constraint("orders")["constrained_columns"] == ["id"], insp.get_pk_constraint("orders")
 assert insp.get_pk_constraint("composite")["constrained_columns"] == ["b", "a"], insp.get_pk_constraint("composite")
 assert insp.has_table("orders") and not insp.has_table("nope")
@@ -46,8 +52,8 @@ async def with_asyncpg():
     # A prepared statement's description (asyncpg's get_attributes / get_parameters).
     st = await conn.prepare("SELECT id, customer, amount FROM orders WHERE id = $1")
     attributes = [(a.name, a.type.name) for a in st.get_attributes()]
-    # (customer is VARCHAR: announced as text until declared types are kept, issue 18)
-    assert [a for a in attributes if a[0] != "customer"] == [("id", "int8"), ("amount", "float8")], attributes
+    # customer is VARCHAR: announced as declared, not as the text it is stored as.
+    assert attributes == [("id", "int8"), ("customer", "varchar"), ("amount", "float8")], attributes
     assert [p.name for p in st.get_parameters()] == ["int8"], st.get_parameters()
     assert [tuple(r) for r in await st.fetch(2)] == [(2, "c0", 5.0)]
     # Arrays make asyncpg introspect their types through pg_catalog.

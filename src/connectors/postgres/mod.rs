@@ -117,7 +117,7 @@ impl PostgresSink {
                 .zip(schema.fields())
                 .map(|(name, f)| {
                     let not_null = if f.is_nullable() { "" } else { " NOT NULL" };
-                    format!("{name} {}{not_null}", postgres_type(f.data_type()))
+                    format!("{name} {}{not_null}", postgres_type(f))
                 })
                 .collect();
             if let Some(key) = &key {
@@ -263,10 +263,10 @@ impl PostgresSink {
     }
 }
 
-/// The PostgreSQL type of a view's column of `data_type` (text for types it has no match for:
-/// values are sent as text either way).
-pub fn postgres_type(data_type: &datafusion::arrow::datatypes::DataType) -> String {
-    crate::types::pg_type::postgres_type_name(data_type).unwrap_or_else(|| "text".into())
+/// The PostgreSQL type of a view's column: as declared (`character varying(20)`), else as its
+/// Arrow type maps (text for types Postgres has no match for: values are sent as text either way).
+pub fn postgres_type(field: &datafusion::arrow::datatypes::Field) -> String {
+    crate::types::pg_type::column_type_name(field).unwrap_or_else(|| "text".into())
 }
 
 impl SinkWriter for PostgresSink {

@@ -14,7 +14,7 @@ use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::common::Constraint;
 use datafusion::dataframe::DataFrameWriteOptions;
 use datafusion::logical_expr::{DdlStatement, LogicalPlan};
-use datafusion::sql::sqlparser::ast::Statement;
+use datafusion::sql::sqlparser::ast::{ColumnDef, Statement};
 
 use super::{query, relation_name};
 use crate::catalog::{TableOptions, WatermarkDef};
@@ -22,6 +22,7 @@ use crate::connectors::options::ConnectorOptions;
 use crate::error::{Result, SqlState, WeirError};
 use crate::frontend::clauses::StreamingClauses;
 use crate::frontend::{Frontend, Session, StatementResult};
+use crate::types::pg_type::DeclaredType;
 use crate::types::window::is_time_type;
 
 /// A source's columns: its connector's (timestamps as TIMESTAMP, nanoseconds, like a table's),
@@ -54,6 +55,18 @@ fn source_schema(options: &ConnectorOptions, declared: Schema, primary_key: &[St
         ));
     }
     Ok((declared, replayable))
+}
+
+/// The columns declared with a type their Arrow type says less than (`VARCHAR(20)`), by the
+/// name DataFusion gives them (unquoted names in lower case).
+fn declared_types(columns: &[ColumnDef]) -> Vec<(String, DeclaredType)> {
+    columns
+        .iter()
+        .filter_map(|c| {
+            let name = if c.name.quote_style.is_some() { c.name.value.clone() } else { c.name.value.to_lowercase() };
+            DeclaredType::from_sql(&c.data_type).map(|d| (name, d))
+        })
+        .collect()
 }
 
 /// The statement as stored: the parsed statement with its streaming clauses put back.
@@ -111,6 +124,7 @@ pub async fn handle(
         return Err(WeirError::syntax("EMIT, ALLOW LATENESS and LATE ROWS belong to CREATE MATERIALIZED VIEW"));
     }
     let definition = table_definition(&statement.to_string(), &clauses);
+    let declared = declared_types(&create.columns);
     let plan = query::plan(session, statement).await?;
     let LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(cmt)) = plan else {
         return Err(WeirError::unsupported("this form of CREATE TABLE is not supported"));
@@ -219,6 +233,21 @@ pub async fn handle(
         None => None,
     };
     let options = TableOptions { append_only, watermark, processing_time, connector: clauses.source.clone(), replayed };
+    // Columns keep their declared types (`VARCHAR(20)`): as written, or as the query of a
+    // CREATE TABLE AS takes them from other relations.
+    let schema = if is_ctas {
+        crate::frontend::column_origins::with_declared_types(fe.catalog(), &cmt.input, schema)
+    } else {
+        let fields: Vec<Field> = schema
+            .fields()
+            .iter()
+            .map(|f| match declared.iter().find(|(name, _)| name == f.name()) {
+                Some((_, declared)) => declared.on(f.as_ref().clone()),
+                None => f.as_ref().clone(),
+            })
+            .collect();
+        Schema::new(fields)
+    };
     let created =
         fe.catalog().create_table_with(&name, &definition, schema, primary_key, options, cmt.if_not_exists)?;
     // A failure from here on undoes this statement's creation by id (`undo_create`), so it can

@@ -15,9 +15,13 @@ use crate::frontend::{Frontend, StatementResult};
 pub fn handle(fe: &Frontend, name: &ObjectName) -> Result<StatementResult> {
     let name = relation_name(name)?;
     let relation = fe.catalog().get(&name).ok_or_else(|| WeirError::undefined_table(&name))?;
-    let fields = relation.schema.fields();
+    // The definition's columns carry their declared types (`character varying(20)`).
+    let fields = relation.def.schema.fields();
     let names: Vec<String> = fields.iter().map(|f| f.name().clone()).collect();
-    let types: Vec<String> = fields.iter().map(|f| sql_type_name(f.data_type())).collect();
+    let types: Vec<String> = fields
+        .iter()
+        .map(|f| crate::types::pg_type::column_type_name(f).unwrap_or_else(|| sql_type_name(f.data_type())))
+        .collect();
     let nullable: Vec<bool> = fields.iter().map(|f| f.is_nullable()).collect();
     let pk: Vec<bool> = (0..fields.len()).map(|i| relation.def.primary_key.contains(&i)).collect();
     let schema = Arc::new(Schema::new(vec![

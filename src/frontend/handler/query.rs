@@ -6,14 +6,15 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::UInt64Array;
-use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::ParamValues;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::Statement;
 
+use crate::catalog::Catalog;
 use crate::error::Result;
-use crate::frontend::plan_cache::CachedPlan;
+use crate::frontend::column_origins::column_origins;
+use crate::frontend::plan_cache::{CachedPlan, ClientColumns};
 use crate::frontend::{column_names, Session, StatementDescription, StatementResult};
 
 /// The command tag of a DML statement, None for statements that return rows.
@@ -29,6 +30,18 @@ fn dml_tag(statement: &Statement) -> Option<&'static str> {
 
 pub async fn plan(session: &Session, statement: Statement) -> Result<LogicalPlan> {
     Ok(plan_named(session, statement).await?.0)
+}
+
+/// Plans `statement`, and tells what the client is to see of its result columns
+/// ([`ClientColumns`]: their origins in `catalog`'s relations, and their names).
+pub async fn plan_for_client(
+    session: &Session,
+    catalog: &Catalog,
+    statement: Statement,
+) -> Result<(LogicalPlan, ClientColumns)> {
+    let (plan, names) = plan_named(session, statement).await?;
+    let origins = column_origins(catalog, &plan);
+    Ok((plan, ClientColumns { names, origins }))
 }
 
 /// Plans `statement`. A query's unaliased result columns get Postgres's names
@@ -51,23 +64,15 @@ pub async fn plan_named(session: &Session, mut statement: Statement) -> Result<(
     Ok((state.statement_to_plan(DfStatement::Statement(Box::new(statement))).await?, names))
 }
 
-/// Result columns `schema`, with the client's names where they differ.
-fn client_schema(schema: &SchemaRef, names: Option<&[String]>) -> SchemaRef {
-    match names {
-        Some(names) => column_names::rename(schema, names),
-        None => Arc::clone(schema),
-    }
-}
-
-/// Runs a query or DML statement. `catalog_version` is the catalog's
-/// ([`crate::catalog::Catalog::version`]): a plan cached for it is used
-/// (`frontend::plan_cache`), and a new plan is kept with it.
+/// Runs a query or DML statement. A plan cached for the catalog's version
+/// ([`Catalog::version`]) is used (`frontend::plan_cache`), and a new plan is kept with it.
 pub async fn handle(
     session: &mut Session,
     statement: Statement,
     params: Option<ParamValues>,
-    catalog_version: u64,
+    catalog: &Catalog,
 ) -> Result<StatementResult> {
+    let catalog_version = catalog.version();
     let tag = dml_tag(&statement);
     if matches!(statement, Statement::Explain { .. }) {
         return explain(session, statement, params).await;
@@ -87,7 +92,7 @@ pub async fn handle(
         }
         None => {
             crate::metrics::PLANS_TOTAL.with_label_values(&["planned"]).inc();
-            let (logical, names) = plan_named(session, statement).await?;
+            let (logical, columns) = plan_for_client(session, catalog, statement).await?;
             if matches!(tag, Some("UPDATE" | "DELETE")) {
                 conditions_on_the_target_only(&logical)?;
             }
@@ -101,15 +106,15 @@ pub async fn handle(
             match state.optimize(&logical) {
                 Ok(optimized) => {
                     if let Some(sql) = sql {
-                        session.plans.keep(sql, catalog_version, &logical, &optimized, &state, names.clone());
+                        session.plans.keep(sql, catalog_version, &logical, &optimized, &state, columns.clone());
                     }
-                    Arc::new(CachedPlan::new(optimized, state, names))
+                    Arc::new(CachedPlan::new(optimized, state, columns))
                 }
                 Err(e) if params.is_none() => return Err(e.into()),
                 Err(_) => {
                     let logical = logical.with_param_values(params.clone().unwrap_or(ParamValues::List(vec![])))?;
                     let optimized = state.optimize(&logical)?;
-                    Arc::new(CachedPlan::new(optimized, state, names))
+                    Arc::new(CachedPlan::new(optimized, state, columns))
                 }
             }
         }
@@ -119,7 +124,7 @@ pub async fn handle(
             crate::metrics::PLANS_TOTAL.with_label_values(&["lookup"]).inc();
             return crate::frontend::handler::rows(rows).map(|result| match result {
                 StatementResult::Rows { schema, stream } => {
-                    StatementResult::Rows { schema: client_schema(&schema, cached.names.as_deref()), stream }
+                    StatementResult::Rows { schema: cached.columns.schema(&schema), stream }
                 }
                 other => other,
             });
@@ -143,7 +148,7 @@ pub async fn handle(
             Ok(StatementResult::Command { tag: tag.to_string(), rows })
         }
         None => {
-            let schema = client_schema(&physical.schema(), cached.names.as_deref());
+            let schema = cached.columns.schema(&physical.schema());
             let stream = datafusion::physical_plan::execute_stream(physical, task)?;
             Ok(StatementResult::Rows { schema, stream })
         }
@@ -240,14 +245,14 @@ async fn explain(session: &mut Session, statement: Statement, params: Option<Par
     })?;
     refused?;
     let frame = session.ctx.execute_logical_plan(logical).await?;
-    let schema = client_schema(frame.schema().inner(), names.as_deref());
+    let schema = ClientColumns { names, origins: vec![] }.schema(frame.schema().inner());
     let stream = without_trailing_newlines(frame.execute_stream().await?);
     Ok(StatementResult::Rows { schema, stream })
 }
 
-pub async fn describe(session: &Session, statement: &Statement) -> Result<StatementDescription> {
+pub async fn describe(session: &Session, catalog: &Catalog, statement: &Statement) -> Result<StatementDescription> {
     let returns_rows = dml_tag(statement).is_none();
-    let (logical, names) = plan_named(session, statement.clone()).await?;
+    let (logical, client_columns) = plan_for_client(session, catalog, statement.clone()).await?;
     let mut params: Vec<(usize, Option<_>)> = logical
         .get_parameter_types()?
         .into_iter()
@@ -276,7 +281,7 @@ pub async fn describe(session: &Session, statement: &Statement) -> Result<Statem
     Ok(StatementDescription {
         parameters,
         parameter_casts,
-        columns: returns_rows.then(|| client_schema(columns.inner(), names.as_deref())),
+        columns: returns_rows.then(|| client_columns.schema(columns.inner())),
     })
 }
 
