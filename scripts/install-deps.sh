@@ -3,7 +3,8 @@
 # Idempotent: installs only what is missing. Needs root (or sudo).
 #
 #   scripts/install-deps.sh build   # what `cargo build` needs: libclang (bindgen for RocksDB)
-#   scripts/install-deps.sh test    # plus the clients the tests drive (psql, psycopg, pgjdbc) and
+#   scripts/install-deps.sh test    # plus the clients the tests drive (psql, psycopg, pgjdbc,
+#                                   # node-postgres) and
 #                                   # the servers they talk to (an S3-compatible one: moto; a
 #                                   # Kafka-compatible one: noida-db; PostgreSQL for sinks), the
 #                                   # Python ones in virtual environments (scripts/python-env.sh)
@@ -25,6 +26,8 @@ if [ "$what" = test ]; then
   need_deb libpostgresql-jdbc-java
   need_deb default-jdk-headless
   python3 -c 'import venv, ensurepip' 2>/dev/null || need_deb python3-venv
+  command -v node >/dev/null || need_deb nodejs
+  command -v npm >/dev/null || need_deb npm
 fi
 
 if [ ${#apt_missing[@]} -gt 0 ]; then
@@ -58,5 +61,18 @@ if [ "$what" = test ]; then
     rm -rf "$WEIR_TEST_VENV_LATEST"
     make_venv "$WEIR_TEST_VENV_LATEST" 'psycopg[binary]' 'SQLAlchemy' 'asyncpg'
     date +%F > "$latest_stamp"
+  fi
+fi
+
+if [ "$what" = test ]; then
+  # node-postgres, pinned, in a directory the project owns (WEIR_TEST_NODE, outside the clone).
+  node_dir=${WEIR_TEST_NODE:-/var/tmp/weir-test-node}
+  node_packages='pg@8.23.1'
+  if [ "$(cat "$node_dir/.weir-packages" 2>/dev/null)" != "$node_packages" ]; then
+    echo "installing from npm into $node_dir: $node_packages"
+    rm -rf "$node_dir"
+    mkdir -p "$node_dir"
+    npm install --prefix "$node_dir" --no-audit --no-fund --silent $node_packages
+    echo "$node_packages" > "$node_dir/.weir-packages"
   fi
 fi

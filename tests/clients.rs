@@ -1,6 +1,6 @@
 //! Real client programs against a real server: psql's meta-commands, psycopg 3, SQLAlchemy's
-//! inspector and asyncpg (Python: pinned versions, and the current releases), pgjdbc (Java), and
-//! the statements BI tools send (Grafana, Metabase, DBeaver, Tableau, Superset), installed by
+//! inspector and asyncpg (Python: pinned versions, and the current releases), pgjdbc (Java),
+//! node-postgres (Node.js), and the statements BI tools send (Grafana, Metabase, DBeaver, Tableau, Superset), installed by
 //! scripts/install-deps.sh.
 
 mod common;
@@ -99,6 +99,20 @@ async fn sqlalchemy_inspector_and_asyncpg() {
             .arg(server.port.to_string()));
         assert!(out.contains("sqlalchemy and asyncpg ok"), "{python:?}: {out}\n{}", server.log_text());
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_postgres_application() {
+    let dir = std::env::var("WEIR_TEST_NODE").unwrap_or_else(|_| "/var/tmp/weir-test-node".to_string());
+    let modules = Path::new(&dir).join("node_modules");
+    assert!(modules.join("pg").exists(), "{} lacks pg: run scripts/install-deps.sh", modules.display());
+    let server = TestServer::start();
+    let out = run(Command::new("node")
+        .env("NODE_PATH", &modules)
+        .arg(clients_dir().join("node_pg_check.js"))
+        .arg("127.0.0.1")
+        .arg(server.port.to_string()));
+    assert!(out.contains("node-postgres ok"), "{out}\n{}", server.log_text());
 }
 
 /// The statements Grafana, Metabase, DBeaver, Tableau and Superset send to list schemas,
