@@ -187,7 +187,11 @@ fn user_columns_at(relation: &Relation, batch: &RecordBatch, stamp_nanos: i64) -
             cast(col, field.data_type())?
         });
     }
-    fit_declared_lengths(relation, &mut columns)?;
+    // A connector's rows are as the source has them (a value refused here would stop the
+    // source at that offset for good); statements' rows fit their declared lengths.
+    if relation.def.connector.is_none() {
+        fit_declared_lengths(relation, &mut columns)?;
+    }
     Ok(columns)
 }
 

@@ -21,7 +21,7 @@ use datafusion::datasource::source_as_provider;
 use datafusion::logical_expr::{Expr, JoinType, LogicalPlan};
 
 use crate::catalog::provider::RelationTable;
-use crate::catalog::{Catalog, Relation, RelationKind};
+use crate::catalog::{Catalog, Relation};
 use crate::types::pg_type::DeclaredType;
 
 /// A relation's column: the relation and the column's index in its user columns.
@@ -47,16 +47,10 @@ pub fn column_origins(catalog: &Catalog, plan: &LogicalPlan) -> Vec<Option<Colum
 fn origin(catalog: &Catalog, plan: &LogicalPlan, index: usize) -> Option<ColumnOrigin> {
     match plan {
         LogicalPlan::TableScan(scan) => {
-            let name = scan.projected_schema.field(index).name();
+            let name = scan.projected_schema.fields().get(index)?.name();
             let provider = source_as_provider(&scan.source).ok()?;
-            let relation = match (provider.as_ref() as &dyn std::any::Any).downcast_ref::<RelationTable>() {
-                Some(table) => Arc::clone(table.relation()),
-                // A plain view left as a scan of DataFusion's ViewTable: found by its name.
-                None => catalog.get(scan.table_name.table()).filter(|r| {
-                    r.def.kind == RelationKind::View
-                        && scan.table_name.schema().is_none_or(|s| s == crate::catalog::DEFAULT_SCHEMA)
-                })?,
-            };
+            let table = (provider.as_ref() as &dyn std::any::Any).downcast_ref::<RelationTable>()?;
+            let relation = Arc::clone(table.relation());
             let index = relation.schema.index_of(name).ok()?;
             Some(ColumnOrigin { relation, index })
         }
@@ -72,8 +66,14 @@ fn origin(catalog: &Catalog, plan: &LogicalPlan, index: usize) -> Option<ColumnO
         LogicalPlan::Join(join) => {
             let left = join.left.schema().fields().len();
             match join.join_type {
-                JoinType::LeftSemi | JoinType::LeftAnti | JoinType::LeftMark => origin(catalog, &join.left, index),
-                JoinType::RightSemi | JoinType::RightAnti | JoinType::RightMark => origin(catalog, &join.right, index),
+                JoinType::LeftSemi | JoinType::LeftAnti => origin(catalog, &join.left, index),
+                JoinType::RightSemi | JoinType::RightAnti => origin(catalog, &join.right, index),
+                // The mark column after one side's columns is computed.
+                JoinType::LeftMark if index < left => origin(catalog, &join.left, index),
+                JoinType::RightMark if index < join.right.schema().fields().len() => {
+                    origin(catalog, &join.right, index)
+                }
+                JoinType::LeftMark | JoinType::RightMark => None,
                 _ if index < left => origin(catalog, &join.left, index),
                 _ => origin(catalog, &join.right, index - left),
             }

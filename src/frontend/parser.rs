@@ -125,10 +125,11 @@ impl SqlParser {
         })?;
         for statement in &mut statements {
             rewrite_catalog_idioms(statement);
-            super::pg_functions::rewrite_datetime_patterns(statement);
             fold_window_function_names(statement);
             super::interval_text::rewrite_interval_literals(statement);
             if let Some(table_functions) = &self.table_functions {
+                // Not when a stored definition is parsed again: it was stored rewritten.
+                super::pg_functions::rewrite_datetime_patterns(statement);
                 functions_in_from(statement, table_functions);
                 series_in_select_lists(statement)?;
             }
@@ -447,7 +448,8 @@ fn makes_text(expr: &ast::Expr) -> bool {
 /// WHEN trim(s[i]) = '"$user"' ... FROM generate_series(...) AS i, string_to_array(...) s)`, as
 /// `= ANY(current_schemas(false))`: the same schemas, without a subquery inside CASE, which
 /// DataFusion cannot run (the compatibility parser would make it match nothing, and Grafana's
-/// table and column pickers would come up empty). Matched whatever the whitespace and case.
+/// table and column pickers would come up empty); `NOT IN (...)` as `<> ALL(...)`. Matched
+/// whatever the whitespace and case.
 fn search_path_membership(sql: &str) -> Option<String> {
     const SUBQUERY: &str = "IN(SELECTCASEWHENtrim(s[i])='\"$user\"'THENuserELSEtrim(s[i])ENDFROMgenerate_series(\
         array_lower(string_to_array(current_setting('search_path'),','),1),\
@@ -464,9 +466,14 @@ fn search_path_membership(sql: &str) -> Option<String> {
     while i + pattern.len() <= compact.len() {
         let matches = compact[i..i + pattern.len()].iter().zip(&pattern).all(|((_, a), b)| a.eq_ignore_ascii_case(b));
         if matches {
-            let (start, (end, last)) = (compact[i].0, compact[i + pattern.len() - 1]);
+            // `NOT IN (...)` (Grafana's list of tables off the search path) is `<> ALL(...)`.
+            let word = |at: usize| compact[at].1.is_alphanumeric() || compact[at].1 == '_';
+            let negated = i >= 3
+                && compact[i - 3..i].iter().map(|(_, c)| c).collect::<String>().eq_ignore_ascii_case("NOT")
+                && (i == 3 || !word(i - 4));
+            let (start, (end, last)) = (compact[if negated { i - 3 } else { i }].0, compact[i + pattern.len() - 1]);
             out.push_str(&sql[copied..start]);
-            out.push_str("= ANY(current_schemas(false))");
+            out.push_str(if negated { "<> ALL(current_schemas(false))" } else { "= ANY(current_schemas(false))" });
             copied = end + last.len_utf8();
             i += pattern.len();
         } else {

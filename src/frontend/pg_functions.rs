@@ -146,6 +146,7 @@ pub fn col_description_udf() -> ScalarUDF {
 /// Postgres date/time pattern fields and their chrono equivalents, longest first.
 const FIELDS: &[(&str, &str)] = &[
     ("HH24", "%H"),
+    ("SSSS", ""),
     ("HH12", "%I"),
     ("IYYY", "%G"),
     ("YYYY", "%Y"),
@@ -164,7 +165,6 @@ const FIELDS: &[(&str, &str)] = &[
     ("AM", "%p"),
     ("PM", "%p"),
     ("DY", "%a"),
-    ("TZ", "%Z"),
     ("IW", "%V"),
 ];
 
@@ -189,8 +189,18 @@ pub fn chrono_pattern(pattern: &str) -> Option<String> {
             Some(fm) if fm.eq_ignore_ascii_case("FM") => (true, &rest[2..]),
             _ => (false, rest),
         };
+        // Lower-case am/pm asks for lower-case output; other fields match in any case.
+        if after_fm.starts_with("am") || after_fm.starts_with("pm") {
+            out.push_str("%P");
+            rest = &after_fm[2..];
+            continue;
+        }
         let field =
             FIELDS.iter().find(|(name, _)| after_fm.get(..name.len()).is_some_and(|p| p.eq_ignore_ascii_case(name)));
+        if let Some((_, "")) = field {
+            // SSSS (seconds past midnight): chrono has no such field.
+            return None;
+        }
         if let Some((name, chrono)) = field {
             let chrono = if fill_mode && matches!(*name, "HH24" | "HH12" | "HH" | "MM" | "DD" | "DDD" | "MI" | "SS") {
                 format!("%-{}", &chrono[1..])
@@ -260,6 +270,10 @@ mod tests {
         assert_eq!(t("YYYY-MM-DD\"T\"HH24:MI:SS.MS").as_deref(), Some("%Y-%m-%dT%H:%M:%S.%3f"));
         assert_eq!(t("YYYY \"Q\"Q"), None);
         assert_eq!(t("100%").as_deref(), Some("100%%"));
+        assert_eq!(t("HH12:MI am").as_deref(), Some("%I:%M %P"));
+        assert_eq!(t("HH12:MI PM").as_deref(), Some("%I:%M %p"));
+        assert_eq!(t("SSSS"), None);
+        assert_eq!(t("YYYY TZ"), None);
     }
 
     #[test]

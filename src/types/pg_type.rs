@@ -100,7 +100,9 @@ impl DeclaredType {
     pub fn from_sql(data_type: &datafusion::sql::sqlparser::ast::DataType) -> Option<DeclaredType> {
         use datafusion::sql::sqlparser::ast::{CharacterLength, DataType as Sql, ExactNumberInfo};
         let length = |l: &Option<CharacterLength>| match l {
-            Some(CharacterLength::IntegerLength { length, .. }) => i32::try_from(*length).ok().map(|n| n + 4),
+            Some(CharacterLength::IntegerLength { length, .. }) => {
+                i32::try_from(*length).ok().and_then(|n| n.checked_add(4))
+            }
             _ => None,
         };
         Some(match data_type {

@@ -63,7 +63,8 @@ fn declared_types(columns: &[ColumnDef]) -> Vec<(String, DeclaredType)> {
     columns
         .iter()
         .filter_map(|c| {
-            let name = if c.name.quote_style.is_some() { c.name.value.clone() } else { c.name.value.to_lowercase() };
+            let name =
+                if c.name.quote_style.is_some() { c.name.value.clone() } else { c.name.value.to_ascii_lowercase() };
             DeclaredType::from_sql(&c.data_type).map(|d| (name, d))
         })
         .collect()
