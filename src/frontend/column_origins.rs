@@ -139,23 +139,7 @@ pub fn annotate(schema: &SchemaRef, origins: &[Option<ColumnOrigin>]) -> SchemaR
 /// takes unchanged from other relations (a view of a `VARCHAR(20)` column is `VARCHAR(20)`).
 pub fn with_declared_types(catalog: &Catalog, plan: &LogicalPlan, schema: Schema) -> Schema {
     let origins = column_origins(catalog, plan);
-    let fields: Vec<Field> = schema
-        .fields()
-        .iter()
-        .enumerate()
-        .map(|(i, field)| {
-            let field = field.as_ref().clone();
-            match origins
-                .get(i)
-                .cloned()
-                .flatten()
-                .and_then(|o| o.declared_type())
-                .filter(|d| d.fits(field.data_type()))
-            {
-                Some(declared) => declared.on(field),
-                None => field,
-            }
-        })
-        .collect();
-    Schema::new_with_metadata(fields, schema.metadata().clone())
+    DeclaredType::declare(schema, |i, field| {
+        origins.get(i)?.as_ref()?.declared_type().filter(|d| d.fits(field.data_type()))
+    })
 }

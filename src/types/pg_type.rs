@@ -12,56 +12,44 @@ use crate::error::{Result, SqlState, WeirError};
 /// The PostgreSQL name of `data_type`; None for types PostgreSQL has no equivalent of (structs,
 /// maps, unions).
 pub fn postgres_type_name(data_type: &DataType) -> Option<String> {
-    Some(match data_type {
-        DataType::Boolean => "boolean".into(),
-        DataType::Int8 | DataType::Int16 | DataType::UInt8 => "smallint".into(),
-        DataType::Int32 | DataType::UInt16 => "integer".into(),
-        DataType::Int64 | DataType::UInt32 => "bigint".into(),
-        DataType::UInt64 => "numeric".into(),
-        DataType::Float16 | DataType::Float32 => "real".into(),
-        DataType::Float64 => "double precision".into(),
-        DataType::Decimal128(p, s) | DataType::Decimal256(p, s) => format!("numeric({p},{s})"),
-        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "text".into(),
-        DataType::Binary | DataType::LargeBinary | DataType::BinaryView | DataType::FixedSizeBinary(_) => {
-            "bytea".into()
-        }
-        DataType::Date32 | DataType::Date64 => "date".into(),
-        DataType::Time32(_) | DataType::Time64(_) => "time without time zone".into(),
-        DataType::Timestamp(_, None) => "timestamp without time zone".into(),
-        DataType::Timestamp(_, Some(_)) => "timestamp with time zone".into(),
-        DataType::Interval(_) | DataType::Duration(_) => "interval".into(),
-        DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
-            format!("{}[]", postgres_type_name(f.data_type())?)
-        }
-        _ => return None,
-    })
+    names(data_type).map(|(sql, _)| sql)
 }
 
 /// The `pg_type.typname` of a value of `data_type` (`int8`, `float8`, `_int4` for an array):
 /// what `information_schema.columns.udt_name` says.
 pub fn type_name(data_type: &DataType) -> Option<String> {
-    Some(match data_type {
-        DataType::Boolean => "bool".into(),
-        DataType::Int8 | DataType::Int16 | DataType::UInt8 => "int2".into(),
-        DataType::Int32 | DataType::UInt16 => "int4".into(),
-        DataType::Int64 | DataType::UInt32 => "int8".into(),
-        DataType::UInt64 | DataType::Decimal128(_, _) | DataType::Decimal256(_, _) => "numeric".into(),
-        DataType::Float16 | DataType::Float32 => "float4".into(),
-        DataType::Float64 => "float8".into(),
-        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "text".into(),
-        DataType::Binary | DataType::LargeBinary | DataType::BinaryView | DataType::FixedSizeBinary(_) => {
-            "bytea".into()
+    names(data_type).map(|(_, typname)| typname)
+}
+
+/// `data_type`'s PostgreSQL name (`double precision`) and `pg_type.typname` (`float8`).
+fn names(data_type: &DataType) -> Option<(String, String)> {
+    let (sql, typname) = match data_type {
+        DataType::Boolean => ("boolean", "bool"),
+        DataType::Int8 | DataType::Int16 | DataType::UInt8 => ("smallint", "int2"),
+        DataType::Int32 | DataType::UInt16 => ("integer", "int4"),
+        DataType::Int64 | DataType::UInt32 => ("bigint", "int8"),
+        DataType::UInt64 => ("numeric", "numeric"),
+        DataType::Decimal128(p, s) | DataType::Decimal256(p, s) => {
+            return Some((format!("numeric({p},{s})"), "numeric".into()))
         }
-        DataType::Date32 | DataType::Date64 => "date".into(),
-        DataType::Time32(_) | DataType::Time64(_) => "time".into(),
-        DataType::Timestamp(_, None) => "timestamp".into(),
-        DataType::Timestamp(_, Some(_)) => "timestamptz".into(),
-        DataType::Interval(_) | DataType::Duration(_) => "interval".into(),
+        DataType::Float16 | DataType::Float32 => ("real", "float4"),
+        DataType::Float64 => ("double precision", "float8"),
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => ("text", "text"),
+        DataType::Binary | DataType::LargeBinary | DataType::BinaryView | DataType::FixedSizeBinary(_) => {
+            ("bytea", "bytea")
+        }
+        DataType::Date32 | DataType::Date64 => ("date", "date"),
+        DataType::Time32(_) | DataType::Time64(_) => ("time without time zone", "time"),
+        DataType::Timestamp(_, None) => ("timestamp without time zone", "timestamp"),
+        DataType::Timestamp(_, Some(_)) => ("timestamp with time zone", "timestamptz"),
+        DataType::Interval(_) | DataType::Duration(_) => ("interval", "interval"),
         DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
-            format!("_{}", type_name(f.data_type())?)
+            let (sql, typname) = names(f.data_type())?;
+            return Some((format!("{sql}[]"), format!("_{typname}")));
         }
         _ => return None,
-    })
+    };
+    Some((sql.to_string(), typname.to_string()))
 }
 
 /// The PostgreSQL name of a column's type: its declared type if it has one, else its Arrow
@@ -138,6 +126,23 @@ impl DeclaredType {
         metadata.insert(OID_KEY.to_string(), self.oid.to_string());
         metadata.insert(TYPMOD_KEY.to_string(), self.typmod.to_string());
         field.with_metadata(metadata)
+    }
+
+    /// `schema` with the declared type `declared(index, field)` gives each column that has one.
+    pub fn declare(
+        schema: datafusion::arrow::datatypes::Schema,
+        declared: impl Fn(usize, &datafusion::arrow::datatypes::Field) -> Option<DeclaredType>,
+    ) -> datafusion::arrow::datatypes::Schema {
+        let fields: Vec<datafusion::arrow::datatypes::Field> = schema
+            .fields()
+            .iter()
+            .enumerate()
+            .map(|(i, f)| match declared(i, f) {
+                Some(d) => d.on(f.as_ref().clone()),
+                None => f.as_ref().clone(),
+            })
+            .collect();
+        datafusion::arrow::datatypes::Schema::new_with_metadata(fields, schema.metadata().clone())
     }
 
     /// `schema` without declared types: what queries are planned with.

@@ -239,15 +239,7 @@ pub async fn handle(
     let schema = if is_ctas {
         crate::frontend::column_origins::with_declared_types(fe.catalog(), &cmt.input, schema)
     } else {
-        let fields: Vec<Field> = schema
-            .fields()
-            .iter()
-            .map(|f| match declared.iter().find(|(name, _)| name == f.name()) {
-                Some((_, declared)) => declared.on(f.as_ref().clone()),
-                None => f.as_ref().clone(),
-            })
-            .collect();
-        Schema::new(fields)
+        DeclaredType::declare(schema, |_, f| declared.iter().find(|(name, _)| name == f.name()).map(|(_, d)| *d))
     };
     let created =
         fe.catalog().create_table_with(&name, &definition, schema, primary_key, options, cmt.if_not_exists)?;
