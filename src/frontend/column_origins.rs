@@ -21,7 +21,7 @@ use datafusion::datasource::source_as_provider;
 use datafusion::logical_expr::{Expr, JoinType, LogicalPlan};
 
 use crate::catalog::provider::RelationTable;
-use crate::catalog::{Catalog, Relation};
+use crate::catalog::Relation;
 use crate::types::pg_type::DeclaredType;
 
 /// A relation's column: the relation and the column's index in its user columns.
@@ -39,12 +39,12 @@ impl ColumnOrigin {
 }
 
 /// The origin of each of `plan`'s output columns.
-pub fn column_origins(catalog: &Catalog, plan: &LogicalPlan) -> Vec<Option<ColumnOrigin>> {
-    (0..plan.schema().fields().len()).map(|i| origin(catalog, plan, i)).collect()
+pub fn column_origins(plan: &LogicalPlan) -> Vec<Option<ColumnOrigin>> {
+    (0..plan.schema().fields().len()).map(|i| origin(plan, i)).collect()
 }
 
 /// The origin of output column `index` of `plan`.
-fn origin(catalog: &Catalog, plan: &LogicalPlan, index: usize) -> Option<ColumnOrigin> {
+fn origin(plan: &LogicalPlan, index: usize) -> Option<ColumnOrigin> {
     match plan {
         LogicalPlan::TableScan(scan) => {
             let name = scan.projected_schema.fields().get(index)?.name();
@@ -56,26 +56,24 @@ fn origin(catalog: &Catalog, plan: &LogicalPlan, index: usize) -> Option<ColumnO
         }
         LogicalPlan::Projection(projection) => {
             let input = projection.input.as_ref();
-            reference(catalog, input, projection.expr.get(index)?)
+            reference(input, projection.expr.get(index)?)
         }
         LogicalPlan::Aggregate(aggregate) => {
             // Group-by columns come first; the aggregates after them are computed.
             let input = aggregate.input.as_ref();
-            reference(catalog, input, aggregate.group_expr.get(index)?)
+            reference(input, aggregate.group_expr.get(index)?)
         }
         LogicalPlan::Join(join) => {
             let left = join.left.schema().fields().len();
             match join.join_type {
-                JoinType::LeftSemi | JoinType::LeftAnti => origin(catalog, &join.left, index),
-                JoinType::RightSemi | JoinType::RightAnti => origin(catalog, &join.right, index),
+                JoinType::LeftSemi | JoinType::LeftAnti => origin(&join.left, index),
+                JoinType::RightSemi | JoinType::RightAnti => origin(&join.right, index),
                 // The mark column after one side's columns is computed.
-                JoinType::LeftMark if index < left => origin(catalog, &join.left, index),
-                JoinType::RightMark if index < join.right.schema().fields().len() => {
-                    origin(catalog, &join.right, index)
-                }
+                JoinType::LeftMark if index < left => origin(&join.left, index),
+                JoinType::RightMark if index < join.right.schema().fields().len() => origin(&join.right, index),
                 JoinType::LeftMark | JoinType::RightMark => None,
-                _ if index < left => origin(catalog, &join.left, index),
-                _ => origin(catalog, &join.right, index - left),
+                _ if index < left => origin(&join.left, index),
+                _ => origin(&join.right, index - left),
             }
         }
         LogicalPlan::Filter(_)
@@ -83,22 +81,18 @@ fn origin(catalog: &Catalog, plan: &LogicalPlan, index: usize) -> Option<ColumnO
         | LogicalPlan::Limit(_)
         | LogicalPlan::SubqueryAlias(_)
         | LogicalPlan::Repartition(_)
-        | LogicalPlan::Distinct(datafusion::logical_expr::Distinct::All(_)) => {
-            origin(catalog, plan.inputs().first()?, index)
-        }
+        | LogicalPlan::Distinct(datafusion::logical_expr::Distinct::All(_)) => origin(plan.inputs().first()?, index),
         // A window adds its columns after its input's.
-        LogicalPlan::Window(window) if index < window.input.schema().fields().len() => {
-            origin(catalog, &window.input, index)
-        }
+        LogicalPlan::Window(window) if index < window.input.schema().fields().len() => origin(&window.input, index),
         _ => None,
     }
 }
 
 /// The origin of `expr` over `input`'s columns, when it is a column (perhaps aliased).
-fn reference(catalog: &Catalog, input: &LogicalPlan, expr: &Expr) -> Option<ColumnOrigin> {
+fn reference(input: &LogicalPlan, expr: &Expr) -> Option<ColumnOrigin> {
     match expr {
-        Expr::Alias(alias) => reference(catalog, input, &alias.expr),
-        Expr::Column(column) => origin(catalog, input, input.schema().index_of_column(column).ok()?),
+        Expr::Alias(alias) => reference(input, &alias.expr),
+        Expr::Column(column) => origin(input, input.schema().index_of_column(column).ok()?),
         _ => None,
     }
 }
@@ -137,8 +131,8 @@ pub fn annotate(schema: &SchemaRef, origins: &[Option<ColumnOrigin>]) -> SchemaR
 
 /// `schema`, a new relation's columns made by `plan`, with the declared types of the columns it
 /// takes unchanged from other relations (a view of a `VARCHAR(20)` column is `VARCHAR(20)`).
-pub fn with_declared_types(catalog: &Catalog, plan: &LogicalPlan, schema: Schema) -> Schema {
-    let origins = column_origins(catalog, plan);
+pub fn with_declared_types(plan: &LogicalPlan, schema: Schema) -> Schema {
+    let origins = column_origins(plan);
     DeclaredType::declare(schema, |i, field| {
         origins.get(i)?.as_ref()?.declared_type().filter(|d| d.fits(field.data_type()))
     })

@@ -306,7 +306,12 @@ impl Extended {
     /// OID. The crate numbers relations as it meets them; clients see each relation's own OID
     /// ([`Relation::oid`], the same across restarts), so pg_class and pg_attribute are
     /// renumbered with this map and RowDescription can name a column's table.
-    async fn public_relations(&self, state: &dyn Session) -> DfResult<PublicRelations> {
+    /// `pg_class_rows`: the crate's pg_class when the caller has scanned it already.
+    async fn public_relations(
+        &self,
+        state: &dyn Session,
+        pg_class_rows: Option<&[RecordBatch]>,
+    ) -> DfResult<PublicRelations> {
         let mut out = PublicRelations { namespace: 0, by_crate_oid: HashMap::new() };
         let (Some(pg_class), Some(pg_namespace)) = (&self.pg_class, &self.pg_namespace) else {
             return Ok(out);
@@ -327,7 +332,15 @@ impl Extended {
                 out.namespace = oid.value(i);
             }
         }
-        for batch in scan(pg_class).await? {
+        let scanned;
+        let pg_class_rows = match pg_class_rows {
+            Some(rows) => rows,
+            None => {
+                scanned = scan(pg_class).await?;
+                &scanned
+            }
+        };
+        for batch in pg_class_rows {
             let get = |name: &str| batch.column_by_name(name).cloned();
             let (Some(oid), Some(relname), Some(ns)) = (get("oid"), get("relname"), get("relnamespace")) else {
                 continue;
@@ -349,15 +362,10 @@ impl Extended {
     /// `batch` with `column`'s crate relation OIDs replaced by Weir's.
     fn renumber(batch: RecordBatch, column: &str, relations: &PublicRelations) -> DfResult<RecordBatch> {
         let Ok(index) = batch.schema().index_of(column) else { return Ok(batch) };
-        let original = batch.column(index);
-        let oids = datafusion::arrow::compute::cast(original, &DataType::Int64)?;
-        let renumbered: datafusion::arrow::array::Int64Array = oids
-            .as_primitive::<Int64Type>()
-            .iter()
-            .map(|oid| oid.map(|oid| relations.by_crate_oid.get(&oid).map_or(oid, |r| r.oid() as i64)))
-            .collect();
         let mut columns = batch.columns().to_vec();
-        columns[index] = datafusion::arrow::compute::cast(&renumbered, original.data_type())?;
+        columns[index] = map_integers(&columns[index], |_, oid| {
+            oid.map(|oid| relations.by_crate_oid.get(&oid).map_or(oid, |r| r.oid() as i64))
+        })?;
         Ok(RecordBatch::try_new(batch.schema(), columns)?)
     }
 
@@ -383,15 +391,8 @@ impl Extended {
             })
             .collect();
         let mut columns = batch.columns().to_vec();
-        for (index, value) in [
-            (typid, &(|d: crate::types::pg_type::DeclaredType| d.oid as i64) as &dyn Fn(_) -> i64),
-            (typmod, &|d: crate::types::pg_type::DeclaredType| d.typmod as i64),
-        ] {
-            let current = datafusion::arrow::compute::cast(batch.column(index), &DataType::Int64)?;
-            let patched: datafusion::arrow::array::Int64Array =
-                current.as_primitive::<Int64Type>().iter().zip(&declared).map(|(v, d)| d.map(value).or(v)).collect();
-            columns[index] = datafusion::arrow::compute::cast(&patched, batch.column(index).data_type())?;
-        }
+        columns[typid] = map_integers(&columns[typid], |row, v| declared[row].map(|d| d.oid as i64).or(v))?;
+        columns[typmod] = map_integers(&columns[typmod], |row, v| declared[row].map(|d| d.typmod as i64).or(v))?;
         Self::renumber(RecordBatch::try_new(schema, columns)?, "attrelid", relations)
     }
 
@@ -453,6 +454,15 @@ impl Extended {
         }
         rows
     }
+}
+
+/// An integer column with each row's value (as i64) passed through `f(row, value)`, in its own
+/// integer type.
+fn map_integers(column: &ArrayRef, f: impl Fn(usize, Option<i64>) -> Option<i64>) -> DfResult<ArrayRef> {
+    let values = datafusion::arrow::compute::cast(column, &DataType::Int64)?;
+    let mapped: datafusion::arrow::array::Int64Array =
+        values.as_primitive::<Int64Type>().iter().enumerate().map(|(row, v)| f(row, v)).collect();
+    Ok(datafusion::arrow::compute::cast(&mapped, column.data_type())?)
 }
 
 /// Weir's relations as the crate's pg_catalog numbers them ([`Extended::public_relations`]).
@@ -529,25 +539,29 @@ impl TableProvider for Extended {
         _limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let schema = self.inner.schema();
+        // The crate's rows, for the tables that keep them (pg_settings' one row is replaced).
+        let inner_rows = match &self.extra {
+            Extra::Keys(_) | Extra::Attributes => {
+                collect(self.inner.scan(state, None, &[], None).await?, state.task_ctx()).await?
+            }
+            _ => vec![],
+        };
+        let is_pg_class = matches!(&self.extra, Extra::Keys(t) if t == "pg_class");
         let relations = match &self.extra {
-            Extra::Keys(_) | Extra::Attributes => Some(self.public_relations(state).await?),
+            // pg_class's own rows say how the crate numbered the relations: not scanned twice.
+            Extra::Keys(_) | Extra::Attributes => {
+                Some(self.public_relations(state, is_pg_class.then_some(inner_rows.as_slice())).await?)
+            }
             _ => None,
         };
         let mut batches = match (&self.extra, &relations) {
-            (Extra::Keys(table), Some(relations)) => {
-                let batches = collect(self.inner.scan(state, None, &[], None).await?, state.task_ctx()).await?;
-                if table == "pg_class" {
-                    batches
-                        .into_iter()
-                        .map(|b| Self::renumber(self.mark_views(b)?, "oid", relations))
-                        .collect::<DfResult<Vec<_>>>()?
-                } else {
-                    batches
-                }
-            }
+            (Extra::Keys(_), Some(relations)) if is_pg_class => inner_rows
+                .into_iter()
+                .map(|b| Self::renumber(self.mark_views(b)?, "oid", relations))
+                .collect::<DfResult<Vec<_>>>()?,
+            (Extra::Keys(_), Some(_)) => inner_rows,
             (Extra::Attributes, Some(relations)) => {
-                let batches = collect(self.inner.scan(state, None, &[], None).await?, state.task_ctx()).await?;
-                batches.into_iter().map(|b| Self::attributes(b, relations)).collect::<DfResult<Vec<_>>>()?
+                inner_rows.into_iter().map(|b| Self::attributes(b, relations)).collect::<DfResult<Vec<_>>>()?
             }
             // The crate's one pg_settings row is replaced by the full list.
             _ => vec![],
@@ -740,44 +754,47 @@ pub fn column_type_udfs(catalog: &Arc<Catalog>) -> [datafusion::logical_expr::Sc
 /// `"public"."Orders"`), what a cast of a computed name to `regclass` gives; NULL for a name that
 /// is no relation of Weir's.
 fn regclass_udf(catalog: Arc<Catalog>) -> datafusion::logical_expr::ScalarUDF {
+    let unquote = |part: &str| {
+        let part = part.trim();
+        match part.strip_prefix('"').and_then(|p| p.strip_suffix('"')) {
+            Some(quoted) => quoted.replace("\"\"", "\""),
+            None => part.to_lowercase(),
+        }
+    };
+    name_lookup_udf("weir_regclass", move |name| {
+        // A dot outside double quotes separates the schema from the name.
+        let mut quoted = false;
+        let split = name.char_indices().find(|(_, c)| {
+            if *c == '"' {
+                quoted = !quoted;
+            }
+            *c == '.' && !quoted
+        });
+        let (schema, relation) = match split {
+            Some((i, _)) => (Some(unquote(&name[..i])), unquote(&name[i + 1..])),
+            None => (None, unquote(name)),
+        };
+        if schema.is_some_and(|s| s != DEFAULT_SCHEMA) {
+            return None;
+        }
+        catalog.get(&relation).map(|r| r.oid() as i32)
+    })
+}
+
+/// A function `name(text) -> int4` looking each name up with `lookup` (NULL where it finds none).
+fn name_lookup_udf(
+    name: &str,
+    lookup: impl Fn(&str) -> Option<i32> + Send + Sync + 'static,
+) -> datafusion::logical_expr::ScalarUDF {
     create_udf(
-        "weir_regclass",
+        name,
         vec![DataType::Utf8],
         DataType::Int32,
         Volatility::Stable,
         Arc::new(move |args| {
             let (_, arrays) = argument_arrays(args)?;
             let names = datafusion::arrow::compute::cast(&arrays[0], &DataType::Utf8)?;
-            let unquote = |part: &str| {
-                let part = part.trim();
-                match part.strip_prefix('"').and_then(|p| p.strip_suffix('"')) {
-                    Some(quoted) => quoted.replace("\"\"", "\""),
-                    None => part.to_lowercase(),
-                }
-            };
-            let oids: Int32Array = names
-                .as_string::<i32>()
-                .iter()
-                .map(|name| {
-                    let name = name?;
-                    // A dot outside double quotes separates the schema from the name.
-                    let mut quoted = false;
-                    let split = name.char_indices().find(|(_, c)| {
-                        if *c == '"' {
-                            quoted = !quoted;
-                        }
-                        *c == '.' && !quoted
-                    });
-                    let (schema, relation) = match split {
-                        Some((i, _)) => (Some(unquote(&name[..i])), unquote(&name[i + 1..])),
-                        None => (None, unquote(name)),
-                    };
-                    if schema.is_some_and(|s| s != DEFAULT_SCHEMA) {
-                        return None;
-                    }
-                    catalog.get(&relation).map(|r| r.oid() as i32)
-                })
-                .collect();
+            let oids: Int32Array = names.as_string::<i32>().iter().map(|n| n.and_then(&lookup)).collect();
             Ok(ColumnarValue::Array(Arc::new(oids)))
         }),
     )
@@ -826,22 +843,7 @@ pub fn register_functions(ctx: &SessionContext, type_oids: HashMap<String, i32>,
         }),
     ));
     let type_oids = Arc::new(type_oids);
-    ctx.register_udf(create_udf(
-        "to_regtype",
-        vec![DataType::Utf8],
-        DataType::Int32,
-        Volatility::Stable,
-        Arc::new(move |args| {
-            let (_, arrays) = argument_arrays(args)?;
-            let names = datafusion::arrow::compute::cast(&arrays[0], &DataType::Utf8)?;
-            let oids: Int32Array = names
-                .as_string::<i32>()
-                .iter()
-                .map(|n| n.and_then(|n| type_oids.get(&normalize_type_name(n)).copied()))
-                .collect();
-            Ok(ColumnarValue::Array(Arc::new(oids)))
-        }),
-    ));
+    ctx.register_udf(name_lookup_udf("to_regtype", move |n| type_oids.get(&normalize_type_name(n)).copied()));
     let element = Fields::from(vec![Field::new("x", DataType::Int32, true), Field::new("n", DataType::Int32, false)]);
     let item = Arc::new(Field::new("item", DataType::Struct(element.clone()), false));
     let list_type = DataType::List(Arc::clone(&item));

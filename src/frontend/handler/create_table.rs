@@ -237,7 +237,7 @@ pub async fn handle(
     // Columns keep their declared types (`VARCHAR(20)`): as written, or as the query of a
     // CREATE TABLE AS takes them from other relations.
     let schema = if is_ctas {
-        crate::frontend::column_origins::with_declared_types(fe.catalog(), &cmt.input, schema)
+        crate::frontend::column_origins::with_declared_types(&cmt.input, schema)
     } else {
         DeclaredType::declare(schema, |_, f| declared.iter().find(|(name, _)| name == f.name()).map(|(_, d)| *d))
     };

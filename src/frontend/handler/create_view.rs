@@ -224,7 +224,7 @@ pub async fn handle(
     let options = view_options(fe, session, &statement, &clauses).await?;
     let (schema, logical) = plan_view(session, &statement, true).await?;
     // Columns taken unchanged from other relations keep their declared types (`VARCHAR(20)`).
-    let schema = crate::frontend::column_origins::with_declared_types(fe.catalog(), &logical, schema);
+    let schema = crate::frontend::column_origins::with_declared_types(&logical, schema);
     // Check the plan can be maintained before the view exists.
     let checked = build_view(fe, session, &logical, &name, 0, &options)?;
     // What it reads once plain views are inlined, and the plain views it names (they cannot be

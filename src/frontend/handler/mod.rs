@@ -56,7 +56,7 @@ pub async fn execute(
         | Statement::Delete(_)
         | Statement::Truncate(_)
         | Statement::Explain { .. } => {
-            query::handle(session, name_given_columns(fe, statement), params, fe.catalog()).await
+            query::handle(session, name_given_columns(fe, statement), params, fe.catalog().version()).await
         }
         Statement::ShowTables { .. } => show::tables(fe),
         Statement::ShowVariable { variable } => show::variable(session, &variable),
@@ -126,7 +126,7 @@ pub async fn describe(fe: &Frontend, session: &mut Session, statement: &Statemen
             if let Some(described) = session.plans.description(&sql, version) {
                 return Ok(described);
             }
-            let described = query::describe(session, fe.catalog(), &name_given_columns(fe, statement.clone())).await?;
+            let described = query::describe(session, &name_given_columns(fe, statement.clone())).await?;
             session.plans.keep_description(sql, version, described.clone());
             Ok(described)
         }

@@ -11,7 +11,6 @@ use datafusion::logical_expr::LogicalPlan;
 use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::Statement;
 
-use crate::catalog::Catalog;
 use crate::error::Result;
 use crate::frontend::column_origins::column_origins;
 use crate::frontend::plan_cache::{CachedPlan, ClientColumns};
@@ -33,14 +32,10 @@ pub async fn plan(session: &Session, statement: Statement) -> Result<LogicalPlan
 }
 
 /// Plans `statement`, and tells what the client is to see of its result columns
-/// ([`ClientColumns`]: their origins in `catalog`'s relations, and their names).
-pub async fn plan_for_client(
-    session: &Session,
-    catalog: &Catalog,
-    statement: Statement,
-) -> Result<(LogicalPlan, ClientColumns)> {
+/// ([`ClientColumns`]: their origins in Weir's relations, and their names).
+pub async fn plan_for_client(session: &Session, statement: Statement) -> Result<(LogicalPlan, ClientColumns)> {
     let (plan, names) = plan_named(session, statement).await?;
-    let origins = column_origins(catalog, &plan);
+    let origins = column_origins(&plan);
     Ok((plan, ClientColumns { names, origins }))
 }
 
@@ -64,15 +59,15 @@ pub async fn plan_named(session: &Session, mut statement: Statement) -> Result<(
     Ok((state.statement_to_plan(DfStatement::Statement(Box::new(statement))).await?, names))
 }
 
-/// Runs a query or DML statement. A plan cached for the catalog's version
-/// ([`Catalog::version`]) is used (`frontend::plan_cache`), and a new plan is kept with it.
+/// Runs a query or DML statement. `catalog_version` is the catalog's
+/// ([`crate::catalog::Catalog::version`]): a plan cached for it is used
+/// (`frontend::plan_cache`), and a new plan is kept with it.
 pub async fn handle(
     session: &mut Session,
     statement: Statement,
     params: Option<ParamValues>,
-    catalog: &Catalog,
+    catalog_version: u64,
 ) -> Result<StatementResult> {
-    let catalog_version = catalog.version();
     let tag = dml_tag(&statement);
     if matches!(statement, Statement::Explain { .. }) {
         return explain(session, statement, params).await;
@@ -92,7 +87,7 @@ pub async fn handle(
         }
         None => {
             crate::metrics::PLANS_TOTAL.with_label_values(&["planned"]).inc();
-            let (logical, columns) = plan_for_client(session, catalog, statement).await?;
+            let (logical, columns) = plan_for_client(session, statement).await?;
             if matches!(tag, Some("UPDATE" | "DELETE")) {
                 conditions_on_the_target_only(&logical)?;
             }
@@ -250,9 +245,9 @@ async fn explain(session: &mut Session, statement: Statement, params: Option<Par
     Ok(StatementResult::Rows { schema, stream })
 }
 
-pub async fn describe(session: &Session, catalog: &Catalog, statement: &Statement) -> Result<StatementDescription> {
+pub async fn describe(session: &Session, statement: &Statement) -> Result<StatementDescription> {
     let returns_rows = dml_tag(statement).is_none();
-    let (logical, client_columns) = plan_for_client(session, catalog, statement.clone()).await?;
+    let (logical, client_columns) = plan_for_client(session, statement.clone()).await?;
     let mut params: Vec<(usize, Option<_>)> = logical
         .get_parameter_types()?
         .into_iter()
