@@ -7,7 +7,9 @@
 # 10,000,000) into Weir and into PostgreSQL (scripts/pg-server.sh), and in Weir a view of
 # ROWS/10 groups over it. Then runs the pgbench scripts of sql/serving/ against both, SECONDS
 # each (default 20), prepared statements (-M prepared), 1 client and 16: point lookups by key,
-# short key ranges, updates by key, lookups of the view's groups (Weir only), and lookups while
+# short key ranges, updates by key, lookups of a group's rows through the secondary index
+# items_g (g) INCLUDE (v), made in both after loading, lookups of the view's groups (Weir
+# only), and lookups while
 # a second pgbench updates the table at a fixed rate (the view kept up to date meanwhile).
 # Prints throughput and latency percentiles from pgbench's per-transaction logs. Needs psql and
 # pgbench (Debian's postgresql-client). WEIR_BINARY defaults to a release build.
@@ -49,8 +51,15 @@ fill "${weir_args[*]}"
 psql "${weir_args[@]}" -q -v ON_ERROR_STOP=1 -c \
     "CREATE MATERIALIZED VIEW per_group AS SELECT g, count(*) AS n, sum(v) AS s FROM items GROUP BY g"
 echo "weir: loaded and view built in $(echo "$(date +%s.%N) - $start" | bc) s"
+index="CREATE INDEX items_g ON items (g) INCLUDE (v)"
+start=$(date +%s.%N)
+psql "${weir_args[@]}" -q -v ON_ERROR_STOP=1 -c "$index"
+echo "weir: index built in $(echo "$(date +%s.%N) - $start" | bc) s"
 psql "${pg_args[@]}" -q -c "DROP TABLE IF EXISTS items" -c "$load"
 fill "${pg_args[*]}"
+start=$(date +%s.%N)
+psql "${pg_args[@]}" -q -v ON_ERROR_STOP=1 -c "$index"
+echo "postgres: index built in $(echo "$(date +%s.%N) - $start" | bc) s"
 psql "${pg_args[@]}" -q -c "VACUUM ANALYZE items"
 
 # $1 system, $2 script, $3 clients, extra pgbench args after; prints tps and latency percentiles.
@@ -87,7 +96,7 @@ while kill -0 "$counter" 2>/dev/null; do
 done
 echo "weir: SELECT count(*) = $(cat "$dir/count.out") in $(echo "$(date +%s.%N) - $started" | bc) s; RSS $((before / 1024)) MiB before, peak +$(((peak - before) / 1024)) MiB"
 
-for script in lookup.sql range.sql update.sql; do
+for script in lookup.sql index_lookup.sql range.sql update.sql; do
     for clients in 1 16; do
         run weir "$script" "$clients"
         run postgres "$script" "$clients"

@@ -36,6 +36,8 @@ impl SqlState {
     pub const IN_FAILED_TRANSACTION: SqlState = SqlState("25P02");
     pub const FEATURE_NOT_SUPPORTED: SqlState = SqlState("0A000");
     pub const UNDEFINED_PARAMETER: SqlState = SqlState("42704");
+    /// The same code, as Postgres raises it for a missing index (or other object).
+    pub const UNDEFINED_OBJECT: SqlState = SqlState("42704");
     pub const QUERY_CANCELED: SqlState = SqlState("57014");
     pub const ADMIN_SHUTDOWN: SqlState = SqlState("57P01");
     pub const DEPENDENT_OBJECTS_STILL_EXIST: SqlState = SqlState("2BP01");

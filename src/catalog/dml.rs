@@ -9,7 +9,8 @@
 //! batch: a statement is applied entirely or not at all, and concurrent writers of one table
 //! are serialised. After the commit, still under the lock, the statement's changes go to the
 //! table's subscribers (materialized views), so they see every committed change once, in
-//! commit order.
+//! commit order. The table's indexes are kept up to date in the same write batch
+//! ([`super::index::maintain`]).
 
 use std::fmt;
 use std::sync::Arc;
@@ -34,6 +35,7 @@ use datafusion::arrow::compute::concat_batches;
 
 use super::change_log::{self, LoggedChanges};
 use super::changes::ChangeHub;
+use super::index::{self, IndexRead};
 use super::key_access::KeyAccess;
 use super::{Catalog, Relation};
 use crate::error::{Result, SqlState, WeirError};
@@ -221,9 +223,32 @@ pub struct Writer {
     log_changes: bool,
 }
 
-/// The stored rows a DELETE or UPDATE may change: those `access` allows (the statement's
-/// conditions narrow the key, [`super::key_access`]), else every row.
-fn candidates(relation: &Relation, store: &dyn StateStore, access: KeyAccess) -> Result<Vec<RecordBatch>> {
+/// Which stored rows a DELETE or UPDATE reads: those its conditions allow by the table's key
+/// ([`super::key_access`]), or, for a keyed table, through an index holding every column
+/// ([`super::index::choose`]).
+pub enum Candidates {
+    ByKey(KeyAccess),
+    ThroughIndex(IndexRead),
+}
+
+/// The stored rows a DELETE or UPDATE may change: those `access` allows, else every row.
+fn candidates(relation: &Relation, store: &dyn StateStore, access: Candidates) -> Result<Vec<RecordBatch>> {
+    let access = match access {
+        Candidates::ByKey(access) => access,
+        Candidates::ThroughIndex(read) => {
+            // A keyed table's stored rows are its user columns, which the index holds all of.
+            let KeyAccess::Ranges(ranges) = &read.access else {
+                return Err(WeirError::internal("an index is read by key ranges"));
+            };
+            let mut batches = Vec::new();
+            read.index.stream_rows(store, Some(ranges), None, &mut |rows| {
+                let columns = rows.project(&read.projection)?.columns().to_vec();
+                batches.push(RecordBatch::try_new(Arc::clone(relation.table.schema()), columns)?);
+                Ok(crate::state::store::ScanControl::Continue)
+            })?;
+            return Ok(batches);
+        }
+    };
     let ranges = match access {
         KeyAccess::Keys(keys) => return Ok(vec![relation.rows_with_keys(store, &keys)?]),
         KeyAccess::Ranges(ranges) => Some(ranges),
@@ -323,20 +348,22 @@ impl Writer {
         removed: Option<RecordBatch>,
     ) -> Result<u64> {
         let listening = self.changes.has_subscribers(self.relation.def.id).await;
+        // Indexes are kept from the changes, as views are.
+        let indexed = index::has_indexes(&self.relation);
         let mut count = 0u64;
         let mut stored_batches = Vec::new();
         for batch in batches {
             count += batch.num_rows() as u64;
             let stored = to_stored(&self.relation, batch)?;
             self.relation.table.put_batch(&stored, &mut wb)?;
-            if listening {
+            if listening || indexed {
                 stored_batches.push(stored);
             }
         }
         if self.relation.has_hidden_row_id() {
             self.relation.persist_row_id(&mut wb);
         }
-        let changes = match (listening, removed) {
+        let changes = match (listening || indexed, removed) {
             (false, _) => None,
             (true, None) => Some(self.insert_changes(&stored_batches)?),
             (true, Some(removed)) => {
@@ -345,7 +372,10 @@ impl Writer {
                 Some(ChangeBatch::concat(&self.relation.schema, &[deletes, inserts])?)
             }
         };
-        self.commit_logged(wb, changes, since).await?;
+        if let Some(changes) = changes.as_ref().filter(|_| indexed) {
+            index::maintain(&self.relation, self.store.as_ref(), changes, &mut wb)?;
+        }
+        self.commit_logged(wb, changes.filter(|_| listening), since).await?;
         Ok(count)
     }
 
@@ -409,7 +439,7 @@ impl Writer {
     /// DELETE (and TRUNCATE, with no filters).
     /// DELETE: every row matching `filters`. `access`: the stored rows that can match (the
     /// filters narrow the key), the only ones read.
-    pub async fn delete(&self, filters: Vec<Arc<dyn PhysicalExpr>>, access: KeyAccess) -> Result<u64> {
+    pub async fn delete(&self, filters: Vec<Arc<dyn PhysicalExpr>>, access: Candidates) -> Result<u64> {
         let _guard = self.relation.write_lock.lock().await;
         let relation = Arc::clone(&self.relation);
         let store = Arc::clone(&self.store);
@@ -428,6 +458,8 @@ impl Writer {
         let count = doomed.iter().map(|b| b.num_rows() as u64).sum();
         let rows = doomed.iter().map(|b| self.user_columns(b)).collect::<Result<Vec<_>>>()?;
         let changes = ChangeBatch::deletes(concat_batches(&self.relation.schema, &rows)?);
+        let mut wb = wb;
+        index::maintain(&self.relation, self.store.as_ref(), &changes, &mut wb)?;
         self.commit_logged(wb, Some(changes), None).await?;
         Ok(count)
     }
@@ -438,7 +470,7 @@ impl Writer {
         &self,
         assignments: Vec<(usize, Arc<dyn PhysicalExpr>)>,
         filters: Vec<Arc<dyn PhysicalExpr>>,
-        access: KeyAccess,
+        access: Candidates,
     ) -> Result<u64> {
         let _guard = self.relation.write_lock.lock().await;
         let rel = Arc::clone(&self.relation);
@@ -484,6 +516,8 @@ impl Writer {
             }
         }
         let changes = ChangeBatch::new(concat_batches(&self.relation.schema, &rows)?, ops);
+        let mut wb = wb;
+        index::maintain(&self.relation, self.store.as_ref(), &changes, &mut wb)?;
         self.commit_logged(wb, Some(changes), None).await?;
         Ok(count)
     }

@@ -23,12 +23,14 @@ use super::{Relation, RelationKind};
 use crate::error::Result;
 use crate::state::keys::prefix_end;
 use crate::state::store::KeyRange;
+use crate::state::table::TableRange;
 
 /// Keys looked up one by one at most; more, and a wider read is made.
 const MAX_LOOKUPS: usize = 10_000;
 
 /// Key prefixes read as ranges at most: each is a seek in every vnode (256), so past this a
-/// read of every row costs less.
+/// read of every row costs less (unless the relation is distributed by the pinned columns, as
+/// an index is: then each range is one seek, and [`MAX_LOOKUPS`] applies).
 const MAX_RANGES: usize = 64;
 
 /// The stored rows a read touches.
@@ -39,7 +41,7 @@ pub enum KeyAccess {
     Keys(Vec<ArrayRef>),
     /// A prefix of the key columns pinned, and perhaps the next one bounded: the rows whose
     /// memcomparable keys lie in these ranges.
-    Ranges(Vec<KeyRange>),
+    Ranges(Vec<TableRange>),
     /// Every row.
     All,
 }
@@ -185,10 +187,12 @@ pub fn key_access(relation: &Relation, filters: &[Expr]) -> Result<KeyAccess> {
     if pinned == key.len() && relation.def.kind == RelationKind::Table {
         return Ok(KeyAccess::Keys(key_arrays(relation, key, &prefixes)?));
     }
-    if prefixes.len() > MAX_RANGES {
+    let table = &relation.table;
+    // A table distributed by the pinned columns (an index) reads each range in one vnode.
+    let one_vnode_each = table.distribution_columns() > 0 && pinned >= table.distribution_columns();
+    if prefixes.len() > MAX_RANGES && !one_vnode_each {
         return Ok(KeyAccess::All);
     }
-    let table = &relation.table;
     let mut ranges = Vec::with_capacity(prefixes.len());
     for prefix in &prefixes {
         let encoded = table.encode_key_prefix(prefix)?;
@@ -203,7 +207,7 @@ pub fn key_access(relation: &Relation, filters: &[Expr]) -> Result<KeyAccess> {
             Some((hi, false)) => Some(with(hi)?),
             None => prefix_end(&encoded),
         };
-        ranges.push(KeyRange { start, end });
+        ranges.push(TableRange { keys: KeyRange { start, end }, vnode: table.vnode_of_prefix(prefix)? });
     }
     Ok(KeyAccess::Ranges(ranges))
 }

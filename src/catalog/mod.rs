@@ -13,6 +13,7 @@
 pub mod change_log;
 pub mod changes;
 pub mod dml;
+pub mod index;
 pub mod key_access;
 pub mod persist;
 pub mod provider;
@@ -26,11 +27,11 @@ use std::sync::Arc;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use parking_lot::RwLock;
 
-pub use persist::{RelationDef, RelationKind, WatermarkDef};
+pub use persist::{IndexDef, RelationDef, RelationKind, WatermarkDef};
 
 use crate::error::{Result, SqlState, WeirError};
 use crate::state::keys::TableId;
-use crate::state::store::{KeyRange, ScanControl, StateStore, WriteBatch};
+use crate::state::store::{ScanControl, StateStore, WriteBatch};
 use crate::state::table::Layout;
 use crate::state::StateTable;
 
@@ -75,6 +76,9 @@ pub struct Relation {
     /// A bounded source that has read its last row (set under `write_lock`, with
     /// [`crate::types::Message::End`] published to its subscribers).
     finished: std::sync::atomic::AtomicBool,
+    /// Its indexes ([`index`]), kept up to date by its writers under `write_lock` (changed only
+    /// under it too).
+    indexes: RwLock<Vec<Arc<Relation>>>,
 }
 
 /// Base of the OIDs clients see for relations (`pg_class.oid`, RowDescription's table OID):
@@ -114,6 +118,20 @@ impl Relation {
         self.open_epoch.store(epoch, Ordering::SeqCst);
     }
 
+    /// Its indexes, as of now (read under `write_lock` by writers, which keep them up to date).
+    pub fn indexes(&self) -> Vec<Arc<Relation>> {
+        self.indexes.read().clone()
+    }
+
+    /// Adds or removes (by id) one of its indexes; under `write_lock`.
+    pub(crate) fn attach_index(&self, index: Arc<Relation>) {
+        self.indexes.write().push(index);
+    }
+
+    pub(crate) fn detach_index(&self, id: TableId) {
+        self.indexes.write().retain(|i| i.def.id != id);
+    }
+
     pub fn has_hidden_row_id(&self) -> bool {
         self.def.kind == RelationKind::Table && self.def.primary_key.is_empty()
     }
@@ -138,7 +156,7 @@ impl Relation {
     /// Whether stored rows carry a multiplicity ([`COUNT_COLUMN`]): a view's rows stored one
     /// by one. A segmented view's rows are each stored as often as they occur.
     pub fn has_counts(&self) -> bool {
-        self.def.kind == RelationKind::MaterializedView && self.def.layout == Layout::Rows
+        matches!(self.def.kind, RelationKind::MaterializedView | RelationKind::Index) && self.def.layout == Layout::Rows
     }
 
     /// The rows of a keyed table whose primary key is one of `keys` (one array per key column,
@@ -158,9 +176,7 @@ impl Relation {
         store: &dyn StateStore,
         keys: &[datafusion::arrow::array::ArrayRef],
     ) -> Result<(datafusion::arrow::array::RecordBatch, Vec<Option<usize>>)> {
-        let encoded = self.table.encode_key_columns(keys)?;
-        let keys: Vec<Vec<u8>> = encoded.iter().map(|k| k.as_ref().to_vec()).collect();
-        self.table.get_many(store, &keys)
+        self.table.get_by_columns(store, keys)
     }
 
     /// Every row as users see it, read from one snapshot: a table's rows without the hidden
@@ -192,7 +208,7 @@ impl Relation {
     pub fn stream_rows(
         &self,
         store: &dyn StateStore,
-        ranges: Option<&[KeyRange]>,
+        ranges: Option<&[crate::state::table::TableRange]>,
         limit: Option<usize>,
         emit: &mut dyn FnMut(datafusion::arrow::array::RecordBatch) -> Result<ScanControl>,
     ) -> Result<()> {
@@ -227,15 +243,16 @@ impl Relation {
     }
 
     /// The user columns its stored rows are keyed by, in key order, where reads may narrow by
-    /// key: a keyed table's primary key, a materialized view's columns (its rows are keyed by
-    /// all of them). None where rows are keyed by a hidden row id or not stored by key.
+    /// key: a keyed table's primary key, a materialized view's or an index's columns (its rows
+    /// are keyed by all of them). None where rows are keyed by a hidden row id or not stored by
+    /// key.
     pub fn key_columns(&self) -> Option<&[usize]> {
         if self.def.replayed || self.def.layout == Layout::Segments {
             return None;
         }
         match self.def.kind {
             RelationKind::Table if !self.def.primary_key.is_empty() => Some(&self.def.primary_key),
-            RelationKind::MaterializedView => Some(self.table.key_indices()),
+            RelationKind::MaterializedView | RelationKind::Index => Some(self.table.key_indices()),
             _ => None,
         }
     }
@@ -303,6 +320,16 @@ impl Catalog {
             let relation = Self::materialize(store.as_ref(), def, 0)?;
             by_name.insert(relation.def.name.clone(), Arc::new(relation));
         }
+        for index in by_name.values().filter(|r| r.def.kind == RelationKind::Index) {
+            let on = index.def.index.as_ref().map(|i| i.on);
+            match by_name.values().find(|r| Some(r.def.id) == on) {
+                Some(relation) => relation.attach_index(Arc::clone(index)),
+                None => return Err(WeirError::new(
+                    SqlState::DATA_CORRUPTED,
+                    format!("catalog entry of index \"{}\" names a relation that does not exist", index.def.name),
+                )),
+            }
+        }
         Ok(Catalog {
             store,
             database: database.to_string(),
@@ -341,7 +368,7 @@ impl Catalog {
                 fields.push(Field::new(ROW_ID_COLUMN, DataType::Int64, false));
                 let n = fields.len();
                 (Arc::new(Schema::new(fields)), vec![n - 1])
-            } else if def.kind == RelationKind::MaterializedView {
+            } else if matches!(def.kind, RelationKind::MaterializedView | RelationKind::Index) {
                 let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
                 fields.push(Field::new(COUNT_COLUMN, DataType::Int64, false));
                 (Arc::new(Schema::new(fields)), (0..schema.fields().len()).collect())
@@ -349,14 +376,21 @@ impl Catalog {
                 (Arc::clone(&schema), def.primary_key.clone())
             };
         let next_row_id = persist::load_sequence(store, &format!("rowid/{}", def.id))?;
+        let table = StateTable::with_layout(def.id, stored_schema, key, def.layout)?;
+        // An index spreads its entries by its indexed columns: a read pinning them is one seek.
+        let table = match &def.index {
+            Some(index) => table.distributed_by(index.key_columns)?,
+            None => table,
+        };
         Ok(Relation {
-            table: Arc::new(StateTable::with_layout(def.id, stored_schema, key, def.layout)?),
+            table: Arc::new(table),
             schema,
             def,
             write_lock: Arc::new(tokio::sync::Mutex::new(())),
             next_row_id: AtomicU64::new(next_row_id),
             open_epoch: AtomicU64::new(open_epoch),
             finished: std::sync::atomic::AtomicBool::new(false),
+            indexes: RwLock::new(Vec::new()),
         })
     }
 
@@ -518,6 +552,7 @@ impl Catalog {
             replayed: false,
             layout: Layout::Rows,
             int4_literals: false,
+            index: None,
         }
     }
 
@@ -588,8 +623,14 @@ impl Catalog {
         }
     }
 
+    /// Drops `relation` and its rows, with its indexes; an index is also detached from its
+    /// relation (the caller holds that relation's write lock, so no writer is updating it).
     fn remove(&self, inner: &mut Inner, relation: &Arc<Relation>) -> Result<()> {
         let mut wb = WriteBatch::default();
+        for index in relation.indexes() {
+            persist::delete_relation(index.def.id, &mut wb);
+            index.table.clear(&mut wb);
+        }
         persist::delete_relation(relation.def.id, &mut wb);
         let (start, end) = crate::state::keys::operator_state_range(relation.def.id);
         wb.delete_range(start, end);
@@ -597,6 +638,12 @@ impl Catalog {
         crate::connectors::dead_letter::delete_all(&mut wb, relation.def.id);
         relation.table.clear(&mut wb);
         self.store.write(wb)?;
+        for index in relation.indexes() {
+            inner.by_name.remove(&index.def.name);
+        }
+        if let Some(on) = relation.def.index.as_ref().and_then(|i| inner.by_name.values().find(|r| r.def.id == i.on)) {
+            on.detach_index(relation.def.id);
+        }
         inner.by_name.remove(&relation.def.name);
         self.version.fetch_add(1, Ordering::SeqCst);
         Ok(())

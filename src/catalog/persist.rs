@@ -25,6 +25,23 @@ pub enum RelationKind {
     Sink,
     /// A stored query (`CREATE VIEW`), run inside each query that reads it; no rows, no state.
     View,
+    /// A secondary index of a table or materialized view (`CREATE INDEX`): its rows, keyed by
+    /// the indexed columns, kept in the same write batches as the relation's ([`IndexDef`]).
+    Index,
+}
+
+/// What an index holds: some columns of the relation it indexes, keyed by the first
+/// `key_columns` of them (the indexed columns; the rest are those it includes). Its entries are
+/// the relation's rows projected to `columns`, each with its multiplicity, so a read of the
+/// index gives what a read of the relation's `columns` would.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IndexDef {
+    /// The indexed relation's id.
+    pub on: TableId,
+    /// The indexed relation's columns the index holds, in index order.
+    pub columns: Vec<usize>,
+    /// How many of `columns`, from the first, are the indexed columns.
+    pub key_columns: usize,
 }
 
 /// The durable description of one relation. Everything else about it is derived from this.
@@ -72,6 +89,9 @@ pub struct RelationDef {
     /// one made before is planned again as it was, literals int8, so its state still decodes.
     #[serde(default)]
     pub int4_literals: bool,
+    /// An index's columns and relation (kind [`RelationKind::Index`]).
+    #[serde(default)]
+    pub index: Option<IndexDef>,
 }
 
 /// A table's watermark declaration: views reading the table take `max(expr)` over the rows

@@ -19,7 +19,8 @@ use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::{Expr, LogicalPlan, TableProviderFilterPushDown};
 use datafusion::physical_plan::{execute_stream, ExecutionPlan};
 
-use super::dml::{self, DmlExec};
+use super::dml::{self, Candidates, DmlExec};
+use super::index;
 use super::key_access::{self, KeyAccess};
 use super::scan::RelationScanExec;
 use super::{Catalog, Relation, RelationKind};
@@ -56,12 +57,13 @@ impl std::fmt::Debug for WeirSchema {
 
 #[async_trait]
 impl SchemaProvider for WeirSchema {
-    /// Tables, sources and views; sinks hold no rows to read.
+    /// Tables, sources and views; sinks hold no rows to read, and indexes are read only in
+    /// their relations' place.
     fn table_names(&self) -> Vec<String> {
         self.catalog
             .relations()
             .iter()
-            .filter(|r| r.def.kind != RelationKind::Sink)
+            .filter(|r| queryable(r))
             .map(|r| r.def.name.clone())
             .collect()
     }
@@ -69,7 +71,7 @@ impl SchemaProvider for WeirSchema {
     /// A plain view is its query, planned at each use (so it sees the relations it reads as
     /// they are now), which DataFusion inlines into the query reading it.
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
-        let Some(relation) = self.catalog.get(name).filter(|r| r.def.kind != RelationKind::Sink) else {
+        let Some(relation) = self.catalog.get(name).filter(|r| queryable(r)) else {
             return Ok(None);
         };
         if relation.def.kind == RelationKind::View {
@@ -85,12 +87,17 @@ impl SchemaProvider for WeirSchema {
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        self.catalog.get(name).is_some_and(|r| r.def.kind != RelationKind::Sink)
+        self.catalog.get(name).is_some_and(|r| queryable(&r))
     }
 
     fn register_table(&self, name: String, _table: Arc<dyn TableProvider>) -> DfResult<Option<Arc<dyn TableProvider>>> {
         Err(DataFusionError::NotImplemented(format!("cannot register {name}: use CREATE TABLE")))
     }
+}
+
+/// Whether queries name the relation: not a sink or an index.
+fn queryable(relation: &Relation) -> bool {
+    !matches!(relation.def.kind, RelationKind::Sink | RelationKind::Index)
 }
 
 /// One relation as a DataFusion table.
@@ -163,6 +170,21 @@ impl RelationTable {
         Ok(())
     }
 
+    /// The rows an UPDATE or DELETE under `filters` reads: by the primary key, or through an
+    /// index holding every column where that narrows it more (keyed tables only: their stored
+    /// rows are their columns).
+    fn candidates(&self, filters: &[Expr]) -> DfResult<Candidates> {
+        let own = key_access::key_access(&self.relation, filters)?;
+        if self.relation.def.primary_key.is_empty() {
+            return Ok(Candidates::ByKey(own));
+        }
+        let every_column: Vec<usize> = (0..self.relation.schema.fields().len()).collect();
+        Ok(match index::choose(&self.relation, filters, &every_column, &own)? {
+            Some(read) => Candidates::ThroughIndex(read),
+            None => Candidates::ByKey(own),
+        })
+    }
+
     fn writer(&self) -> dml::Writer {
         dml::Writer::new(&self.catalog, Arc::clone(&self.relation))
     }
@@ -202,8 +224,10 @@ impl TableProvider for RelationTable {
     fn table_type(&self) -> TableType {
         match self.relation.def.kind {
             RelationKind::Table => TableType::Base,
-            // Sinks are never handed to DataFusion (`WeirSchema` leaves them out).
-            RelationKind::MaterializedView | RelationKind::Sink | RelationKind::View => TableType::View,
+            // Sinks and indexes are never handed to DataFusion (`WeirSchema` leaves them out).
+            RelationKind::MaterializedView | RelationKind::Sink | RelationKind::View | RelationKind::Index => {
+                TableType::View
+            }
         }
     }
 
@@ -211,13 +235,14 @@ impl TableProvider for RelationTable {
         (self.relation.def.kind == RelationKind::MaterializedView).then_some(self.relation.def.definition.as_str())
     }
 
-    /// Conditions on key columns (`k = 1`, `k IN (1, 2)`, `k > 5`, on a prefix of the key) are
-    /// offered to [`scan`], which reads only the keys they allow ([`key_access`]); DataFusion
-    /// applies them again (inexact), so a scan that cannot use them stays right.
+    /// Conditions on key columns (`k = 1`, `k IN (1, 2)`, `k > 5`, on a prefix of the key, the
+    /// relation's or an index's) are offered to [`scan`], which reads only the keys they allow
+    /// ([`key_access`], [`index::choose`]); DataFusion applies them again (inexact), so a scan
+    /// that cannot use them stays right.
     fn supports_filters_pushdown(&self, filters: &[&Expr]) -> DfResult<Vec<TableProviderFilterPushDown>> {
         Ok(filters
             .iter()
-            .map(|f| match key_access::narrows(&self.relation, f) {
+            .map(|f| match key_access::narrows(&self.relation, f) || index::narrows(&self.relation, f) {
                 true => TableProviderFilterPushDown::Inexact,
                 false => TableProviderFilterPushDown::Unsupported,
             })
@@ -232,15 +257,18 @@ impl TableProvider for RelationTable {
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let access = key_access::key_access(&self.relation, filters)?;
+        let needed: Vec<usize> = match projection {
+            Some(columns) => columns.clone(),
+            None => (0..self.relation.schema.fields().len()).collect(),
+        };
+        let store = Arc::clone(self.catalog.store());
         // DataFusion passes a limit only when every row read counts towards it (no condition
         // left to apply): the first rows are enough.
-        Ok(Arc::new(RelationScanExec::new(
-            Arc::clone(&self.relation),
-            Arc::clone(self.catalog.store()),
-            access,
-            projection.cloned(),
-            limit,
-        )?))
+        let scan = match index::choose(&self.relation, filters, &needed, &access)? {
+            Some(read) => RelationScanExec::through_index(Arc::clone(&self.relation), store, read, needed, limit)?,
+            None => RelationScanExec::new(Arc::clone(&self.relation), store, access, projection.cloned(), limit)?,
+        };
+        Ok(Arc::new(scan))
     }
 
     async fn insert_into(
@@ -270,7 +298,7 @@ impl TableProvider for RelationTable {
 
     async fn delete_from(&self, state: &dyn Session, filters: Vec<Expr>) -> DfResult<Arc<dyn ExecutionPlan>> {
         self.changeable("DELETE FROM")?;
-        let keys = key_access::key_access(&self.relation, &filters)?;
+        let keys = self.candidates(&filters)?;
         let filters = self.physical(state, filters)?;
         let writer = self.writer();
         Ok(DmlExec::new(
@@ -286,7 +314,7 @@ impl TableProvider for RelationTable {
         filters: Vec<Expr>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         self.changeable("UPDATE")?;
-        let keys = key_access::key_access(&self.relation, &filters)?;
+        let keys = self.candidates(&filters)?;
         let filters = self.physical(state, filters)?;
         let mut planned = Vec::with_capacity(assignments.len());
         for (column, expr) in assignments {
@@ -314,7 +342,7 @@ impl TableProvider for RelationTable {
         let writer = self.writer();
         Ok(DmlExec::new(
             format!("truncate {}", self.relation.def.name),
-            Box::new(move |_| Box::pin(async move { Ok(writer.delete(vec![], KeyAccess::All).await?) })),
+            Box::new(move |_| Box::pin(async move { Ok(writer.delete(vec![], Candidates::ByKey(KeyAccess::All)).await?) })),
         ))
     }
 }

@@ -4,7 +4,8 @@
 //! hands them over batch by batch, at most [`READ_AHEAD`] batches ahead of the consumer, so a
 //! scan's memory is a few batches whatever the relation's size; the read stops when the
 //! consumer goes (a satisfied LIMIT, a cancelled query). EXPLAIN shows which rows it reads:
-//! `access=keys(n)` (point lookups), `ranges(n)` (key ranges) or `all`. Built by
+//! `access=keys(n)` (point lookups), `ranges(n)` (key ranges) or `all`, and `index=name` when
+//! it reads an index in the relation's place. Built by
 //! [`super::provider::RelationTable::scan`].
 
 use std::fmt;
@@ -22,6 +23,7 @@ use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties};
 
+use super::index::IndexRead;
 use super::key_access::KeyAccess;
 use super::Relation;
 use crate::state::store::{ScanControl, StateStore};
@@ -34,6 +36,9 @@ const INLINE_LOOKUPS: usize = 16;
 
 pub struct RelationScanExec {
     relation: Arc<Relation>,
+    /// The index read in its place, if one is ([`super::index::choose`]): `projection` then
+    /// names the index's columns.
+    index: Option<Arc<Relation>>,
     store: Arc<dyn StateStore>,
     access: Arc<KeyAccess>,
     /// The user columns handed on (all when None).
@@ -64,6 +69,7 @@ impl RelationScanExec {
         );
         Ok(RelationScanExec {
             relation,
+            index: None,
             store,
             access: Arc::new(access),
             projection,
@@ -71,6 +77,22 @@ impl RelationScanExec {
             schema,
             properties: Arc::new(properties),
         })
+    }
+}
+
+impl RelationScanExec {
+    /// A scan of `relation`'s columns `columns` that reads the index `read` chose instead.
+    pub fn through_index(
+        relation: Arc<Relation>,
+        store: Arc<dyn StateStore>,
+        read: IndexRead,
+        columns: Vec<usize>,
+        limit: Option<usize>,
+    ) -> DfResult<RelationScanExec> {
+        let mut scan = RelationScanExec::new(relation, store, read.access, Some(columns), limit)?;
+        scan.index = Some(read.index);
+        scan.projection = Some(read.projection);
+        Ok(scan)
     }
 }
 
@@ -87,7 +109,11 @@ impl DisplayAs for RelationScanExec {
             KeyAccess::Ranges(ranges) => format!("ranges({})", ranges.len()),
             KeyAccess::All => "all".to_string(),
         };
-        write!(f, "RelationScanExec: relation={}, access={access}", self.relation.def.name)?;
+        write!(f, "RelationScanExec: relation={}", self.relation.def.name)?;
+        if let Some(index) = &self.index {
+            write!(f, ", index={}", index.def.name)?;
+        }
+        write!(f, ", access={access}")?;
         if let Some(limit) = self.limit {
             write!(f, ", limit={limit}")?;
         }
@@ -150,12 +176,20 @@ impl ExecutionPlan for RelationScanExec {
             }
         }
         let (tx, rx) = tokio::sync::mpsc::channel::<DfResult<RecordBatch>>(READ_AHEAD);
-        let (relation, store, access) = (Arc::clone(&self.relation), Arc::clone(&self.store), Arc::clone(&self.access));
+        // An index's rows are the relation's columns under the index's schema: handed on
+        // under the scan's.
+        let relation = Arc::clone(self.index.as_ref().unwrap_or(&self.relation));
+        let index_schema = self.index.is_some().then(|| Arc::clone(&self.schema));
+        let (store, access) = (Arc::clone(&self.store), Arc::clone(&self.access));
         let (projection, limit) = (self.projection.clone(), self.limit);
         let reader = tokio::task::spawn_blocking(move || {
             let mut emit = |batch: RecordBatch| {
                 let batch = match &projection {
                     Some(columns) => batch.project(columns)?,
+                    None => batch,
+                };
+                let batch = match &index_schema {
+                    Some(schema) => batch.with_schema(Arc::clone(schema))?,
                     None => batch,
                 };
                 Ok(match tx.blocking_send(Ok(batch)) {

@@ -358,6 +358,14 @@ impl ViewJob {
             table.persist_row_id(&mut wb);
         }
         let _guard = self.relation.write_lock.lock().await;
+        // The view's indexes change in the batch its rows do (the index list is read under
+        // the lock an index build holds).
+        if let Some(changes) = &changes {
+            crate::catalog::index::maintain(&self.relation, self.store.as_ref(), changes, &mut wb)?;
+        }
+        if let (Some(table), Some(rows)) = (&late_table, &late) {
+            crate::catalog::index::maintain(table, self.store.as_ref(), &ChangeBatch::inserts(rows.clone()), &mut wb)?;
+        }
         if !wb.is_empty() {
             write_off_thread(&self.store, wb).await?;
         }

@@ -125,7 +125,7 @@ impl SqlParser {
         })?;
         for statement in &mut statements {
             rewrite_catalog_idioms(statement);
-            fold_window_function_names(statement);
+            resolve_relation_names(statement);
             super::interval_text::rewrite_interval_literals(statement);
             if let Some(table_functions) = &self.table_functions {
                 // Not when a stored definition is parsed again: it was stored rewritten.
@@ -408,16 +408,20 @@ fn series_in_select_lists(statement: &mut ast::Statement) -> Result<()> {
     }
 }
 
-/// `TUMBLE(...)`, `Hop(...)`, `SESSION(...)` in FROM as the registered table functions:
-/// DataFusion looks table functions up by their name as written.
-fn fold_window_function_names(statement: &mut ast::Statement) {
-    use datafusion::sql::sqlparser::ast::{visit_relations_mut, ObjectNamePart};
+/// Relation names DataFusion would not find as written: `TUMBLE(...)`, `Hop(...)`,
+/// `SESSION(...)` in FROM as the registered table functions (DataFusion looks table functions
+/// up by their name as written), and `pg_indexes` in `pg_catalog` (always on the search path;
+/// the compatibility parser qualifies only the catalog relations it knows).
+fn resolve_relation_names(statement: &mut ast::Statement) {
+    use datafusion::sql::sqlparser::ast::{visit_relations_mut, Ident, ObjectNamePart};
     use std::ops::ControlFlow;
     let _ = visit_relations_mut(statement, |name| {
         if let [ObjectNamePart::Identifier(ident)] = name.0.as_mut_slice() {
             let lower = ident.value.to_ascii_lowercase();
             if ident.quote_style.is_none() && matches!(lower.as_str(), "tumble" | "hop" | "session") {
                 ident.value = lower;
+            } else if ident.quote_style.is_none() && lower == "pg_indexes" {
+                name.0.insert(0, ObjectNamePart::Identifier(Ident::new("pg_catalog")));
             }
         }
         ControlFlow::<()>::Continue(())

@@ -9,6 +9,8 @@
 //!   rows; clients find a table's key there (`\d t`, JDBC `getPrimaryKeys`, SQLAlchemy's
 //!   `get_pk_constraint`). [`WeirPgCatalog`] appends one primary-key index per keyed table to
 //!   `pg_index`, its index relation to `pg_class`, and its constraint to `pg_constraint`.
+//! - Indexes (`CREATE INDEX`): in `pg_index` and `pg_class` (relkind `i`) beside the primary
+//!   keys', and in `pg_indexes`, which the crate lacks.
 //! - `pg_settings`: the server's settings (the crate lists one); `pg_matviews`: the views.
 //! - Functions: `to_regtype` (psycopg's type introspection) and `_pg_expandarray` (JDBC's key
 //!   queries, rewritten to `unnest(weir_pg_expandarray(..))` by the parser).
@@ -59,10 +61,15 @@ impl WeirPgCatalog {
 #[async_trait]
 impl SchemaProvider for WeirPgCatalog {
     fn table_names(&self) -> Vec<String> {
-        self.inner.table_names()
+        let mut names = self.inner.table_names();
+        names.push("pg_indexes".to_string());
+        names
     }
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        if name == "pg_indexes" {
+            return Ok(Some(Arc::new(pg_indexes(&self.catalog)?)));
+        }
         let Some(inner) = self.inner.table(name).await? else {
             return Ok(None);
         };
@@ -84,7 +91,7 @@ impl SchemaProvider for WeirPgCatalog {
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        self.inner.table_exist(name)
+        name == "pg_indexes" || self.inner.table_exist(name)
     }
 }
 
@@ -192,7 +199,7 @@ impl Extended {
                 ("schemaname", text(crate::catalog::DEFAULT_SCHEMA)),
                 ("matviewname", text(name)),
                 ("matviewowner", text("root")),
-                ("hasindexes", boolean(false)),
+                ("hasindexes", boolean(self.catalog.get(name).is_some_and(|r| !r.indexes().is_empty()))),
                 ("ispopulated", boolean(true)),
                 ("definition", text(query)),
             ])
@@ -287,13 +294,14 @@ impl Extended {
                 .catalog
                 .relations()
                 .iter()
-                .filter(|r| !r.def.primary_key.is_empty())
+                .filter(|r| !r.def.primary_key.is_empty() || !r.indexes().is_empty())
                 .map(|r| r.def.name.clone())
                 .collect();
             let current = batch.column(has_index_idx).as_boolean();
             let patched: datafusion::arrow::array::BooleanArray = (0..batch.num_rows())
                 .map(|i| {
-                    let keyed = !names.is_null(i) && keyed.contains(names.value(i)) && kinds.value(i) == "r";
+                    let keyed =
+                        !names.is_null(i) && keyed.contains(names.value(i)) && matches!(kinds.value(i), "r" | "v");
                     Some(keyed || (current.is_valid(i) && current.value(i)))
                 })
                 .collect();
@@ -399,25 +407,17 @@ impl Extended {
     fn extra_rows(&self, relations: &PublicRelations, table: &str) -> Vec<Row> {
         let namespace_oid = relations.namespace;
         let mut rows = Vec::new();
-        let mut keyed: Vec<&Arc<crate::catalog::Relation>> = relations.by_crate_oid.values().collect();
-        keyed.sort_by_key(|r| r.def.id);
-        for relation in keyed {
-            if relation.def.primary_key.is_empty() {
-                continue;
-            }
-            let table_oid = relation.oid() as i64;
-            let key_oid = KEY_OID_BASE + relation.def.id as i64;
-            let name = format!("{}_pkey", relation.def.name);
-            let attnums: Vec<String> = relation.def.primary_key.iter().map(|i| (i + 1).to_string()).collect();
-            let n = attnums.len() as i64;
+        for index in index_entries(&self.catalog) {
+            let n = index.attnums.len() as i64;
+            let attnums: Vec<String> = index.attnums.iter().map(|a| a.to_string()).collect();
             let row: Row = match table {
                 "pg_index" => HashMap::from([
-                    ("indexrelid", int(key_oid)),
-                    ("indrelid", int(table_oid)),
+                    ("indexrelid", int(index.oid)),
+                    ("indrelid", int(index.table.oid() as i64)),
                     ("indnatts", int(n)),
-                    ("indnkeyatts", int(n)),
-                    ("indisunique", boolean(true)),
-                    ("indisprimary", boolean(true)),
+                    ("indnkeyatts", int(index.key_columns as i64)),
+                    ("indisunique", boolean(index.primary)),
+                    ("indisprimary", boolean(index.primary)),
                     ("indimmediate", boolean(true)),
                     ("indisvalid", boolean(true)),
                     ("indisready", boolean(true)),
@@ -428,8 +428,8 @@ impl Extended {
                     ("indoption", text(vec!["0"; attnums.len()].join(" "))),
                 ]),
                 "pg_class" => HashMap::from([
-                    ("oid", int(key_oid)),
-                    ("relname", text(&name)),
+                    ("oid", int(index.oid)),
+                    ("relname", text(&index.name)),
                     ("relnamespace", int(namespace_oid)),
                     ("relkind", text("i")),
                     ("relam", int(403)),
@@ -437,14 +437,15 @@ impl Extended {
                     ("relnatts", int(n)),
                     ("relowner", int(10)),
                 ]),
+                _ if !index.primary => continue,
                 _ => HashMap::from([
-                    ("oid", int(key_oid)),
-                    ("conname", text(&name)),
+                    ("oid", int(index.oid)),
+                    ("conname", text(&index.name)),
                     ("connamespace", int(namespace_oid)),
                     ("contype", text("p")),
                     ("convalidated", boolean(true)),
-                    ("conrelid", int(table_oid)),
-                    ("conindid", int(key_oid)),
+                    ("conrelid", int(index.table.oid() as i64)),
+                    ("conindid", int(index.oid)),
                     ("conislocal", boolean(true)),
                     ("connoinherit", boolean(true)),
                     ("conkey", text(format!("{{{}}}", attnums.join(",")))),
@@ -454,6 +455,88 @@ impl Extended {
         }
         rows
     }
+}
+
+/// One index as the system catalogs show it: a keyed table's primary-key index, or an index
+/// made by CREATE INDEX.
+struct IndexEntry {
+    /// The relation indexed.
+    table: Arc<crate::catalog::Relation>,
+    name: String,
+    oid: i64,
+    /// The relation's column numbers (from 1) the index holds, its key columns first.
+    attnums: Vec<usize>,
+    key_columns: usize,
+    primary: bool,
+}
+
+impl IndexEntry {
+    /// `pg_indexes.indexdef` and `pg_get_indexdef`: the statement that would make the index.
+    fn definition(&self) -> String {
+        let names: Vec<&str> = self.attnums.iter().map(|&a| self.table.schema.field(a - 1).name().as_str()).collect();
+        let (keys, included) = names.split_at(self.key_columns);
+        let include = if included.is_empty() { String::new() } else { format!(" INCLUDE ({})", included.join(", ")) };
+        format!(
+            "CREATE {}INDEX {} ON {DEFAULT_SCHEMA}.{} USING btree ({}){include}",
+            if self.primary { "UNIQUE " } else { "" },
+            self.name,
+            self.table.def.name,
+            keys.join(", ")
+        )
+    }
+}
+
+/// Every index, in the order of the relations they index: primary keys first, then indexes
+/// by creation.
+fn index_entries(catalog: &Catalog) -> Vec<IndexEntry> {
+    let relations = catalog.relations();
+    let mut out = Vec::new();
+    for table in relations.iter().filter(|r| r.def.kind != crate::catalog::RelationKind::Index) {
+        if !table.def.primary_key.is_empty() {
+            out.push(IndexEntry {
+                table: Arc::clone(table),
+                name: format!("{}_pkey", table.def.name),
+                oid: KEY_OID_BASE + table.def.id as i64,
+                attnums: table.def.primary_key.iter().map(|c| c + 1).collect(),
+                key_columns: table.def.primary_key.len(),
+                primary: true,
+            });
+        }
+        for index in table.indexes() {
+            let Some(def) = &index.def.index else { continue };
+            out.push(IndexEntry {
+                table: Arc::clone(table),
+                name: index.def.name.clone(),
+                oid: index.oid() as i64,
+                attnums: def.columns.iter().map(|c| c + 1).collect(),
+                key_columns: def.key_columns,
+                primary: false,
+            });
+        }
+    }
+    out
+}
+
+/// `pg_indexes`: every index with its definition (Postgres's view; the crate has none).
+fn pg_indexes(catalog: &Catalog) -> DfResult<datafusion::datasource::MemTable> {
+    use datafusion::arrow::array::StringArray;
+    use datafusion::arrow::datatypes::Schema;
+    let entries = index_entries(catalog);
+    let column = |f: &dyn Fn(&IndexEntry) -> Option<String>| -> ArrayRef {
+        Arc::new(entries.iter().map(f).collect::<StringArray>())
+    };
+    let columns: Vec<(&str, ArrayRef)> = vec![
+        ("schemaname", column(&|_| Some(DEFAULT_SCHEMA.to_string()))),
+        ("tablename", column(&|e| Some(e.table.def.name.clone()))),
+        ("indexname", column(&|e| Some(e.name.clone()))),
+        ("tablespace", column(&|_| None)),
+        ("indexdef", column(&|e| Some(e.definition()))),
+    ];
+    let schema = Arc::new(Schema::new(
+        columns.iter().map(|(n, a)| Field::new(*n, a.data_type().clone(), true)).collect::<Vec<_>>(),
+    ));
+    let batch = RecordBatch::try_new(Arc::clone(&schema), columns.into_iter().map(|(_, a)| a).collect())?;
+    datafusion::datasource::MemTable::try_new(schema, vec![vec![batch]])
 }
 
 /// An integer column with each row's value (as i64) passed through `f(row, value)`, in its own
@@ -598,8 +681,8 @@ impl TableProvider for Extended {
     }
 }
 
-/// `pg_get_indexdef(index_oid [, column, pretty])`: the definition of a primary-key index
-/// (`CREATE UNIQUE INDEX t_pkey ON public.t USING btree (id)`), or with `column` > 0 that key
+/// `pg_get_indexdef(index_oid [, column, pretty])`: the definition of an index
+/// (`CREATE UNIQUE INDEX t_pkey ON public.t USING btree (id)`), or with `column` > 0 that
 /// column's name; NULL for indexes Weir does not have.
 fn index_definition_udf(catalog: Arc<Catalog>) -> datafusion::logical_expr::ScalarUDF {
     use datafusion::logical_expr::expr_fn::SimpleScalarUDF;
@@ -621,23 +704,20 @@ fn index_definition_udf(catalog: Arc<Catalog>) -> datafusion::logical_expr::Scal
             let oids = arrays[0].as_primitive::<datafusion::arrow::datatypes::Int32Type>();
             let columns = arrays.get(1).map(|c| datafusion::arrow::compute::cast(c, &DataType::Int32)).transpose()?;
             let columns = columns.as_ref().map(|c| c.as_primitive::<datafusion::arrow::datatypes::Int32Type>());
+            let indexes = index_entries(&catalog);
             let out: datafusion::arrow::array::StringArray = (0..n)
                 .map(|i| {
                     if oids.is_null(i) {
                         return None;
                     }
-                    let id = (oids.value(i) as i64).checked_sub(KEY_OID_BASE)?;
-                    let relation = catalog.by_id(u32::try_from(id).ok()?)?;
-                    let key: Vec<&str> =
-                        relation.def.primary_key.iter().map(|&c| relation.schema.field(c).name().as_str()).collect();
+                    let oid = oids.value(i) as i64;
+                    let index = indexes.iter().find(|e| e.oid == oid)?;
                     match columns.filter(|c| c.is_valid(i)).map(|c| c.value(i)).unwrap_or(0) {
-                        0 => Some(format!(
-                            "CREATE UNIQUE INDEX {name}_pkey ON {schema}.{name} USING btree ({})",
-                            key.join(", "),
-                            name = relation.def.name,
-                            schema = crate::catalog::DEFAULT_SCHEMA
-                        )),
-                        c => key.get(c as usize - 1).map(|k| k.to_string()),
+                        0 => Some(index.definition()),
+                        c => index
+                            .attnums
+                            .get(usize::try_from(c).ok()?.checked_sub(1)?)
+                            .map(|&a| index.table.schema.field(a - 1).name().clone()),
                     }
                 })
                 .collect();

@@ -11,15 +11,13 @@
 //! checkpoint never reuses an id (a segment is keyed by its first). A retraction reaching such a view is a planner bug and fails the
 //! epoch.
 
-use crate::types::hash::HashMap;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, AsArray, Int64Array, RecordBatch, UInt32Array};
-use datafusion::arrow::compute::take_record_batch;
-use datafusion::arrow::datatypes::Int64Type;
+use datafusion::arrow::array::RecordBatch;
 
 use crate::catalog::Relation;
 use crate::error::{Result, WeirError};
+use crate::state::multiset;
 use crate::state::store::{StateStore, WriteBatch};
 use crate::state::table::Layout;
 use crate::types::{ChangeBatch, Op};
@@ -61,57 +59,8 @@ impl Materialize {
         if self.relation.def.layout == Layout::Segments {
             return self.append(all, wb);
         }
-        let table = &self.relation.table;
-        let keys = table.encode_keys(&all.data)?;
-
-        // Net change per distinct row, in order of first appearance.
-        let mut order: Vec<Vec<u8>> = Vec::new();
-        let mut net: HashMap<Vec<u8>, (i64, u32)> = HashMap::default();
-        for (i, op) in all.ops.iter().enumerate() {
-            let key = keys.row(i).as_ref().to_vec();
-            let entry = net.entry(key.clone()).or_insert_with(|| {
-                order.push(key);
-                (0, i as u32)
-            });
-            entry.0 += op.sign();
-        }
-
-        // Current multiplicities of the changed rows, read in one batched lookup.
-        order.retain(|key| net[key].0 != 0);
-        let (stored, found) = table.get_many(self.store.as_ref(), &order)?;
-        let counts = stored.column(stored.num_columns() - 1).as_primitive::<Int64Type>();
-
-        let (mut put_rows, mut put_counts, mut delete_rows) = (Vec::new(), Vec::new(), Vec::new());
-        let (mut out_rows, mut out_ops) = (Vec::new(), Vec::new());
-        for (key, stored_at) in order.iter().zip(found) {
-            let (delta, row) = net[key];
-            let current = stored_at.map(|i| counts.value(i)).unwrap_or(0);
-            let updated = current + delta;
-            if updated > 0 {
-                put_rows.push(row);
-                put_counts.push(updated);
-            } else {
-                delete_rows.push(row);
-            }
-            for _ in 0..delta.unsigned_abs() {
-                out_rows.push(row);
-                out_ops.push(if delta > 0 { Op::Insert } else { Op::Delete });
-            }
-        }
-        if !put_rows.is_empty() {
-            let rows = take_record_batch(&all.data, &UInt32Array::from(put_rows))?;
-            table.put_batch(&self.with_counts(rows, put_counts)?, &mut wb)?;
-        }
-        if !delete_rows.is_empty() {
-            let n = delete_rows.len();
-            let rows = take_record_batch(&all.data, &UInt32Array::from(delete_rows))?;
-            table.delete_batch(&self.with_counts(rows, vec![0; n])?, &mut wb)?;
-        }
-        if out_ops.is_empty() {
-            return Ok((wb, None));
-        }
-        let out = take_record_batch(&all.data, &UInt32Array::from(out_rows))?;
-        Ok((wb, Some(ChangeBatch::new(out, out_ops))))
+        let out = multiset::apply(&self.relation.table, self.store.as_ref(), &all, &mut wb)?;
+        Ok((wb, out))
     }
 
     /// The append-only path: every change must be an insert.
@@ -128,12 +77,6 @@ impl Materialize {
         self.relation.table.put_batch(&stored, &mut wb)?;
         self.relation.persist_row_id(&mut wb);
         Ok((wb, Some(all)))
-    }
-
-    fn with_counts(&self, rows: RecordBatch, counts: Vec<i64>) -> Result<RecordBatch> {
-        let mut columns = rows.columns().to_vec();
-        columns.push(Arc::new(Int64Array::from(counts)) as Arc<dyn Array>);
-        Ok(RecordBatch::try_new(Arc::clone(self.relation.table.schema()), columns)?)
     }
 }
 

@@ -8,7 +8,8 @@
 //!
 //! Table id 0 is reserved for metadata (the catalog and sequences), whose keys are
 //! `[0u32][utf-8 name]`. The vnode is a stable hash of the key bytes into [`VNODE_COUNT`] virtual
-//! nodes, so that a table's state can later be split between workers (and machines) by vnode
+//! nodes (of the bytes of the leading key columns only, for a table distributed by them: an
+//! index, `state::table`), so that a table's state can later be split between workers (and machines) by vnode
 //! range without rewriting keys.
 
 /// Number of virtual nodes every keyed relation is hashed into. Fixed forever: it is part of the
@@ -66,9 +67,15 @@ pub fn vnode_of(key: &[u8]) -> u16 {
 
 /// The full store key of a row of `table_id` whose memcomparable key is `key`.
 pub fn row_key(table_id: TableId, key: &[u8]) -> Vec<u8> {
+    row_key_in(table_id, vnode_of(key), key)
+}
+
+/// The full store key of a row of `table_id` in `vnode` whose memcomparable key is `key`: for
+/// tables whose vnode hashes a prefix of the key columns only (`state::table`).
+pub fn row_key_in(table_id: TableId, vnode: u16, key: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(6 + key.len());
     out.extend_from_slice(&table_id.to_be_bytes());
-    out.extend_from_slice(&vnode_of(key).to_be_bytes());
+    out.extend_from_slice(&vnode.to_be_bytes());
     out.extend_from_slice(key);
     out
 }

@@ -10,6 +10,7 @@
 //! - [`keyed`]: [`KeyedState`](keyed::KeyedState), an operator's state table with a write-back
 //!   cache; [`keys_by_time`] and [`rows_by_time`], the shared indexes of state that waits for a
 //!   time (the watermark, `now()`); [`index_codec`], the records operators checkpoint.
+//! - [`multiset`]: rows kept with their multiplicity (a view's rows, an index's entries).
 //! - [`keys`]: the key layout shared by all of the above (table id, vnode, key bytes).
 //!
 //! Callers: the catalog (table rows and catalog entries) and the streaming operators.
@@ -19,6 +20,7 @@ pub mod keyed;
 pub mod keys;
 pub mod keys_by_time;
 pub mod memory;
+pub mod multiset;
 pub mod rocks;
 pub mod rows_by_time;
 pub mod store;

@@ -13,6 +13,11 @@
 //!   (a hidden row id), so segments are read back in the order they were written. Rows cannot
 //!   be looked up or deleted one by one; the whole table can be cleared.
 //!
+//! A row's vnode is a hash of its whole memcomparable key, unless the table is *distributed by*
+//! its leading key columns ([`StateTable::distributed_by`]: an index, keyed by its indexed
+//! columns first): then it is a hash of those columns' encoding alone, so the rows sharing
+//! their values are one contiguous range in one vnode, and a read that pins them is one seek.
+//!
 //! The table itself holds no rows in memory: writes go into a [`WriteBatch`] the caller commits,
 //! reads go to the store. Decoding bytes that were not written by this codec (a corrupt file)
 //! yields a `XX001` error, never a panic.
@@ -33,7 +38,7 @@ use datafusion::common::ScalarValue;
 
 use serde::{Deserialize, Serialize};
 
-use super::keys::{prefix_end, row_key, segment_key, table_prefix, TableId, VNODE_COUNT};
+use super::keys::{prefix_end, row_key_in, segment_key, table_prefix, vnode_of, TableId, VNODE_COUNT};
 use super::store::{KeyRange, ScanControl, StateStore, WriteBatch};
 use crate::error::{Result, SqlState, WeirError};
 
@@ -61,6 +66,17 @@ pub struct StateTable {
     key_codec: RowConverter,
     value_codec: RowConverter,
     layout: Layout,
+    /// The codec of the leading key columns the vnode hashes, for a table distributed by
+    /// them (None: the vnode hashes the whole key).
+    distribution: Option<(RowConverter, usize)>,
+}
+
+/// A range of memcomparable keys of one table, and the one vnode it lies in where the table
+/// is distributed by key columns the range pins (None: the range is read in every vnode).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableRange {
+    pub keys: KeyRange,
+    pub vnode: Option<u16>,
 }
 
 impl StateTable {
@@ -87,7 +103,59 @@ impl StateTable {
             schema,
             key_indices,
             layout,
+            distribution: None,
         })
+    }
+
+    /// The table with each row's vnode a hash of its first `columns` key columns alone.
+    pub fn distributed_by(mut self, columns: usize) -> Result<StateTable> {
+        if self.layout == Layout::Segments || columns == 0 || columns > self.key_indices.len() {
+            return Err(WeirError::internal("a table is distributed by a prefix of its key columns, stored by row"));
+        }
+        let fields = self.key_indices[..columns]
+            .iter()
+            .map(|&i| SortField::new(self.schema.field(i).data_type().clone()))
+            .collect();
+        self.distribution = Some((RowConverter::new(fields)?, columns));
+        Ok(self)
+    }
+
+    /// How many leading key columns the vnode hashes (0: the whole key).
+    pub fn distribution_columns(&self) -> usize {
+        self.distribution.as_ref().map_or(0, |(_, columns)| *columns)
+    }
+
+    /// The vnode of the rows whose first key columns are `values`, where they are as many as
+    /// the table is distributed by (or more); None where the vnode depends on more.
+    pub fn vnode_of_prefix(&self, values: &[ScalarValue]) -> Result<Option<u16>> {
+        match &self.distribution {
+            Some((codec, n)) if values.len() >= *n => {
+                let columns = values[..*n]
+                    .iter()
+                    .map(|v| v.to_array())
+                    .collect::<std::result::Result<Vec<_>, _>>()?;
+                Ok(Some(vnode_of(codec.convert_columns(&columns)?.row(0).as_ref())))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// The full store keys of the rows whose key columns are `key_columns` (one array per key
+    /// column, in key order), and their memcomparable keys.
+    fn store_keys(&self, key_columns: &[ArrayRef]) -> Result<Vec<Vec<u8>>> {
+        let keys = self.key_codec.convert_columns(key_columns)?;
+        let vnodes: Vec<u16> = match &self.distribution {
+            None => keys.iter().map(|k| vnode_of(k.as_ref())).collect(),
+            Some((codec, n)) => {
+                let leading = codec.convert_columns(&key_columns[..*n])?;
+                leading.iter().map(|k| vnode_of(k.as_ref())).collect()
+            }
+        };
+        Ok(keys.iter().zip(vnodes).map(|(k, vnode)| row_key_in(self.table_id, vnode, k.as_ref())).collect())
+    }
+
+    fn key_columns_of(&self, batch: &RecordBatch) -> Vec<ArrayRef> {
+        self.key_indices.iter().map(|&i| Arc::clone(batch.column(i))).collect()
     }
 
     pub fn layout(&self) -> Layout {
@@ -118,10 +186,10 @@ impl StateTable {
         if self.layout == Layout::Segments {
             return self.append_segment(batch, wb);
         }
-        let keys = self.encode_keys(batch)?;
+        let keys = self.store_keys(&self.key_columns_of(batch))?;
         let values = self.value_codec.convert_columns(batch.columns())?;
-        for (k, v) in keys.iter().zip(values.iter()) {
-            wb.put(row_key(self.table_id, k.as_ref()), v.as_ref().to_vec());
+        for (k, v) in keys.into_iter().zip(values.iter()) {
+            wb.put(k, v.as_ref().to_vec());
         }
         Ok(())
     }
@@ -129,8 +197,8 @@ impl StateTable {
     /// Adds a delete of the row with the key of every row of `batch` to `wb`.
     pub fn delete_batch(&self, batch: &RecordBatch, wb: &mut WriteBatch) -> Result<()> {
         self.rows_layout("delete rows")?;
-        for k in self.encode_keys(batch)?.iter() {
-            wb.delete(row_key(self.table_id, k.as_ref()));
+        for k in self.store_keys(&self.key_columns_of(batch))? {
+            wb.delete(k);
         }
         Ok(())
     }
@@ -169,7 +237,7 @@ impl StateTable {
     pub fn scan_batches(
         &self,
         store: &dyn StateStore,
-        ranges: Option<&[KeyRange]>,
+        ranges: Option<&[TableRange]>,
         batch_size: usize,
         limit: Option<usize>,
         emit: &mut dyn FnMut(RecordBatch) -> Result<ScanControl>,
@@ -209,22 +277,26 @@ impl StateTable {
         Ok(())
     }
 
-    /// The store ranges holding the memcomparable keys in `ranges`: each range in every vnode,
-    /// since a key's vnode is a hash of the whole key.
-    fn store_ranges(&self, ranges: &[KeyRange]) -> Vec<KeyRange> {
-        let mut out = Vec::with_capacity(ranges.len() * VNODE_COUNT as usize);
-        for vnode in 0..VNODE_COUNT {
+    /// The store ranges holding the memcomparable keys in `ranges`: a range in its one vnode
+    /// where it has one, else in every vnode (a key's vnode is a hash of the whole key).
+    fn store_ranges(&self, ranges: &[TableRange]) -> Vec<KeyRange> {
+        let in_vnode = |vnode: u16, range: &KeyRange| {
             let mut prefix = table_prefix(self.table_id).to_vec();
             prefix.extend_from_slice(&vnode.to_be_bytes());
-            for range in ranges {
-                let at = |key: &[u8]| [prefix.as_slice(), key].concat();
-                out.push(KeyRange {
-                    start: at(&range.start),
-                    end: match &range.end {
-                        Some(end) => Some(at(end)),
-                        None => prefix_end(&prefix),
-                    },
-                });
+            let at = |key: &[u8]| [prefix.as_slice(), key].concat();
+            KeyRange {
+                start: at(&range.start),
+                end: match &range.end {
+                    Some(end) => Some(at(end)),
+                    None => prefix_end(&prefix),
+                },
+            }
+        };
+        let mut out: Vec<KeyRange> = ranges.iter().filter_map(|r| Some(in_vnode(r.vnode?, &r.keys))).collect();
+        let spread: Vec<&TableRange> = ranges.iter().filter(|r| r.vnode.is_none()).collect();
+        if !spread.is_empty() {
+            for vnode in 0..VNODE_COUNT {
+                out.extend(spread.iter().map(|r| in_vnode(vnode, &r.keys)));
             }
         }
         out
@@ -253,10 +325,30 @@ impl StateTable {
     }
 
     /// The rows stored under `keys` (memcomparable, as from [`Self::encode_keys`]), read in one
-    /// batched lookup: the found rows, and for each key the index of its row among them.
+    /// batched lookup: the found rows, and for each key the index of its row among them. Not
+    /// for a distributed table, whose vnodes need the key columns ([`Self::get_by_columns`]).
     pub fn get_many(&self, store: &dyn StateStore, keys: &[Vec<u8>]) -> Result<(RecordBatch, Vec<Option<usize>>)> {
+        if self.distribution.is_some() {
+            return Err(WeirError::internal("a distributed table is read by key columns"));
+        }
+        let full: Vec<Vec<u8>> = keys.iter().map(|k| row_key_in(self.table_id, vnode_of(k), k)).collect();
+        self.get_stored(store, full)
+    }
+
+    /// [`Self::get_many`] of the keys whose key columns are `key_columns` (one array per key
+    /// column, in key order, a row per key).
+    pub fn get_by_columns(
+        &self,
+        store: &dyn StateStore,
+        key_columns: &[ArrayRef],
+    ) -> Result<(RecordBatch, Vec<Option<usize>>)> {
+        let full = self.store_keys(key_columns)?;
+        self.get_stored(store, full)
+    }
+
+    fn get_stored(&self, store: &dyn StateStore, full: Vec<Vec<u8>>) -> Result<(RecordBatch, Vec<Option<usize>>)> {
         self.rows_layout("look rows up")?;
-        let full: Vec<Vec<u8>> = keys.iter().map(|k| row_key(self.table_id, k)).collect();
+        let keys = &full;
         let mut values = Vec::new();
         let mut index = Vec::with_capacity(keys.len());
         for value in store.multi_get(&full)? {
@@ -411,6 +503,7 @@ mod tests {
     use crate::state::store::WriteOp;
     use datafusion::arrow::array::{Int64Array, StringArray};
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use crate::state::keys::row_key;
 
     fn people(ids: &[i64], names: &[&str]) -> RecordBatch {
         let schema = Arc::new(Schema::new(vec![

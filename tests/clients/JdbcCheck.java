@@ -14,6 +14,7 @@ public class JdbcCheck {
             try (Statement s = c.createStatement()) {
                 s.execute("CREATE TABLE j (id INT PRIMARY KEY, name VARCHAR, price DOUBLE PRECISION)");
                 s.execute("CREATE VIEW j_named AS SELECT id, name FROM j");
+                s.execute("CREATE INDEX j_name ON j (name) INCLUDE (price)");
             }
             try (PreparedStatement p = c.prepareStatement("INSERT INTO j VALUES (?, ?, ?)")) {
                 for (int i = 0; i < 3; i++) {
@@ -96,6 +97,13 @@ public class JdbcCheck {
                 while (r.next()) indexes.add(r.getString("INDEX_NAME") + ":" + r.getString("COLUMN_NAME"));
             }
             check(indexes.equals(List.of("j_pkey:id")), "getIndexInfo " + indexes);
+            List<String> all = new ArrayList<>();
+            try (ResultSet r = md.getIndexInfo(null, "public", "j", false, false)) {
+                while (r.next()) {
+                    all.add(r.getString("INDEX_NAME") + ":" + r.getString("COLUMN_NAME") + ":" + r.getBoolean("NON_UNIQUE"));
+                }
+            }
+            check(all.contains("j_pkey:id:false") && all.contains("j_name:name:true"), "getIndexInfo (all) " + all);
             try (ResultSet r = md.getImportedKeys(null, "public", "j")) {
                 check(!r.next(), "getImportedKeys: no foreign keys");
             }

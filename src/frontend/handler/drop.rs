@@ -111,7 +111,7 @@ async fn drop_named(
             }
             RelationKind::Sink => fe.streaming().stop_sink(relation.def.id).await,
             RelationKind::Table if relation.def.connector.is_some() => fe.streaming().stop_source(relation.def.id),
-            RelationKind::Table | RelationKind::View => {}
+            RelationKind::Table | RelationKind::View | RelationKind::Index => {}
         }
         fe.catalog().drop_relation(&relation.def.name, true)?;
     }
@@ -124,5 +124,6 @@ pub fn kind_name(kind: RelationKind) -> &'static str {
         RelationKind::MaterializedView => "materialized view",
         RelationKind::Sink => "sink",
         RelationKind::View => "view",
+        RelationKind::Index => "index",
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! Statement kinds and their handlers:
 //! - `CREATE TABLE [AS]` -> [`create_table`]; `CREATE MATERIALIZED VIEW` -> [`create_view`];
-//!   `DROP` -> [`drop`]
+//!   `DROP` -> [`drop`]; `CREATE INDEX`, `DROP INDEX` -> [`create_index`]
 //! - `SELECT`, `INSERT`, `UPDATE`, `DELETE`, `TRUNCATE`, `EXPLAIN` -> [`query`] (DataFusion)
 //! - `SHOW TABLES`, `SHOW MATERIALIZED VIEWS`, `SHOW <setting>`, `SHOW ALL` -> [`show`]; `DESCRIBE t`, `SHOW COLUMNS` -> [`describe`]
 //! - `SET`, `RESET` -> [`set`]; `BEGIN`, `COMMIT`, `ROLLBACK` -> [`transaction`]
@@ -11,6 +11,7 @@
 //! Anything else is SQLSTATE 0A000, said plainly.
 
 pub mod copy;
+pub mod create_index;
 pub mod create_plain_view;
 pub mod create_sink;
 pub mod create_table;
@@ -28,7 +29,7 @@ use std::sync::Arc;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::common::ParamValues;
 use datafusion::physical_plan::memory::MemoryStream;
-use datafusion::sql::sqlparser::ast::{Ident, ObjectName, ObjectNamePart, Statement};
+use datafusion::sql::sqlparser::ast::{Ident, ObjectName, ObjectNamePart, ObjectType, Statement};
 
 use super::clauses::StreamingClauses;
 use super::{Frontend, Session, StatementDescription, StatementResult};
@@ -43,7 +44,12 @@ pub async fn execute(
 ) -> Result<StatementResult> {
     match statement {
         Statement::CreateTable(_) => create_table::handle(fe, session, statement, StreamingClauses::default()).await,
+        Statement::Drop { object_type: ObjectType::Index, names, if_exists, .. } => {
+            let names = names.iter().map(relation_name).collect::<Result<Vec<_>>>()?;
+            create_index::drop(fe, names, if_exists).await
+        }
         Statement::Drop { .. } => drop::handle(fe, statement).await,
+        Statement::CreateIndex(_) => create_index::handle(fe, statement).await,
         Statement::CreateView(_) => create_view::handle(fe, session, statement, StreamingClauses::default()).await,
         Statement::Explain { statement: inner, .. } if matches!(inner.as_ref(), Statement::CreateView(_)) => {
             create_view::explain(fe, session, &inner, &StreamingClauses::default()).await
@@ -189,7 +195,10 @@ fn name_given_columns(fe: &Frontend, statement: Statement) -> Statement {
 
 /// Whether `statement` changes the catalog (it completes with a checkpoint).
 pub fn changes_catalog(statement: &Statement) -> bool {
-    matches!(statement, Statement::CreateTable(_) | Statement::CreateView(_) | Statement::Drop { .. })
+    matches!(
+        statement,
+        Statement::CreateTable(_) | Statement::CreateView(_) | Statement::CreateIndex(_) | Statement::Drop { .. }
+    )
 }
 
 /// Whether a statement changes table rows (and so must be visible after `implicit_flush`).
@@ -216,13 +225,7 @@ pub fn relation_name(name: &ObjectName) -> Result<String> {
             other => Err(WeirError::syntax(format!("unexpected name part {other}"))),
         })
         .collect::<Result<_>>()?;
-    let fold = |i: &Ident| {
-        if i.quote_style.is_some() {
-            i.value.clone()
-        } else {
-            i.value.to_lowercase()
-        }
-    };
+    let fold = identifier;
     match idents.as_slice() {
         [table] => Ok(fold(table)),
         [schema, table] | [_, schema, table] => {
@@ -232,6 +235,15 @@ pub fn relation_name(name: &ObjectName) -> Result<String> {
             Ok(fold(table))
         }
         _ => Err(WeirError::syntax(format!("improper qualified name: {name}"))),
+    }
+}
+
+/// An identifier as Postgres reads it: unquoted ones fold to lower case.
+pub fn identifier(ident: &Ident) -> String {
+    if ident.quote_style.is_some() {
+        ident.value.clone()
+    } else {
+        ident.value.to_lowercase()
     }
 }
 

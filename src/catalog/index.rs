@@ -1,0 +1,248 @@
+//! Secondary indexes: `CREATE INDEX name ON relation (columns) [INCLUDE (columns)]` over a
+//! table or a materialized view, and the reads that use them.
+//!
+//! An index is a relation of its own ([`RelationKind::Index`], [`IndexDef`]): the indexed
+//! relation's rows projected to the index's columns (the indexed columns first, then the
+//! included ones: every other column unless `INCLUDE` names some), stored as a multiset
+//! ([`multiset`]: each distinct projected row once, with its multiplicity), keyed by all its
+//! columns in that order and distributed by the indexed columns
+//! ([`StateTable::distributed_by`](crate::state::table::StateTable::distributed_by)), so the
+//! entries whose indexed columns hold given values are one range in one vnode.
+//!
+//! Invariants:
+//! - **Same write batch.** Every writer of a relation ([`super::dml::Writer`] for tables and
+//!   sources, the view job for views, the late-rows writer) calls [`maintain`] with the
+//!   changes it commits, under the relation's write lock, and commits the index's writes in
+//!   the same atomic write batch: a read of the index at any snapshot equals a read of the
+//!   relation's columns at that snapshot. The index list is changed only under that lock too.
+//! - **Built under the lock.** [`create`] holds the relation's write lock while it reads the
+//!   relation and fills the index, then records the index; a crash before the record leaves
+//!   no entry, and the id's range is cleared before it is used again.
+//! - **Reads choose, DataFusion checks.** [`choose`] picks an index whose key access is
+//!   narrower than the relation's own and that holds every column the read needs; like every
+//!   narrowed read, the conditions are applied again above the scan.
+//!
+//! Called by the `CREATE INDEX` / `DROP INDEX` handlers, the writers above, and
+//! [`super::provider`] when it plans a scan.
+
+use std::sync::Arc;
+
+use datafusion::logical_expr::Expr;
+
+use super::key_access::{self, KeyAccess};
+use super::{persist, Catalog, IndexDef, Relation, RelationKind};
+use crate::error::{Result, SqlState, WeirError};
+use crate::state::multiset;
+use crate::state::store::{ScanControl, StateStore, WriteBatch};
+use crate::types::ChangeBatch;
+
+/// What `CREATE INDEX` asks for.
+pub struct IndexRequest {
+    pub name: String,
+    pub definition: String,
+    /// The relation indexed.
+    pub on: Arc<Relation>,
+    /// Its columns the index holds: the indexed ones first.
+    pub columns: Vec<usize>,
+    /// How many of `columns` are indexed.
+    pub key_columns: usize,
+}
+
+/// Builds and records an index; false (nothing changed) when the name is taken and
+/// `if_not_exists`. Holds the indexed relation's write lock throughout, so its writers wait
+/// for the build.
+pub async fn create(catalog: &Arc<Catalog>, request: IndexRequest, if_not_exists: bool) -> Result<bool> {
+    let on = Arc::clone(&request.on);
+    match on.def.kind {
+        RelationKind::Table | RelationKind::MaterializedView if !on.def.replayed => {}
+        RelationKind::Table | RelationKind::MaterializedView => {
+            return Err(WeirError::new(
+                SqlState::WRONG_OBJECT_TYPE,
+                format!("cannot index \"{}\": its rows are produced again by its connector, not stored", on.def.name),
+            ))
+        }
+        _ => {
+            return Err(WeirError::new(
+                SqlState::WRONG_OBJECT_TYPE,
+                format!("\"{}\" is not a table or materialized view", on.def.name),
+            ))
+        }
+    }
+    let _guard = on.write_lock.lock().await;
+    if catalog.get(&on.def.name).is_none_or(|now| now.def.id != on.def.id) {
+        return Err(WeirError::undefined_table(&on.def.name));
+    }
+    let Some(id) = catalog.reserve_id(&request.name, if_not_exists)? else {
+        return Ok(false);
+    };
+    let mut def = catalog.new_def(
+        &request.name,
+        RelationKind::Index,
+        &request.definition,
+        on.def.schema.project(&request.columns)?,
+    );
+    def.id = id;
+    def.index = Some(IndexDef { on: on.def.id, columns: request.columns, key_columns: request.key_columns });
+    let index = Arc::new(Catalog::materialize(catalog.store().as_ref(), def, 0)?);
+    let store = Arc::clone(catalog.store());
+    let (built, relation) = (Arc::clone(&index), Arc::clone(&on));
+    let filled = tokio::task::spawn_blocking(move || fill(&relation, &built, store.as_ref()))
+        .await
+        .map_err(|e| WeirError::internal(e.to_string()))
+        .and_then(|filled| filled);
+    match filled.and_then(|()| catalog.record_index(Arc::clone(&index), &on)) {
+        Ok(()) => Ok(true),
+        Err(e) => {
+            // Nothing of it stays: the rows written so far go, and no entry was made.
+            let mut wb = WriteBatch::default();
+            index.table.clear(&mut wb);
+            let _ = catalog.store().write(wb);
+            Err(e)
+        }
+    }
+}
+
+/// Writes the index entries of every row `on` holds now (the caller holds its write lock),
+/// a batch at a time, after clearing whatever an earlier life left under the index's id.
+fn fill(on: &Relation, index: &Relation, store: &dyn StateStore) -> Result<()> {
+    let mut wb = WriteBatch::default();
+    index.table.clear(&mut wb);
+    store.write(wb)?;
+    let columns = &index.def.index.as_ref().expect("an index").columns;
+    on.stream_rows(store, None, None, &mut |rows| {
+        let mut wb = WriteBatch::default();
+        let rows = with_schema(index, rows.project(columns)?)?;
+        multiset::apply(&index.table, store, &ChangeBatch::inserts(rows), &mut wb)?;
+        store.write(wb)?;
+        Ok(ScanControl::Continue)
+    })
+}
+
+/// `rows` (the index's columns) under the index's own schema (the same types; names and
+/// nullability as the index has them).
+fn with_schema(index: &Relation, rows: datafusion::arrow::array::RecordBatch) -> Result<datafusion::arrow::array::RecordBatch> {
+    Ok(datafusion::arrow::array::RecordBatch::try_new(Arc::clone(&index.schema), rows.columns().to_vec())?)
+}
+
+/// Drops index `name`; false when there is none and `if_exists`.
+pub async fn drop(catalog: &Arc<Catalog>, name: &str, if_exists: bool) -> Result<bool> {
+    let index = match catalog.get(name) {
+        Some(index) if index.def.kind == RelationKind::Index => index,
+        Some(_) => {
+            return Err(WeirError::new(SqlState::WRONG_OBJECT_TYPE, format!("\"{name}\" is not an index")));
+        }
+        None if if_exists => return Ok(false),
+        None => {
+            return Err(WeirError::new(SqlState::UNDEFINED_OBJECT, format!("index \"{name}\" does not exist")));
+        }
+    };
+    let on = index.def.index.as_ref().and_then(|i| catalog.by_id(i.on));
+    // Its relation's writers update it under the relation's lock: none is under way once it
+    // is held, and none sees the index after.
+    let _guard = match &on {
+        Some(on) => Some(on.write_lock.lock().await),
+        None => None,
+    };
+    catalog.drop_relation(name, true)
+}
+
+/// Adds to `wb` the writes that bring `relation`'s indexes up to date with `changes` (the
+/// relation's user columns), which its writer commits in the same batch; under its write lock.
+pub fn maintain(relation: &Relation, store: &dyn StateStore, changes: &ChangeBatch, wb: &mut WriteBatch) -> Result<()> {
+    if changes.is_empty() {
+        return Ok(());
+    }
+    for index in relation.indexes() {
+        let columns = &index.def.index.as_ref().expect("an index").columns;
+        let projected = changes.with_data(with_schema(&index, changes.data.project(columns)?)?);
+        multiset::apply(&index.table, store, &projected, wb)?;
+    }
+    Ok(())
+}
+
+/// Whether `relation` has indexes its writers must keep up to date.
+pub fn has_indexes(relation: &Relation) -> bool {
+    !relation.indexes.read().is_empty()
+}
+
+/// Whether `filter` narrows a read of one of `relation`'s indexes.
+pub fn narrows(relation: &Relation, filter: &Expr) -> bool {
+    relation.indexes().iter().any(|index| key_access::narrows(index, filter))
+}
+
+/// A read of an index in place of its relation.
+pub struct IndexRead {
+    pub index: Arc<Relation>,
+    pub access: KeyAccess,
+    /// Where each column the read hands on is among the index's columns.
+    pub projection: Vec<usize>,
+}
+
+/// The index to read instead of `relation` under `filters`, when one holds every column in
+/// `needed` (the relation's columns the read hands on) and narrows the read more than the
+/// relation's own key does (`own`): point lookups beat everything, ranges read in one vnode
+/// each beat ranges read in every vnode, which beat reading everything.
+pub fn choose(relation: &Relation, filters: &[Expr], needed: &[usize], own: &KeyAccess) -> Result<Option<IndexRead>> {
+    let mut best: Option<IndexRead> = None;
+    for index in relation.indexes() {
+        let columns = &index.def.index.as_ref().expect("an index").columns;
+        let Some(projection) = needed.iter().map(|c| columns.iter().position(|i| i == c)).collect() else {
+            continue;
+        };
+        let access = key_access::key_access(&index, filters)?;
+        let beaten = best.as_ref().map_or(cost(own), |b| cost(&b.access));
+        if cost(&access) < beaten {
+            best = Some(IndexRead { index, access, projection });
+        }
+    }
+    Ok(best)
+}
+
+/// How costly an access is, in rank: 0 point lookups, 1 ranges each in one vnode, 2 ranges in
+/// every vnode, 3 everything.
+fn cost(access: &KeyAccess) -> u8 {
+    match access {
+        KeyAccess::Keys(_) => 0,
+        KeyAccess::Ranges(ranges) if ranges.iter().all(|r| r.vnode.is_some()) => 1,
+        KeyAccess::Ranges(_) => 2,
+        KeyAccess::All => 3,
+    }
+}
+
+impl Catalog {
+    /// Sets aside an id for a relation being built (an index while it is filled), checking
+    /// that `name` is free: None when it is taken and `if_not_exists`. Nothing is durable
+    /// until [`Catalog::record_index`]; a builder clears the id's range before writing to it.
+    fn reserve_id(&self, name: &str, if_not_exists: bool) -> Result<Option<crate::state::keys::TableId>> {
+        let mut inner = self.inner.write();
+        if inner.by_name.contains_key(name) {
+            if if_not_exists {
+                return Ok(None);
+            }
+            return Err(WeirError::new(SqlState::DUPLICATE_TABLE, format!("relation \"{name}\" already exists")));
+        }
+        let id = inner.next_id;
+        inner.next_id += 1;
+        Ok(Some(id))
+    }
+
+    /// Records a filled index and hands it to its relation's writers (whose write lock the
+    /// caller holds).
+    fn record_index(&self, index: Arc<Relation>, on: &Arc<Relation>) -> Result<()> {
+        let mut inner = self.inner.write();
+        if inner.by_name.contains_key(&index.def.name) {
+            return Err(WeirError::new(
+                SqlState::DUPLICATE_TABLE,
+                format!("relation \"{}\" already exists", index.def.name),
+            ));
+        }
+        let mut wb = WriteBatch::default();
+        persist::put_relation(&index.def, &mut wb)?;
+        persist::put_next_id(inner.next_id.max(index.def.id + 1), &mut wb);
+        self.store.write(wb)?;
+        inner.by_name.insert(index.def.name.clone(), Arc::clone(&index));
+        on.attach_index(index);
+        self.version.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+}
