@@ -33,6 +33,7 @@ impl SqlState {
     pub const DIVISION_BY_ZERO: SqlState = SqlState("22012");
     pub const STRING_DATA_RIGHT_TRUNCATION: SqlState = SqlState("22001");
     pub const NOT_NULL_VIOLATION: SqlState = SqlState("23502");
+    pub const UNIQUE_VIOLATION: SqlState = SqlState("23505");
     pub const IN_FAILED_TRANSACTION: SqlState = SqlState("25P02");
     pub const FEATURE_NOT_SUPPORTED: SqlState = SqlState("0A000");
     pub const UNDEFINED_PARAMETER: SqlState = SqlState("42704");

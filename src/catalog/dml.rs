@@ -197,6 +197,41 @@ fn user_columns_at(relation: &Relation, batch: &RecordBatch, stamp_nanos: i64) -
     Ok(columns)
 }
 
+/// An UPDATE that changes primary keys may not give two rows one key, nor a row the key of a
+/// row it does not update (23505, as Postgres): that row would be overwritten.
+fn check_moved_keys(relation: &Relation, store: &dyn StateStore, pairs: &[(RecordBatch, RecordBatch)]) -> Result<()> {
+    let table = &relation.table;
+    let mut leaving = std::collections::HashSet::new();
+    for (old, _) in pairs {
+        leaving.extend(table.encode_keys(old)?.iter().map(|k| k.as_ref().to_vec()));
+    }
+    let mut arriving: Vec<Vec<u8>> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for (_, new) in pairs {
+        for key in table.encode_keys(new)?.iter() {
+            let key = key.as_ref().to_vec();
+            if !seen.insert(key.clone()) {
+                return Err(duplicate_key(relation));
+            }
+            if !leaving.contains(&key) {
+                arriving.push(key);
+            }
+        }
+    }
+    let (_, found) = table.get_many(store, &arriving)?;
+    if found.iter().any(Option::is_some) {
+        return Err(duplicate_key(relation));
+    }
+    Ok(())
+}
+
+fn duplicate_key(relation: &Relation) -> WeirError {
+    WeirError::new(
+        SqlState::UNIQUE_VIOLATION,
+        format!("duplicate key value violates unique constraint \"{}_pkey\"", relation.def.name),
+    )
+}
+
 /// Evaluates `filters` (all must hold; none = every row) over a stored batch.
 pub fn filter_mask(filters: &[Arc<dyn PhysicalExpr>], batch: &RecordBatch) -> DfResult<BooleanArray> {
     let mut mask = BooleanArray::from(vec![true; batch.num_rows()]);
@@ -235,6 +270,9 @@ pub enum Candidates {
 fn candidates(relation: &Relation, store: &dyn StateStore, access: Candidates) -> Result<Vec<RecordBatch>> {
     let access = match access {
         Candidates::ByKey(access) => access,
+        // The index was chosen when the statement was planned; one retired since (DROP INDEX)
+        // is not read: the relation is, whole.
+        Candidates::ThroughIndex(read) if read.index.is_retired() => KeyAccess::All,
         Candidates::ThroughIndex(read) => {
             // A keyed table's stored rows are its user columns, which the index holds all of.
             let KeyAccess::Ranges(ranges) = &read.access else {
@@ -494,9 +532,18 @@ impl Writer {
                     check_not_null(&rel, &columns[..user_columns])?;
                     fit_declared_lengths(&rel, &mut columns[..user_columns])?;
                     let new = RecordBatch::try_new(Arc::clone(old.schema_ref()), columns)?;
-                    rel.table.delete_batch(&old, &mut wb)?;
-                    rel.table.put_batch(&new, &mut wb)?;
                     pairs.push((old, new));
+                }
+                // Every old row goes before any new one is stored: a key moved onto a key
+                // another updated row leaves (`SET id = id + 1`) is not lost.
+                for (old, _) in &pairs {
+                    rel.table.delete_batch(old, &mut wb)?;
+                }
+                for (_, new) in &pairs {
+                    rel.table.put_batch(new, &mut wb)?;
+                }
+                if assignments.iter().any(|(index, _)| rel.def.primary_key.contains(index)) {
+                    check_moved_keys(&rel, st.as_ref(), &pairs)?;
                 }
                 Ok((wb, pairs))
             })

@@ -11,10 +11,13 @@
 //!
 //! Invariants:
 //! - **Same write batch.** Every writer of a relation ([`super::dml::Writer`] for tables and
-//!   sources, the view job for views, the late-rows writer) calls [`maintain`] with the
-//!   changes it commits, under the relation's write lock, and commits the index's writes in
-//!   the same atomic write batch: a read of the index at any snapshot equals a read of the
-//!   relation's columns at that snapshot. The index list is changed only under that lock too.
+//!   sources, the view job for views (its backfill too), the late-rows writer) calls
+//!   [`maintain`] with the changes it commits, under the relation's write lock, and commits
+//!   the index's writes in the same atomic write batch: a read of the index at any snapshot
+//!   equals a read of the relation's columns at that snapshot. The index list is changed only
+//!   under that lock too (CREATE INDEX, DROP INDEX, and DROP of the relation).
+//! - **Dropped after its readers.** DROP INDEX retires the index (reads stop choosing it,
+//!   writers keep it), waits for the reads that chose it before, then removes it.
 //! - **Built under the lock.** [`create`] holds the relation's write lock while it reads the
 //!   relation and fills the index, then records the index; a crash before the record leaves
 //!   no entry, and the id's range is cleared before it is used again.
@@ -69,12 +72,21 @@ pub async fn create(catalog: &Arc<Catalog>, request: IndexRequest, if_not_exists
         }
     }
     let _guard = on.write_lock.lock().await;
-    if catalog.get(&on.def.name).is_none_or(|now| now.def.id != on.def.id) {
+    if catalog.by_id(on.def.id).is_none() {
         return Err(WeirError::undefined_table(&on.def.name));
     }
-    let Some(id) = catalog.reserve_id(&request.name, if_not_exists)? else {
+    let Some(id) = catalog.reserve(&request.name, if_not_exists)? else {
         return Ok(false);
     };
+    let built = build(catalog, &request, id).await;
+    catalog.release(&request.name);
+    built.map(|()| true)
+}
+
+/// Fills index `id` for `request` and records it (the name is reserved, the relation's write
+/// lock held); on failure nothing of it stays.
+async fn build(catalog: &Arc<Catalog>, request: &IndexRequest, id: crate::state::keys::TableId) -> Result<()> {
+    let on = &request.on;
     let mut def = catalog.new_def(
         &request.name,
         RelationKind::Index,
@@ -82,16 +94,16 @@ pub async fn create(catalog: &Arc<Catalog>, request: IndexRequest, if_not_exists
         on.def.schema.project(&request.columns)?,
     );
     def.id = id;
-    def.index = Some(IndexDef { on: on.def.id, columns: request.columns, key_columns: request.key_columns });
+    def.index = Some(IndexDef { on: on.def.id, columns: request.columns.clone(), key_columns: request.key_columns });
     let index = Arc::new(Catalog::materialize(catalog.store().as_ref(), def, 0)?);
     let store = Arc::clone(catalog.store());
-    let (built, relation) = (Arc::clone(&index), Arc::clone(&on));
+    let (built, relation) = (Arc::clone(&index), Arc::clone(on));
     let filled = tokio::task::spawn_blocking(move || fill(&relation, &built, store.as_ref()))
         .await
         .map_err(|e| WeirError::internal(e.to_string()))
         .and_then(|filled| filled);
-    match filled.and_then(|()| catalog.record_index(Arc::clone(&index), &on)) {
-        Ok(()) => Ok(true),
+    match filled.and_then(|()| catalog.record_index(Arc::clone(&index), on)) {
+        Ok(()) => Ok(()),
         Err(e) => {
             // Nothing of it stays: the rows written so far go, and no entry was made.
             let mut wb = WriteBatch::default();
@@ -124,26 +136,34 @@ fn with_schema(index: &Relation, rows: datafusion::arrow::array::RecordBatch) ->
     Ok(datafusion::arrow::array::RecordBatch::try_new(Arc::clone(&index.schema), rows.columns().to_vec())?)
 }
 
-/// Drops index `name`; false when there is none and `if_exists`.
+/// Drops index `name`; false when there is none and `if_exists`. The index is retired first
+/// (no read chooses it, its relation's writers still keep it); once no read that chose it
+/// before is left, its entry and rows go in one write under its relation's write lock.
 pub async fn drop(catalog: &Arc<Catalog>, name: &str, if_exists: bool) -> Result<bool> {
+    let missing = || WeirError::new(SqlState::UNDEFINED_OBJECT, format!("index \"{name}\" does not exist"));
     let index = match catalog.get(name) {
         Some(index) if index.def.kind == RelationKind::Index => index,
         Some(_) => {
             return Err(WeirError::new(SqlState::WRONG_OBJECT_TYPE, format!("\"{name}\" is not an index")));
         }
         None if if_exists => return Ok(false),
-        None => {
-            return Err(WeirError::new(SqlState::UNDEFINED_OBJECT, format!("index \"{name}\" does not exist")));
-        }
+        None => return Err(missing()),
     };
+    if !index.retire() {
+        // Another session is dropping it.
+        return if if_exists { Ok(false) } else { Err(missing()) };
+    }
+    // Held by the catalog, its relation and here; more means a read that chose it is running.
+    while Arc::strong_count(&index) > 3 {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
     let on = index.def.index.as_ref().and_then(|i| catalog.by_id(i.on));
-    // Its relation's writers update it under the relation's lock: none is under way once it
-    // is held, and none sees the index after.
     let _guard = match &on {
         Some(on) => Some(on.write_lock.lock().await),
         None => None,
     };
-    catalog.drop_relation(name, true)
+    catalog.drop_relation_id(index.def.id)?;
+    Ok(true)
 }
 
 /// Adds to `wb` the writes that bring `relation`'s indexes up to date with `changes` (the
@@ -167,7 +187,7 @@ pub fn has_indexes(relation: &Relation) -> bool {
 
 /// Whether `filter` narrows a read of one of `relation`'s indexes.
 pub fn narrows(relation: &Relation, filter: &Expr) -> bool {
-    relation.indexes().iter().any(|index| key_access::narrows(index, filter))
+    relation.indexes().iter().any(|index| !index.is_retired() && key_access::narrows(index, filter))
 }
 
 /// A read of an index in place of its relation.
@@ -184,7 +204,7 @@ pub struct IndexRead {
 /// each beat ranges read in every vnode, which beat reading everything.
 pub fn choose(relation: &Relation, filters: &[Expr], needed: &[usize], own: &KeyAccess) -> Result<Option<IndexRead>> {
     let mut best: Option<IndexRead> = None;
-    for index in relation.indexes() {
+    for index in relation.indexes().into_iter().filter(|i| !i.is_retired()) {
         let columns = &index.def.index.as_ref().expect("an index").columns;
         let Some(projection) = needed.iter().map(|c| columns.iter().position(|i| i == c)).collect() else {
             continue;
@@ -210,31 +230,34 @@ fn cost(access: &KeyAccess) -> u8 {
 }
 
 impl Catalog {
-    /// Sets aside an id for a relation being built (an index while it is filled), checking
-    /// that `name` is free: None when it is taken and `if_not_exists`. Nothing is durable
-    /// until [`Catalog::record_index`]; a builder clears the id's range before writing to it.
-    fn reserve_id(&self, name: &str, if_not_exists: bool) -> Result<Option<crate::state::keys::TableId>> {
+    /// Sets aside `name` and an id for a relation being built (an index while it is filled):
+    /// None when the name is taken and `if_not_exists`. Nothing is durable until
+    /// [`Catalog::record_index`]; a builder clears the id's range before writing to it, and
+    /// gives the name back with [`Catalog::release`] whether it succeeded or not.
+    fn reserve(&self, name: &str, if_not_exists: bool) -> Result<Option<crate::state::keys::TableId>> {
         let mut inner = self.inner.write();
-        if inner.by_name.contains_key(name) {
+        if inner.by_name.contains_key(name) || inner.building.contains(name) {
             if if_not_exists {
                 return Ok(None);
             }
             return Err(WeirError::new(SqlState::DUPLICATE_TABLE, format!("relation \"{name}\" already exists")));
         }
+        inner.building.insert(name.to_string());
         let id = inner.next_id;
         inner.next_id += 1;
         Ok(Some(id))
     }
 
+    fn release(&self, name: &str) {
+        self.inner.write().building.remove(name);
+    }
+
     /// Records a filled index and hands it to its relation's writers (whose write lock the
-    /// caller holds).
+    /// caller holds), unless the relation was dropped meanwhile.
     fn record_index(&self, index: Arc<Relation>, on: &Arc<Relation>) -> Result<()> {
         let mut inner = self.inner.write();
-        if inner.by_name.contains_key(&index.def.name) {
-            return Err(WeirError::new(
-                SqlState::DUPLICATE_TABLE,
-                format!("relation \"{}\" already exists", index.def.name),
-            ));
+        if !inner.by_name.values().any(|r| r.def.id == on.def.id) {
+            return Err(WeirError::undefined_table(&on.def.name));
         }
         let mut wb = WriteBatch::default();
         persist::put_relation(&index.def, &mut wb)?;

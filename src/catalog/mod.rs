@@ -79,6 +79,9 @@ pub struct Relation {
     /// Its indexes ([`index`]), kept up to date by its writers under `write_lock` (changed only
     /// under it too).
     indexes: RwLock<Vec<Arc<Relation>>>,
+    /// An index being dropped: no read chooses it any more, its relation's writers still keep
+    /// it until it goes ([`index::drop`]).
+    retired: std::sync::atomic::AtomicBool,
 }
 
 /// Base of the OIDs clients see for relations (`pg_class.oid`, RowDescription's table OID):
@@ -121,6 +124,16 @@ impl Relation {
     /// Its indexes, as of now (read under `write_lock` by writers, which keep them up to date).
     pub fn indexes(&self) -> Vec<Arc<Relation>> {
         self.indexes.read().clone()
+    }
+
+    /// Marks an index as being dropped; false when it already was.
+    pub(crate) fn retire(&self) -> bool {
+        !self.retired.swap(true, Ordering::SeqCst)
+    }
+
+    /// Whether this index is being dropped (reads no longer choose it).
+    pub fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::SeqCst)
     }
 
     /// Adds or removes (by id) one of its indexes; under `write_lock`.
@@ -304,6 +317,8 @@ pub struct Catalog {
 struct Inner {
     by_name: BTreeMap<String, Arc<Relation>>,
     next_id: TableId,
+    /// Names of relations being built (an index while it is filled): taken, not yet there.
+    building: std::collections::BTreeSet<String>,
 }
 
 /// The first id handed to a relation; lower ids are reserved for system use.
@@ -320,20 +335,24 @@ impl Catalog {
             let relation = Self::materialize(store.as_ref(), def, 0)?;
             by_name.insert(relation.def.name.clone(), Arc::new(relation));
         }
-        for index in by_name.values().filter(|r| r.def.kind == RelationKind::Index) {
+        let mut indexes: Vec<Arc<Relation>> =
+            by_name.values().filter(|r| r.def.kind == RelationKind::Index).cloned().collect();
+        indexes.sort_by_key(|i| i.def.id);
+        for index in indexes {
             let on = index.def.index.as_ref().map(|i| i.on);
             match by_name.values().find(|r| Some(r.def.id) == on) {
-                Some(relation) => relation.attach_index(Arc::clone(index)),
-                None => return Err(WeirError::new(
-                    SqlState::DATA_CORRUPTED,
-                    format!("catalog entry of index \"{}\" names a relation that does not exist", index.def.name),
-                )),
+                Some(relation) => relation.attach_index(index),
+                None => {
+                    // Made by a build that lost its relation: nothing reads it, no writer keeps it.
+                    tracing::warn!(index = %index.def.name, "index of a relation that does not exist is left out");
+                    by_name.remove(&index.def.name);
+                }
             }
         }
         Ok(Catalog {
             store,
             database: database.to_string(),
-            inner: RwLock::new(Inner { by_name, next_id }),
+            inner: RwLock::new(Inner { by_name, next_id, building: Default::default() }),
             changes: Arc::new(changes::ChangeHub::default()),
             open_epoch: AtomicU64::new(0),
             log_changes: std::sync::atomic::AtomicBool::new(true),
@@ -391,6 +410,7 @@ impl Catalog {
             open_epoch: AtomicU64::new(open_epoch),
             finished: std::sync::atomic::AtomicBool::new(false),
             indexes: RwLock::new(Vec::new()),
+            retired: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -560,7 +580,7 @@ impl Catalog {
     fn create(&self, mut def: RelationDef, if_not_exists: bool) -> Result<Option<TableId>> {
         let mut inner = self.inner.write();
         let name = def.name.clone();
-        if inner.by_name.contains_key(&name) {
+        if inner.by_name.contains_key(&name) || inner.building.contains(&name) {
             if if_not_exists {
                 return Ok(None);
             }
@@ -615,6 +635,11 @@ impl Catalog {
     /// whatever its name. A failing CREATE undoes by the id it was given, never by name, so it
     /// cannot touch a relation of the same name that existed before (or was made meanwhile).
     pub fn undo_create(&self, id: TableId) -> Result<()> {
+        self.drop_relation_id(id)
+    }
+
+    /// Drops the relation with id `id`, if it exists, whatever its name is now.
+    pub fn drop_relation_id(&self, id: TableId) -> Result<()> {
         let mut inner = self.inner.write();
         let relation = inner.by_name.values().find(|r| r.def.id == id).cloned();
         match relation {
@@ -623,8 +648,9 @@ impl Catalog {
         }
     }
 
-    /// Drops `relation` and its rows, with its indexes; an index is also detached from its
-    /// relation (the caller holds that relation's write lock, so no writer is updating it).
+    /// Drops `relation` and its rows, with its indexes, in one write; an index is also detached
+    /// from its relation (callers hold the write lock of the relation it indexes, so no writer
+    /// is updating it: `index::drop` and `DROP`).
     fn remove(&self, inner: &mut Inner, relation: &Arc<Relation>) -> Result<()> {
         let mut wb = WriteBatch::default();
         for index in relation.indexes() {

@@ -88,6 +88,9 @@ impl TableFunctionImpl for WindowFunction {
         let relation_name = name(&exprs[0])?;
         let relation =
             self.catalog.get(&relation_name).ok_or_else(|| error(WeirError::undefined_table(&relation_name)))?;
+        if matches!(relation.def.kind, super::RelationKind::Index | super::RelationKind::Sink) {
+            return Err(error(WeirError::undefined_table(&relation_name)));
+        }
         if relation.def.kind == super::RelationKind::View {
             return Err(error(WeirError::unsupported(format!(
                 "{} over the plain view \"{relation_name}\": window a table, a source or a materialized view",

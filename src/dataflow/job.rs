@@ -196,8 +196,13 @@ impl ViewJob {
         let mut wb = WriteBatch { skip_wal: true, ..Default::default() };
         let out = self.graph.barrier(&mut wb, false)?;
         out.into_iter().for_each(|b| self.materialize.apply(b));
-        let (view_wb, _) = self.materialize.barrier()?;
+        let (view_wb, changes) = self.materialize.barrier()?;
         wb.ops.extend(view_wb.ops);
+        // An index may have been made on the view since it was recorded.
+        let _guard = self.relation.write_lock.lock().await;
+        if let Some(changes) = &changes {
+            crate::catalog::index::maintain(&self.relation, self.store.as_ref(), changes, &mut wb)?;
+        }
         write_off_thread(&self.store, wb).await
     }
 

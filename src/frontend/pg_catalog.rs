@@ -502,7 +502,7 @@ fn index_entries(catalog: &Catalog) -> Vec<IndexEntry> {
                 primary: true,
             });
         }
-        for index in table.indexes() {
+        for index in table.indexes().into_iter().filter(|i| !i.is_retired()) {
             let Some(def) = &index.def.index else { continue };
             out.push(IndexEntry {
                 table: Arc::clone(table),

@@ -113,7 +113,9 @@ async fn drop_named(
             RelationKind::Table if relation.def.connector.is_some() => fe.streaming().stop_source(relation.def.id),
             RelationKind::Table | RelationKind::View | RelationKind::Index => {}
         }
-        fe.catalog().drop_relation(&relation.def.name, true)?;
+        // Its writers (and an index being built on it) finish first.
+        let _writers = relation.write_lock.lock().await;
+        fe.catalog().drop_relation_id(relation.def.id)?;
     }
     Ok(StatementResult::command(tag))
 }
