@@ -125,6 +125,7 @@ impl SqlParser {
         })?;
         for statement in &mut statements {
             rewrite_catalog_idioms(statement);
+            exists_in_select_lists(statement);
             resolve_relation_names(statement);
             super::interval_text::rewrite_interval_literals(statement);
             if let Some(table_functions) = &self.table_functions {
@@ -426,6 +427,59 @@ fn resolve_relation_names(statement: &mut ast::Statement) {
         }
         ControlFlow::<()>::Continue(())
     });
+}
+
+/// `EXISTS (SELECT ... FROM ... WHERE ...)` in a select list (psql's `\d index` asks whether a
+/// constraint is deferrable that way) as `(SELECT count(*) FROM ... WHERE ...) > 0` (`= 0` for
+/// NOT EXISTS): the same truth, and DataFusion plans a correlated scalar aggregate in a select
+/// list where it plans no EXISTS. Only subqueries without grouping, DISTINCT or LIMIT, whose
+/// count is the number of rows EXISTS looks for.
+fn exists_in_select_lists(statement: &mut ast::Statement) {
+    use datafusion::sql::sqlparser::ast::{
+        visit_expressions_mut, Expr, GroupByExpr, Query, SelectItem, SetExpr, VisitMut, VisitorMut,
+    };
+    use std::ops::ControlFlow;
+    fn counted(subquery: &Query, negated: bool) -> Option<Expr> {
+        let SetExpr::Select(select) = subquery.body.as_ref() else { return None };
+        let plain = matches!(&select.group_by, GroupByExpr::Expressions(e, _) if e.is_empty())
+            && select.having.is_none()
+            && select.distinct.is_none()
+            && subquery.limit_clause.is_none()
+            && subquery.fetch.is_none()
+            && subquery.with.is_none();
+        if !plain {
+            return None;
+        }
+        let mut select = select.clone();
+        select.projection = vec![SelectItem::UnnamedExpr(
+            Parser::new(&PostgreSqlDialect {}).try_with_sql("count(*)").and_then(|mut p| p.parse_expr()).ok()?,
+        )];
+        let count = Query { body: Box::new(SetExpr::Select(select)), order_by: None, ..subquery.clone() };
+        let text = format!("({count}) {} 0", if negated { "=" } else { ">" });
+        Parser::new(&PostgreSqlDialect {}).try_with_sql(&text).and_then(|mut p| p.parse_expr()).ok()
+    }
+    struct Rewrite;
+    impl VisitorMut for Rewrite {
+        type Break = ();
+        fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
+            if let SetExpr::Select(select) = query.body.as_mut() {
+                for item in &mut select.projection {
+                    if let SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } = item {
+                        let _ = visit_expressions_mut(e, |expr| {
+                            if let Expr::Exists { subquery, negated } = expr {
+                                if let Some(rewritten) = counted(subquery, *negated) {
+                                    *expr = Expr::Nested(Box::new(rewritten));
+                                }
+                            }
+                            ControlFlow::<()>::Continue(())
+                        });
+                    }
+                }
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let _ = statement.visit(&mut Rewrite);
 }
 
 /// Whether `expr` makes text: a call of a string function, a `||`, a cast to text.

@@ -404,6 +404,41 @@ impl Extended {
         Self::renumber(RecordBatch::try_new(schema, columns)?, "attrelid", relations)
     }
 
+    /// pg_attribute's rows of the indexes: each a copy of its table's column's row, under the
+    /// index's OID and numbered in index order (psql's `\d index`, drivers' index columns).
+    /// `tables`: pg_attribute's rows of the relations, renumbered.
+    fn index_attributes(&self, tables: &[RecordBatch]) -> DfResult<Option<RecordBatch>> {
+        let Some(first) = tables.first() else { return Ok(None) };
+        let schema = first.schema();
+        let (Ok(relid), Ok(attnum)) = (schema.index_of("attrelid"), schema.index_of("attnum")) else {
+            return Ok(None);
+        };
+        let all = datafusion::arrow::compute::concat_batches(&schema, tables)?;
+        let relids = datafusion::arrow::compute::cast(all.column(relid), &DataType::Int64)?;
+        let attnums = datafusion::arrow::compute::cast(all.column(attnum), &DataType::Int64)?;
+        let (relids, attnums) = (relids.as_primitive::<Int64Type>(), attnums.as_primitive::<Int64Type>());
+        let row_of: HashMap<(i64, i64), u32> =
+            (0..all.num_rows()).map(|i| ((relids.value(i), attnums.value(i)), i as u32)).collect();
+        let (mut picks, mut index_oids, mut positions) = (Vec::new(), Vec::new(), Vec::new());
+        for index in index_entries(&self.catalog) {
+            for (position, &column) in index.attnums.iter().enumerate() {
+                if let Some(&row) = row_of.get(&(index.table.oid() as i64, column as i64)) {
+                    picks.push(row);
+                    index_oids.push(Some(index.oid));
+                    positions.push(Some(position as i64 + 1));
+                }
+            }
+        }
+        if picks.is_empty() {
+            return Ok(None);
+        }
+        let taken = datafusion::arrow::compute::take_record_batch(&all, &datafusion::arrow::array::UInt32Array::from(picks))?;
+        let mut columns = taken.columns().to_vec();
+        columns[relid] = map_integers(&columns[relid], |row, _| index_oids[row])?;
+        columns[attnum] = map_integers(&columns[attnum], |row, _| positions[row])?;
+        Ok(Some(RecordBatch::try_new(schema, columns)?))
+    }
+
     fn extra_rows(&self, relations: &PublicRelations, table: &str) -> Vec<Row> {
         let namespace_oid = relations.namespace;
         let mut rows = Vec::new();
@@ -644,7 +679,10 @@ impl TableProvider for Extended {
                 .collect::<DfResult<Vec<_>>>()?,
             (Extra::Keys(_), Some(_)) => inner_rows,
             (Extra::Attributes, Some(relations)) => {
-                inner_rows.into_iter().map(|b| Self::attributes(b, relations)).collect::<DfResult<Vec<_>>>()?
+                let mut batches =
+                    inner_rows.into_iter().map(|b| Self::attributes(b, relations)).collect::<DfResult<Vec<_>>>()?;
+                batches.extend(self.index_attributes(&batches)?);
+                batches
             }
             // The crate's one pg_settings row is replaced by the full list.
             _ => vec![],
