@@ -18,9 +18,12 @@
 //!   under that lock too (CREATE INDEX, DROP INDEX, and DROP of the relation).
 //! - **Dropped after its readers.** DROP INDEX retires the index (reads stop choosing it,
 //!   writers keep it), waits for the reads that chose it before, then removes it.
-//! - **Built under the lock.** [`create`] holds the relation's write lock while it reads the
-//!   relation and fills the index, then records the index; a crash before the record leaves
-//!   no entry, and the id's range is cleared before it is used again.
+//! - **Built a chunk at a time.** [`create`] hands the empty index to the relation's writers,
+//!   then reads the relation in store order a chunk at a time under its write lock (released
+//!   between chunks, so writes and barriers go on); writers keep the index for the rows
+//!   already read ([`Filled`]), the build adds the rest; reads choose it once it is whole and
+//!   recorded. A crash before the record leaves no entry, and the id's range is cleared
+//!   before it is used again.
 //! - **Reads choose, DataFusion checks.** [`choose`] picks an index whose key access is
 //!   narrower than the relation's own and that holds every column the read needs; like every
 //!   narrowed read, the conditions are applied again above the scan.
@@ -36,7 +39,8 @@ use super::key_access::{self, KeyAccess};
 use super::{persist, Catalog, IndexDef, Relation, RelationKind};
 use crate::error::{Result, SqlState, WeirError};
 use crate::state::multiset;
-use crate::state::store::{ScanControl, StateStore, WriteBatch};
+use crate::state::store::{StateStore, WriteBatch};
+use crate::state::table::Layout;
 use crate::types::ChangeBatch;
 
 /// What `CREATE INDEX` asks for.
@@ -52,10 +56,9 @@ pub struct IndexRequest {
 }
 
 /// Builds and records an index; false (nothing changed) when the name is taken and
-/// `if_not_exists`. Holds the indexed relation's write lock throughout, so its writers wait
-/// for the build.
+/// `if_not_exists`.
 pub async fn create(catalog: &Arc<Catalog>, request: IndexRequest, if_not_exists: bool) -> Result<bool> {
-    let on = Arc::clone(&request.on);
+    let on = &request.on;
     match on.def.kind {
         RelationKind::Table | RelationKind::MaterializedView if !on.def.replayed => {}
         RelationKind::Table | RelationKind::MaterializedView => {
@@ -71,10 +74,6 @@ pub async fn create(catalog: &Arc<Catalog>, request: IndexRequest, if_not_exists
             ))
         }
     }
-    let _guard = on.write_lock.lock().await;
-    if catalog.by_id(on.def.id).is_none() {
-        return Err(WeirError::undefined_table(&on.def.name));
-    }
     let Some(id) = catalog.reserve(&request.name, if_not_exists)? else {
         return Ok(false);
     };
@@ -83,8 +82,32 @@ pub async fn create(catalog: &Arc<Catalog>, request: IndexRequest, if_not_exists
     built.map(|()| true)
 }
 
-/// Fills index `id` for `request` and records it (the name is reserved, the relation's write
-/// lock held); on failure nothing of it stays.
+/// Rows of the relation an index build reads at a time, under the relation's write lock.
+const FILL_CHUNK_ROWS: usize = 8192;
+
+/// How much of its relation an index holds while it is built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Filled {
+    /// Every row: the index is kept with every change, and reads may choose it.
+    All,
+    /// The relation's rows stored at or before this store key (None: none yet). Its writers
+    /// keep the index for changes of those rows only; the build reads the rest.
+    UpTo(Option<Vec<u8>>),
+}
+
+impl Relation {
+    /// Whether reads may choose this index: it is whole and not being dropped.
+    pub fn readable_index(&self) -> bool {
+        !self.is_retired() && *self.filled.lock() == Filled::All
+    }
+}
+
+/// Fills index `id` for `request` and records it (the name is reserved); on failure nothing of
+/// it stays. The index is handed to the relation's writers at once, holding nothing; the
+/// relation is then read a chunk at a time under its write lock, released between chunks (so
+/// its writers and barriers go on), and writers keep the index for the rows already read
+/// ([`Filled::UpTo`]). A table without a primary key is read under the lock throughout: its
+/// changes do not carry the hidden row ids its rows are stored by.
 async fn build(catalog: &Arc<Catalog>, request: &IndexRequest, id: crate::state::keys::TableId) -> Result<()> {
     let on = &request.on;
     let mut def = catalog.new_def(
@@ -96,38 +119,91 @@ async fn build(catalog: &Arc<Catalog>, request: &IndexRequest, id: crate::state:
     def.id = id;
     def.index = Some(IndexDef { on: on.def.id, columns: request.columns.clone(), key_columns: request.key_columns });
     let index = Arc::new(Catalog::materialize(catalog.store().as_ref(), def, 0)?);
-    let store = Arc::clone(catalog.store());
-    let (built, relation) = (Arc::clone(&index), Arc::clone(on));
-    let filled = tokio::task::spawn_blocking(move || fill(&relation, &built, store.as_ref()))
-        .await
-        .map_err(|e| WeirError::internal(e.to_string()))
-        .and_then(|filled| filled);
-    match filled.and_then(|()| catalog.record_index(Arc::clone(&index), on)) {
-        Ok(()) => Ok(()),
-        Err(e) => {
-            // Nothing of it stays: the rows written so far go, and no entry was made.
-            let mut wb = WriteBatch::default();
-            index.table.clear(&mut wb);
-            let _ = catalog.store().write(wb);
-            Err(e)
-        }
-    }
-}
-
-/// Writes the index entries of every row `on` holds now (the caller holds its write lock),
-/// a batch at a time, after clearing whatever an earlier life left under the index's id.
-fn fill(on: &Relation, index: &Relation, store: &dyn StateStore) -> Result<()> {
+    *index.filled.lock() = Filled::UpTo(None);
+    let chunked = on.def.layout == Layout::Segments || on.key_columns().is_some();
+    let mut guard = on.write_lock.lock().await;
+    // An earlier life of the id may have left rows.
     let mut wb = WriteBatch::default();
     index.table.clear(&mut wb);
-    store.write(wb)?;
-    let columns = &index.def.index.as_ref().expect("an index").columns;
-    on.stream_rows(store, None, None, &mut |rows| {
+    catalog.store().write(wb)?;
+    on.attach_index(Arc::clone(&index));
+    let filled = loop {
+        if catalog.by_id(on.def.id).is_none_or(|now| !Arc::ptr_eq(&now, on)) {
+            break Err(WeirError::undefined_table(&on.def.name));
+        }
+        let (relation, building, store) = (Arc::clone(on), Arc::clone(&index), Arc::clone(catalog.store()));
+        let step = tokio::task::spawn_blocking(move || fill_chunk(&relation, &building, store.as_ref()))
+            .await
+            .map_err(|e| WeirError::internal(e.to_string()))
+            .and_then(|step| step);
+        match step {
+            Ok(true) => {
+                *index.filled.lock() = Filled::All;
+                break catalog.record_index(Arc::clone(&index), on);
+            }
+            Ok(false) if chunked => {
+                drop(guard);
+                tokio::task::yield_now().await;
+                guard = on.write_lock.lock().await;
+            }
+            Ok(false) => {}
+            Err(e) => break Err(e),
+        }
+    };
+    if filled.is_err() {
+        // Nothing of it stays: no writer keeps it, its rows go, and no entry was made.
+        on.detach_index(index.def.id);
+        let mut wb = WriteBatch::default();
+        index.table.clear(&mut wb);
+        let _ = catalog.store().write(wb);
+    }
+    drop(guard);
+    filled
+}
+
+/// Adds the entries of the relation's next chunk of rows to a building index and moves its
+/// [`Filled`] mark past them (the caller holds the relation's write lock); true when the
+/// relation's end was reached.
+fn fill_chunk(on: &Relation, index: &Relation, store: &dyn StateStore) -> Result<bool> {
+    let after = match &*index.filled.lock() {
+        Filled::UpTo(after) => after.clone(),
+        Filled::All => return Ok(true),
+    };
+    let (stored, last) = on.table.read_after(store, after.as_deref(), FILL_CHUNK_ROWS)?;
+    let rows = on.user_rows(&stored)?;
+    if rows.num_rows() > 0 {
+        let columns = &index.def.index.as_ref().expect("an index").columns;
         let mut wb = WriteBatch::default();
         let rows = with_schema(index, rows.project(columns)?)?;
         multiset::apply(&index.table, store, &ChangeBatch::inserts(rows), &mut wb)?;
         store.write(wb)?;
-        Ok(ScanControl::Continue)
-    })
+    }
+    match last {
+        Some(last) => {
+            *index.filled.lock() = Filled::UpTo(Some(last));
+            Ok(false)
+        }
+        None => Ok(true),
+    }
+}
+
+/// Of `changes` to `relation`, those of rows a building index already holds (stored at or
+/// before `up_to`); None when there are none.
+fn already_filled(relation: &Relation, changes: &ChangeBatch, up_to: Option<&[u8]>) -> Result<Option<ChangeBatch>> {
+    let (Some(up_to), Some(key)) = (up_to, relation.key_columns()) else {
+        // Nothing read yet, or appended rows: they are after everything read, the build reads them.
+        return Ok(None);
+    };
+    let key_columns: Vec<_> = key.iter().map(|&c| Arc::clone(changes.data.column(c))).collect();
+    let keep: Vec<u32> = relation
+        .table
+        .store_keys(&key_columns)?
+        .iter()
+        .enumerate()
+        .filter(|(_, k)| k.as_slice() <= up_to)
+        .map(|(i, _)| i as u32)
+        .collect();
+    Ok((!keep.is_empty()).then(|| changes.take(&keep)).transpose()?)
 }
 
 /// `rows` (the index's columns) under the index's own schema (the same types; names and
@@ -139,7 +215,7 @@ fn with_schema(index: &Relation, rows: datafusion::arrow::array::RecordBatch) ->
 /// Drops index `name`; false when there is none and `if_exists`. The index is retired first
 /// (no read chooses it, its relation's writers still keep it); once no read that chose it
 /// before is left, its entry and rows go in one write under its relation's write lock.
-pub async fn drop(catalog: &Arc<Catalog>, name: &str, if_exists: bool) -> Result<bool> {
+pub async fn drop_index(catalog: &Arc<Catalog>, name: &str, if_exists: bool) -> Result<bool> {
     let missing = || WeirError::new(SqlState::UNDEFINED_OBJECT, format!("index \"{name}\" does not exist"));
     let index = match catalog.get(name) {
         Some(index) if index.def.kind == RelationKind::Index => index,
@@ -173,6 +249,15 @@ pub fn maintain(relation: &Relation, store: &dyn StateStore, changes: &ChangeBat
         return Ok(());
     }
     for index in relation.indexes() {
+        let filled = index.filled.lock().clone();
+        let part = match filled {
+            Filled::All => None,
+            Filled::UpTo(up_to) => match already_filled(relation, changes, up_to.as_deref())? {
+                Some(part) => Some(part),
+                None => continue,
+            },
+        };
+        let changes = part.as_ref().unwrap_or(changes);
         let columns = &index.def.index.as_ref().expect("an index").columns;
         let projected = changes.with_data(with_schema(&index, changes.data.project(columns)?)?);
         multiset::apply(&index.table, store, &projected, wb)?;
@@ -187,7 +272,7 @@ pub fn has_indexes(relation: &Relation) -> bool {
 
 /// Whether `filter` narrows a read of one of `relation`'s indexes.
 pub fn narrows(relation: &Relation, filter: &Expr) -> bool {
-    relation.indexes().iter().any(|index| !index.is_retired() && key_access::narrows(index, filter))
+    relation.indexes().iter().any(|index| index.readable_index() && key_access::narrows(index, filter))
 }
 
 /// A read of an index in place of its relation.
@@ -204,7 +289,7 @@ pub struct IndexRead {
 /// each beat ranges read in every vnode, which beat reading everything.
 pub fn choose(relation: &Relation, filters: &[Expr], needed: &[usize], own: &KeyAccess) -> Result<Option<IndexRead>> {
     let mut best: Option<IndexRead> = None;
-    for index in relation.indexes().into_iter().filter(|i| !i.is_retired()) {
+    for index in relation.indexes().into_iter().filter(|i| i.readable_index()) {
         let columns = &index.def.index.as_ref().expect("an index").columns;
         let Some(projection) = needed.iter().map(|c| columns.iter().position(|i| i == c)).collect() else {
             continue;
@@ -252,8 +337,8 @@ impl Catalog {
         self.inner.write().building.remove(name);
     }
 
-    /// Records a filled index and hands it to its relation's writers (whose write lock the
-    /// caller holds), unless the relation was dropped meanwhile.
+    /// Records a filled index (its relation's writers keep it already; the caller holds their
+    /// write lock), unless the relation was dropped meanwhile.
     fn record_index(&self, index: Arc<Relation>, on: &Arc<Relation>) -> Result<()> {
         let mut inner = self.inner.write();
         if !inner.by_name.values().any(|r| r.def.id == on.def.id) {
@@ -263,8 +348,7 @@ impl Catalog {
         persist::put_relation(&index.def, &mut wb)?;
         persist::put_next_id(inner.next_id.max(index.def.id + 1), &mut wb);
         self.store.write(wb)?;
-        inner.by_name.insert(index.def.name.clone(), Arc::clone(&index));
-        on.attach_index(index);
+        inner.by_name.insert(index.def.name.clone(), index);
         self.version.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Ok(())
     }

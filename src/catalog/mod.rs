@@ -80,8 +80,11 @@ pub struct Relation {
     /// under it too).
     indexes: RwLock<Vec<Arc<Relation>>>,
     /// An index being dropped: no read chooses it any more, its relation's writers still keep
-    /// it until it goes ([`index::drop`]).
+    /// it until it goes ([`index::drop_index`]).
     retired: std::sync::atomic::AtomicBool,
+    /// How much of its relation an index holds yet ([`index::Filled`]); changed under the
+    /// relation's write lock.
+    filled: parking_lot::Mutex<index::Filled>,
 }
 
 /// Base of the OIDs clients see for relations (`pg_class.oid`, RowDescription's table OID):
@@ -225,8 +228,6 @@ impl Relation {
         limit: Option<usize>,
         emit: &mut dyn FnMut(datafusion::arrow::array::RecordBatch) -> Result<ScanControl>,
     ) -> Result<()> {
-        use datafusion::arrow::array::{AsArray, UInt32Array};
-        use datafusion::arrow::datatypes::Int64Type;
         if self.def.replayed {
             for batch in crate::connectors::replay::rows(self, store)? {
                 if emit(batch)? == ScanControl::Stop {
@@ -235,24 +236,33 @@ impl Relation {
             }
             return Ok(());
         }
+        self.table.scan_batches(store, ranges, SCAN_BATCH_ROWS, limit, &mut |batch| emit(self.user_rows(&batch)?))
+    }
+
+    /// Stored rows as users see them: without hidden columns, each repeated as often as its
+    /// multiplicity says (none when it is not above zero).
+    pub fn user_rows(
+        &self,
+        stored: &datafusion::arrow::array::RecordBatch,
+    ) -> Result<datafusion::arrow::array::RecordBatch> {
+        use datafusion::arrow::array::{AsArray, UInt32Array};
+        use datafusion::arrow::datatypes::Int64Type;
         let user: Vec<usize> = (0..self.schema.fields().len()).collect();
-        self.table.scan_batches(store, ranges, SCAN_BATCH_ROWS, limit, &mut |batch| {
-            let rows = batch.project(&user)?;
-            if !self.has_counts() {
-                return emit(rows);
-            }
-            let counts = batch.column(user.len()).as_primitive::<Int64Type>();
-            if counts.values().iter().all(|&c| c == 1) {
-                return emit(rows);
-            }
-            let repeat: UInt32Array = counts
-                .values()
-                .iter()
-                .enumerate()
-                .flat_map(|(i, &c)| std::iter::repeat_n(i as u32, c.max(0) as usize))
-                .collect();
-            emit(datafusion::arrow::compute::take_record_batch(&rows, &repeat)?)
-        })
+        let rows = stored.project(&user)?;
+        if !self.has_counts() {
+            return Ok(rows);
+        }
+        let counts = stored.column(user.len()).as_primitive::<Int64Type>();
+        if counts.values().iter().all(|&c| c == 1) {
+            return Ok(rows);
+        }
+        let repeat: UInt32Array = counts
+            .values()
+            .iter()
+            .enumerate()
+            .flat_map(|(i, &c)| std::iter::repeat_n(i as u32, c.max(0) as usize))
+            .collect();
+        Ok(datafusion::arrow::compute::take_record_batch(&rows, &repeat)?)
     }
 
     /// The user columns its stored rows are keyed by, in key order, where reads may narrow by
@@ -411,6 +421,7 @@ impl Catalog {
             finished: std::sync::atomic::AtomicBool::new(false),
             indexes: RwLock::new(Vec::new()),
             retired: std::sync::atomic::AtomicBool::new(false),
+            filled: parking_lot::Mutex::new(index::Filled::All),
         })
     }
 
@@ -650,7 +661,7 @@ impl Catalog {
 
     /// Drops `relation` and its rows, with its indexes, in one write; an index is also detached
     /// from its relation (callers hold the write lock of the relation it indexes, so no writer
-    /// is updating it: `index::drop` and `DROP`).
+    /// is updating it: `index::drop_index` and `DROP`).
     fn remove(&self, inner: &mut Inner, relation: &Arc<Relation>) -> Result<()> {
         let mut wb = WriteBatch::default();
         for index in relation.indexes() {

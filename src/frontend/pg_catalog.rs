@@ -537,7 +537,7 @@ fn index_entries(catalog: &Catalog) -> Vec<IndexEntry> {
                 primary: true,
             });
         }
-        for index in table.indexes().into_iter().filter(|i| !i.is_retired()) {
+        for index in table.indexes().into_iter().filter(|i| i.readable_index()) {
             let Some(def) = &index.def.index else { continue };
             out.push(IndexEntry {
                 table: Arc::clone(table),

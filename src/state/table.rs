@@ -141,8 +141,8 @@ impl StateTable {
     }
 
     /// The full store keys of the rows whose key columns are `key_columns` (one array per key
-    /// column, in key order), and their memcomparable keys.
-    fn store_keys(&self, key_columns: &[ArrayRef]) -> Result<Vec<Vec<u8>>> {
+    /// column, in key order).
+    pub fn store_keys(&self, key_columns: &[ArrayRef]) -> Result<Vec<Vec<u8>>> {
         let keys = self.key_codec.convert_columns(key_columns)?;
         let vnodes: Vec<u16> = match &self.distribution {
             None => keys.iter().map(|k| vnode_of(k.as_ref())).collect(),
@@ -275,6 +275,50 @@ impl StateTable {
             emit(self.decode_values(&pending)?)?;
         }
         Ok(())
+    }
+
+    /// The rows stored after store key `after` (from the first when None), in store-key order,
+    /// about `max_rows` of them (a segment is not cut), read from one snapshot; and the last
+    /// store key read, or None when the table's end was reached.
+    pub fn read_after(
+        &self,
+        store: &dyn StateStore,
+        after: Option<&[u8]>,
+        max_rows: usize,
+    ) -> Result<(RecordBatch, Option<Vec<u8>>)> {
+        let prefix = table_prefix(self.table_id);
+        let start = match after {
+            Some(key) => [key, &[0u8]].concat(),
+            None => prefix.to_vec(),
+        };
+        let (mut values, mut segments, mut rows) = (Vec::new(), Vec::new(), 0usize);
+        let (mut last, mut more) = (None, false);
+        store.scan_ranges(&[KeyRange { start, end: prefix_end(&prefix) }], &mut |k, v| {
+            if rows >= max_rows {
+                more = true;
+                return Ok(ScanControl::Stop);
+            }
+            last = Some(k.to_vec());
+            match self.layout {
+                Layout::Rows => {
+                    values.push(v.to_vec());
+                    rows += 1;
+                }
+                Layout::Segments => {
+                    for batch in self.decode_segment(v)? {
+                        rows += batch.num_rows();
+                        segments.push(batch);
+                    }
+                }
+            }
+            Ok(ScanControl::Continue)
+        })?;
+        let batch = match self.layout {
+            Layout::Rows if !values.is_empty() => self.decode_values(&values)?,
+            Layout::Rows => RecordBatch::new_empty(Arc::clone(&self.schema)),
+            Layout::Segments => concat_batches(&self.schema, &segments)?,
+        };
+        Ok((batch, last.filter(|_| more)))
     }
 
     /// The store ranges holding the memcomparable keys in `ranges`: a range in its one vnode

@@ -105,7 +105,7 @@ pub async fn drop(fe: &Frontend, names: Vec<String>, if_exists: bool) -> Result<
         }
     }
     for name in &names {
-        index::drop(fe.catalog(), name, true).await?;
+        index::drop_index(fe.catalog(), name, true).await?;
     }
     Ok(StatementResult::command("DROP INDEX"))
 }
