@@ -145,7 +145,7 @@ async fn explain_names_the_index_a_read_uses() {
         .unwrap();
     let golden = [
         ("SELECT t FROM s WHERE g = 5", "RelationScanExec: relation=s, index=s_g, access=ranges(1)"),
-        ("SELECT id, t FROM s WHERE g IN (1, 2)", "RelationScanExec: relation=s, access=all"),
+        ("SELECT id, t FROM s WHERE g IN (1, 2)", "RelationScanExec: relation=s, index=s_g, access=ranges(2)"),
         ("SELECT * FROM s WHERE t = 'x'", "RelationScanExec: relation=s, index=s_t, access=ranges(1)"),
         ("SELECT * FROM s WHERE id = 1 AND t = 'x'", "RelationScanExec: relation=s, access=keys(1)"),
         ("SELECT v FROM s WHERE g = 5", "RelationScanExec: relation=s, access=all"),

@@ -263,7 +263,8 @@ pub struct Writer {
 /// ([`super::index::choose`]).
 pub enum Candidates {
     ByKey(KeyAccess),
-    ThroughIndex(IndexRead),
+    /// Through an index; the key access is what is read if the index is dropped meanwhile.
+    ThroughIndex(IndexRead, KeyAccess),
 }
 
 /// The stored rows a DELETE or UPDATE may change: those `access` allows, else every row.
@@ -272,8 +273,8 @@ fn candidates(relation: &Relation, store: &dyn StateStore, access: Candidates) -
         Candidates::ByKey(access) => access,
         // The index was chosen when the statement was planned; one retired since (DROP INDEX)
         // is not read: the relation is, whole.
-        Candidates::ThroughIndex(read) if read.index.is_retired() => KeyAccess::All,
-        Candidates::ThroughIndex(read) => {
+        Candidates::ThroughIndex(read, own) if read.index.is_retired() => own,
+        Candidates::ThroughIndex(read, _) => {
             // A keyed table's stored rows are its user columns, which the index holds all of.
             let KeyAccess::Ranges(ranges) = &read.access else {
                 return Err(WeirError::internal("an index is read by key ranges"));

@@ -77,9 +77,15 @@ pub async fn create(catalog: &Arc<Catalog>, request: IndexRequest, if_not_exists
     let Some(id) = catalog.reserve(&request.name, if_not_exists)? else {
         return Ok(false);
     };
-    let built = build(catalog, &request, id).await;
-    catalog.release(&request.name);
-    built.map(|()| true)
+    // On a task of its own: a statement cancelled or timed out while it waits still ends the
+    // build cleanly (an index recorded, or nothing left of it), never half-way.
+    let catalog = Arc::clone(catalog);
+    let building = tokio::spawn(async move {
+        let built = build(&catalog, &request, id).await;
+        catalog.release(&request.name);
+        built
+    });
+    building.await.map_err(|e| WeirError::internal(e.to_string()))?.map(|()| true)
 }
 
 /// Rows of the relation an index build reads at a time, under the relation's write lock.
@@ -120,8 +126,12 @@ async fn build(catalog: &Arc<Catalog>, request: &IndexRequest, id: crate::state:
     def.index = Some(IndexDef { on: on.def.id, columns: request.columns.clone(), key_columns: request.key_columns });
     let index = Arc::new(Catalog::materialize(catalog.store().as_ref(), def, 0)?);
     *index.filled.lock() = Filled::UpTo(None);
-    let chunked = on.def.layout == Layout::Segments || on.key_columns().is_some();
+    let mut chunked = on.def.layout == Layout::Segments || on.key_columns().is_some();
     let mut guard = on.write_lock.lock().await;
+    // Chunks go as far as the relation reached when the build began; what writers add beyond
+    // it meanwhile is read in one last hold of the lock, so the build ends however fast they
+    // write.
+    let end = on.table.last_store_key(catalog.store().as_ref())?;
     // An earlier life of the id may have left rows.
     let mut wb = WriteBatch::default();
     index.table.clear(&mut wb);
@@ -136,10 +146,16 @@ async fn build(catalog: &Arc<Catalog>, request: &IndexRequest, id: crate::state:
             .await
             .map_err(|e| WeirError::internal(e.to_string()))
             .and_then(|step| step);
+        if let Filled::UpTo(Some(mark)) = &*index.filled.lock() {
+            chunked &= end.as_ref().is_some_and(|end| mark < end);
+        }
         match step {
             Ok(true) => {
-                *index.filled.lock() = Filled::All;
-                break catalog.record_index(Arc::clone(&index), on);
+                let recorded = catalog.record_index(Arc::clone(&index), on);
+                if recorded.is_ok() {
+                    *index.filled.lock() = Filled::All;
+                }
+                break recorded;
             }
             Ok(false) if chunked => {
                 drop(guard);
@@ -175,7 +191,7 @@ fn fill_chunk(on: &Relation, index: &Relation, store: &dyn StateStore) -> Result
         let columns = &index.def.index.as_ref().expect("an index").columns;
         let mut wb = WriteBatch::default();
         let rows = with_schema(index, rows.project(columns)?)?;
-        multiset::apply(&index.table, store, &ChangeBatch::inserts(rows), &mut wb)?;
+        write_entries(on, index, store, &ChangeBatch::inserts(rows), &mut wb)?;
         store.write(wb)?;
     }
     match last {
@@ -229,16 +245,26 @@ pub async fn drop_index(catalog: &Arc<Catalog>, name: &str, if_exists: bool) -> 
         // Another session is dropping it.
         return if if_exists { Ok(false) } else { Err(missing()) };
     }
-    // Held by the catalog, its relation and here; more means a read that chose it is running.
-    while Arc::strong_count(&index) > 3 {
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
-    let on = index.def.index.as_ref().and_then(|i| catalog.by_id(i.on));
-    let _guard = match &on {
-        Some(on) => Some(on.write_lock.lock().await),
-        None => None,
-    };
-    catalog.drop_relation_id(index.def.id)?;
+    // On a task of its own: a statement cancelled while it waits still drops the index (it
+    // is retired already), never leaves it half-dropped.
+    let catalog = Arc::clone(catalog);
+    let dropping = tokio::spawn(async move {
+        // Held by the catalog, its relation and here; more means a read that chose it is running.
+        while Arc::strong_count(&index) > 3 {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        let on = index.def.index.as_ref().and_then(|i| catalog.by_id(i.on));
+        let _guard = match &on {
+            Some(on) => Some(on.write_lock.lock().await),
+            None => None,
+        };
+        let dropped = catalog.drop_relation_id(index.def.id);
+        if dropped.is_err() {
+            index.unretire();
+        }
+        dropped
+    });
+    dropping.await.map_err(|e| WeirError::internal(e.to_string()))??;
     Ok(true)
 }
 
@@ -260,9 +286,27 @@ pub fn maintain(relation: &Relation, store: &dyn StateStore, changes: &ChangeBat
         let changes = part.as_ref().unwrap_or(changes);
         let columns = &index.def.index.as_ref().expect("an index").columns;
         let projected = changes.with_data(with_schema(&index, changes.data.project(columns)?)?);
-        multiset::apply(&index.table, store, &projected, wb)?;
+        write_entries(relation, &index, store, &projected, wb)?;
     }
     Ok(())
+}
+
+/// Adds the writes of `changes` (in the index's columns) to index `index` of `relation`: an
+/// index holding its table's primary key has each entry once, written without reading.
+fn write_entries(
+    relation: &Relation,
+    index: &Relation,
+    store: &dyn StateStore,
+    changes: &ChangeBatch,
+    wb: &mut WriteBatch,
+) -> Result<()> {
+    let columns = &index.def.index.as_ref().expect("an index").columns;
+    let keyed = !relation.def.primary_key.is_empty() && relation.def.primary_key.iter().all(|k| columns.contains(k));
+    if keyed {
+        multiset::apply_distinct(&index.table, changes, wb)
+    } else {
+        multiset::apply(&index.table, store, changes, wb).map(drop)
+    }
 }
 
 /// Whether `relation` has indexes its writers must keep up to date.

@@ -134,6 +134,11 @@ impl Relation {
         !self.retired.swap(true, Ordering::SeqCst)
     }
 
+    /// A drop that failed: the index is chosen by reads again.
+    pub(crate) fn unretire(&self) {
+        self.retired.store(false, Ordering::SeqCst);
+    }
+
     /// Whether this index is being dropped (reads no longer choose it).
     pub fn is_retired(&self) -> bool {
         self.retired.load(Ordering::SeqCst)
@@ -354,7 +359,11 @@ impl Catalog {
                 Some(relation) => relation.attach_index(index),
                 None => {
                     // Made by a build that lost its relation: nothing reads it, no writer keeps it.
-                    tracing::warn!(index = %index.def.name, "index of a relation that does not exist is left out");
+                    tracing::warn!(index = %index.def.name, "index of a relation that does not exist is dropped");
+                    let mut wb = WriteBatch::default();
+                    persist::delete_relation(index.def.id, &mut wb);
+                    index.table.clear(&mut wb);
+                    store.write(wb)?;
                     by_name.remove(&index.def.name);
                 }
             }
@@ -444,6 +453,12 @@ impl Catalog {
 
     pub fn database(&self) -> &str {
         &self.database
+    }
+
+    /// Whether `name` is a relation's, or one's being built.
+    pub fn name_taken(&self, name: &str) -> bool {
+        let inner = self.inner.read();
+        inner.by_name.contains_key(name) || inner.building.contains(name)
     }
 
     pub fn get(&self, name: &str) -> Option<Arc<Relation>> {

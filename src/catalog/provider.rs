@@ -180,7 +180,7 @@ impl RelationTable {
         }
         let every_column: Vec<usize> = (0..self.relation.schema.fields().len()).collect();
         Ok(match index::choose(&self.relation, filters, &every_column, &own)? {
-            Some(read) => Candidates::ThroughIndex(read),
+            Some(read) => Candidates::ThroughIndex(read, own),
             None => Candidates::ByKey(own),
         })
     }

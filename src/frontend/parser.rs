@@ -432,18 +432,25 @@ fn resolve_relation_names(statement: &mut ast::Statement) {
 /// `EXISTS (SELECT ... FROM ... WHERE ...)` in a select list (psql's `\d index` asks whether a
 /// constraint is deferrable that way) as `(SELECT count(*) FROM ... WHERE ...) > 0` (`= 0` for
 /// NOT EXISTS): the same truth, and DataFusion plans a correlated scalar aggregate in a select
-/// list where it plans no EXISTS. Only subqueries without grouping, DISTINCT or LIMIT, whose
-/// count is the number of rows EXISTS looks for.
+/// list where it plans no EXISTS. Only a subquery whose row count is the count of its FROM and
+/// WHERE (no grouping, aggregate, set-returning function, DISTINCT, LIMIT or set operation),
+/// and only EXISTS directly in the select item (under NOT, AND/OR, comparisons, CASE, casts),
+/// not inside further subqueries, which plan theirs as joins.
 fn exists_in_select_lists(statement: &mut ast::Statement) {
-    use datafusion::sql::sqlparser::ast::{
-        visit_expressions_mut, Expr, GroupByExpr, Query, SelectItem, SetExpr, VisitMut, VisitorMut,
-    };
+    use datafusion::sql::sqlparser::ast::{Expr, GroupByExpr, Query, SelectItem, SetExpr, VisitMut, VisitorMut};
     use std::ops::ControlFlow;
     fn counted(subquery: &Query, negated: bool) -> Option<Expr> {
         let SetExpr::Select(select) = subquery.body.as_ref() else { return None };
+        let projection = select.projection.iter().map(|p| p.to_string().to_ascii_lowercase()).collect::<Vec<_>>();
+        let rows_change = projection.iter().any(|p| {
+            ["count(", "max(", "min(", "sum(", "avg(", "_agg(", "bool_and(", "bool_or(", "every(", "unnest(", "generate_series("]
+                .iter()
+                .any(|f| p.contains(f))
+        });
         let plain = matches!(&select.group_by, GroupByExpr::Expressions(e, _) if e.is_empty())
             && select.having.is_none()
             && select.distinct.is_none()
+            && !rows_change
             && subquery.limit_clause.is_none()
             && subquery.fetch.is_none()
             && subquery.with.is_none();
@@ -458,6 +465,31 @@ fn exists_in_select_lists(statement: &mut ast::Statement) {
         let text = format!("({count}) {} 0", if negated { "=" } else { ">" });
         Parser::new(&PostgreSqlDialect {}).try_with_sql(&text).and_then(|mut p| p.parse_expr()).ok()
     }
+    fn rewrite(expr: &mut Expr) {
+        match expr {
+            Expr::Exists { subquery, negated } => {
+                if let Some(rewritten) = counted(subquery, *negated) {
+                    *expr = Expr::Nested(Box::new(rewritten));
+                }
+            }
+            Expr::BinaryOp { left, right, .. } => {
+                rewrite(left);
+                rewrite(right);
+            }
+            Expr::UnaryOp { expr, .. } | Expr::Nested(expr) | Expr::Cast { expr, .. } => rewrite(expr),
+            Expr::IsTrue(e) | Expr::IsFalse(e) | Expr::IsNull(e) | Expr::IsNotNull(e) => rewrite(e),
+            Expr::Case { conditions, else_result, .. } => {
+                for when in conditions {
+                    rewrite(&mut when.condition);
+                    rewrite(&mut when.result);
+                }
+                if let Some(e) = else_result {
+                    rewrite(e);
+                }
+            }
+            _ => {}
+        }
+    }
     struct Rewrite;
     impl VisitorMut for Rewrite {
         type Break = ();
@@ -465,14 +497,7 @@ fn exists_in_select_lists(statement: &mut ast::Statement) {
             if let SetExpr::Select(select) = query.body.as_mut() {
                 for item in &mut select.projection {
                     if let SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } = item {
-                        let _ = visit_expressions_mut(e, |expr| {
-                            if let Expr::Exists { subquery, negated } = expr {
-                                if let Some(rewritten) = counted(subquery, *negated) {
-                                    *expr = Expr::Nested(Box::new(rewritten));
-                                }
-                            }
-                            ControlFlow::<()>::Continue(())
-                        });
+                        rewrite(e);
                     }
                 }
             }

@@ -40,6 +40,15 @@ impl StateStore for MemoryStore {
         Ok(())
     }
 
+    fn last_key(&self, range: &KeyRange) -> Result<Option<Vec<u8>>> {
+        let map = self.map.read();
+        let end = match &range.end {
+            Some(end) => Bound::Excluded(end.as_slice()),
+            None => Bound::Unbounded,
+        };
+        Ok(map.range::<[u8], _>((Bound::Included(range.start.as_slice()), end)).next_back().map(|(k, _)| k.clone()))
+    }
+
     fn write(&self, batch: WriteBatch) -> Result<()> {
         let mut map = self.map.write();
         for op in batch.ops {

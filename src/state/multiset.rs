@@ -90,6 +90,38 @@ pub fn apply(
     Ok(Some(ChangeBatch::new(out, out_ops)))
 }
 
+/// [`apply`] for rows that are each in the multiset at most once (they hold a unique key of
+/// what they come from, an index holding its table's primary key): inserts are put with
+/// multiplicity 1 and deletes deleted, in the order given, without reading anything.
+pub fn apply_distinct(table: &StateTable, changes: &ChangeBatch, wb: &mut WriteBatch) -> Result<()> {
+    let (mut puts, mut deletes) = (Vec::new(), Vec::new());
+    // Runs of one kind keep the order of a delete and a put of the same row.
+    let flush = |puts: &mut Vec<u32>, deletes: &mut Vec<u32>, wb: &mut WriteBatch| -> Result<()> {
+        if !deletes.is_empty() {
+            let n = deletes.len();
+            let rows = take_record_batch(&changes.data, &UInt32Array::from(std::mem::take(deletes)))?;
+            table.delete_batch(&with_counts(table, rows, vec![0; n])?, wb)?;
+        }
+        if !puts.is_empty() {
+            let n = puts.len();
+            let rows = take_record_batch(&changes.data, &UInt32Array::from(std::mem::take(puts)))?;
+            table.put_batch(&with_counts(table, rows, vec![1; n])?, wb)?;
+        }
+        Ok(())
+    };
+    for (i, op) in changes.ops.iter().enumerate() {
+        if op.sign() > 0 {
+            puts.push(i as u32);
+        } else {
+            if !puts.is_empty() {
+                flush(&mut puts, &mut deletes, wb)?;
+            }
+            deletes.push(i as u32);
+        }
+    }
+    flush(&mut puts, &mut deletes, wb)
+}
+
 /// `rows` with `counts` as their multiplicity column, in the table's stored schema.
 fn with_counts(table: &StateTable, rows: RecordBatch, counts: Vec<i64>) -> Result<RecordBatch> {
     let mut columns = rows.columns().to_vec();

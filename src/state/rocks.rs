@@ -101,6 +101,22 @@ impl StateStore for RocksStore {
         Ok(())
     }
 
+    fn last_key(&self, range: &KeyRange) -> Result<Option<Vec<u8>>> {
+        let mut iter = self.db.raw_iterator();
+        match &range.end {
+            // The last key before the end: seek_for_prev lands at or before it.
+            Some(end) => {
+                iter.seek_for_prev(end);
+                if iter.valid() && iter.key() == Some(end.as_slice()) {
+                    iter.prev();
+                }
+            }
+            None => iter.seek_to_last(),
+        }
+        iter.status()?;
+        Ok(iter.key().filter(|k| range.contains(k)).map(|k| k.to_vec()))
+    }
+
     fn multi_get(&self, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>> {
         self.db.multi_get(keys).into_iter().map(|v| v.map_err(WeirError::from)).collect()
     }

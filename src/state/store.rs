@@ -95,6 +95,9 @@ pub trait StateStore: Send + Sync + 'static {
 
     fn write(&self, batch: WriteBatch) -> Result<()>;
 
+    /// The greatest key in `range` (None: the range is empty).
+    fn last_key(&self, range: &KeyRange) -> Result<Option<Vec<u8>>>;
+
     /// The values of `keys`, in order, from one snapshot where the store can.
     fn multi_get(&self, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>> {
         keys.iter().map(|k| self.get(k)).collect()

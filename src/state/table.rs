@@ -321,6 +321,12 @@ impl StateTable {
         Ok((batch, last.filter(|_| more)))
     }
 
+    /// The greatest store key of the table now (None: it is empty).
+    pub fn last_store_key(&self, store: &dyn StateStore) -> Result<Option<Vec<u8>>> {
+        let prefix = table_prefix(self.table_id);
+        store.last_key(&KeyRange { start: prefix.to_vec(), end: prefix_end(&prefix) })
+    }
+
     /// The store ranges holding the memcomparable keys in `ranges`: a range in its one vnode
     /// where it has one, else in every vnode (a key's vnode is a hash of the whole key).
     fn store_ranges(&self, ranges: &[TableRange]) -> Vec<KeyRange> {

@@ -3,8 +3,8 @@
 //! materialized view, and `DROP INDEX [IF EXISTS] name [, ...]`.
 //!
 //! The index holds the indexed columns and the `INCLUDE`d ones, or every column of the relation
-//! when `INCLUDE` is not given (as RisingWave's indexes do), so reads that need only those
-//! columns are answered from it alone (`catalog::index`). A name left out is made as Postgres
+//! when `INCLUDE` is not given (as RisingWave's indexes do), and always a table's primary key,
+//! so reads that need only those columns are answered from it alone (`catalog::index`). A name left out is made as Postgres
 //! makes it (`t_a_b_idx`, then `t_a_b_idx1`, ...). What an index cannot be here is refused with
 //! 0A000: UNIQUE, partial (`WHERE`), over expressions, or another access method than btree.
 //! `CONCURRENTLY` builds the index as a plain CREATE INDEX does, holding the relation's writers
@@ -68,13 +68,20 @@ pub async fn handle(fe: &Frontend, statement: Statement) -> Result<StatementResu
             }
         }
     }
+    // The primary key too, as Postgres's index leads to the row: a query reading the key
+    // beside the included columns is answered from the index.
+    for &key in &on.def.primary_key {
+        if !columns.contains(&key) {
+            columns.push(key);
+        }
+    }
     let name = match &create.name {
         Some(name) => relation_name(name)?,
         None => {
             let names: Vec<&str> = keys.iter().map(|&c| on.schema.field(c).name().as_str()).collect();
             let base = format!("{}_{}_idx", on.def.name, names.join("_"));
             (0..).map(|n| if n == 0 { base.clone() } else { format!("{base}{n}") })
-                .find(|candidate| fe.catalog().get(candidate).is_none())
+                .find(|candidate| !fe.catalog().name_taken(candidate))
                 .expect("a free name")
         }
     };
@@ -105,7 +112,7 @@ pub async fn drop(fe: &Frontend, names: Vec<String>, if_exists: bool) -> Result<
         }
     }
     for name in &names {
-        index::drop_index(fe.catalog(), name, true).await?;
+        index::drop_index(fe.catalog(), name, if_exists).await?;
     }
     Ok(StatementResult::command("DROP INDEX"))
 }
