@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{rows, Rng, TestServer};
+use common::{assert_scan_lines, rows, Rng, TestServer};
 
 /// Tables and views in pairs: each indexed one has an unindexed twin fed the same changes.
 const SCHEMA: &str = "
@@ -153,11 +153,7 @@ async fn explain_names_the_index_a_read_uses() {
         ("SELECT g FROM per_g WHERE n = 3", "RelationScanExec: relation=per_g, index=per_g_n, access=ranges(1)"),
         ("SELECT g FROM per_g WHERE g = 3", "RelationScanExec: relation=per_g, access=ranges(1)"),
     ];
-    for (query, scan) in golden {
-        let plan = rows(&client, &format!("EXPLAIN {query}")).await.join("\n");
-        let line = plan.lines().map(str::trim).find(|l| l.starts_with("RelationScanExec"));
-        assert_eq!(line, Some(scan), "{query}:\n{plan}");
-    }
+    assert_scan_lines(&client, &golden).await;
 }
 
 /// An index built while a writer keeps changing its relations (a keyed table read in many

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{rows, Rng, TestServer};
+use common::{assert_scan_lines, rows, Rng, TestServer};
 
 /// A random value for a column, as SQL: mostly values the data holds, sometimes values
 /// between them, NULL, or a value of another type.
@@ -156,9 +156,5 @@ async fn explain_shows_the_rows_a_scan_reads() {
         ("SELECT * FROM per_a WHERE n > 1", "RelationScanExec: relation=per_a, access=all"),
         ("SELECT * FROM plain WHERE x = 1", "RelationScanExec: relation=plain, access=all"),
     ];
-    for (query, scan) in golden {
-        let plan = rows(&client, &format!("EXPLAIN {query}")).await.join("\n");
-        let line = plan.lines().map(str::trim).find(|l| l.starts_with("RelationScanExec"));
-        assert_eq!(line, Some(scan), "{query}:\n{plan}");
-    }
+    assert_scan_lines(&client, &golden).await;
 }

@@ -327,3 +327,12 @@ pub async fn rows_eventually(
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// Each query's EXPLAIN has the given `RelationScanExec` line (what its scan reads).
+pub async fn assert_scan_lines(client: &tokio_postgres::Client, golden: &[(&str, &str)]) {
+    for (query, scan) in golden {
+        let plan = rows(client, &format!("EXPLAIN {query}")).await.join("\n");
+        let line = plan.lines().map(str::trim).find(|l| l.starts_with("RelationScanExec"));
+        assert_eq!(line, Some(*scan), "{query}:\n{plan}");
+    }
+}
