@@ -128,7 +128,7 @@ async fn reads_through_indexes_equal_reads_of_an_unindexed_twin() {
 }
 
 /// EXPLAIN names the index a read uses; reads the relation's own key serves better, or that
-/// need a column the index lacks, do not use it; DROP INDEX and DROP TABLE take it away.
+/// need a column the index lacks, do not use it (dropping indexes: tests/slt/indexes.slt).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn explain_names_the_index_a_read_uses() {
     let server = TestServer::start();

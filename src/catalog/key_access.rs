@@ -22,7 +22,6 @@ use datafusion::logical_expr::{BinaryExpr, Expr, Operator};
 use super::{Relation, RelationKind};
 use crate::error::Result;
 use crate::state::keys::prefix_end;
-use crate::state::store::KeyRange;
 use crate::state::table::TableRange;
 
 /// Keys looked up one by one at most; more, and a wider read is made.
@@ -195,19 +194,19 @@ pub fn key_access(relation: &Relation, filters: &[Expr]) -> Result<KeyAccess> {
     }
     let mut ranges = Vec::with_capacity(prefixes.len());
     for prefix in &prefixes {
-        let encoded = table.encode_key_prefix(prefix)?;
+        let mut span = table.prefix_range(prefix)?;
         let with = |v: &ScalarValue| table.encode_key_prefix(&[prefix.as_slice(), std::slice::from_ref(v)].concat());
-        let start = match range.and_then(|r| r.lower.as_ref()) {
-            Some((lo, true)) => with(lo)?,
-            Some((lo, false)) => after(&with(lo)?),
-            None => encoded.clone(),
-        };
-        let end = match range.and_then(|r| r.upper.as_ref()) {
-            Some((hi, true)) => prefix_end(&with(hi)?),
-            Some((hi, false)) => Some(with(hi)?),
-            None => prefix_end(&encoded),
-        };
-        ranges.push(TableRange { keys: KeyRange { start, end }, vnode: table.vnode_of_prefix(prefix)? });
+        match range.and_then(|r| r.lower.as_ref()) {
+            Some((lo, true)) => span.keys.start = with(lo)?,
+            Some((lo, false)) => span.keys.start = after(&with(lo)?),
+            None => {}
+        }
+        match range.and_then(|r| r.upper.as_ref()) {
+            Some((hi, true)) => span.keys.end = prefix_end(&with(hi)?),
+            Some((hi, false)) => span.keys.end = Some(with(hi)?),
+            None => {}
+        }
+        ranges.push(span);
     }
     Ok(KeyAccess::Ranges(ranges))
 }

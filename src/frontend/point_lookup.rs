@@ -31,9 +31,7 @@ use crate::catalog::key_access;
 use crate::catalog::provider::RelationTable;
 use crate::catalog::Relation;
 use crate::error::Result;
-use crate::state::keys::prefix_end;
-use crate::state::store::{KeyRange, ScanControl, StateStore};
-use crate::state::table::TableRange;
+use crate::state::store::{ScanControl, StateStore};
 
 /// Where a key column's value comes from.
 #[derive(Debug, Clone)]
@@ -225,9 +223,7 @@ impl PointLookup {
                     }
                 }
                 // Every entry starting with the values' encoding has exactly those values.
-                let start = index.table.encode_key_prefix(&values)?;
-                let keys = KeyRange { end: prefix_end(&start), start };
-                let range = TableRange { keys, vnode: index.table.vnode_of_prefix(&values)? };
+                let range = index.table.prefix_range(&values)?;
                 // The index's columns under the relation's scanned schema.
                 let schema = Arc::new(self.relation.schema.project(&self.scanned)?);
                 let mut batches = Vec::new();

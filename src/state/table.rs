@@ -140,6 +140,13 @@ impl StateTable {
         }
     }
 
+    /// Every key whose first key columns hold `values`, and the one vnode they are in where
+    /// the table is distributed by those columns.
+    pub fn prefix_range(&self, values: &[ScalarValue]) -> Result<TableRange> {
+        let start = self.encode_key_prefix(values)?;
+        Ok(TableRange { keys: KeyRange { end: prefix_end(&start), start }, vnode: self.vnode_of_prefix(values)? })
+    }
+
     /// The full store keys of the rows whose key columns are `key_columns` (one array per key
     /// column, in key order).
     pub fn store_keys(&self, key_columns: &[ArrayRef]) -> Result<Vec<Vec<u8>>> {
