@@ -89,6 +89,7 @@ pub async fn template_state(catalog: Arc<Catalog>) -> Result<SessionState> {
         .with_analyzer_rule(Arc::new(super::outer_conditions::LiftOuterConditions))
         .with_analyzer_rule(Arc::new(super::comparison_order::ColumnFirstComparisons))
         .with_analyzer_rule(Arc::new(super::checked_arithmetic::CheckedIntegerArithmetic))
+        .with_analyzer_rule(Arc::new(super::bytea_input::ByteaInput))
         .build();
     let ctx = SessionContext::new_with_state(state);
 

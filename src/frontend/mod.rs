@@ -6,6 +6,7 @@
 //! [`StatementResult`]. The server never looks inside a statement: it parses through
 //! [`Frontend::parse`], then hands each statement here.
 
+pub mod bytea_input;
 pub mod checked_arithmetic;
 pub mod clauses;
 pub mod column_names;
@@ -25,6 +26,7 @@ pub mod point_lookup;
 pub mod session;
 pub mod sink_statement;
 pub mod system_time;
+pub mod type_names;
 
 use std::sync::Arc;
 

@@ -128,6 +128,7 @@ impl SqlParser {
             exists_in_select_lists(statement);
             resolve_relation_names(statement);
             super::interval_text::rewrite_interval_literals(statement);
+            super::type_names::rewrite_type_names(statement);
             if let Some(table_functions) = &self.table_functions {
                 // Not when a stored definition is parsed again: it was stored rewritten.
                 super::pg_functions::rewrite_datetime_patterns(statement);

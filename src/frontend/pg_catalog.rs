@@ -924,6 +924,7 @@ pub fn register_functions(ctx: &SessionContext, type_oids: HashMap<String, i32>,
     ctx.register_udf(sql_type_name_udf());
     ctx.register_udf(super::pg_functions::format_udf());
     ctx.register_udf(super::pg_functions::col_description_udf());
+    ctx.register_udf(super::pg_functions::quote_ident_udf());
     ctx.register_udf(regclass_udf(Arc::clone(catalog)));
     // Every type and collation is in pg_catalog, which is always on the search path.
     for name in ["pg_type_is_visible", "pg_collation_is_visible"] {
@@ -1088,7 +1089,7 @@ fn wire_type_name(data_type: &DataType) -> String {
     match data_type {
         DataType::Null => "unknown".into(),
         DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "text".into(),
-        DataType::Decimal128(..) | DataType::Decimal256(..) | DataType::UInt64 => "numeric".into(),
+        DataType::Decimal128(..) | DataType::Decimal256(..) => "numeric".into(),
         DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
             format!("{}[]", wire_type_name(f.data_type()))
         }

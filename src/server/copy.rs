@@ -35,21 +35,24 @@ pub struct CopyInProgress {
     buffer: Vec<u8>,
     rows: u64,
     header_skipped: bool,
+    /// The binary format's header has been read.
+    started: bool,
     error: Option<WeirError>,
 }
 
 /// Starts copy-in mode for `copy` on the connection of `cell`: the response announcing it.
 pub async fn start(cell: &super::session::SessionCell, copy: CopyIn) -> Response {
     let columns = copy.columns.len();
+    let binary = copy.binary;
     *cell.copy.lock().await =
-        Some(CopyInProgress { copy, buffer: Vec::new(), rows: 0, header_skipped: false, error: None });
-    Response::CopyIn(CopyResponse::new(0, columns, futures::stream::empty()))
+        Some(CopyInProgress { copy, buffer: Vec::new(), rows: 0, header_skipped: false, started: false, error: None });
+    Response::CopyIn(CopyResponse::new(i8::from(binary), columns, futures::stream::empty()))
 }
 
 impl CopyInProgress {
     /// Stores the whole records buffered (all of it `at_end`).
     async fn load(&mut self, fe: &Frontend, at_end: bool) -> crate::error::Result<()> {
-        let (mut rows, used) = self.copy.parse(&self.buffer, at_end)?;
+        let (mut rows, used) = self.copy.parse(&self.buffer, at_end, &mut self.started)?;
         self.buffer.drain(..used);
         if self.copy.format.header && !self.header_skipped && !rows.is_empty() {
             rows.remove(0);

@@ -5,6 +5,7 @@
 pub mod change_batch;
 pub mod hash;
 pub mod message;
+pub mod pg_binary;
 pub mod pg_type;
 pub mod window;
 

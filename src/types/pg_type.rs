@@ -27,8 +27,8 @@ fn names(data_type: &DataType) -> Option<(String, String)> {
         DataType::Boolean => ("boolean", "bool"),
         DataType::Int8 | DataType::Int16 | DataType::UInt8 => ("smallint", "int2"),
         DataType::Int32 | DataType::UInt16 => ("integer", "int4"),
-        DataType::Int64 | DataType::UInt32 => ("bigint", "int8"),
-        DataType::UInt64 => ("numeric", "numeric"),
+        // UInt64 (row numbers, ranks) reaches clients cast to bigint, as Postgres types them.
+        DataType::Int64 | DataType::UInt32 | DataType::UInt64 => ("bigint", "int8"),
         DataType::Decimal128(p, s) | DataType::Decimal256(p, s) => {
             return Some((format!("numeric({p},{s})"), "numeric".into()))
         }

@@ -59,6 +59,9 @@ async def with_asyncpg():
     # Arrays make asyncpg introspect their types through pg_catalog.
     assert await conn.fetchval("SELECT make_array(1, 2, 3)") == [1, 2, 3]
     assert await conn.fetchval("SELECT make_array('a', 'b')") == ["a", "b"]
+    # Array parameters cast by their pg_type names; ranks are bigint (an int, not a Decimal).
+    assert await conn.fetchval("SELECT $1::_int4", [1, 2]) == [1, 2]
+    assert await conn.fetchval("SELECT row_number() OVER ()") == 1
     await conn.execute("FLUSH")
     totals = await conn.fetch("SELECT customer, total FROM per_customer ORDER BY customer")
     assert [tuple(r) for r in totals] == [("c0", 5.0), ("c1", 10.0)], totals

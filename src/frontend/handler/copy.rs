@@ -28,6 +28,8 @@ pub struct CopyIn {
     /// The table's columns the data gives, in the data's order.
     pub columns: Vec<usize>,
     pub format: CopyFormat,
+    /// `FORMAT binary`: Postgres's binary COPY format (`format` then does not apply).
+    pub binary: bool,
 }
 
 /// How COPY data is written: text or CSV and their characters.
@@ -124,11 +126,11 @@ pub fn copy_in(fe: &Frontend, statement: &Statement) -> Result<CopyIn> {
             })
             .collect::<Result<Vec<_>>>()?
     };
-    let (format, binary) = copy_format(options, false)?;
-    if binary {
-        return Err(WeirError::unsupported("COPY FROM STDIN in binary format (text and csv are)"));
+    let (format, binary) = copy_format(options, true)?;
+    if binary && format.header {
+        return Err(WeirError::syntax("cannot specify HEADER in BINARY mode"));
     }
-    Ok(CopyIn { relation, columns, format })
+    Ok(CopyIn { relation, columns, format, binary })
 }
 
 /// Refuses a COPY to or from a server file or program (as Postgres does for a
@@ -347,9 +349,15 @@ impl CopyFormat {
 }
 
 impl CopyIn {
-    /// The complete records at the start of `data` ([`CopyFormat::parse`]).
-    pub fn parse(&self, data: &[u8], at_end: bool) -> Result<(Vec<Vec<Option<String>>>, usize)> {
-        self.format.parse(data, at_end, self.columns.len())
+    /// The complete records at the start of `data` ([`CopyFormat::parse`], or
+    /// [`parse_binary`] whose header is read once, `started` then set).
+    pub fn parse(&self, data: &[u8], at_end: bool, started: &mut bool) -> Result<(Vec<Vec<Option<String>>>, usize)> {
+        if !self.binary {
+            return self.format.parse(data, at_end, self.columns.len());
+        }
+        let schema = &self.relation.schema;
+        let types: Vec<&DataType> = self.columns.iter().map(|&c| schema.field(c).data_type()).collect();
+        parse_binary(data, at_end, started, &types)
     }
 
     /// Stores `rows` (as [`CopyIn::parse`] gave them) in the table; returns how many.
@@ -372,6 +380,15 @@ impl CopyIn {
                     (v, _) => v.clone(),
                 })
                 .collect();
+            if matches!(field.data_type(), DataType::Binary | DataType::LargeBinary | DataType::BinaryView) {
+                // bytea's input forms (`\x4142`), not the text's own bytes.
+                let bytes = texts
+                    .iter()
+                    .map(|v| v.map(crate::frontend::bytea_input::decode_bytea).transpose())
+                    .collect::<Result<datafusion::arrow::array::BinaryArray>>()?;
+                columns[column] = cast_with_options(&bytes, field.data_type(), &CastOptions::default())?;
+                continue;
+            }
             let options = CastOptions { safe: false, ..Default::default() };
             columns[column] = cast_with_options(&texts, field.data_type(), &options).map_err(|e| {
                 WeirError::new(
@@ -388,6 +405,79 @@ impl CopyIn {
         );
         writer.insert(Box::pin(stream)).await
     }
+}
+
+/// The binary COPY format's signature, which starts the data.
+const BINARY_SIGNATURE: &[u8] = b"PGCOPY\n\xff\r\n\0";
+
+/// The complete tuples at the start of `data` in Postgres's binary COPY format, each field
+/// read into its text form (`types::pg_binary`) for a column of `types`, and how many bytes
+/// they took. The header (signature, flags, extension) comes first, read when `started` is
+/// false; the trailer (a field count of -1) ends the data.
+fn parse_binary(
+    data: &[u8],
+    at_end: bool,
+    started: &mut bool,
+    types: &[&DataType],
+) -> Result<(Vec<Vec<Option<String>>>, usize)> {
+    let malformed = |what: &str| WeirError::new(SqlState("22P04"), format!("invalid COPY file: {what}"));
+    let truncated = || malformed("the data ends in the middle of a row");
+    let mut at = 0;
+    if !*started {
+        const FIXED: usize = 11 + 4 + 4;
+        if data.len() < FIXED {
+            return if at_end { Err(malformed("the binary COPY signature is missing")) } else { Ok((vec![], 0)) };
+        }
+        if &data[..11] != BINARY_SIGNATURE {
+            return Err(malformed("the binary COPY signature is missing"));
+        }
+        let flags = u32::from_be_bytes(data[11..15].try_into().expect("4 bytes"));
+        if flags & (1 << 16) != 0 {
+            return Err(malformed("OIDs in the data are not supported"));
+        }
+        let extension = u32::from_be_bytes(data[15..19].try_into().expect("4 bytes")) as usize;
+        if data.len() < FIXED + extension {
+            return if at_end { Err(truncated()) } else { Ok((vec![], 0)) };
+        }
+        at = FIXED + extension;
+        *started = true;
+    }
+    let mut rows = Vec::new();
+    let mut consumed = at;
+    'tuples: while at + 2 <= data.len() {
+        let count = i16::from_be_bytes([data[at], data[at + 1]]);
+        if count == -1 {
+            // The trailer: nothing after it is data.
+            return Ok((rows, data.len()));
+        }
+        if count as usize != types.len() {
+            return Err(WeirError::new(
+                SqlState("22P04"),
+                format!("a COPY row has {count} fields where {} columns were expected", types.len()),
+            ));
+        }
+        let mut cursor = at + 2;
+        let mut row = Vec::with_capacity(types.len());
+        for data_type in types {
+            let Some(length) = data.get(cursor..cursor + 4) else { break 'tuples };
+            let length = i32::from_be_bytes(length.try_into().expect("4 bytes"));
+            cursor += 4;
+            if length < 0 {
+                row.push(None);
+                continue;
+            }
+            let Some(bytes) = data.get(cursor..cursor + length as usize) else { break 'tuples };
+            cursor += length as usize;
+            row.push(Some(crate::types::pg_binary::binary_to_text(bytes, data_type)?));
+        }
+        rows.push(row);
+        at = cursor;
+        consumed = cursor;
+    }
+    if at_end && consumed < data.len() {
+        return Err(truncated());
+    }
+    Ok((rows, consumed))
 }
 
 /// A text-format field with its backslash escapes undone.
@@ -503,5 +593,38 @@ mod tests {
         assert_eq!(rows(&single, "'it''s','a\"'\n"), vec![both("it's", "a\"")]);
         let backslash = format(true, b'"', b'\\');
         assert_eq!(rows(&backslash, "\"a\\\"b\",c\n\"d\",e\n"), vec![both("a\"b", "c"), both("d", "e")]);
+    }
+
+    /// Binary data read whole or cut anywhere gives the same rows; a cut row waits.
+    #[test]
+    fn binary_tuples_read_in_any_pieces() {
+        let mut data = BINARY_SIGNATURE.to_vec();
+        data.extend_from_slice(&0u32.to_be_bytes());
+        data.extend_from_slice(&0u32.to_be_bytes());
+        for (k, name) in [(1i64, Some("one")), (2, None)] {
+            data.extend_from_slice(&2i16.to_be_bytes());
+            data.extend_from_slice(&8i32.to_be_bytes());
+            data.extend_from_slice(&k.to_be_bytes());
+            match name {
+                Some(n) => {
+                    data.extend_from_slice(&(n.len() as i32).to_be_bytes());
+                    data.extend_from_slice(n.as_bytes());
+                }
+                None => data.extend_from_slice(&(-1i32).to_be_bytes()),
+            }
+        }
+        data.extend_from_slice(&(-1i16).to_be_bytes());
+        let types = [&DataType::Int64, &DataType::Utf8];
+        let expected = vec![vec![Some("1".to_string()), Some("one".to_string())], vec![Some("2".to_string()), None]];
+        for cut in 0..data.len() {
+            let mut started = false;
+            let (mut rows, used) = parse_binary(&data[..cut], false, &mut started, &types).unwrap();
+            let (rest, _) = parse_binary(&data[used..], true, &mut started, &types).unwrap();
+            rows.extend(rest);
+            assert_eq!(rows, expected, "cut at {cut}");
+        }
+        let mut started = false;
+        assert!(parse_binary(&data[..data.len() - 5], true, &mut started, &types).is_err());
+        assert!(parse_binary(b"not a copy file at all", true, &mut false, &types).is_err());
     }
 }

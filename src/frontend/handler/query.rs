@@ -55,8 +55,31 @@ pub async fn plan_named(session: &Session, mut statement: Statement) -> Result<(
         }
         _ => None,
     };
+    let is_query = matches!(statement, Statement::Query(_));
     let state = session.ctx.state();
-    Ok((state.statement_to_plan(DfStatement::Statement(Box::new(statement))).await?, names))
+    let plan = state.statement_to_plan(DfStatement::Statement(Box::new(statement))).await?;
+    let plan = if is_query { unsigned_as_bigint(plan)? } else { plan };
+    Ok((plan, names))
+}
+
+/// `plan` with its unsigned 64-bit result columns (`row_number()`, `rank()`, a Top-N view's
+/// rank) cast to bigint, the type Postgres gives them; a value past bigint's range is 22003.
+/// Only at the client's edge: views keep storing what their operators produce.
+fn unsigned_as_bigint(plan: LogicalPlan) -> Result<LogicalPlan> {
+    use datafusion::arrow::datatypes::DataType;
+    use datafusion::logical_expr::{cast, Expr, LogicalPlanBuilder};
+    let schema = Arc::clone(plan.schema());
+    if !schema.fields().iter().any(|f| f.data_type() == &DataType::UInt64) {
+        return Ok(plan);
+    }
+    let columns = schema.iter().map(|(qualifier, field)| {
+        let column = Expr::Column(datafusion::common::Column::new(qualifier.cloned(), field.name()));
+        match field.data_type() {
+            DataType::UInt64 => cast(column, DataType::Int64).alias_qualified(qualifier.cloned(), field.name()),
+            _ => column,
+        }
+    });
+    Ok(LogicalPlanBuilder::from(plan).project(columns)?.build()?)
 }
 
 /// Runs a query or DML statement. `catalog_version` is the catalog's
