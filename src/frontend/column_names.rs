@@ -25,8 +25,53 @@ const NO_NAME: &str = "?column?";
 
 /// Names the unaliased result columns of `query` as Postgres does (as aliases); returns the
 /// client's names when the plan must use others (two columns of one name). Queries with `*`
-/// keep their names.
+/// keep their names. The columns of the queries inside it (derived tables, CTEs, subqueries,
+/// the branches of a UNION) are named too ([`name_inner_columns`]), so `SELECT x.count FROM
+/// (SELECT count(*) FROM t) x` reads the column Postgres would call `count`.
 pub fn name_columns(query: &mut Query) -> Option<Vec<String>> {
+    let names = name_top_columns(query);
+    name_inner_columns(query);
+    names
+}
+
+/// Gives each unaliased column of every SELECT in `query` (nested ones included) its Postgres
+/// name as an alias, where that name is one of its SELECT's (no other column has it, and no `*`
+/// could bring one): inside a plan, names must be unique; a duplicate keeps DataFusion's name.
+fn name_inner_columns(query: &mut Query) {
+    use datafusion::sql::sqlparser::ast::{Select, VisitMut, VisitorMut};
+    struct Namer;
+    impl VisitorMut for Namer {
+        type Break = ();
+        fn pre_visit_select(&mut self, select: &mut Select) -> std::ops::ControlFlow<()> {
+            let items = &mut select.projection;
+            if items.iter().any(|i| matches!(i, SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..))) {
+                return std::ops::ControlFlow::Continue(());
+            }
+            let names: Vec<Option<String>> = items
+                .iter()
+                .map(|item| match item {
+                    SelectItem::UnnamedExpr(expr) => postgres_name(expr),
+                    SelectItem::ExprWithAlias { alias, .. } => Some(ident_name(alias)),
+                    _ => None,
+                })
+                .collect();
+            for (i, item) in items.iter_mut().enumerate() {
+                let Some(name) = &names[i] else { continue };
+                let unique = names.iter().filter(|n| n.as_ref() == Some(name)).count() == 1;
+                if unique && matches!(item, SelectItem::UnnamedExpr(_)) {
+                    if let SelectItem::UnnamedExpr(expr) = std::mem::replace(item, SelectItem::UnnamedExpr(Expr::Value(placeholder()))) {
+                        *item = SelectItem::ExprWithAlias { expr, alias: Ident::with_quote('"', name.clone()) };
+                    }
+                }
+            }
+            std::ops::ControlFlow::Continue(())
+        }
+    }
+    let _ = query.visit(&mut Namer);
+}
+
+/// [`name_columns`] of the query's own (outermost) SELECT.
+fn name_top_columns(query: &mut Query) -> Option<Vec<String>> {
     let select = match query.body.as_mut() {
         SetExpr::Select(select) => select,
         _ => return None,
@@ -160,5 +205,22 @@ mod tests {
         assert_eq!(names.unwrap(), vec!["a", "a", "current_schema", "current_schema"]);
         assert_eq!(named("SELECT *, 1 FROM t").1, None);
         assert_eq!(named("SELECT \"Mixed\" FROM t").0, "SELECT \"Mixed\" AS \"Mixed\" FROM t");
+    }
+
+    #[test]
+    fn inner_queries_and_union_branches_get_postgres_names_where_unique() {
+        assert_eq!(
+            named("SELECT x.count FROM (SELECT count(*), sum(v), max(v), max(w) FROM t) x").0,
+            "SELECT x.count AS \"count\" FROM (SELECT count(*) AS \"count\", sum(v) AS \"sum\", max(v), max(w) FROM t) x"
+        );
+        assert_eq!(
+            named("WITH c AS (SELECT upper(n) FROM t) SELECT * FROM c").0,
+            "WITH c AS (SELECT upper(n) AS \"upper\" FROM t) SELECT * FROM c"
+        );
+        assert_eq!(
+            named("SELECT count(*) FROM a UNION ALL SELECT count(*) FROM b").0,
+            "SELECT count(*) AS \"count\" FROM a UNION ALL SELECT count(*) AS \"count\" FROM b"
+        );
+        assert_eq!(named("SELECT * FROM (SELECT *, 1 FROM t) s").0, "SELECT * FROM (SELECT *, 1 FROM t) s");
     }
 }
