@@ -545,6 +545,7 @@ impl Catalog {
         def.parallelism = parallelism;
         def.append_only = append_only;
         def.int4_literals = true;
+        def.numeric_literals = true;
         if append_only {
             def.layout = Layout::Segments;
         }
@@ -598,6 +599,7 @@ impl Catalog {
             replayed: false,
             layout: Layout::Rows,
             int4_literals: false,
+            numeric_literals: false,
             index: None,
         }
     }

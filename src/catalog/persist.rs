@@ -89,6 +89,10 @@ pub struct RelationDef {
     /// one made before is planned again as it was, literals int8, so its state still decodes.
     #[serde(default)]
     pub int4_literals: bool,
+    /// A materialized view planned with literals like `1.5` typed numeric (created by this
+    /// version); one made before is planned again with them float8, as it was.
+    #[serde(default)]
+    pub numeric_literals: bool,
     /// An index's columns and relation (kind [`RelationKind::Index`]).
     #[serde(default)]
     pub index: Option<IndexDef>,

@@ -73,6 +73,9 @@ pub async fn template_state(catalog: Arc<Catalog>) -> Result<SessionState> {
         .with_target_partitions(2);
     let options = config.options_mut();
     options.sql_parser.dialect = datafusion::config::Dialect::PostgreSQL;
+    // A literal with a decimal point, or an integer past bigint, is numeric, as in Postgres
+    // (`1.5` is not float8; `99999999999999999999` is not 1e+20).
+    options.sql_parser.parse_float_as_decimal = true;
     options.execution.time_zone = Some("+00:00".to_string());
     // A scan that says it returns few rows (a key lookup: `catalog::scan`) is read on one task,
     // not spread over the partitions by a round-robin repartition.
@@ -165,6 +168,34 @@ async fn plan_plain_view(
         .map(|(c, f)| datafusion::logical_expr::Expr::Column(c).alias(f.name()))
         .collect();
     datafusion::logical_expr::LogicalPlanBuilder::from(plan).project(columns)?.build()
+}
+
+/// How a materialized view's literals are typed: as when it was made, so that re-planning it at
+/// a start gives the types its stored state has (`RelationDef::int4_literals`,
+/// `RelationDef::numeric_literals`).
+#[derive(Debug, Clone, Copy)]
+pub struct LiteralTyping {
+    /// `1` is int4 (else int8).
+    pub int4: bool,
+    /// `1.5` and integers past bigint are numeric (else float8).
+    pub numeric: bool,
+}
+
+impl LiteralTyping {
+    /// How this version types literals.
+    pub const CURRENT: LiteralTyping = LiteralTyping { int4: true, numeric: true };
+
+    pub fn of(def: &crate::catalog::RelationDef) -> LiteralTyping {
+        LiteralTyping { int4: def.int4_literals, numeric: def.numeric_literals }
+    }
+
+    /// `state` parsing literals this way.
+    pub fn parsing_state(self, mut state: SessionState) -> SessionState {
+        if !self.numeric {
+            state.config_mut().options_mut().sql_parser.parse_float_as_decimal = false;
+        }
+        state
+    }
 }
 
 /// Optimizes a materialized view's plan: DataFusion's rules, except `eliminate_join`, which

@@ -141,7 +141,8 @@ impl Frontend {
                 };
                 let options = handler::create_view::view_options(self, &session, &statement, &clauses).await?;
                 let (_, logical) =
-                    handler::create_view::plan_view(&session, &statement, relation.def.int4_literals).await?;
+                    handler::create_view::plan_view(&session, &statement, df_context::LiteralTyping::of(&relation.def))
+                        .await?;
                 let built =
                     handler::create_view::build_view(self, &session, &logical, &name, relation.def.id, &options)?;
                 let late_table = clauses.late_rows_to.as_deref().and_then(|t| self.catalog.get(t));

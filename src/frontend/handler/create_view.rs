@@ -31,18 +31,23 @@ use crate::state::keys::TableId;
 use crate::types::window::interval_nanos;
 
 /// Plans a view's query: its columns and its optimized logical plan.
-/// `statement`'s query planned and optimized for a view; `int4_literals` false plans a view made
-/// before integer literals were int4 as it was planned then (`RelationDef::int4_literals`).
-pub async fn plan_view(session: &Session, statement: &Statement, int4_literals: bool) -> Result<(Schema, LogicalPlan)> {
+/// `statement`'s query planned and optimized for a view, its literals typed as `literals` says
+/// (a view made by an earlier version is planned as it was then: `LiteralTyping::of`).
+pub async fn plan_view(
+    session: &Session,
+    statement: &Statement,
+    literals: crate::frontend::df_context::LiteralTyping,
+) -> Result<(Schema, LogicalPlan)> {
     let Statement::CreateView(view) = statement else { unreachable!("dispatched on CreateView") };
-    let (logical, names) = query::plan_named(session, Statement::Query(view.query.clone())).await?;
+    let state = literals.parsing_state(session.ctx.state());
+    let (logical, names) = query::plan_named_in(&state, Statement::Query(view.query.clone())).await?;
     // A view's columns are its names: two of one name are refused, as in Postgres.
     if let Some(names) = names {
         crate::frontend::column_names::refuse_repeated(&names)?;
     }
     // now() in a view is the epoch's time, not the time of planning (ADR 13).
     let logical = crate::dataflow::temporal_bounds::mark_now(logical)?;
-    let optimized = crate::frontend::df_context::optimize_for_view(&session.ctx.state(), &logical, int4_literals)?;
+    let optimized = crate::frontend::df_context::optimize_for_view(&state, &logical, literals.int4)?;
     // Names as planned, types as the analyzer rules left them (an integer literal is int4).
     let fields: Vec<Field> = logical
         .schema()
@@ -185,7 +190,7 @@ pub async fn explain(
     let Statement::CreateView(view) = statement else { unreachable!("dispatched on CreateView") };
     let name = relation_name(&view.name)?;
     let options = view_options(fe, session, statement, clauses).await?;
-    let (_, logical) = plan_view(session, statement, true).await?;
+    let (_, logical) = plan_view(session, statement, crate::frontend::df_context::LiteralTyping::CURRENT).await?;
     let built = build_view(fe, session, &logical, &name, 0, &options)?;
     let plan = format!("Materialize {name}\n{}", indent(&built.graph.explain()));
     let schema =
@@ -222,7 +227,7 @@ pub async fn handle(
         return Ok(StatementResult::command("CREATE MATERIALIZED VIEW"));
     }
     let options = view_options(fe, session, &statement, &clauses).await?;
-    let (schema, logical) = plan_view(session, &statement, true).await?;
+    let (schema, logical) = plan_view(session, &statement, crate::frontend::df_context::LiteralTyping::CURRENT).await?;
     // Columns taken unchanged from other relations keep their declared types (`VARCHAR(20)`).
     let schema = crate::frontend::column_origins::with_declared_types(&logical, schema);
     // Check the plan can be maintained before the view exists.

@@ -42,7 +42,16 @@ pub async fn plan_for_client(session: &Session, statement: Statement) -> Result<
 /// Plans `statement`. A query's unaliased result columns get Postgres's names
 /// (`frontend::column_names`); the names the client must see are returned when the plan's
 /// differ (two columns of one name).
-pub async fn plan_named(session: &Session, mut statement: Statement) -> Result<(LogicalPlan, Option<Vec<String>>)> {
+pub async fn plan_named(session: &Session, statement: Statement) -> Result<(LogicalPlan, Option<Vec<String>>)> {
+    plan_named_in(&session.ctx.state(), statement).await
+}
+
+/// [`plan_named`] in `state` (a materialized view's planned with the literal typing it was
+/// made with: `df_context::LiteralTyping`).
+pub async fn plan_named_in(
+    state: &datafusion::execution::session_state::SessionState,
+    mut statement: Statement,
+) -> Result<(LogicalPlan, Option<Vec<String>>)> {
     let names = match &mut statement {
         Statement::Query(query) => column_names::name_columns(query),
         // An INSERT's rows go by position: its query's columns need only names DataFusion
@@ -56,7 +65,6 @@ pub async fn plan_named(session: &Session, mut statement: Statement) -> Result<(
         _ => None,
     };
     let is_query = matches!(statement, Statement::Query(_));
-    let state = session.ctx.state();
     let plan = state.statement_to_plan(DfStatement::Statement(Box::new(statement))).await?;
     let plan = if is_query { unsigned_as_bigint(plan)? } else { plan };
     Ok((plan, names))
