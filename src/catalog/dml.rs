@@ -137,12 +137,13 @@ pub fn check_not_null(relation: &Relation, user_columns: &[ArrayRef]) -> Result<
     Ok(())
 }
 
-/// Fits values to their columns' declared lengths (`VARCHAR(3)`: 22001 for a longer value,
-/// trailing spaces past the length cut), as Postgres does when it stores them.
-pub fn fit_declared_lengths(relation: &Relation, user_columns: &mut [ArrayRef]) -> Result<()> {
+/// Fits values to their columns' declared types (`VARCHAR(3)`: 22001 for a longer value,
+/// trailing spaces past the length cut; `jsonb`: JSON, written as jsonb is), as Postgres does
+/// when it stores them.
+pub fn fit_declared_types(relation: &Relation, user_columns: &mut [ArrayRef]) -> Result<()> {
     for (index, column) in user_columns.iter_mut().enumerate() {
         if let Some(fitted) =
-            relation.declared_type(index).map(|t| t.fit_length(column.as_ref())).transpose()?.flatten()
+            relation.declared_type(index).map(|t| t.fit(column.as_ref())).transpose()?.flatten()
         {
             *column = fitted;
         }
@@ -192,7 +193,7 @@ fn user_columns_at(relation: &Relation, batch: &RecordBatch, stamp_nanos: i64) -
     // A connector's rows are as the source has them (a value refused here would stop the
     // source at that offset for good); statements' rows fit their declared lengths.
     if relation.def.connector.is_none() {
-        fit_declared_lengths(relation, &mut columns)?;
+        fit_declared_types(relation, &mut columns)?;
     }
     Ok(columns)
 }
@@ -531,7 +532,7 @@ impl Writer {
                         columns[*index] = if v.data_type() == target { v } else { cast(&v, target)? };
                     }
                     check_not_null(&rel, &columns[..user_columns])?;
-                    fit_declared_lengths(&rel, &mut columns[..user_columns])?;
+                    fit_declared_types(&rel, &mut columns[..user_columns])?;
                     let new = RecordBatch::try_new(Arc::clone(old.schema_ref()), columns)?;
                     pairs.push((old, new));
                 }

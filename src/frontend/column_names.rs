@@ -138,7 +138,12 @@ fn postgres_name(expr: &Expr) -> Option<String> {
     match expr {
         Expr::Identifier(ident) => Some(ident_name(ident)),
         Expr::CompoundIdentifier(parts) => parts.last().map(ident_name),
-        Expr::Function(f) => f.name.0.last().and_then(|p| p.as_ident()).map(ident_name),
+        Expr::Function(f) => {
+            let name = f.name.0.last().and_then(|p| p.as_ident()).map(ident_name)?;
+            // JSON casts and operators, rewritten to functions when parsed, keep the names
+            // Postgres gives the cast and the operator.
+            super::json_functions::column_name(&name).unwrap_or(Some(name))
+        }
         Expr::Nested(inner) => postgres_name(inner),
         Expr::Cast { expr, data_type, .. } => postgres_name(expr).or_else(|| Some(type_name(data_type))),
         Expr::TypedString(typed) => Some(type_name(&typed.data_type)),

@@ -16,6 +16,7 @@ pub mod df_context;
 pub mod handler;
 pub mod int4_literals;
 pub mod interval_text;
+pub mod json_functions;
 pub mod keep_names;
 pub mod outer_conditions;
 pub mod parser;

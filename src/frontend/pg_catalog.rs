@@ -925,6 +925,9 @@ pub fn register_functions(ctx: &SessionContext, type_oids: HashMap<String, i32>,
     ctx.register_udf(super::pg_functions::format_udf());
     ctx.register_udf(super::pg_functions::col_description_udf());
     ctx.register_udf(super::pg_functions::quote_ident_udf());
+    for udf in super::json_functions::json_udfs() {
+        ctx.register_udf(udf);
+    }
     ctx.register_udf(regclass_udf(Arc::clone(catalog)));
     // Every type and collation is in pg_catalog, which is always on the search path.
     for name in ["pg_type_is_visible", "pg_collation_is_visible"] {
@@ -1111,7 +1114,12 @@ impl datafusion::logical_expr::ScalarUDFImpl for PgTypeof {
     }
 
     fn invoke_with_args(&self, args: datafusion::logical_expr::ScalarFunctionArgs) -> DfResult<ColumnarValue> {
-        let name = wire_type_name(args.arg_fields[0].data_type());
+        // A declared type the value still carries (`jsonb` from a cast or `->`) names it.
+        let field = &args.arg_fields[0];
+        let name = match crate::types::pg_type::DeclaredType::of(field).filter(|d| d.fits(field.data_type())) {
+            Some(declared) => declared.sql_name(),
+            None => wire_type_name(field.data_type()),
+        };
         Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(name))))
     }
 }

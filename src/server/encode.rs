@@ -47,17 +47,20 @@ pub fn fields(schema: &Schema, format: &Format) -> PgWireResult<Vec<FieldInfo>> 
 
 /// `info` with what Postgres also says of a column taken unchanged from a relation
 /// (`frontend::column_origins`): the table's OID, the column's number, its declared type
-/// (`varchar(20)` for a column stored as text) and type modifier.
+/// (`varchar(20)` for a column stored as text) and type modifier; and the declared type of a
+/// computed column that has one (`jsonb` from `->`), if its values can carry it.
 fn with_origin(info: FieldInfo, field: &Field) -> FieldInfo {
     use crate::frontend::column_origins::{ATTNUM_KEY, TABLE_OID_KEY};
     let metadata = field.metadata();
     let number = |key: &str| metadata.get(key).and_then(|v| v.parse::<i64>().ok());
-    let (Some(table), Some(attnum)) = (number(TABLE_OID_KEY), number(ATTNUM_KEY)) else {
-        return info;
-    };
     let declared = crate::types::pg_type::DeclaredType::of(field);
+    let (table, attnum) = match (number(TABLE_OID_KEY), number(ATTNUM_KEY)) {
+        (Some(table), Some(attnum)) => (Some(table as i32), Some(attnum as i16)),
+        _ if declared.is_some_and(|d| d.fits(field.data_type())) => (None, None),
+        _ => return info,
+    };
     let datatype = declared.and_then(|d| Type::from_oid(d.oid)).unwrap_or_else(|| info.datatype().clone());
-    FieldInfo::new(info.name().to_string(), Some(table as i32), Some(attnum as i16), datatype, info.format())
+    FieldInfo::new(info.name().to_string(), table, attnum, datatype, info.format())
         .with_type_modifier(declared.map_or(-1, |d| d.typmod))
 }
 
@@ -94,8 +97,10 @@ pub fn into_response(result: StatementResult, format: &Format) -> PgWireResult<R
 }
 
 /// Replaces the time-of-day and timestamp columns of `batch` that go out as text with their
-/// Postgres text form.
+/// Postgres text form, and `jsonb` columns that go out in binary with theirs (a version byte,
+/// 1, before the text).
 pub fn postgres_text(batch: RecordBatch, fields: &[FieldInfo]) -> Result<RecordBatch, WeirError> {
+    let batch = jsonb_binary(batch, fields)?;
     let needs = |i: usize, dt: &DataType| {
         fields.get(i).is_some_and(|f| f.format() == FieldFormat::Text)
             && matches!(
@@ -116,6 +121,36 @@ pub fn postgres_text(batch: RecordBatch, fields: &[FieldInfo]) -> Result<RecordB
         if needs(i, field.data_type()) {
             columns.push(Arc::new(render_times(column)?));
             schema_fields.push(field.as_ref().clone().with_data_type(DataType::Utf8));
+        } else {
+            columns.push(Arc::clone(column));
+            schema_fields.push(field.as_ref().clone());
+        }
+    }
+    Ok(RecordBatch::try_new(Arc::new(Schema::new(schema_fields)), columns)?)
+}
+
+/// `batch` with its string columns announced as `jsonb` in binary format as jsonb's binary form.
+fn jsonb_binary(batch: RecordBatch, fields: &[FieldInfo]) -> Result<RecordBatch, WeirError> {
+    let is_jsonb = |i: usize| {
+        fields.get(i).is_some_and(|f| f.format() == FieldFormat::Binary && f.datatype() == &Type::JSONB)
+    };
+    if !(0..batch.num_columns()).any(is_jsonb) {
+        return Ok(batch);
+    }
+    let mut columns: Vec<ArrayRef> = Vec::with_capacity(batch.num_columns());
+    let mut schema_fields = Vec::with_capacity(batch.num_columns());
+    for (i, (field, column)) in batch.schema().fields().iter().zip(batch.columns()).enumerate() {
+        if is_jsonb(i) {
+            let text = cast(column, &DataType::Utf8)?;
+            let binary: datafusion::arrow::array::BinaryArray = text
+                .as_any()
+                .downcast_ref::<StringArray>()
+                .expect("cast to Utf8")
+                .iter()
+                .map(|v| v.map(|v| [&[1u8][..], v.as_bytes()].concat()))
+                .collect();
+            columns.push(Arc::new(binary));
+            schema_fields.push(field.as_ref().clone().with_data_type(DataType::Binary));
         } else {
             columns.push(Arc::clone(column));
             schema_fields.push(field.as_ref().clone());

@@ -93,6 +93,35 @@ fn oid_type(described: &StatementDescription, i: usize) -> Option<(Type, Type)> 
     }
 }
 
+/// `portal` with its `json` and `jsonb` parameters as text, which the JSON functions and
+/// columns read (the parameter decoder knows no JSON type; a `jsonb` one sent in binary is a
+/// version byte, then the text); None when it has none.
+fn json_as_text(portal: &Portal<Prepared>) -> Option<Portal<Prepared>> {
+    let types = &portal.statement.parameter_types;
+    let json = |i: usize| matches!(types.get(i).cloned().flatten(), Some(Type::JSON | Type::JSONB));
+    if !(0..portal.parameter_len()).any(json) {
+        return None;
+    }
+    let parameters = portal
+        .parameters
+        .iter()
+        .enumerate()
+        .map(|(i, p)| match p {
+            Some(bytes) if json(i) && portal.parameter_format.is_binary(i) && types[i] == Some(Type::JSONB) => {
+                Some(bytes.slice(1.min(bytes.len())..))
+            }
+            other => other.clone(),
+        })
+        .collect();
+    let types = (0..types.len()).map(|i| if json(i) { Some(Type::TEXT) } else { types[i].clone() }).collect();
+    let statement = StoredStatement::new(portal.statement.id.clone(), portal.statement.statement.clone(), types);
+    let mut patched = Portal::new_cursor(portal.name.clone(), Arc::new(statement));
+    patched.parameter_format = portal.parameter_format.clone();
+    patched.parameters = parameters;
+    patched.result_column_format = portal.result_column_format.clone();
+    Some(patched)
+}
+
 impl WeirHandler {
     /// Describes `statement` in the client's session.
     async fn describe_in_session<C: ClientInfo>(
@@ -169,7 +198,10 @@ impl ExtendedQueryHandler for WeirHandler {
             let decode_as: Vec<Option<Type>> =
                 (0..portal.parameter_len()).map(|i| oid_type(&described, i).map(|(_, decode)| decode)).collect();
             let decode_as: Vec<Option<&Type>> = decode_as.iter().map(|t| t.as_ref()).collect();
-            Some(deserialize_parameters_with_server_types(portal, &inferred, &decode_as)?)
+            match json_as_text(portal) {
+                Some(patched) => Some(deserialize_parameters_with_server_types(&patched, &inferred, &decode_as)?),
+                None => Some(deserialize_parameters_with_server_types(portal, &inferred, &decode_as)?),
+            }
         } else {
             None
         };

@@ -4,6 +4,7 @@
 
 pub mod change_batch;
 pub mod hash;
+pub mod json;
 pub mod message;
 pub mod pg_binary;
 pub mod pg_type;

@@ -79,6 +79,8 @@ pub struct DeclaredType {
 const VARCHAR_OID: u32 = 1043;
 const BPCHAR_OID: u32 = 1042;
 const NUMERIC_OID: u32 = 1700;
+const JSON_OID: u32 = 114;
+const JSONB_OID: u32 = 3802;
 /// Field metadata keys of a declared type.
 const OID_KEY: &str = "weir.declared_type_oid";
 const TYPMOD_KEY: &str = "weir.declared_typmod";
@@ -107,6 +109,8 @@ impl DeclaredType {
                 };
                 DeclaredType { oid: NUMERIC_OID, typmod }
             }
+            Sql::JSON => DeclaredType { oid: JSON_OID, typmod: -1 },
+            Sql::JSONB => DeclaredType { oid: JSONB_OID, typmod: -1 },
             _ => return None,
         })
     }
@@ -175,7 +179,7 @@ impl DeclaredType {
 
     /// The longest value a character type takes, in characters.
     pub fn max_length(self) -> Option<usize> {
-        (self.oid != NUMERIC_OID && self.typmod >= 4).then(|| (self.typmod - 4) as usize)
+        matches!(self.oid, VARCHAR_OID | BPCHAR_OID).then_some(()).and((self.typmod >= 4).then(|| (self.typmod - 4) as usize))
     }
 
     /// Precision and scale of a numeric type declared with them.
@@ -188,6 +192,8 @@ impl DeclaredType {
         match self.oid {
             VARCHAR_OID => "character varying",
             BPCHAR_OID => "character",
+            JSON_OID => "json",
+            JSONB_OID => "jsonb",
             _ => "numeric",
         }
     }
@@ -197,8 +203,15 @@ impl DeclaredType {
         match self.oid {
             VARCHAR_OID => "varchar",
             BPCHAR_OID => "bpchar",
+            JSON_OID => "json",
+            JSONB_OID => "jsonb",
             _ => "numeric",
         }
+    }
+
+    /// `jsonb`: sent in binary as a version byte (1) and the text.
+    pub fn is_jsonb(self) -> bool {
+        self.oid == JSONB_OID
     }
 
     /// The type as `format_type` prints it: `character varying(20)`, `numeric(10,2)`.
@@ -210,10 +223,39 @@ impl DeclaredType {
         }
     }
 
-    /// Checks `values` against a declared length as Postgres does when a value is stored: a
-    /// longer value is refused (22001) unless what is past the length is spaces, which are cut.
-    /// None when nothing needs to change.
-    pub fn fit_length(self, values: &dyn Array) -> Result<Option<ArrayRef>> {
+    /// Checks `values` against the declared type as Postgres does when a value is stored: a
+    /// character type's longer value is refused (22001) unless what is past the length is
+    /// spaces, which are cut; a `json` value must be JSON (22P02), and a `jsonb` one is also
+    /// written as `jsonb` is (`types::json`). None when nothing needs to change.
+    pub fn fit(self, values: &dyn Array) -> Result<Option<ArrayRef>> {
+        match self.oid {
+            JSON_OID | JSONB_OID => self.fit_json(values),
+            _ => self.fit_length(values),
+        }
+    }
+
+    fn fit_json(self, values: &dyn Array) -> Result<Option<ArrayRef>> {
+        let as_utf8 = datafusion::arrow::compute::cast(values, &DataType::Utf8)?;
+        let strings = as_utf8.as_string::<i32>();
+        let kind = self.type_name();
+        let mut normalized = Vec::with_capacity(strings.len());
+        for value in strings.iter() {
+            normalized.push(match value {
+                None => None,
+                Some(text) => {
+                    let parsed = crate::types::json::Json::parse(text, kind)?;
+                    self.is_jsonb().then(|| parsed.to_jsonb().to_jsonb_text())
+                }
+            });
+        }
+        if !self.is_jsonb() {
+            return Ok(None);
+        }
+        let fitted: ArrayRef = std::sync::Arc::new(StringArray::from(normalized));
+        Ok(Some(datafusion::arrow::compute::cast(&fitted, values.data_type())?))
+    }
+
+    fn fit_length(self, values: &dyn Array) -> Result<Option<ArrayRef>> {
         let Some(max) = self.max_length() else { return Ok(None) };
         let as_utf8 = match values.data_type() {
             DataType::Utf8View | DataType::LargeUtf8 => datafusion::arrow::compute::cast(values, &DataType::Utf8)?,

@@ -63,6 +63,25 @@ with psycopg.connect(url, autocommit=True) as conn:
             assert back == delta, (query, delta, back)
     (back,) = conn.execute("SELECT '1 day 02:03:04'::interval").fetchone()
     assert back == datetime.timedelta(days=1, hours=2, minutes=3, seconds=4), back
+    # jsonb and json: values psycopg sends (text and binary), read back as Python objects
+    # (psycopg parses what RowDescription announces as json/jsonb), operators included.
+    from psycopg.types.json import Json, Jsonb
+    conn.execute("CREATE TABLE docs (id INT PRIMARY KEY, body JSONB, raw JSON)")
+    doc = {"user": {"name": "ann", "tags": ["a", "b"]}, "n": 2}
+    conn.execute("INSERT INTO docs VALUES (1, %s, %s)", [Jsonb(doc), Json([1, 2])])
+    conn.execute("INSERT INTO docs VALUES (2, %b, %b)", [Jsonb({"k": None}), Json({"b": 1})])
+    assert conn.execute("SELECT body, raw FROM docs WHERE id = 1").fetchone() == (doc, [1, 2])
+    assert conn.execute("SELECT body FROM docs WHERE id = 2", binary=True).fetchone() == ({"k": None},)
+    row = conn.execute(
+        "SELECT body -> 'user', body -> 'user' ->> 'name', body #>> '{user,tags,1}' FROM docs WHERE body @> %s",
+        [Jsonb({"n": 2})],
+    ).fetchone()
+    assert row == ({"name": "ann", "tags": ["a", "b"]}, "ann", "b"), row
+    try:
+        conn.execute("INSERT INTO docs VALUES (3, '{not json', NULL)")
+        raise AssertionError("malformed jsonb was stored")
+    except psycopg.errors.InvalidTextRepresentation:
+        pass
     # Type introspection, as psycopg's TypeInfo does it.
     info = psycopg.types.TypeInfo.fetch(conn, "int8")
     assert info is not None and info.oid == 20, info

@@ -62,6 +62,9 @@ async def with_asyncpg():
     # Array parameters cast by their pg_type names; ranks are bigint (an int, not a Decimal).
     assert await conn.fetchval("SELECT $1::_int4", [1, 2]) == [1, 2]
     assert await conn.fetchval("SELECT row_number() OVER ()") == 1
+    # jsonb comes back in binary (asyncpg's default), as the JSON text; $1::jsonb takes text.
+    assert await conn.fetchval("SELECT '{\"b\": 1, \"a\": [1, 2.50]}'::jsonb") == '{"a": [1, 2.50], "b": 1}'
+    assert await conn.fetchval("SELECT $1::jsonb ->> 'k'", '{"k": "v"}') == "v"
     await conn.execute("FLUSH")
     totals = await conn.fetch("SELECT customer, total FROM per_customer ORDER BY customer")
     assert [tuple(r) for r in totals] == [("c0", 5.0), ("c1", 10.0)], totals

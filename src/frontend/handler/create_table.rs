@@ -70,6 +70,20 @@ fn declared_types(columns: &[ColumnDef]) -> Vec<(String, DeclaredType)> {
         .collect()
 }
 
+/// `statement` with its `json` and `jsonb` columns declared `TEXT`, which DataFusion plans: a
+/// JSON value is kept as its text (the declared type, [`declared_types`], says which).
+fn json_columns_as_text(mut statement: Statement) -> Statement {
+    use datafusion::sql::sqlparser::ast::DataType as Sql;
+    if let Statement::CreateTable(create) = &mut statement {
+        for column in &mut create.columns {
+            if matches!(column.data_type, Sql::JSON | Sql::JSONB) {
+                column.data_type = Sql::Text;
+            }
+        }
+    }
+    statement
+}
+
 /// The statement as stored: the parsed statement with its streaming clauses put back.
 fn table_definition(statement: &str, clauses: &StreamingClauses) -> String {
     let mut text = statement.to_string();
@@ -126,7 +140,7 @@ pub async fn handle(
     }
     let definition = table_definition(&statement.to_string(), &clauses);
     let declared = declared_types(&create.columns);
-    let plan = query::plan(session, statement).await?;
+    let plan = query::plan(session, json_columns_as_text(statement)).await?;
     let LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(cmt)) = plan else {
         return Err(WeirError::unsupported("this form of CREATE TABLE is not supported"));
     };
