@@ -10,6 +10,10 @@
 //!   yet committed (Kafka: an open transaction the next producer must fence and abort);
 //! - `sink.after_commit`: the external system committed, the outbox entry is not yet deleted.
 //!
+//! [`fails`] points do not abort: the `n`-th pass fails as an I/O error there would (a disk
+//! that is full), so tests see what the server does about it:
+//! - `view.commit_write`: a view's write of an epoch (its rows and operator state) to the store.
+//!
 //! Called by the sink runtime and its writers; read by the crash tests (`tests/end_to_end.rs`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,6 +31,12 @@ static ARMED: LazyLock<Option<(String, u64)>> = LazyLock::new(|| {
 });
 
 static PASSES: AtomicU64 = AtomicU64::new(0);
+
+/// Whether this is the armed point's `n`-th pass: the caller then fails as its I/O would.
+pub fn fails(name: &str) -> bool {
+    let Some((armed, nth)) = ARMED.as_ref() else { return false };
+    armed == name && PASSES.fetch_add(1, Ordering::SeqCst) + 1 == *nth
+}
 
 /// Dies here if this is the armed point's `n`-th pass.
 pub fn point(name: &str) {

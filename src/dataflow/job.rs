@@ -15,7 +15,9 @@
 //! write-ahead log: a crash restores them from the checkpoint.
 //!
 //! A failing operator (a bug, not a row's expression error, which becomes NULL) is logged and
-//! counted, and the job carries on; the view is not silently stuck.
+//! counted, and the job carries on; the view is not silently stuck. A commit that fails stops
+//! the server instead ([`ViewJob::fail_stop`]): the operators have flushed state the store
+//! does not hold, and only a restart from the checkpoint puts them back in step.
 //!
 //! Event time: for each input with a `WATERMARK`, the job keeps the largest watermark
 //! expression value of the rows it has read. The view's watermark is the least of those over
@@ -327,7 +329,7 @@ impl ViewJob {
                             Ok(()) => {}
                             // The runtime is going away; the view restores at the next start.
                             Err(e) if e.state == SqlState::ADMIN_SHUTDOWN => break,
-                            Err(e) => self.report(&e),
+                            Err(e) => self.fail_stop(epoch, &e),
                         }
                         waiting.iter_mut().for_each(|w| *w = None);
                     }
@@ -371,6 +373,9 @@ impl ViewJob {
         if let (Some(table), Some(rows)) = (&late_table, &late) {
             crate::catalog::index::maintain(table, self.store.as_ref(), &ChangeBatch::inserts(rows.clone()), &mut wb)?;
         }
+        if crate::fault::fails("view.commit_write") {
+            return Err(WeirError::io("fault injection: the view's write failed (view.commit_write)"));
+        }
         if !wb.is_empty() {
             write_off_thread(&self.store, wb).await?;
         }
@@ -403,6 +408,24 @@ impl ViewJob {
             .observe(barrier.injected_at.elapsed().as_secs_f64());
         metrics::VIEW_EPOCH.with_label_values(&[view]).set(epoch as i64);
         Ok(())
+    }
+
+    /// A commit that failed (the store refused the write, or an operator failed while flushing)
+    /// leaves the operators' memory ahead of the store: they count state flushed that the
+    /// store does not hold. Going on would give wrong answers from then on, silently; so the
+    /// process stops, as after a crash, and the next start restores every view from its
+    /// checkpoint and replays what came after it (ADR 11), losing nothing acknowledged.
+    /// Exit code 70 (EX_SOFTWARE); a supervisor (systemd, Kubernetes) starts it again.
+    fn fail_stop(&self, epoch: Epoch, e: &WeirError) -> ! {
+        self.report(e);
+        tracing::error!(
+            view = %self.relation.def.name,
+            epoch,
+            "the view could not commit its epoch, so its state in memory is ahead of the store; \
+             stopping the server: a restart restores every view from its checkpoint: {e}"
+        );
+        eprintln!("weir: view \"{}\" failed to commit epoch {epoch}: {e}; exiting (code 70)", self.relation.def.name);
+        std::process::exit(70);
     }
 
     fn report(&self, e: &WeirError) {
