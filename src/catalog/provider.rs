@@ -71,9 +71,21 @@ impl SchemaProvider for WeirSchema {
     /// A plain view is its query, planned at each use (so it sees the relations it reads as
     /// they are now), which DataFusion inlines into the query reading it.
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
-        let Some(relation) = self.catalog.get(name).filter(|r| queryable(r)) else {
+        let Some(relation) = self.catalog.get(name) else {
             return Ok(None);
         };
+        if !queryable(&relation) {
+            // As Postgres says of an index read as a table (42809), not "does not exist".
+            let what = match relation.def.kind {
+                RelationKind::Index => "an index",
+                _ => "a sink: read the view or query it delivers",
+            };
+            return Err(crate::error::WeirError::new(
+                crate::error::SqlState::WRONG_OBJECT_TYPE,
+                format!("\"{name}\" is {what}"),
+            )
+            .into());
+        }
         if relation.def.kind == RelationKind::View {
             let planner = self
                 .view_planner
