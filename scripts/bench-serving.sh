@@ -13,6 +13,11 @@
 # a second pgbench updates the table at a fixed rate (the view kept up to date meanwhile).
 # Prints throughput and latency percentiles from pgbench's per-transaction logs. Needs psql and
 # pgbench (Debian's postgresql-client). WEIR_BINARY defaults to a release build.
+#
+# Environment: STEPS=stream runs only the last step (a stream beside readers), without
+# PostgreSQL; WEIR_SERVING_NICE sets Weir's `[serving] nice` (default: Weir's own default);
+# READER_NICE runs the stream step's readers under `nice -n` (default 0), standing for clients
+# on other machines, whose CPU is not the server's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 weir=${1:-target/release/weir}
@@ -26,11 +31,17 @@ trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; rm -r
 bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
 pgbench=${PGBENCH:-$bin/pgbench}
 
-pg_url=$(scripts/pg-server.sh start)
+steps=${STEPS:-all}
+[ "$steps" = all ] && scripts/pg-server.sh start >/dev/null
 weir_args=(-h 127.0.0.1 -p "$port" -U root dev)
 pg_args=(-h 127.0.0.1 -p "${WEIR_PG_PORT:-5433}" -U postgres postgres)
 
-"$weir" serve --listen "127.0.0.1:$port" --data-dir "$dir/data" --metrics-listen off >>"$dir/log" 2>&1 &
+config=()
+if [ -n "${WEIR_SERVING_NICE:-}" ]; then
+    printf '[serving]\nnice = %s\n' "$WEIR_SERVING_NICE" >"$dir/weir.toml"
+    config=(--config "$dir/weir.toml")
+fi
+"$weir" serve --listen "127.0.0.1:$port" --data-dir "$dir/data" --metrics-listen off "${config[@]}" >>"$dir/log" 2>&1 &
 pid=$!
 until psql "${weir_args[@]}" -Atc "SELECT 1" >/dev/null 2>&1; do sleep 0.2; done
 
@@ -52,6 +63,7 @@ psql "${weir_args[@]}" -q -v ON_ERROR_STOP=1 -c \
     "CREATE MATERIALIZED VIEW per_group AS SELECT g, count(*) AS n, sum(v) AS s FROM items GROUP BY g"
 echo "weir: loaded and view built in $(echo "$(date +%s.%N) - $start" | bc) s"
 index="CREATE INDEX items_g ON items (g) INCLUDE (v)"
+if [ "$steps" = all ]; then
 start=$(date +%s.%N)
 psql "${weir_args[@]}" -q -v ON_ERROR_STOP=1 -c "$index"
 echo "weir: index built in $(echo "$(date +%s.%N) - $start" | bc) s"
@@ -120,6 +132,7 @@ run weir view_lookup.sql 16
 wait "$writer"
 awk '/^tps/ { printf "writer: %.0f updates/s\n", $3 }' "$dir/writer.out"
 echo "view: $(psql "${weir_args[@]}" -Atc "SELECT count(*), sum(n) FROM per_group")  (groups, rows)"
+fi
 
 # A stream beside the readers: Nexmark bids, unthrottled, into a view of counts per auction.
 # Bids the view has counted per second, alone and while 16 clients look keys up.
@@ -136,7 +149,7 @@ stream_rate() { # $1: seconds; prints bids counted per second over them
 }
 sleep 3
 alone=$(stream_rate "$seconds")
-(cd "$dir" && "$pgbench" -n -M prepared -c 16 -j 2 -T "$((seconds + 2))" -D rows="$rows" \
+(cd "$dir" && nice -n "${READER_NICE:-0}" "$pgbench" -n -M prepared -c 16 -j 2 -T "$((seconds + 2))" -D rows="$rows" \
     -f "$OLDPWD/sql/serving/lookup.sql" "${weir_args[@]}" >"$dir/readers.out" 2>&1) &
 readers=$!
 sleep 1

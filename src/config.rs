@@ -65,6 +65,27 @@ impl Default for StorageConfig {
     }
 }
 
+/// How client sessions (queries, DML, DDL) share the machine with the dataflow.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServingConfig {
+    /// Worker threads of the runtime client sessions run on (their blocking reads get threads
+    /// of their own as needed).
+    pub threads: usize,
+    /// The Linux nice value of those threads: above 0, the kernel gives the dataflow's threads
+    /// (at 0) the CPU first when both want it, so views stay fresh while ad-hoc reads wait for
+    /// what is left. 10 by default: on the 2-core bench machine a Nexmark stream beside 16
+    /// readers lost 12 % of its rate at 10 and 44 % at 0 (docs/benchmarks.md). 0 shares the CPU
+    /// equally.
+    pub nice: i32,
+}
+
+impl Default for ServingConfig {
+    fn default() -> Self {
+        ServingConfig { threads: 2, nice: 10 }
+    }
+}
+
 /// The file format of `--config`; every key is optional.
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -79,6 +100,8 @@ pub struct FileConfig {
     pub tls: Option<TlsConfig>,
     #[serde(default)]
     pub storage: StorageConfig,
+    #[serde(default)]
+    pub serving: ServingConfig,
     /// Milliseconds between barriers (default 1000).
     pub barrier_interval_ms: Option<u64>,
     /// Rows tables and sources publish to views after which a barrier comes early (default
@@ -104,6 +127,7 @@ pub struct Config {
     pub auth: AuthConfig,
     pub tls: Option<TlsConfig>,
     pub storage: StorageConfig,
+    pub serving: ServingConfig,
     /// How often a barrier closes an epoch and views commit.
     pub barrier_interval: std::time::Duration,
     /// A barrier also comes once tables and sources have taken this many rows since the last
@@ -171,6 +195,7 @@ impl Config {
             auth: file_cfg.auth,
             tls: file_cfg.tls,
             storage: file_cfg.storage,
+            serving: file_cfg.serving,
             barrier_interval: std::time::Duration::from_millis(
                 overrides.barrier_interval_ms.or(file_cfg.barrier_interval_ms).unwrap_or(1000).max(1),
             ),

@@ -926,3 +926,29 @@ async fn prepared_index_lookups_equal_full_reads() {
         show(client.query(&by_count_slow, &[&n]).await.unwrap())
     );
 }
+
+/// Client sessions run on threads of their own with the configured nice value (`[serving]`),
+/// so the dataflow wins the CPU when both want it; sessions work as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_run_on_the_serving_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("weir.toml");
+    std::fs::write(&config, "[serving]\nthreads = 3\nnice = 7\n").unwrap();
+    let server = TestServer::start_with(&["--config", config.to_str().unwrap()]);
+    let client = server.connect().await;
+    client.batch_execute("CREATE TABLE t (k INT PRIMARY KEY); INSERT INTO t VALUES (1)").await.unwrap();
+    assert_eq!(client.query_one("SELECT count(*) FROM t", &[]).await.unwrap().get::<_, i64>(0), 1);
+    let mut serving = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{}/task", server.pid())).unwrap() {
+        let task = task.unwrap().path();
+        let name = std::fs::read_to_string(task.join("comm")).unwrap_or_default();
+        let stat = std::fs::read_to_string(task.join("stat")).unwrap_or_default();
+        // The nice value is the 19th field; the name (2nd, in parentheses) has no spaces here.
+        let nice: i32 = stat.split_whitespace().nth(18).and_then(|n| n.parse().ok()).unwrap_or(-100);
+        if name.trim() == "weir-serving" {
+            serving.push(nice);
+        }
+    }
+    assert!(serving.len() >= 3, "serving threads: {serving:?}");
+    assert!(serving.iter().all(|&n| n == 7), "serving threads' nice values: {serving:?}");
+}

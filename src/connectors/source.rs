@@ -262,7 +262,7 @@ pub fn start(
             error: None,
         },
     );
-    Ok(tokio::spawn(async move {
+    Ok(crate::dataflow::runtime::spawn(async move {
         let failed = |position: &Position, why: String| {
             tracing::error!(source = %name, "source stopped: {why}");
             set_status(&relation, position.records, "failed", Some(why));

@@ -244,7 +244,7 @@ impl BarrierCoordinator {
     pub fn start_ticker(self: &Arc<Self>, bounds: EpochBounds) {
         let this = Arc::clone(self);
         this.hub.set_epoch_max_rows(bounds.max_rows);
-        tokio::spawn(async move {
+        crate::dataflow::runtime::spawn(async move {
             let mut tick = tokio::time::interval(bounds.interval);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {

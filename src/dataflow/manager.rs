@@ -171,7 +171,7 @@ impl Streaming {
             return Err(e);
         }
         let name = job.relation.def.name.clone();
-        let handle = tokio::spawn(async move {
+        let handle = crate::dataflow::runtime::spawn(async move {
             // A bug that panics inside a view stops that view, visibly, and nothing else.
             if let Err(panic) = std::panic::AssertUnwindSafe(job.run()).catch_unwind().await {
                 let what = panic
@@ -256,9 +256,15 @@ impl Streaming {
             committed,
             pending,
         };
-        self.jobs.lock().insert(id, tokio::spawn(job.run()));
+        self.jobs.lock().insert(id, crate::dataflow::runtime::spawn(job.run()));
         let checkpointed = self.coordinator.checkpointed();
-        let deliverer = tokio::spawn(crate::connectors::sink::deliver(sink, store, writer, checkpointed, restored));
+        let deliverer = crate::dataflow::runtime::spawn(crate::connectors::sink::deliver(
+            sink,
+            store,
+            writer,
+            checkpointed,
+            restored,
+        ));
         self.deliverers.lock().insert(id, deliverer);
         Ok(())
     }

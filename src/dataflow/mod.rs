@@ -19,4 +19,5 @@ pub mod graph;
 pub mod job;
 pub mod join_interval;
 pub mod manager;
+pub mod runtime;
 pub mod temporal_bounds;

@@ -112,6 +112,26 @@ impl PgWireServerHandlers for Handlers {
     }
 }
 
+/// The runtime client sessions run on, apart from the dataflow's: its threads (and the blocking
+/// threads its reads start) have the configured nice value, so when the CPU is short the
+/// kernel gives it to the views first (`[serving]` in the config).
+fn serving_runtime(config: &crate::config::ServingConfig) -> Result<tokio::runtime::Runtime> {
+    let nice = config.nice;
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.threads.max(1))
+        .thread_name("weir-serving")
+        .on_thread_start(move || {
+            if nice != 0 {
+                // On Linux a thread's nice value is its own (`who` 0: the calling thread).
+                // SAFETY: setpriority has no memory effects; a failure only leaves it at 0.
+                unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) };
+            }
+        })
+        .enable_all()
+        .build()
+        .map_err(|e| WeirError::io(format!("cannot start the serving runtime: {e}")))
+}
+
 fn tls_acceptor(config: &Config) -> Result<Option<TlsAcceptor>> {
     use rustls_pki_types::pem::PemObject;
     use rustls_pki_types::{CertificateDer, PrivateKeyDer};
@@ -135,6 +155,8 @@ fn tls_acceptor(config: &Config) -> Result<Option<TlsAcceptor>> {
 pub async fn run(config: Config) -> Result<()> {
     // Before the store opens: it is put back at the newest checkpoint (downloaded first into an
     // empty data directory), with every acknowledged write after it.
+    // Views, sources and sinks run on this runtime, also those a session starts.
+    crate::dataflow::runtime::set_current();
     let prepared = crate::checkpoint::prepare(&config.checkpoint, &config.storage, &config.data_dir).await?;
     let first_epoch = prepared.first_epoch;
     let store = Arc::new(RocksStore::open(&config.data_dir.join("state"), &config.storage)?);
@@ -170,6 +192,8 @@ pub async fn run(config: Config) -> Result<()> {
     info!(addr = %config.listen, tls = tls.is_some(), "Weir is ready: psql -h {} -p {} -d {} -U root", config.listen.ip(), config.listen.port(), config.database);
 
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    // Nothing may return early from here to its shutdown below.
+    let serving = serving_runtime(&config.serving)?;
     loop {
         tokio::select! {
             accepted = listener.accept() => {
@@ -182,9 +206,10 @@ pub async fn run(config: Config) -> Result<()> {
                 let tls = tls.clone();
                 metrics::CONNECTIONS_TOTAL.inc();
                 metrics::CONNECTIONS_ACTIVE.inc();
+                let session = serving.spawn(process_socket(socket, tls, handlers));
                 tokio::spawn(async move {
                     // A panic inside one connection must not be silent; it ends only that task.
-                    let outcome = tokio::spawn(process_socket(socket, tls, handlers)).await;
+                    let outcome = session.await;
                     metrics::CONNECTIONS_ACTIVE.dec();
                     match outcome {
                         Ok(Ok(())) => {}
@@ -197,6 +222,8 @@ pub async fn run(config: Config) -> Result<()> {
             _ = terminate.recv() => { info!("terminated, shutting down"); break; }
         }
     }
+    // Sessions end here (a runtime cannot be dropped inside another's task).
+    serving.shutdown_background();
     // A last checkpoint: the next start restores it with nothing to replay.
     if streaming.coordinator.checkpoint_now().await {
         info!("checkpoint taken at shutdown");

@@ -120,6 +120,11 @@ impl TestServer {
         }
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("the server runs").id()
+    }
+
     /// The whole HTTP response of `GET /metrics` (status line, headers, Prometheus text).
     pub fn metrics_text(&self) -> String {
         use std::io::{Read, Write};
