@@ -388,7 +388,14 @@ async fn result_columns_have_postgres_names_and_may_repeat() {
         ("SELECT NULL::int, NULL::text", &["int4", "text"]),
         // A view's columns are named the same way, so they can be selected by name.
         ("SELECT count, sum, top FROM per_t", &["count", "sum", "top"]),
+        // JSON and bytea casts are named by what they cast, else by the type.
+        ("SELECT k::text::jsonb, '{}'::jsonb, '\\x41'::bytea FROM t", &["k", "jsonb", "bytea"]),
     ];
+    // Window ranks are bigint (OID 20), as in Postgres, not Arrow's unsigned numbers (numeric).
+    let ranked = client.prepare("SELECT row_number() OVER (ORDER BY k) AS rn, rank() OVER (ORDER BY v) FROM t").await.unwrap();
+    assert!(ranked.columns().iter().all(|c| c.type_() == &Type::INT8), "{:?}", ranked.columns());
+    let first: i64 = client.query(&ranked, &[]).await.unwrap()[0].get(0);
+    assert_eq!(first, 1);
     for (sql, expected) in cases {
         // Extended protocol: Parse / Describe / Bind / Execute.
         let statement = client.prepare(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
@@ -624,17 +631,17 @@ async fn copy_from_stdin_reads_binary() {
     // Every type out in binary and back in: the same rows.
     let columns = "id INT PRIMARY KEY, s SMALLINT, b BIGINT, r REAL, d DOUBLE PRECISION, m NUMERIC(12,3), \
                    t TEXT, v VARCHAR(10), ok BOOLEAN, day DATE, at TIMESTAMP, atz TIMESTAMPTZ, tm TIME, \
-                   iv INTERVAL, raw BYTEA";
+                   iv INTERVAL, raw BYTEA, doc JSONB, j JSON";
     client
         .batch_execute(&format!(
             "CREATE TABLE every ({columns}); CREATE TABLE every_back ({columns});
              INSERT INTO every VALUES
                (1, -3, 9007199254740993, 1.5, -2.25, 123456789.125, 'x', 'vc', true, DATE '1999-12-31',
                 TIMESTAMP '1970-01-01 00:00:00.000001', TIMESTAMPTZ '2026-06-01 12:00:00+00', TIME '23:59:59.5',
-                INTERVAL '1 year 2 days 03:04:05.000006', '\\x00ff41'),
-               (2, NULL, NULL, NULL, NULL, -0.001, NULL, NULL, NULL, NULL, NULL, NULL, NULL, INTERVAL '-1 day', 'a\\\\b'),
+                INTERVAL '1 year 2 days 03:04:05.000006', '\\x00ff41', '{{\"b\": [1, 2.50], \"a\": 1e2}}', '{{\"z\" : 1}}'),
+               (2, NULL, NULL, NULL, NULL, -0.001, NULL, NULL, NULL, NULL, NULL, NULL, NULL, INTERVAL '-1 day', 'a\\\\b', NULL, NULL),
                (3, 0, 0, 0, 0, 0, '', '', false, DATE '2000-01-01', TIMESTAMP '1900-01-01 00:00:00', NULL, TIME '00:00:00',
-                INTERVAL '0 seconds', '\\x');"
+                INTERVAL '0 seconds', '\\x', '[]', '\"s\"');"
         ))
         .await
         .unwrap();
@@ -654,13 +661,15 @@ async fn copy_from_stdin_reads_binary() {
 
     // A stream cut in the middle of a row: 22P04, nothing of it stored; the session goes on.
     let whole = data.concat();
-    let sink = client.copy_in("COPY every_back FROM STDIN (FORMAT binary)").await.unwrap();
+    client.batch_execute(&format!("CREATE TABLE every_cut ({columns})")).await.unwrap();
+    let sink = client.copy_in("COPY every_cut FROM STDIN (FORMAT binary)").await.unwrap();
     futures::pin_mut!(sink);
     sink.send(bytes::Bytes::copy_from_slice(&whole[..whole.len() - 9])).await.unwrap();
     let err = sink.finish().await.unwrap_err();
     assert_eq!(err.as_db_error().map(|e| e.code().code()), Some("22P04"), "{err:?}");
     common::assert_sqlstate(&client, "COPY bin FROM STDIN (FORMAT binary, HEADER)", "42601").await;
-    assert_eq!(common::rows(&client, "SELECT count(*) FROM every_back").await, ["3"]);
+    assert_eq!(common::rows(&client, "SELECT count(*) FROM every_cut").await, ["0"]);
+    common::assert_sqlstate(&client, "COPY bin FROM STDIN (FORMAT binary, DELIMITER ',')", "42601").await;
 }
 
 /// The value of the Prometheus sample `name` (with its labels, as printed), 0 when absent.

@@ -545,7 +545,7 @@ impl Catalog {
         def.parallelism = parallelism;
         def.append_only = append_only;
         def.int4_literals = true;
-        def.numeric_literals = true;
+        def.planner_revision = crate::frontend::df_context::PlanningRules::REVISION;
         if append_only {
             def.layout = Layout::Segments;
         }
@@ -599,7 +599,7 @@ impl Catalog {
             replayed: false,
             layout: Layout::Rows,
             int4_literals: false,
-            numeric_literals: false,
+            planner_revision: 0,
             index: None,
         }
     }

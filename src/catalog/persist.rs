@@ -89,10 +89,12 @@ pub struct RelationDef {
     /// one made before is planned again as it was, literals int8, so its state still decodes.
     #[serde(default)]
     pub int4_literals: bool,
-    /// A materialized view planned with literals like `1.5` typed numeric (created by this
-    /// version); one made before is planned again with them float8, as it was.
+    /// The planner rules a materialized view was made with (`df_context::PlanningRules`): 0
+    /// before revision 1, which types `1.5` numeric (not float8) and names the columns of
+    /// subqueries as Postgres does. A view is planned again at start by the rules it was made
+    /// with, so its columns and stored state agree.
     #[serde(default)]
-    pub numeric_literals: bool,
+    pub planner_revision: u32,
     /// An index's columns and relation (kind [`RelationKind::Index`]).
     #[serde(default)]
     pub index: Option<IndexDef>,

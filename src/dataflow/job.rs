@@ -15,9 +15,10 @@
 //! write-ahead log: a crash restores them from the checkpoint.
 //!
 //! A failing operator (a bug, not a row's expression error, which becomes NULL) is logged and
-//! counted, and the job carries on; the view is not silently stuck. A commit that fails stops
-//! the server instead ([`ViewJob::fail_stop`]): the operators have flushed state the store
-//! does not hold, and only a restart from the checkpoint puts them back in step.
+//! counted, and the job carries on; the view is not silently stuck. A commit that fails leaves
+//! the operators ahead of what is stored: if the store refused the write, the server stops
+//! and restarts from the checkpoint ([`ViewJob::fail_stop`]); if the view's own work failed,
+//! that view stops with the error ([`ViewJob::stop_diverged`]).
 //!
 //! Event time: for each input with a `WATERMARK`, the job keeps the largest watermark
 //! expression value of the rows it has read. The view's watermark is the least of those over
@@ -329,7 +330,14 @@ impl ViewJob {
                             Ok(()) => {}
                             // The runtime is going away; the view restores at the next start.
                             Err(e) if e.state == SqlState::ADMIN_SHUTDOWN => break,
-                            Err(e) => self.fail_stop(epoch, &e),
+                            // The epoch went through the operators but not into the store:
+                            // this view's state and rows no longer agree. It stops (a restart
+                            // would meet the same error again: it is the view's, not the
+                            // store's); checkpoints go on without it.
+                            Err(e) => {
+                                self.stop_diverged(epoch, &e);
+                                break;
+                            }
                         }
                         waiting.iter_mut().for_each(|w| *w = None);
                     }
@@ -373,11 +381,17 @@ impl ViewJob {
         if let (Some(table), Some(rows)) = (&late_table, &late) {
             crate::catalog::index::maintain(table, self.store.as_ref(), &ChangeBatch::inserts(rows.clone()), &mut wb)?;
         }
-        if crate::fault::fails("view.commit_write") {
-            return Err(WeirError::io("fault injection: the view's write failed (view.commit_write)"));
-        }
-        if !wb.is_empty() {
-            write_off_thread(&self.store, wb).await?;
+        let written = if crate::fault::fails("view.commit_write") {
+            Err(WeirError::io("fault injection: the view's write failed (view.commit_write)"))
+        } else if wb.is_empty() {
+            Ok(())
+        } else {
+            write_off_thread(&self.store, wb).await
+        };
+        match written {
+            Ok(()) => {}
+            Err(e) if e.state == SqlState::ADMIN_SHUTDOWN => return Err(e),
+            Err(e) => self.fail_stop(epoch, &e),
         }
         if let (Some(table), Some(rows)) = (&late_table, late) {
             self.changes.publish(table.def.id, vec![Message::Data(ChangeBatch::inserts(rows))]).await;
@@ -410,22 +424,38 @@ impl ViewJob {
         Ok(())
     }
 
-    /// A commit that failed (the store refused the write, or an operator failed while flushing)
-    /// leaves the operators' memory ahead of the store: they count state flushed that the
-    /// store does not hold. Going on would give wrong answers from then on, silently; so the
-    /// process stops, as after a crash, and the next start restores every view from its
-    /// checkpoint and replays what came after it (ADR 11), losing nothing acknowledged.
-    /// Exit code 70 (EX_SOFTWARE); a supervisor (systemd, Kubernetes) starts it again.
+    /// The store refused a view's write of an epoch (a full disk, an I/O error): the operators
+    /// have handed it state they now count as stored, so their memory is ahead of the store
+    /// and every later answer could be wrong without a sign. The process stops, as after a
+    /// crash, and the next start restores every view from its checkpoint and replays what came
+    /// after it (ADR 11 item 11), losing nothing acknowledged. Exit code 70 (EX_SOFTWARE); a
+    /// supervisor (systemd, Kubernetes) starts it again.
     fn fail_stop(&self, epoch: Epoch, e: &WeirError) -> ! {
         self.report(e);
         tracing::error!(
             view = %self.relation.def.name,
             epoch,
-            "the view could not commit its epoch, so its state in memory is ahead of the store; \
+            "the store refused the view's write, so its state in memory is ahead of the store; \
              stopping the server: a restart restores every view from its checkpoint: {e}"
         );
-        eprintln!("weir: view \"{}\" failed to commit epoch {epoch}: {e}; exiting (code 70)", self.relation.def.name);
+        eprintln!("weir: view \"{}\" failed to write epoch {epoch}: {e}; exiting (code 70)", self.relation.def.name);
         std::process::exit(70);
+    }
+
+    /// A commit failed in the view's own work (an operator, its rows, its late rows), after the
+    /// epoch went through its operators: the view stops where it is, with the error in
+    /// `weir_catalog` and the log, rather than go on with state and rows that disagree. Its
+    /// rows stay readable as of its last commit; its dropped sender releases checkpoints
+    /// waiting for it. A restart restores it from its checkpoint and meets the same rows, so it
+    /// stops there again until it is dropped and created again.
+    fn stop_diverged(&self, epoch: Epoch, e: &WeirError) {
+        self.report(e);
+        tracing::error!(
+            view = %self.relation.def.name,
+            epoch,
+            "the view stopped: it could not commit epoch {epoch} and would go on with state and rows \
+             that disagree; DROP and CREATE it again: {e}"
+        );
     }
 
     fn report(&self, e: &WeirError) {

@@ -3,17 +3,22 @@
 //! an octal byte). DataFusion's cast from text to binary takes the text's own bytes, so
 //! `INSERT INTO t VALUES ('\x4142')` stored six bytes.
 //!
-//! An analyzer rule ([`ByteaInput`], after type coercion, registered by
-//! `df_context::template_state`) replaces every cast of text to a binary type, written or
-//! implied (an INSERT's text into a bytea column), with [`bytea_in`]; COPY FROM reads its text
-//! with [`decode_bytea`]. Expressions keep their names.
+//! Where text becomes bytea, [`bytea_in`] reads it:
+//! - a string literal cast to bytea, when the statement is parsed ([`rewrite_literal_casts`]);
+//! - a value an INSERT or UPDATE stores in a bytea column: an analyzer rule ([`ByteaInput`],
+//!   registered by `df_context::template_state`) replaces the casts DataFusion puts on the
+//!   rows a DML statement writes;
+//! - COPY FROM's text ([`decode_bytea`]).
+//!
+//! Other casts of text to binary are left as DataFusion makes them: those it adds to call a
+//! function on binary (`decode(text, 'escape')` reads the text's bytes, as in Postgres).
 
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, BinaryBuilder};
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{Transformed, TransformedResult};
+use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::logical_expr::expr::{Cast, ScalarFunction, TryCast};
 use datafusion::logical_expr::{
@@ -32,22 +37,65 @@ impl AnalyzerRule for ByteaInput {
     }
 
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
-        plan.transform_up_with_subqueries(|node| {
-            let schema = match node.inputs().as_slice() {
-                [] => Arc::clone(node.schema()),
-                [one] => Arc::clone(one.schema()),
-                many => {
-                    let mut merged = datafusion::common::DFSchema::empty();
-                    for input in many {
-                        merged.merge(input.schema());
-                    }
-                    Arc::new(merged)
+        if !matches!(plan, LogicalPlan::Dml(_)) {
+            return Ok(plan);
+        }
+        plan.map_children(shape_rows).data()
+    }
+}
+
+/// The rows a DML statement writes, with their casts of text to bytea read by [`bytea_in`]: the
+/// projection shaping them to the table's columns (INSERT ... SELECT, UPDATE), and the rows of
+/// an INSERT's VALUES, which DataFusion casts to the columns' types itself.
+fn shape_rows(input: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
+    match input {
+        LogicalPlan::Projection(projection) => {
+            let schema = Arc::clone(projection.input.schema());
+            let mut changed = false;
+            let exprs = top_level(projection.expr, &schema, &mut changed)?;
+            let below = match projection.input.as_ref() {
+                LogicalPlan::Values(_) => shape_rows(Arc::unwrap_or_clone(projection.input))?,
+                _ => Transformed::no(Arc::unwrap_or_clone(projection.input)),
+            };
+            changed |= below.transformed;
+            let rebuilt = LogicalPlan::Projection(datafusion::logical_expr::Projection::try_new(exprs, Arc::new(below.data))?);
+            Ok(if changed { Transformed::yes(rebuilt) } else { Transformed::no(rebuilt) })
+        }
+        LogicalPlan::Values(values) => {
+            let mut changed = false;
+            let empty = datafusion::common::DFSchema::empty();
+            let rows = values
+                .values
+                .into_iter()
+                .map(|row| top_level(row, &empty, &mut changed))
+                .collect::<Result<Vec<_>>>()?;
+            let rebuilt = LogicalPlan::Values(datafusion::logical_expr::Values { schema: values.schema, values: rows });
+            Ok(if changed { Transformed::yes(rebuilt) } else { Transformed::no(rebuilt) })
+        }
+        other => Ok(Transformed::no(other)),
+    }
+}
+
+/// `exprs` with each one that is (under an alias) a cast of text to bytea read by [`bytea_in`].
+fn top_level(exprs: Vec<Expr>, schema: &datafusion::common::DFSchema, changed: &mut bool) -> Result<Vec<Expr>> {
+    exprs
+        .into_iter()
+        .map(|e| {
+            let rewritten = match e {
+                Expr::Alias(alias) => {
+                    let inner = read_as_bytea(*alias.expr, schema)?;
+                    *changed |= inner.transformed;
+                    Expr::Alias(datafusion::logical_expr::expr::Alias { expr: Box::new(inner.data), ..alias })
+                }
+                other => {
+                    let t = read_as_bytea(other, schema)?;
+                    *changed |= t.transformed;
+                    t.data
                 }
             };
-            super::keep_names::rewrite_expressions(node, |e| read_as_bytea(e, &schema))
+            Ok(rewritten)
         })
-        .data()
-    }
+        .collect()
 }
 
 fn is_text(t: &DataType) -> bool {
@@ -58,7 +106,7 @@ fn is_binary(t: &DataType) -> bool {
     matches!(t, DataType::Binary | DataType::LargeBinary | DataType::BinaryView)
 }
 
-/// `e` with a cast of text to a binary type replaced by [`bytea_in`].
+/// `e` read by [`bytea_in`] if it is a cast of text to a binary type.
 fn read_as_bytea(e: Expr, schema: &datafusion::common::DFSchema) -> Result<Transformed<Expr>> {
     use datafusion::logical_expr::ExprSchemable;
     let (inner, target) = match &e {
@@ -78,6 +126,21 @@ fn read_as_bytea(e: Expr, schema: &datafusion::common::DFSchema) -> Result<Trans
         DataType::Binary => call,
         other => Expr::Cast(Cast::new(Box::new(call), other)),
     }))
+}
+
+/// A string literal cast to `bytea` (`'\x4142'::bytea`) as `bytea_in('\x4142')`.
+pub fn rewrite_literal_casts(statement: &mut datafusion::sql::sqlparser::ast::Statement) {
+    use datafusion::sql::sqlparser::ast::{self, DataType as Sql, Expr as SqlExpr, Value};
+    let _ = ast::visit_expressions_mut(statement, |expr| {
+        if let SqlExpr::Cast { expr: inner, data_type: Sql::Bytea, .. } = expr {
+            if let SqlExpr::Value(v) = inner.as_ref() {
+                if matches!(v.value, Value::SingleQuotedString(_) | Value::EscapedStringLiteral(_)) {
+                    *expr = super::json_functions::call("bytea_in", vec![(**inner).clone()]);
+                }
+            }
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
 }
 
 /// `bytea_in(text)`: [`decode_bytea`] of each value; a value that is not bytea input is 22P02.
@@ -122,12 +185,15 @@ impl ScalarUDFImpl for ByteaIn {
 /// (whitespace between pairs allowed), or else the escape format.
 pub fn decode_bytea(text: &str) -> std::result::Result<Vec<u8>, WeirError> {
     let invalid = || WeirError::new(SqlState::INVALID_TEXT_REPRESENTATION, "invalid input syntax for type bytea");
-    if let Some(hex) = text.strip_prefix("\\x").or_else(|| text.strip_prefix("\\X")) {
+    if let Some(hex) = text.strip_prefix("\\x") {
         let mut out = Vec::with_capacity(hex.len() / 2);
-        let mut digits = hex.bytes().filter(|b| !b.is_ascii_whitespace());
+        // Whitespace may come between digit pairs, not inside one.
+        let mut bytes = hex.bytes().peekable();
         let value = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
-        while let Some(high) = digits.next() {
-            let low = digits.next().ok_or_else(|| {
+        loop {
+            while bytes.next_if(u8::is_ascii_whitespace).is_some() {}
+            let Some(high) = bytes.next() else { break };
+            let low = bytes.next().filter(|b| !b.is_ascii_whitespace()).ok_or_else(|| {
                 WeirError::new(SqlState::INVALID_PARAMETER_VALUE, "invalid hexadecimal data: odd number of digits")
             })?;
             match (value(high), value(low)) {
@@ -176,6 +242,8 @@ mod tests {
         assert_eq!(decode_bytea("ab").unwrap(), b"ab");
         assert_eq!(decode_bytea("a\\\\b\\101").unwrap(), b"a\\bA");
         assert_eq!(decode_bytea("\\x414").unwrap_err().state.0, "22023");
+        assert_eq!(decode_bytea("\\x4 142").unwrap_err().state.0, "22023", "whitespace inside a pair");
+        assert_eq!(decode_bytea("\\X41").unwrap_err().state.0, "22P02", "\\X is the escape format");
         assert_eq!(decode_bytea("\\x4g").unwrap_err().state.0, "22023");
         assert_eq!(decode_bytea("a\\q").unwrap_err().state.0, "22P02");
         assert_eq!(decode_bytea("a\\").unwrap_err().state.0, "22P02");

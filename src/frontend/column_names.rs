@@ -29,8 +29,16 @@ const NO_NAME: &str = "?column?";
 /// the branches of a UNION) are named too ([`name_inner_columns`]), so `SELECT x.count FROM
 /// (SELECT count(*) FROM t) x` reads the column Postgres would call `count`.
 pub fn name_columns(query: &mut Query) -> Option<Vec<String>> {
+    name_columns_by(query, true)
+}
+
+/// [`name_columns`], naming the inner queries' columns only if `inner` (a view made before
+/// that rule is planned without it: `df_context::PlanningRules`).
+pub fn name_columns_by(query: &mut Query, inner: bool) -> Option<Vec<String>> {
     let names = name_top_columns(query);
-    name_inner_columns(query);
+    if inner {
+        name_inner_columns(query);
+    }
     names
 }
 
@@ -141,8 +149,20 @@ fn postgres_name(expr: &Expr) -> Option<String> {
         Expr::Function(f) => {
             let name = f.name.0.last().and_then(|p| p.as_ident()).map(ident_name)?;
             // JSON casts and operators, rewritten to functions when parsed, keep the names
-            // Postgres gives the cast and the operator.
-            super::json_functions::column_name(&name).unwrap_or(Some(name))
+            // Postgres gives the cast (what it casts, else the type) and the operator.
+            let cast_named = match name.as_str() {
+                "bytea_in" => Some(Some("bytea".to_string())),
+                other => super::json_functions::column_name(other),
+            };
+            match cast_named {
+                Some(Some(type_name)) => {
+                    // `$1::jsonb` is planned as `jsonb_in($1::text)`: a parameter has no name.
+                    let parameter = |e: &&Expr| matches!(e, Expr::Cast { expr, .. } if matches!(**expr, Expr::Value(ref v) if matches!(v.value, datafusion::sql::sqlparser::ast::Value::Placeholder(_))));
+                    first_argument(f).filter(|e| !parameter(e)).and_then(postgres_name).or(Some(type_name))
+                }
+                Some(None) => None,
+                None => Some(name),
+            }
         }
         Expr::Nested(inner) => postgres_name(inner),
         Expr::Cast { expr, data_type, .. } => postgres_name(expr).or_else(|| Some(type_name(data_type))),
@@ -162,6 +182,18 @@ fn postgres_name(expr: &Expr) -> Option<String> {
                 [SelectItem::ExprWithAlias { alias, .. }] => Some(ident_name(alias)),
                 _ => None,
             },
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// The first argument of a call, if it is an expression.
+fn first_argument(f: &datafusion::sql::sqlparser::ast::Function) -> Option<&Expr> {
+    use datafusion::sql::sqlparser::ast::{FunctionArg, FunctionArgExpr, FunctionArguments};
+    match &f.args {
+        FunctionArguments::List(list) => match list.args.first() {
+            Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(e))) => Some(e),
             _ => None,
         },
         _ => None,

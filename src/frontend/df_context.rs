@@ -170,28 +170,41 @@ async fn plan_plain_view(
     datafusion::logical_expr::LogicalPlanBuilder::from(plan).project(columns)?.build()
 }
 
-/// How a materialized view's literals are typed: as when it was made, so that re-planning it at
-/// a start gives the types its stored state has (`RelationDef::int4_literals`,
-/// `RelationDef::numeric_literals`).
-#[derive(Debug, Clone, Copy)]
-pub struct LiteralTyping {
+/// How a materialized view's query is planned: by the rules it was made with, so that planning
+/// it again at a start gives the columns and types its stored state has
+/// (`RelationDef::int4_literals`, `RelationDef::planner_revision`). Queries use [`CURRENT`].
+///
+/// [`CURRENT`]: PlanningRules::CURRENT
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlanningRules {
     /// `1` is int4 (else int8).
-    pub int4: bool,
+    pub int4_literals: bool,
     /// `1.5` and integers past bigint are numeric (else float8).
-    pub numeric: bool,
+    pub numeric_literals: bool,
+    /// Unaliased columns of subqueries, CTEs and UNION branches get Postgres's names (else
+    /// DataFusion's, `count(*)`).
+    pub inner_column_names: bool,
 }
 
-impl LiteralTyping {
-    /// How this version types literals.
-    pub const CURRENT: LiteralTyping = LiteralTyping { int4: true, numeric: true };
+impl PlanningRules {
+    /// The revision of the rules views made now are recorded with.
+    pub const REVISION: u32 = 1;
 
-    pub fn of(def: &crate::catalog::RelationDef) -> LiteralTyping {
-        LiteralTyping { int4: def.int4_literals, numeric: def.numeric_literals }
+    /// The rules of this version.
+    pub const CURRENT: PlanningRules =
+        PlanningRules { int4_literals: true, numeric_literals: true, inner_column_names: true };
+
+    pub fn of(def: &crate::catalog::RelationDef) -> PlanningRules {
+        PlanningRules {
+            int4_literals: def.int4_literals,
+            numeric_literals: def.planner_revision >= 1,
+            inner_column_names: def.planner_revision >= 1,
+        }
     }
 
-    /// `state` parsing literals this way.
+    /// `state` parsing literals by these rules.
     pub fn parsing_state(self, mut state: SessionState) -> SessionState {
-        if !self.numeric {
+        if !self.numeric_literals {
             state.config_mut().options_mut().sql_parser.parse_float_as_decimal = false;
         }
         state

@@ -85,7 +85,8 @@ fn as_text(inner: &Expr) -> Expr {
     }
 }
 
-fn call(name: &str, args: Vec<Expr>) -> Expr {
+/// A call of `name` with `args`, as the parser would have made it.
+pub fn call(name: &str, args: Vec<Expr>) -> Expr {
     use ast::{Function, FunctionArg, FunctionArgExpr, FunctionArgumentList, FunctionArguments, ObjectName};
     Expr::Function(Function {
         name: ObjectName::from(vec![ast::Ident::new(name)]),
@@ -202,6 +203,11 @@ impl ScalarUDFImpl for JsonFunction {
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        // `@>` and `<@` of two arrays are array containment, as before JSON came.
+        let is_list = |f: &FieldRef| matches!(f.data_type(), DataType::List(_) | DataType::LargeList(_) | DataType::FixedSizeList(..));
+        if self.op == JsonOp::Contains && args.arg_fields.iter().all(is_list) {
+            return datafusion::functions_nested::array_has::array_has_all_udf().invoke_with_args(args);
+        }
         let scalars = args.args.iter().all(|a| matches!(a, ColumnarValue::Scalar(_)));
         let (rows, arrays) = super::df_context::argument_arrays(&args.args)?;
         let texts: Vec<ArrayRef> =
@@ -228,11 +234,15 @@ impl ScalarUDFImpl for JsonFunction {
             }
             JsonOp::Get { text } | JsonOp::Path { text, .. } => {
                 let mut out = StringBuilder::new();
+                // Each step argument read once, not once a row.
+                let step_columns: Vec<Vec<Option<PathStep>>> = match self.op {
+                    JsonOp::Path { one_array: true, .. } => vec![],
+                    _ => arrays[1..].iter().map(steps).collect::<Result<_>>()?,
+                };
                 for row in 0..rows {
                     let steps = match self.op {
-                        JsonOp::Get { .. } => step(&arrays[1], row).map(|s| vec![s]),
                         JsonOp::Path { one_array: true, .. } => arrays.get(1).and_then(|a| path_array(a, row)),
-                        _ => arrays[1..].iter().map(|a| step(a, row)).collect(),
+                        _ => step_columns.iter().map(|c| c[row].clone()).collect(),
                     };
                     let found = match (parse(row)?, steps) {
                         (Some(value), Some(steps)) => value.path(steps).map(|v| if text { v.as_text() } else { Some(v.to_jsonb_text()) }),
@@ -307,17 +317,15 @@ impl ScalarUDFImpl for JsonFunction {
     }
 }
 
-/// The path step `arrays[row]` names: an integer an array index, anything else an object key.
-fn step(array: &ArrayRef, row: usize) -> Option<PathStep> {
-    if array.is_null(row) {
-        return None;
-    }
+/// The path step each row of `array` names: an integer an array index, anything else an
+/// object key (None: NULL).
+fn steps(array: &ArrayRef) -> Result<Vec<Option<PathStep>>> {
     if array.data_type().is_integer() {
-        let as_i64 = datafusion::arrow::compute::cast(array, &DataType::Int64).ok()?;
-        return Some(PathStep::Index(as_i64.as_primitive::<datafusion::arrow::datatypes::Int64Type>().value(row)));
+        let as_i64 = datafusion::arrow::compute::cast(array, &DataType::Int64)?;
+        return Ok(as_i64.as_primitive::<datafusion::arrow::datatypes::Int64Type>().iter().map(|i| i.map(PathStep::Index)).collect());
     }
-    let text = datafusion::arrow::compute::cast(array, &DataType::Utf8).ok()?;
-    Some(PathStep::Key(text.as_string::<i32>().value(row).to_string()))
+    let text = datafusion::arrow::compute::cast(array, &DataType::Utf8)?;
+    Ok(text.as_string::<i32>().iter().map(|k| k.map(|k| PathStep::Key(k.to_string()))).collect())
 }
 
 /// The path `#>` takes: a text array, or its literal (`'{a,b}'`). None when it is NULL or
@@ -385,8 +393,10 @@ fn contains(left: &Json, right: &Json, top: bool) -> bool {
         }
         (Json::Array(l), Json::Array(r)) => r.iter().all(|rv| l.iter().any(|lv| contains(lv, rv, false))),
         // A top-level array contains a scalar it holds.
-        (Json::Array(l), scalar) if top && !matches!(scalar, Json::Object(_)) => l.iter().any(|lv| lv == scalar),
-        (Json::Number(a), Json::Number(b)) => a == b || a.parse::<f64>().ok() == b.parse::<f64>().ok(),
+        (Json::Array(l), scalar) if top && !matches!(scalar, Json::Object(_) | Json::Array(_)) => {
+            l.iter().any(|lv| contains(lv, scalar, false))
+        }
+        (Json::Number(a), Json::Number(b)) => crate::types::json::numbers_equal(a, b),
         (a, b) => a == b,
     }
 }

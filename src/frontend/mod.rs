@@ -141,9 +141,10 @@ impl Frontend {
                     _ => return Err(crate::error::WeirError::internal("view definition is not a statement")),
                 };
                 let options = handler::create_view::view_options(self, &session, &statement, &clauses).await?;
-                let (_, logical) =
-                    handler::create_view::plan_view(&session, &statement, df_context::LiteralTyping::of(&relation.def))
+                let (planned, logical) =
+                    handler::create_view::plan_view(&session, &statement, df_context::PlanningRules::of(&relation.def))
                         .await?;
+                handler::create_view::check_planned_columns(&relation, &planned)?;
                 let built =
                     handler::create_view::build_view(self, &session, &logical, &name, relation.def.id, &options)?;
                 let late_table = clauses.late_rows_to.as_deref().and_then(|t| self.catalog.get(t));

@@ -151,7 +151,18 @@ fn format_one(format: &str, values: &[Option<&str>]) -> DfResult<String> {
             ('L', None) => "NULL".to_string(),
             (other, _) => return datafusion::common::exec_err!("unrecognized format() type specifier \"{other}\""),
         };
+        // Postgres: a width past int's range is an error; Weir also bounds the padding.
+        if width.is_some_and(|w| w.unsigned_abs() > i32::MAX as u64) {
+            return Err(crate::error::WeirError::new(crate::error::SqlState::NUMERIC_VALUE_OUT_OF_RANGE, "number is out of range").into());
+        }
         let pad = width.map_or(0, |w| (w.unsigned_abs() as usize).saturating_sub(text.chars().count()));
+        if pad > MAX_FORMAT_PADDING {
+            return Err(crate::error::WeirError::new(
+                crate::error::SqlState("54000"),
+                format!("format() width {} is past the limit of {MAX_FORMAT_PADDING} characters", pad),
+            )
+            .into());
+        }
         if left {
             out.push_str(&text);
             out.extend(std::iter::repeat_n(' ', pad));
@@ -163,7 +174,7 @@ fn format_one(format: &str, values: &[Option<&str>]) -> DfResult<String> {
     Ok(out)
 }
 
-/// Postgres's keywords that are not unreserved (reserved, type or function names, column
+/// Postgres 15's keywords that are not unreserved (reserved, type or function names, column
 /// names), sorted: an identifier spelled like one must be quoted.
 const RESERVED_KEYWORDS: &[&str] = &[
     "all", "analyse", "analyze", "and", "any", "array", "as", "asc", "asymmetric", "authorization", "between",
@@ -173,13 +184,12 @@ const RESERVED_KEYWORDS: &[&str] = &[
     "decimal", "default", "deferrable", "desc", "distinct", "do", "else", "end", "except", "exists", "extract",
     "false", "fetch", "float", "for", "foreign", "freeze", "from", "full", "grant", "greatest", "group", "grouping",
     "having", "ilike", "in", "initially", "inner", "inout", "int", "integer", "intersect", "interval", "into", "is",
-    "isnull", "join", "json", "json_array", "json_arrayagg", "json_exists", "json_object", "json_objectagg",
-    "json_query", "json_scalar", "json_serialize", "json_table", "json_value", "lateral", "leading", "least",
-    "left", "like", "limit", "localtime", "localtimestamp", "merge_action", "national", "natural", "nchar", "none",
+    "isnull", "join", "lateral", "leading", "least",
+    "left", "like", "limit", "localtime", "localtimestamp", "national", "natural", "nchar", "none",
     "normalize", "not", "notnull", "null", "nullif", "numeric", "offset", "on", "only", "or", "order", "out",
     "outer", "overlaps", "overlay", "placing", "position", "precision", "primary", "real", "references",
     "returning", "right", "row", "select", "session_user", "setof", "similar", "smallint", "some", "substring",
-    "symmetric", "system_user", "table", "tablesample", "then", "time", "timestamp", "to", "trailing", "treat",
+    "symmetric", "table", "tablesample", "then", "time", "timestamp", "to", "trailing", "treat",
     "trim", "true", "union", "unique", "user", "using", "values", "varchar", "variadic", "verbose", "when",
     "where", "window", "with", "xmlattributes", "xmlconcat", "xmlelement", "xmlexists", "xmlforest",
     "xmlnamespaces", "xmlparse", "xmlpi", "xmlroot", "xmlserialize", "xmltable",
@@ -200,6 +210,10 @@ pub fn quote_ident_udf() -> ScalarUDF {
         }),
     ))
 }
+
+/// The most padding one `format()` field may add (Postgres stops at its 1 GB allocation limit;
+/// a width that large from a row's data must not take the server's memory).
+const MAX_FORMAT_PADDING: usize = 64 << 20;
 
 /// The digits at the front of `chars`, taken.
 fn take_digits(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) -> String {
@@ -379,6 +393,17 @@ pub fn rewrite_datetime_patterns(statement: &mut datafusion::sql::sqlparser::ast
     impl VisitorMut for KeepToCharNames {
         type Break = ();
         fn pre_visit_select(&mut self, select: &mut datafusion::sql::sqlparser::ast::Select) -> std::ops::ControlFlow<()> {
+            // Only where `to_char` is no other column's name (names in a plan are unique).
+            let named_to_char = |item: &SelectItem| match item {
+                SelectItem::UnnamedExpr(Expr::Function(f)) => {
+                    f.name.to_string().to_ascii_lowercase().trim_start_matches("pg_catalog.") == "to_char"
+                }
+                SelectItem::ExprWithAlias { alias, .. } => alias.value.eq_ignore_ascii_case("to_char"),
+                _ => false,
+            };
+            if select.projection.iter().filter(|i| named_to_char(i)).count() > 1 {
+                return std::ops::ControlFlow::Continue(());
+            }
             for item in &mut select.projection {
                 if let SelectItem::UnnamedExpr(expr) = item {
                     if split_to_char(expr).is_some() {

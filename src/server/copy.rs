@@ -179,11 +179,8 @@ impl CopyOutWriter {
         batch: datafusion::error::Result<datafusion::arrow::array::RecordBatch>,
     ) -> PgWireResult<Vec<CopyData>> {
         let batch = batch.map_err(|e| WeirError::from(e).into_pg())?;
-        // Times and floats as Postgres writes them, as in query results.
-        let batch = match self.binary {
-            None => super::encode::postgres_text(batch, &self.fields).map_err(|e| e.into_pg())?,
-            Some(_) => batch,
-        };
+        // Times and floats as Postgres writes them in text, jsonb in binary, as in query results.
+        let batch = super::encode::postgres_text(batch, &self.fields).map_err(|e| e.into_pg())?;
         let schema = batch.schema();
         let mut out = Vec::with_capacity(batch.num_rows());
         let mut text = TextFields::default();

@@ -57,6 +57,7 @@ impl Json {
                 kept.sort_by(|(a, _), (b, _)| a.len().cmp(&b.len()).then_with(|| a.as_bytes().cmp(b.as_bytes())));
                 Json::Object(kept)
             }
+            Json::Number(n) => Json::Number(numeric_text(&n)),
             other => other,
         }
     }
@@ -100,7 +101,8 @@ impl Json {
     }
 
     /// `value -> key` for an object (the last member of that name), `value -> n` for an array
-    /// (from the end when negative); None when there is no such member or element.
+    /// (from the end when negative); None when there is no such member or element (a key of an
+    /// array too: `'[1]' -> '0'` is NULL, as in Postgres).
     pub fn get(&self, step: &PathStep) -> Option<&Json> {
         match (self, step) {
             (Json::Object(members), PathStep::Key(key)) => members.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v),
@@ -108,16 +110,19 @@ impl Json {
                 let index = if *i < 0 { items.len() as i64 + i } else { *i };
                 usize::try_from(index).ok().and_then(|i| items.get(i))
             }
-            // `->'0'` on an array reads element 0, as Postgres's path operators do.
-            (Json::Array(_), PathStep::Key(key)) => key.parse::<i64>().ok().and_then(|i| self.get(&PathStep::Index(i))),
             _ => None,
         }
     }
 
-    /// `value #> path`: [`Json::get`] step by step.
+    /// `value #> path`: [`Json::get`] step by step, where a path's text step names an array's
+    /// element by its number (`'{a,0}'`), as Postgres's path operators read it.
     pub fn path<'a>(&'a self, steps: impl IntoIterator<Item = PathStep>) -> Option<&'a Json> {
         let mut at = self;
         for step in steps {
+            let step = match (at, step) {
+                (Json::Array(_), PathStep::Key(key)) => PathStep::Index(key.trim().parse().ok()?),
+                (_, step) => step,
+            };
             at = at.get(&step)?;
         }
         Some(at)
@@ -143,6 +148,73 @@ impl Json {
             Json::Object(_) => "object",
         }
     }
+}
+
+/// A JSON number as Postgres's jsonb prints it: as `numeric` does (`1e2` is `100`, `1.50`
+/// stays `1.50`, `-0` is `0`): the digits at the scale written, less the exponent. A number
+/// with an exponent past 1,000 either way is kept as written.
+pub fn numeric_text(text: &str) -> String {
+    let (negative, unsigned) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let (mantissa, exponent) = match unsigned.find(['e', 'E']) {
+        Some(i) => match unsigned[i + 1..].parse::<i64>() {
+            Ok(e) if e.abs() <= 1_000 => (&unsigned[..i], e),
+            _ => return text.to_string(),
+        },
+        None => (unsigned, 0),
+    };
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let digits = format!("{int}{frac}");
+    let point = int.len() as i64 + exponent;
+    let scale = (frac.len() as i64 - exponent).max(0) as usize;
+    let mut integer = if point <= 0 {
+        String::new()
+    } else if point as usize >= digits.len() {
+        format!("{digits}{}", "0".repeat(point as usize - digits.len()))
+    } else {
+        digits[..point as usize].to_string()
+    };
+    let trimmed = integer.trim_start_matches('0').len();
+    integer = if trimmed == 0 { "0".to_string() } else { integer[integer.len() - trimmed..].to_string() };
+    let mut fraction = if point < 0 {
+        format!("{}{digits}", "0".repeat((-point) as usize))
+    } else if (point as usize) < digits.len() {
+        digits[point as usize..].to_string()
+    } else {
+        String::new()
+    };
+    fraction.truncate(scale);
+    while fraction.len() < scale {
+        fraction.push('0');
+    }
+    let zero = digits.bytes().all(|b| b == b'0');
+    let sign = if negative && !zero { "-" } else { "" };
+    if scale == 0 {
+        format!("{sign}{integer}")
+    } else {
+        format!("{sign}{integer}.{fraction}")
+    }
+}
+
+/// Whether two JSON numbers are equal as numbers (`1.0` and `1`), exactly.
+pub fn numbers_equal(a: &str, b: &str) -> bool {
+    let canonical = |n: &str| {
+        let text = numeric_text(n);
+        match text.split_once('.') {
+            Some((int, frac)) => {
+                let frac = frac.trim_end_matches('0');
+                if frac.is_empty() {
+                    if int == "-0" { "0".to_string() } else { int.to_string() }
+                } else {
+                    format!("{int}.{frac}")
+                }
+            }
+            None => text,
+        }
+    };
+    canonical(a) == canonical(b)
 }
 
 /// One step of a JSON path: an object's key or an array's index.
@@ -330,22 +402,25 @@ impl Parser<'_> {
                         Some(b'u') => {
                             self.at += 1;
                             let high = self.hex4()?;
-                            let code = if (0xD800..0xDC00).contains(&high) {
-                                if !self.bytes[self.at..].starts_with(b"\\u") {
-                                    return Err(self.error("a lone surrogate"));
-                                }
+                            let code = if (0xD800..0xDC00).contains(&high) && self.bytes[self.at..].starts_with(b"\\u") {
+                                let at = self.at;
                                 self.at += 2;
                                 let low = self.hex4()?;
-                                if !(0xDC00..0xE000).contains(&low) {
-                                    return Err(self.error("a lone surrogate"));
+                                if (0xDC00..0xE000).contains(&low) {
+                                    0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00)
+                                } else {
+                                    self.at = at;
+                                    high
                                 }
-                                0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00)
                             } else {
                                 high
                             };
-                            // Postgres refuses \u0000 in jsonb (text cannot hold it).
+                            // jsonb refuses \u0000 and lone surrogates (its text cannot hold
+                            // them), as Postgres does; json only checks the syntax, and keeps
+                            // its text as written (the parsed value has U+FFFD there).
                             match char::from_u32(code).filter(|c| *c != '\0') {
                                 Some(c) => out.push(c),
+                                None if self.kind == "json" => out.push('\u{fffd}'),
                                 None => return Err(self.error("an unsupported Unicode escape")),
                             }
                             continue;
@@ -381,7 +456,8 @@ mod tests {
     fn jsonb_text_is_postgres_s() {
         assert_eq!(jsonb(r#"{"bb":1,"a":[1, 2.50,{"z":null,"y":true}],"bb":2}"#), r#"{"a": [1, 2.50, {"y": true, "z": null}], "bb": 2}"#);
         assert_eq!(jsonb(" \"x\\u00e9\\n\" "), "\"xé\\n\"");
-        assert_eq!(jsonb("-0.5e+3"), "-0.5e+3");
+        assert_eq!(jsonb("-0.5e+3"), "-500");
+        assert_eq!(jsonb("[1e2, 1.50, 1.0e1, 1e-2, -0, -0.0, 123.456e1, 0.000]"), "[100, 1.50, 10, 0.01, 0, 0.0, 1234.56, 0.000]");
         assert_eq!(jsonb("{}"), "{}");
         assert_eq!(jsonb("[]"), "[]");
         assert_eq!(jsonb("\"\\ud83d\\ude00\""), "\"😀\"");
@@ -389,9 +465,14 @@ mod tests {
 
     #[test]
     fn malformed_text_is_22p02() {
-        for bad in ["", "{", "[1,]", "{\"a\" 1}", "01", "1.", "tru", "\"a", "{\"a\":1} x", "'a'", "\"\\u0000\"", "\"\\ud800\""] {
+        for bad in ["", "{", "[1,]", "{\"a\" 1}", "01", "1.", "tru", "\"a", "{\"a\":1} x", "'a'"] {
             let err = Json::parse(bad, "json").unwrap_err();
             assert_eq!(err.state.0, "22P02", "{bad}: {err:?}");
+        }
+        // jsonb refuses \u0000 and lone surrogates; json takes them (it keeps its text).
+        for escape in ["\"\\u0000\"", "\"\\ud800\"", "\"\\ud800\\u0041\""] {
+            assert_eq!(Json::parse(escape, "jsonb").unwrap_err().state.0, "22P02", "{escape}");
+            assert!(Json::parse(escape, "json").is_ok(), "{escape}");
         }
         assert!(Json::parse(&"[".repeat(300), "json").is_err());
         assert!(Json::parse(&format!("{}{}", "[".repeat(200), "]".repeat(200)), "json").is_ok());
@@ -405,6 +486,8 @@ mod tests {
         assert_eq!(v.path([key("a"), key("b"), PathStep::Index(1)]).and_then(Json::as_text).as_deref(), Some("x"));
         assert_eq!(v.path([key("a"), key("b"), PathStep::Index(-3)]).map(Json::to_jsonb_text).as_deref(), Some("10"));
         assert_eq!(v.path([key("a"), key("b"), key("0")]).map(Json::to_jsonb_text).as_deref(), Some("10"));
+        assert!(v.path([key("a"), key("b")]).unwrap().get(&key("0")).is_none(), "-> '0' on an array is NULL");
+        assert!(numbers_equal("1.0", "1") && numbers_equal("1e2", "100.00") && !numbers_equal("12345678901234567890", "12345678901234567891"));
         assert_eq!(v.path([key("a"), key("b"), PathStep::Index(2)]).and_then(Json::as_text), None);
         assert!(v.path([key("nope")]).is_none());
         assert_eq!(v.get(&key("a")).map(Json::to_jsonb_text).as_deref(), Some(r#"{"b": [10, "x", null]}"#));

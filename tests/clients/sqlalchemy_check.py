@@ -61,7 +61,8 @@ async def with_asyncpg():
     assert await conn.fetchval("SELECT make_array('a', 'b')") == ["a", "b"]
     # Array parameters cast by their pg_type names; ranks are bigint (an int, not a Decimal).
     assert await conn.fetchval("SELECT $1::_int4", [1, 2]) == [1, 2]
-    assert await conn.fetchval("SELECT row_number() OVER ()") == 1
+    rank = await conn.fetchval("SELECT row_number() OVER ()")
+    assert type(rank) is int and rank == 1, repr(rank)
     # jsonb comes back in binary (asyncpg's default), as the JSON text; $1::jsonb takes text.
     assert await conn.fetchval("SELECT '{\"b\": 1, \"a\": [1, 2.50]}'::jsonb") == '{"a": [1, 2.50], "b": 1}'
     assert await conn.fetchval("SELECT $1::jsonb ->> 'k'", '{"k": "v"}') == "v"

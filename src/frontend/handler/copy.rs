@@ -90,9 +90,7 @@ pub fn copy_out(fe: &Frontend, statement: &Statement) -> Result<CopyOut> {
         }
     };
     let (format, binary) = copy_format(options, true)?;
-    if binary && format.header {
-        return Err(WeirError::syntax("cannot specify HEADER in BINARY mode"));
-    }
+    refuse_text_options_in_binary(options, binary)?;
     Ok(CopyOut { query, format, binary })
 }
 
@@ -127,10 +125,27 @@ pub fn copy_in(fe: &Frontend, statement: &Statement) -> Result<CopyIn> {
             .collect::<Result<Vec<_>>>()?
     };
     let (format, binary) = copy_format(options, true)?;
-    if binary && format.header {
-        return Err(WeirError::syntax("cannot specify HEADER in BINARY mode"));
-    }
+    refuse_text_options_in_binary(options, binary)?;
     Ok(CopyIn { relation, columns, format, binary })
+}
+
+/// Refuses the options of the text formats in binary mode (42601), as Postgres does.
+fn refuse_text_options_in_binary(options: &[CopyOption], binary: bool) -> Result<()> {
+    if !binary {
+        return Ok(());
+    }
+    for option in options {
+        let name = match option {
+            CopyOption::Header(_) => "HEADER",
+            CopyOption::Delimiter(_) => "DELIMITER",
+            CopyOption::Null(_) => "NULL",
+            CopyOption::Quote(_) => "QUOTE",
+            CopyOption::Escape(_) => "ESCAPE",
+            _ => continue,
+        };
+        return Err(WeirError::syntax(format!("cannot specify {name} in BINARY mode")));
+    }
+    Ok(())
 }
 
 /// Refuses a COPY to or from a server file or program (as Postgres does for a
@@ -356,8 +371,15 @@ impl CopyIn {
             return self.format.parse(data, at_end, self.columns.len());
         }
         let schema = &self.relation.schema;
-        let types: Vec<&DataType> = self.columns.iter().map(|&c| schema.field(c).data_type()).collect();
-        parse_binary(data, at_end, started, &types)
+        let columns: Vec<BinaryColumn> = self
+            .columns
+            .iter()
+            .map(|&c| BinaryColumn {
+                data_type: schema.field(c).data_type(),
+                jsonb: self.relation.declared_type(c).is_some_and(|d| d.is_jsonb()),
+            })
+            .collect();
+        parse_binary(data, at_end, started, &columns)
     }
 
     /// Stores `rows` (as [`CopyIn::parse`] gave them) in the table; returns how many.
@@ -410,15 +432,22 @@ impl CopyIn {
 /// The binary COPY format's signature, which starts the data.
 const BINARY_SIGNATURE: &[u8] = b"PGCOPY\n\xff\r\n\0";
 
+/// A column binary COPY data goes into: its type, and whether it is `jsonb` (whose binary form
+/// is a version byte, 1, and the text).
+struct BinaryColumn<'a> {
+    data_type: &'a DataType,
+    jsonb: bool,
+}
+
 /// The complete tuples at the start of `data` in Postgres's binary COPY format, each field
-/// read into its text form (`types::pg_binary`) for a column of `types`, and how many bytes
+/// read into its text form (`types::pg_binary`) for its column of `columns`, and how many bytes
 /// they took. The header (signature, flags, extension) comes first, read when `started` is
-/// false; the trailer (a field count of -1) ends the data.
+/// false; the trailer (a field count of -1) ends the data, and nothing may follow it.
 fn parse_binary(
     data: &[u8],
     at_end: bool,
     started: &mut bool,
-    types: &[&DataType],
+    columns: &[BinaryColumn<'_>],
 ) -> Result<(Vec<Vec<Option<String>>>, usize)> {
     let malformed = |what: &str| WeirError::new(SqlState("22P04"), format!("invalid COPY file: {what}"));
     let truncated = || malformed("the data ends in the middle of a row");
@@ -435,6 +464,10 @@ fn parse_binary(
         if flags & (1 << 16) != 0 {
             return Err(malformed("OIDs in the data are not supported"));
         }
+        // Bits 17-31 are critical: a reader that does not know them must refuse the file.
+        if flags >> 17 != 0 {
+            return Err(malformed("unrecognized critical flags in the COPY file header"));
+        }
         let extension = u32::from_be_bytes(data[15..19].try_into().expect("4 bytes")) as usize;
         if data.len() < FIXED + extension {
             return if at_end { Err(truncated()) } else { Ok((vec![], 0)) };
@@ -447,28 +480,41 @@ fn parse_binary(
     'tuples: while at + 2 <= data.len() {
         let count = i16::from_be_bytes([data[at], data[at + 1]]);
         if count == -1 {
-            // The trailer: nothing after it is data.
+            // The trailer ends the data.
+            if at + 2 < data.len() {
+                return Err(malformed("data after the end-of-data marker"));
+            }
             return Ok((rows, data.len()));
         }
-        if count as usize != types.len() {
+        if count as usize != columns.len() {
             return Err(WeirError::new(
                 SqlState("22P04"),
-                format!("a COPY row has {count} fields where {} columns were expected", types.len()),
+                format!("a COPY row has {count} fields where {} columns were expected", columns.len()),
             ));
         }
         let mut cursor = at + 2;
-        let mut row = Vec::with_capacity(types.len());
-        for data_type in types {
+        let mut row = Vec::with_capacity(columns.len());
+        for column in columns {
             let Some(length) = data.get(cursor..cursor + 4) else { break 'tuples };
             let length = i32::from_be_bytes(length.try_into().expect("4 bytes"));
             cursor += 4;
-            if length < 0 {
+            if length == -1 {
                 row.push(None);
                 continue;
             }
+            if length < 0 {
+                return Err(malformed("a field length below -1"));
+            }
             let Some(bytes) = data.get(cursor..cursor + length as usize) else { break 'tuples };
             cursor += length as usize;
-            row.push(Some(crate::types::pg_binary::binary_to_text(bytes, data_type)?));
+            let bytes = match (column.jsonb, bytes.split_first()) {
+                (true, Some((1, text))) => text,
+                (true, _) => {
+                    return Err(WeirError::new(SqlState("22P03"), "unsupported jsonb version number in binary data"))
+                }
+                (false, _) => bytes,
+            };
+            row.push(Some(crate::types::pg_binary::binary_to_text(bytes, column.data_type)?));
         }
         rows.push(row);
         at = cursor;
@@ -614,7 +660,10 @@ mod tests {
             }
         }
         data.extend_from_slice(&(-1i16).to_be_bytes());
-        let types = [&DataType::Int64, &DataType::Utf8];
+        let types = [
+            BinaryColumn { data_type: &DataType::Int64, jsonb: false },
+            BinaryColumn { data_type: &DataType::Utf8, jsonb: false },
+        ];
         let expected = vec![vec![Some("1".to_string()), Some("one".to_string())], vec![Some("2".to_string()), None]];
         for cut in 0..data.len() {
             let mut started = false;
@@ -626,5 +675,9 @@ mod tests {
         let mut started = false;
         assert!(parse_binary(&data[..data.len() - 5], true, &mut started, &types).is_err());
         assert!(parse_binary(b"not a copy file at all", true, &mut false, &types).is_err());
+        // Nothing may follow the trailer.
+        let mut after = data.clone();
+        after.push(0);
+        assert!(parse_binary(&after, true, &mut false, &types).is_err());
     }
 }

@@ -31,23 +31,23 @@ use crate::state::keys::TableId;
 use crate::types::window::interval_nanos;
 
 /// Plans a view's query: its columns and its optimized logical plan.
-/// `statement`'s query planned and optimized for a view, its literals typed as `literals` says
-/// (a view made by an earlier version is planned as it was then: `LiteralTyping::of`).
+/// `statement`'s query planned and optimized for a view by `rules` (a view made by an earlier
+/// version is planned as it was then: `PlanningRules::of`).
 pub async fn plan_view(
     session: &Session,
     statement: &Statement,
-    literals: crate::frontend::df_context::LiteralTyping,
+    rules: crate::frontend::df_context::PlanningRules,
 ) -> Result<(Schema, LogicalPlan)> {
     let Statement::CreateView(view) = statement else { unreachable!("dispatched on CreateView") };
-    let state = literals.parsing_state(session.ctx.state());
-    let (logical, names) = query::plan_named_in(&state, Statement::Query(view.query.clone())).await?;
+    let state = rules.parsing_state(session.ctx.state());
+    let (logical, names) = query::plan_named_in(&state, Statement::Query(view.query.clone()), rules).await?;
     // A view's columns are its names: two of one name are refused, as in Postgres.
     if let Some(names) = names {
         crate::frontend::column_names::refuse_repeated(&names)?;
     }
     // now() in a view is the epoch's time, not the time of planning (ADR 13).
     let logical = crate::dataflow::temporal_bounds::mark_now(logical)?;
-    let optimized = crate::frontend::df_context::optimize_for_view(&state, &logical, literals.int4)?;
+    let optimized = crate::frontend::df_context::optimize_for_view(&state, &logical, rules.int4_literals)?;
     // Names as planned, types as the analyzer rules left them (an integer literal is int4).
     let fields: Vec<Field> = logical
         .schema()
@@ -66,6 +66,32 @@ pub async fn plan_view(
         }
     }
     Ok((Schema::new(fields), optimized))
+}
+
+/// Refuses to start a materialized view whose query, planned again at a start, gives other
+/// columns than those its stored rows and state have (a plain view it reads now plans
+/// differently, or a planner rule changed): maintained on, it would fail at its first change
+/// or store rows of another type. The view stays as it was; DROP and CREATE it again.
+pub fn check_planned_columns(relation: &crate::catalog::Relation, planned: &Schema) -> Result<()> {
+    let stored = relation.schema.fields();
+    let same = stored.len() == planned.fields().len()
+        && stored.iter().zip(planned.fields()).all(|(s, p)| s.name() == p.name() && s.data_type() == p.data_type());
+    if same {
+        return Ok(());
+    }
+    let describe = |fields: &datafusion::arrow::datatypes::Fields| {
+        fields.iter().map(|f| format!("{} {}", f.name(), f.data_type())).collect::<Vec<_>>().join(", ")
+    };
+    Err(WeirError::new(
+        SqlState::DATATYPE_MISMATCH,
+        format!(
+            "materialized view \"{}\" now plans to columns ({}) where its stored rows have ({})",
+            relation.def.name,
+            describe(planned.fields()),
+            describe(stored)
+        ),
+    )
+    .with_hint("A relation it reads changed how it plans; DROP the view and CREATE it again."))
 }
 
 /// The operators of view `view` (named `name`) for its optimized plan.
@@ -190,7 +216,7 @@ pub async fn explain(
     let Statement::CreateView(view) = statement else { unreachable!("dispatched on CreateView") };
     let name = relation_name(&view.name)?;
     let options = view_options(fe, session, statement, clauses).await?;
-    let (_, logical) = plan_view(session, statement, crate::frontend::df_context::LiteralTyping::CURRENT).await?;
+    let (_, logical) = plan_view(session, statement, crate::frontend::df_context::PlanningRules::CURRENT).await?;
     let built = build_view(fe, session, &logical, &name, 0, &options)?;
     let plan = format!("Materialize {name}\n{}", indent(&built.graph.explain()));
     let schema =
@@ -227,7 +253,7 @@ pub async fn handle(
         return Ok(StatementResult::command("CREATE MATERIALIZED VIEW"));
     }
     let options = view_options(fe, session, &statement, &clauses).await?;
-    let (schema, logical) = plan_view(session, &statement, crate::frontend::df_context::LiteralTyping::CURRENT).await?;
+    let (schema, logical) = plan_view(session, &statement, crate::frontend::df_context::PlanningRules::CURRENT).await?;
     // Columns taken unchanged from other relations keep their declared types (`VARCHAR(20)`).
     let schema = crate::frontend::column_origins::with_declared_types(&logical, schema);
     // Check the plan can be maintained before the view exists.

@@ -13,6 +13,7 @@ use datafusion::sql::sqlparser::ast::Statement;
 
 use crate::error::Result;
 use crate::frontend::column_origins::column_origins;
+use crate::frontend::df_context::PlanningRules;
 use crate::frontend::plan_cache::{CachedPlan, ClientColumns};
 use crate::frontend::{column_names, Session, StatementDescription, StatementResult};
 
@@ -34,7 +35,9 @@ pub async fn plan(session: &Session, statement: Statement) -> Result<LogicalPlan
 /// Plans `statement`, and tells what the client is to see of its result columns
 /// ([`ClientColumns`]: their origins in Weir's relations, and their names).
 pub async fn plan_for_client(session: &Session, statement: Statement) -> Result<(LogicalPlan, ClientColumns)> {
+    let is_query = matches!(statement, Statement::Query(_));
     let (plan, names) = plan_named(session, statement).await?;
+    let plan = if is_query { unsigned_as_bigint(plan)? } else { plan };
     let origins = column_origins(&plan);
     Ok((plan, ClientColumns { names, origins }))
 }
@@ -43,17 +46,17 @@ pub async fn plan_for_client(session: &Session, statement: Statement) -> Result<
 /// (`frontend::column_names`); the names the client must see are returned when the plan's
 /// differ (two columns of one name).
 pub async fn plan_named(session: &Session, statement: Statement) -> Result<(LogicalPlan, Option<Vec<String>>)> {
-    plan_named_in(&session.ctx.state(), statement).await
+    plan_named_in(&session.ctx.state(), statement, PlanningRules::CURRENT).await
 }
 
-/// [`plan_named`] in `state` (a materialized view's planned with the literal typing it was
-/// made with: `df_context::LiteralTyping`).
+/// [`plan_named`] in `state` by `rules` (a materialized view's by the rules it was made with).
 pub async fn plan_named_in(
     state: &datafusion::execution::session_state::SessionState,
     mut statement: Statement,
+    rules: PlanningRules,
 ) -> Result<(LogicalPlan, Option<Vec<String>>)> {
     let names = match &mut statement {
-        Statement::Query(query) => column_names::name_columns(query),
+        Statement::Query(query) => column_names::name_columns_by(query, rules.inner_column_names),
         // An INSERT's rows go by position: its query's columns need only names DataFusion
         // takes (`SELECT x, x % 10, x` repeats one).
         Statement::Insert(insert) => {
@@ -64,15 +67,14 @@ pub async fn plan_named_in(
         }
         _ => None,
     };
-    let is_query = matches!(statement, Statement::Query(_));
     let plan = state.statement_to_plan(DfStatement::Statement(Box::new(statement))).await?;
-    let plan = if is_query { unsigned_as_bigint(plan)? } else { plan };
     Ok((plan, names))
 }
 
 /// `plan` with its unsigned 64-bit result columns (`row_number()`, `rank()`, a Top-N view's
 /// rank) cast to bigint, the type Postgres gives them; a value past bigint's range is 22003.
-/// Only at the client's edge: views keep storing what their operators produce.
+/// Only at the client's edge ([`plan_for_client`]): views keep storing what their operators
+/// produce.
 fn unsigned_as_bigint(plan: LogicalPlan) -> Result<LogicalPlan> {
     use datafusion::arrow::datatypes::DataType;
     use datafusion::logical_expr::{cast, Expr, LogicalPlanBuilder};
