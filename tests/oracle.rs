@@ -412,6 +412,49 @@ async fn wait_for(client: &tokio_postgres::Client, sql: &str, expected: &str) {
     }
 }
 
+/// A JSON source whose records hold nested objects and arrays: a `JSONB` column takes the
+/// nested value (its JSON text), the JSON operators read it, a view over it equals its query,
+/// and a record that is not JSON is still a dead letter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nested_json_records_fill_jsonb_columns() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("events.json");
+    std::fs::write(
+        &file,
+        concat!(
+            "{\"id\": 1, \"payload\": {\"user\": {\"name\": \"ann\"}, \"tags\": [\"a\", \"b\"]}, \"note\": \"plain\"}\n",
+            "{\"id\": 2, \"payload\": [1, 2, 3], \"note\": 42}\n",
+            "not json at all\n",
+            "{\"id\": 3, \"payload\": {\"user\": {\"name\": \"bo\"}}, \"note\": null}\n",
+            "{\"id\": 4, \"payload\": \"a string\", \"note\": \"x\"}\n",
+        ),
+    )
+    .unwrap();
+    let server = TestServer::start_with(&["--barrier-interval-ms", "50"]);
+    let client = server.connect().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SOURCE events (id BIGINT, payload JSONB, note TEXT)
+               WITH (connector = 'file', path = '{}') FORMAT PLAIN ENCODE JSON;
+             CREATE MATERIALIZED VIEW names AS
+               SELECT payload -> 'user' ->> 'name' AS name, count(*) AS n FROM events GROUP BY payload -> 'user' ->> 'name';",
+            file.display()
+        ))
+        .await
+        .unwrap();
+    wait_for(&client, "SELECT count(*) FROM events", "4").await;
+    assert_eq!(
+        rows(&client, "SELECT id, payload -> 'user' ->> 'name', payload #>> '{tags,1}', jsonb_typeof(payload), note FROM events ORDER BY id").await,
+        ["1|ann|b|object|plain", "2|NULL|NULL|array|42", "3|bo|NULL|object|NULL", "4|NULL|NULL|string|x"]
+    );
+    client.simple_query("FLUSH").await.unwrap();
+    assert_eq!(
+        rows(&client, "SELECT name, n FROM names ORDER BY name").await,
+        rows(&client, "SELECT payload -> 'user' ->> 'name', count(*) FROM events GROUP BY 1 ORDER BY 1").await
+    );
+    assert_eq!(rows(&client, "SELECT position FROM weir_catalog.dead_letters").await, ["events.json:3"]);
+}
+
 /// File sources: CSV, JSON and Parquet files replayed as streams, new files followed, malformed
 /// lines kept as dead letters, nothing read twice after a restart, and an event-time view over
 /// one equal to its batch query.

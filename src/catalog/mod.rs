@@ -163,14 +163,16 @@ impl Relation {
     }
 
     /// The columns its writers give: all but the processing-time column, which Weir stamps
-    /// (what a source's connector reads).
+    /// (what a source's connector reads), with their declared types (a connector reads a
+    /// `jsonb` column's value as JSON text: `connectors::records::text_columns`).
     pub fn given_schema(&self) -> SchemaRef {
+        let declared = &self.def.schema;
         match self.def.processing_time {
             Some(stamp) => {
-                let given: Vec<usize> = (0..self.schema.fields().len()).filter(|&i| i != stamp).collect();
-                Arc::new(self.schema.project(&given).expect("columns of the schema"))
+                let given: Vec<usize> = (0..declared.fields().len()).filter(|&i| i != stamp).collect();
+                Arc::new(declared.project(&given).expect("columns of the schema"))
             }
-            None => Arc::clone(&self.schema),
+            None => Arc::new(declared.clone()),
         }
     }
 

@@ -209,6 +209,11 @@ impl DeclaredType {
         }
     }
 
+    /// `json` or `jsonb`: the values are JSON text.
+    pub fn is_json(self) -> bool {
+        matches!(self.oid, JSON_OID | JSONB_OID)
+    }
+
     /// `jsonb`: sent in binary as a version byte (1) and the text.
     pub fn is_jsonb(self) -> bool {
         self.oid == JSONB_OID

@@ -72,6 +72,8 @@ pub struct FileReader {
     location: Location,
     encoding: Encoding,
     schema: SchemaRef,
+    /// The `json` / `jsonb` columns: a JSON record's value there is kept as its JSON text.
+    json: Arc<Vec<String>>,
     header: bool,
     follow: bool,
     /// The files never change once written: the source keeps its offsets, not its rows, and
@@ -120,10 +122,12 @@ impl FileReader {
             }
             _ => return Err(invalid("a CSV or JSON file source needs its column list".into())),
         };
+        let (schema, json) = super::records::text_columns(&schema);
         Ok(FileReader {
             location,
             encoding,
             schema,
+            json: Arc::new(json),
             header: options.get("csv.header").is_none_or(|h| h.eq_ignore_ascii_case("true")),
             follow: options.get("file.follow").is_some_and(|f| f.eq_ignore_ascii_case("true")),
             immutable: options.get("file.immutable").is_some_and(|f| f.eq_ignore_ascii_case("true")),
@@ -145,6 +149,7 @@ impl FileReader {
                 lines: self.location.open_text(name)?,
                 encoding: self.encoding,
                 schema: Arc::clone(&self.schema),
+                json: Arc::clone(&self.json),
                 skip_header: self.encoding == Encoding::Csv && self.header,
                 batch_size: self.batch_size,
                 records: 0,
@@ -282,6 +287,7 @@ struct TextBatches {
     lines: Box<dyn BufRead + Send>,
     encoding: Encoding,
     schema: SchemaRef,
+    json: Arc<Vec<String>>,
     skip_header: bool,
     batch_size: usize,
     /// Lines read so far (the header included).
@@ -329,7 +335,7 @@ impl TextBatches {
             .split_inclusive(|b| *b == b'\n')
             .enumerate()
             .map(|(i, line)| (format!("{}:{}", self.name, first + i as u64), line));
-        let (good, dead) = records::decode_each(self.text_encoding(), &self.schema, lines);
+        let (good, dead) = records::decode_each(self.text_encoding(), &self.schema, &self.json, lines);
         self.dead.lock().extend(dead);
         let good: Vec<RecordBatch> = good.into_iter().map(|(_, batch)| batch).collect();
         datafusion::arrow::compute::concat_batches(&self.schema, &good)
@@ -345,7 +351,7 @@ impl Iterator for TextBatches {
             Ok(None) => return None,
             Err(e) => return Some(Err(e.into())),
         };
-        Some(match records::decode(self.text_encoding(), &self.schema, &text, lines) {
+        Some(match records::decode(self.text_encoding(), &self.schema, &self.json, &text, lines) {
             Ok(Some(batch)) => Ok(batch),
             Ok(None) => Ok(RecordBatch::new_empty(Arc::clone(&self.schema))),
             Err(_) => self.isolate(first, &text),

@@ -113,6 +113,8 @@ pub struct KafkaReader {
     /// The columns decoded from values, and each declared column's source: Some(i) for the
     /// i-th decoded column, None for a metadata column.
     value_schema: SchemaRef,
+    /// The `json` / `jsonb` columns: a message's value there is kept as its JSON text.
+    json: Vec<String>,
     /// `FORMAT UPSERT`: the primary key's columns (indices into `schema`) and their schema,
     /// which a message key decodes to (a JSON object of those columns, as Weir's own UPSERT
     /// sinks write it).
@@ -188,6 +190,7 @@ impl KafkaReader {
             Some(s) if !s.fields().is_empty() => s,
             _ => return Err(invalid("a Kafka source needs its column list".into())),
         };
+        let (schema, json) = records::text_columns(&schema);
         let key_columns = primary_key
             .iter()
             .map(|name| {
@@ -234,6 +237,7 @@ impl KafkaReader {
             startup,
             encoding,
             value_schema: Arc::new(Schema::new(value_fields)),
+            json,
             upsert_key: upsert.then(|| {
                 let key_fields: Vec<Field> = key_columns.iter().map(|&i| schema.field(i).clone()).collect();
                 (key_columns, Arc::new(Schema::new(key_fields)))
@@ -365,14 +369,14 @@ impl KafkaReader {
             text.push(b'\n');
         }
         let (values, kept): (RecordBatch, Vec<usize>) =
-            match records::decode(self.encoding, &self.value_schema, &text, records.len().max(1)) {
+            match records::decode(self.encoding, &self.value_schema, &self.json, &text, records.len().max(1)) {
                 Ok(Some(batch)) if batch.num_rows() == records.len() => (batch, (0..records.len()).collect()),
                 Ok(None) if records.is_empty() => (RecordBatch::new_empty(Arc::clone(&self.value_schema)), vec![]),
                 _ => {
                     let each = records
                         .iter()
                         .map(|r| (format!("{}:{}:{}", self.topic, r.partition, r.offset), r.value.as_slice()));
-                    let (good, dead) = records::decode_each(self.encoding, &self.value_schema, each);
+                    let (good, dead) = records::decode_each(self.encoding, &self.value_schema, &self.json, each);
                     if keep_dead {
                         self.dead.extend(dead);
                     }
@@ -432,7 +436,7 @@ impl KafkaReader {
             .extend(blank.iter().map(|r| dead_letter(r, "a tombstone of a FORMAT UPSERT topic with an empty key")));
         let (rows, row_records) = self.decode_rows(&values, true)?;
         let keys_text = tombstones.iter().map(|r| (position(r), r.key.as_deref().unwrap_or_default().as_bytes()));
-        let (good, dead) = records::decode_each(TextEncoding::Json, key_schema, keys_text);
+        let (good, dead) = records::decode_each(TextEncoding::Json, key_schema, &[], keys_text);
         self.dead.extend(dead);
         let key_records: Vec<usize> = good.iter().map(|(i, _)| *i).collect();
         let keys = datafusion::arrow::compute::concat_batches(key_schema, good.iter().map(|(_, b)| b))?;
