@@ -305,3 +305,71 @@ async fn a_failed_view_commit_stops_the_server_and_loses_nothing() {
         common::rows(&c, "SELECT id, amount FROM orders WHERE amount > 50 ORDER BY id").await
     );
 }
+
+/// A view whose own commit fails (`WEIR_FAULT=view.commit`) stops alone: it keeps its rows,
+/// takes no more changes and passes barriers on, so FLUSH, checkpoints and a view over it go
+/// on; the error is in `weir_catalog.view_errors`; after a restart it is still stopped (not
+/// resumed with a gap), and the other view follows every change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_view_whose_commit_fails_stops_alone_and_stays_stopped() {
+    let mut server = TestServer::start_with(&["--checkpoint-interval", "200ms", "--barrier-interval-ms", "50"]);
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE t (k BIGINT PRIMARY KEY, v BIGINT);
+         CREATE MATERIALIZED VIEW low AS SELECT k, v FROM t WHERE k < 1000000;
+         CREATE MATERIALIZED VIEW low_total AS SELECT count(*) AS n FROM low;
+         CREATE MATERIALIZED VIEW all_total AS SELECT count(*) AS n FROM t;",
+    )
+    .await
+    .unwrap();
+    drop(c);
+    // The 30th commit of any view fails in the view's own work.
+    server.env = vec![("WEIR_FAULT".into(), "view.commit@30".into())];
+    server.restart();
+    let c = server.connect().await;
+    let mut stopped = None;
+    for i in 0..2_000i64 {
+        c.execute("INSERT INTO t VALUES ($1, $1)", &[&i]).await.unwrap();
+        let errors = common::rows(&c, "SELECT view_name FROM weir_catalog.view_errors").await;
+        if let Some(name) = errors.first() {
+            stopped = Some(name.clone());
+            break;
+        }
+    }
+    let stopped = stopped.expect("no view stopped");
+    assert!(server.log_text().contains("the view stopped"), "{}", server.log_text());
+    // FLUSH and checkpoints go on; the stopped view keeps its rows and takes no more.
+    let flush = tokio::time::timeout(Duration::from_secs(20), c.batch_execute("FLUSH")).await;
+    assert!(matches!(flush, Ok(Ok(()))), "FLUSH after a view stopped: {flush:?}");
+    let frozen = common::rows(&c, &format!("SELECT count(*) FROM {stopped}")).await;
+    let now = server_now(&c).await;
+    c.execute("INSERT INTO t VALUES (999998, 1)", &[]).await.unwrap();
+    complete_checkpoint_after(&c, now).await;
+    tokio::time::timeout(Duration::from_secs(20), c.batch_execute("FLUSH")).await.unwrap().unwrap();
+    assert_eq!(common::rows(&c, &format!("SELECT count(*) FROM {stopped}")).await, frozen);
+    // A view beside the stopped one (not reading it) follows every change.
+    let (beside, its_query) = if stopped == "all_total" {
+        ("SELECT count(*) FROM low", "SELECT count(*) FROM t WHERE k < 1000000")
+    } else {
+        ("SELECT n FROM all_total", "SELECT count(*) FROM t")
+    };
+    assert_eq!(common::rows(&c, beside).await, common::rows(&c, its_query).await, "beside {stopped}");
+    // A restart (SIGKILL, no fault) finds it stopped still.
+    server.env.clear();
+    let c = server.sigkill_and_reconnect().await;
+    c.execute("INSERT INTO t VALUES (999999, 1)", &[]).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(20), c.batch_execute("FLUSH")).await.unwrap().unwrap();
+    assert_eq!(common::rows(&c, &format!("SELECT count(*) FROM {stopped}")).await, frozen, "resumed after a restart");
+    assert_eq!(
+        common::rows(&c, "SELECT view_name FROM weir_catalog.view_errors").await,
+        [stopped.clone()],
+        "the stop is shown after a restart"
+    );
+    assert_eq!(common::rows(&c, beside).await, common::rows(&c, its_query).await, "beside {stopped}, restarted");
+    // DROP works on a stopped view (low_total reads low: drop it first).
+    if stopped != "low" {
+        c.batch_execute(&format!("DROP MATERIALIZED VIEW {stopped}")).await.unwrap();
+    } else {
+        c.batch_execute("DROP MATERIALIZED VIEW low_total; DROP MATERIALIZED VIEW low").await.unwrap();
+    }
+}

@@ -1,9 +1,8 @@
 //! Decoding text records (CSV lines, JSON values) into Arrow rows with arrow's decoders, for
 //! every connector that reads them (files, Kafka): a batch of records is decoded at once; if
 //! that fails, record by record, and the records that fail become dead letters
-//! ([`super::dead_letter`]) instead of stopping the source. A JSON record with an object,
-//! array, number or boolean where a text column (a `jsonb` one) is gets that value's JSON text
-//! there.
+//! ([`super::dead_letter`]) instead of stopping the source. A `json` / `jsonb` column of a
+//! JSON source takes its field's value, whatever it is, as JSON text ([`json_values_as_text`]).
 
 use std::sync::Arc;
 
@@ -37,12 +36,11 @@ pub fn text_columns(declared: &SchemaRef) -> (SchemaRef, Vec<String>) {
     (Arc::new(DeclaredType::strip(declared)), json)
 }
 
-/// Decodes `text` (whole records, each ending a line) as one batch of `schema`'s columns; in
-/// JSON, the values of the `json` columns are taken as their JSON text ([`with_text_values`]).
+/// Decodes `text` (whole records, each ending a line) as one batch of `schema`'s columns. JSON
+/// records with `json` columns are first given [`json_values_as_text`] by their reader.
 pub fn decode(
     encoding: TextEncoding,
     schema: &SchemaRef,
-    json: &[String],
     text: &[u8],
     batch_size: usize,
 ) -> ArrowResult<Option<RecordBatch>> {
@@ -61,17 +59,6 @@ pub fn decode(
             decoder.flush()
         }
         TextEncoding::Json => {
-            let rewritten: Option<Vec<u8>> = (!json.is_empty()).then(|| {
-                let mut out = Vec::with_capacity(text.len() + text.len() / 8);
-                for line in text.split_inclusive(|b| *b == b'\n') {
-                    match with_text_values(&schema, json, line) {
-                        Some(record) => out.extend_from_slice(&record),
-                        None => out.extend_from_slice(line),
-                    }
-                }
-                out
-            });
-            let text = rewritten.as_deref().unwrap_or(text);
             let mut decoder =
                 datafusion::arrow::json::ReaderBuilder::new(schema).with_batch_size(batch_size).build_decoder()?;
             let used = decoder.decode(text)?;
@@ -86,8 +73,8 @@ pub fn decode(
 /// Decodes each of `records` (a position naming it, its bytes) on its own: the rows of those
 /// that decode, in order, and a dead letter for each that does not (blank records are passed
 /// over). `keep` says which decoded records to keep, by index (a Kafka source adds the
-/// records' metadata to the rows it keeps). A JSON record the decoder refuses because a text
-/// column holds an object, array, number or boolean is read with that value's JSON text.
+/// records' metadata to the rows it keeps). JSON records get [`json_values_as_text`] for the
+/// `json` columns first.
 pub fn decode_each<'a>(
     encoding: TextEncoding,
     schema: &SchemaRef,
@@ -101,15 +88,13 @@ pub fn decode_each<'a>(
         if record.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        let line = if record.ends_with(b"\n") { record.to_vec() } else { [record, b"\n"].concat() };
-        let decoded = match decode(encoding, schema, json, &line, 1) {
-            Err(e) if encoding == TextEncoding::Json && json.is_empty() => match with_text_values(schema, json, record) {
-                Some(coerced) => decode(encoding, schema, json, &coerced, 1).map_err(|_| e),
-                None => Err(e),
-            },
-            other => other,
+        let rewritten = match encoding {
+            TextEncoding::Json => json_values_as_text(json, record),
+            TextEncoding::Csv => None,
         };
-        match decoded {
+        let record_text = rewritten.as_deref().unwrap_or(record);
+        let line = if record_text.ends_with(b"\n") { record_text.to_vec() } else { [record_text, b"\n"].concat() };
+        match decode(encoding, schema, &line, 1) {
             Ok(Some(batch)) if batch.num_rows() == 1 => good.push((i, batch)),
             Ok(Some(batch)) => dead.push(DeadLetter {
                 position,
@@ -129,40 +114,42 @@ pub fn decode_each<'a>(
     (good, dead)
 }
 
-/// `record` (one JSON object) as one line with the values of `schema`'s text columns that are
-/// not strings given as their JSON text: a `json` column's value (any but null) as `jsonb`
-/// writes it, another text column's object, array, number or boolean as written. None when
-/// it is not a JSON object or, without `json` columns, nothing changed.
-fn with_text_values(schema: &SchemaRef, json: &[String], record: &[u8]) -> Option<Vec<u8>> {
+/// `record` (one JSON object) as one line with the value of each of its `json` columns (any
+/// but null: an object, an array, a string, a number) replaced by a JSON string holding that
+/// value's text as `jsonb` writes it, which the decoder stores as the column's text. None when
+/// there are no `json` columns, or it is not a JSON object (the decoder then says why).
+/// Sources without `json` columns decode exactly as before they existed.
+pub fn json_values_as_text(json: &[String], record: &[u8]) -> Option<Vec<u8>> {
     use crate::types::json::Json;
-    use datafusion::arrow::datatypes::DataType;
+    if json.is_empty() {
+        return None;
+    }
     let text = std::str::from_utf8(record).ok()?;
     let Json::Object(mut members) = Json::parse(text.trim_end(), "json").ok()? else { return None };
-    let is_text = |name: &str| {
-        schema
-            .field_with_name(name)
-            .is_ok_and(|f| matches!(f.data_type(), DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View))
-    };
-    let mut changed = false;
     for (key, value) in members.iter_mut() {
-        let taken = match value {
-            Json::Null => None,
-            _ if json.contains(key) => Some(value.clone().to_jsonb().to_jsonb_text()),
-            Json::String(_) => None,
-            _ if is_text(key) => Some(value.to_jsonb_text()),
-            _ => None,
-        };
-        if let Some(taken) = taken {
-            *value = Json::String(taken);
-            changed = true;
+        if json.contains(key) && !matches!(value, Json::Null) {
+            *value = Json::String(value.clone().to_jsonb().to_jsonb_text());
         }
-    }
-    if !changed && json.is_empty() {
-        return None;
     }
     let mut line = Json::Object(members).to_jsonb_text().into_bytes();
     line.push(b'\n');
     Some(line)
+}
+
+/// [`json_values_as_text`] of each line of `text` (JSON lines, as files hold them); None
+/// without `json` columns.
+pub fn json_lines_as_text(json: &[String], text: &[u8]) -> Option<Vec<u8>> {
+    if json.is_empty() {
+        return None;
+    }
+    let mut out = Vec::with_capacity(text.len() + text.len() / 8);
+    for line in text.split_inclusive(|b| *b == b'\n') {
+        match json_values_as_text(json, line) {
+            Some(record) => out.extend_from_slice(&record),
+            None => out.extend_from_slice(line),
+        }
+    }
+    Some(out)
 }
 
 /// Dead letters keep at most this many bytes of their record.

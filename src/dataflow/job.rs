@@ -18,7 +18,7 @@
 //! counted, and the job carries on; the view is not silently stuck. A commit that fails leaves
 //! the operators ahead of what is stored: if the store refused the write, the server stops
 //! and restarts from the checkpoint ([`ViewJob::fail_stop`]); if the view's own work failed,
-//! that view stops with the error ([`ViewJob::stop_diverged`]).
+//! that view stops, for good, passing barriers on ([`ViewJob::stop_diverged`]).
 //!
 //! Event time: for each input with a `WATERMARK`, the job keeps the largest watermark
 //! expression value of the rows it has read. The view's watermark is the least of those over
@@ -86,6 +86,9 @@ pub struct ViewJob {
     pub late_table: Option<Arc<Relation>>,
     /// When each change applied since the last commit was published by its input.
     pub unseen: Vec<Instant>,
+    /// Why the view stopped, if it did ([`ViewJob::stop_diverged`]): it then takes no more
+    /// changes and passes barriers on, so views and sinks over it and checkpoints go on.
+    pub stopped: Option<String>,
 }
 
 impl ViewJob {
@@ -250,6 +253,13 @@ impl ViewJob {
                     let shard = u16::from_be_bytes([at[2], at[3]]);
                     self.graph.restore_index(node, shard, &value)?;
                 }
+                // The view had stopped: it stays stopped after a restart.
+                Some((b'x', [])) => {
+                    let why = String::from_utf8_lossy(&value).into_owned();
+                    crate::system::record_view_error(&self.relation.def.name, &why, 1);
+                    tracing::error!(view = %self.relation.def.name, "the view stays stopped: {why}");
+                    self.stopped = Some(why);
+                }
                 Some((b'w', [])) => {
                     let mut r = IndexReader::new(&value, &what)?;
                     let view = r.opt_i64()?;
@@ -303,6 +313,7 @@ impl ViewJob {
             match message {
                 // An input is gone: the view is being dropped.
                 None => break,
+                Some((Message::Data(_), _)) if self.stopped.is_some() => {}
                 Some((Message::Data(batch), published)) => {
                     self.unseen.push(published);
                     self.observe(input, &batch);
@@ -326,17 +337,24 @@ impl ViewJob {
                     waiting[input] = Some(epoch);
                     if waiting.iter().all(|w| w.is_some()) {
                         let epoch = waiting.iter().flatten().copied().min().unwrap_or(epoch);
-                        match self.commit(Barrier { epoch, ..barrier }).await {
-                            Ok(()) => {}
-                            // The runtime is going away; the view restores at the next start.
-                            Err(e) if e.state == SqlState::ADMIN_SHUTDOWN => break,
-                            // The epoch went through the operators but not into the store:
-                            // this view's state and rows no longer agree. It stops (a restart
-                            // would meet the same error again: it is the view's, not the
-                            // store's); checkpoints go on without it.
-                            Err(e) => {
-                                self.stop_diverged(epoch, &e);
-                                break;
+                        let barrier = Barrier { epoch, ..barrier };
+                        if self.stopped.is_some() {
+                            self.pass_barrier(barrier).await;
+                        } else {
+                            match self.commit(barrier).await {
+                                Ok(()) => {}
+                                // The runtime is going away; the view restores at the next start.
+                                Err(e) if e.state == SqlState::ADMIN_SHUTDOWN => break,
+                                // The epoch went through the operators but not into the store:
+                                // this view's state and rows no longer agree. It stops (a
+                                // restart would meet the same error again: it is the view's,
+                                // not the store's), and passes barriers on from now on.
+                                Err(e) => {
+                                    if self.stop_diverged(epoch, &e).await.is_err() {
+                                        break;
+                                    }
+                                    self.pass_barrier(barrier).await;
+                                }
                             }
                         }
                         waiting.iter_mut().for_each(|w| *w = None);
@@ -380,6 +398,9 @@ impl ViewJob {
         }
         if let (Some(table), Some(rows)) = (&late_table, &late) {
             crate::catalog::index::maintain(table, self.store.as_ref(), &ChangeBatch::inserts(rows.clone()), &mut wb)?;
+        }
+        if crate::fault::fails("view.commit") {
+            return Err(WeirError::internal("fault injection: the view's commit failed (view.commit)"));
         }
         let written = if crate::fault::fails("view.commit_write") {
             Err(WeirError::io("fault injection: the view's write failed (view.commit_write)"))
@@ -443,19 +464,37 @@ impl ViewJob {
     }
 
     /// A commit failed in the view's own work (an operator, its rows, its late rows), after the
-    /// epoch went through its operators: the view stops where it is, with the error in
-    /// `weir_catalog` and the log, rather than go on with state and rows that disagree. Its
-    /// rows stay readable as of its last commit; its dropped sender releases checkpoints
-    /// waiting for it. A restart restores it from its checkpoint and meets the same rows, so it
-    /// stops there again until it is dropped and created again.
-    fn stop_diverged(&self, epoch: Epoch, e: &WeirError) {
+    /// epoch went through its operators: the view stops where it is, rather than go on with
+    /// state and rows that disagree. It takes no more changes and passes barriers on, so what
+    /// reads it and checkpoints go on; its rows stay readable as of its last commit. The stop
+    /// is recorded in the view's runtime records (with the write-ahead log), so a restart finds
+    /// the view stopped ([`ViewJob::restore`]) instead of resuming it with a gap. The error is
+    /// in `weir_catalog.view_errors` and the log; DROP and CREATE the view again. Err when even
+    /// that record cannot be written: the job then ends.
+    async fn stop_diverged(&mut self, epoch: Epoch, e: &WeirError) -> Result<()> {
         self.report(e);
+        let why = format!("stopped at epoch {epoch}: {}", e.message);
         tracing::error!(
             view = %self.relation.def.name,
             epoch,
             "the view stopped: it could not commit epoch {epoch} and would go on with state and rows \
              that disagree; DROP and CREATE it again: {e}"
         );
+        let mut wb = WriteBatch::default();
+        wb.put([self.runtime_prefix().as_slice(), b"x"].concat(), why.clone().into_bytes());
+        self.stopped = Some(why);
+        match write_off_thread(&self.store, wb).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.state == SqlState::ADMIN_SHUTDOWN => Err(e),
+            Err(e) => self.fail_stop(epoch, &e),
+        }
+    }
+
+    /// A stopped view's barrier: passed on to what reads the view, with no changes, and
+    /// reported committed.
+    async fn pass_barrier(&mut self, barrier: Barrier) {
+        self.changes.publish(self.relation.def.id, vec![Message::Barrier(barrier)]).await;
+        self.committed.send_replace(barrier.epoch);
     }
 
     fn report(&self, e: &WeirError) {

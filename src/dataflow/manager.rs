@@ -85,9 +85,19 @@ impl Streaming {
         self.ticking.call_once(|| self.coordinator.start_ticker(self.epochs));
     }
 
-    /// Waits until every change made so far is visible in every view.
+    /// Waits until every change made so far is visible in every view. The barrier is injected
+    /// from the dataflow's runtime: it holds the injection lock and tables' write locks the
+    /// dataflow waits for, which a session's niced thread would hold longer.
     pub async fn flush(&self) {
-        self.coordinator.flush().await;
+        let coordinator = Arc::clone(&self.coordinator);
+        let _ = super::runtime::spawn(async move { coordinator.flush().await }).await;
+    }
+
+    /// Takes a checkpoint now (DDL's completion), from the dataflow's runtime as [`Streaming::flush`]
+    /// does; false if it failed.
+    pub async fn checkpoint_now(&self) -> bool {
+        let coordinator = Arc::clone(&self.coordinator);
+        super::runtime::spawn(async move { coordinator.checkpoint_now().await }).await.unwrap_or(false)
     }
 
     /// Starts following `view`'s inputs' changes, after backfilling it from their current rows
@@ -154,6 +164,7 @@ impl Streaming {
             idle_timeout: self.watermark_idle_timeout,
             late_table,
             unseen: Vec::new(),
+            stopped: None,
             materialize: Materialize::new(Arc::clone(&view), Arc::clone(self.catalog.store())),
             relation: view,
             graph: built.graph,

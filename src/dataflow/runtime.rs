@@ -19,6 +19,11 @@ pub fn set_current() {
     let _ = DATAFLOW.set(Handle::current());
 }
 
+/// The dataflow's runtime (the current one when none was recorded).
+pub fn handle() -> Handle {
+    DATAFLOW.get().cloned().unwrap_or_else(Handle::current)
+}
+
 /// Spawns `task` on the dataflow's runtime.
 pub fn spawn<F>(task: F) -> JoinHandle<F::Output>
 where

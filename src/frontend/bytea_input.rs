@@ -4,7 +4,7 @@
 //! `INSERT INTO t VALUES ('\x4142')` stored six bytes.
 //!
 //! Where text becomes bytea, [`bytea_in`] reads it:
-//! - a string literal cast to bytea, when the statement is parsed ([`rewrite_literal_casts`]);
+//! - a cast to bytea written in the statement, when it is parsed ([`rewrite_casts`]);
 //! - a value an INSERT or UPDATE stores in a bytea column: an analyzer rule ([`ByteaInput`],
 //!   registered by `df_context::template_state`) replaces the casts DataFusion puts on the
 //!   rows a DML statement writes;
@@ -128,24 +128,32 @@ fn read_as_bytea(e: Expr, schema: &datafusion::common::DFSchema) -> Result<Trans
     }))
 }
 
-/// A string literal cast to `bytea` (`'\x4142'::bytea`) as `bytea_in('\x4142')`.
-pub fn rewrite_literal_casts(statement: &mut datafusion::sql::sqlparser::ast::Statement) {
+/// Every cast to `bytea` written in the statement (`x::bytea`, `CAST(x AS bytea)`, `bytea
+/// '...'`) as `bytea_in(x)`, which reads text as Postgres's bytea input and passes bytes
+/// through. A parameter's cast (`$1::bytea`) stays: its client sends bytes.
+pub fn rewrite_casts(statement: &mut datafusion::sql::sqlparser::ast::Statement) {
     use datafusion::sql::sqlparser::ast::{self, DataType as Sql, Expr as SqlExpr, Value};
     let _ = ast::visit_expressions_mut(statement, |expr| {
-        if let SqlExpr::Cast { expr: inner, data_type: Sql::Bytea, .. } = expr {
-            if let SqlExpr::Value(v) = inner.as_ref() {
-                if matches!(v.value, Value::SingleQuotedString(_) | Value::EscapedStringLiteral(_)) {
-                    *expr = super::json_functions::call("bytea_in", vec![(**inner).clone()]);
-                }
+        let operand = match expr {
+            SqlExpr::Cast { expr: inner, data_type: Sql::Bytea, .. }
+                if !matches!(inner.as_ref(), SqlExpr::Value(v) if matches!(v.value, Value::Placeholder(_))) =>
+            {
+                Some((**inner).clone())
             }
+            SqlExpr::TypedString(typed) if typed.data_type == Sql::Bytea => Some(SqlExpr::Value(typed.value.clone())),
+            _ => None,
+        };
+        if let Some(operand) = operand {
+            *expr = super::json_functions::call("bytea_in", vec![operand]);
         }
         std::ops::ControlFlow::<()>::Continue(())
     });
 }
 
-/// `bytea_in(text)`: [`decode_bytea`] of each value; a value that is not bytea input is 22P02.
+/// `bytea_in(x)`: text read by [`decode_bytea`] (a value that is not bytea input is 22P02 or
+/// 22023), bytes as they are.
 pub fn bytea_in() -> ScalarUDF {
-    ScalarUDF::new_from_impl(ByteaIn { signature: Signature::string(1, Volatility::Immutable) })
+    ScalarUDF::new_from_impl(ByteaIn { signature: Signature::any(1, Volatility::Immutable) })
 }
 
 #[derive(Debug, PartialEq, Eq, Hash)]
@@ -167,7 +175,24 @@ impl ScalarUDFImpl for ByteaIn {
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        if let ColumnarValue::Scalar(value) = &args.args[0] {
+            // One value, as one value (a literal the optimizer did not fold).
+            let array = value.to_array_of_size(1)?;
+            let one = self.read(&array)?;
+            return Ok(ColumnarValue::Scalar(datafusion::common::ScalarValue::try_from_array(&one, 0)?));
+        }
         let (_, arrays) = super::df_context::argument_arrays(&args.args)?;
+        Ok(ColumnarValue::Array(self.read(&arrays[0])?))
+    }
+}
+
+impl ByteaIn {
+    /// `values` as bytes: text read as bytea input, bytes as they are.
+    fn read(&self, values: &ArrayRef) -> Result<ArrayRef> {
+        let arrays = [Arc::clone(values)];
+        if is_binary(arrays[0].data_type()) {
+            return Ok(datafusion::arrow::compute::cast(&arrays[0], &DataType::Binary)?);
+        }
         let text = datafusion::arrow::compute::cast(&arrays[0], &DataType::Utf8)?;
         let text = text.as_string::<i32>();
         let mut out = BinaryBuilder::with_capacity(text.len(), text.value_data().len());
@@ -177,7 +202,7 @@ impl ScalarUDFImpl for ByteaIn {
                 None => out.append_null(),
             }
         }
-        Ok(ColumnarValue::Array(Arc::new(out.finish()) as ArrayRef))
+        Ok(Arc::new(out.finish()) as ArrayRef)
     }
 }
 

@@ -244,8 +244,16 @@ impl ScalarUDFImpl for JsonFunction {
                         JsonOp::Path { one_array: true, .. } => arrays.get(1).and_then(|a| path_array(a, row)),
                         _ => step_columns.iter().map(|c| c[row].clone()).collect(),
                     };
+                    // `->` takes a text step as a key only (`'[1]' -> '0'` is NULL); paths read an
+                    // array's element by a number written as text.
                     let found = match (parse(row)?, steps) {
-                        (Some(value), Some(steps)) => value.path(steps).map(|v| if text { v.as_text() } else { Some(v.to_jsonb_text()) }),
+                        (Some(value), Some(steps)) => {
+                            let at = match self.op {
+                                JsonOp::Get { .. } => steps.first().and_then(|s| value.get(s)),
+                                _ => value.path(steps),
+                            };
+                            at.map(|v| if text { v.as_text() } else { Some(v.to_jsonb_text()) })
+                        }
                         _ => None,
                     };
                     out.append_option(found.flatten());

@@ -202,7 +202,7 @@ impl Frontend {
             let _gate = self.streaming.coordinator.ddl_gate.read().await;
             self.run(session, statement, params).await
         };
-        if result.is_ok() && !self.streaming.coordinator.checkpoint_now().await {
+        if result.is_ok() && !self.streaming.checkpoint_now().await {
             tracing::warn!("the checkpoint completing a DDL statement failed: see weir_catalog.checkpoints");
         }
         result

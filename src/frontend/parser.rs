@@ -130,7 +130,7 @@ impl SqlParser {
             super::interval_text::rewrite_interval_literals(statement);
             super::type_names::rewrite_type_names(statement);
             super::json_functions::rewrite_json_syntax(statement);
-            super::bytea_input::rewrite_literal_casts(statement);
+            super::bytea_input::rewrite_casts(statement);
             if let Some(table_functions) = &self.table_functions {
                 // Not when a stored definition is parsed again: it was stored rewritten.
                 super::pg_functions::rewrite_datetime_patterns(statement);

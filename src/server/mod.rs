@@ -206,7 +206,16 @@ pub async fn run(config: Config) -> Result<()> {
                 let tls = tls.clone();
                 metrics::CONNECTIONS_TOTAL.inc();
                 metrics::CONNECTIONS_ACTIVE.inc();
-                let session = serving.spawn(process_socket(socket, tls, handlers));
+                // The socket is registered again with the serving runtime's reactor, so its
+                // I/O is woken by the sessions' threads, not by the dataflow's busy ones.
+                let socket = match socket.into_std() {
+                    Ok(s) => s,
+                    Err(e) => { warn!(%peer, "accept: {e}"); metrics::CONNECTIONS_ACTIVE.dec(); continue; }
+                };
+                let session = serving.spawn(async move {
+                    let socket = tokio::net::TcpStream::from_std(socket)?;
+                    process_socket(socket, tls, handlers).await
+                });
                 tokio::spawn(async move {
                     // A panic inside one connection must not be silent; it ends only that task.
                     let outcome = session.await;
@@ -214,6 +223,8 @@ pub async fn run(config: Config) -> Result<()> {
                     match outcome {
                         Ok(Ok(())) => {}
                         Ok(Err(e)) => debug!(%peer, "connection ended: {e}"),
+                        // Sessions still open at shutdown are cancelled with their runtime.
+                        Err(e) if e.is_cancelled() => debug!(%peer, "connection closed at shutdown"),
                         Err(e) => error!(%peer, "connection task failed: {e}"),
                     }
                 });
@@ -222,9 +233,9 @@ pub async fn run(config: Config) -> Result<()> {
             _ = terminate.recv() => { info!("terminated, shutting down"); break; }
         }
     }
-    // Sessions end here (a runtime cannot be dropped inside another's task).
-    serving.shutdown_background();
-    // A last checkpoint: the next start restores it with nothing to replay.
+    // A last checkpoint: the next start restores it with nothing to replay. Sessions still
+    // run meanwhile: a statement under way is wholly in it (it holds its table's lock or the
+    // DDL gate, which the checkpoint waits for) or wholly after it, in the change log.
     if streaming.coordinator.checkpoint_now().await {
         info!("checkpoint taken at shutdown");
     } else {
@@ -235,5 +246,7 @@ pub async fn run(config: Config) -> Result<()> {
         Ok(Err(e)) => warn!("flushing state at shutdown failed: {e}"),
         Err(e) => warn!("flushing state at shutdown failed: {e}"),
     }
+    // Sessions end here (a runtime cannot be dropped inside another's task).
+    serving.shutdown_background();
     Ok(())
 }

@@ -351,9 +351,16 @@ impl Iterator for TextBatches {
             Ok(None) => return None,
             Err(e) => return Some(Err(e.into())),
         };
-        Some(match records::decode(self.text_encoding(), &self.schema, &self.json, &text, lines) {
+        // A JSON file's `json` columns take their fields' values as JSON text.
+        let rewritten = match self.text_encoding() {
+            records::TextEncoding::Json => records::json_lines_as_text(&self.json, &text),
+            records::TextEncoding::Csv => None,
+        };
+        let decoded = records::decode(self.text_encoding(), &self.schema, rewritten.as_deref().unwrap_or(&text), lines);
+        Some(match decoded {
             Ok(Some(batch)) => Ok(batch),
             Ok(None) => Ok(RecordBatch::new_empty(Arc::clone(&self.schema))),
+            // Line by line from the file's own text (each line's JSON values rewritten there).
             Err(_) => self.isolate(first, &text),
         })
     }

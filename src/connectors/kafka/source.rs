@@ -365,11 +365,17 @@ impl KafkaReader {
     fn decode_rows(&mut self, records: &[Record], keep_dead: bool) -> Result<(RecordBatch, Vec<usize>)> {
         let mut text = Vec::with_capacity(records.iter().map(|r| r.value.len() + 1).sum());
         for r in records {
-            text.extend_from_slice(&r.value);
-            text.push(b'\n');
+            // A message's `json` columns take its fields' values as JSON text.
+            match records::json_values_as_text(&self.json, &r.value) {
+                Some(rewritten) if self.encoding == TextEncoding::Json => text.extend_from_slice(&rewritten),
+                _ => {
+                    text.extend_from_slice(&r.value);
+                    text.push(b'\n');
+                }
+            }
         }
         let (values, kept): (RecordBatch, Vec<usize>) =
-            match records::decode(self.encoding, &self.value_schema, &self.json, &text, records.len().max(1)) {
+            match records::decode(self.encoding, &self.value_schema, &text, records.len().max(1)) {
                 Ok(Some(batch)) if batch.num_rows() == records.len() => (batch, (0..records.len()).collect()),
                 Ok(None) if records.is_empty() => (RecordBatch::new_empty(Arc::clone(&self.value_schema)), vec![]),
                 _ => {

@@ -144,7 +144,9 @@ impl PostgresSink {
     /// The connection, made (with the marker table) if there is none.
     fn client(&mut self) -> Result<&mut tokio_postgres::Client> {
         if self.client.is_none() {
-            let handle = tokio::runtime::Handle::current();
+            // On the dataflow's runtime, whoever makes the connection (CREATE SINK checks it
+            // from a session): the sink delivers from there, and sessions end first at a stop.
+            let handle = crate::dataflow::runtime::handle();
             let config = self.config.clone();
             let (client, connection) =
                 handle.block_on(config.connect(tokio_postgres::NoTls)).map_err(|e| self.unreachable(e))?;

@@ -17,7 +17,7 @@ use datafusion::logical_expr::{DdlStatement, LogicalPlan};
 use datafusion::sql::sqlparser::ast::{ColumnDef, Statement};
 
 use super::{query, relation_name};
-use crate::catalog::{TableOptions, WatermarkDef};
+use crate::catalog::{RelationKind, TableOptions, WatermarkDef};
 use crate::connectors::options::ConnectorOptions;
 use crate::error::{Result, SqlState, WeirError};
 use crate::frontend::clauses::StreamingClauses;
@@ -137,6 +137,14 @@ pub async fn handle(
     }
     if clauses.has_view_clauses() {
         return Err(WeirError::syntax("EMIT, ALLOW LATENESS and LATE ROWS belong to CREATE MATERIALIZED VIEW"));
+    }
+    // A name taken by a relation planning cannot see (an index, a sink) is taken all the same.
+    if fe.catalog().get(&name).is_some_and(|r| matches!(r.def.kind, RelationKind::Index | RelationKind::Sink)) {
+        if create.if_not_exists {
+            let source = clauses.source.is_some() && !clauses.table_with_connector;
+            return Ok(StatementResult::command(if source { "CREATE SOURCE" } else { "CREATE TABLE" }));
+        }
+        return Err(WeirError::new(SqlState::DUPLICATE_TABLE, format!("relation \"{name}\" already exists")));
     }
     let definition = table_definition(&statement.to_string(), &clauses);
     let declared = declared_types(&create.columns);

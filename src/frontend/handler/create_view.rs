@@ -74,8 +74,13 @@ pub async fn plan_view(
 /// or store rows of another type. The view stays as it was; DROP and CREATE it again.
 pub fn check_planned_columns(relation: &crate::catalog::Relation, planned: &Schema) -> Result<()> {
     let stored = relation.schema.fields();
+    // A zoned timestamp's zone is the creating session's `TimeZone` setting, a label only.
+    let same_type = |a: &DataType, b: &DataType| match (a, b) {
+        (DataType::Timestamp(u, Some(_)), DataType::Timestamp(v, Some(_))) => u == v,
+        _ => a == b,
+    };
     let same = stored.len() == planned.fields().len()
-        && stored.iter().zip(planned.fields()).all(|(s, p)| s.name() == p.name() && s.data_type() == p.data_type());
+        && stored.iter().zip(planned.fields()).all(|(s, p)| s.name() == p.name() && same_type(s.data_type(), p.data_type()));
     if same {
         return Ok(());
     }
