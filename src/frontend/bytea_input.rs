@@ -178,22 +178,21 @@ impl ScalarUDFImpl for ByteaIn {
         if let ColumnarValue::Scalar(value) = &args.args[0] {
             // One value, as one value (a literal the optimizer did not fold).
             let array = value.to_array_of_size(1)?;
-            let one = self.read(&array)?;
+            let one = ByteaIn::read(&array)?;
             return Ok(ColumnarValue::Scalar(datafusion::common::ScalarValue::try_from_array(&one, 0)?));
         }
         let (_, arrays) = super::df_context::argument_arrays(&args.args)?;
-        Ok(ColumnarValue::Array(self.read(&arrays[0])?))
+        Ok(ColumnarValue::Array(ByteaIn::read(&arrays[0])?))
     }
 }
 
 impl ByteaIn {
     /// `values` as bytes: text read as bytea input, bytes as they are.
-    fn read(&self, values: &ArrayRef) -> Result<ArrayRef> {
-        let arrays = [Arc::clone(values)];
-        if is_binary(arrays[0].data_type()) {
-            return Ok(datafusion::arrow::compute::cast(&arrays[0], &DataType::Binary)?);
+    fn read(values: &ArrayRef) -> Result<ArrayRef> {
+        if is_binary(values.data_type()) {
+            return Ok(datafusion::arrow::compute::cast(values, &DataType::Binary)?);
         }
-        let text = datafusion::arrow::compute::cast(&arrays[0], &DataType::Utf8)?;
+        let text = datafusion::arrow::compute::cast(values, &DataType::Utf8)?;
         let text = text.as_string::<i32>();
         let mut out = BinaryBuilder::with_capacity(text.len(), text.value_data().len());
         for value in text.iter() {
