@@ -210,8 +210,13 @@ impl ScalarUDFImpl for JsonFunction {
         }
         let scalars = args.args.iter().all(|a| matches!(a, ColumnarValue::Scalar(_)));
         let (rows, arrays) = super::df_context::argument_arrays(&args.args)?;
-        let texts: Vec<ArrayRef> =
-            arrays.iter().map(|a| datafusion::arrow::compute::cast(a, &DataType::Utf8)).collect::<std::result::Result<_, _>>()?;
+        // As text: the JSON value, and the right-hand side of `@>` and `?` (paths and steps are
+        // read from their own arrays).
+        let as_text = if matches!(self.op, JsonOp::Contains | JsonOp::Exists) { 2 } else { 1 };
+        let texts: Vec<ArrayRef> = arrays[..as_text]
+            .iter()
+            .map(|a| datafusion::arrow::compute::cast(a, &DataType::Utf8))
+            .collect::<std::result::Result<_, _>>()?;
         let kind = if self.json_kind(args.arg_fields.first()) == JSON { "json" } else { "jsonb" };
         let parse = |row: usize| -> Result<Option<Json>> {
             let values = texts[0].as_string::<i32>();
@@ -284,34 +289,16 @@ impl ScalarUDFImpl for JsonFunction {
                 }
                 Arc::new(out.finish())
             }
-            JsonOp::Contains => {
+            // `left @> right` and `value ? key`: one test of the JSON value and the right side.
+            JsonOp::Contains | JsonOp::Exists => {
                 let right = texts[1].as_string::<i32>();
                 let mut out = BooleanBuilder::new();
                 for row in 0..rows {
                     match parse(row)? {
-                        Some(left) if right.is_valid(row) => {
-                            let right = Json::parse(right.value(row), "jsonb")?;
-                            out.append_value(contains(&left, &right, true));
-                        }
-                        _ => out.append_null(),
-                    }
-                }
-                Arc::new(out.finish())
-            }
-            JsonOp::Exists => {
-                let keys = texts[1].as_string::<i32>();
-                let mut out = BooleanBuilder::new();
-                for row in 0..rows {
-                    match parse(row)? {
-                        Some(value) if keys.is_valid(row) => {
-                            let key = keys.value(row);
-                            out.append_value(match value {
-                                Json::Object(members) => members.iter().any(|(k, _)| k == key),
-                                Json::Array(items) => items.iter().any(|i| matches!(i, Json::String(s) if s == key)),
-                                Json::String(s) => s == key,
-                                _ => false,
-                            });
-                        }
+                        Some(value) if right.is_valid(row) => out.append_value(match self.op {
+                            JsonOp::Contains => contains(&value, &Json::parse(right.value(row), "jsonb")?, true),
+                            _ => has_key(&value, right.value(row)),
+                        }),
                         _ => out.append_null(),
                     }
                 }
@@ -390,6 +377,16 @@ fn array_literal(text: &str) -> Option<Vec<Option<String>>> {
             Some(',') => continue,
             Some(_) => return None,
         }
+    }
+}
+
+/// Postgres's `value ? key`: an object's key, an array's string element, the string itself.
+fn has_key(value: &Json, key: &str) -> bool {
+    match value {
+        Json::Object(members) => members.iter().any(|(k, _)| k == key),
+        Json::Array(items) => items.iter().any(|i| matches!(i, Json::String(s) if s == key)),
+        Json::String(s) => s == key,
+        _ => false,
     }
 }
 
