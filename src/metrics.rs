@@ -254,8 +254,8 @@ pub static CHECKPOINT_ALIGNMENT_SECONDS: LazyLock<Histogram> = LazyLock::new(|| 
 });
 
 /// Taking a checkpoint's local snapshot (a RocksDB checkpoint: memtables flushed, files
-/// hard-linked), once every view has committed its barrier; new barriers wait meanwhile.
-/// Snapshots taken, not failed attempts.
+/// hard-linked), once every view has committed its barrier; views' later commits are held in
+/// memory meanwhile (`weir_checkpoint_held_bytes`). Snapshots taken, not failed attempts.
 pub static CHECKPOINT_SNAPSHOT_SECONDS: LazyLock<Histogram> = LazyLock::new(|| {
     register(
         Histogram::with_opts(HistogramOpts::new(
@@ -263,6 +263,15 @@ pub static CHECKPOINT_SNAPSHOT_SECONDS: LazyLock<Histogram> = LazyLock::new(|| {
             "Taking a checkpoint's local snapshot, after every view committed its barrier",
         ))
         .unwrap(),
+    )
+});
+
+/// View commits held in memory while a checkpoint's snapshot is awaited (ADR 18), at its
+/// release: how far the views ran ahead of the snapshot.
+pub static CHECKPOINT_HELD_BYTES: LazyLock<IntGauge> = LazyLock::new(|| {
+    register(
+        IntGauge::new("weir_checkpoint_held_bytes", "View commits held in memory until the last snapshot was taken")
+            .unwrap(),
     )
 });
 

@@ -158,7 +158,7 @@ pub fn apply_if_missing(store: &dyn StateStore, entry: &LogEntry) -> Result<bool
     if store.get(&entry.key)?.is_some() {
         return Ok(false);
     }
-    let mut wb = WriteBatch { ops: entry.writes.clone(), skip_wal: false };
+    let mut wb = WriteBatch { ops: entry.writes.clone(), skip_wal: false, epoch: None };
     wb.put(entry.key.clone(), entry.value.clone());
     store.write(wb)?;
     Ok(true)

@@ -13,16 +13,17 @@
 //! Each barrier carries the epoch's time from the [`EpochClock`] (`now()` in views' temporal
 //! filters, ADR 13), read once per barrier.
 //!
-//! Checkpoints (ADR 11): the first barrier injected once `checkpoint_interval` has passed since
-//! the last checkpoint is a checkpoint barrier. After injecting checkpoint barrier `e` the
-//! coordinator keeps the injection lock until every view has committed `e` and the
-//! [`Checkpointer`] has taken its snapshot of the store, so no view can commit `e + 1` before
-//! the snapshot: every view in it is exactly at `e`. Tables and sources keep writing meanwhile.
-//! Once the snapshot is taken, the change log up to the snapshot before `e` is deleted: a
-//! restart that finds `e` damaged restores the one before and replays the log after it. A checkpoint whose views do
-//! not all commit within `checkpoint_timeout` is given up (and recorded as failed); a periodic
-//! one due while the previous upload runs is put off to a later barrier, so uploads running
-//! behind skip checkpoints instead of queueing them.
+//! Checkpoints (ADR 11, ADR 18): the first barrier injected once `checkpoint_interval` has
+//! passed since the last checkpoint is a checkpoint barrier. Injecting checkpoint barrier `e`
+//! tells the store the cut (`StateStore::hold_after`): from then until the snapshot is taken,
+//! views' commits of later epochs are held in memory, where reads see them. Barriers go on
+//! being injected; a task waits until every view has committed `e`, has the [`Checkpointer`]
+//! snapshot the store (every view in it exactly at `e`), and releases the held commits into
+//! the store. Once the snapshot is taken, the change log up to the snapshot before `e` is
+//! deleted: a restart that finds `e` damaged restores the one before and replays the log after
+//! it. A checkpoint whose views do not all commit within `checkpoint_timeout` is given up (and
+//! recorded as failed); a periodic one due while the previous one is being taken or uploaded
+//! is put off to a later barrier, so checkpoints running behind are skipped, not queued.
 //!
 //! DDL completes with a checkpoint ([`BarrierCoordinator::checkpoint_now`]), so the catalog in
 //! the newest checkpoint is the one clients were told about. A statement changing the catalog
@@ -64,8 +65,9 @@ pub struct BarrierCoordinator {
     checkpointer: Option<Arc<Checkpointer>>,
     /// When the last checkpoint barrier was injected.
     last_checkpoint: parking_lot::Mutex<std::time::Instant>,
-    /// Shared by statements changing the catalog, exclusive while a checkpoint is taken.
-    pub ddl_gate: tokio::sync::RwLock<()>,
+    /// Shared by statements changing the catalog, exclusive from a checkpoint barrier's
+    /// injection until its snapshot is taken.
+    pub ddl_gate: Arc<tokio::sync::RwLock<()>>,
     /// The newest epoch whose checkpoint snapshot is taken (sinks deliver up to it).
     checkpointed: watch::Sender<Epoch>,
     /// The time each barrier carries.
@@ -97,7 +99,7 @@ impl BarrierCoordinator {
             jobs: parking_lot::Mutex::new(HashMap::new()),
             checkpointer,
             last_checkpoint: parking_lot::Mutex::new(std::time::Instant::now()),
-            ddl_gate: tokio::sync::RwLock::new(()),
+            ddl_gate: Arc::new(tokio::sync::RwLock::new(())),
             checkpointed: watch::channel(first_epoch).0,
             clock: EpochClock::default(),
             previous_snapshot: AtomicU64::new(0),
@@ -106,7 +108,7 @@ impl BarrierCoordinator {
 
     /// Injects the next barrier into every table's subscribers; returns its epoch.
     pub async fn inject(&self) -> Epoch {
-        self.inject_kind(BarrierKind::Flush).await
+        self.inject_barrier(BarrierKind::Flush).await.0
     }
 
     /// Whether the next barrier should be a checkpoint ([`Checkpointer::due`]).
@@ -114,24 +116,34 @@ impl BarrierCoordinator {
         self.checkpointer.as_ref().is_some_and(|c| c.due(self.last_checkpoint.lock().elapsed()))
     }
 
-    async fn inject_kind(&self, kind: BarrierKind) -> Epoch {
-        // A checkpoint waits for no DDL: one under way turns it into a flush (the next one
-        // is a checkpoint); a checkpoint DDL asks for waits for the gate itself.
+    /// Injects a barrier of `kind`. A checkpoint waits for no DDL, nor for a checkpoint being
+    /// taken: either turns it into a flush (the next barrier is a checkpoint). The checkpoint's
+    /// snapshot is taken by a task of its own while barriers go on.
+    async fn inject_kind(self: &Arc<Self>, kind: BarrierKind) -> Epoch {
         let gate = match kind {
-            BarrierKind::Checkpoint => self.ddl_gate.try_write().ok(),
-            BarrierKind::Flush => None,
+            BarrierKind::Checkpoint if self.checkpointer.is_some() => Arc::clone(&self.ddl_gate).try_write_owned().ok(),
+            _ => None,
         };
-        let kind = if gate.is_some() { kind } else { BarrierKind::Flush };
-        self.inject_gated(kind).await
+        let Some(gate) = gate else { return self.inject().await };
+        let (epoch, injected_at) = self.inject_barrier(BarrierKind::Checkpoint).await;
+        let this = Arc::clone(self);
+        crate::dataflow::runtime::spawn(async move { this.take_checkpoint(epoch, injected_at, gate).await });
+        epoch
     }
 
-    /// Injects a barrier of `kind`; a checkpoint's caller holds the DDL gate exclusively.
-    async fn inject_gated(&self, kind: BarrierKind) -> Epoch {
+    /// Injects a barrier of `kind`; a checkpoint's caller holds the DDL gate exclusively and
+    /// then calls [`BarrierCoordinator::take_checkpoint`].
+    async fn inject_barrier(&self, kind: BarrierKind) -> (Epoch, std::time::Instant) {
         let _guard = self.inject_lock.lock().await;
         self.hub.epoch_started();
         let epoch = self.epoch.fetch_add(1, Ordering::SeqCst) + 1;
         let injected_at = std::time::Instant::now();
         let barrier = Barrier { epoch, injected_at, kind, now: self.clock.next() };
+        if kind == BarrierKind::Checkpoint {
+            *self.last_checkpoint.lock() = injected_at;
+            // Before any view can see barrier `epoch`, so before any can commit past it.
+            self.catalog.store().hold_after(epoch);
+        }
         self.catalog.set_open_epoch(epoch + 1);
         let tables = self.catalog.relations().into_iter().filter(|r| r.def.kind == RelationKind::Table);
         for table in tables {
@@ -140,12 +152,7 @@ impl BarrierCoordinator {
             self.hub.publish(table.def.id, vec![Message::Barrier(barrier)]).await;
             table.set_open_epoch(epoch + 1);
         }
-        if kind == BarrierKind::Checkpoint {
-            *self.last_checkpoint.lock() = injected_at;
-            // Still under the injection lock: no view commits `epoch + 1` before the snapshot.
-            self.take_checkpoint(epoch, injected_at).await;
-        }
-        epoch
+        (epoch, injected_at)
     }
 
     /// Takes a checkpoint now and waits until its snapshot is taken (DDL's completion; the
@@ -154,34 +161,36 @@ impl BarrierCoordinator {
         if self.checkpointer.is_none() {
             return true;
         }
-        let _gate = self.ddl_gate.write().await;
-        let epoch = self.inject_gated(BarrierKind::Checkpoint).await;
+        let gate = Arc::clone(&self.ddl_gate).write_owned().await;
+        let (epoch, injected_at) = self.inject_barrier(BarrierKind::Checkpoint).await;
+        self.take_checkpoint(epoch, injected_at, gate).await;
         self.checkpointer.as_ref().is_some_and(|c| c.local_epoch() >= epoch)
     }
 
-    /// Waits for every view to commit checkpoint barrier `epoch`, then has the checkpointer
-    /// snapshot the store and start uploading it.
-    async fn take_checkpoint(&self, epoch: Epoch, injected_at: std::time::Instant) {
-        let Some(checkpointer) = &self.checkpointer else { return };
-        let watchers: Vec<watch::Receiver<Epoch>> = self.jobs.lock().values().cloned().collect();
-        let timeout = checkpointer.timeout;
-        let aligned = tokio::time::timeout(timeout, async {
-            for mut w in watchers {
-                // An error means the view was dropped meanwhile: nothing to wait for.
-                let _ = w.wait_for(|committed| *committed >= epoch).await;
-            }
-        })
-        .await;
-        let alignment = injected_at.elapsed();
-        crate::metrics::CHECKPOINT_ALIGNMENT_SECONDS.observe(alignment.as_secs_f64());
-        if aligned.is_err() {
-            checkpointer.record_failure(epoch, format!("views did not commit the barrier within {timeout:?}"));
-            return;
+    /// Waits for every view to commit checkpoint barrier `epoch`, has the checkpointer snapshot
+    /// the store and start uploading it, then writes the view commits held meanwhile into the
+    /// store. `_gate` (the DDL gate, exclusive) is held until then.
+    async fn take_checkpoint(
+        &self,
+        epoch: Epoch,
+        injected_at: std::time::Instant,
+        _gate: tokio::sync::OwnedRwLockWriteGuard<()>,
+    ) {
+        let snapshot = self.snapshot(epoch, injected_at).await;
+        let store = Arc::clone(self.catalog.store());
+        let released = match tokio::task::spawn_blocking(move || store.release_held()).await {
+            Ok(released) => released,
+            Err(e) => Err(crate::error::WeirError::internal(e.to_string())),
+        };
+        if let Err(e) = released {
+            // Views count those commits as stored: going on would give wrong answers without a
+            // sign. As when a view's own write fails (ADR 11 item 11): stop, and the restart
+            // restores every view from its checkpoint.
+            tracing::error!(epoch, "writing the view commits held during the snapshot failed; stopping: {e}");
+            eprintln!("weir: writing the view commits held during checkpoint {epoch} failed: {e}; exiting (code 70)");
+            std::process::exit(70);
         }
-        let catalog_version = self.catalog.fingerprint();
-        if let Err(e) = Arc::clone(checkpointer).take(epoch, catalog_version, injected_at).await {
-            tracing::error!(epoch, "checkpoint failed: {e}");
-            checkpointer.record_failure(epoch, e.message.clone());
+        if !snapshot {
             return;
         }
         self.checkpointed.send_replace(epoch);
@@ -199,6 +208,34 @@ impl BarrierCoordinator {
             Err(e) => e.to_string(),
         };
         tracing::warn!(epoch, "deleting the change log up to the checkpoint before failed: {failed}");
+    }
+
+    /// Waits for every view to commit `epoch`, then snapshots the store. False if the
+    /// checkpoint failed (recorded).
+    async fn snapshot(&self, epoch: Epoch, injected_at: std::time::Instant) -> bool {
+        let Some(checkpointer) = &self.checkpointer else { return false };
+        let watchers: Vec<watch::Receiver<Epoch>> = self.jobs.lock().values().cloned().collect();
+        let timeout = checkpointer.timeout;
+        let aligned = tokio::time::timeout(timeout, async {
+            for mut w in watchers {
+                // An error means the view was dropped meanwhile: nothing to wait for.
+                let _ = w.wait_for(|committed| *committed >= epoch).await;
+            }
+        })
+        .await;
+        let alignment = injected_at.elapsed();
+        crate::metrics::CHECKPOINT_ALIGNMENT_SECONDS.observe(alignment.as_secs_f64());
+        if aligned.is_err() {
+            checkpointer.record_failure(epoch, format!("views did not commit the barrier within {timeout:?}"));
+            return false;
+        }
+        let catalog_version = self.catalog.fingerprint();
+        if let Err(e) = Arc::clone(checkpointer).take(epoch, catalog_version, injected_at).await {
+            tracing::error!(epoch, "checkpoint failed: {e}");
+            checkpointer.record_failure(epoch, e.message.clone());
+            return false;
+        }
+        true
     }
 
     /// Waits until every view has committed a barrier injected after every change made so far.

@@ -12,7 +12,9 @@
 //! record and the watermarks of its inputs and of the view, in the same write batch as the
 //! view's rows. A view restored from a checkpoint ([`ViewJob::restore`]) reads them back
 //! before its first change and continues as if it had never stopped. View writes skip the
-//! write-ahead log: a crash restores them from the checkpoint.
+//! write-ahead log: a crash restores them from the checkpoint. A commit's batch carries its
+//! epoch, so the store can hold it in memory while an earlier checkpoint's snapshot is taken
+//! (ADR 18); barriers never wait for a snapshot.
 //!
 //! A failing operator (a bug, not a row's expression error, which becomes NULL) is logged and
 //! counted, and the job carries on; the view is not silently stuck. A commit that fails leaves
@@ -371,7 +373,9 @@ impl ViewJob {
         self.advance_watermark();
         let checkpoint = barrier.kind == BarrierKind::Checkpoint;
         self.graph.epoch_time(barrier.now);
-        let mut wb = WriteBatch { skip_wal: true, ..Default::default() };
+        // Tagged with its epoch: while a checkpoint's snapshot is awaited, the store holds the
+        // commits of later epochs in memory (ADR 18).
+        let mut wb = WriteBatch { skip_wal: true, epoch: Some(epoch), ..Default::default() };
         let out = self.graph.barrier(&mut wb, checkpoint)?;
         out.into_iter().for_each(|b| self.materialize.apply(b));
         let (view_wb, changes) = self.materialize.barrier()?;

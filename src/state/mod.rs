@@ -3,6 +3,8 @@
 //! - [`store`]: the [`StateStore`](store::StateStore) trait, an ordered byte key-value store with
 //!   atomic write batches and snapshot-consistent prefix scans.
 //! - [`rocks`]: the RocksDB implementation used by the server.
+//! - [`held_writes`]: view commits made while a checkpoint's snapshot is awaited, held in
+//!   memory (ADR 18).
 //! - [`memory`]: an in-memory implementation for unit tests.
 //! - [`table`]: [`StateTable`](table::StateTable), rows of one relation keyed by memcomparable key
 //!   columns (arrow-row), the form in which table rows and operator state are stored, or, for
@@ -15,6 +17,7 @@
 //!
 //! Callers: the catalog (table rows and catalog entries) and the streaming operators.
 
+pub mod held_writes;
 pub mod index_codec;
 pub mod keyed;
 pub mod keys;

@@ -5,14 +5,26 @@
 //! `skip_wal` (view rows and operator state, restored from checkpoints) skip the log. Scans read through an
 //! iterator, which RocksDB pins to one implicit snapshot. Large values (segments of append-only
 //! relations) live in blob files beside the LSM tree.
+//!
+//! While a checkpoint's snapshot is awaited, views' commits of later epochs are held in memory
+//! ([`HeldWrites`], ADR 18): reads merge them over the database under the same lock that
+//! releases them, so a reader sees them either held or written, never neither.
 
 use std::path::Path;
 
 use rocksdb::{BlockBasedOptions, Cache, Options, ReadOptions, WriteOptions, DB};
 
+use parking_lot::RwLock;
+
+use super::held_writes::{Held, HeldWrites};
 use super::store::{KeyRange, ScanControl, StateStore, Visitor, WriteBatch, WriteOp};
 use crate::config::StorageConfig;
 use crate::error::{Result, WeirError};
+use crate::types::Epoch;
+
+/// Past this many bytes of held view commits, a view's next commit waits for the snapshot:
+/// views running ahead of a slow snapshot are slowed, memory does not grow without bound.
+const HELD_BYTES_LIMIT: usize = 256 << 20;
 
 /// Values at least this large are kept in blob files rather than in the LSM tree.
 const BLOB_MIN_BYTES: u64 = 64 << 10;
@@ -21,6 +33,8 @@ pub struct RocksStore {
     db: DB,
     sync_writes: bool,
     block_cache: Cache,
+    /// View commits after the cut of the checkpoint being snapshotted (None: none awaited).
+    held: RwLock<Option<HeldWrites>>,
 }
 
 impl RocksStore {
@@ -51,17 +65,45 @@ impl RocksStore {
                 format!("cannot open state store at {}: {e}", dir.display()),
             )
         })?;
-        Ok(RocksStore { db, sync_writes: config.sync_writes, block_cache })
+        Ok(RocksStore { db, sync_writes: config.sync_writes, block_cache, held: RwLock::new(None) })
     }
 }
 
 impl StateStore for RocksStore {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        Ok(self.db.get(key)?)
+        let held = self.held.read();
+        match held.as_ref().map_or(Held::NotHeld, |h| h.lookup(key)) {
+            Held::Value(v) => Ok(Some(v.to_vec())),
+            Held::Deleted => Ok(None),
+            Held::NotHeld => Ok(self.db.get(key)?),
+        }
     }
 
     fn persist(&self) -> Result<()> {
+        self.release_held()?;
         Ok(self.db.flush()?)
+    }
+
+    fn hold_after(&self, cut: Epoch) {
+        let mut held = self.held.write();
+        if let Some(previous) = held.take() {
+            // Not released (a failed checkpoint's path): written now, before the new cut.
+            if let Err(e) = self.write_now(previous.into_batch()) {
+                tracing::error!("writing held view commits failed: {e}");
+            }
+        }
+        *held = Some(HeldWrites::new(cut));
+    }
+
+    fn release_held(&self) -> Result<()> {
+        let mut held = self.held.write();
+        let Some(writes) = held.take() else { return Ok(()) };
+        crate::metrics::CHECKPOINT_HELD_BYTES.set(writes.bytes() as i64);
+        if writes.is_empty() {
+            return Ok(());
+        }
+        // Under the lock: a reader sees the writes held or written, never neither.
+        self.write_now(writes.into_batch())
     }
 
     /// A RocksDB checkpoint: memtables flushed (so writes that skipped the WAL are in it), SST
@@ -72,7 +114,8 @@ impl StateStore for RocksStore {
         Ok(())
     }
 
-    /// One iterator (so one snapshot) for every range: it seeks to each range's start.
+    /// One iterator (so one snapshot) for every range: it seeks to each range's start. Held
+    /// writes are taken with the iterator, under their lock, and merged in.
     fn scan_ranges(&self, ranges: &[KeyRange], visit: &mut Visitor<'_>) -> Result<()> {
         let mut read_opts = ReadOptions::default();
         // The iterator stops at the last range's end, not at the next table's first key.
@@ -81,8 +124,13 @@ impl StateStore for RocksStore {
                 read_opts.set_iterate_upper_bound(end);
             }
         }
-        let mut iter = self.db.raw_iterator_opt(read_opts);
-        for range in ranges {
+        let (mut iter, mut cursors) = {
+            let held = self.held.read();
+            let cursors = held.as_ref().map(|h| ranges.iter().map(|r| h.cursor(r)).collect::<Vec<_>>());
+            (self.db.raw_iterator_opt(read_opts), cursors)
+        };
+        for (i, range) in ranges.iter().enumerate() {
+            let mut cursor = cursors.as_mut().map(|c| &mut c[i]);
             iter.seek(&range.start);
             while iter.valid() {
                 let (Some(k), Some(v)) = (iter.key(), iter.value()) else {
@@ -91,17 +139,36 @@ impl StateStore for RocksStore {
                 if !range.contains(k) {
                     break;
                 }
-                if visit(k, v)? == ScanControl::Stop {
+                let control = match cursor.as_deref_mut() {
+                    None => visit(k, v)?,
+                    Some(cursor) => {
+                        if cursor.visit_below(Some(k), visit)? == ScanControl::Stop {
+                            return Ok(iter.status()?);
+                        }
+                        match cursor.at(k) {
+                            Held::Value(held) => visit(k, held)?,
+                            Held::Deleted => ScanControl::Continue,
+                            Held::NotHeld => visit(k, v)?,
+                        }
+                    }
+                };
+                if control == ScanControl::Stop {
                     return Ok(iter.status()?);
                 }
                 iter.next();
             }
             iter.status()?;
+            if let Some(cursor) = cursor {
+                if cursor.visit_below(None, visit)? == ScanControl::Stop {
+                    return Ok(());
+                }
+            }
         }
         Ok(())
     }
 
     fn last_key(&self, range: &KeyRange) -> Result<Option<Vec<u8>>> {
+        let held = self.held.read();
         let mut iter = self.db.raw_iterator();
         match &range.end {
             // The last key before the end: seek_for_prev lands at or before it.
@@ -113,12 +180,39 @@ impl StateStore for RocksStore {
             }
             None => iter.seek_to_last(),
         }
+        // Passing keys that held writes delete.
+        let mut stored = None;
+        while let Some(k) = iter.key().filter(|k| range.contains(k)) {
+            if held.as_ref().is_none_or(|h| h.lookup(k) != Held::Deleted) {
+                stored = Some(k.to_vec());
+                break;
+            }
+            iter.prev();
+        }
         iter.status()?;
-        Ok(iter.key().filter(|k| range.contains(k)).map(|k| k.to_vec()))
+        let held_last = held.as_ref().and_then(|h| h.last_key(range));
+        Ok(stored.max(held_last))
     }
 
     fn multi_get(&self, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>> {
-        self.db.multi_get(keys).into_iter().map(|v| v.map_err(WeirError::from)).collect()
+        let held = self.held.read();
+        let Some(h) = held.as_ref() else {
+            return self.db.multi_get(keys).into_iter().map(|v| v.map_err(WeirError::from)).collect();
+        };
+        let mut values = vec![None; keys.len()];
+        let mut stored = Vec::new();
+        for (i, key) in keys.iter().enumerate() {
+            match h.lookup(key) {
+                Held::Value(v) => values[i] = Some(v.to_vec()),
+                Held::Deleted => {}
+                Held::NotHeld => stored.push(i),
+            }
+        }
+        let read = self.db.multi_get(stored.iter().map(|&i| &keys[i]));
+        for (i, value) in stored.into_iter().zip(read) {
+            values[i] = value?;
+        }
+        Ok(values)
     }
 
     fn approximate_bytes(&self) -> u64 {
@@ -136,6 +230,40 @@ impl StateStore for RocksStore {
     }
 
     fn write(&self, batch: WriteBatch) -> Result<()> {
+        if self.held.read().is_none() {
+            return self.write_now(batch);
+        }
+        loop {
+            let mut held = self.held.write();
+            match held.as_mut() {
+                Some(h) if h.holds_epoch(batch.epoch) => {
+                    if h.bytes() > HELD_BYTES_LIMIT {
+                        // The snapshot is behind: this view waits for it.
+                        drop(held);
+                        std::thread::sleep(std::time::Duration::from_millis(1));
+                        continue;
+                    }
+                    h.apply(batch.ops);
+                    return Ok(());
+                }
+                Some(h) => {
+                    // A write of the store's own (a table, the log) or of an epoch up to the
+                    // cut: to the database now, and over any held write it shadows.
+                    h.apply_direct(&batch.ops);
+                    return self.write_now(batch);
+                }
+                None => {
+                    drop(held);
+                    return self.write_now(batch);
+                }
+            }
+        }
+    }
+}
+
+impl RocksStore {
+    /// Writes `batch` to the database.
+    fn write_now(&self, batch: WriteBatch) -> Result<()> {
         let mut wb = rocksdb::WriteBatch::default();
         let skip_wal = batch.skip_wal;
         for op in batch.ops {
@@ -153,5 +281,83 @@ impl StateStore for RocksStore {
         }
         self.db.write_opt(wb, &opts)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(epoch: Option<Epoch>, key: &[u8], value: &[u8]) -> WriteBatch {
+        let mut wb = WriteBatch { skip_wal: true, epoch, ..Default::default() };
+        wb.put(key.to_vec(), value.to_vec());
+        wb
+    }
+
+    fn scan(store: &RocksStore, start: &[u8], end: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut out = Vec::new();
+        let range = KeyRange { start: start.to_vec(), end: Some(end.to_vec()) };
+        store
+            .scan_ranges(&[range], &mut |k, v| {
+                out.push((k.to_vec(), v.to_vec()));
+                Ok(ScanControl::Continue)
+            })
+            .unwrap();
+        out
+    }
+
+    /// A snapshot taken while commits after the cut are held holds the store exactly at the
+    /// cut; reads see the held commits all along; releasing them writes them.
+    #[test]
+    fn commits_after_the_cut_stay_out_of_the_snapshot_and_reads_see_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = RocksStore::open(&dir.path().join("state"), &StorageConfig::default()).unwrap();
+        store.write(put(Some(1), b"v/a", b"1")).unwrap();
+        store.write(put(Some(1), b"v/b", b"1")).unwrap();
+        store.hold_after(2);
+        store.write(put(Some(2), b"v/c", b"2")).unwrap();
+        store.write(put(Some(3), b"v/a", b"3")).unwrap();
+        let mut delete = WriteBatch { skip_wal: true, epoch: Some(3), ..Default::default() };
+        delete.delete(b"v/b".to_vec());
+        delete.put(b"v/d".to_vec(), b"3".to_vec());
+        store.write(delete).unwrap();
+        // A table's write, not a view's: to the database at once.
+        store.write(put(None, b"t/x", b"9")).unwrap();
+
+        let live = vec![
+            (b"v/a".to_vec(), b"3".to_vec()),
+            (b"v/c".to_vec(), b"2".to_vec()),
+            (b"v/d".to_vec(), b"3".to_vec()),
+        ];
+        assert_eq!(scan(&store, b"v/", b"v0"), live);
+        assert_eq!(store.get(b"v/a").unwrap(), Some(b"3".to_vec()));
+        assert_eq!(store.get(b"v/b").unwrap(), None);
+        let keys = [b"v/a".to_vec(), b"v/b".to_vec(), b"v/c".to_vec(), b"t/x".to_vec()];
+        assert_eq!(
+            store.multi_get(&keys).unwrap(),
+            vec![Some(b"3".to_vec()), None, Some(b"2".to_vec()), Some(b"9".to_vec())]
+        );
+        let range = KeyRange { start: b"v/".to_vec(), end: Some(b"v/c".to_vec()) };
+        assert_eq!(store.last_key(&range).unwrap(), Some(b"v/a".to_vec()), "v/b is deleted by a held write");
+        let all_v = KeyRange { start: b"v/".to_vec(), end: Some(b"v0".to_vec()) };
+        assert_eq!(store.last_key(&all_v).unwrap(), Some(b"v/d".to_vec()), "v/d exists only held");
+
+        let snapshot_dir = dir.path().join("snapshot");
+        store.checkpoint(&snapshot_dir).unwrap();
+        store.release_held().unwrap();
+        assert_eq!(scan(&store, b"v/", b"v0"), live, "the same after the release");
+        drop(store);
+
+        let snapshot = RocksStore::open(&snapshot_dir, &StorageConfig::default()).unwrap();
+        assert_eq!(
+            scan(&snapshot, b"", b"z"),
+            vec![
+                (b"t/x".to_vec(), b"9".to_vec()),
+                (b"v/a".to_vec(), b"1".to_vec()),
+                (b"v/b".to_vec(), b"1".to_vec()),
+                (b"v/c".to_vec(), b"2".to_vec()),
+            ],
+            "the snapshot holds every view write up to the cut, none after it"
+        );
     }
 }

@@ -35,6 +35,10 @@ pub struct WriteBatch {
     /// its write-ahead log for them. Atomicity still holds: the batch is applied whole or not
     /// at all. (A checkpoint flushes the memtables, so its snapshot holds them.)
     pub skip_wal: bool,
+    /// The epoch whose commit this is, for a view's commit (None: any other write). While a
+    /// checkpoint's snapshot is awaited, the store holds the commits of later epochs in memory
+    /// ([`StateStore::hold_after`]).
+    pub epoch: Option<crate::types::Epoch>,
 }
 
 impl WriteBatch {
@@ -116,6 +120,17 @@ pub trait StateStore: Send + Sync + 'static {
     /// Makes the writes that skipped the write-ahead log durable (at a clean stop), so that
     /// nothing is read again after it.
     fn persist(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// From now until [`StateStore::release_held`], batches of epochs after `cut`
+    /// ([`WriteBatch::epoch`]) are held in memory, where reads see them, instead of written: a
+    /// snapshot taken meanwhile holds every view exactly at `cut`, while views go on committing
+    /// (ADR 18). A store that cannot hold writes writes them at once.
+    fn hold_after(&self, _cut: crate::types::Epoch) {}
+
+    /// Writes the held batches into the store, in one batch, and stops holding.
+    fn release_held(&self) -> Result<()> {
         Ok(())
     }
 
