@@ -42,7 +42,7 @@ use crate::operators::temporal_filter::{RowBound, TemporalFilter};
 use crate::operators::top_n::{RankOrder, TopN};
 use crate::operators::union::Union;
 use crate::operators::window_assign::WindowAssign;
-use crate::state::keyed::KeyedState;
+use crate::state::keyed::{KeyedState, OperatorStateSettings};
 use crate::state::keys::{operator_state_table, TableId, RUNTIME_STATE_TABLE};
 use crate::state::rows_by_time::RowsByTime;
 use crate::types::window::{TimeColumn, Windowing};
@@ -105,7 +105,7 @@ struct Builder<'a> {
     late_rows_schema: Option<SchemaRef>,
     /// The next operator state table number of this view.
     next_state_table: u8,
-    cache_entries: usize,
+    operator_state: OperatorStateSettings,
     options: ViewOptions,
     /// Windowed aggregates built (they emit on window close themselves).
     windowed_aggregates: usize,
@@ -157,7 +157,7 @@ struct LookupSide {
 }
 
 /// Builds view `view_id`'s operators for `plan`; each operator state table caches at most
-/// `cache_entries` entries in memory.
+/// as `operator_state` says.
 #[allow(clippy::too_many_arguments)]
 pub fn build(
     plan: &LogicalPlan,
@@ -165,7 +165,7 @@ pub fn build(
     catalog: &Catalog,
     view: &str,
     view_id: TableId,
-    cache_entries: usize,
+    operator_state: OperatorStateSettings,
     parallelism: usize,
     options: &ViewOptions,
 ) -> Result<Built> {
@@ -179,7 +179,7 @@ pub fn build(
         watermarks: Vec::new(),
         late_rows_schema: None,
         next_state_table: 0,
-        cache_entries,
+        operator_state,
         options: options.clone(),
         windowed_aggregates: 0,
         assigners: 0,
@@ -415,7 +415,9 @@ impl Builder<'_> {
 
     /// A shard's access to state table `id` (write-back: it reaches the store at checkpoints).
     fn keyed(&self, id: TableId) -> Result<KeyedState> {
-        KeyedState::new(id, Arc::clone(self.catalog.store()), self.cache_entries).write_back()
+        let settings = self.operator_state;
+        let table = KeyedState::new(id, Arc::clone(self.catalog.store()), settings.cache_entries).write_back()?;
+        Ok(table.settle_after(settings.settle_after))
     }
 
     /// One operator per shard, made by `make(shard)`.

@@ -37,8 +37,8 @@ pub enum ViewStart {
 
 pub struct Streaming {
     catalog: Arc<Catalog>,
-    /// Entries each operator state table may cache in memory.
-    pub state_cache_entries: usize,
+    /// How operator state tables cache and flush their writes.
+    pub operator_state: crate::state::keyed::OperatorStateSettings,
     /// How long an input without rows is left out of a view's watermark.
     pub watermark_idle_timeout: Duration,
     pub coordinator: Arc<BarrierCoordinator>,
@@ -61,11 +61,17 @@ impl Streaming {
         checkpointer: Option<Arc<crate::checkpoint::Checkpointer>>,
         first_epoch: crate::types::Epoch,
     ) -> Arc<Streaming> {
+        let checkpoint_interval =
+            checkpointer.as_ref().map(|c| c.interval).filter(|i| *i != Duration::MAX);
         let coordinator =
             BarrierCoordinator::new(Arc::clone(&catalog.changes), Arc::clone(&catalog), checkpointer, first_epoch);
         Arc::new(Streaming {
             catalog,
-            state_cache_entries,
+            operator_state: crate::state::keyed::OperatorStateSettings::new(
+                state_cache_entries,
+                epochs.interval,
+                checkpoint_interval,
+            ),
             watermark_idle_timeout,
             coordinator,
             jobs: parking_lot::Mutex::new(HashMap::new()),

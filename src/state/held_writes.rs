@@ -111,6 +111,23 @@ impl HeldWrites {
         }
     }
 
+    /// Whether a write to the store of `ops` would touch what is held (and must also be
+    /// applied here: [`HeldWrites::apply_direct`]).
+    pub fn shadows_any(&self, ops: &[WriteOp]) -> bool {
+        if self.is_empty() {
+            return false;
+        }
+        ops.iter().any(|op| match op {
+            WriteOp::Put(k, _) | WriteOp::Delete(k) => self.shadows(k),
+            WriteOp::DeleteRange(start, end) => {
+                self.entries
+                    .range::<[u8], _>((Bound::Included(start.as_slice()), Bound::Excluded(end.as_slice())))
+                    .next()
+                    .is_some()
+            }
+        })
+    }
+
     fn shadows(&self, key: &[u8]) -> bool {
         self.entries.contains_key(key) || self.masks(key)
     }

@@ -9,8 +9,10 @@
 //! reads see them. Operator state is restored from checkpoints (ADR 11), so it needs to be in
 //! the store only at a checkpoint barrier: a *write-back* table ([`KeyedState::write_back`],
 //! all operator state) keeps its writes in memory across epochs and sends them to the store at
-//! a checkpoint, or earlier when more than `capacity` are pending; a key written and deleted
-//! again before then, which the store is known not to hold, never reaches it. A write-back
+//! a checkpoint, or earlier when more than `capacity` are pending, or, when barriers come
+//! more often than checkpoints, once pending for two barrier intervals
+//! ([`KeyedState::settle_after`]: a checkpoint barrier then flushes little); a key written and
+//! deleted again before then, which the store is known not to hold, never reaches it. A write-back
 //! table knows *exactly* which keys the store holds while they are few ([`StoredKeys`]: read
 //! when it is opened if there are at most a few thousand, kept up to date at each flush; once
 //! they pass `capacity`, or a few thousand without answering lookups, it stops tracking them
@@ -32,7 +34,7 @@
 //! a buffer): [`KeyedState::add_count`] and [`decode_count`] are the one encoding of them, an
 //! `i64` little-endian, absent meaning 0.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::ops::Bound;
 
 use smallvec::SmallVec;
@@ -43,6 +45,31 @@ use std::sync::Arc;
 use super::keys::{prefix_end, vnode_of, TableId, VNODE_COUNT};
 use super::store::{ScanControl, StateStore, Visitor, WriteBatch};
 use crate::error::{Result, SqlState, WeirError};
+
+/// How a view's operator state tables keep their writes (one value per server).
+#[derive(Debug, Clone, Copy)]
+pub struct OperatorStateSettings {
+    /// Entries each table caches in memory (and pending writes before an early flush).
+    pub cache_entries: usize,
+    /// Pending writes this old go to the store at any barrier ([`KeyedState::settle_after`]).
+    pub settle_after: Option<std::time::Duration>,
+}
+
+impl OperatorStateSettings {
+    /// The settings for barriers every `barrier_interval` and checkpoints every
+    /// `checkpoint_interval` (None: only at DDL and at a stop): write-back state settles after
+    /// two barrier intervals when checkpoints are rarer than that, so a checkpoint barrier has
+    /// only the last two intervals' writes to flush (ADR 18).
+    pub fn new(
+        cache_entries: usize,
+        barrier_interval: std::time::Duration,
+        checkpoint_interval: Option<std::time::Duration>,
+    ) -> OperatorStateSettings {
+        let settle = barrier_interval.saturating_mul(2);
+        let settle_after = checkpoint_interval.filter(|c| *c > settle).map(|_| settle);
+        OperatorStateSettings { cache_entries, settle_after }
+    }
+}
 
 /// A stored multiplicity; bytes of another length are a corrupt store (XX001).
 pub fn decode_count(bytes: &[u8]) -> Result<i64> {
@@ -128,6 +155,13 @@ impl Writes {
             Writes::Many(m) => {
                 m.remove(rest);
             }
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Writes::Few(v) => v.len(),
+            Writes::Many(m) => m.len(),
         }
     }
 
@@ -252,6 +286,18 @@ pub struct KeyedState {
     pending_len: usize,
     /// Keep writes across epochs until more than `capacity` are pending.
     write_back: bool,
+    /// Barriers this table has seen (its flushes).
+    barriers: u64,
+    /// A write-back table's writes pending this long go to the store at the next barrier,
+    /// checkpoint or not (None: only at checkpoints, or past `capacity`).
+    settle_after: Option<std::time::Duration>,
+    /// When each recent barrier came (while `settle_after` is set), oldest first.
+    barrier_times: VecDeque<(u64, std::time::Instant)>,
+    /// A write-back table's prefixes in the order they got pending writes, with the barrier
+    /// count then: at a barrier that is not a checkpoint, those pending for longer than
+    /// `settle_after` go to the store (see [`KeyedState::flush_settled`]). Entries for
+    /// prefixes flushed or emptied since are passed over.
+    pending_since: VecDeque<(u64, InlineKey)>,
     /// Which keys the store holds, when tracked (a write-back table's, while few).
     stored: StoredKeys,
     /// Lookups the tracked keys answered since the last flush: a table past
@@ -270,6 +316,10 @@ impl KeyedState {
             pending: HashMap::default(),
             pending_len: 0,
             write_back: false,
+            barriers: 0,
+            settle_after: None,
+            barrier_times: VecDeque::new(),
+            pending_since: VecDeque::new(),
             stored: StoredKeys::Unknown,
             answered_absent: 0,
             cache: HashMap::default(),
@@ -369,7 +419,15 @@ impl KeyedState {
         if value.is_none() && !maybe_stored {
             return;
         }
-        let inner = self.pending.entry(InlineKey::from_slice(prefix)).or_insert_with(|| Writes::Few(SmallVec::new()));
+        let inner = match self.pending.entry(InlineKey::from_slice(prefix)) {
+            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                if self.settle_after.is_some() {
+                    self.pending_since.push_back((self.barriers, v.key().clone()));
+                }
+                v.insert(Writes::Few(SmallVec::new()))
+            }
+        };
         inner.insert(InlineKey::from_slice(rest), Pending { value, maybe_stored });
         self.pending_len += 1;
     }
@@ -575,18 +633,76 @@ impl KeyedState {
     /// `checkpoint` or when more than `capacity` are pending) and bounds the cache. Returns
     /// whether anything may have reached the store.
     pub fn flush(&mut self, wb: &mut WriteBatch, checkpoint: bool) -> bool {
+        self.barriers += 1;
+        if self.settle_after.is_some() {
+            self.barrier_times.push_back((self.barriers, std::time::Instant::now()));
+        }
         if self.write_back && !checkpoint && self.pending_len <= self.capacity {
-            return false;
+            return self.flush_settled(wb);
         }
         let flushed = !self.pending.is_empty();
         self.pending_len = 0;
-        // In store key order (vnode, prefix, rest): RocksDB's memtable inserts a run of
-        // ascending keys from where the previous insert ended instead of searching its skip list
-        // from the top for each.
-        let mut prefixes: Vec<(u16, InlineKey, Writes)> =
-            self.pending.drain().map(|(d, w)| (vnode_of(&d), d, w)).collect();
+        self.pending_since.clear();
+        // Nothing is pending: only this barrier's time is needed from now on.
+        while self.barrier_times.len() > 1 {
+            self.barrier_times.pop_front();
+        }
+        let prefixes: Vec<(InlineKey, Writes)> = self.pending.drain().collect();
         // Keep a small map's allocation for the next epoch, not a large one's.
         self.pending.shrink_to(FEW_PREFIXES);
+        self.write_prefixes(prefixes, wb);
+        if let StoredKeys::Exactly { keys, .. } = &self.stored {
+            // Judged only over an interval that wrote: an idle table keeps its keys tracked.
+            if flushed && keys.len() > UNTRACKED_UNLESS_USED && self.answered_absent == 0 {
+                self.stored = StoredKeys::Unknown;
+            }
+        }
+        self.answered_absent = 0;
+        flushed
+    }
+
+    /// Writes of a write-back table go to the store at any barrier once pending for `age`
+    /// (set when barriers come more often than checkpoints: see ADR 18). State that outlives
+    /// it is then written a little at every barrier instead of all at the next checkpoint,
+    /// whose barrier (and every change behind it) would otherwise wait for all of it; state
+    /// written and dropped within `age` still never reaches the store.
+    pub fn settle_after(mut self, age: Option<std::time::Duration>) -> KeyedState {
+        self.settle_after = age.filter(|_| self.write_back);
+        self.barrier_times = self.settle_after.iter().map(|_| (0, std::time::Instant::now())).collect();
+        self
+    }
+
+    /// A write-back table at a barrier that is not a checkpoint: the prefixes pending since
+    /// before a barrier that came at least `settle_after` ago go into `wb`.
+    fn flush_settled(&mut self, wb: &mut WriteBatch) -> bool {
+        let Some(age) = self.settle_after else { return false };
+        let Some(cutoff) = std::time::Instant::now().checked_sub(age) else { return false };
+        // Writes made before barrier k + 1 are settled once it came before the cutoff.
+        let mut through = None;
+        while self.barrier_times.get(1).is_some_and(|(_, at)| *at <= cutoff) {
+            through = self.barrier_times.pop_front().map(|(k, _)| k);
+        }
+        let Some(through) = through else { return false };
+        let mut settled = Vec::new();
+        while self.pending_since.front().is_some_and(|(since, _)| *since <= through) {
+            let (_, prefix) = self.pending_since.pop_front().expect("a front entry");
+            if let Some(writes) = self.pending.remove(&prefix) {
+                self.pending_len -= writes.len();
+                settled.push((prefix, writes));
+            }
+        }
+        let flushed = !settled.is_empty();
+        self.write_prefixes(settled, wb);
+        flushed
+    }
+
+    /// Moves `prefixes`' pending writes into `wb`, in store key order (vnode, prefix, rest):
+    /// RocksDB's memtable then inserts a run of ascending keys from where the previous insert
+    /// ended instead of searching its skip list from the top for each. Keeps the stored-key
+    /// tracking and the cache up to date.
+    fn write_prefixes(&mut self, prefixes: Vec<(InlineKey, Writes)>, wb: &mut WriteBatch) {
+        let mut prefixes: Vec<(u16, InlineKey, Writes)> =
+            prefixes.into_iter().map(|(d, w)| (vnode_of(&d), d, w)).collect();
         prefixes.sort_unstable_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
         for (vnode, distribution, inner) in prefixes {
             let mut stored_prefix = Vec::with_capacity(6 + distribution.len());
@@ -622,14 +738,6 @@ impl KeyedState {
                 }
             });
         }
-        if let StoredKeys::Exactly { keys, .. } = &self.stored {
-            // Judged only over an interval that wrote: an idle table keeps its keys tracked.
-            if flushed && keys.len() > UNTRACKED_UNLESS_USED && self.answered_absent == 0 {
-                self.stored = StoredKeys::Unknown;
-            }
-        }
-        self.answered_absent = 0;
-        flushed
     }
 
     fn remember(&mut self, key: Vec<u8>, value: Option<Vec<u8>>) {
@@ -644,6 +752,40 @@ impl KeyedState {
 mod tests {
     use super::*;
     use crate::state::memory::MemoryStore;
+
+    /// Writes pending for longer than `settle_after` go to the store at a barrier that is not a
+    /// checkpoint; younger ones wait; a write made and dropped in between never goes.
+    #[test]
+    fn write_back_writes_settle_into_the_store_after_their_age() {
+        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+        let age = std::time::Duration::from_millis(20);
+        let mut s = KeyedState::new(7, Arc::clone(&store), 1024).write_back().unwrap().settle_after(Some(age));
+        s.put(b"g1a", 2, b"1".to_vec());
+        s.put(b"g2a", 2, b"2".to_vec());
+        let mut wb = WriteBatch::default();
+        assert!(!s.flush(&mut wb, false), "nothing is old enough yet");
+        std::thread::sleep(age * 2);
+        s.put(b"g3a", 2, b"3".to_vec());
+        s.put(b"g4a", 2, b"4".to_vec());
+        s.delete(b"g4a", 2);
+        let mut wb = WriteBatch::default();
+        assert!(s.flush(&mut wb, false), "the writes made before the first barrier settle");
+        let mut keys: Vec<Vec<u8>> = wb.ops.iter().map(|op| op.key()[6..].to_vec()).collect();
+        keys.sort();
+        assert_eq!(keys, vec![b"g1a".to_vec(), b"g2a".to_vec()]);
+        store.write(wb).unwrap();
+        assert_eq!(s.get(b"g3a", 2).unwrap(), Some(b"3".to_vec()), "a younger write is still read from memory");
+        let mut wb = WriteBatch::default();
+        assert!(s.flush(&mut wb, true), "a checkpoint takes everything");
+        let keys: Vec<Vec<u8>> = wb.ops.iter().map(|op| op.key()[6..].to_vec()).collect();
+        assert_eq!(keys, vec![b"g3a".to_vec()], "g4a was written and dropped before reaching the store");
+        // Without an age (barriers are checkpoints) a barrier writes nothing.
+        let mut plain = KeyedState::new(8, Arc::clone(&store), 1024).write_back().unwrap().settle_after(None);
+        plain.put(b"g1a", 2, b"1".to_vec());
+        std::thread::sleep(age);
+        let mut wb = WriteBatch::default();
+        assert!(!plain.flush(&mut wb, false) && !plain.flush(&mut wb, false) && wb.is_empty());
+    }
 
     #[test]
     fn reads_see_pending_writes_and_flush_commits_them() {

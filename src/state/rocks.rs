@@ -44,6 +44,15 @@ impl RocksStore {
         opts.create_if_missing(true);
         opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
         opts.set_bottommost_compression_type(rocksdb::DBCompressionType::Zstd);
+        // Flushes and compactions run at a lower CPU priority than the views: on a machine the
+        // dataflow keeps busy, a checkpoint's memtable flush and the compactions after it
+        // otherwise take the cores from the views just when the checkpoint barrier passes
+        // (their freshness). They catch up in the gaps; a backlog slows writes, RocksDB's
+        // own backpressure.
+        let mut env = rocksdb::Env::new()?;
+        env.lower_thread_pool_cpu_priority();
+        env.lower_high_priority_thread_pool_cpu_priority();
+        opts.set_env(&env);
         opts.increase_parallelism(2);
         // Segments of append-only relations (megabytes each) go to blob files, uncompressed:
         // compaction then moves only keys, and storing a row costs no compression CPU.
@@ -230,8 +239,18 @@ impl StateStore for RocksStore {
     }
 
     fn write(&self, batch: WriteBatch) -> Result<()> {
-        if self.held.read().is_none() {
-            return self.write_now(batch);
+        {
+            let held = self.held.read();
+            match held.as_ref() {
+                None => {
+                    drop(held);
+                    return self.write_now(batch);
+                }
+                // Written to the database under the read lock, so no held write of the same
+                // keys comes in between.
+                Some(h) if !h.holds_epoch(batch.epoch) && !h.shadows_any(&batch.ops) => return self.write_now(batch),
+                Some(_) => {}
+            }
         }
         loop {
             let mut held = self.held.write();

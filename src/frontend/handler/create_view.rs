@@ -120,7 +120,7 @@ pub fn build_view(
         fe.catalog(),
         name,
         view,
-        fe.streaming().state_cache_entries,
+        fe.streaming().operator_state,
         parallelism,
         options,
     )
