@@ -299,6 +299,39 @@ impl Relation {
             .map_err(|e| WeirError::internal(e.to_string()))?
     }
 
+    /// The relation's rows from one snapshot, read on a blocking thread and handed over batch
+    /// by batch, at most two batches ahead of the receiver, so that reading costs a few
+    /// batches of memory whatever the relation's size (a view's backfill). Returns once the
+    /// snapshot is taken: a caller holding the locks that make the moment a cut may release
+    /// them then. The reader stops when the receiver is dropped; an error is the last item.
+    pub async fn stream_snapshot(
+        self: &Arc<Self>,
+        store: &Arc<dyn StateStore>,
+    ) -> tokio::sync::mpsc::Receiver<Result<datafusion::arrow::array::RecordBatch>> {
+        let (tx, rx) = tokio::sync::mpsc::channel(2);
+        let (taken_tx, taken) = tokio::sync::oneshot::channel::<()>();
+        let (relation, store) = (Arc::clone(self), Arc::clone(store));
+        tokio::task::spawn_blocking(move || {
+            let mut taken_tx = Some(taken_tx);
+            // The first batch comes from the scan's iterator (its snapshot), or the scan ended:
+            // either way the snapshot is taken; dropping the sender says so.
+            let read = relation.stream_rows(store.as_ref(), None, None, &mut |batch| {
+                taken_tx.take();
+                Ok(match tx.blocking_send(Ok(batch)) {
+                    Ok(()) => ScanControl::Continue,
+                    Err(_) => ScanControl::Stop,
+                })
+            });
+            drop(taken_tx);
+            if let Err(e) = read {
+                let _ = tx.blocking_send(Err(e));
+            }
+        });
+        // Err: the sender is gone, which is the signal (or the reader ended early).
+        let _ = taken.await;
+        rx
+    }
+
     /// Reserves `n` row ids, as the hidden row id column of `n` new rows; the caller persists
     /// the new high-water mark with [`Relation::persist_row_id`] in the same batch as the rows
     /// (a view's ids need not be persisted: its rows are rebuilt at start).

@@ -56,6 +56,10 @@ use crate::state::store::{ScanControl, StateStore, WriteBatch};
 use crate::types::window::{instant_column, now_nanos, to_nanos, PAST_EVERY_ROW};
 use crate::types::{Barrier, BarrierKind, ChangeBatch, Epoch, Message};
 
+/// Input rows a backfill reads between two commits of what it produced, bounding the memory
+/// a view's creation takes over a large relation.
+pub const BACKFILL_COMMIT_ROWS: usize = 1 << 20;
+
 /// One input's watermark: the largest value of its watermark expression seen so far.
 pub struct InputWatermark {
     pub expr: Arc<dyn PhysicalExpr>,
@@ -176,23 +180,34 @@ impl ViewJob {
         Ok(Some(RecordBatch::try_new(target, columns)?))
     }
 
-    /// Runs the view over its inputs' current rows (`snapshots[i]` for input `i`; `ended[i]`:
-    /// the input has no more) and commits the result, before the job starts following changes.
-    /// `now` is the time of the epoch the view starts at.
+    /// Runs the view over its inputs' rows as of its start (`snapshots[i]`: input `i`'s, read
+    /// batch by batch from one snapshot of the store; `ended[i]`: the input has no more) and
+    /// commits the result, before the job starts following changes. `now` is the time of the
+    /// epoch the view starts at. Memory is a few input batches and what the operators hold:
+    /// every [`BACKFILL_COMMIT_ROWS`] input rows the view commits what it has so far, as an
+    /// epoch does.
     pub async fn backfill(
         &mut self,
-        snapshots: Vec<Vec<datafusion::arrow::array::RecordBatch>>,
+        snapshots: Vec<tokio::sync::mpsc::Receiver<Result<RecordBatch>>>,
         ended: Vec<bool>,
         now: i64,
     ) -> Result<()> {
         self.graph.epoch_time(now);
-        for (input, batches) in snapshots.into_iter().enumerate() {
-            for batch in batches {
-                if batch.num_rows() > 0 {
-                    let batch = ChangeBatch::inserts(batch);
-                    self.observe(input, &batch);
-                    let out = self.graph.push(input, batch)?;
-                    out.into_iter().for_each(|b| self.materialize.apply(b));
+        let mut uncommitted = 0;
+        for (input, mut rows) in snapshots.into_iter().enumerate() {
+            while let Some(batch) = rows.recv().await {
+                let batch = batch?;
+                if batch.num_rows() == 0 {
+                    continue;
+                }
+                uncommitted += batch.num_rows();
+                let batch = ChangeBatch::inserts(batch);
+                self.observe(input, &batch);
+                let out = self.graph.push(input, batch)?;
+                out.into_iter().for_each(|b| self.materialize.apply(b));
+                if uncommitted >= BACKFILL_COMMIT_ROWS {
+                    self.commit_backfill().await?;
+                    uncommitted = 0;
                 }
             }
         }
@@ -201,6 +216,12 @@ impl ViewJob {
             self.input_ended(input);
         }
         self.advance_watermark();
+        self.commit_backfill().await
+    }
+
+    /// Commits what the backfill has produced so far (the view is not yet visible to anything
+    /// following its changes; its indexes are kept with its rows).
+    async fn commit_backfill(&mut self) -> Result<()> {
         let mut wb = WriteBatch { skip_wal: true, ..Default::default() };
         let out = self.graph.barrier(&mut wb, false)?;
         out.into_iter().for_each(|b| self.materialize.apply(b));

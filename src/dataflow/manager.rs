@@ -142,7 +142,8 @@ impl Streaming {
                 for input in &inputs {
                     receivers.push(catalog.changes.subscribe(input.def.id, id).await);
                     if how == ViewStart::Backfill {
-                        snapshots.push(input.read_rows(catalog.store(), None).await);
+                        // Read after the locks are released, from the snapshot taken here.
+                        snapshots.push(input.stream_snapshot(catalog.store()).await);
                         ended.push(input.finished());
                     }
                 }
@@ -151,13 +152,6 @@ impl Streaming {
             })
             .await;
         let (receivers, snapshots, ended) = snapshot;
-        let snapshots = match snapshots.into_iter().collect::<Result<Vec<_>>>() {
-            Ok(s) => s,
-            Err(e) => {
-                self.stop_view(id).await;
-                return Err(e);
-            }
-        };
         let watermarks = built
             .watermarks
             .into_iter()
