@@ -123,57 +123,12 @@ impl StateStore for RocksStore {
         Ok(())
     }
 
-    /// One iterator (so one snapshot) for every range: it seeks to each range's start. Held
-    /// writes are taken with the iterator, under their lock, and merged in.
     fn scan_ranges(&self, ranges: &[KeyRange], visit: &mut Visitor<'_>) -> Result<()> {
-        let mut read_opts = ReadOptions::default();
-        // The iterator stops at the last range's end, not at the next table's first key.
-        if ranges.iter().all(|r| r.end.is_some()) {
-            if let Some(end) = ranges.iter().filter_map(|r| r.end.clone()).max() {
-                read_opts.set_iterate_upper_bound(end);
-            }
-        }
-        let (mut iter, mut cursors) = {
-            let held = self.held.read();
-            let cursors = held.as_ref().map(|h| ranges.iter().map(|r| h.cursor(r)).collect::<Vec<_>>());
-            (self.db.raw_iterator_opt(read_opts), cursors)
-        };
-        for (i, range) in ranges.iter().enumerate() {
-            let mut cursor = cursors.as_mut().map(|c| &mut c[i]);
-            iter.seek(&range.start);
-            while iter.valid() {
-                let (Some(k), Some(v)) = (iter.key(), iter.value()) else {
-                    break;
-                };
-                if !range.contains(k) {
-                    break;
-                }
-                let control = match cursor.as_deref_mut() {
-                    None => visit(k, v)?,
-                    Some(cursor) => {
-                        if cursor.visit_below(Some(k), visit)? == ScanControl::Stop {
-                            return Ok(iter.status()?);
-                        }
-                        match cursor.at(k) {
-                            Held::Value(held) => visit(k, held)?,
-                            Held::Deleted => ScanControl::Continue,
-                            Held::NotHeld => visit(k, v)?,
-                        }
-                    }
-                };
-                if control == ScanControl::Stop {
-                    return Ok(iter.status()?);
-                }
-                iter.next();
-            }
-            iter.status()?;
-            if let Some(cursor) = cursor {
-                if cursor.visit_below(None, visit)? == ScanControl::Stop {
-                    return Ok(());
-                }
-            }
-        }
-        Ok(())
+        self.scan(ranges, visit, true)
+    }
+
+    fn scan_ranges_once(&self, ranges: &[KeyRange], visit: &mut Visitor<'_>) -> Result<()> {
+        self.scan(ranges, visit, false)
     }
 
     fn last_key(&self, range: &KeyRange) -> Result<Option<Vec<u8>>> {
@@ -281,6 +236,61 @@ impl StateStore for RocksStore {
 }
 
 impl RocksStore {
+    /// One iterator (so one snapshot) for every range: it seeks to each range's start. Held
+    /// writes are taken with the iterator, under their lock, and merged in. `fill_cache`:
+    /// whether the blocks read go into the block cache.
+    fn scan(&self, ranges: &[KeyRange], visit: &mut Visitor<'_>, fill_cache: bool) -> Result<()> {
+        let mut read_opts = ReadOptions::default();
+        read_opts.fill_cache(fill_cache);
+        // The iterator stops at the last range's end, not at the next table's first key.
+        if ranges.iter().all(|r| r.end.is_some()) {
+            if let Some(end) = ranges.iter().filter_map(|r| r.end.clone()).max() {
+                read_opts.set_iterate_upper_bound(end);
+            }
+        }
+        let (mut iter, mut cursors) = {
+            let held = self.held.read();
+            let cursors = held.as_ref().map(|h| ranges.iter().map(|r| h.cursor(r)).collect::<Vec<_>>());
+            (self.db.raw_iterator_opt(read_opts), cursors)
+        };
+        for (i, range) in ranges.iter().enumerate() {
+            let mut cursor = cursors.as_mut().map(|c| &mut c[i]);
+            iter.seek(&range.start);
+            while iter.valid() {
+                let (Some(k), Some(v)) = (iter.key(), iter.value()) else {
+                    break;
+                };
+                if !range.contains(k) {
+                    break;
+                }
+                let control = match cursor.as_deref_mut() {
+                    None => visit(k, v)?,
+                    Some(cursor) => {
+                        if cursor.visit_below(Some(k), visit)? == ScanControl::Stop {
+                            return Ok(iter.status()?);
+                        }
+                        match cursor.at(k) {
+                            Held::Value(held) => visit(k, held)?,
+                            Held::Deleted => ScanControl::Continue,
+                            Held::NotHeld => visit(k, v)?,
+                        }
+                    }
+                };
+                if control == ScanControl::Stop {
+                    return Ok(iter.status()?);
+                }
+                iter.next();
+            }
+            iter.status()?;
+            if let Some(cursor) = cursor {
+                if cursor.visit_below(None, visit)? == ScanControl::Stop {
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Writes `batch` to the database.
     fn write_now(&self, batch: WriteBatch) -> Result<()> {
         let mut wb = rocksdb::WriteBatch::default();

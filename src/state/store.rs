@@ -97,6 +97,13 @@ pub trait StateStore: Send + Sync + 'static {
     /// scan.
     fn scan_ranges(&self, ranges: &[KeyRange], visit: &mut Visitor<'_>) -> Result<()>;
 
+    /// [`StateStore::scan_ranges`] for a scan of a whole relation: what it reads is not kept
+    /// in the store's caches, where it would push out the entries point reads and operators
+    /// use (and a scan of a large relation would grow memory to the cache's size).
+    fn scan_ranges_once(&self, ranges: &[KeyRange], visit: &mut Visitor<'_>) -> Result<()> {
+        self.scan_ranges(ranges, visit)
+    }
+
     fn write(&self, batch: WriteBatch) -> Result<()>;
 
     /// The greatest key in `range` (None: the range is empty).

@@ -266,7 +266,7 @@ impl StateTable {
         let mut pending: Vec<Vec<u8>> = Vec::with_capacity(batch_size.min(4096));
         let mut read = 0usize;
         let mut stopped = false;
-        store.scan_ranges(&store_ranges, &mut |_, v| {
+        let mut visit = |_: &[u8], v: &[u8]| {
             pending.push(v.to_vec());
             read += 1;
             if pending.len() >= batch_size {
@@ -277,7 +277,12 @@ impl StateTable {
                 }
             }
             Ok(if read >= limit { ScanControl::Stop } else { ScanControl::Continue })
-        })?;
+        };
+        // A whole table is read once: its blocks are not cached.
+        match ranges {
+            None => store.scan_ranges_once(&store_ranges, &mut visit)?,
+            Some(_) => store.scan_ranges(&store_ranges, &mut visit)?,
+        }
         if !pending.is_empty() && !stopped {
             emit(self.decode_values(&pending)?)?;
         }
