@@ -303,11 +303,12 @@ impl Relation {
     /// by batch, at most two batches ahead of the receiver, so that reading costs a few
     /// batches of memory whatever the relation's size (a view's backfill). Returns once the
     /// snapshot is taken: a caller holding the locks that make the moment a cut may release
-    /// them then. The reader stops when the receiver is dropped; an error is the last item.
+    /// them then. The reader stops when the receiver is dropped. The last item is `Ok(None)`
+    /// after every row, or an error: a channel that closes without either lost its reader.
     pub async fn stream_snapshot(
         self: &Arc<Self>,
         store: &Arc<dyn StateStore>,
-    ) -> tokio::sync::mpsc::Receiver<Result<datafusion::arrow::array::RecordBatch>> {
+    ) -> tokio::sync::mpsc::Receiver<Result<Option<datafusion::arrow::array::RecordBatch>>> {
         let (tx, rx) = tokio::sync::mpsc::channel(2);
         let (taken_tx, taken) = tokio::sync::oneshot::channel::<()>();
         let (relation, store) = (Arc::clone(self), Arc::clone(store));
@@ -317,15 +318,13 @@ impl Relation {
             // either way the snapshot is taken; dropping the sender says so.
             let read = relation.stream_rows(store.as_ref(), None, None, &mut |batch| {
                 taken_tx.take();
-                Ok(match tx.blocking_send(Ok(batch)) {
+                Ok(match tx.blocking_send(Ok(Some(batch))) {
                     Ok(()) => ScanControl::Continue,
                     Err(_) => ScanControl::Stop,
                 })
             });
             drop(taken_tx);
-            if let Err(e) = read {
-                let _ = tx.blocking_send(Err(e));
-            }
+            let _ = tx.blocking_send(read.map(|()| None));
         });
         // Err: the sender is gone, which is the signal (or the reader ended early).
         let _ = taken.await;

@@ -75,6 +75,8 @@ pub struct BarrierCoordinator {
     /// The epoch of the last snapshot this process took (0: none yet); the change log is
     /// deleted up to it when the next is taken.
     previous_snapshot: AtomicU64,
+    /// The DDL gate, held for good after the last checkpoint of a clean stop.
+    closed: parking_lot::Mutex<Option<tokio::sync::OwnedRwLockWriteGuard<()>>>,
 }
 
 impl BarrierCoordinator {
@@ -103,6 +105,7 @@ impl BarrierCoordinator {
             checkpointed: watch::channel(first_epoch).0,
             clock: EpochClock::default(),
             previous_snapshot: AtomicU64::new(0),
+            closed: parking_lot::Mutex::new(None),
         })
     }
 
@@ -127,7 +130,9 @@ impl BarrierCoordinator {
         let Some(gate) = gate else { return self.inject().await };
         let (epoch, injected_at) = self.inject_barrier(BarrierKind::Checkpoint).await;
         let this = Arc::clone(self);
-        crate::dataflow::runtime::spawn(async move { this.take_checkpoint(epoch, injected_at, gate).await });
+        crate::dataflow::runtime::spawn(async move {
+            this.take_checkpoint(epoch, injected_at, gate).await;
+        });
         epoch
     }
 
@@ -142,7 +147,9 @@ impl BarrierCoordinator {
         if kind == BarrierKind::Checkpoint {
             *self.last_checkpoint.lock() = injected_at;
             // Before any view can see barrier `epoch`, so before any can commit past it.
-            self.catalog.store().hold_after(epoch);
+            if let Err(e) = self.catalog.store().hold_after(epoch) {
+                stop_for_unwritten_commits(epoch, &e);
+            }
         }
         self.catalog.set_open_epoch(epoch + 1);
         let tables = self.catalog.relations().into_iter().filter(|r| r.def.kind == RelationKind::Table);
@@ -158,24 +165,40 @@ impl BarrierCoordinator {
     /// Takes a checkpoint now and waits until its snapshot is taken (DDL's completion; the
     /// caller must not hold the DDL gate). False if it failed.
     pub async fn checkpoint_now(&self) -> bool {
+        self.checkpoint_now_then(false).await
+    }
+
+    /// The checkpoint at a clean stop: after it no checkpoint starts (the DDL gate stays held),
+    /// so nothing is held in memory when the store is persisted. False if it failed.
+    pub async fn last_checkpoint(&self) -> bool {
+        self.checkpoint_now_then(true).await
+    }
+
+    async fn checkpoint_now_then(&self, close: bool) -> bool {
+        let gate = Arc::clone(&self.ddl_gate).write_owned().await;
         if self.checkpointer.is_none() {
+            if close {
+                *self.closed.lock() = Some(gate);
+            }
             return true;
         }
-        let gate = Arc::clone(&self.ddl_gate).write_owned().await;
         let (epoch, injected_at) = self.inject_barrier(BarrierKind::Checkpoint).await;
-        self.take_checkpoint(epoch, injected_at, gate).await;
+        let gate = self.take_checkpoint(epoch, injected_at, gate).await;
+        if close {
+            *self.closed.lock() = Some(gate);
+        }
         self.checkpointer.as_ref().is_some_and(|c| c.local_epoch() >= epoch)
     }
 
     /// Waits for every view to commit checkpoint barrier `epoch`, has the checkpointer snapshot
     /// the store and start uploading it, then writes the view commits held meanwhile into the
-    /// store. `_gate` (the DDL gate, exclusive) is held until then.
+    /// store. `gate` (the DDL gate, exclusive) is held until then, and handed back.
     async fn take_checkpoint(
         &self,
         epoch: Epoch,
         injected_at: std::time::Instant,
-        _gate: tokio::sync::OwnedRwLockWriteGuard<()>,
-    ) {
+        gate: tokio::sync::OwnedRwLockWriteGuard<()>,
+    ) -> tokio::sync::OwnedRwLockWriteGuard<()> {
         let snapshot = self.snapshot(epoch, injected_at).await;
         let store = Arc::clone(self.catalog.store());
         let released = match tokio::task::spawn_blocking(move || store.release_held()).await {
@@ -183,31 +206,27 @@ impl BarrierCoordinator {
             Err(e) => Err(crate::error::WeirError::internal(e.to_string())),
         };
         if let Err(e) = released {
-            // Views count those commits as stored: going on would give wrong answers without a
-            // sign. As when a view's own write fails (ADR 11 item 11): stop, and the restart
-            // restores every view from its checkpoint.
-            tracing::error!(epoch, "writing the view commits held during the snapshot failed; stopping: {e}");
-            eprintln!("weir: writing the view commits held during checkpoint {epoch} failed: {e}; exiting (code 70)");
-            std::process::exit(70);
+            stop_for_unwritten_commits(epoch, &e);
         }
         if !snapshot {
-            return;
+            return gate;
         }
         self.checkpointed.send_replace(epoch);
         // The log is kept from the snapshot before this one: a restart that finds this snapshot
         // damaged falls back to that one, and replays what came after it from the log.
         let through = self.previous_snapshot.swap(epoch, Ordering::SeqCst);
         if through == 0 {
-            return;
+            return gate;
         }
         let store = Arc::clone(self.catalog.store());
         let truncate = move || crate::catalog::change_log::truncate_through(store.as_ref(), through);
         let failed = match tokio::task::spawn_blocking(truncate).await {
-            Ok(Ok(())) => return,
+            Ok(Ok(())) => return gate,
             Ok(Err(e)) => e.message,
             Err(e) => e.to_string(),
         };
         tracing::warn!(epoch, "deleting the change log up to the checkpoint before failed: {failed}");
+        gate
     }
 
     /// Waits for every view to commit `epoch`, then snapshots the store. False if the
@@ -301,4 +320,14 @@ impl BarrierCoordinator {
             }
         });
     }
+}
+
+/// Writing the view commits held during checkpoint `epoch`'s snapshot failed. Views count them
+/// as stored: going on would give wrong answers without a sign. As when a view's own write
+/// fails (ADR 11 item 11): the process stops, and the restart restores every view from its
+/// checkpoint.
+fn stop_for_unwritten_commits(epoch: Epoch, e: &crate::error::WeirError) -> ! {
+    tracing::error!(epoch, "writing the view commits held during the snapshot failed; stopping: {e}");
+    eprintln!("weir: writing the view commits held during checkpoint {epoch} failed: {e}; exiting (code 70)");
+    std::process::exit(70);
 }

@@ -188,15 +188,24 @@ impl ViewJob {
     /// epoch does.
     pub async fn backfill(
         &mut self,
-        snapshots: Vec<tokio::sync::mpsc::Receiver<Result<RecordBatch>>>,
+        snapshots: Vec<tokio::sync::mpsc::Receiver<Result<Option<RecordBatch>>>>,
         ended: Vec<bool>,
         now: i64,
     ) -> Result<()> {
         self.graph.epoch_time(now);
+        // The view's write lock, for the whole backfill: a view or an index made over this one
+        // meanwhile waits for all of its rows, not the part committed so far.
+        let whole = Arc::clone(&self.relation.write_lock).lock_owned().await;
         let mut uncommitted = 0;
         for (input, mut rows) in snapshots.into_iter().enumerate() {
-            while let Some(batch) = rows.recv().await {
-                let batch = batch?;
+            loop {
+                let batch = match rows.recv().await {
+                    Some(Ok(Some(batch))) => batch,
+                    Some(Ok(None)) => break,
+                    Some(Err(e)) => return Err(e),
+                    // The reader went away without an end or an error (it panicked).
+                    None => return Err(WeirError::internal("the backfill's reader of an input stopped early")),
+                };
                 if batch.num_rows() == 0 {
                     continue;
                 }
@@ -206,7 +215,7 @@ impl ViewJob {
                 let out = self.graph.push(input, batch)?;
                 out.into_iter().for_each(|b| self.materialize.apply(b));
                 if uncommitted >= BACKFILL_COMMIT_ROWS {
-                    self.commit_backfill().await?;
+                    self.commit_backfill(&whole).await?;
                     uncommitted = 0;
                 }
             }
@@ -216,19 +225,19 @@ impl ViewJob {
             self.input_ended(input);
         }
         self.advance_watermark();
-        self.commit_backfill().await
+        self.commit_backfill(&whole).await
     }
 
     /// Commits what the backfill has produced so far (the view is not yet visible to anything
-    /// following its changes; its indexes are kept with its rows).
-    async fn commit_backfill(&mut self) -> Result<()> {
+    /// following its changes; its indexes are kept with its rows). `_locked`: the view's write
+    /// lock, held by the backfill.
+    async fn commit_backfill(&mut self, _locked: &tokio::sync::OwnedMutexGuard<()>) -> Result<()> {
         let mut wb = WriteBatch { skip_wal: true, ..Default::default() };
         let out = self.graph.barrier(&mut wb, false)?;
         out.into_iter().for_each(|b| self.materialize.apply(b));
         let (view_wb, changes) = self.materialize.barrier()?;
         wb.ops.extend(view_wb.ops);
         // An index may have been made on the view since it was recorded.
-        let _guard = self.relation.write_lock.lock().await;
         if let Some(changes) = &changes {
             crate::catalog::index::maintain(&self.relation, self.store.as_ref(), changes, &mut wb)?;
         }
@@ -390,6 +399,10 @@ impl ViewJob {
 
     async fn commit(&mut self, barrier: Barrier) -> Result<()> {
         let epoch = barrier.epoch;
+        // Held commits past their bound: wait here, holding no lock, for the snapshot.
+        while !self.store.has_room(epoch) {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
         // Inputs may have gone idle since the last rows.
         self.advance_watermark();
         let checkpoint = barrier.kind == BarrierKind::Checkpoint;
@@ -505,7 +518,9 @@ impl ViewJob {
             "the view stopped: it could not commit epoch {epoch} and would go on with state and rows \
              that disagree; DROP and CREATE it again: {e}"
         );
-        let mut wb = WriteBatch::default();
+        // With its epoch: a snapshot taken meanwhile holds the view as of an earlier epoch, so
+        // it must not hold the stop either (the stop is then made again after a restart).
+        let mut wb = WriteBatch { epoch: Some(epoch), ..Default::default() };
         wb.put([self.runtime_prefix().as_slice(), b"x"].concat(), why.clone().into_bytes());
         self.stopped = Some(why);
         match write_off_thread(&self.store, wb).await {

@@ -236,7 +236,7 @@ pub async fn run(config: Config) -> Result<()> {
     // A last checkpoint: the next start restores it with nothing to replay. Sessions still
     // run meanwhile: a statement under way is wholly in it (it holds its table's lock or the
     // DDL gate, which the checkpoint waits for) or wholly after it, in the change log.
-    if streaming.coordinator.checkpoint_now().await {
+    if streaming.coordinator.last_checkpoint().await {
         info!("checkpoint taken at shutdown");
     } else {
         warn!("the checkpoint at shutdown failed: the next start replays the writes since the last one");

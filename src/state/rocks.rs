@@ -22,8 +22,9 @@ use crate::config::StorageConfig;
 use crate::error::{Result, WeirError};
 use crate::types::Epoch;
 
-/// Past this many bytes of held view commits, a view's next commit waits for the snapshot:
-/// views running ahead of a slow snapshot are slowed, memory does not grow without bound.
+/// Past this many bytes of held view commits, a view's next commit waits for the snapshot
+/// ([`StateStore::has_room`]): views running ahead of a slow snapshot are slowed, memory does
+/// not grow without bound.
 const HELD_BYTES_LIMIT: usize = 256 << 20;
 
 /// Values at least this large are kept in blob files rather than in the LSM tree.
@@ -93,15 +94,18 @@ impl StateStore for RocksStore {
         Ok(self.db.flush()?)
     }
 
-    fn hold_after(&self, cut: Epoch) {
+    fn hold_after(&self, cut: Epoch) -> Result<()> {
         let mut held = self.held.write();
         if let Some(previous) = held.take() {
-            // Not released (a failed checkpoint's path): written now, before the new cut.
-            if let Err(e) = self.write_now(previous.into_batch()) {
-                tracing::error!("writing held view commits failed: {e}");
-            }
+            // Not released (a checkpoint task that ended early): written now, before the cut.
+            self.write_now(previous.into_batch())?;
         }
         *held = Some(HeldWrites::new(cut));
+        Ok(())
+    }
+
+    fn has_room(&self, epoch: Epoch) -> bool {
+        self.held.read().as_ref().is_none_or(|h| !h.holds_epoch(Some(epoch)) || h.bytes() <= HELD_BYTES_LIMIT)
     }
 
     fn release_held(&self) -> Result<()> {
@@ -207,29 +211,21 @@ impl StateStore for RocksStore {
                 Some(_) => {}
             }
         }
-        loop {
-            let mut held = self.held.write();
-            match held.as_mut() {
-                Some(h) if h.holds_epoch(batch.epoch) => {
-                    if h.bytes() > HELD_BYTES_LIMIT {
-                        // The snapshot is behind: this view waits for it.
-                        drop(held);
-                        std::thread::sleep(std::time::Duration::from_millis(1));
-                        continue;
-                    }
-                    h.apply(batch.ops);
-                    return Ok(());
-                }
-                Some(h) => {
-                    // A write of the store's own (a table, the log) or of an epoch up to the
-                    // cut: to the database now, and over any held write it shadows.
-                    h.apply_direct(&batch.ops);
-                    return self.write_now(batch);
-                }
-                None => {
-                    drop(held);
-                    return self.write_now(batch);
-                }
+        let mut held = self.held.write();
+        match held.as_mut() {
+            Some(h) if h.holds_epoch(batch.epoch) => {
+                h.apply(batch.ops);
+                Ok(())
+            }
+            Some(h) => {
+                // A write of the store's own (a table, the log) or of an epoch up to the cut:
+                // to the database now, and over any held write it shadows.
+                h.apply_direct(&batch.ops);
+                self.write_now(batch)
+            }
+            None => {
+                drop(held);
+                self.write_now(batch)
             }
         }
     }
@@ -303,10 +299,6 @@ impl RocksStore {
             }
         }
         let mut opts = WriteOptions::default();
-        // Batches write runs of ascending keys (a state table's flush is in key order): when
-        // two views' batches are inserted together, each keeps its place in the memtable's
-        // skip list between keys instead of searching from the top for every key.
-        opts.set_memtable_insert_hint_per_batch(true);
         if skip_wal {
             opts.disable_wal(true);
         } else {
@@ -347,7 +339,7 @@ mod tests {
         let store = RocksStore::open(&dir.path().join("state"), &StorageConfig::default()).unwrap();
         store.write(put(Some(1), b"v/a", b"1")).unwrap();
         store.write(put(Some(1), b"v/b", b"1")).unwrap();
-        store.hold_after(2);
+        store.hold_after(2).unwrap();
         store.write(put(Some(2), b"v/c", b"2")).unwrap();
         store.write(put(Some(3), b"v/a", b"3")).unwrap();
         let mut delete = WriteBatch { skip_wal: true, epoch: Some(3), ..Default::default() };

@@ -134,7 +134,16 @@ pub trait StateStore: Send + Sync + 'static {
     /// ([`WriteBatch::epoch`]) are held in memory, where reads see them, instead of written: a
     /// snapshot taken meanwhile holds every view exactly at `cut`, while views go on committing
     /// (ADR 18). A store that cannot hold writes writes them at once.
-    fn hold_after(&self, _cut: crate::types::Epoch) {}
+    fn hold_after(&self, _cut: crate::types::Epoch) -> Result<()> {
+        Ok(())
+    }
+
+    /// Whether a commit of `epoch` may be written now: false while it would be held and the
+    /// held writes are past their bound (the committer waits, holding no lock, until the
+    /// snapshot is taken and they are released).
+    fn has_room(&self, _epoch: crate::types::Epoch) -> bool {
+        true
+    }
 
     /// Writes the held batches into the store, in one batch, and stops holding.
     fn release_held(&self) -> Result<()> {

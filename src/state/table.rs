@@ -472,7 +472,8 @@ impl StateTable {
         let mut small_rows = 0;
         let mut read = 0usize;
         let mut stopped = false;
-        store.scan_prefix(&table_prefix(self.table_id), &mut |_, v| {
+        let whole = KeyRange { start: table_prefix(self.table_id).to_vec(), end: prefix_end(&table_prefix(self.table_id)) };
+        store.scan_ranges_once(std::slice::from_ref(&whole), &mut |_, v| {
             if read >= limit {
                 return Ok(ScanControl::Stop);
             }
