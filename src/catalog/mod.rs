@@ -236,12 +236,7 @@ impl Relation {
         emit: &mut dyn FnMut(datafusion::arrow::array::RecordBatch) -> Result<ScanControl>,
     ) -> Result<()> {
         if self.def.replayed {
-            for batch in crate::connectors::replay::rows(self, store)? {
-                if emit(batch)? == ScanControl::Stop {
-                    break;
-                }
-            }
-            return Ok(());
+            return crate::connectors::replay::stream_rows(self, store, emit);
         }
         self.table.scan_batches(store, ranges, SCAN_BATCH_ROWS, limit, &mut |batch| emit(self.user_rows(&batch)?))
     }

@@ -68,13 +68,21 @@ fn chunks(relation: &Relation, store: &dyn StateStore) -> Result<Vec<ChunkEntry>
 }
 
 /// Every row of replayed source `relation` (user columns), produced again by its connector
-/// from the chunk log read from `store`. Blocking.
-pub fn rows(relation: &Relation, store: &dyn StateStore) -> Result<Vec<RecordBatch>> {
+/// from the chunk log as `store` holds it now, handed to `emit` a chunk at a time (memory is a
+/// chunk, however many there are) until it says stop. Blocking.
+pub fn stream_rows(
+    relation: &Relation,
+    store: &dyn StateStore,
+    emit: &mut dyn FnMut(RecordBatch) -> Result<ScanControl>,
+) -> Result<()> {
     let mut reader = reader_of(relation)?;
-    chunks(relation, store)?
-        .into_iter()
-        .map(|c| dml::rows_stamped_at(relation, &reader.replay(&c.from, &c.to)?, c.stamp))
-        .collect()
+    for c in chunks(relation, store)? {
+        let rows = dml::rows_stamped_at(relation, &reader.replay(&c.from, &c.to)?, c.stamp)?;
+        if emit(rows)? == ScanControl::Stop {
+            break;
+        }
+    }
+    Ok(())
 }
 
 /// The rows of one chunk of replayed source `relation`, produced again by its connector: how
