@@ -70,14 +70,7 @@ impl HeldWrites {
                 WriteOp::Put(k, v) => self.set(k, Some(v)),
                 WriteOp::Delete(k) => self.set(k, None),
                 WriteOp::DeleteRange(start, end) => {
-                    let covered: Vec<Vec<u8>> = self
-                        .entries
-                        .range::<[u8], _>((Bound::Included(start.as_slice()), Bound::Excluded(end.as_slice())))
-                        .map(|(k, _)| k.clone())
-                        .collect();
-                    for k in covered {
-                        self.remove(&k);
-                    }
+                    self.remove_range(&start, &end);
                     self.bytes += start.len() + end.len();
                     self.ranges.push((start, end));
                 }
@@ -96,16 +89,7 @@ impl HeldWrites {
             match op {
                 WriteOp::Put(k, v) if self.shadows(k) => self.set(k.clone(), Some(v.clone())),
                 WriteOp::Delete(k) if self.shadows(k) => self.set(k.clone(), None),
-                WriteOp::DeleteRange(start, end) => {
-                    let covered: Vec<Vec<u8>> = self
-                        .entries
-                        .range::<[u8], _>((Bound::Included(start.as_slice()), Bound::Excluded(end.as_slice())))
-                        .map(|(k, _)| k.clone())
-                        .collect();
-                    for k in covered {
-                        self.remove(&k);
-                    }
-                }
+                WriteOp::DeleteRange(start, end) => self.remove_range(start, end),
                 _ => {}
             }
         }
@@ -138,6 +122,18 @@ impl HeldWrites {
             self.bytes -= key.len() + old.map_or(0, |v| v.len()) + ENTRY_OVERHEAD;
         }
         self.bytes += added;
+    }
+
+    /// Drops the entries in `[start, end)`.
+    fn remove_range(&mut self, start: &[u8], end: &[u8]) {
+        let covered: Vec<Vec<u8>> = self
+            .entries
+            .range::<[u8], _>((Bound::Included(start), Bound::Excluded(end)))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in covered {
+            self.remove(&k);
+        }
     }
 
     fn remove(&mut self, key: &[u8]) {
