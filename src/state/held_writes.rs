@@ -103,12 +103,11 @@ impl HeldWrites {
         }
         ops.iter().any(|op| match op {
             WriteOp::Put(k, _) | WriteOp::Delete(k) => self.shadows(k),
-            WriteOp::DeleteRange(start, end) => {
-                self.entries
-                    .range::<[u8], _>((Bound::Included(start.as_slice()), Bound::Excluded(end.as_slice())))
-                    .next()
-                    .is_some()
-            }
+            WriteOp::DeleteRange(start, end) => self
+                .entries
+                .range::<[u8], _>((Bound::Included(start.as_slice()), Bound::Excluded(end.as_slice())))
+                .next()
+                .is_some(),
         })
     }
 
@@ -304,14 +303,10 @@ mod tests {
         assert_eq!(held.lookup(b"bz"), Held::Deleted, "a store key under the range delete");
         assert_eq!(held.lookup(b"e"), Held::Deleted);
         assert_eq!(held.lookup(b"f"), Held::NotHeld);
-        let store: Vec<(&[u8], &[u8])> =
-            vec![(b"a", b"s"), (b"b1", b"s"), (b"c", b"s"), (b"e", b"s"), (b"f", b"s")];
+        let store: Vec<(&[u8], &[u8])> = vec![(b"a", b"s"), (b"b1", b"s"), (b"c", b"s"), (b"e", b"s"), (b"f", b"s")];
         let all = merged(&held, &store, &range(b"", b"z"));
-        let expected: Vec<(Vec<u8>, Vec<u8>)> = vec![
-            (b"a".to_vec(), b"1".to_vec()),
-            (b"c2".to_vec(), b"new".to_vec()),
-            (b"f".to_vec(), b"s".to_vec()),
-        ];
+        let expected: Vec<(Vec<u8>, Vec<u8>)> =
+            vec![(b"a".to_vec(), b"1".to_vec()), (b"c2".to_vec(), b"new".to_vec()), (b"f".to_vec(), b"s".to_vec())];
         assert_eq!(all, expected);
         // The batch, applied over the store, gives what the reads gave.
         let mut map: BTreeMap<Vec<u8>, Vec<u8>> = store.iter().map(|(k, v)| (k.to_vec(), v.to_vec())).collect();

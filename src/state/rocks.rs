@@ -349,11 +349,8 @@ mod tests {
         // A table's write, not a view's: to the database at once.
         store.write(put(None, b"t/x", b"9")).unwrap();
 
-        let live = vec![
-            (b"v/a".to_vec(), b"3".to_vec()),
-            (b"v/c".to_vec(), b"2".to_vec()),
-            (b"v/d".to_vec(), b"3".to_vec()),
-        ];
+        let live =
+            vec![(b"v/a".to_vec(), b"3".to_vec()), (b"v/c".to_vec(), b"2".to_vec()), (b"v/d".to_vec(), b"3".to_vec())];
         assert_eq!(scan(&store, b"v/", b"v0"), live);
         assert_eq!(store.get(b"v/a").unwrap(), Some(b"3".to_vec()));
         assert_eq!(store.get(b"v/b").unwrap(), None);
