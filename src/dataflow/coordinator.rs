@@ -148,7 +148,8 @@ impl BarrierCoordinator {
             *self.last_checkpoint.lock() = injected_at;
             // Before any view can see barrier `epoch`, so before any can commit past it.
             if let Err(e) = self.catalog.store().hold_after(epoch) {
-                stop_for_unwritten_commits(epoch, &e);
+                // Commits held for an earlier checkpoint that was never released.
+                stop_for_unwritten_commits(epoch.saturating_sub(1), &e);
             }
         }
         self.catalog.set_open_epoch(epoch + 1);
@@ -248,6 +249,8 @@ impl BarrierCoordinator {
             checkpointer.record_failure(epoch, format!("views did not commit the barrier within {timeout:?}"));
             return false;
         }
+        // Nothing the snapshot needs waits for a view now: views far ahead may wait for it.
+        self.catalog.store().throttle_held();
         let catalog_version = self.catalog.fingerprint();
         if let Err(e) = Arc::clone(checkpointer).take(epoch, catalog_version, injected_at).await {
             tracing::error!(epoch, "checkpoint failed: {e}");

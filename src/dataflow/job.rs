@@ -183,7 +183,8 @@ impl ViewJob {
     /// Runs the view over its inputs' rows as of its start (`snapshots[i]`: input `i`'s, read
     /// batch by batch from one snapshot of the store; `ended[i]`: the input has no more) and
     /// commits the result, before the job starts following changes. `now` is the time of the
-    /// epoch the view starts at. Memory is a few input batches and what the operators hold:
+    /// epoch the view starts at; `whole` is the view's write lock. Memory is a few input
+    /// batches and what the operators hold:
     /// every [`BACKFILL_COMMIT_ROWS`] input rows the view commits what it has so far, as an
     /// epoch does.
     pub async fn backfill(
@@ -191,11 +192,12 @@ impl ViewJob {
         snapshots: Vec<tokio::sync::mpsc::Receiver<Result<Option<RecordBatch>>>>,
         ended: Vec<bool>,
         now: i64,
+        whole: tokio::sync::OwnedMutexGuard<()>,
     ) -> Result<()> {
         self.graph.epoch_time(now);
-        // The view's write lock, for the whole backfill: a view or an index made over this one
-        // meanwhile waits for all of its rows, not the part committed so far.
-        let whole = Arc::clone(&self.relation.write_lock).lock_owned().await;
+        // `whole`: the view's write lock, taken with its inputs' snapshot and held for the
+        // whole backfill, so a view or an index made over this one waits for all of its rows,
+        // not the part committed so far.
         let mut uncommitted = 0;
         for (input, mut rows) in snapshots.into_iter().enumerate() {
             loop {

@@ -125,17 +125,28 @@ impl Streaming {
             })
             .collect::<Result<_>>()?;
         let catalog = Arc::clone(&self.catalog);
+        // Lock each distinct input once, in id order, so two CREATEs cannot deadlock.
+        let mut distinct: Vec<&Arc<Relation>> = inputs.iter().collect();
+        distinct.sort_by_key(|r| r.def.id);
+        distinct.dedup_by_key(|r| r.def.id);
+        // An input view still backfilling holds its write lock until it is whole: wait for
+        // that here, not under the injection lock, which would stop every barrier meanwhile.
+        for r in &distinct {
+            drop(Arc::clone(&r.write_lock).lock_owned().await);
+        }
         let (snapshot, committed) = self
             .coordinator
             .start_job(id, async {
-                // Lock each distinct input once, in id order, so two CREATEs cannot deadlock.
-                let mut distinct: Vec<&Arc<Relation>> = inputs.iter().collect();
-                distinct.sort_by_key(|r| r.def.id);
-                distinct.dedup_by_key(|r| r.def.id);
                 let mut guards = Vec::new();
                 for r in &distinct {
                     guards.push(Arc::clone(&r.write_lock).lock_owned().await);
                 }
+                // The new view's own lock (its id is above its inputs'), before anything can
+                // read it: a view made over it waits until the backfill is whole.
+                let own = match how {
+                    ViewStart::Backfill => Some(Arc::clone(&view.write_lock).lock_owned().await),
+                    ViewStart::Restore => None,
+                };
                 let mut receivers = Vec::new();
                 let mut snapshots = Vec::new();
                 let mut ended = Vec::new();
@@ -148,10 +159,10 @@ impl Streaming {
                     }
                 }
                 drop(guards);
-                (receivers, snapshots, ended)
+                (receivers, snapshots, ended, own)
             })
             .await;
-        let (receivers, snapshots, ended) = snapshot;
+        let (receivers, snapshots, ended, own) = snapshot;
         let watermarks = built
             .watermarks
             .into_iter()
@@ -173,11 +184,14 @@ impl Streaming {
             changes: Arc::clone(&self.catalog.changes),
             committed,
         };
-        let started = match how {
-            ViewStart::Backfill => job.backfill(snapshots, ended, self.coordinator.clock.current()).await,
-            ViewStart::Restore => job.restore(),
+        let started = match own {
+            Some(own) => job.backfill(snapshots, ended, self.coordinator.clock.current(), own).await,
+            None => job.restore(),
         };
         if let Err(e) = started {
+            // The job's input queues go first: a publisher blocked on a full one holds the
+            // subscriber list that stopping the view needs.
+            drop(job);
             self.stop_view(id).await;
             return Err(e);
         }
@@ -240,6 +254,8 @@ impl Streaming {
         }
         let catalog = Arc::clone(&self.catalog);
         let restored = self.coordinator.current_epoch();
+        // A view still backfilling: wait for it outside the injection lock.
+        drop(Arc::clone(&view.write_lock).lock_owned().await);
         let ((input, rows), committed) = self
             .coordinator
             .start_job(id, async {
@@ -255,6 +271,7 @@ impl Streaming {
         let pending = match rows.transpose() {
             Ok(rows) => rows.unwrap_or_default().into_iter().map(crate::types::ChangeBatch::inserts).collect(),
             Err(e) => {
+                drop(input);
                 self.stop_view(id).await;
                 return Err(e);
             }

@@ -39,6 +39,8 @@ pub enum Held<'a> {
 pub struct HeldWrites {
     /// The checkpoint epoch whose snapshot is awaited: writes of later epochs are held.
     pub cut: Epoch,
+    /// Every view has committed the cut (so committers may be made to wait).
+    pub aligned: bool,
     entries: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     ranges: Vec<(Vec<u8>, Vec<u8>)>,
     bytes: usize,
@@ -46,7 +48,7 @@ pub struct HeldWrites {
 
 impl HeldWrites {
     pub fn new(cut: Epoch) -> HeldWrites {
-        HeldWrites { cut, entries: BTreeMap::new(), ranges: Vec::new(), bytes: 0 }
+        HeldWrites { cut, aligned: false, entries: BTreeMap::new(), ranges: Vec::new(), bytes: 0 }
     }
 
     /// Whether a batch of `epoch` is held rather than written (a view's commit after the cut).

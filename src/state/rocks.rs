@@ -104,8 +104,17 @@ impl StateStore for RocksStore {
         Ok(())
     }
 
+    fn throttle_held(&self) {
+        if let Some(h) = self.held.write().as_mut() {
+            h.aligned = true;
+        }
+    }
+
     fn has_room(&self, epoch: Epoch) -> bool {
-        self.held.read().as_ref().is_none_or(|h| !h.holds_epoch(Some(epoch)) || h.bytes() <= HELD_BYTES_LIMIT)
+        self.held
+            .read()
+            .as_ref()
+            .is_none_or(|h| !h.aligned || !h.holds_epoch(Some(epoch)) || h.bytes() <= HELD_BYTES_LIMIT)
     }
 
     fn release_held(&self) -> Result<()> {

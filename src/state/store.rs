@@ -138,9 +138,14 @@ pub trait StateStore: Send + Sync + 'static {
         Ok(())
     }
 
-    /// Whether a commit of `epoch` may be written now: false while it would be held and the
-    /// held writes are past their bound (the committer waits, holding no lock, until the
-    /// snapshot is taken and they are released).
+    /// Every view has committed the cut: from now on held writes past their bound make
+    /// committers wait ([`StateStore::has_room`]). Before, nothing the snapshot waits for may
+    /// wait for it.
+    fn throttle_held(&self) {}
+
+    /// Whether a commit of `epoch` may be written now: false while it would be held, every
+    /// view has committed the cut and the held writes are past their bound (the committer
+    /// waits, holding no lock, until the snapshot is taken and they are released).
     fn has_room(&self, _epoch: crate::types::Epoch) -> bool {
         true
     }
