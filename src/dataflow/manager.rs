@@ -22,7 +22,7 @@ use super::build::Built;
 use super::coordinator::{BarrierCoordinator, EpochBounds};
 use super::job::{InputWatermark, ViewJob};
 use crate::catalog::{Catalog, Relation};
-use crate::error::{Result, WeirError};
+use crate::error::{Result, SqlState, WeirError};
 use crate::operators::materialize::Materialize;
 use crate::state::keys::TableId;
 
@@ -141,6 +141,9 @@ impl Streaming {
                 for r in &distinct {
                     guards.push(Arc::clone(&r.write_lock).lock_owned().await);
                 }
+                // An input may have gone while this waited for it: a view whose own CREATE
+                // failed or was cancelled during its backfill.
+                still_in_catalog(&catalog, &distinct)?;
                 // The new view's own lock (its id is above its inputs'), before anything can
                 // read it: a view made over it waits until the backfill is whole.
                 let own = match how {
@@ -159,10 +162,16 @@ impl Streaming {
                     }
                 }
                 drop(guards);
-                (receivers, snapshots, ended, own)
+                Ok((receivers, snapshots, ended, own))
             })
             .await;
-        let (receivers, snapshots, ended, own) = snapshot;
+        let (receivers, snapshots, ended, own) = match snapshot {
+            Ok(started) => started,
+            Err(e) => {
+                self.stop_view(id).await;
+                return Err(e);
+            }
+        };
         let watermarks = built
             .watermarks
             .into_iter()
@@ -256,18 +265,26 @@ impl Streaming {
         let restored = self.coordinator.current_epoch();
         // A view still backfilling: wait for it outside the injection lock.
         drop(Arc::clone(&view.write_lock).lock_owned().await);
-        let ((input, rows), committed) = self
+        let (started, committed) = self
             .coordinator
             .start_job(id, async {
                 let _guard = Arc::clone(&view.write_lock).lock_owned().await;
+                still_in_catalog(&catalog, &[&view])?;
                 let input = catalog.changes.subscribe(view.def.id, id).await;
                 let rows = match how {
                     ViewStart::Backfill => Some(view.read_rows(catalog.store(), None).await),
                     ViewStart::Restore => None,
                 };
-                (input, rows)
+                Ok((input, rows))
             })
             .await;
+        let (input, rows) = match started {
+            Ok(started) => started,
+            Err(e) => {
+                self.stop_view(id).await;
+                return Err(e);
+            }
+        };
         let pending = match rows.transpose() {
             Ok(rows) => rows.unwrap_or_default().into_iter().map(crate::types::ChangeBatch::inserts).collect(),
             Err(e) => {
@@ -306,6 +323,23 @@ impl Streaming {
         crate::connectors::sink::forget(id);
     }
 
+    /// Forgets a view's or sink's job whose start was abandoned midway (its CREATE cancelled,
+    /// timed out or its client gone during a backfill), from code that cannot wait: checkpoints
+    /// stop waiting for it at once, its tasks are aborted and its input queues let go on the
+    /// dataflow's runtime. Nothing happens for an id without a job.
+    pub fn abandon_job(&self, id: TableId) {
+        if let Some(deliverer) = self.deliverers.lock().remove(&id) {
+            deliverer.abort();
+        }
+        if let Some(job) = self.jobs.lock().remove(&id) {
+            job.abort();
+        }
+        self.coordinator.stop_job(id);
+        crate::connectors::sink::forget(id);
+        let catalog = Arc::clone(&self.catalog);
+        crate::dataflow::runtime::spawn(async move { catalog.changes.unsubscribe_job(id).await });
+    }
+
     /// Stops a view's job and its subscriptions (its rows are the catalog's to delete).
     pub async fn stop_view(&self, id: TableId) {
         self.coordinator.stop_job(id);
@@ -314,5 +348,22 @@ impl Streaming {
         if let Some(handle) = handle {
             let _ = handle.await;
         }
+    }
+}
+
+/// Err if one of `relations` (read by a job being started, and waited for) is no longer the
+/// catalog's: a view whose own CREATE failed or was cancelled while the job waited for its
+/// backfill. The job would otherwise start over rows that are gone, and never see a change.
+fn still_in_catalog(catalog: &Catalog, relations: &[&Arc<Relation>]) -> Result<()> {
+    match relations.iter().find(|r| !catalog.by_id(r.def.id).is_some_and(|now| Arc::ptr_eq(&now, r))) {
+        None => Ok(()),
+        Some(gone) => Err(WeirError::new(
+            SqlState::UNDEFINED_TABLE,
+            format!(
+                "\"{}\" was dropped while this was being created over it (its own CREATE failed or was \
+                 cancelled during its backfill)",
+                gone.def.name
+            ),
+        )),
     }
 }

@@ -290,6 +290,18 @@ impl Session {
         Ok(())
     }
 
+    /// `RESET ALL`: every setting this session changed goes back to its default (the read-only
+    /// ones cannot have changed).
+    pub fn reset_all(&mut self) -> Result<()> {
+        let changed: Vec<String> = self.values.read().keys().cloned().collect();
+        for name in changed {
+            if !spec(&name).is_some_and(|s| s.read_only) {
+                self.set(&name, None)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Validates a value and pushes it into DataFusion where it matters there. Returns the value
     /// as it should be displayed.
     fn apply(&mut self, name: &str, value: String) -> Result<String> {

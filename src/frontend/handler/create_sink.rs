@@ -4,8 +4,8 @@
 //! A sink over a query keeps the query as a materialized view of its own, named
 //! `<sink>_query` (users can read it too), dropped with the sink. CREATE SINK
 //! checks the connector first (the broker answers, the topic exists), then records the sink
-//! and starts it; the view's current rows are its first changes. A failure undoes what the
-//! statement made, by id.
+//! and starts it; the view's current rows are its first changes. A failure, or the statement
+//! ending before it finished, undoes what it made, by id ([`Unfinished`]).
 
 use std::sync::Arc;
 
@@ -14,6 +14,8 @@ use crate::dataflow::manager::ViewStart;
 use crate::error::{Result, SqlState, WeirError};
 use crate::frontend::sink_statement::{SinkInput, SinkStatement};
 use crate::frontend::{Frontend, Session, StatementResult};
+
+use super::unfinished::Unfinished;
 
 pub async fn handle(fe: &Frontend, session: &mut Session, statement: SinkStatement) -> Result<StatementResult> {
     match statement {
@@ -26,25 +28,22 @@ pub async fn handle(fe: &Frontend, session: &mut Session, statement: SinkStateme
                 }
                 return Err(WeirError::new(SqlState::DUPLICATE_TABLE, format!("relation \"{name}\" already exists")));
             }
-            let (view, made) = match input {
-                SinkInput::View(view) => (view, false),
+            let mut made = Unfinished::new(fe);
+            let view = match input {
+                SinkInput::View(view) => view,
                 SinkInput::Query(query) => {
                     let view = format!("{name}_query");
                     let sql = format!("CREATE MATERIALIZED VIEW {view} AS {query}");
                     for statement in fe.parse(&sql)? {
                         Box::pin(fe.run(session, statement, None)).await?;
                     }
-                    (view, true)
+                    made.push(fe.catalog().get(&view).ok_or_else(|| WeirError::undefined_table(&view))?.def.id);
+                    view
                 }
             };
-            let created = create(fe, &name, &text, &view, options).await;
-            if created.is_err() && made {
-                if let Some(view) = fe.catalog().get(&view) {
-                    fe.streaming().stop_view(view.def.id).await;
-                    let _ = fe.catalog().undo_create(view.def.id);
-                }
-            }
-            created
+            let created = create(fe, &name, &text, &view, options, &mut made).await?;
+            made.finished();
+            Ok(created)
         }
     }
 }
@@ -55,6 +54,7 @@ async fn create(
     text: &str,
     view: &str,
     options: crate::connectors::options::ConnectorOptions,
+    made: &mut Unfinished<'_>,
 ) -> Result<StatementResult> {
     let input = fe.catalog().get(view).ok_or_else(|| WeirError::undefined_table(view))?;
     if input.def.kind != RelationKind::MaterializedView {
@@ -67,10 +67,8 @@ async fn create(
     let Some(id) = fe.catalog().create_sink(name, text, &input, options, false)? else {
         return Ok(StatementResult::command("CREATE SINK"));
     };
+    made.push(id);
     let sink = fe.catalog().by_id(id).ok_or_else(|| WeirError::internal("sink vanished while being created"))?;
-    if let Err(e) = fe.streaming().start_sink(Arc::clone(&sink), ViewStart::Backfill).await {
-        let _ = fe.catalog().undo_create(id);
-        return Err(e);
-    }
+    fe.streaming().start_sink(Arc::clone(&sink), ViewStart::Backfill).await?;
     Ok(StatementResult::command("CREATE SINK"))
 }

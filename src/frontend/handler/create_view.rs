@@ -15,6 +15,7 @@ use std::sync::Arc;
 use datafusion::arrow::datatypes::{Field, Schema};
 use datafusion::sql::sqlparser::ast::Statement;
 
+use super::unfinished::Unfinished;
 use super::{query, relation_name};
 use datafusion::logical_expr::LogicalPlan;
 
@@ -286,21 +287,18 @@ pub async fn handle(
         }
         _ => None,
     };
+    // From here on a failure, or the statement ending before it finished, undoes exactly what
+    // this statement made, by id: never a relation that had the name before (a taken name
+    // fails in `create_view`, before anything is made).
+    let mut made = Unfinished::new(fe);
+    if let Some((table, true)) = &late {
+        made.push(table.def.id);
+    }
     depends_on.extend(late.as_ref().map(|(t, _)| t.def.id));
     depends_on.sort_unstable();
     depends_on.dedup();
     let suffix = clauses.view_suffix();
     let definition = if suffix.is_empty() { statement.to_string() } else { format!("{statement} {suffix}") };
-    // From here on a failure undoes exactly what this statement made, by id: never a relation
-    // that had the name before (a taken name fails in `create_view`, before anything is made).
-    let undo = |view: Option<TableId>| {
-        if let Some(id) = view {
-            let _ = fe.catalog().undo_create(id);
-        }
-        if let Some((table, true)) = &late {
-            let _ = fe.catalog().undo_create(table.def.id);
-        }
-    };
     let id = match fe.catalog().create_view(
         &name,
         &definition,
@@ -310,11 +308,9 @@ pub async fn handle(
         checked.append_only,
     ) {
         Ok(id) => id,
-        Err(e) => {
-            undo(None);
-            return Err(e);
-        }
+        Err(e) => return Err(e),
     };
+    made.push(id);
     let started = match fe.catalog().by_id(id) {
         Some(relation) => match build_view(fe, session, &logical, &name, id, &options) {
             Ok(built) => {
@@ -326,9 +322,7 @@ pub async fn handle(
         },
         None => Err(WeirError::internal("view vanished while being created")),
     };
-    if let Err(e) = started {
-        undo(Some(id));
-        return Err(e);
-    }
+    started?;
+    made.finished();
     Ok(StatementResult::command("CREATE MATERIALIZED VIEW"))
 }

@@ -23,6 +23,7 @@ pub mod query;
 pub mod set;
 pub mod show;
 pub mod transaction;
+pub mod unfinished;
 
 use std::sync::Arc;
 
@@ -77,7 +78,8 @@ pub async fn execute(
         | Statement::StartTransaction { .. }
         | Statement::Commit { .. }
         | Statement::Rollback { .. } => transaction::handle(statement),
-        Statement::Discard { .. } => Ok(StatementResult::command("DISCARD ALL")),
+        Statement::Reset(reset) => set::reset(fe, session, reset.reset),
+        Statement::Discard { object_type } => set::discard(fe, session, object_type),
         Statement::Prepare { name, data_types, statement } => prepare::prepare(session, &name, &data_types, &statement),
         Statement::Execute { name: Some(name), parameters, immediate: false, .. } if name.0.len() == 1 => {
             let Some(ident) = name.0[0].as_ident() else { return Err(WeirError::syntax("EXECUTE needs a name")) };

@@ -1,8 +1,11 @@
-//! `SET name = value` (`weir.epoch_clock` pins the server's epoch clock, `dataflow::clock`), `SET name TO DEFAULT`, `SET TIME ZONE ...`, `SET NAMES ...`, and the
+//! `SET name = value` (`weir.epoch_clock` pins the server's epoch clock, `dataflow::clock`),
+//! `SET name TO DEFAULT`, `SET TIME ZONE ...`, `SET NAMES ...`, and the
 //! transaction-characteristics forms drivers send (accepted; Weir runs every statement at its own
-//! commit).
+//! commit); `RESET name | ALL`, and `DISCARD ALL | PLANS | TEMP | SEQUENCES`, which connection
+//! pools (PgBouncer, pgpool) send between clients, so one client's settings and prepared
+//! statements never reach the next.
 
-use datafusion::sql::sqlparser::ast::{Expr, Set, Value};
+use datafusion::sql::sqlparser::ast::{DiscardObject, Expr, Reset, Set, Value};
 
 use crate::error::{Result, WeirError};
 use crate::frontend::{Frontend, Session, StatementResult};
@@ -33,6 +36,42 @@ pub fn handle(fe: &Frontend, session: &mut Session, set: Set) -> Result<Statemen
         other => return Err(WeirError::unsupported(format!("not supported: {other}"))),
     }
     Ok(StatementResult::command("SET"))
+}
+
+/// `RESET name` (as `SET name TO DEFAULT`) and `RESET ALL`.
+pub fn reset(fe: &Frontend, session: &mut Session, reset: Reset) -> Result<StatementResult> {
+    match reset {
+        Reset::ALL => {
+            if session.get(EPOCH_CLOCK).is_ok() {
+                fe.streaming().coordinator.clock.set(None)?;
+            }
+            session.reset_all()?;
+        }
+        Reset::ConfigurationParameter(name) => {
+            let name = name.to_string();
+            if name.eq_ignore_ascii_case(EPOCH_CLOCK) {
+                fe.streaming().coordinator.clock.set(None)?;
+            }
+            session.set(&name, None)?;
+        }
+    }
+    Ok(StatementResult::command("RESET"))
+}
+
+/// `DISCARD ALL` resets every setting and drops the session's prepared statements and plans, as
+/// PostgreSQL does; `DISCARD PLANS` drops the plans. Weir has no temporary objects or
+/// sequences, so `DISCARD TEMP` and `DISCARD SEQUENCES` have nothing to drop.
+pub fn discard(fe: &Frontend, session: &mut Session, what: DiscardObject) -> Result<StatementResult> {
+    match what {
+        DiscardObject::ALL => {
+            reset(fe, session, Reset::ALL)?;
+            session.prepared.clear();
+            session.plans.clear();
+        }
+        DiscardObject::PLANS => session.plans.clear(),
+        DiscardObject::SEQUENCES | DiscardObject::TEMP => {}
+    }
+    Ok(StatementResult::command(&format!("DISCARD {what}")))
 }
 
 /// The text of a setting's value; None for DEFAULT.
