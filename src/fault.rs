@@ -5,10 +5,10 @@
 //!
 //! The points sit where a crash is hardest to get right, so tests can land one exactly there
 //! instead of hoping a random SIGKILL does:
-//! - `sink.before_deliver`: a checkpoint is complete, its sink entry not yet sent;
-//! - `sink.before_commit`: a sink's transaction holds the checkpoint's changes and marker, not
+//! - `sink.before_deliver`: a checkpoint is complete, a sink's outbox group not yet sent;
+//! - `sink.before_commit`: a sink's transaction holds the group's changes and marker, not
 //!   yet committed (Kafka: an open transaction the next producer must fence and abort);
-//! - `sink.after_commit`: the external system committed, the outbox entry is not yet deleted.
+//! - `sink.after_commit`: the external system committed, the outbox group is not yet deleted.
 //!
 //! [`fails`] points do not abort: the `n`-th pass fails as an I/O error there would (a disk
 //! that is full), so tests see what the server does about it:

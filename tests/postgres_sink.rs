@@ -79,6 +79,33 @@ async fn a_postgres_sink_holds_the_view_exactly_once_across_sigkills() {
     assert_eq!(value("weir_sink_checkpoints_pending{sink=\"events_to_pg\"}"), 0.0, "{metrics}");
 }
 
+/// A sink over a view larger than an outbox part (65,536 changes) writes and delivers it part
+/// by part: the view's rows when the sink is made, an INSERT of more than a part within one
+/// checkpoint interval, and changes across a SIGKILL. The table equals the view, each row once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_over_a_large_view_delivers_it_part_by_part() {
+    let (pg, jdbc) = database("large").await;
+    pg.batch_execute("CREATE TABLE big (k BIGINT PRIMARY KEY, v BIGINT)").await.unwrap();
+    let mut server = TestServer::start_with(&["--checkpoint-interval", "200ms", "--barrier-interval-ms", "50"]);
+    let mut c = server.connect().await;
+    c.batch_execute(&format!(
+        "CREATE TABLE src (k BIGINT PRIMARY KEY, v BIGINT);
+         INSERT INTO src SELECT x, x * 2 FROM generate_series(1, 200000) AS t(x);
+         CREATE MATERIALIZED VIEW big AS SELECT k, v FROM src;
+         CREATE SINK to_pg FROM big WITH (connector = 'jdbc', jdbc.url = '{jdbc}', table.name = 'big', primary_key = 'k');
+         INSERT INTO src SELECT x, x * 2 FROM generate_series(200001, 350000) AS t(x);
+         UPDATE src SET v = 0 WHERE k % 10 = 0;"
+    ))
+    .await
+    .unwrap();
+    c = server.sigkill_and_reconnect().await;
+    c.batch_execute("DELETE FROM src WHERE k % 7 = 0; FLUSH").await.unwrap();
+    let view = rows(&c, "SELECT count(*), sum(v), sum(k) FROM big").await;
+    assert_eq!(view, ["300000|94500000000|52500000000"], "the view");
+    let table = rows_eventually(&pg, "SELECT count(*), sum(v), sum(k) FROM big", &view, Duration::from_secs(60)).await;
+    assert_eq!(table, view, "the table equals the view");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_sink_refuses_what_it_cannot_deliver() {
     let (_pg, jdbc) = database("refusals").await;

@@ -12,7 +12,7 @@
 //! - [`options`]: the `WITH (key = 'value', ...)` options of `CREATE SOURCE`.
 //! - [`source`]: the [`source::SourceReader`] trait and the task that runs a reader.
 //! - [`sink`]: the [`sink::SinkWriter`] trait and the exactly-once delivery of a view's
-//!   changes, one outbox entry per checkpoint.
+//!   changes, one outbox group per checkpoint interval.
 //! - [`dead_letter`]: records a connector could not decode, kept with the chunk they came in.
 //! - [`registry`]: from `connector = '...'` to a reader.
 //! - [`replay`]: sources whose connector can produce their rows again (a generator, files

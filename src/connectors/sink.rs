@@ -1,17 +1,22 @@
 //! The sink runtime: exactly-once delivery of a view's changes to an external system, on top of
 //! checkpoints (ADR 12).
 //!
-//! A sink job follows its view like a view follows its inputs. The changes of the epochs since
-//! the last checkpoint are held in memory; at a checkpoint barrier `c` they go, as one entry,
-//! into the sink's *outbox* in the store (keys `[sink id][0][c]`), in the checkpoint's cut, and
-//! the job commits `c` like a view. Once checkpoint `c` is taken, the deliverer hands the
-//! outbox's entries up to `c`, in order, to the connector's [`SinkWriter`], which writes each
-//! with a marker saying "checkpoint `c` delivered" in one transaction of the external system
-//! (a Kafka transaction with a consumer-group offset; a Postgres transaction with a marker row),
-//! then deletes the entry. After a crash the store is back at the newest checkpoint, outbox
-//! included; entries the marker says were delivered are deleted unsent, the rest are sent. The
-//! changes after the checkpoint are computed again by the restored view and reach a later
-//! checkpoint's entry, numbered above every earlier one (epochs only grow). So every change
+//! A sink job follows its view like a view follows its inputs. Its changes go into the sink's
+//! *outbox* in the store, in *groups*: the changes of one checkpoint interval form one group,
+//! numbered by the first epoch after the checkpoint before it (a new sink's first group starts
+//! with the view's rows). A group is written in *parts* of at most [`PART_ROWS`] rows (keys
+//! `[sink id][0][group][part]`): whenever that many changes are waiting, and the rest at the
+//! checkpoint barrier that ends the interval, so the job holds about a part in memory and the
+//! deliverer one, whatever the view's size or the backlog. A part written before
+//! the checkpoint is tagged with the epoch it belongs to, so a snapshot of an earlier cut being
+//! taken meanwhile does not hold it (ADR 18). Once a checkpoint at or past a group is taken, the
+//! deliverer hands the group's parts, in order, to the connector's [`SinkWriter`] inside one
+//! transaction of the external system, which commits them with a marker saying "group `g`
+//! delivered" (a Kafka transaction with a consumer-group offset; a Postgres transaction with a
+//! marker row), then deletes the group. After a crash the store is back at the newest
+//! checkpoint, outbox included; groups the marker says were delivered are deleted unsent, the
+//! rest are sent. The changes after the checkpoint are computed again by the restored view and
+//! reach a later group, numbered above every earlier one (epochs only grow). So every change
 //! reaches the external system once.
 //!
 //! A connector that cannot be reached is retried with backoff (`weir_catalog.sinks` shows it
@@ -28,11 +33,11 @@ use crate::catalog::changes::ChangeReceiver;
 use crate::catalog::Relation;
 use crate::error::Result;
 use crate::state::index_codec::{IndexReader, IndexWriter};
-use crate::state::keys::segment_key;
-use crate::state::store::{ScanControl, StateStore, WriteBatch};
+use crate::state::keys::{segment_key, TableId};
+use crate::state::store::{KeyRange, ScanControl, StateStore, WriteBatch};
 use crate::types::{ChangeBatch, Epoch, Message};
 
-/// A connector's writing side.
+/// A connector's writing side: one transaction of the external system per outbox group.
 pub trait SinkWriter: Send {
     /// Checks the external system can be written now (CREATE SINK): it answers, the topic or
     /// table exists.
@@ -40,13 +45,26 @@ pub trait SinkWriter: Send {
         Ok(())
     }
 
-    /// The last checkpoint whose changes the external system holds (its marker); None if none.
+    /// The last group whose changes the external system holds (its marker); None if none.
     fn delivered(&mut self) -> Result<Option<Epoch>>;
 
-    /// Writes `changes` (a checkpoint's, in order) and the marker `checkpoint` in one
-    /// transaction of the external system: both or neither.
-    fn deliver(&mut self, checkpoint: Epoch, changes: &[ChangeBatch]) -> Result<()>;
+    /// Starts a group's transaction.
+    fn begin(&mut self) -> Result<()>;
+
+    /// Writes the group's next part, inside the transaction.
+    fn write(&mut self, changes: &[ChangeBatch]) -> Result<()>;
+
+    /// Writes the marker `group` and commits: the group's changes and the marker, both or
+    /// neither.
+    fn commit(&mut self, group: Epoch) -> Result<()>;
+
+    /// Gives the transaction up after a failure of `begin`, `write` or `commit` (the next
+    /// group starts afresh, on a new connection).
+    fn abort(&mut self);
 }
+
+/// Changes an outbox part holds at most (a sink job writes a part once this many wait).
+pub const PART_ROWS: usize = 65_536;
 
 /// The columns (indices into `schema`) named by a sink's `primary_key = 'a, b'` option.
 pub fn key_columns(names: &str, schema: &datafusion::arrow::datatypes::Schema) -> Result<Vec<usize>> {
@@ -122,68 +140,147 @@ pub fn forget(sink: u32) {
     STATUS.lock().remove(&sink);
 }
 
-fn outbox_key(sink: &Relation, checkpoint: Epoch) -> Vec<u8> {
-    segment_key(sink.def.id, &checkpoint.to_be_bytes())
+/// The key of part `part` of outbox group `group`.
+fn part_key(sink: TableId, group: Epoch, part: u32) -> Vec<u8> {
+    let mut key = group_prefix(sink, group);
+    key.extend_from_slice(&part.to_be_bytes());
+    key
 }
 
-/// The outbox entries of `sink` up to checkpoint `through`, in order.
-fn outbox(store: &dyn StateStore, sink: &Relation, through: Epoch) -> Result<Vec<(Epoch, Vec<ChangeBatch>)>> {
+fn group_prefix(sink: TableId, group: Epoch) -> Vec<u8> {
+    segment_key(sink, &group.to_be_bytes())
+}
+
+/// `changes` cut into parts of at most [`PART_ROWS`] rows, in order.
+pub fn into_parts(changes: Vec<ChangeBatch>) -> Vec<Vec<ChangeBatch>> {
+    let mut parts = vec![Vec::new()];
+    let mut rows = 0;
+    for batch in changes {
+        let mut offset = 0;
+        while offset < batch.num_rows() {
+            if rows == PART_ROWS {
+                parts.push(Vec::new());
+                rows = 0;
+            }
+            let len = (batch.num_rows() - offset).min(PART_ROWS - rows);
+            let piece = if offset == 0 && len == batch.num_rows() { batch.clone() } else { batch.slice(offset, len) };
+            parts.last_mut().expect("a part").push(piece);
+            rows += len;
+            offset += len;
+        }
+    }
+    parts.retain(|p| !p.is_empty());
+    parts
+}
+
+/// Writes `changes` as part `part` of `group`, tagged with `epoch` (the epoch they belong to).
+pub fn put_part(store: &dyn StateStore, sink: TableId, group: Epoch, part: u32, epoch: Epoch, changes: &[ChangeBatch]) -> Result<()> {
+    let mut record = IndexWriter::default();
+    record.u64(changes.len() as u64);
+    for batch in changes {
+        batch.encode(&mut record)?;
+    }
+    let mut wb = WriteBatch { skip_wal: true, epoch: Some(epoch), ..Default::default() };
+    wb.put(part_key(sink, group, part), record.finish());
+    store.write(wb)
+}
+
+/// The first outbox group of `sink` at or after `from` and at most `through`.
+fn next_group(store: &dyn StateStore, sink: &Relation, from: Epoch, through: Epoch) -> Result<Option<Epoch>> {
     let prefix = segment_key(sink.def.id, &[]);
+    let range = KeyRange { start: group_prefix(sink.def.id, from), end: None };
     let what = format!("the outbox of sink \"{}\"", sink.def.name);
-    let mut entries = Vec::new();
-    store.scan_prefix(&prefix, &mut |key, value| {
-        let epoch = key
-            .get(prefix.len()..)
+    let mut found = None;
+    store.scan_ranges(&[range], &mut |key, _| {
+        if !key.starts_with(&prefix) {
+            return Ok(ScanControl::Stop);
+        }
+        let group = key
+            .get(prefix.len()..prefix.len() + 8)
             .and_then(|k| <[u8; 8]>::try_from(k).ok())
             .map(u64::from_be_bytes)
             .ok_or_else(|| crate::state::index_codec::corrupt(&what, "a key of the wrong length"))?;
-        if epoch > through {
-            return Ok(ScanControl::Stop);
-        }
+        found = Some(group).filter(|g| *g <= through);
+        Ok(ScanControl::Stop)
+    })?;
+    Ok(found)
+}
+
+/// Reads outbox group `group` of `sink` part by part, in order, handing each to `visit`.
+fn read_group(store: &dyn StateStore, sink: &Relation, group: Epoch, visit: &mut dyn FnMut(Vec<ChangeBatch>) -> Result<()>) -> Result<()> {
+    let what = format!("the outbox of sink \"{}\"", sink.def.name);
+    store.scan_prefix(&group_prefix(sink.def.id, group), &mut |_, value| {
         let mut r = IndexReader::new(value, &what)?;
         let changes = (0..r.u64()?).map(|_| ChangeBatch::decode(&mut r, &what)).collect::<Result<Vec<_>>>()?;
         r.finish()?;
-        entries.push((epoch, changes));
+        visit(changes)?;
         Ok(ScanControl::Continue)
-    })?;
-    Ok(entries)
+    })
 }
 
-/// How many checkpoints' changes `sink` holds and has not delivered yet (its outbox entries).
+/// The outbox groups of `sink` up to `through`, oldest first (one seek each).
+fn groups(store: &dyn StateStore, sink: &Relation, through: Epoch) -> Result<Vec<Epoch>> {
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(group) = next_group(store, sink, from, through)? {
+        out.push(group);
+        match group.checked_add(1) {
+            Some(next) => from = next,
+            None => break,
+        }
+    }
+    Ok(out)
+}
+
+/// How many checkpoint intervals' changes `sink` holds and has not delivered yet (its outbox
+/// groups).
 pub fn undelivered(store: &dyn StateStore, sink: &Relation) -> Result<usize> {
-    let mut count = 0;
-    store.scan_prefix(&segment_key(sink.def.id, &[]), &mut |_, _| {
-        count += 1;
-        Ok(ScanControl::Continue)
-    })?;
-    Ok(count)
+    Ok(groups(store, sink, Epoch::MAX)?.len())
 }
 
-/// The job that keeps a sink's outbox: the view's changes, one entry per checkpoint.
+/// The job that keeps a sink's outbox: the view's changes, one group per checkpoint interval.
 pub struct SinkJob {
     pub sink: Arc<Relation>,
     pub input: ChangeReceiver,
     pub store: Arc<dyn StateStore>,
     pub committed: watch::Sender<Epoch>,
-    /// Changes since the last checkpoint (a new sink: the view's rows first).
+    /// The open group (the first epoch after the last checkpoint this job committed) and its
+    /// next part's number (a new sink's first group already holds the view's rows).
+    pub group: Epoch,
+    pub next_part: u32,
+    /// Changes not yet in the outbox, and how many rows they hold.
     pub pending: Vec<ChangeBatch>,
+    pub pending_rows: usize,
 }
 
 impl SinkJob {
     pub async fn run(mut self) {
         while let Some((message, _)) = self.input.recv().await {
             match message {
-                Message::Data(batch) => self.pending.push(batch),
+                Message::Data(batch) => {
+                    self.pending_rows += batch.num_rows();
+                    self.pending.push(batch);
+                    if self.pending_rows >= PART_ROWS {
+                        // Changes of the epoch after the last barrier.
+                        let epoch = *self.committed.borrow() + 1;
+                        if let Err(e) = self.put_pending(epoch).await {
+                            tracing::error!(sink = %self.sink.def.name, "writing the outbox failed: {e}");
+                            set_status(&self.sink, |s| s.error = Some(e.message.clone()));
+                        }
+                    }
+                }
                 Message::Barrier(barrier) => {
                     if barrier.epoch <= *self.committed.borrow() {
                         continue;
                     }
-                    if barrier.is_checkpoint() && !self.pending.is_empty() {
-                        if let Err(e) = self.put_outbox(barrier.epoch).await {
+                    if barrier.is_checkpoint() {
+                        if let Err(e) = self.put_pending(barrier.epoch).await {
                             tracing::error!(sink = %self.sink.def.name, "writing the outbox failed: {e}");
                             set_status(&self.sink, |s| s.error = Some(e.message.clone()));
                             continue;
                         }
+                        self.group = barrier.epoch + 1;
+                        self.next_part = 0;
                     }
                     self.committed.send_replace(barrier.epoch);
                 }
@@ -193,25 +290,41 @@ impl SinkJob {
         tracing::info!(sink = %self.sink.def.name, "sink stopped");
     }
 
-    async fn put_outbox(&mut self, checkpoint: Epoch) -> Result<()> {
-        let mut record = IndexWriter::default();
-        record.u64(self.pending.len() as u64);
-        for batch in &self.pending {
-            batch.encode(&mut record)?;
+    /// Writes the pending changes as the open group's next parts, tagged with `epoch`.
+    async fn put_pending(&mut self, epoch: Epoch) -> Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
         }
-        let mut wb = WriteBatch { skip_wal: true, ..Default::default() };
-        wb.put(outbox_key(&self.sink, checkpoint), record.finish());
-        let store = Arc::clone(&self.store);
-        tokio::task::spawn_blocking(move || store.write(wb))
-            .await
-            .map_err(|e| crate::error::WeirError::internal(e.to_string()))??;
-        self.pending.clear();
-        Ok(())
+        let changes = std::mem::take(&mut self.pending);
+        let (store, sink, group, first) = (Arc::clone(&self.store), self.sink.def.id, self.group, self.next_part);
+        let written = tokio::task::spawn_blocking(move || {
+            let parts = into_parts(changes.clone());
+            let count = parts.len() as u32;
+            let written = parts
+                .iter()
+                .zip(first..)
+                .try_for_each(|(part, n)| put_part(store.as_ref(), sink, group, n, epoch, part));
+            (written.map(|()| count), changes)
+        })
+        .await
+        .map_err(|e| crate::error::WeirError::internal(e.to_string()))?;
+        match written {
+            (Ok(count), _) => {
+                self.next_part += count;
+                self.pending_rows = 0;
+                Ok(())
+            }
+            // Kept, to be written again (over any parts written) with the next ones.
+            (Err(e), changes) => {
+                self.pending = changes;
+                Err(e)
+            }
+        }
     }
 }
 
-/// Delivers `sink`'s outbox entries as checkpoints complete (`checkpointed`: the newest epoch
-/// whose snapshot is taken; entries already in the store at start were restored from one).
+/// Delivers `sink`'s outbox groups as checkpoints complete (`checkpointed`: the newest epoch
+/// whose snapshot is taken; groups already in the store at start were restored from one).
 pub async fn deliver(
     sink: Arc<Relation>,
     store: Arc<dyn StateStore>,
@@ -231,28 +344,37 @@ pub async fn deliver(
                 None => *delivered.insert(writer.delivered()?),
             };
             let mut marker = marker;
-            let entries = outbox(store.as_ref(), &sink, through)?;
+            let groups = groups(store.as_ref(), &sink, through)?;
             let pending = crate::metrics::SINK_CHECKPOINTS_PENDING.with_label_values(&[&name]);
-            pending.set(entries.iter().filter(|(c, _)| marker.is_none_or(|m| *c > m)).count() as i64);
-            for (checkpoint, changes) in entries {
-                if marker.is_none_or(|m| checkpoint > m) {
+            pending.set(groups.iter().filter(|g| marker.is_none_or(|m| **g > m)).count() as i64);
+            for group in groups {
+                if marker.is_none_or(|m| group > m) {
                     crate::fault::point("sink.before_deliver");
-                    if let Err(e) = writer.deliver(checkpoint, &changes) {
+                    let mut rows = 0;
+                    let sent = writer.begin().and_then(|()| {
+                        read_group(store.as_ref(), &sink, group, &mut |changes| {
+                            rows += changes.iter().map(|c| c.num_rows()).sum::<usize>();
+                            writer.write(&changes)
+                        })
+                    });
+                    if let Err(e) = sent.and_then(|()| writer.commit(group)) {
+                        writer.abort();
                         crate::metrics::SINK_DELIVERIES_TOTAL.with_label_values(&[&name, "failed"]).inc();
                         return Err(e);
                     }
                     crate::metrics::SINK_DELIVERIES_TOTAL.with_label_values(&[&name, "committed"]).inc();
-                    let rows: usize = changes.iter().map(|c| c.num_rows()).sum();
                     crate::metrics::SINK_ROWS_TOTAL.with_label_values(&[&name]).inc_by(rows as u64);
                     pending.dec();
-                    marker = Some(checkpoint);
+                    marker = Some(group);
                     delivered = Some(marker);
                     set_status(&sink, |s| s.delivered = marker);
                     crate::metrics::SINK_CHECKPOINTS_DELIVERED_TOTAL.with_label_values(&[&name]).inc();
                     crate::fault::point("sink.after_commit");
                 }
                 let mut wb = WriteBatch::default();
-                wb.delete(outbox_key(&sink, checkpoint));
+                let prefix = group_prefix(sink.def.id, group);
+                let end = group_prefix(sink.def.id, group.saturating_add(1));
+                wb.delete_range(prefix, end);
                 store.write(wb)?;
             }
             Ok(())
@@ -288,6 +410,25 @@ pub async fn deliver(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn changes_are_cut_into_parts_of_at_most_part_rows_in_order() {
+        use datafusion::arrow::array::{Int64Array, RecordBatch};
+        let batch = |from: i64, n: i64| {
+            ChangeBatch::inserts(RecordBatch::try_from_iter([("v", std::sync::Arc::new(Int64Array::from_iter_values(from..from + n)) as _)]).unwrap())
+        };
+        let p = PART_ROWS as i64;
+        let parts = into_parts(vec![batch(0, 10), batch(10, 2 * p), batch(10 + 2 * p, 5)]);
+        let sizes: Vec<usize> = parts.iter().map(|part| part.iter().map(|c| c.num_rows()).sum()).collect();
+        assert_eq!(sizes, [PART_ROWS, PART_ROWS, 15]);
+        let values: Vec<i64> = parts
+            .iter()
+            .flatten()
+            .flat_map(|c| c.data.column(0).as_any().downcast_ref::<Int64Array>().unwrap().values().to_vec())
+            .collect();
+        assert_eq!(values, (0..2 * p + 15).collect::<Vec<_>>());
+        assert!(into_parts(Vec::new()).is_empty());
+    }
 
     #[test]
     fn changes_net_to_each_keys_last_in_first_seen_order() {

@@ -272,7 +272,8 @@ impl Streaming {
                 still_in_catalog(&catalog, &[&view])?;
                 let input = catalog.changes.subscribe(view.def.id, id).await;
                 let rows = match how {
-                    ViewStart::Backfill => Some(view.read_rows(catalog.store(), None).await),
+                    // Read after the locks are released, from the snapshot taken here.
+                    ViewStart::Backfill => Some(view.stream_snapshot(catalog.store()).await),
                     ViewStart::Restore => None,
                 };
                 Ok((input, rows))
@@ -285,21 +286,30 @@ impl Streaming {
                 return Err(e);
             }
         };
-        let pending = match rows.transpose() {
-            Ok(rows) => rows.unwrap_or_default().into_iter().map(crate::types::ChangeBatch::inserts).collect(),
-            Err(e) => {
-                drop(input);
-                self.stop_view(id).await;
-                return Err(e);
-            }
-        };
+        // The first group: the epoch after the one the job started at (a new sink's starts
+        // with the view's rows).
+        let group = *committed.borrow() + 1;
         let store = Arc::clone(self.catalog.store());
+        let next_part = match rows {
+            Some(rows) => match outbox_snapshot(&store, &sink, group, rows).await {
+                Ok(parts) => parts,
+                Err(e) => {
+                    drop(input);
+                    self.stop_view(id).await;
+                    return Err(e);
+                }
+            },
+            None => 0,
+        };
         let job = crate::connectors::sink::SinkJob {
             sink: Arc::clone(&sink),
             input,
             store: Arc::clone(&store),
             committed,
-            pending,
+            group,
+            next_part,
+            pending: Vec::new(),
+            pending_rows: 0,
         };
         self.jobs.lock().insert(id, crate::dataflow::runtime::spawn(job.run()));
         let checkpointed = self.coordinator.checkpointed();
@@ -365,5 +375,46 @@ fn still_in_catalog(catalog: &Catalog, relations: &[&Arc<Relation>]) -> Result<(
                 gone.def.name
             ),
         )),
+    }
+}
+
+/// Writes a new sink's view rows, read from `rows` (a snapshot), into the outbox as the first
+/// parts of `group`, a part at a time. Returns how many parts it wrote.
+async fn outbox_snapshot(
+    store: &Arc<dyn crate::state::store::StateStore>,
+    sink: &Relation,
+    group: crate::types::Epoch,
+    mut rows: tokio::sync::mpsc::Receiver<Result<Option<datafusion::arrow::array::RecordBatch>>>,
+) -> Result<u32> {
+    use crate::connectors::sink::{into_parts, put_part, PART_ROWS};
+    let mut parts = 0;
+    let mut part: Vec<crate::types::ChangeBatch> = Vec::new();
+    let mut part_rows = 0;
+    loop {
+        let next = rows.recv().await;
+        let end = match next {
+            Some(Ok(Some(batch))) => {
+                part_rows += batch.num_rows();
+                part.push(crate::types::ChangeBatch::inserts(batch));
+                false
+            }
+            Some(Ok(None)) => true,
+            Some(Err(e)) => return Err(e),
+            None => return Err(WeirError::internal("the reader of the view's rows stopped before their end")),
+        };
+        if (end && !part.is_empty()) || part_rows >= PART_ROWS {
+            let changes = into_parts(std::mem::take(&mut part));
+            let (store, id, first) = (Arc::clone(store), sink.def.id, parts);
+            parts += changes.len() as u32;
+            tokio::task::spawn_blocking(move || {
+                changes.iter().zip(first..).try_for_each(|(part, n)| put_part(store.as_ref(), id, group, n, group, part))
+            })
+            .await
+            .map_err(|e| WeirError::internal(e.to_string()))??;
+            part_rows = 0;
+        }
+        if end {
+            return Ok(parts);
+        }
     }
 }

@@ -89,6 +89,11 @@ impl ChangeBatch {
         self.ops.len()
     }
 
+    /// `len` rows from `offset` (the columns shared, not copied).
+    pub fn slice(&self, offset: usize, len: usize) -> ChangeBatch {
+        ChangeBatch { data: self.data.slice(offset, len), ops: self.ops[offset..offset + len].to_vec() }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.ops.is_empty()
     }

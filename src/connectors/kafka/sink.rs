@@ -108,6 +108,8 @@ pub struct KafkaSink {
     timeout: Duration,
     producer: Option<SinkProducer>,
     marker: Option<BaseConsumer>,
+    /// Messages the producer had failed to deliver when the group began (at-least-once).
+    failed_before: u64,
 }
 
 impl KafkaSink {
@@ -168,6 +170,7 @@ impl KafkaSink {
             timeout: Duration::from_millis(options.u64_or("kafka.timeout.ms", 10_000)?.max(1)),
             producer: None,
             marker: None,
+            failed_before: 0,
         })
     }
 
@@ -216,7 +219,7 @@ impl KafkaSink {
         Ok(self.marker.as_ref().expect("made"))
     }
 
-    /// The messages of a checkpoint's changes: (key, value), value None for a tombstone.
+    /// The messages of an outbox part's changes: (key, value), value None for a tombstone.
     fn messages(&self, changes: &[ChangeBatch]) -> Result<Vec<KafkaMessage>> {
         let key_columns = match &self.format {
             Format::Plain => {
@@ -287,52 +290,66 @@ impl SinkWriter for KafkaSink {
         })
     }
 
-    fn deliver(&mut self, checkpoint: Epoch, changes: &[ChangeBatch]) -> Result<()> {
-        let messages = self.messages(changes)?;
-        let topic = self.topic.clone();
-        let timeout = self.timeout;
-        let broker = |e: KafkaError| unreachable_broker(&topic, &e);
-        let mut marker = TopicPartitionList::new();
-        marker.add_partition_offset(&topic, 0, Offset::Offset(checkpoint as i64)).map_err(broker)?;
-        let group = self.marker()?.group_metadata().ok_or_else(|| WeirError::internal("no consumer group metadata"))?;
+    fn begin(&mut self) -> Result<()> {
+        let broker = unreachable_broker_of(self.topic.clone());
         let exactly_once = self.exactly_once;
         let producer = self.producer()?;
+        if exactly_once {
+            producer.begin_transaction().map_err(broker)?;
+        }
+        self.failed_before = producer.context().failed.load(std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn write(&mut self, changes: &[ChangeBatch]) -> Result<()> {
+        let messages = self.messages(changes)?;
+        let topic = self.topic.clone();
+        let producer = self.producer()?;
+        send_all(producer, &topic, &messages, &unreachable_broker_of(topic.clone()))
+    }
+
+    fn commit(&mut self, group: Epoch) -> Result<()> {
+        let topic = self.topic.clone();
+        let timeout = self.timeout;
+        let broker = unreachable_broker_of(topic.clone());
+        let mut marker = TopicPartitionList::new();
+        marker.add_partition_offset(&topic, 0, Offset::Offset(group as i64)).map_err(&broker)?;
+        let group_metadata =
+            self.marker()?.group_metadata().ok_or_else(|| WeirError::internal("no consumer group metadata"))?;
+        let (exactly_once, failed_before) = (self.exactly_once, self.failed_before);
+        let producer = self.producer()?;
         if !exactly_once {
-            let failed_before = producer.context().failed.load(std::sync::atomic::Ordering::SeqCst);
-            let sent = send_all(producer, &topic, &messages, &broker)
-                .and_then(|()| producer.flush(timeout).map_err(broker))
-                .and_then(|()| {
-                    let errors = producer.context();
-                    if errors.failed.load(std::sync::atomic::Ordering::SeqCst) == failed_before {
-                        return Ok(());
-                    }
-                    let why = errors.last.lock().clone().unwrap_or_default();
-                    Err(WeirError::new(
-                        SqlState::IO_ERROR,
-                        format!("Kafka topic \"{topic}\": a message was refused: {why}"),
-                    ))
-                });
-            if sent.is_err() {
-                self.producer = None;
-                return sent;
+            producer.flush(timeout).map_err(&broker)?;
+            let errors = producer.context();
+            if errors.failed.load(std::sync::atomic::Ordering::SeqCst) != failed_before {
+                let why = errors.last.lock().clone().unwrap_or_default();
+                return Err(WeirError::new(
+                    SqlState::IO_ERROR,
+                    format!("Kafka topic \"{topic}\": a message was refused: {why}"),
+                ));
             }
             crate::fault::point("sink.before_commit");
             return self.marker()?.commit(&marker, CommitMode::Sync).map_err(broker);
         }
-        let sent = (|| -> Result<()> {
-            producer.begin_transaction().map_err(broker)?;
-            send_all(producer, &topic, &messages, &broker)?;
-            producer.send_offsets_to_transaction(&marker, &group, timeout).map_err(broker)?;
-            crate::fault::point("sink.before_commit");
-            producer.commit_transaction(timeout).map_err(broker)
-        })();
-        if sent.is_err() {
-            // The transaction is aborted (or its producer fenced): a new producer next time.
-            let _ = producer.abort_transaction(timeout);
-            self.producer = None;
-        }
-        sent
+        producer.send_offsets_to_transaction(&marker, &group_metadata, timeout).map_err(&broker)?;
+        crate::fault::point("sink.before_commit");
+        producer.commit_transaction(timeout).map_err(broker)
     }
+
+    /// The transaction is aborted (or its producer was fenced), or an at-least-once group's
+    /// messages may be half sent: a new producer next time.
+    fn abort(&mut self) {
+        if let Some(producer) = self.producer.take() {
+            if self.exactly_once {
+                let _ = producer.abort_transaction(self.timeout);
+            }
+        }
+    }
+}
+
+/// The error of a broker that refused or did not answer, for `topic`.
+fn unreachable_broker_of(topic: String) -> impl Fn(KafkaError) -> WeirError {
+    move |e| unreachable_broker(&topic, &e)
 }
 
 impl std::fmt::Debug for KafkaSink {

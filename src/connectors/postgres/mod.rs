@@ -165,7 +165,7 @@ impl PostgresSink {
         Ok(self.client.as_mut().expect("made"))
     }
 
-    /// The statements writing a checkpoint's changes.
+    /// The statements writing an outbox part's changes.
     fn statements(&self, changes: &[ChangeBatch]) -> Result<Vec<String>> {
         let texts = |batch: &RecordBatch| -> Result<Vec<Vec<String>>> {
             let options = FormatOptions::default().with_null("\u{0}NULL");
@@ -302,25 +302,45 @@ impl SinkWriter for PostgresSink {
         }
     }
 
-    fn deliver(&mut self, checkpoint: Epoch, changes: &[ChangeBatch]) -> Result<()> {
-        let statements = self.statements(changes)?;
+    fn begin(&mut self) -> Result<()> {
+        self.execute("BEGIN")
+    }
+
+    fn write(&mut self, changes: &[ChangeBatch]) -> Result<()> {
+        for statement in self.statements(changes)? {
+            self.execute(&statement)?;
+        }
+        Ok(())
+    }
+
+    fn commit(&mut self, group: Epoch) -> Result<()> {
         let identity = self.identity.clone();
         let client = self.client()?;
-        let written = tokio::runtime::Handle::current().block_on(async {
-            let transaction = client.transaction().await?;
-            for statement in &statements {
-                transaction.batch_execute(statement).await?;
-            }
-            transaction
-                .execute(
-                    "INSERT INTO weir_sink_marker VALUES ($1, $2) ON CONFLICT (sink) DO UPDATE SET epoch = EXCLUDED.epoch",
-                    &[&identity, &(checkpoint as i64)],
-                )
-                .await?;
-            crate::fault::point("sink.before_commit");
-            transaction.commit().await
-        });
-        written.map_err(|e| {
+        let marked = tokio::runtime::Handle::current().block_on(client.execute(
+            "INSERT INTO weir_sink_marker VALUES ($1, $2) ON CONFLICT (sink) DO UPDATE SET epoch = EXCLUDED.epoch",
+            &[&identity, &(group as i64)],
+        ));
+        if let Err(e) = marked {
+            self.client = None;
+            return Err(self.unreachable(e));
+        }
+        crate::fault::point("sink.before_commit");
+        self.execute("COMMIT")
+    }
+
+    /// The connection goes, and its open transaction with it (Postgres rolls it back).
+    fn abort(&mut self) {
+        self.client = None;
+    }
+}
+
+impl PostgresSink {
+    /// Runs `sql` on the connection (made if there is none); a failure drops the connection,
+    /// and with it any open transaction.
+    fn execute(&mut self, sql: &str) -> Result<()> {
+        let client = self.client()?;
+        let done = tokio::runtime::Handle::current().block_on(client.batch_execute(sql));
+        done.map_err(|e| {
             self.client = None;
             self.unreachable(e)
         })
