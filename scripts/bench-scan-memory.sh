@@ -7,7 +7,10 @@
 # a million per INSERT), then samples Weir's resident memory every 50 ms while it
 #   1. answers SELECT count(*), sum(v) FROM items (a streamed scan);
 #   2. creates a view of one row over it (its backfill streams the table);
-#   3. creates a view of half its rows (the backfill commits as it goes).
+#   3. creates a view of half its rows (the backfill commits as it goes);
+#   4. with WEIR_BENCH_POSTGRES set (a libpq URL, e.g. from scripts/pg-server.sh start), creates
+#      a Postgres sink of that view and waits until the table holds every row (the sink's
+#      first group: the view's rows, written to its outbox and delivered part by part).
 # Prints each step's time and peak resident memory above the step's start.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -54,3 +57,20 @@ measure "SELECT count(*), sum(v)" "SELECT count(*), sum(v) FROM items"
 measure "CREATE view of one row" "CREATE MATERIALIZED VIEW total AS SELECT count(*) AS n, sum(v) AS s FROM items"
 measure "CREATE view of half the rows" "CREATE MATERIALIZED VIEW evens AS SELECT k, v FROM items WHERE k % 2 = 0"
 psql "${args[@]}" -Atc "SELECT n, s FROM total" -c "SELECT count(*) FROM evens"
+if [ -n "${WEIR_BENCH_POSTGRES:-}" ]; then
+    pg=${WEIR_BENCH_POSTGRES%/*}
+    psql "$WEIR_BENCH_POSTGRES" -q -c "DROP DATABASE IF EXISTS weir_bench_sink" -c "CREATE DATABASE weir_bench_sink"
+    psql "$pg/weir_bench_sink" -q -c "CREATE TABLE evens (k BIGINT PRIMARY KEY, v BIGINT)"
+    want=$(psql "${args[@]}" -Atc "SELECT count(*) FROM evens")
+    before=$(rss)
+    peak=$before
+    started=$(date +%s.%N)
+    psql "${args[@]}" -q -v ON_ERROR_STOP=1 -c "CREATE SINK evens_out FROM evens WITH (connector = 'postgres', url = '$pg/weir_bench_sink', table.name = 'evens', primary_key = 'k')"
+    created=$(echo "$(date +%s.%N) - $started" | bc)
+    while [ "$(psql "$pg/weir_bench_sink" -Atc "SELECT count(*) FROM evens")" != "$want" ]; do
+        now=$(rss)
+        [ "$now" -gt "$peak" ] && peak=$now
+        sleep 0.2
+    done
+    echo "CREATE SINK of the half-rows view: created in $created s, all $want rows in Postgres after $(echo "$(date +%s.%N) - $started" | bc) s, RSS $((before / 1024)) MiB before, peak +$(((peak - before) / 1024)) MiB"
+fi

@@ -190,8 +190,10 @@ impl KafkaSink {
             let mut config = self.client();
             if self.exactly_once {
                 config.set("transactional.id", &self.identity);
+                // A new sink's first transaction holds its view's every row: the brokers' usual
+                // maximum (transaction.max.timeout.ms), not librdkafka's minute.
                 if config.get("transaction.timeout.ms").is_none() {
-                    config.set("transaction.timeout.ms", "60000");
+                    config.set("transaction.timeout.ms", "900000");
                 }
             } else {
                 config.set("enable.idempotence", "true");
