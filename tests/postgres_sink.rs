@@ -179,3 +179,77 @@ async fn auto_create_makes_the_table_with_the_views_types_and_key() {
             "CREATE SINK s2 FROM v WITH (connector = 'jdbc', jdbc.url = '{jdbc}', table.name = 'x', primary_key = 'k', auto_create = 'yes')"
         ), "22023").await;
 }
+
+/// Values arrive as they are, whether a part's rows go by INSERT statements (a few) or by COPY
+/// (1,000 and more, into the table or, with a key, through a temporary table): text with
+/// quotes, backslashes, tabs, newlines and non-ASCII characters, NULLs, bytes, timestamps and
+/// decimals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_arrive_as_they_are_by_insert_and_by_copy() {
+    type Row = (i64, Option<String>, Option<Vec<u8>>);
+    async fn read(client: &tokio_postgres::Client, sql: &str) -> Vec<Row> {
+        let rows = client.query(sql, &[]).await.unwrap();
+        rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect()
+    }
+    let (pg, jdbc) = database("copyvalues").await;
+    let server = TestServer::start_with(&["--checkpoint-interval", "200ms"]);
+    let c = server.connect().await;
+    c.batch_execute(&format!(
+        "CREATE TABLE ev (id BIGINT, s VARCHAR, b BYTEA, at TIMESTAMP, amount DECIMAL(10, 2)) APPEND ONLY;
+         CREATE TABLE kv (id BIGINT PRIMARY KEY, s VARCHAR, b BYTEA);
+         CREATE SINK ev_out AS SELECT id, s, b, at, amount FROM ev WITH (connector = 'jdbc', jdbc.url = '{jdbc}', table.name = 'ev', auto_create = 'true');
+         CREATE MATERIALIZED VIEW kv_view AS SELECT id, s, b FROM kv;
+         CREATE SINK kv_out FROM kv_view WITH (connector = 'jdbc', jdbc.url = '{jdbc}', table.name = 'kv', primary_key = 'id', auto_create = 'true');"
+    ))
+    .await
+    .unwrap();
+    let awkward = [
+        "plain",
+        "it's",
+        "back\\slash",
+        "tab\there",
+        "new\nline",
+        "carriage\rreturn",
+        "\\N",
+        "ünïcødé ✓",
+        "",
+    ];
+    let mut id = 0i64;
+    let mut statements = Vec::new();
+    // Three parts' worth by COPY (1,500 rows in one statement), then three rows by INSERT.
+    for batch in [1500usize, 3] {
+        let mut values = Vec::new();
+        for _ in 0..batch {
+            let s = awkward[id as usize % awkward.len()];
+            let s = if id % 11 == 0 { "NULL".to_string() } else { format!("'{}'", s.replace('\'', "''")) };
+            let b = if id % 13 == 0 { "NULL".to_string() } else { format!("'\\x{:02x}00ff5c09'::BYTEA", id % 256) };
+            values.push(format!("({id}, {s}, {b}, TIMESTAMP '2026-01-02 03:04:05.123456' + INTERVAL '{id}' SECOND, {id}.25)"));
+            id += 1;
+        }
+        statements.push(values.join(", "));
+    }
+    let mut from = 0;
+    for (values, rows) in statements.iter().zip([1500, 3]) {
+        c.batch_execute(&format!("INSERT INTO ev VALUES {values}")).await.unwrap();
+        c.batch_execute(&format!("INSERT INTO kv SELECT id, s, b FROM ev WHERE id >= {from} AND id < {}", from + rows))
+            .await
+            .unwrap();
+        from += rows;
+    }
+    c.batch_execute("FLUSH").await.unwrap();
+    let want = read(&c, "SELECT id, s, b FROM ev ORDER BY id").await;
+    assert_eq!(want.len(), 1503);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while rows(&pg, "SELECT count(*) FROM ev").await != ["1503"] || rows(&pg, "SELECT count(*) FROM kv").await != ["1503"] {
+        assert!(std::time::Instant::now() < deadline, "the sinks did not deliver every row");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(read(&pg, "SELECT id, s, b FROM ev ORDER BY id").await, want, "append-only");
+    assert_eq!(read(&pg, "SELECT id, s, b FROM kv ORDER BY id").await, want, "by key");
+    let text = "SELECT id, at::TEXT, amount::TEXT FROM ev WHERE id IN (0, 7, 1502)";
+    assert_eq!(
+        rows(&pg, text).await,
+        ["0|2026-01-02 03:04:05.123456|0.25", "1502|2026-01-02 03:29:07.123456|1502.25", "7|2026-01-02 03:04:12.123456|7.25"],
+        "timestamps and decimals"
+    );
+}

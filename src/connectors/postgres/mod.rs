@@ -7,12 +7,16 @@
 //!   jdbc.url = 'jdbc:postgresql://127.0.0.1:5432/analytics?user=postgres', table.name = 'per_auction',
 //!   primary_key = 'window_start,auction');
 //! ```
-//! Each checkpoint's changes are one SQL transaction: with `primary_key`, a checkpoint's changes
-//! are netted per key, gone keys deleted and the others upserted (`INSERT ... ON CONFLICT (key)
-//! DO UPDATE`); without one, every row is inserted (only over a view that never retracts). The
-//! same transaction sets the sink's row of `weir_sink_marker (sink, epoch)` (made if missing) to
-//! the checkpoint: the marker a restart reads. Values are sent as quoted text literals, which
-//! PostgreSQL casts to the table's column types; the table must exist, with the view's column
+//! Each checkpoint interval's changes (an outbox group) are one SQL transaction, written part by
+//! part: with `primary_key`, a part's changes are netted per key, gone keys deleted and the
+//! others upserted (`INSERT ... ON CONFLICT (key) DO UPDATE`); without one, every row is
+//! inserted (only over a view that never retracts). A part of [`COPY_FROM_ROWS`] rows or more
+//! goes by `COPY ... FROM STDIN` (text format), straight into the table, or with a key into a
+//! temporary table of the connection from which one `INSERT ... SELECT ... ON CONFLICT` upserts;
+//! fewer go by multi-row INSERT statements, cheaper for a few rows. The same transaction sets
+//! the sink's row of `weir_sink_marker (sink, epoch)` (made if missing) to the group: the
+//! marker a restart reads. Values are sent as text, which PostgreSQL casts to the table's
+//! column types; the table must exist, with the view's column
 //! names, unless `auto_create = 'true'`: then CREATE SINK makes it if it is missing, with the
 //! view's columns (their Postgres types, [`postgres_type`]) and `primary_key` as its key.
 
@@ -165,54 +169,26 @@ impl PostgresSink {
         Ok(self.client.as_mut().expect("made"))
     }
 
-    /// The statements writing an outbox part's changes.
-    fn statements(&self, changes: &[ChangeBatch]) -> Result<Vec<String>> {
-        let texts = |batch: &RecordBatch| -> Result<Vec<Vec<String>>> {
-            let options = FormatOptions::default().with_null("\u{0}NULL");
-            let formatters = batch
-                .columns()
-                .iter()
-                .map(|c| ArrayFormatter::try_new(c.as_ref(), &options))
-                .collect::<std::result::Result<Vec<_>, _>>()?;
-            Ok((0..batch.num_rows())
-                .map(|row| {
-                    formatters
-                        .iter()
-                        .zip(batch.columns())
-                        .map(|(f, c)| {
-                            use datafusion::arrow::datatypes::DataType as T;
-                            if c.is_null(row) {
-                                "NULL".to_string()
-                            } else if matches!(
-                                c.data_type(),
-                                T::Binary | T::LargeBinary | T::BinaryView | T::FixedSizeBinary(_)
-                            ) {
-                                // Arrow prints bytes as bare hex; bytea's hex input starts \x.
-                                format!("'\\x{}'", f.value(row))
-                            } else {
-                                format!("'{}'", f.value(row).to_string().replace('\'', "''"))
-                            }
-                        })
-                        .collect()
-                })
-                .collect())
-        };
-        let mut upserts: Vec<Vec<String>> = Vec::new();
-        let mut deletes: Vec<Vec<String>> = Vec::new();
+    /// An outbox part's changes as rows of text values (None: NULL), in two lists: the rows to
+    /// upsert (or insert, without a key) and the keys to delete. With a key, the changes are
+    /// netted per key first.
+    fn rows(&self, changes: &[ChangeBatch]) -> Result<(Vec<Vec<Value>>, Vec<Vec<Value>>)> {
+        let mut upserts: Vec<Vec<Value>> = Vec::new();
+        let mut deletes: Vec<Vec<Value>> = Vec::new();
         match &self.key {
             None => {
                 for batch in changes {
                     if batch.ops.iter().any(|op| op.sign() < 0) {
                         return Err(WeirError::internal("an insert-only Postgres sink received a retraction"));
                     }
-                    upserts.extend(texts(&batch.data)?);
+                    upserts.extend(values(&batch.data)?);
                 }
             }
             Some(key) => {
                 let mut keyed = Vec::new();
                 for batch in changes {
-                    for (row, op) in texts(&batch.data)?.into_iter().zip(&batch.ops) {
-                        let k: Vec<String> = key.iter().map(|&i| row[i].clone()).collect();
+                    for (row, op) in values(&batch.data)?.into_iter().zip(&batch.ops) {
+                        let k: Vec<Value> = key.iter().map(|&i| row[i].clone()).collect();
                         keyed.push((k, row, op.sign() > 0));
                     }
                 }
@@ -224,45 +200,160 @@ impl PostgresSink {
                 }
             }
         }
-        let mut statements = Vec::new();
-        if let Some(key) = &self.key {
-            let key_columns: Vec<&str> = key.iter().map(|&i| self.columns[i].as_str()).collect();
-            for chunk in deletes.chunks(ROWS_PER_STATEMENT) {
-                let tuples: Vec<String> = chunk.iter().map(|k| format!("({})", k.join(", "))).collect();
-                statements.push(format!(
-                    "DELETE FROM {} WHERE ({}) IN ({})",
-                    self.table,
-                    key_columns.join(", "),
-                    tuples.join(", ")
-                ));
-            }
+        Ok((upserts, deletes))
+    }
+
+    /// `ON CONFLICT (key) DO UPDATE SET ...` for a sink with a key, else nothing.
+    fn on_conflict(&self) -> String {
+        let Some(key) = &self.key else { return String::new() };
+        let key_columns: Vec<&str> = key.iter().map(|&i| self.columns[i].as_str()).collect();
+        let others: Vec<String> = (0..self.columns.len())
+            .filter(|i| !key.contains(i))
+            .map(|i| format!("{0} = EXCLUDED.{0}", self.columns[i]))
+            .collect();
+        if others.is_empty() {
+            format!(" ON CONFLICT ({}) DO NOTHING", key_columns.join(", "))
+        } else {
+            format!(" ON CONFLICT ({}) DO UPDATE SET {}", key_columns.join(", "), others.join(", "))
         }
-        let on_conflict = match &self.key {
-            Some(key) => {
-                let key_columns: Vec<&str> = key.iter().map(|&i| self.columns[i].as_str()).collect();
-                let others: Vec<String> = (0..self.columns.len())
-                    .filter(|i| !key.contains(i))
-                    .map(|i| format!("{0} = EXCLUDED.{0}", self.columns[i]))
-                    .collect();
-                if others.is_empty() {
-                    format!(" ON CONFLICT ({}) DO NOTHING", key_columns.join(", "))
-                } else {
-                    format!(" ON CONFLICT ({}) DO UPDATE SET {}", key_columns.join(", "), others.join(", "))
+    }
+
+    /// The DELETE statements for `keys`.
+    fn deletes(&self, keys: &[Vec<Value>]) -> Vec<String> {
+        let Some(key) = &self.key else { return Vec::new() };
+        let key_columns: Vec<&str> = key.iter().map(|&i| self.columns[i].as_str()).collect();
+        keys.chunks(ROWS_PER_STATEMENT)
+            .map(|chunk| {
+                let tuples: Vec<String> = chunk.iter().map(|k| literal_tuple(k)).collect();
+                format!("DELETE FROM {} WHERE ({}) IN ({})", self.table, key_columns.join(", "), tuples.join(", "))
+            })
+            .collect()
+    }
+
+    /// The INSERT statements for `rows` (a few: COPY costs more than it saves).
+    fn inserts(&self, rows: &[Vec<Value>]) -> Vec<String> {
+        let on_conflict = self.on_conflict();
+        rows.chunks(ROWS_PER_STATEMENT)
+            .map(|chunk| {
+                let tuples: Vec<String> = chunk.iter().map(|r| literal_tuple(r)).collect();
+                format!("INSERT INTO {} ({}) VALUES {}{on_conflict}", self.table, self.columns.join(", "), tuples.join(", "))
+            })
+            .collect()
+    }
+
+    /// Writes `rows` with COPY: into the table, or, with a key, into a temporary table of the
+    /// same columns, from which one INSERT ... ON CONFLICT upserts them.
+    fn copy(&mut self, rows: &[Vec<Value>]) -> Result<()> {
+        let mut data = Vec::with_capacity(rows.len() * 16 * self.columns.len());
+        for row in rows {
+            copy_line(row, &mut data);
+        }
+        let columns = self.columns.join(", ");
+        let target = match &self.key {
+            None => self.table.clone(),
+            Some(_) => {
+                // Made once per connection; emptied after each use.
+                self.execute(&format!(
+                    "CREATE TEMPORARY TABLE IF NOT EXISTS weir_sink_rows AS SELECT {columns} FROM {} LIMIT 0",
+                    self.table
+                ))?;
+                "weir_sink_rows".to_string()
+            }
+        };
+        let statement = format!("COPY {target} ({columns}) FROM STDIN");
+        let client = self.client()?;
+        let copied = tokio::runtime::Handle::current().block_on(async {
+            use futures::SinkExt;
+            let sink = client.copy_in::<_, bytes::Bytes>(&statement).await?;
+            let mut sink = std::pin::pin!(sink);
+            sink.send(bytes::Bytes::from(data)).await?;
+            sink.as_mut().finish().await
+        });
+        if let Err(e) = copied {
+            self.client = None;
+            return Err(self.unreachable(e));
+        }
+        if self.key.is_some() {
+            let on_conflict = self.on_conflict();
+            self.execute(&format!(
+                "INSERT INTO {} ({columns}) SELECT {columns} FROM weir_sink_rows{on_conflict}; TRUNCATE weir_sink_rows",
+                self.table
+            ))?;
+        }
+        Ok(())
+    }
+}
+
+/// A value as sent to PostgreSQL: its text (bytea as `\x` and hex), or None for NULL.
+type Value = Option<String>;
+
+/// Rows past which a part's rows go by COPY rather than INSERT statements.
+const COPY_FROM_ROWS: usize = 1_000;
+
+/// `batch`'s rows as text values.
+fn values(batch: &RecordBatch) -> Result<Vec<Vec<Value>>> {
+    use datafusion::arrow::datatypes::DataType as T;
+    let options = FormatOptions::default();
+    let formatters = batch
+        .columns()
+        .iter()
+        .map(|c| ArrayFormatter::try_new(c.as_ref(), &options))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    Ok((0..batch.num_rows())
+        .map(|row| {
+            formatters
+                .iter()
+                .zip(batch.columns())
+                .map(|(f, c)| {
+                    if c.is_null(row) {
+                        None
+                    } else if matches!(c.data_type(), T::Binary | T::LargeBinary | T::BinaryView | T::FixedSizeBinary(_)) {
+                        // Arrow prints bytes as bare hex; bytea's hex input starts \x.
+                        Some(format!("\\x{}", f.value(row)))
+                    } else {
+                        Some(f.value(row).to_string())
+                    }
+                })
+                .collect()
+        })
+        .collect())
+}
+
+/// `(v1, v2, ...)` of quoted literals, which PostgreSQL casts to the columns' types.
+fn literal_tuple(values: &[Value]) -> String {
+    let literals: Vec<String> = values
+        .iter()
+        .map(|v| match v {
+            None => "NULL".to_string(),
+            Some(text) => format!("'{}'", text.replace('\'', "''")),
+        })
+        .collect();
+    format!("({})", literals.join(", "))
+}
+
+/// Appends `values` as one line of COPY's text format: tab-separated, `\N` for NULL, and
+/// backslash, tab, newline and carriage return escaped.
+fn copy_line(values: &[Value], out: &mut Vec<u8>) {
+    for (i, value) in values.iter().enumerate() {
+        if i > 0 {
+            out.push(b'\t');
+        }
+        match value {
+            None => out.extend_from_slice(b"\\N"),
+            Some(text) => {
+                for b in text.bytes() {
+                    match b {
+                        b'\\' => out.extend_from_slice(b"\\\\"),
+                        b'\t' => out.extend_from_slice(b"\\t"),
+                        b'\n' => out.extend_from_slice(b"\\n"),
+                        b'\r' => out.extend_from_slice(b"\\r"),
+                        b => out.push(b),
+                    }
                 }
             }
-            None => String::new(),
-        };
-        for chunk in upserts.chunks(ROWS_PER_STATEMENT) {
-            let rows: Vec<String> = chunk.iter().map(|r| format!("({})", r.join(", "))).collect();
-            statements.push(format!(
-                "INSERT INTO {} ({}) VALUES {}{on_conflict}",
-                self.table,
-                self.columns.join(", "),
-                rows.join(", ")
-            ));
         }
-        Ok(statements)
     }
+    out.push(b'\n');
 }
 
 /// The PostgreSQL type of a view's column: as declared (`character varying(20)`), else as its
@@ -307,7 +398,14 @@ impl SinkWriter for PostgresSink {
     }
 
     fn write(&mut self, changes: &[ChangeBatch]) -> Result<()> {
-        for statement in self.statements(changes)? {
+        let (upserts, deletes) = self.rows(changes)?;
+        for statement in self.deletes(&deletes) {
+            self.execute(&statement)?;
+        }
+        if upserts.len() >= COPY_FROM_ROWS {
+            return self.copy(&upserts);
+        }
+        for statement in self.inserts(&upserts) {
             self.execute(&statement)?;
         }
         Ok(())
