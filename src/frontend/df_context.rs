@@ -93,6 +93,7 @@ pub async fn template_state(catalog: Arc<Catalog>) -> Result<SessionState> {
         .with_analyzer_rule(Arc::new(super::comparison_order::ColumnFirstComparisons))
         .with_analyzer_rule(Arc::new(super::checked_arithmetic::CheckedIntegerArithmetic))
         .with_analyzer_rule(Arc::new(super::bytea_input::ByteaInput))
+        .with_analyzer_rule(Arc::new(super::text_casts::PostgresTextCasts))
         .build();
     let ctx = SessionContext::new_with_state(state);
 
@@ -184,21 +185,25 @@ pub struct PlanningRules {
     /// Unaliased columns of subqueries, CTEs and UNION branches get Postgres's names (else
     /// DataFusion's, `count(*)`).
     pub inner_column_names: bool,
+    /// Casts of timestamps, times and floats to text write them as Postgres does
+    /// (`text_casts`; else as Arrow does: `2026-01-01T00:00:01`).
+    pub postgres_text_casts: bool,
 }
 
 impl PlanningRules {
     /// The revision of the rules views made now are recorded with.
-    pub const REVISION: u32 = 1;
+    pub const REVISION: u32 = 2;
 
     /// The rules of this version.
     pub const CURRENT: PlanningRules =
-        PlanningRules { int4_literals: true, numeric_literals: true, inner_column_names: true };
+        PlanningRules { int4_literals: true, numeric_literals: true, inner_column_names: true, postgres_text_casts: true };
 
     pub fn of(def: &crate::catalog::RelationDef) -> PlanningRules {
         PlanningRules {
             int4_literals: def.int4_literals,
             numeric_literals: def.planner_revision >= 1,
             inner_column_names: def.planner_revision >= 1,
+            postgres_text_casts: def.planner_revision >= 2,
         }
     }
 
@@ -218,15 +223,17 @@ impl PlanningRules {
 pub fn optimize_for_view(
     state: &SessionState,
     plan: &datafusion::logical_expr::LogicalPlan,
-    int4_literals: bool,
+    planning: PlanningRules,
 ) -> Result<datafusion::logical_expr::LogicalPlan> {
     let rules = state.optimizers().iter().filter(|r| r.name() != "eliminate_join").cloned().collect();
-    let mut view_state = SessionStateBuilder::new_from_existing(state.clone()).with_optimizer_rules(rules);
-    if !int4_literals {
-        // A view made before literals were int4 is planned as it was (`RelationDef::int4_literals`).
-        let analyzers = state.analyzer().rules.iter().filter(|r| r.name() != "weir_int4_literals").cloned().collect();
-        view_state = view_state.with_analyzer_rules(analyzers);
-    }
+    // A view made by an earlier version is planned as it was (`PlanningRules::of`).
+    let left_out = |name: &str| {
+        (!planning.int4_literals && name == super::int4_literals::Int4Literals.name())
+            || (!planning.postgres_text_casts && name == super::text_casts::PostgresTextCasts.name())
+    };
+    let analyzers = state.analyzer().rules.iter().filter(|r| !left_out(r.name())).cloned().collect();
+    let view_state =
+        SessionStateBuilder::new_from_existing(state.clone()).with_optimizer_rules(rules).with_analyzer_rules(analyzers);
     Ok(view_state.build().optimize(plan)?)
 }
 

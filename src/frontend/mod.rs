@@ -27,6 +27,7 @@ pub mod point_lookup;
 pub mod session;
 pub mod sink_statement;
 pub mod system_time;
+pub mod text_casts;
 pub mod type_names;
 
 use std::sync::Arc;

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use arrow_pg::datatypes::{arrow_schema_to_pg_fields, encode_recordbatch};
 use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, StringArray};
 use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use futures::{stream, StreamExt};
 use pgwire::api::portal::Format;
 use pgwire::api::results::FieldFormat;
@@ -103,14 +103,7 @@ pub fn postgres_text(batch: RecordBatch, fields: &[FieldInfo]) -> Result<RecordB
     let batch = jsonb_binary(batch, fields)?;
     let needs = |i: usize, dt: &DataType| {
         fields.get(i).is_some_and(|f| f.format() == FieldFormat::Text)
-            && matches!(
-                dt,
-                DataType::Timestamp(..)
-                    | DataType::Time32(_)
-                    | DataType::Time64(_)
-                    | DataType::Float32
-                    | DataType::Float64
-            )
+            && crate::types::pg_text::has_pg_text(dt)
     };
     if !batch.schema().fields().iter().enumerate().any(|(i, f)| needs(i, f.data_type())) {
         return Ok(batch);
@@ -119,7 +112,7 @@ pub fn postgres_text(batch: RecordBatch, fields: &[FieldInfo]) -> Result<RecordB
     let mut schema_fields = Vec::with_capacity(batch.num_columns());
     for (i, (field, column)) in batch.schema().fields().iter().zip(batch.columns()).enumerate() {
         if needs(i, field.data_type()) {
-            columns.push(Arc::new(render_times(column)?));
+            columns.push(Arc::new(crate::types::pg_text::pg_text(column)?));
             schema_fields.push(field.as_ref().clone().with_data_type(DataType::Utf8));
         } else {
             columns.push(Arc::clone(column));
@@ -159,114 +152,19 @@ fn jsonb_binary(batch: RecordBatch, fields: &[FieldInfo]) -> Result<RecordBatch,
     Ok(RecordBatch::try_new(Arc::new(Schema::new(schema_fields)), columns)?)
 }
 
-fn render_times(column: &ArrayRef) -> Result<StringArray, WeirError> {
-    use datafusion::arrow::array::{Float32Array, Float64Array, Time64MicrosecondArray, TimestampMicrosecondArray};
-    Ok(match column.data_type() {
-        DataType::Float64 => {
-            let a = column.as_any().downcast_ref::<Float64Array>().expect("float64");
-            a.iter().map(|v| v.map(|v| float_text(v, &v.to_string(), format!("{v:e}"), 15))).collect()
-        }
-        DataType::Float32 => {
-            let a = column.as_any().downcast_ref::<Float32Array>().expect("float32");
-            a.iter().map(|v| v.map(|v| float_text(v as f64, &v.to_string(), format!("{v:e}"), 6))).collect()
-        }
-        DataType::Timestamp(_, tz) => {
-            let micros = cast(column, &DataType::Timestamp(TimeUnit::Microsecond, None))?;
-            let micros = micros.as_any().downcast_ref::<TimestampMicrosecondArray>().expect("cast");
-            let suffix = if tz.is_some() { "+00" } else { "" };
-            micros
-                .iter()
-                .map(|v| {
-                    v.and_then(chrono::DateTime::from_timestamp_micros).map(|t| {
-                        format!("{}{}{suffix}", t.format("%Y-%m-%d %H:%M:%S"), fraction(t.timestamp_subsec_micros()))
-                    })
-                })
-                .collect()
-        }
-        _ => {
-            let micros = cast(column, &DataType::Time64(TimeUnit::Microsecond))?;
-            let micros = micros.as_any().downcast_ref::<Time64MicrosecondArray>().expect("cast");
-            micros
-                .iter()
-                .map(|v| {
-                    v.map(|us| {
-                        let secs = us.div_euclid(1_000_000);
-                        format!(
-                            "{:02}:{:02}:{:02}{}",
-                            secs / 3600,
-                            secs / 60 % 60,
-                            secs % 60,
-                            fraction(us.rem_euclid(1_000_000) as u32)
-                        )
-                    })
-                })
-                .collect()
-        }
-    })
-}
-
-/// A float as Postgres prints it (extra_float_digits >= 1): the shortest digits that read back
-/// exactly, in positional form unless the decimal exponent is below -4 or at least `precision`
-/// (15 for float8, 6 for float4), then as `1.5e+20`. `plain` and `sci` are Rust's shortest
-/// positional and scientific renderings of the same value.
-fn float_text(v: f64, plain: &str, sci: String, precision: i32) -> String {
-    if v.is_nan() {
-        return "NaN".into();
-    }
-    if v.is_infinite() {
-        return if v > 0.0 { "Infinity".into() } else { "-Infinity".into() };
-    }
-    let (mantissa, exponent) = sci.split_once('e').expect("scientific form");
-    let exponent: i32 = exponent.parse().expect("exponent");
-    if v != 0.0 && (exponent < -4 || exponent >= precision) {
-        let sign = if exponent < 0 { '-' } else { '+' };
-        format!("{mantissa}e{sign}{:02}", exponent.abs())
-    } else {
-        plain.to_string()
-    }
-}
-
-/// `.5` for 500000 microseconds, nothing for 0: Postgres trims trailing zeros.
-fn fraction(micros: u32) -> String {
-    if micros == 0 {
-        return String::new();
-    }
-    let s = format!(".{micros:06}");
-    s.trim_end_matches('0').to_string()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use datafusion::arrow::array::TimestampNanosecondArray;
 
     #[test]
-    fn timestamps_print_like_postgres() {
-        let ts: ArrayRef = Arc::new(TimestampNanosecondArray::from(vec![
-            Some(1_767_225_601_000_000_000),
-            Some(1_767_225_601_500_000_000),
-            None,
-        ]));
-        let rendered = render_times(&ts).unwrap();
-        assert_eq!(rendered.value(0), "2026-01-01 00:00:01");
-        assert_eq!(rendered.value(1), "2026-01-01 00:00:01.5");
-        assert!(rendered.is_null(2));
-    }
-
-    #[test]
-    fn floats_print_like_postgres() {
-        let f = |v: f64| float_text(v, &v.to_string(), format!("{v:e}"), 15);
-        assert_eq!(f(3.0), "3");
-        assert_eq!(f(1.5), "1.5");
-        assert_eq!(f(0.1), "0.1");
-        assert_eq!(f(-0.00001), "-1e-05");
-        assert_eq!(f(1e20), "1e+20");
-        assert_eq!(f(123456789012345.0), "123456789012345");
-        assert_eq!(f(1e15), "1e+15");
-        assert_eq!(f(f64::NAN), "NaN");
-        assert_eq!(f(0.0), "0");
-        let g = |v: f32| float_text(v as f64, &v.to_string(), format!("{v:e}"), 6);
-        assert_eq!(g(1000000.0), "1e+06");
-        assert_eq!(g(1.1), "1.1");
+    fn timestamps_go_out_as_postgres_text() {
+        let ts: ArrayRef = Arc::new(TimestampNanosecondArray::from(vec![Some(1_767_225_601_500_000_000), None]));
+        let batch = RecordBatch::try_from_iter([("t", ts)]).unwrap();
+        let fields = fields(&batch.schema(), &Format::UnifiedText).unwrap();
+        let out = postgres_text(batch, &fields).unwrap();
+        let text = out.column(0).as_any().downcast_ref::<StringArray>().unwrap();
+        assert_eq!(text.value(0), "2026-01-01 00:00:01.5");
+        assert!(text.is_null(1));
     }
 }

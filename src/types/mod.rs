@@ -7,6 +7,7 @@ pub mod hash;
 pub mod json;
 pub mod message;
 pub mod pg_binary;
+pub mod pg_text;
 pub mod pg_type;
 pub mod window;
 

@@ -1,0 +1,119 @@
+//! An analyzer rule for DataFusion: a cast of a timestamp, a time of day or a float to text
+//! writes the value as PostgreSQL does (`types::pg_text`), not as Arrow does.
+//!
+//! Arrow writes `2026-01-02T03:04:05.123` and `1e20::float8` as `100000000000000000000`;
+//! Postgres writes `2026-01-02 03:04:05.123` and `1e+20`, and so does Weir's wire output. So
+//! `ts::text`, `CAST(x AS VARCHAR)` and the casts DataFusion adds itself (`'at ' || ts`) would
+//! disagree with what the same value reads as in a result, and with Postgres. After type
+//! coercion, this rule replaces each such cast with a call of [`pg_text`](crate::types::pg_text),
+//! keeping the expression's name. A view made before the rule existed is planned without it
+//! (`PlanningRules::postgres_text_casts`), so its stored rows and new ones agree. Registered by
+//! `df_context::template_state`.
+
+use std::sync::{Arc, LazyLock};
+
+use datafusion::arrow::datatypes::DataType;
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{Transformed, TransformedResult};
+use datafusion::common::DFSchema;
+use datafusion::error::Result;
+use datafusion::logical_expr::expr::{Cast, ScalarFunction, TryCast};
+use datafusion::logical_expr::{
+    ColumnarValue, Expr, ExprSchemable, LogicalPlan, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
+    Volatility,
+};
+use datafusion::optimizer::AnalyzerRule;
+
+#[derive(Debug, Default)]
+pub struct PostgresTextCasts;
+
+impl AnalyzerRule for PostgresTextCasts {
+    fn name(&self) -> &str {
+        "weir_postgres_text_casts"
+    }
+
+    fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
+        plan.transform_up_with_subqueries(|node| {
+            // The schema a node's expressions are typed by: its inputs' (a scan's own).
+            let inputs = node.inputs();
+            let schema: Arc<DFSchema> = match inputs.as_slice() {
+                [] => Arc::clone(node.schema()),
+                [one] => Arc::clone(one.schema()),
+                [first, rest @ ..] => {
+                    let mut merged = first.schema().as_ref().clone();
+                    rest.iter().for_each(|p| merged.merge(p.schema()));
+                    Arc::new(merged)
+                }
+            };
+            super::keep_names::rewrite_expressions(node, |e| postgres_text(e, schema.as_ref()))
+        })
+        .data()
+    }
+}
+
+/// `e` with a cast of a value Postgres writes otherwise than Arrow to text made a call of
+/// [`PG_TEXT`] (the cast kept after it for another text type).
+fn postgres_text(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
+    let (inner, to) = match &e {
+        Expr::Cast(Cast { expr, field, .. }) | Expr::TryCast(TryCast { expr, field, .. })
+            if is_text(field.data_type()) =>
+        {
+            (expr.as_ref(), field.data_type().clone())
+        }
+        _ => return Ok(Transformed::no(e)),
+    };
+    match inner.get_type(schema) {
+        Ok(from) if crate::types::pg_text::has_pg_text(&from) => {}
+        _ => return Ok(Transformed::no(e)),
+    }
+    let call = Expr::ScalarFunction(ScalarFunction::new_udf(Arc::clone(&PG_TEXT), vec![inner.clone()]));
+    Ok(Transformed::yes(if to == DataType::Utf8 { call } else { Expr::Cast(Cast::new(Box::new(call), to)) }))
+}
+
+fn is_text(dt: &DataType) -> bool {
+    matches!(dt, DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8)
+}
+
+/// `pg_text(value)`: the value as Postgres writes it as text.
+static PG_TEXT: LazyLock<Arc<ScalarUDF>> = LazyLock::new(|| Arc::new(ScalarUDF::new_from_impl(PgText::default())));
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct PgText {
+    signature: Signature,
+}
+
+impl Default for PgText {
+    fn default() -> Self {
+        PgText { signature: Signature::any(1, Volatility::Immutable) }
+    }
+}
+
+impl ScalarUDFImpl for PgText {
+    fn name(&self) -> &str {
+        "pg_text"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let [value] = args.args.as_slice() else {
+            return Err(datafusion::error::DataFusionError::Internal("pg_text takes one argument".into()));
+        };
+        let scalar = matches!(value, ColumnarValue::Scalar(_));
+        let array = value.to_array(args.number_rows)?;
+        let text = crate::types::pg_text::pg_text(&array)
+            .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;
+        let text: datafusion::arrow::array::ArrayRef = Arc::new(text);
+        Ok(if scalar {
+            ColumnarValue::Scalar(datafusion::common::ScalarValue::try_from_array(&text, 0)?)
+        } else {
+            ColumnarValue::Array(text)
+        })
+    }
+}

@@ -1,0 +1,134 @@
+//! Values as PostgreSQL writes them as text, where Arrow writes them otherwise: timestamps
+//! (`2026-01-01 00:00:01.5`, a space and no trailing zeros, where Arrow writes
+//! `2026-01-01T00:00:01.500`), times of day, and floats in their shortest exact form (`3`,
+//! `1e+20`, where Arrow writes `3.0` and `100000000000000000000`). One rendering serves the
+//! wire's text format (`server::encode`) and casts to text in SQL (`frontend::text_casts`).
+
+use datafusion::arrow::array::{Array, ArrayRef, StringArray};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{DataType, TimeUnit};
+
+use crate::error::WeirError;
+
+/// Whether Postgres writes values of `dt` otherwise than Arrow does (then [`pg_text`] does).
+pub fn has_pg_text(dt: &DataType) -> bool {
+    matches!(
+        dt,
+        DataType::Timestamp(..) | DataType::Time32(_) | DataType::Time64(_) | DataType::Float32 | DataType::Float64
+    )
+}
+
+/// `column` (a timestamp, time of day or float column: [`has_pg_text`]) as Postgres writes it.
+pub fn pg_text(column: &ArrayRef) -> Result<StringArray, WeirError> {
+    use datafusion::arrow::array::{Float32Array, Float64Array, Time64MicrosecondArray, TimestampMicrosecondArray};
+    Ok(match column.data_type() {
+        DataType::Float64 => {
+            let a = column.as_any().downcast_ref::<Float64Array>().expect("float64");
+            a.iter().map(|v| v.map(|v| float_text(v, &v.to_string(), format!("{v:e}"), 15))).collect()
+        }
+        DataType::Float32 => {
+            let a = column.as_any().downcast_ref::<Float32Array>().expect("float32");
+            a.iter().map(|v| v.map(|v| float_text(v as f64, &v.to_string(), format!("{v:e}"), 6))).collect()
+        }
+        DataType::Timestamp(_, tz) => {
+            let micros = cast(column, &DataType::Timestamp(TimeUnit::Microsecond, None))?;
+            let micros = micros.as_any().downcast_ref::<TimestampMicrosecondArray>().expect("cast");
+            let suffix = if tz.is_some() { "+00" } else { "" };
+            micros
+                .iter()
+                .map(|v| {
+                    v.and_then(chrono::DateTime::from_timestamp_micros).map(|t| {
+                        format!("{}{}{suffix}", t.format("%Y-%m-%d %H:%M:%S"), fraction(t.timestamp_subsec_micros()))
+                    })
+                })
+                .collect()
+        }
+        _ => {
+            let micros = cast(column, &DataType::Time64(TimeUnit::Microsecond))?;
+            let micros = micros.as_any().downcast_ref::<Time64MicrosecondArray>().expect("cast");
+            micros
+                .iter()
+                .map(|v| {
+                    v.map(|us| {
+                        let secs = us.div_euclid(1_000_000);
+                        format!(
+                            "{:02}:{:02}:{:02}{}",
+                            secs / 3600,
+                            secs / 60 % 60,
+                            secs % 60,
+                            fraction(us.rem_euclid(1_000_000) as u32)
+                        )
+                    })
+                })
+                .collect()
+        }
+    })
+}
+
+/// A float as Postgres prints it (extra_float_digits >= 1): the shortest digits that read back
+/// exactly, in positional form unless the decimal exponent is below -4 or at least `precision`
+/// (15 for float8, 6 for float4), then as `1.5e+20`. `plain` and `sci` are Rust's shortest
+/// positional and scientific renderings of the same value.
+fn float_text(v: f64, plain: &str, sci: String, precision: i32) -> String {
+    if v.is_nan() {
+        return "NaN".into();
+    }
+    if v.is_infinite() {
+        return if v > 0.0 { "Infinity".into() } else { "-Infinity".into() };
+    }
+    let (mantissa, exponent) = sci.split_once('e').expect("scientific form");
+    let exponent: i32 = exponent.parse().expect("exponent");
+    if v != 0.0 && (exponent < -4 || exponent >= precision) {
+        let sign = if exponent < 0 { '-' } else { '+' };
+        format!("{mantissa}e{sign}{:02}", exponent.abs())
+    } else {
+        plain.to_string()
+    }
+}
+
+/// `.5` for 500000 microseconds, nothing for 0: Postgres trims trailing zeros.
+fn fraction(micros: u32) -> String {
+    if micros == 0 {
+        return String::new();
+    }
+    let s = format!(".{micros:06}");
+    s.trim_end_matches('0').to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use datafusion::arrow::array::TimestampNanosecondArray;
+
+    #[test]
+    fn timestamps_print_like_postgres() {
+        let ts: ArrayRef = Arc::new(TimestampNanosecondArray::from(vec![
+            Some(1_767_225_601_000_000_000),
+            Some(1_767_225_601_500_000_000),
+            None,
+        ]));
+        let rendered = pg_text(&ts).unwrap();
+        assert_eq!(rendered.value(0), "2026-01-01 00:00:01");
+        assert_eq!(rendered.value(1), "2026-01-01 00:00:01.5");
+        assert!(rendered.is_null(2));
+    }
+
+    #[test]
+    fn floats_print_like_postgres() {
+        let f = |v: f64| float_text(v, &v.to_string(), format!("{v:e}"), 15);
+        assert_eq!(f(3.0), "3");
+        assert_eq!(f(1.5), "1.5");
+        assert_eq!(f(0.1), "0.1");
+        assert_eq!(f(-0.00001), "-1e-05");
+        assert_eq!(f(1e20), "1e+20");
+        assert_eq!(f(123456789012345.0), "123456789012345");
+        assert_eq!(f(1e15), "1e+15");
+        assert_eq!(f(f64::NAN), "NaN");
+        assert_eq!(f(0.0), "0");
+        let g = |v: f32| float_text(v as f64, &v.to_string(), format!("{v:e}"), 6);
+        assert_eq!(g(1000000.0), "1e+06");
+        assert_eq!(g(1.1), "1.1");
+    }
+}
