@@ -182,3 +182,73 @@ async fn a_lookup_join_survives_sigkill() {
     let rows = common::rows(&c, "SELECT oid, name FROM enriched").await;
     assert_eq!(rows, ["10|ann", "11|bob", "13|ann2"]);
 }
+
+/// A view created over a view still backfilling waits for the whole of it; a CREATE cancelled
+/// during its backfill leaves nothing behind, and a view that was waiting for it fails with
+/// 42P01 instead of starting over rows that are gone. A restart then finds exactly the views
+/// that were made, equal to their queries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn views_over_a_backfilling_view_wait_for_it_and_a_cancelled_backfill_leaves_nothing() {
+    /// Waits until relation `name` is in the catalog (its CREATE is backfilling it).
+    async fn exists(c: &tokio_postgres::Client, name: &str) {
+        for _ in 0..500 {
+            let n: i64 = c.query_one("SELECT count(*) FROM pg_class WHERE relname = $1", &[&name]).await.unwrap().get(0);
+            if n == 1 {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        panic!("{name} never appeared");
+    }
+    async fn views(c: &tokio_postgres::Client) -> Vec<String> {
+        let rows = c.query("SELECT matviewname::TEXT FROM pg_matviews ORDER BY 1", &[]).await.unwrap();
+        rows.iter().map(|r| r.get::<_, String>(0)).collect()
+    }
+    let mut server = TestServer::start();
+    let a = server.connect().await;
+    let b = server.connect().await;
+    a.batch_execute(
+        "CREATE TABLE big (k BIGINT PRIMARY KEY, v BIGINT);
+         INSERT INTO big SELECT x, x % 97 FROM generate_series(1, 2300000) AS t(x);",
+    )
+    .await
+    .unwrap();
+    let slow_view = |name: &str| format!("CREATE MATERIALIZED VIEW {name} AS SELECT k % 1000 AS g, count(*) AS n, sum(v) AS s FROM big GROUP BY k % 1000");
+    // A view over one backfilling.
+    let first = {
+        let (a, sql) = (server.connect().await, slow_view("per_g"));
+        tokio::spawn(async move { a.batch_execute(&sql).await })
+    };
+    exists(&b, "per_g").await;
+    b.batch_execute("CREATE MATERIALIZED VIEW total AS SELECT sum(n) AS n, count(*) AS groups FROM per_g").await.unwrap();
+    first.await.unwrap().unwrap();
+    let row = b.query_one("SELECT n, groups FROM total", &[]).await.unwrap();
+    assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1)), (2_300_000, 1000), "the view over it saw all of it");
+    // A cancelled backfill, with a view waiting for it.
+    let cancel = a.cancel_token();
+    let cancelled = {
+        let sql = slow_view("per_g2");
+        tokio::spawn(async move { a.batch_execute(&sql).await })
+    };
+    exists(&b, "per_g2").await;
+    let waiting = {
+        let b2 = server.connect().await;
+        tokio::spawn(async move { b2.batch_execute("CREATE MATERIALIZED VIEW total2 AS SELECT sum(n) AS n FROM per_g2").await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    cancel.cancel_query(tokio_postgres::NoTls).await.unwrap();
+    let e = cancelled.await.unwrap().expect_err("the CREATE was cancelled");
+    assert_eq!(e.code().map(|c| c.code()), Some("57014"), "{e:?}");
+    let e = waiting.await.unwrap().expect_err("its input went away");
+    assert_eq!(e.code().map(|c| c.code()), Some("42P01"), "{e:?}");
+    assert_eq!(views(&b).await, ["per_g", "total"]);
+    let c = server.sigkill_and_reconnect().await;
+    assert_eq!(views(&c).await, ["per_g", "total"]);
+    c.batch_execute("SET implicit_flush = true; DELETE FROM big WHERE k <= 300000").await.unwrap();
+    let n: i64 = c.query_one("SELECT n FROM total", &[]).await.unwrap().get(0);
+    assert_eq!(n, 2_000_000);
+    // The names are free again.
+    c.batch_execute(&slow_view("per_g2")).await.unwrap();
+    let n: i64 = c.query_one("SELECT sum(n) FROM per_g2", &[]).await.unwrap().get(0);
+    assert_eq!(n, 2_000_000);
+}
