@@ -130,6 +130,7 @@ async fn build(catalog: &Arc<Catalog>, request: &IndexRequest, id: crate::state:
     *index.filled.lock() = Filled::UpTo(None);
     let mut chunked = on.def.layout == Layout::Segments || on.key_columns().is_some();
     let mut guard = on.write_lock.lock().await;
+    catalog.check_live(&[on])?;
     // Chunks go as far as the relation reached when the build began; what writers add beyond
     // it meanwhile is read in one last hold of the lock, so the build ends however fast they
     // write.

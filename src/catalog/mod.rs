@@ -85,6 +85,10 @@ pub struct Relation {
     /// How much of its relation an index holds yet ([`index::Filled`]); changed under the
     /// relation's write lock.
     filled: parking_lot::Mutex<index::Filled>,
+    /// False for a materialized view from its CREATE until its backfill has committed every row
+    /// (set under its write lock, which the backfill holds): one whose CREATE failed or was
+    /// cancelled stays so until it is undone. Every other relation is whole.
+    whole: std::sync::atomic::AtomicBool,
 }
 
 /// Base of the OIDs clients see for relations (`pg_class.oid`, RowDescription's table OID):
@@ -93,6 +97,11 @@ pub struct Relation {
 pub const RELATION_OID_BASE: u32 = 500_000_000;
 
 impl Relation {
+    /// Its backfill committed every row (a new materialized view's; see `whole`).
+    pub fn mark_whole(&self) {
+        self.whole.store(true, Ordering::SeqCst);
+    }
+
     /// The OID clients see for this relation.
     pub fn oid(&self) -> u32 {
         RELATION_OID_BASE + self.def.id
@@ -460,6 +469,7 @@ impl Catalog {
             indexes: RwLock::new(Vec::new()),
             retired: std::sync::atomic::AtomicBool::new(false),
             filled: parking_lot::Mutex::new(index::Filled::All),
+            whole: std::sync::atomic::AtomicBool::new(true),
         })
     }
 
@@ -646,6 +656,10 @@ impl Catalog {
         let id = inner.next_id;
         def.id = id;
         let relation = Self::materialize(self.store.as_ref(), def, self.open_epoch.load(Ordering::SeqCst))?;
+        if relation.def.kind == RelationKind::MaterializedView {
+            // Until its CREATE has backfilled it.
+            relation.whole.store(false, Ordering::SeqCst);
+        }
         let mut wb = WriteBatch::default();
         persist::put_relation(&relation.def, &mut wb)?;
         persist::put_next_id(id + 1, &mut wb);
@@ -695,6 +709,52 @@ impl Catalog {
         self.drop_relation_id(id)
     }
 
+    /// Deletes whatever the store holds of `relation`, dropped already, again: writes that
+    /// were in flight when it was dropped (an abandoned CREATE's, `handler::unfinished`) may
+    /// have landed after the first deletion.
+    pub fn delete_dropped_again(&self, relation: &Relation) -> Result<()> {
+        let mut wb = WriteBatch::default();
+        Self::delete_all_of(relation, &mut wb);
+        self.store.write(wb)
+    }
+
+    /// Adds the deletion of everything the store holds of `relation` (its definition, rows,
+    /// indexes, operator state, row-id sequence, dead letters) to `wb`.
+    fn delete_all_of(relation: &Relation, wb: &mut WriteBatch) {
+        for index in relation.indexes() {
+            persist::delete_relation(index.def.id, wb);
+            index.table.clear(wb);
+        }
+        persist::delete_relation(relation.def.id, wb);
+        let (start, end) = crate::state::keys::operator_state_range(relation.def.id);
+        wb.delete_range(start, end);
+        wb.delete(persist::sequence_key(&format!("rowid/{}", relation.def.id)));
+        crate::connectors::dead_letter::delete_all(wb, relation.def.id);
+        relation.table.clear(wb);
+    }
+
+    /// Err (42P01) unless each of `relations` is still this catalog's and whole: checked by
+    /// whatever is made over them (a view, a sink, an index) once it holds their write locks. A
+    /// view whose own CREATE failed or was cancelled during its backfill releases its lock
+    /// before it is undone; what waited for that lock must not start over its partial rows,
+    /// nor follow a relation that is about to go.
+    pub fn check_live(&self, relations: &[&Arc<Relation>]) -> Result<()> {
+        let gone = relations.iter().find(|r| {
+            !r.whole.load(Ordering::SeqCst) || !self.by_id(r.def.id).is_some_and(|now| Arc::ptr_eq(&now, r))
+        });
+        match gone {
+            None => Ok(()),
+            Some(gone) => Err(WeirError::new(
+                SqlState::UNDEFINED_TABLE,
+                format!(
+                    "\"{}\" was dropped while this was being created over it (its own CREATE failed or was \
+                     cancelled during its backfill)",
+                    gone.def.name
+                ),
+            )),
+        }
+    }
+
     /// Drops the relation with id `id`, if it exists, whatever its name is now.
     pub fn drop_relation_id(&self, id: TableId) -> Result<()> {
         let mut inner = self.inner.write();
@@ -710,16 +770,7 @@ impl Catalog {
     /// is updating it: `index::drop_index` and `DROP`).
     fn remove(&self, inner: &mut Inner, relation: &Arc<Relation>) -> Result<()> {
         let mut wb = WriteBatch::default();
-        for index in relation.indexes() {
-            persist::delete_relation(index.def.id, &mut wb);
-            index.table.clear(&mut wb);
-        }
-        persist::delete_relation(relation.def.id, &mut wb);
-        let (start, end) = crate::state::keys::operator_state_range(relation.def.id);
-        wb.delete_range(start, end);
-        wb.delete(persist::sequence_key(&format!("rowid/{}", relation.def.id)));
-        crate::connectors::dead_letter::delete_all(&mut wb, relation.def.id);
-        relation.table.clear(&mut wb);
+        Self::delete_all_of(relation, &mut wb);
         self.store.write(wb)?;
         for index in relation.indexes() {
             inner.by_name.remove(&index.def.name);

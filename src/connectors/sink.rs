@@ -188,7 +188,7 @@ pub fn put_part(store: &dyn StateStore, sink: TableId, group: Epoch, part: u32, 
 /// The first outbox group of `sink` at or after `from` and at most `through`.
 fn next_group(store: &dyn StateStore, sink: &Relation, from: Epoch, through: Epoch) -> Result<Option<Epoch>> {
     let prefix = segment_key(sink.def.id, &[]);
-    let range = KeyRange { start: group_prefix(sink.def.id, from), end: None };
+    let range = KeyRange { start: group_prefix(sink.def.id, from), end: crate::state::keys::prefix_end(&prefix) };
     let what = format!("the outbox of sink \"{}\"", sink.def.name);
     let mut found = None;
     store.scan_ranges(&[range], &mut |key, _| {
@@ -251,6 +251,8 @@ pub struct SinkJob {
     /// Changes not yet in the outbox, and how many rows they hold.
     pub pending: Vec<ChangeBatch>,
     pub pending_rows: usize,
+    /// A write of parts before the checkpoint failed: none is tried again until it.
+    pub spill_failed: bool,
 }
 
 impl SinkJob {
@@ -260,12 +262,15 @@ impl SinkJob {
                 Message::Data(batch) => {
                     self.pending_rows += batch.num_rows();
                     self.pending.push(batch);
-                    if self.pending_rows >= PART_ROWS {
-                        // Changes of the epoch after the last barrier.
+                    if self.pending_rows >= PART_ROWS && !self.spill_failed {
+                        // Changes of the epoch after the last barrier; a part short of full
+                        // waits for more.
                         let epoch = *self.committed.borrow() + 1;
-                        if let Err(e) = self.put_pending(epoch).await {
+                        if let Err(e) = self.put_pending(epoch, false).await {
+                            // Kept in memory until the checkpoint, which tries again.
                             tracing::error!(sink = %self.sink.def.name, "writing the outbox failed: {e}");
                             set_status(&self.sink, |s| s.error = Some(e.message.clone()));
+                            self.spill_failed = true;
                         }
                     }
                 }
@@ -274,13 +279,17 @@ impl SinkJob {
                         continue;
                     }
                     if barrier.is_checkpoint() {
-                        if let Err(e) = self.put_pending(barrier.epoch).await {
-                            tracing::error!(sink = %self.sink.def.name, "writing the outbox failed: {e}");
-                            set_status(&self.sink, |s| s.error = Some(e.message.clone()));
-                            continue;
+                        // The group must be whole in the checkpoint: a barrier committed without
+                        // it would let the deliverer send it short.
+                        if let Err(e) = self.put_pending(barrier.epoch, true).await {
+                            crate::state::store::stop_after_refused_write(
+                                &format!("sink \"{}\"'s outbox at checkpoint {}", self.sink.def.name, barrier.epoch),
+                                &e,
+                            );
                         }
                         self.group = barrier.epoch + 1;
                         self.next_part = 0;
+                        self.spill_failed = false;
                     }
                     self.committed.send_replace(barrier.epoch);
                 }
@@ -290,33 +299,35 @@ impl SinkJob {
         tracing::info!(sink = %self.sink.def.name, "sink stopped");
     }
 
-    /// Writes the pending changes as the open group's next parts, tagged with `epoch`.
-    async fn put_pending(&mut self, epoch: Epoch) -> Result<()> {
-        if self.pending.is_empty() {
+    /// Writes the pending changes as the open group's next parts, tagged with `epoch`: all of
+    /// them at a checkpoint (`all`), else only full parts, the rest staying pending.
+    async fn put_pending(&mut self, epoch: Epoch, all: bool) -> Result<()> {
+        let mut parts = into_parts(std::mem::take(&mut self.pending));
+        if !all && parts.last().is_some_and(|p| p.iter().map(|c| c.num_rows()).sum::<usize>() < PART_ROWS) {
+            self.pending = parts.pop().unwrap_or_default();
+        }
+        if parts.is_empty() {
+            self.pending_rows = self.pending.iter().map(|c| c.num_rows()).sum();
             return Ok(());
         }
-        let changes = std::mem::take(&mut self.pending);
         let (store, sink, group, first) = (Arc::clone(&self.store), self.sink.def.id, self.group, self.next_part);
         let written = tokio::task::spawn_blocking(move || {
-            let parts = into_parts(changes.clone());
-            let count = parts.len() as u32;
-            let written = parts
-                .iter()
-                .zip(first..)
-                .try_for_each(|(part, n)| put_part(store.as_ref(), sink, group, n, epoch, part));
-            (written.map(|()| count), changes)
+            let written =
+                parts.iter().zip(first..).try_for_each(|(part, n)| put_part(store.as_ref(), sink, group, n, epoch, part));
+            (written.map(|()| parts.len() as u32), parts)
         })
         .await
         .map_err(|e| crate::error::WeirError::internal(e.to_string()))?;
         match written {
             (Ok(count), _) => {
                 self.next_part += count;
-                self.pending_rows = 0;
+                self.pending_rows = self.pending.iter().map(|c| c.num_rows()).sum();
                 Ok(())
             }
             // Kept, to be written again (over any parts written) with the next ones.
-            (Err(e), changes) => {
-                self.pending = changes;
+            (Err(e), parts) => {
+                let rest = std::mem::take(&mut self.pending);
+                self.pending = parts.into_iter().flatten().chain(rest).collect();
                 Err(e)
             }
         }

@@ -325,12 +325,8 @@ impl BarrierCoordinator {
     }
 }
 
-/// Writing the view commits held during checkpoint `epoch`'s snapshot failed. Views count them
-/// as stored: going on would give wrong answers without a sign. As when a view's own write
-/// fails (ADR 11 item 11): the process stops, and the restart restores every view from its
-/// checkpoint.
+/// Writing the view commits held during checkpoint `epoch`'s snapshot failed: views count them
+/// as stored ([`crate::state::store::stop_after_refused_write`]).
 fn stop_for_unwritten_commits(epoch: Epoch, e: &crate::error::WeirError) -> ! {
-    tracing::error!(epoch, "writing the view commits held during the snapshot failed; stopping: {e}");
-    eprintln!("weir: writing the view commits held during checkpoint {epoch} failed: {e}; exiting (code 70)");
-    std::process::exit(70);
+    crate::state::store::stop_after_refused_write(&format!("the view commits held during checkpoint {epoch}"), e)
 }

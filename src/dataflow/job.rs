@@ -52,7 +52,7 @@ use crate::operators::eval::evaluate;
 use crate::operators::materialize::Materialize;
 use crate::state::index_codec::{IndexReader, IndexWriter};
 use crate::state::keys::{operator_state_table, table_prefix, RUNTIME_STATE_TABLE};
-use crate::state::store::{ScanControl, StateStore, WriteBatch};
+use crate::state::store::{stop_after_refused_write, ScanControl, StateStore, WriteBatch};
 use crate::types::window::{instant_column, now_nanos, to_nanos, PAST_EVERY_ROW};
 use crate::types::{Barrier, BarrierKind, ChangeBatch, Epoch, Message};
 
@@ -194,6 +194,7 @@ impl ViewJob {
         now: i64,
         whole: tokio::sync::OwnedMutexGuard<()>,
     ) -> Result<()> {
+        let whole = Arc::new(whole);
         self.graph.epoch_time(now);
         // `whole`: the view's write lock, taken with its inputs' snapshot and held for the
         // whole backfill, so a view or an index made over this one waits for all of its rows,
@@ -227,13 +228,17 @@ impl ViewJob {
             self.input_ended(input);
         }
         self.advance_watermark();
-        self.commit_backfill(&whole).await
+        self.commit_backfill(&whole).await?;
+        // Before `whole` is released: what waits for it may read the view now.
+        self.relation.mark_whole();
+        Ok(())
     }
 
     /// Commits what the backfill has produced so far (the view is not yet visible to anything
-    /// following its changes; its indexes are kept with its rows). `_locked`: the view's write
-    /// lock, held by the backfill.
-    async fn commit_backfill(&mut self, _locked: &tokio::sync::OwnedMutexGuard<()>) -> Result<()> {
+    /// following its changes; its indexes are kept with its rows). `locked`: the view's write
+    /// lock, held by the backfill and by the write until it is done, so that what undoes a
+    /// CREATE cancelled meanwhile (`handler::unfinished`) deletes the view's rows after it.
+    async fn commit_backfill(&mut self, locked: &Arc<tokio::sync::OwnedMutexGuard<()>>) -> Result<()> {
         let mut wb = WriteBatch { skip_wal: true, ..Default::default() };
         let out = self.graph.barrier(&mut wb, false)?;
         out.into_iter().for_each(|b| self.materialize.apply(b));
@@ -243,7 +248,7 @@ impl ViewJob {
         if let Some(changes) = &changes {
             crate::catalog::index::maintain(&self.relation, self.store.as_ref(), changes, &mut wb)?;
         }
-        write_off_thread(&self.store, wb).await
+        write_off_thread(&self.store, wb, Arc::clone(locked)).await
     }
 
     /// The key prefix of the view's runtime records.
@@ -447,7 +452,7 @@ impl ViewJob {
         } else if wb.is_empty() {
             Ok(())
         } else {
-            write_off_thread(&self.store, wb).await
+            write_off_thread(&self.store, wb, ()).await
         };
         match written {
             Ok(()) => {}
@@ -486,21 +491,11 @@ impl ViewJob {
     }
 
     /// The store refused a view's write of an epoch (a full disk, an I/O error): the operators
-    /// have handed it state they now count as stored, so their memory is ahead of the store
-    /// and every later answer could be wrong without a sign. The process stops, as after a
-    /// crash, and the next start restores every view from its checkpoint and replays what came
-    /// after it (ADR 11 item 11), losing nothing acknowledged. Exit code 70 (EX_SOFTWARE); a
-    /// supervisor (systemd, Kubernetes) starts it again.
+    /// have handed it state they now count as stored, so the process stops
+    /// ([`stop_after_refused_write`]).
     fn fail_stop(&self, epoch: Epoch, e: &WeirError) -> ! {
         self.report(e);
-        tracing::error!(
-            view = %self.relation.def.name,
-            epoch,
-            "the store refused the view's write, so its state in memory is ahead of the store; \
-             stopping the server: a restart restores every view from its checkpoint: {e}"
-        );
-        eprintln!("weir: view \"{}\" failed to write epoch {epoch}: {e}; exiting (code 70)", self.relation.def.name);
-        std::process::exit(70);
+        stop_after_refused_write(&format!("view \"{}\"'s epoch {epoch}", self.relation.def.name), e)
     }
 
     /// A commit failed in the view's own work (an operator, its rows, its late rows), after the
@@ -525,7 +520,7 @@ impl ViewJob {
         let mut wb = WriteBatch { epoch: Some(epoch), ..Default::default() };
         wb.put([self.runtime_prefix().as_slice(), b"x"].concat(), why.clone().into_bytes());
         self.stopped = Some(why);
-        match write_off_thread(&self.store, wb).await {
+        match write_off_thread(&self.store, wb, ()).await {
             Ok(()) => Ok(()),
             Err(e) if e.state == SqlState::ADMIN_SHUTDOWN => Err(e),
             Err(e) => self.fail_stop(epoch, &e),
@@ -546,11 +541,17 @@ impl ViewJob {
     }
 }
 
-/// Writes `wb` to the store on a blocking thread. A write the runtime cancelled before it ran
+/// Writes `wb` to the store on a blocking thread, keeping `keep` (a lock) until the write is
+/// done, even when the caller stops waiting for it. A write the runtime cancelled before it ran
 /// (it is shutting down) is `57P01`, so the view stops instead of reporting a failure.
-async fn write_off_thread(store: &Arc<dyn StateStore>, wb: WriteBatch) -> Result<()> {
+async fn write_off_thread<K: Send + 'static>(store: &Arc<dyn StateStore>, wb: WriteBatch, keep: K) -> Result<()> {
     let store = Arc::clone(store);
-    match tokio::task::spawn_blocking(move || store.write(wb)).await {
+    let write = move || {
+        let written = store.write(wb);
+        drop(keep);
+        written
+    };
+    match tokio::task::spawn_blocking(write).await {
         Ok(written) => written,
         Err(e) if e.is_cancelled() => Err(WeirError::new(SqlState::ADMIN_SHUTDOWN, "the server is shutting down")),
         Err(e) => Err(WeirError::internal(e.to_string())),

@@ -22,7 +22,7 @@ use super::build::Built;
 use super::coordinator::{BarrierCoordinator, EpochBounds};
 use super::job::{InputWatermark, ViewJob};
 use crate::catalog::{Catalog, Relation};
-use crate::error::{Result, SqlState, WeirError};
+use crate::error::{Result, WeirError};
 use crate::operators::materialize::Materialize;
 use crate::state::keys::TableId;
 
@@ -143,7 +143,7 @@ impl Streaming {
                 }
                 // An input may have gone while this waited for it: a view whose own CREATE
                 // failed or was cancelled during its backfill.
-                still_in_catalog(&catalog, &distinct)?;
+                catalog.check_live(&distinct)?;
                 // The new view's own lock (its id is above its inputs'), before anything can
                 // read it: a view made over it waits until the backfill is whole.
                 let own = match how {
@@ -269,7 +269,7 @@ impl Streaming {
             .coordinator
             .start_job(id, async {
                 let _guard = Arc::clone(&view.write_lock).lock_owned().await;
-                still_in_catalog(&catalog, &[&view])?;
+                catalog.check_live(&[&view])?;
                 let input = catalog.changes.subscribe(view.def.id, id).await;
                 let rows = match how {
                     // Read after the locks are released, from the snapshot taken here.
@@ -310,6 +310,7 @@ impl Streaming {
             next_part,
             pending: Vec::new(),
             pending_rows: 0,
+            spill_failed: false,
         };
         self.jobs.lock().insert(id, crate::dataflow::runtime::spawn(job.run()));
         let checkpointed = self.coordinator.checkpointed();
@@ -361,23 +362,6 @@ impl Streaming {
     }
 }
 
-/// Err if one of `relations` (read by a job being started, and waited for) is no longer the
-/// catalog's: a view whose own CREATE failed or was cancelled while the job waited for its
-/// backfill. The job would otherwise start over rows that are gone, and never see a change.
-fn still_in_catalog(catalog: &Catalog, relations: &[&Arc<Relation>]) -> Result<()> {
-    match relations.iter().find(|r| !catalog.by_id(r.def.id).is_some_and(|now| Arc::ptr_eq(&now, r))) {
-        None => Ok(()),
-        Some(gone) => Err(WeirError::new(
-            SqlState::UNDEFINED_TABLE,
-            format!(
-                "\"{}\" was dropped while this was being created over it (its own CREATE failed or was \
-                 cancelled during its backfill)",
-                gone.def.name
-            ),
-        )),
-    }
-}
-
 /// Writes a new sink's view rows, read from `rows` (a snapshot), into the outbox as the first
 /// parts of `group`, a part at a time. Returns how many parts it wrote.
 async fn outbox_snapshot(
@@ -387,6 +371,8 @@ async fn outbox_snapshot(
     mut rows: tokio::sync::mpsc::Receiver<Result<Option<datafusion::arrow::array::RecordBatch>>>,
 ) -> Result<u32> {
     use crate::connectors::sink::{into_parts, put_part, PART_ROWS};
+    // Held by each write until it is done (see `handler::unfinished`).
+    let locked = Arc::new(Arc::clone(&sink.write_lock).lock_owned().await);
     let mut parts = 0;
     let mut part: Vec<crate::types::ChangeBatch> = Vec::new();
     let mut part_rows = 0;
@@ -404,9 +390,10 @@ async fn outbox_snapshot(
         };
         if (end && !part.is_empty()) || part_rows >= PART_ROWS {
             let changes = into_parts(std::mem::take(&mut part));
-            let (store, id, first) = (Arc::clone(store), sink.def.id, parts);
+            let (store, id, first, locked) = (Arc::clone(store), sink.def.id, parts, Arc::clone(&locked));
             parts += changes.len() as u32;
             tokio::task::spawn_blocking(move || {
+                let _locked = locked;
                 changes.iter().zip(first..).try_for_each(|(part, n)| put_part(store.as_ref(), id, group, n, group, part))
             })
             .await

@@ -162,3 +162,15 @@ pub trait StateStore: Send + Sync + 'static {
         Err(crate::error::WeirError::internal(format!("this store cannot snapshot itself into {}", dir.display())))
     }
 }
+
+/// The store refused a write that what runs in memory now counts as done (a view's epoch, the
+/// commits held during a snapshot, a sink's outbox at a checkpoint): going on would give wrong
+/// answers, or deliver wrong output, without a sign. The process stops, as after a crash, and
+/// the next start restores everything from the newest checkpoint and replays what came after
+/// it (ADR 11 item 11), losing nothing acknowledged. Exit code 70 (EX_SOFTWARE); a supervisor
+/// (systemd, Kubernetes) starts it again. `what` says whose write it was.
+pub fn stop_after_refused_write(what: &str, e: &crate::error::WeirError) -> ! {
+    tracing::error!("{what} could not be written, so what runs in memory is ahead of the store; stopping the server: a restart restores everything from the newest checkpoint: {e}");
+    eprintln!("weir: {what} could not be written: {e}; exiting (code 70)");
+    std::process::exit(70);
+}

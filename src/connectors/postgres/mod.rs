@@ -53,6 +53,8 @@ pub struct PostgresSink {
     key: Option<Vec<usize>>,
     identity: String,
     client: Option<tokio_postgres::Client>,
+    /// The connection has its temporary staging table (COPY with a key).
+    staging_made: bool,
 }
 
 /// `jdbc:postgresql://host:port/db?user=u&password=p`, or a libpq URL
@@ -138,6 +140,7 @@ impl PostgresSink {
             key,
             identity: format!("weir-sink-{sink_id}"),
             client: None,
+            staging_made: false,
         })
     }
 
@@ -165,6 +168,7 @@ impl PostgresSink {
                 ))
                 .map_err(|e| self.unreachable(e))?;
             self.client = Some(client);
+            self.staging_made = false;
         }
         Ok(self.client.as_mut().expect("made"))
     }
@@ -252,12 +256,17 @@ impl PostgresSink {
         let target = match &self.key {
             None => self.table.clone(),
             Some(_) => {
-                // Made once per connection; emptied after each use.
-                self.execute(&format!(
-                    "CREATE TEMPORARY TABLE IF NOT EXISTS weir_sink_rows AS SELECT {columns} FROM {} LIMIT 0",
-                    self.table
-                ))?;
-                "weir_sink_rows".to_string()
+                // Made once per connection (one per sink, should connections be shared by a
+                // pooler); emptied after each use.
+                let staging = quote_ident(&format!("{}-rows", self.identity));
+                if !self.staging_made {
+                    self.execute(&format!(
+                        "CREATE TEMPORARY TABLE IF NOT EXISTS {staging} AS SELECT {columns} FROM {} LIMIT 0",
+                        self.table
+                    ))?;
+                    self.staging_made = true;
+                }
+                staging
             }
         };
         let statement = format!("COPY {target} ({columns}) FROM STDIN");
@@ -276,7 +285,7 @@ impl PostgresSink {
         if self.key.is_some() {
             let on_conflict = self.on_conflict();
             self.execute(&format!(
-                "INSERT INTO {} ({columns}) SELECT {columns} FROM weir_sink_rows{on_conflict}; TRUNCATE weir_sink_rows",
+                "INSERT INTO {} ({columns}) SELECT {columns} FROM {target}{on_conflict}; TRUNCATE {target}",
                 self.table
             ))?;
         }

@@ -38,9 +38,21 @@ impl<'a> Unfinished<'a> {
 impl Drop for Unfinished<'_> {
     fn drop(&mut self) {
         for id in self.made.drain(..).rev() {
+            let relation = self.fe.catalog().by_id(id);
             self.fe.streaming().abandon_job(id);
             if let Err(e) = self.fe.catalog().undo_create(id) {
                 tracing::error!(relation = id, "could not undo what an unfinished CREATE made: {e}");
+            }
+            // A write of its backfill may still be in flight: it holds the relation's write lock
+            // until done. Once it is, what it wrote goes too.
+            if let Some(relation) = relation {
+                let catalog = std::sync::Arc::clone(self.fe.catalog());
+                crate::dataflow::runtime::spawn(async move {
+                    let _written = std::sync::Arc::clone(&relation.write_lock).lock_owned().await;
+                    if let Err(e) = catalog.delete_dropped_again(&relation) {
+                        tracing::error!(relation = id, "could not delete what an unfinished CREATE wrote: {e}");
+                    }
+                });
             }
         }
     }
