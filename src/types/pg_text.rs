@@ -4,6 +4,7 @@
 //! `1e+20`, where Arrow writes `3.0` and `100000000000000000000`). One rendering serves the
 //! wire's text format (`server::encode`) and casts to text in SQL (`frontend::text_casts`).
 
+use datafusion::arrow::array::timezone::Tz;
 use datafusion::arrow::array::{Array, ArrayRef, StringArray};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, TimeUnit};
@@ -31,14 +32,26 @@ pub fn pg_text(column: &ArrayRef) -> Result<StringArray, WeirError> {
             a.iter().map(|v| v.map(|v| float_text(v as f64, &v.to_string(), format!("{v:e}"), 6))).collect()
         }
         DataType::Timestamp(_, tz) => {
-            let micros = cast(column, &DataType::Timestamp(TimeUnit::Microsecond, None))?;
+            // The same instants in microseconds, in the column's zone (the session's, for a
+            // timestamptz DataFusion computed), which Postgres shows them in with its offset.
+            let micros = cast(column, &DataType::Timestamp(TimeUnit::Microsecond, tz.clone()))?;
             let micros = micros.as_any().downcast_ref::<TimestampMicrosecondArray>().expect("cast");
-            let suffix = if tz.is_some() { "+00" } else { "" };
+            let zone: Option<Tz> = match tz {
+                Some(tz) => Some(tz.parse().map_err(|e| WeirError::internal(format!("time zone {tz}: {e}")))?),
+                None => None,
+            };
             micros
                 .iter()
                 .map(|v| {
-                    v.and_then(chrono::DateTime::from_timestamp_micros).map(|t| {
-                        format!("{}{}{suffix}", t.format("%Y-%m-%d %H:%M:%S"), fraction(t.timestamp_subsec_micros()))
+                    let t = v.and_then(chrono::DateTime::from_timestamp_micros)?;
+                    let fraction = fraction(t.timestamp_subsec_micros());
+                    Some(match &zone {
+                        None => format!("{}{fraction}", t.format("%Y-%m-%d %H:%M:%S")),
+                        Some(zone) => {
+                            let local = t.with_timezone(zone);
+                            let offset = chrono::Offset::fix(local.offset()).local_minus_utc();
+                            format!("{}{fraction}{}", local.format("%Y-%m-%d %H:%M:%S"), offset_text(offset))
+                        }
                     })
                 })
                 .collect()
@@ -86,6 +99,16 @@ fn float_text(v: f64, plain: &str, sci: String, precision: i32) -> String {
     }
 }
 
+/// A UTC offset as Postgres writes it after a timestamptz: `+00`, `-05`, `+05:30`.
+fn offset_text(seconds: i32) -> String {
+    let sign = if seconds < 0 { '-' } else { '+' };
+    let (hours, minutes) = (seconds.abs() / 3600, seconds.abs() / 60 % 60);
+    match minutes {
+        0 => format!("{sign}{hours:02}"),
+        _ => format!("{sign}{hours:02}:{minutes:02}"),
+    }
+}
+
 /// `.5` for 500000 microseconds, nothing for 0: Postgres trims trailing zeros.
 fn fraction(micros: u32) -> String {
     if micros == 0 {
@@ -113,6 +136,20 @@ mod tests {
         assert_eq!(rendered.value(0), "2026-01-01 00:00:01");
         assert_eq!(rendered.value(1), "2026-01-01 00:00:01.5");
         assert!(rendered.is_null(2));
+    }
+
+    #[test]
+    fn timestamptz_prints_in_its_zone_with_the_offset() {
+        use datafusion::arrow::array::TimestampMicrosecondArray;
+        let at = 1_767_225_601_500_000; // 2026-01-01 00:00:01.5 UTC
+        let text = |tz: &str| {
+            let ts: ArrayRef = Arc::new(TimestampMicrosecondArray::from(vec![at]).with_timezone(tz));
+            pg_text(&ts).unwrap().value(0).to_string()
+        };
+        assert_eq!(text("+00:00"), "2026-01-01 00:00:01.5+00");
+        assert_eq!(text("Europe/Berlin"), "2026-01-01 01:00:01.5+01");
+        assert_eq!(text("Asia/Kolkata"), "2026-01-01 05:30:01.5+05:30");
+        assert_eq!(text("America/New_York"), "2025-12-31 19:00:01.5-05");
     }
 
     #[test]
