@@ -185,7 +185,7 @@ pub struct PlanningRules {
     /// Unaliased columns of subqueries, CTEs and UNION branches get Postgres's names (else
     /// DataFusion's, `count(*)`).
     pub inner_column_names: bool,
-    /// Casts of timestamps, times and floats to text write them as Postgres does
+    /// Casts of timestamps, times, floats and intervals to text write them as Postgres does
     /// (`text_casts`; else as Arrow does: `2026-01-01T00:00:01`).
     pub postgres_text_casts: bool,
 }

@@ -1,5 +1,5 @@
-//! An analyzer rule for DataFusion: a cast of a timestamp, a time of day or a float to text
-//! writes the value as PostgreSQL does (`types::pg_text`), not as Arrow does.
+//! An analyzer rule for DataFusion: a cast of a timestamp, a time of day, a float or an interval
+//! to text writes the value as PostgreSQL does (`types::pg_text`), not as Arrow does.
 //!
 //! Arrow writes `2026-01-02T03:04:05.123` and `1e20::float8` as `100000000000000000000`;
 //! Postgres writes `2026-01-02 03:04:05.123` and `1e+20`, and so does Weir's wire output. So

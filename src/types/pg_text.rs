@@ -1,11 +1,12 @@
 //! Values as PostgreSQL writes them as text, where Arrow writes them otherwise: timestamps
 //! (`2026-01-01 00:00:01.5`, a space and no trailing zeros, where Arrow writes
-//! `2026-01-01T00:00:01.500`), times of day, and floats in their shortest exact form (`3`,
-//! `1e+20`, where Arrow writes `3.0` and `100000000000000000000`). One rendering serves the
+//! `2026-01-01T00:00:01.500`), times of day, floats in their shortest exact form (`3`,
+//! `1e+20`, where Arrow writes `3.0` and `100000000000000000000`) and intervals (`1 day
+//! 02:00:00`, where Arrow writes `1 days 2 hours`). One rendering serves the
 //! wire's text format (`server::encode`) and casts to text in SQL (`frontend::text_casts`).
 
 use datafusion::arrow::array::timezone::Tz;
-use datafusion::arrow::array::{Array, ArrayRef, StringArray};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, StringArray};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, TimeUnit};
 
@@ -15,11 +16,17 @@ use crate::error::WeirError;
 pub fn has_pg_text(dt: &DataType) -> bool {
     matches!(
         dt,
-        DataType::Timestamp(..) | DataType::Time32(_) | DataType::Time64(_) | DataType::Float32 | DataType::Float64
+        DataType::Timestamp(..)
+            | DataType::Time32(_)
+            | DataType::Time64(_)
+            | DataType::Float32
+            | DataType::Float64
+            | DataType::Interval(_)
     )
 }
 
-/// `column` (a timestamp, time of day or float column: [`has_pg_text`]) as Postgres writes it.
+/// `column` (a timestamp, time of day, float or interval column: [`has_pg_text`]) as Postgres
+/// writes it.
 pub fn pg_text(column: &ArrayRef) -> Result<StringArray, WeirError> {
     use datafusion::arrow::array::{Float32Array, Float64Array, Time64MicrosecondArray, TimestampMicrosecondArray};
     Ok(match column.data_type() {
@@ -55,6 +62,12 @@ pub fn pg_text(column: &ArrayRef) -> Result<StringArray, WeirError> {
                     })
                 })
                 .collect()
+        }
+        DataType::Interval(_) => {
+            use datafusion::arrow::datatypes::{IntervalMonthDayNanoType, IntervalUnit};
+            let intervals = cast(column, &DataType::Interval(IntervalUnit::MonthDayNano))?;
+            let intervals = intervals.as_primitive::<IntervalMonthDayNanoType>();
+            intervals.iter().map(|v| v.map(|v| interval_text(v.months, v.days, v.nanoseconds / 1_000))).collect()
         }
         _ => {
             let micros = cast(column, &DataType::Time64(TimeUnit::Microsecond))?;
@@ -97,6 +110,45 @@ fn float_text(v: f64, plain: &str, sci: String, precision: i32) -> String {
     } else {
         plain.to_string()
     }
+}
+
+/// An interval as Postgres writes it (IntervalStyle `postgres`): `1 year 2 mons 3 days
+/// 04:05:06.5`, each part only when not zero (the time when nothing else is), `s` unless the
+/// count is exactly 1, and a part after a negative one signed (`-1 days +02:00:00`).
+fn interval_text(months: i32, days: i32, micros: i64) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut after_negative = false;
+    let mut add = |count: i64, unit: &str, parts: &mut Vec<String>| {
+        if count == 0 {
+            return;
+        }
+        let sign = if count > 0 && after_negative { "+" } else { "" };
+        let plural = if count == 1 { "" } else { "s" };
+        parts.push(format!("{sign}{count} {unit}{plural}"));
+        after_negative = count < 0;
+    };
+    add(i64::from(months / 12), "year", &mut parts);
+    add(i64::from(months % 12), "mon", &mut parts);
+    add(i64::from(days), "day", &mut parts);
+    if micros != 0 || parts.is_empty() {
+        let sign = if micros < 0 {
+            "-"
+        } else if after_negative {
+            "+"
+        } else {
+            ""
+        };
+        let abs = micros.unsigned_abs();
+        let secs = abs / 1_000_000;
+        parts.push(format!(
+            "{sign}{:02}:{:02}:{:02}{}",
+            secs / 3600,
+            secs / 60 % 60,
+            secs % 60,
+            fraction((abs % 1_000_000) as u32)
+        ));
+    }
+    parts.join(" ")
 }
 
 /// A UTC offset as Postgres writes it after a timestamptz: `+00`, `-05`, `+05:30`.
@@ -150,6 +202,19 @@ mod tests {
         assert_eq!(text("Europe/Berlin"), "2026-01-01 01:00:01.5+01");
         assert_eq!(text("Asia/Kolkata"), "2026-01-01 05:30:01.5+05:30");
         assert_eq!(text("America/New_York"), "2025-12-31 19:00:01.5-05");
+    }
+
+    #[test]
+    fn intervals_print_like_postgres() {
+        let hour = 3_600_000_000;
+        assert_eq!(interval_text(0, 1, 2 * hour + 3 * 60_000_000 + 4_500_000), "1 day 02:03:04.5");
+        assert_eq!(interval_text(14, 3, 0), "1 year 2 mons 3 days");
+        assert_eq!(interval_text(1, 0, 0), "1 mon");
+        assert_eq!(interval_text(0, 0, 0), "00:00:00");
+        assert_eq!(interval_text(0, 0, -hour), "-01:00:00");
+        assert_eq!(interval_text(0, -1, 2 * hour), "-1 days +02:00:00");
+        assert_eq!(interval_text(-13, 5, 0), "-1 years -1 mons +5 days");
+        assert_eq!(interval_text(0, 0, 30 * hour), "30:00:00");
     }
 
     #[test]
