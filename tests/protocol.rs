@@ -131,6 +131,12 @@ async fn prepared_statements_with_parameters() {
     c.execute(&click, &[&"home", &3i64]).await.unwrap();
     let row = c.query_one("SELECT page, n, at IS NOT NULL FROM clicks", &[]).await.unwrap();
     assert_eq!((row.get::<_, String>(0), row.get::<_, i64>(1), row.get::<_, bool>(2)), ("home".into(), 3, true));
+    // A parameter cast to text (written as Postgres writes it), with a key found and with none
+    // (an empty batch).
+    let labelled = c.prepare("SELECT 'score=' || $2::FLOAT8 FROM p WHERE id = $1").await.unwrap();
+    let row = c.query_one(&labelled, &[&5i64, &1.5f64]).await.unwrap();
+    assert_eq!(row.get::<_, String>(0), "score=1.5");
+    assert!(c.query(&labelled, &[&12345i64, &1e20f64]).await.unwrap().is_empty());
     // Errors in the extended protocol carry SQLSTATEs too, and the session goes on.
     let err = c.prepare("SELECT * FROM nope").await.unwrap_err();
     assert_eq!(err.code().unwrap().code(), "42P01");

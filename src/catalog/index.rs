@@ -129,6 +129,7 @@ async fn build(catalog: &Arc<Catalog>, request: &IndexRequest, id: crate::state:
     let index = Arc::new(Catalog::materialize(catalog.store().as_ref(), def, 0)?);
     *index.filled.lock() = Filled::UpTo(None);
     let mut chunked = on.def.layout == Layout::Segments || on.key_columns().is_some();
+    catalog.wait_until_whole(&[on]).await?;
     let mut guard = on.write_lock.lock().await;
     catalog.check_live(&[on])?;
     // Chunks go as far as the relation reached when the build began; what writers add beyond

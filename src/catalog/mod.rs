@@ -733,25 +733,40 @@ impl Catalog {
         relation.table.clear(wb);
     }
 
-    /// Err (42P01) unless each of `relations` is still this catalog's and whole: checked by
-    /// whatever is made over them (a view, a sink, an index) once it holds their write locks. A
-    /// view whose own CREATE failed or was cancelled during its backfill releases its lock
-    /// before it is undone; what waited for that lock must not start over its partial rows,
-    /// nor follow a relation that is about to go.
+    /// Waits, holding no lock, until each of `relations` is whole (a view whose CREATE is still
+    /// backfilling it holds its write lock until then; one just recorded has not taken it yet);
+    /// Err (42P01) once one is gone. Called by whatever is made over them (a view, a sink, an
+    /// index) before it takes their locks, then [`Catalog::check_live`] under them.
+    pub async fn wait_until_whole(&self, relations: &[&Arc<Relation>]) -> Result<()> {
+        loop {
+            for r in relations {
+                drop(Arc::clone(&r.write_lock).lock_owned().await);
+            }
+            self.check_present(relations)?;
+            if relations.iter().all(|r| r.whole.load(Ordering::SeqCst)) {
+                return Ok(());
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Err (42P01) unless each of `relations` is still this catalog's and whole, checked under
+    /// their write locks, after [`Catalog::wait_until_whole`]: a view whose own CREATE failed or
+    /// was cancelled during its backfill releases its lock before it is undone, and what waited
+    /// for that lock must not start over its partial rows, nor follow a relation about to go.
     pub fn check_live(&self, relations: &[&Arc<Relation>]) -> Result<()> {
-        let gone = relations.iter().find(|r| {
-            !r.whole.load(Ordering::SeqCst) || !self.by_id(r.def.id).is_some_and(|now| Arc::ptr_eq(&now, r))
-        });
-        match gone {
+        self.check_present(relations)?;
+        match relations.iter().find(|r| !r.whole.load(Ordering::SeqCst)) {
             None => Ok(()),
-            Some(gone) => Err(WeirError::new(
-                SqlState::UNDEFINED_TABLE,
-                format!(
-                    "\"{}\" was dropped while this was being created over it (its own CREATE failed or was \
-                     cancelled during its backfill)",
-                    gone.def.name
-                ),
-            )),
+            Some(r) => Err(dropped_meanwhile(r)),
+        }
+    }
+
+    /// Err (42P01) unless each of `relations` is still this catalog's.
+    fn check_present(&self, relations: &[&Arc<Relation>]) -> Result<()> {
+        match relations.iter().find(|r| !self.by_id(r.def.id).is_some_and(|now| Arc::ptr_eq(&now, r))) {
+            None => Ok(()),
+            Some(r) => Err(dropped_meanwhile(r)),
         }
     }
 
@@ -782,6 +797,19 @@ impl Catalog {
         self.version.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
+}
+
+/// The error of something made over `relation`, which went while it was being made (its own
+/// CREATE failed or was cancelled during its backfill, or it was dropped).
+fn dropped_meanwhile(relation: &Relation) -> WeirError {
+    WeirError::new(
+        SqlState::UNDEFINED_TABLE,
+        format!(
+            "\"{}\" was dropped while this was being created over it (its own CREATE failed or was cancelled \
+             during its backfill)",
+            relation.def.name
+        ),
+    )
 }
 
 #[cfg(test)]

@@ -282,6 +282,9 @@ impl SinkJob {
                         // The group must be whole in the checkpoint: a barrier committed without
                         // it would let the deliverer send it short.
                         if let Err(e) = self.put_pending(barrier.epoch, true).await {
+                            if e.state == crate::error::SqlState::ADMIN_SHUTDOWN {
+                                break;
+                            }
                             crate::state::store::stop_after_refused_write(
                                 &format!("sink \"{}\"'s outbox at checkpoint {}", self.sink.def.name, barrier.epoch),
                                 &e,
@@ -317,7 +320,11 @@ impl SinkJob {
             (written.map(|()| parts.len() as u32), parts)
         })
         .await
-        .map_err(|e| crate::error::WeirError::internal(e.to_string()))?;
+        .map_err(|e| match e.is_cancelled() {
+            // The runtime is shutting down: not the store's refusal.
+            true => crate::error::WeirError::new(crate::error::SqlState::ADMIN_SHUTDOWN, "the server is shutting down"),
+            false => crate::error::WeirError::internal(e.to_string()),
+        })?;
         match written {
             (Ok(count), _) => {
                 self.next_part += count;

@@ -131,9 +131,7 @@ impl Streaming {
         distinct.dedup_by_key(|r| r.def.id);
         // An input view still backfilling holds its write lock until it is whole: wait for
         // that here, not under the injection lock, which would stop every barrier meanwhile.
-        for r in &distinct {
-            drop(Arc::clone(&r.write_lock).lock_owned().await);
-        }
+        catalog.wait_until_whole(&distinct).await?;
         let (snapshot, committed) = self
             .coordinator
             .start_job(id, async {
@@ -264,7 +262,7 @@ impl Streaming {
         let catalog = Arc::clone(&self.catalog);
         let restored = self.coordinator.current_epoch();
         // A view still backfilling: wait for it outside the injection lock.
-        drop(Arc::clone(&view.write_lock).lock_owned().await);
+        catalog.wait_until_whole(&[&view]).await?;
         let (started, committed) = self
             .coordinator
             .start_job(id, async {

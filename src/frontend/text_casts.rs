@@ -105,8 +105,9 @@ impl ScalarUDFImpl for PgText {
         let [value] = args.args.as_slice() else {
             return Err(datafusion::error::DataFusionError::Internal("pg_text takes one argument".into()));
         };
+        // A constant is written once, whatever the batch's size (which may be 0).
         let scalar = matches!(value, ColumnarValue::Scalar(_));
-        let array = value.to_array(args.number_rows)?;
+        let array = value.to_array(if scalar { 1 } else { args.number_rows })?;
         let text = crate::types::pg_text::pg_text(&array)
             .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;
         let text: datafusion::arrow::array::ArrayRef = Arc::new(text);

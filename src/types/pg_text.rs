@@ -43,8 +43,9 @@ pub fn pg_text(column: &ArrayRef) -> Result<StringArray, WeirError> {
             // timestamptz DataFusion computed), which Postgres shows them in with its offset.
             let micros = cast(column, &DataType::Timestamp(TimeUnit::Microsecond, tz.clone()))?;
             let micros = micros.as_any().downcast_ref::<TimestampMicrosecondArray>().expect("cast");
+            // A zone Arrow cannot read (the session's `SET TIME ZONE '+5'`) is shown as UTC.
             let zone: Option<Tz> = match tz {
-                Some(tz) => Some(tz.parse().map_err(|e| WeirError::internal(format!("time zone {tz}: {e}")))?),
+                Some(tz) => Some(tz.parse().unwrap_or_else(|_| "+00:00".parse().expect("UTC"))),
                 None => None,
             };
             micros
@@ -154,10 +155,11 @@ fn interval_text(months: i32, days: i32, micros: i64) -> String {
 /// A UTC offset as Postgres writes it after a timestamptz: `+00`, `-05`, `+05:30`.
 fn offset_text(seconds: i32) -> String {
     let sign = if seconds < 0 { '-' } else { '+' };
-    let (hours, minutes) = (seconds.abs() / 3600, seconds.abs() / 60 % 60);
-    match minutes {
-        0 => format!("{sign}{hours:02}"),
-        _ => format!("{sign}{hours:02}:{minutes:02}"),
+    let (hours, minutes, rest) = (seconds.abs() / 3600, seconds.abs() / 60 % 60, seconds.abs() % 60);
+    match (minutes, rest) {
+        (0, 0) => format!("{sign}{hours:02}"),
+        (_, 0) => format!("{sign}{hours:02}:{minutes:02}"),
+        _ => format!("{sign}{hours:02}:{minutes:02}:{rest:02}"),
     }
 }
 
@@ -202,6 +204,9 @@ mod tests {
         assert_eq!(text("Europe/Berlin"), "2026-01-01 01:00:01.5+01");
         assert_eq!(text("Asia/Kolkata"), "2026-01-01 05:30:01.5+05:30");
         assert_eq!(text("America/New_York"), "2025-12-31 19:00:01.5-05");
+        assert_eq!(offset_text(19 * 60 + 32), "+00:19:32");
+        // A zone Arrow cannot read is shown as UTC rather than failing the result.
+        assert_eq!(text("Not/AZone"), "2026-01-01 00:00:01.5+00");
     }
 
     #[test]

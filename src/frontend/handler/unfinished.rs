@@ -42,6 +42,7 @@ impl Drop for Unfinished<'_> {
             self.fe.streaming().abandon_job(id);
             if let Err(e) = self.fe.catalog().undo_create(id) {
                 tracing::error!(relation = id, "could not undo what an unfinished CREATE made: {e}");
+                continue;
             }
             // A write of its backfill may still be in flight: it holds the relation's write lock
             // until done. Once it is, what it wrote goes too.
