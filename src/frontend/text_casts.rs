@@ -6,7 +6,8 @@
 //! `ts::text`, `CAST(x AS VARCHAR)` and the casts DataFusion adds itself (`'at ' || ts`) would
 //! disagree with what the same value reads as in a result, and with Postgres. After type
 //! coercion, this rule replaces each such cast with a call of [`pg_text`](crate::types::pg_text),
-//! keeping the expression's name. A view made before the rule existed is planned without it
+//! keeping the expression's name. The other way, a cast of text to an interval reads every
+//! form Postgres reads (so `iv::text::interval` gives `iv` back). A view made before the rule existed is planned without it
 //! (`PlanningRules::postgres_text_casts`), so its stored rows and new ones agree. Registered by
 //! `df_context::template_state`.
 
@@ -54,6 +55,22 @@ impl AnalyzerRule for PostgresTextCasts {
 /// `e` with a cast of a value Postgres writes otherwise than Arrow to text made a call of
 /// [`PG_TEXT`] (the cast kept after it for another text type).
 fn postgres_text(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
+    // Text read as an interval: Postgres's forms too (`1 day 02:00:00`, what `pg_text` writes),
+    // which DataFusion's cast does not read, made the form it does by `interval_text`.
+    if let Expr::Cast(Cast { expr, field, .. }) | Expr::TryCast(TryCast { expr, field, .. }) = &e {
+        if matches!(field.data_type(), DataType::Interval(_))
+            && inner_is_text(expr, schema)
+            && !matches!(expr.as_ref(), Expr::ScalarFunction(f) if f.name() == INTERVAL_TEXT.name())
+        {
+            let normalized =
+                Expr::ScalarFunction(ScalarFunction::new_udf(Arc::clone(&INTERVAL_TEXT), vec![expr.as_ref().clone()]));
+            let rebuilt = match &e {
+                Expr::Cast(_) => Expr::Cast(Cast::new(Box::new(normalized), field.data_type().clone())),
+                _ => Expr::TryCast(TryCast::new(Box::new(normalized), field.data_type().clone())),
+            };
+            return Ok(Transformed::yes(rebuilt));
+        }
+    }
     let (inner, to) = match &e {
         Expr::Cast(Cast { expr, field, .. }) | Expr::TryCast(TryCast { expr, field, .. })
             if is_text(field.data_type()) =>
@@ -72,6 +89,56 @@ fn postgres_text(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
 
 fn is_text(dt: &DataType) -> bool {
     matches!(dt, DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8)
+}
+
+fn inner_is_text(e: &Expr, schema: &DFSchema) -> bool {
+    e.get_type(schema).is_ok_and(|t| is_text(&t))
+}
+
+/// `interval_text(text)`: interval text in any form Postgres reads, in the one DataFusion's
+/// cast reads (`frontend::interval_text`); text it cannot read is left for the cast's error.
+static INTERVAL_TEXT: LazyLock<Arc<ScalarUDF>> = LazyLock::new(|| {
+    Arc::new(ScalarUDF::new_from_impl(IntervalText { signature: Signature::any(1, Volatility::Immutable) }))
+});
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct IntervalText {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for IntervalText {
+    fn name(&self) -> &str {
+        "interval_text"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        use datafusion::arrow::array::{Array, StringArray};
+        let [value] = args.args.as_slice() else {
+            return Err(datafusion::error::DataFusionError::Internal("interval_text takes one argument".into()));
+        };
+        let scalar = matches!(value, ColumnarValue::Scalar(_));
+        let array = value.to_array(if scalar { 1 } else { args.number_rows })?;
+        let array = datafusion::arrow::compute::cast(&array, &DataType::Utf8)?;
+        let text = array.as_any().downcast_ref::<StringArray>().expect("cast to Utf8");
+        let normalized: StringArray = text
+            .iter()
+            .map(|v| v.map(|v| super::interval_text::normalize(v).unwrap_or_else(|| v.to_string())))
+            .collect();
+        let normalized: datafusion::arrow::array::ArrayRef = Arc::new(normalized);
+        Ok(if scalar {
+            ColumnarValue::Scalar(datafusion::common::ScalarValue::try_from_array(&normalized, 0)?)
+        } else {
+            ColumnarValue::Array(normalized)
+        })
+    }
 }
 
 /// `pg_text(value)`: the value as Postgres writes it as text.
