@@ -13,6 +13,7 @@
 
 use std::sync::{Arc, LazyLock};
 
+use datafusion::arrow::array::{ArrayRef, StringArray};
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TransformedResult};
@@ -98,66 +99,56 @@ fn inner_is_text(e: &Expr, schema: &DFSchema) -> bool {
 /// `interval_text(text)`: interval text in any form Postgres reads, in the one DataFusion's
 /// cast reads (`frontend::interval_text`); text it cannot read is left for the cast's error.
 static INTERVAL_TEXT: LazyLock<Arc<ScalarUDF>> = LazyLock::new(|| {
-    Arc::new(ScalarUDF::new_from_impl(IntervalText { signature: Signature::any(1, Volatility::Immutable) }))
-});
-
-#[derive(Debug, PartialEq, Eq, Hash)]
-struct IntervalText {
-    signature: Signature,
-}
-
-impl ScalarUDFImpl for IntervalText {
-    fn name(&self) -> &str {
-        "interval_text"
-    }
-
-    fn signature(&self) -> &Signature {
-        &self.signature
-    }
-
-    fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
-        Ok(DataType::Utf8)
-    }
-
-    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+    TextFunction::udf("interval_text", |array| {
         use datafusion::arrow::array::{Array, StringArray};
-        let [value] = args.args.as_slice() else {
-            return Err(datafusion::error::DataFusionError::Internal("interval_text takes one argument".into()));
-        };
-        let scalar = matches!(value, ColumnarValue::Scalar(_));
-        let array = value.to_array(if scalar { 1 } else { args.number_rows })?;
-        let array = datafusion::arrow::compute::cast(&array, &DataType::Utf8)?;
+        let array = datafusion::arrow::compute::cast(array, &DataType::Utf8)?;
         let text = array.as_any().downcast_ref::<StringArray>().expect("cast to Utf8");
-        let normalized: StringArray = text
+        Ok(text
             .iter()
             .map(|v| v.map(|v| super::interval_text::normalize(v).unwrap_or_else(|| v.to_string())))
-            .collect();
-        let normalized: datafusion::arrow::array::ArrayRef = Arc::new(normalized);
-        Ok(if scalar {
-            ColumnarValue::Scalar(datafusion::common::ScalarValue::try_from_array(&normalized, 0)?)
-        } else {
-            ColumnarValue::Array(normalized)
-        })
-    }
-}
+            .collect())
+    })
+});
 
 /// `pg_text(value)`: the value as Postgres writes it as text.
-static PG_TEXT: LazyLock<Arc<ScalarUDF>> = LazyLock::new(|| Arc::new(ScalarUDF::new_from_impl(PgText::default())));
+static PG_TEXT: LazyLock<Arc<ScalarUDF>> = LazyLock::new(|| {
+    TextFunction::udf("pg_text", |array| {
+        crate::types::pg_text::pg_text(array).map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))
+    })
+});
 
-#[derive(Debug, PartialEq, Eq, Hash)]
-struct PgText {
+/// A function of one value to text, by `text` over an array of values.
+#[derive(Debug)]
+struct TextFunction {
+    name: &'static str,
     signature: Signature,
+    text: fn(&ArrayRef) -> Result<StringArray>,
 }
 
-impl Default for PgText {
-    fn default() -> Self {
-        PgText { signature: Signature::any(1, Volatility::Immutable) }
+impl TextFunction {
+    fn udf(name: &'static str, text: fn(&ArrayRef) -> Result<StringArray>) -> Arc<ScalarUDF> {
+        let signature = Signature::any(1, Volatility::Immutable);
+        Arc::new(ScalarUDF::new_from_impl(TextFunction { name, signature, text }))
     }
 }
 
-impl ScalarUDFImpl for PgText {
+impl PartialEq for TextFunction {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+
+impl Eq for TextFunction {}
+
+impl std::hash::Hash for TextFunction {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.name.hash(state);
+    }
+}
+
+impl ScalarUDFImpl for TextFunction {
     fn name(&self) -> &str {
-        "pg_text"
+        self.name
     }
 
     fn signature(&self) -> &Signature {
@@ -170,14 +161,12 @@ impl ScalarUDFImpl for PgText {
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let [value] = args.args.as_slice() else {
-            return Err(datafusion::error::DataFusionError::Internal("pg_text takes one argument".into()));
+            return Err(datafusion::error::DataFusionError::Internal(format!("{} takes one argument", self.name)));
         };
         // A constant is written once, whatever the batch's size (which may be 0).
         let scalar = matches!(value, ColumnarValue::Scalar(_));
         let array = value.to_array(if scalar { 1 } else { args.number_rows })?;
-        let text = crate::types::pg_text::pg_text(&array)
-            .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;
-        let text: datafusion::arrow::array::ArrayRef = Arc::new(text);
+        let text: ArrayRef = Arc::new((self.text)(&array)?);
         Ok(if scalar {
             ColumnarValue::Scalar(datafusion::common::ScalarValue::try_from_array(&text, 0)?)
         } else {
