@@ -448,6 +448,158 @@ mod tests {
         assert!(into_parts(Vec::new()).is_empty());
     }
 
+    /// A writer recording what it was asked to do, with a marker it may start from.
+    #[derive(Clone, Default)]
+    struct Recorder {
+        log: Arc<Mutex<Vec<String>>>,
+        rows: Arc<Mutex<Vec<i64>>>,
+        marker: Option<Epoch>,
+    }
+
+    impl SinkWriter for Recorder {
+        fn delivered(&mut self) -> Result<Option<Epoch>> {
+            Ok(self.marker)
+        }
+        fn begin(&mut self) -> Result<()> {
+            self.log.lock().push("begin".into());
+            Ok(())
+        }
+        fn write(&mut self, changes: &[ChangeBatch]) -> Result<()> {
+            use datafusion::arrow::array::Int64Array;
+            let rows: usize = changes.iter().map(|c| c.num_rows()).sum();
+            assert!(rows <= PART_ROWS, "a part of {rows} changes");
+            self.log.lock().push(format!("write {rows}"));
+            for c in changes {
+                let values = c.data.column(0).as_any().downcast_ref::<Int64Array>().expect("int64");
+                self.rows.lock().extend(values.values().iter());
+            }
+            Ok(())
+        }
+        fn commit(&mut self, group: Epoch) -> Result<()> {
+            self.log.lock().push(format!("commit {group}"));
+            Ok(())
+        }
+        fn abort(&mut self) {
+            self.log.lock().push("abort".into());
+        }
+    }
+
+    /// A sink job writes an interval's changes as full parts while they come and the rest at
+    /// the checkpoint, all in the group the interval opened; the deliverer sends each group
+    /// once a checkpoint at or past it is taken, in order, as one transaction, part by part,
+    /// then deletes it; a group the external marker already holds is deleted unsent.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn groups_go_out_whole_in_parts_once_checkpointed_and_never_twice() {
+        use datafusion::arrow::array::{Int64Array, RecordBatch};
+        use datafusion::arrow::datatypes::{DataType, Field, Schema};
+
+        use crate::state::memory::MemoryStore;
+        use crate::types::{Barrier, BarrierKind, Message};
+
+        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+        let catalog = crate::catalog::Catalog::open(Arc::clone(&store), "dev").unwrap();
+        let schema = Schema::new(vec![Field::new("v", DataType::Int64, false)]);
+        let view = catalog.create_table("t", "", schema, vec![], false).unwrap().unwrap();
+        let view = catalog.by_id(view).unwrap();
+        let sink = catalog.create_sink("s", "", &view, Default::default(), false).unwrap().unwrap();
+        let sink = catalog.by_id(sink).unwrap();
+        let input = catalog.changes.subscribe(view.def.id, sink.def.id).await;
+        let (committed, _) = watch::channel(10);
+        let job = SinkJob {
+            sink: Arc::clone(&sink),
+            input,
+            store: Arc::clone(&store),
+            committed,
+            group: 11,
+            next_part: 0,
+            pending: Vec::new(),
+            pending_rows: 0,
+            spill_failed: false,
+        };
+        let running = tokio::spawn(job.run());
+        let rows = |from: i64, n: i64| {
+            let values = Int64Array::from_iter_values(from..from + n);
+            Message::Data(ChangeBatch::inserts(RecordBatch::try_from_iter([("v", Arc::new(values) as _)]).unwrap()))
+        };
+        let barrier = |epoch: Epoch, kind: BarrierKind| {
+            Message::Barrier(Barrier { epoch, injected_at: std::time::Instant::now(), kind, now: 0 })
+        };
+        let p = PART_ROWS as i64;
+        // Interval 11..=12: a part and a half, a plain barrier, more, then the checkpoint.
+        let messages = vec![
+            rows(0, p + p / 2),
+            barrier(11, BarrierKind::Flush),
+            rows(p + p / 2, 10),
+            barrier(12, BarrierKind::Checkpoint),
+            // Interval 13..=13: a few rows.
+            rows(p + p / 2 + 10, 5),
+            barrier(13, BarrierKind::Checkpoint),
+        ];
+        catalog.changes.publish(view.def.id, messages).await;
+        let parts = || {
+            let mut keys = Vec::new();
+            store
+                .scan_prefix(&segment_key(sink.def.id, &[]), &mut |k, _| {
+                    keys.push(k[6..].to_vec());
+                    Ok(ScanControl::Continue)
+                })
+                .unwrap();
+            keys
+        };
+        let part = |group: Epoch, part: u32| [group.to_be_bytes().as_slice(), &part.to_be_bytes()].concat();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while parts().len() < 3 {
+            assert!(std::time::Instant::now() < deadline, "parts written: {:?}", parts());
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        // Group 11: the full part written as the rows came, the rest at the checkpoint; group 13.
+        assert_eq!(parts(), [part(11, 0), part(11, 1), part(13, 0)]);
+        assert_eq!(undelivered(store.as_ref(), &sink).unwrap(), 2);
+
+        // Checkpoint 12 taken: group 11 goes, group 13 waits for its checkpoint.
+        let recorder = Recorder::default();
+        let (checkpointed, watched) = watch::channel(12);
+        let delivering =
+            tokio::spawn(deliver(Arc::clone(&sink), Arc::clone(&store), Box::new(recorder.clone()), watched, 0));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while parts().len() > 1 {
+            assert!(std::time::Instant::now() < deadline, "group 11 was not delivered");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let first = (p + p / 2 + 10) as usize;
+        assert_eq!(
+            *recorder.log.lock(),
+            ["begin".to_string(), format!("write {PART_ROWS}"), format!("write {}", first - PART_ROWS), "commit 11".into()]
+        );
+        assert_eq!(*recorder.rows.lock(), (0..first as i64).collect::<Vec<_>>(), "every row once, in order");
+        checkpointed.send_replace(13);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !parts().is_empty() {
+            assert!(std::time::Instant::now() < deadline, "group 13 was not delivered");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert_eq!(recorder.log.lock().last().map(String::as_str), Some("commit 13"));
+        assert_eq!(recorder.rows.lock().len(), first + 5);
+        delivering.abort();
+
+        // A group the marker holds already (delivered before a crash) is deleted unsent.
+        put_part(store.as_ref(), sink.def.id, 20, 0, 20, &[ChangeBatch::inserts(
+            RecordBatch::try_from_iter([("v", Arc::new(Int64Array::from(vec![1, 2])) as _)]).unwrap(),
+        )])
+        .unwrap();
+        let resent = Recorder { marker: Some(20), ..Default::default() };
+        let (_checkpointed, watched) = watch::channel(20);
+        let delivering = tokio::spawn(deliver(Arc::clone(&sink), Arc::clone(&store), Box::new(resent.clone()), watched, 20));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !parts().is_empty() {
+            assert!(std::time::Instant::now() < deadline, "the delivered group was not deleted");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert!(resent.log.lock().is_empty(), "nothing sent again: {:?}", resent.log.lock());
+        delivering.abort();
+        running.abort();
+    }
+
     #[test]
     fn changes_net_to_each_keys_last_in_first_seen_order() {
         let netted = net_by_key([("a", 1, true), ("b", 2, true), ("a", 1, false), ("a", 3, true), ("b", 2, false)]);
