@@ -99,7 +99,7 @@ fn inner_is_text(e: &Expr, schema: &DFSchema) -> bool {
 /// `interval_text(text)`: interval text in any form Postgres reads, in the one DataFusion's
 /// cast reads (`frontend::interval_text`); text it cannot read is left for the cast's error.
 static INTERVAL_TEXT: LazyLock<Arc<ScalarUDF>> = LazyLock::new(|| {
-    TextFunction::udf("interval_text", |array| {
+    TextFunction::udf("interval_text", |array, _| {
         use datafusion::arrow::array::{Array, StringArray};
         let array = datafusion::arrow::compute::cast(array, &DataType::Utf8)?;
         let text = array.as_any().downcast_ref::<StringArray>().expect("cast to Utf8");
@@ -112,21 +112,23 @@ static INTERVAL_TEXT: LazyLock<Arc<ScalarUDF>> = LazyLock::new(|| {
 
 /// `pg_text(value)`: the value as Postgres writes it as text.
 static PG_TEXT: LazyLock<Arc<ScalarUDF>> = LazyLock::new(|| {
-    TextFunction::udf("pg_text", |array| {
-        crate::types::pg_text::pg_text(array).map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))
+    TextFunction::udf("pg_text", |array, zone| {
+        crate::types::pg_text::pg_text(array, zone)
+            .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))
     })
 });
 
-/// A function of one value to text, by `text` over an array of values.
+/// A function of one value to text, by `text` over an array of values (with the session's
+/// time zone).
 #[derive(Debug)]
 struct TextFunction {
     name: &'static str,
     signature: Signature,
-    text: fn(&ArrayRef) -> Result<StringArray>,
+    text: fn(&ArrayRef, Option<&str>) -> Result<StringArray>,
 }
 
 impl TextFunction {
-    fn udf(name: &'static str, text: fn(&ArrayRef) -> Result<StringArray>) -> Arc<ScalarUDF> {
+    fn udf(name: &'static str, text: fn(&ArrayRef, Option<&str>) -> Result<StringArray>) -> Arc<ScalarUDF> {
         let signature = Signature::any(1, Volatility::Immutable);
         Arc::new(ScalarUDF::new_from_impl(TextFunction { name, signature, text }))
     }
@@ -166,7 +168,8 @@ impl ScalarUDFImpl for TextFunction {
         // A constant is written once, whatever the batch's size (which may be 0).
         let scalar = matches!(value, ColumnarValue::Scalar(_));
         let array = value.to_array(if scalar { 1 } else { args.number_rows })?;
-        let text: ArrayRef = Arc::new((self.text)(&array)?);
+        let zone = args.config_options.execution.time_zone.as_deref();
+        let text: ArrayRef = Arc::new((self.text)(&array, zone)?);
         Ok(if scalar {
             ColumnarValue::Scalar(datafusion::common::ScalarValue::try_from_array(&text, 0)?)
         } else {

@@ -122,6 +122,7 @@ pub fn copy_out(
     copy: &crate::frontend::handler::copy::CopyOut,
     schema: datafusion::arrow::datatypes::SchemaRef,
     rows: datafusion::physical_plan::SendableRecordBatchStream,
+    zone: Option<String>,
 ) -> PgWireResult<Response> {
     use futures::StreamExt;
     let wire_format =
@@ -139,6 +140,7 @@ pub fn copy_out(
         fields,
         header,
         wrote_row: false,
+        zone,
     };
     let columns = schema.fields().len();
     let chunks = futures::stream::unfold((rows, Some(writer)), |(mut rows, writer)| async move {
@@ -170,6 +172,8 @@ struct CopyOutWriter {
     /// The header line, sent with the first row (so it is not counted as one).
     header: Option<Vec<u8>>,
     wrote_row: bool,
+    /// The session's time zone, which timestamptz values are written in.
+    zone: Option<String>,
 }
 
 impl CopyOutWriter {
@@ -180,7 +184,7 @@ impl CopyOutWriter {
     ) -> PgWireResult<Vec<CopyData>> {
         let batch = batch.map_err(|e| WeirError::from(e).into_pg())?;
         // Times and floats as Postgres writes them in text, jsonb in binary, as in query results.
-        let batch = super::encode::postgres_text(batch, &self.fields).map_err(|e| e.into_pg())?;
+        let batch = super::encode::postgres_text(batch, &self.fields, self.zone.as_deref()).map_err(|e| e.into_pg())?;
         let schema = batch.schema();
         let mut out = Vec::with_capacity(batch.num_rows());
         let mut text = TextFields::default();

@@ -64,7 +64,7 @@ fn with_origin(info: FieldInfo, field: &Field) -> FieldInfo {
         .with_type_modifier(declared.map_or(-1, |d| d.typmod))
 }
 
-pub fn into_response(result: StatementResult, format: &Format) -> PgWireResult<Response> {
+pub fn into_response(result: StatementResult, format: &Format, zone: Option<String>) -> PgWireResult<Response> {
     Ok(match result {
         StatementResult::Rows { schema, stream: batches } => {
             let fields = Arc::new(fields(&schema, format)?);
@@ -72,7 +72,7 @@ pub fn into_response(result: StatementResult, format: &Format) -> PgWireResult<R
             let rows = batches
                 .map(move |batch| {
                     let rows: Box<dyn Iterator<Item = PgWireResult<_>> + Send + Sync> =
-                        match batch.map_err(WeirError::from).and_then(|b| postgres_text(b, &row_fields)) {
+                        match batch.map_err(WeirError::from).and_then(|b| postgres_text(b, &row_fields, zone.as_deref())) {
                             Ok(batch) => encode_recordbatch(Arc::clone(&row_fields), batch),
                             Err(e) => Box::new(std::iter::once(Err::<_, PgWireError>(e.into_pg()))),
                         };
@@ -99,7 +99,7 @@ pub fn into_response(result: StatementResult, format: &Format) -> PgWireResult<R
 /// Replaces the time-of-day and timestamp columns of `batch` that go out as text with their
 /// Postgres text form, and `jsonb` columns that go out in binary with theirs (a version byte,
 /// 1, before the text).
-pub fn postgres_text(batch: RecordBatch, fields: &[FieldInfo]) -> Result<RecordBatch, WeirError> {
+pub fn postgres_text(batch: RecordBatch, fields: &[FieldInfo], zone: Option<&str>) -> Result<RecordBatch, WeirError> {
     let batch = jsonb_binary(batch, fields)?;
     let needs = |i: usize, dt: &DataType| {
         fields.get(i).is_some_and(|f| f.format() == FieldFormat::Text)
@@ -112,7 +112,7 @@ pub fn postgres_text(batch: RecordBatch, fields: &[FieldInfo]) -> Result<RecordB
     let mut schema_fields = Vec::with_capacity(batch.num_columns());
     for (i, (field, column)) in batch.schema().fields().iter().zip(batch.columns()).enumerate() {
         if needs(i, field.data_type()) {
-            columns.push(Arc::new(crate::types::pg_text::pg_text(column)?));
+            columns.push(Arc::new(crate::types::pg_text::pg_text(column, zone)?));
             schema_fields.push(field.as_ref().clone().with_data_type(DataType::Utf8));
         } else {
             columns.push(Arc::clone(column));
@@ -162,7 +162,7 @@ mod tests {
         let ts: ArrayRef = Arc::new(TimestampNanosecondArray::from(vec![Some(1_767_225_601_500_000_000), None]));
         let batch = RecordBatch::try_from_iter([("t", ts)]).unwrap();
         let fields = fields(&batch.schema(), &Format::UnifiedText).unwrap();
-        let out = postgres_text(batch, &fields).unwrap();
+        let out = postgres_text(batch, &fields, None).unwrap();
         let text = out.column(0).as_any().downcast_ref::<StringArray>().unwrap();
         assert_eq!(text.value(0), "2026-01-01 00:00:01.5");
         assert!(text.is_null(1));

@@ -129,6 +129,8 @@ where
         Err(e) => return Err(fail(block, e)),
     };
     metrics::STATEMENTS_TOTAL.with_label_values(&["ok"]).inc();
+    // A timestamptz goes out as text in the session's time zone, as in Postgres.
+    let zone = session.ctx.state().config().options().execution.time_zone.clone();
     let result = match result {
         StatementResult::TransactionStart { tag } => {
             *block = Block::InBlock;
@@ -142,13 +144,13 @@ where
         StatementResult::Rows { schema, stream } => {
             let stream = cancellable(stream, &cell.cancel, deadline);
             if let Some(out) = &copy_out {
-                return super::copy::copy_out(out, schema, stream);
+                return super::copy::copy_out(out, schema, stream, zone);
             }
             StatementResult::Rows { schema, stream }
         }
         other => other,
     };
-    into_response(result, format)
+    into_response(result, format, zone)
 }
 
 fn fail(block: &mut Block, e: WeirError) -> PgWireError {

@@ -26,8 +26,9 @@ pub fn has_pg_text(dt: &DataType) -> bool {
 }
 
 /// `column` (a timestamp, time of day, float or interval column: [`has_pg_text`]) as Postgres
-/// writes it.
-pub fn pg_text(column: &ArrayRef) -> Result<StringArray, WeirError> {
+/// writes it; a timestamptz in `zone` (the session's `TimeZone`, as DataFusion has it), else
+/// in its column's zone.
+pub fn pg_text(column: &ArrayRef, zone: Option<&str>) -> Result<StringArray, WeirError> {
     use datafusion::arrow::array::{Float32Array, Float64Array, Time64MicrosecondArray, TimestampMicrosecondArray};
     Ok(match column.data_type() {
         DataType::Float64 => {
@@ -45,7 +46,7 @@ pub fn pg_text(column: &ArrayRef) -> Result<StringArray, WeirError> {
             let micros = micros.as_any().downcast_ref::<TimestampMicrosecondArray>().expect("cast");
             // A zone Arrow cannot read (the session's `SET TIME ZONE '+5'`) is shown as UTC.
             let zone: Option<Tz> = match tz {
-                Some(tz) => Some(tz.parse().unwrap_or_else(|_| "+00:00".parse().expect("UTC"))),
+                Some(tz) => Some(zone.unwrap_or(tz).parse().unwrap_or_else(|_| "+00:00".parse().expect("UTC"))),
                 None => None,
             };
             micros
@@ -186,7 +187,7 @@ mod tests {
             Some(1_767_225_601_500_000_000),
             None,
         ]));
-        let rendered = pg_text(&ts).unwrap();
+        let rendered = pg_text(&ts, None).unwrap();
         assert_eq!(rendered.value(0), "2026-01-01 00:00:01");
         assert_eq!(rendered.value(1), "2026-01-01 00:00:01.5");
         assert!(rendered.is_null(2));
@@ -198,7 +199,7 @@ mod tests {
         let at = 1_767_225_601_500_000; // 2026-01-01 00:00:01.5 UTC
         let text = |tz: &str| {
             let ts: ArrayRef = Arc::new(TimestampMicrosecondArray::from(vec![at]).with_timezone(tz));
-            pg_text(&ts).unwrap().value(0).to_string()
+            pg_text(&ts, None).unwrap().value(0).to_string()
         };
         assert_eq!(text("+00:00"), "2026-01-01 00:00:01.5+00");
         assert_eq!(text("Europe/Berlin"), "2026-01-01 01:00:01.5+01");
@@ -207,6 +208,9 @@ mod tests {
         assert_eq!(offset_text(19 * 60 + 32), "+00:19:32");
         // A zone Arrow cannot read is shown as UTC rather than failing the result.
         assert_eq!(text("Not/AZone"), "2026-01-01 00:00:01.5+00");
+        // The session's zone, when given, over the column's.
+        let ts: ArrayRef = Arc::new(TimestampMicrosecondArray::from(vec![at]).with_timezone("+00:00"));
+        assert_eq!(pg_text(&ts, Some("Asia/Kolkata")).unwrap().value(0), "2026-01-01 05:30:01.5+05:30");
     }
 
     #[test]
