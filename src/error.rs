@@ -128,6 +128,17 @@ impl fmt::Display for WeirError {
 
 impl std::error::Error for WeirError {}
 
+/// A blocking task that did not finish: cancelled by a runtime shutting down (57P01, so the
+/// caller stops instead of reporting a failure), or panicked.
+impl From<tokio::task::JoinError> for WeirError {
+    fn from(e: tokio::task::JoinError) -> Self {
+        match e.is_cancelled() {
+            true => WeirError::new(SqlState::ADMIN_SHUTDOWN, "the server is shutting down"),
+            false => WeirError::internal(e.to_string()),
+        }
+    }
+}
+
 impl From<DataFusionError> for WeirError {
     fn from(e: DataFusionError) -> Self {
         classify_datafusion(e)

@@ -152,7 +152,7 @@ fn group_prefix(sink: TableId, group: Epoch) -> Vec<u8> {
 }
 
 /// `changes` cut into parts of at most [`PART_ROWS`] rows, in order.
-pub fn into_parts(changes: Vec<ChangeBatch>) -> Vec<Vec<ChangeBatch>> {
+fn into_parts(changes: Vec<ChangeBatch>) -> Vec<Vec<ChangeBatch>> {
     let mut parts = vec![Vec::new()];
     let mut rows = 0;
     for batch in changes {
@@ -174,7 +174,7 @@ pub fn into_parts(changes: Vec<ChangeBatch>) -> Vec<Vec<ChangeBatch>> {
 }
 
 /// Writes `changes` as part `part` of `group`, tagged with `epoch` (the epoch they belong to).
-pub fn put_part(store: &dyn StateStore, sink: TableId, group: Epoch, part: u32, epoch: Epoch, changes: &[ChangeBatch]) -> Result<()> {
+fn put_part(store: &dyn StateStore, sink: TableId, group: Epoch, part: u32, epoch: Epoch, changes: &[ChangeBatch]) -> Result<()> {
     let mut record = IndexWriter::default();
     record.u64(changes.len() as u64);
     for batch in changes {
@@ -260,18 +260,11 @@ impl SinkJob {
         while let Some((message, _)) = self.input.recv().await {
             match message {
                 Message::Data(batch) => {
-                    self.pending_rows += batch.num_rows();
-                    self.pending.push(batch);
-                    if self.pending_rows >= PART_ROWS && !self.spill_failed {
-                        // Changes of the epoch after the last barrier; a part short of full
-                        // waits for more.
-                        let epoch = *self.committed.borrow() + 1;
-                        if let Err(e) = self.put_pending(epoch, false).await {
-                            // Kept in memory until the checkpoint, which tries again.
-                            tracing::error!(sink = %self.sink.def.name, "writing the outbox failed: {e}");
-                            set_status(&self.sink, |s| s.error = Some(e.message.clone()));
-                            self.spill_failed = true;
-                        }
+                    if let Err(e) = self.push(batch, None).await {
+                        // Kept in memory until the checkpoint, which tries again.
+                        tracing::error!(sink = %self.sink.def.name, "writing the outbox failed: {e}");
+                        set_status(&self.sink, |s| s.error = Some(e.message.clone()));
+                        self.spill_failed = true;
                     }
                 }
                 Message::Barrier(barrier) => {
@@ -281,7 +274,7 @@ impl SinkJob {
                     if barrier.is_checkpoint() {
                         // The group must be whole in the checkpoint: a barrier committed without
                         // it would let the deliverer send it short.
-                        if let Err(e) = self.put_pending(barrier.epoch, true).await {
+                        if let Err(e) = self.put_pending(barrier.epoch, true, None).await {
                             if e.state == crate::error::SqlState::ADMIN_SHUTDOWN {
                                 break;
                             }
@@ -302,9 +295,50 @@ impl SinkJob {
         tracing::info!(sink = %self.sink.def.name, "sink stopped");
     }
 
+    /// A new sink's first changes: its view's rows, read from `rows` (a snapshot), into the
+    /// open group as they come, a full part at a time (the rest goes with the group at the
+    /// checkpoint). `locked`, the sink's write lock, is held by each write until it is done, so
+    /// that what undoes a CREATE SINK cancelled meanwhile (`handler::unfinished`) comes after.
+    pub async fn load_snapshot(
+        &mut self,
+        mut rows: tokio::sync::mpsc::Receiver<Result<Option<datafusion::arrow::array::RecordBatch>>>,
+        locked: tokio::sync::OwnedMutexGuard<()>,
+    ) -> Result<()> {
+        let locked = Arc::new(locked);
+        loop {
+            match rows.recv().await {
+                Some(Ok(Some(batch))) => self.push(ChangeBatch::inserts(batch), Some(&locked)).await?,
+                Some(Ok(None)) => return Ok(()),
+                Some(Err(e)) => return Err(e),
+                None => {
+                    return Err(crate::error::WeirError::internal("the reader of the view's rows stopped before their end"))
+                }
+            }
+        }
+    }
+
+    /// Adds changes of the open epoch; once a part's worth waits (and no write failed since the
+    /// last checkpoint), writes the full parts. `keep`: held by the write until it is done.
+    async fn push(&mut self, batch: ChangeBatch, keep: Option<&Arc<tokio::sync::OwnedMutexGuard<()>>>) -> Result<()> {
+        self.pending_rows += batch.num_rows();
+        self.pending.push(batch);
+        if self.pending_rows < PART_ROWS || self.spill_failed {
+            return Ok(());
+        }
+        // Changes of the epoch after the last barrier; a part short of full waits for more.
+        let epoch = *self.committed.borrow() + 1;
+        self.put_pending(epoch, false, keep.cloned()).await
+    }
+
     /// Writes the pending changes as the open group's next parts, tagged with `epoch`: all of
-    /// them at a checkpoint (`all`), else only full parts, the rest staying pending.
-    async fn put_pending(&mut self, epoch: Epoch, all: bool) -> Result<()> {
+    /// them at a checkpoint (`all`), else only full parts, the rest staying pending. `keep` is
+    /// held until the write is done, even if this is no longer awaited.
+    async fn put_pending(
+        &mut self,
+        epoch: Epoch,
+        all: bool,
+        keep: Option<Arc<tokio::sync::OwnedMutexGuard<()>>>,
+    ) -> Result<()> {
         let mut parts = into_parts(std::mem::take(&mut self.pending));
         if !all && parts.last().is_some_and(|p| p.iter().map(|c| c.num_rows()).sum::<usize>() < PART_ROWS) {
             self.pending = parts.pop().unwrap_or_default();
@@ -315,16 +349,12 @@ impl SinkJob {
         }
         let (store, sink, group, first) = (Arc::clone(&self.store), self.sink.def.id, self.group, self.next_part);
         let written = tokio::task::spawn_blocking(move || {
+            let _keep = keep;
             let written =
                 parts.iter().zip(first..).try_for_each(|(part, n)| put_part(store.as_ref(), sink, group, n, epoch, part));
             (written.map(|()| parts.len() as u32), parts)
         })
-        .await
-        .map_err(|e| match e.is_cancelled() {
-            // The runtime is shutting down: not the store's refusal.
-            true => crate::error::WeirError::new(crate::error::SqlState::ADMIN_SHUTDOWN, "the server is shutting down"),
-            false => crate::error::WeirError::internal(e.to_string()),
-        })?;
+        .await?;
         match written {
             (Ok(count), _) => {
                 self.next_part += count;

@@ -551,9 +551,5 @@ async fn write_off_thread<K: Send + 'static>(store: &Arc<dyn StateStore>, wb: Wr
         drop(keep);
         written
     };
-    match tokio::task::spawn_blocking(write).await {
-        Ok(written) => written,
-        Err(e) if e.is_cancelled() => Err(WeirError::new(SqlState::ADMIN_SHUTDOWN, "the server is shutting down")),
-        Err(e) => Err(WeirError::internal(e.to_string())),
-    }
+    tokio::task::spawn_blocking(write).await?
 }

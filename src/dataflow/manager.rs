@@ -288,28 +288,27 @@ impl Streaming {
         // with the view's rows).
         let group = *committed.borrow() + 1;
         let store = Arc::clone(self.catalog.store());
-        let next_part = match rows {
-            Some(rows) => match outbox_snapshot(&store, &sink, group, rows).await {
-                Ok(parts) => parts,
-                Err(e) => {
-                    drop(input);
-                    self.stop_view(id).await;
-                    return Err(e);
-                }
-            },
-            None => 0,
-        };
-        let job = crate::connectors::sink::SinkJob {
+        let mut job = crate::connectors::sink::SinkJob {
             sink: Arc::clone(&sink),
             input,
             store: Arc::clone(&store),
             committed,
             group,
-            next_part,
+            next_part: 0,
             pending: Vec::new(),
             pending_rows: 0,
             spill_failed: false,
         };
+        if let Some(rows) = rows {
+            let locked = Arc::clone(&sink.write_lock).lock_owned().await;
+            if let Err(e) = job.load_snapshot(rows, locked).await {
+                // Its input queue first: a publisher blocked on a full one holds the subscriber
+                // list that stopping the job needs.
+                drop(job);
+                self.stop_view(id).await;
+                return Err(e);
+            }
+        }
         self.jobs.lock().insert(id, crate::dataflow::runtime::spawn(job.run()));
         let checkpointed = self.coordinator.checkpointed();
         let deliverer = crate::dataflow::runtime::spawn(crate::connectors::sink::deliver(
@@ -356,50 +355,6 @@ impl Streaming {
         let handle = self.jobs.lock().remove(&id);
         if let Some(handle) = handle {
             let _ = handle.await;
-        }
-    }
-}
-
-/// Writes a new sink's view rows, read from `rows` (a snapshot), into the outbox as the first
-/// parts of `group`, a part at a time. Returns how many parts it wrote.
-async fn outbox_snapshot(
-    store: &Arc<dyn crate::state::store::StateStore>,
-    sink: &Relation,
-    group: crate::types::Epoch,
-    mut rows: tokio::sync::mpsc::Receiver<Result<Option<datafusion::arrow::array::RecordBatch>>>,
-) -> Result<u32> {
-    use crate::connectors::sink::{into_parts, put_part, PART_ROWS};
-    // Held by each write until it is done (see `handler::unfinished`).
-    let locked = Arc::new(Arc::clone(&sink.write_lock).lock_owned().await);
-    let mut parts = 0;
-    let mut part: Vec<crate::types::ChangeBatch> = Vec::new();
-    let mut part_rows = 0;
-    loop {
-        let next = rows.recv().await;
-        let end = match next {
-            Some(Ok(Some(batch))) => {
-                part_rows += batch.num_rows();
-                part.push(crate::types::ChangeBatch::inserts(batch));
-                false
-            }
-            Some(Ok(None)) => true,
-            Some(Err(e)) => return Err(e),
-            None => return Err(WeirError::internal("the reader of the view's rows stopped before their end")),
-        };
-        if (end && !part.is_empty()) || part_rows >= PART_ROWS {
-            let changes = into_parts(std::mem::take(&mut part));
-            let (store, id, first, locked) = (Arc::clone(store), sink.def.id, parts, Arc::clone(&locked));
-            parts += changes.len() as u32;
-            tokio::task::spawn_blocking(move || {
-                let _locked = locked;
-                changes.iter().zip(first..).try_for_each(|(part, n)| put_part(store.as_ref(), id, group, n, group, part))
-            })
-            .await
-            .map_err(|e| WeirError::internal(e.to_string()))??;
-            part_rows = 0;
-        }
-        if end {
-            return Ok(parts);
         }
     }
 }
