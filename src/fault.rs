@@ -12,7 +12,8 @@
 //!
 //! [`fails`] points do not abort: the `n`-th pass fails as an I/O error there would (a disk
 //! that is full), so tests see what the server does about it:
-//! - `view.commit_write`: a view's write of an epoch (its rows and operator state) to the store;
+//! - `view.commit_write`: a view's write of an epoch's rows to the store;
+//! - `view.state_write`: a view's write of an epoch's operator state, off its thread;
 //! - `view.commit`: a view's own work at a commit (after its operators took the epoch), as a
 //!   value its late-rows table refuses would fail it.
 //!

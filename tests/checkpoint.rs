@@ -241,13 +241,24 @@ async fn a_damaged_local_snapshot_falls_back_without_losing_writes() {
     assert_eq!(passed_over, 1);
 }
 
-/// A view whose write to the store fails (`WEIR_FAULT=view.commit_write`, as a full disk
-/// would) stops the server with exit code 70 instead of going on with operators that count
-/// state flushed which the store does not hold; the restart restores every view from its
+/// A view whose write of its rows to the store fails (`WEIR_FAULT=view.commit_write`, as a
+/// full disk would) stops the server with exit code 70 instead of going on with operators that
+/// count state flushed which the store does not hold; the restart restores every view from its
 /// checkpoint and replays what came after, so the views equal their queries over exactly the
 /// acknowledged rows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_view_commit_stops_the_server_and_loses_nothing() {
+    a_failed_view_write_stops_the_server_and_loses_nothing("view.commit_write@40").await
+}
+
+/// The same for the write of a view's operator state, which runs off the view's thread while
+/// the view goes on (`WEIR_FAULT=view.state_write`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_operator_state_write_stops_the_server_and_loses_nothing() {
+    a_failed_view_write_stops_the_server_and_loses_nothing("view.state_write@40").await
+}
+
+async fn a_failed_view_write_stops_the_server_and_loses_nothing(fault: &str) {
     let mut server = TestServer::start_with(&["--checkpoint-interval", "200ms", "--barrier-interval-ms", "50"]);
     let c = server.connect().await;
     c.batch_execute(
@@ -260,7 +271,7 @@ async fn a_failed_view_commit_stops_the_server_and_loses_nothing() {
     .unwrap();
     drop(c);
     // The 40th commit of a view (two views, 50 ms barriers: about a second in) fails.
-    server.env = vec![("WEIR_FAULT".into(), "view.commit_write@40".into())];
+    server.env = vec![("WEIR_FAULT".into(), fault.into())];
     server.restart_armed();
     let deadline = Instant::now() + Duration::from_secs(60);
     let c = loop {

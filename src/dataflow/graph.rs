@@ -133,11 +133,13 @@ impl Graph {
             }
             self.run(pending, &mut out)?;
         }
-        for shard in &mut self.shards {
-            for op in shard.iter_mut() {
-                op.flush_state(wb, checkpoint);
-            }
-        }
+        let everyone: Vec<()> = vec![(); self.shards.len()];
+        let flushed = on_each_shard(&mut self.shards, everyone, |ops, ()| {
+            let mut shard_wb = WriteBatch::default();
+            ops.iter_mut().for_each(|op| op.flush_state(&mut shard_wb, checkpoint));
+            Ok(shard_wb.ops)
+        })?;
+        flushed.into_iter().for_each(|ops| wb.ops.extend(ops));
         Ok(out)
     }
 
@@ -202,16 +204,13 @@ impl Graph {
 
     /// Every operator's index record ([`Operator::save_index`]) for a checkpoint, by node and
     /// shard; operators that keep none are left out.
-    pub fn save_indexes(&self) -> Vec<(u16, u16, Vec<u8>)> {
-        let mut out = Vec::new();
-        for (shard, ops) in self.shards.iter().enumerate() {
-            for (node, op) in ops.iter().enumerate() {
-                if let Some(record) = op.save_index() {
-                    out.push((node as u16, shard as u16, record));
-                }
-            }
-        }
-        out
+    pub fn save_indexes(&mut self) -> Result<Vec<(u16, u16, Vec<u8>)>> {
+        let shards: Vec<u16> = (0..self.shards.len() as u16).collect();
+        let records = on_each_shard(&mut self.shards, shards, |ops, shard| {
+            let records = ops.iter().enumerate().filter_map(|(node, op)| Some((node as u16, shard, op.save_index()?)));
+            Ok(records.collect::<Vec<_>>())
+        })?;
+        Ok(records.into_iter().flatten().collect())
     }
 
     /// Restores the index record of node `node` in shard `shard` (from [`Graph::save_indexes`]
@@ -364,6 +363,12 @@ impl Idle for Vec<Item> {
 }
 
 impl Idle for () {
+    fn idle(&self) -> bool {
+        false
+    }
+}
+
+impl Idle for u16 {
     fn idle(&self) -> bool {
         false
     }

@@ -7,6 +7,15 @@
 //! epoch's net changes and the barrier to views built on this one (under the view's write
 //! lock, so their snapshots are exact), and reports `e` committed to the coordinator.
 //!
+//! An epoch's commit is two writes. The view's rows (with its indexes and late rows) are
+//! written before its changes are published, so a reader sees them at once. The operators'
+//! state (and, at a checkpoint, the runtime records) is written off the job's thread while the
+//! job goes on with the next epoch's changes: the operators keep reading what they flushed
+//! until their next flush (`KeyedState::flush`), and the job waits for that write before it
+//! flushes them again. The epoch counts committed (`committed`, which checkpoints wait for)
+//! once both are in. A barrier's time on the job's thread is then the operators' work, not the
+//! store's (ADR 19).
+//!
 //! Checkpoints (ADR 11): at a checkpoint barrier every operator flushes all the state it holds
 //! in memory, and the job stores, in the view's runtime state table, each operator's index
 //! record and the watermarks of its inputs and of the view, in the same write batch as the
@@ -82,7 +91,11 @@ pub struct ViewJob {
     pub materialize: Materialize,
     pub store: Arc<dyn StateStore>,
     pub changes: Arc<ChangeHub>,
-    pub committed: watch::Sender<Epoch>,
+    /// The last epoch whose rows and operator state are in the store.
+    pub committed: Arc<watch::Sender<Epoch>>,
+    /// The last epoch's operator state being written, off the job's thread
+    /// ([`ViewJob::write_state`]).
+    pub state_write: Option<tokio::task::JoinHandle<()>>,
     /// Per input, its watermark if it declares one.
     pub watermarks: Vec<Option<InputWatermark>>,
     /// The view's watermark (nanoseconds), as last pushed into the graph.
@@ -258,12 +271,12 @@ impl ViewJob {
 
     /// Adds the view's runtime records to checkpoint `wb`: every operator's index record and
     /// the watermarks, replacing the previous checkpoint's.
-    fn save_runtime(&self, wb: &mut WriteBatch) {
+    fn save_runtime(&mut self, wb: &mut WriteBatch) -> Result<()> {
         let prefix = self.runtime_prefix();
         if let Some(end) = crate::state::keys::prefix_end(&prefix) {
             wb.delete_range(prefix.clone(), end);
         }
-        for (node, shard, record) in self.graph.save_indexes() {
+        for (node, shard, record) in self.graph.save_indexes()? {
             let key = [prefix.as_slice(), b"i", &node.to_be_bytes(), &shard.to_be_bytes()].concat();
             wb.put(key, record);
         }
@@ -273,6 +286,7 @@ impl ViewJob {
             watermarks.opt_i64(w.as_ref().and_then(|w| w.max));
         }
         wb.put([prefix.as_slice(), b"w"].concat(), watermarks.finish());
+        Ok(())
     }
 
     /// Restores the view from the checkpoint its state tables hold (the store was restored
@@ -401,11 +415,15 @@ impl ViewJob {
                 }
             }
         }
+        // What is dropped with the view is deleted after its last write, not before.
+        let _ = self.land_state_write().await;
         tracing::info!(view = %name, "view stopped");
     }
 
     async fn commit(&mut self, barrier: Barrier) -> Result<()> {
         let epoch = barrier.epoch;
+        // The operators flush again below: what they flushed last must be in the store first.
+        self.land_state_write().await?;
         // Held commits past their bound: wait here, holding no lock, for the snapshot.
         while !self.store.has_room(epoch) {
             tokio::time::sleep(Duration::from_millis(1)).await;
@@ -416,14 +434,14 @@ impl ViewJob {
         self.graph.epoch_time(barrier.now);
         // Tagged with its epoch: while a checkpoint's snapshot is awaited, the store holds the
         // commits of later epochs in memory (ADR 18).
-        let mut wb = WriteBatch { skip_wal: true, epoch: Some(epoch), ..Default::default() };
-        let out = self.graph.barrier(&mut wb, checkpoint)?;
+        let mut state = WriteBatch { skip_wal: true, epoch: Some(epoch), ..Default::default() };
+        let out = self.graph.barrier(&mut state, checkpoint)?;
         out.into_iter().for_each(|b| self.materialize.apply(b));
-        let (view_wb, changes) = self.materialize.barrier()?;
-        wb.ops.extend(view_wb.ops);
         if checkpoint {
-            self.save_runtime(&mut wb);
+            self.save_runtime(&mut state)?;
         }
+        let (view_wb, changes) = self.materialize.barrier()?;
+        let mut wb = WriteBatch { skip_wal: true, epoch: Some(epoch), ops: view_wb.ops, ..Default::default() };
         let late = self.late_rows()?;
         let late_table = self.late_table.clone().filter(|_| late.is_some());
         let _late_guard = match &late_table {
@@ -435,7 +453,8 @@ impl ViewJob {
             table.table.put_batch(&stored, &mut wb)?;
             table.persist_row_id(&mut wb);
         }
-        let _guard = self.relation.write_lock.lock().await;
+        let relation = Arc::clone(&self.relation);
+        let _guard = relation.write_lock.lock().await;
         // The view's indexes change in the batch its rows do (the index list is read under
         // the lock an index build holds).
         if let Some(changes) = &changes {
@@ -476,7 +495,7 @@ impl ViewJob {
         }
         messages.push(Message::Barrier(barrier));
         self.changes.publish(self.relation.def.id, messages).await;
-        self.committed.send_replace(epoch);
+        self.write_state(epoch, state);
         // Freshness: from an input's change being published to the view's commit of it.
         let freshness = metrics::VIEW_FRESHNESS_SECONDS.with_label_values(&[&self.relation.def.name]);
         for published in self.unseen.drain(..) {
@@ -494,8 +513,42 @@ impl ViewJob {
     /// have handed it state they now count as stored, so the process stops
     /// ([`stop_after_refused_write`]).
     fn fail_stop(&self, epoch: Epoch, e: &WeirError) -> ! {
-        self.report(e);
-        stop_after_refused_write(&format!("view \"{}\"'s epoch {epoch}", self.relation.def.name), e)
+        refused_write(&self.relation.def.name, epoch, e)
+    }
+
+    /// Writes the operators' state of `epoch` (`state`) on a blocking thread while the job goes
+    /// on; the epoch counts committed once it is in (at once if there is none). The previous
+    /// one is in already ([`ViewJob::land_state_write`] at the commit's start).
+    fn write_state(&mut self, epoch: Epoch, state: WriteBatch) {
+        let fault = crate::fault::fails("view.state_write");
+        if state.is_empty() && !fault {
+            self.committed.send_replace(epoch);
+            return;
+        }
+        let store = Arc::clone(&self.store);
+        let committed = Arc::clone(&self.committed);
+        let view = self.relation.def.name.clone();
+        let write = move || {
+            let written = if fault {
+                Err(WeirError::io("fault injection: the view's state write failed (view.state_write)"))
+            } else {
+                store.write(state)
+            };
+            match written {
+                Ok(()) => committed.send_if_modified(|c| std::mem::replace(c, epoch.max(*c)) < epoch),
+                Err(e) => refused_write(&view, epoch, &e),
+            };
+        };
+        self.state_write = Some(tokio::task::spawn_blocking(write));
+    }
+
+    /// Waits until the operator state being written is in the store. A write the runtime
+    /// cancelled before it ran (it is shutting down) is `57P01`.
+    async fn land_state_write(&mut self) -> Result<()> {
+        match self.state_write.take() {
+            Some(write) => Ok(write.await?),
+            None => Ok(()),
+        }
     }
 
     /// A commit failed in the view's own work (an operator, its rows, its late rows), after the
@@ -508,6 +561,8 @@ impl ViewJob {
     /// that record cannot be written: the job then ends.
     async fn stop_diverged(&mut self, epoch: Epoch, e: &WeirError) -> Result<()> {
         self.report(e);
+        // The state write in flight replaces the runtime records: it goes before the stop's.
+        self.land_state_write().await?;
         let why = format!("stopped at epoch {epoch}: {}", e.message);
         tracing::error!(
             view = %self.relation.def.name,
@@ -535,10 +590,21 @@ impl ViewJob {
     }
 
     fn report(&self, e: &WeirError) {
-        metrics::VIEW_ERRORS_TOTAL.with_label_values(&[&self.relation.def.name]).inc();
-        crate::system::record_view_error(&self.relation.def.name, &e.message, 1);
-        tracing::error!(view = %self.relation.def.name, "view failed to apply changes: {e}");
+        report(&self.relation.def.name, e)
     }
+}
+
+/// Counts and logs a failure of view `view`.
+fn report(view: &str, e: &WeirError) {
+    metrics::VIEW_ERRORS_TOTAL.with_label_values(&[view]).inc();
+    crate::system::record_view_error(view, &e.message, 1);
+    tracing::error!(view = %view, "view failed to apply changes: {e}");
+}
+
+/// The store refused view `view`'s write of `epoch` (see [`ViewJob::fail_stop`]).
+fn refused_write(view: &str, epoch: Epoch, e: &WeirError) -> ! {
+    report(view, e);
+    stop_after_refused_write(&format!("view \"{view}\"'s epoch {epoch}"), e)
 }
 
 /// Writes `wb` to the store on a blocking thread, keeping `keep` (a lock) until the write is

@@ -189,7 +189,8 @@ impl Streaming {
             inputs: receivers,
             store: Arc::clone(self.catalog.store()),
             changes: Arc::clone(&self.catalog.changes),
-            committed,
+            committed: Arc::new(committed),
+            state_write: None,
         };
         let started = match own {
             Some(own) => job.backfill(snapshots, ended, self.coordinator.clock.current(), own).await,

@@ -5,8 +5,9 @@
 //! *distribution prefix* (the join key, the group key), so that every entry sharing that prefix
 //! sits together in one vnode and [`KeyedState::scan_prefix`] is one range read.
 //!
-//! Writes stay in `pending` until [`KeyedState::flush`] moves them into an epoch's write batch;
-//! reads see them. Operator state is restored from checkpoints (ADR 11), so it needs to be in
+//! Writes stay in `pending` until [`KeyedState::flush`] puts them into an epoch's write batch;
+//! reads see them, and keep seeing them (in flight) until the next flush, so the batch may be
+//! written while the operator goes on. Operator state is restored from checkpoints (ADR 11), so it needs to be in
 //! the store only at a checkpoint barrier: a *write-back* table ([`KeyedState::write_back`],
 //! all operator state) keeps its writes in memory across epochs and sends them to the store at
 //! a checkpoint, or earlier when more than `capacity` are pending, or, when barriers come
@@ -82,13 +83,18 @@ pub fn decode_count(bytes: &[u8]) -> Result<i64> {
 /// compares bytes next to each other instead of following a pointer per entry.
 type InlineKey = SmallVec<[u8; 32]>;
 
-/// A write not yet in the store.
+/// A write not yet in the store, or on its way there.
 #[derive(Debug, Clone)]
 struct Pending {
     /// The value (None = delete).
     value: Option<Vec<u8>>,
-    /// Whether the store may hold the key (unknown counts as yes).
+    /// Whether the store may hold the key (unknown counts as yes); for a write in flight,
+    /// whether it will once the write is in.
     maybe_stored: bool,
+    /// Handed to the store's batch at the last flush and unchanged since: kept so that reads
+    /// see it while that batch is written, and dropped at the next flush (see
+    /// [`KeyedState::flush`]). Not counted in `pending_len`.
+    in_flight: bool,
 }
 
 /// One distribution prefix's pending writes, by the rest of the key in order: a sorted vector
@@ -197,27 +203,23 @@ impl Writes {
         }
     }
 
-    /// Drops the writes whose key rest starts with `start`; returns how many.
+    /// Drops the writes whose key rest starts with `start`; returns how many of them were not
+    /// in flight.
     fn remove_starting_with(&mut self, start: &[u8]) -> usize {
-        match self {
-            Writes::Few(v) => {
-                let before = v.len();
-                v.retain(|(k, _)| !k.starts_with(start));
-                before - v.len()
-            }
-            Writes::Many(m) => {
-                let before = m.len();
-                m.retain(|k, _| !k.starts_with(start));
-                before - m.len()
-            }
-        }
+        let mut removed = 0;
+        self.retain(|k, p| {
+            let keep = !k.starts_with(start);
+            removed += (!keep && !p.in_flight) as usize;
+            keep
+        });
+        removed
     }
 
-    /// Hands each write to `f`, in key order.
-    fn for_each(self, mut f: impl FnMut(InlineKey, Pending)) {
+    /// Keeps the writes `f` says to keep (it may change them), visiting them in key order.
+    fn retain(&mut self, mut f: impl FnMut(&InlineKey, &mut Pending) -> bool) {
         match self {
-            Writes::Few(v) => v.into_iter().for_each(|(k, p)| f(k, p)),
-            Writes::Many(m) => m.into_iter().for_each(|(k, p)| f(k, p)),
+            Writes::Few(v) => v.retain(|(k, p)| f(k, p)),
+            Writes::Many(m) => m.retain(|k, p| f(k, p)),
         }
     }
 }
@@ -298,6 +300,9 @@ pub struct KeyedState {
     /// `settle_after` go to the store (see [`KeyedState::flush_settled`]). Entries for
     /// prefixes flushed or emptied since are passed over.
     pending_since: VecDeque<(u64, InlineKey)>,
+    /// Prefixes holding writes in flight (put into the last flush's batch), to forget at the
+    /// next flush.
+    in_flight: Vec<InlineKey>,
     /// Which keys the store holds, when tracked (a write-back table's, while few).
     stored: StoredKeys,
     /// Lookups the tracked keys answered since the last flush: a table past
@@ -320,6 +325,7 @@ impl KeyedState {
             settle_after: None,
             barrier_times: VecDeque::new(),
             pending_since: VecDeque::new(),
+            in_flight: Vec::new(),
             stored: StoredKeys::Unknown,
             answered_absent: 0,
             cache: HashMap::default(),
@@ -401,6 +407,14 @@ impl KeyedState {
         let (prefix, rest) = key.split_at(distribution_len.min(key.len()));
         if let Some(inner) = self.pending.get_mut(prefix) {
             if let Some(pending) = inner.get_mut(rest) {
+                if pending.in_flight {
+                    // On its way to the store: kept (reads must not fall through to the store
+                    // before it is in), pending again.
+                    pending.in_flight = false;
+                    pending.value = value;
+                    self.pending_len += 1;
+                    return;
+                }
                 if value.is_none() && !pending.maybe_stored {
                     // Never written to the store: forgetting the pending write is deleting it.
                     inner.remove(rest);
@@ -428,7 +442,7 @@ impl KeyedState {
                 v.insert(Writes::Few(SmallVec::new()))
             }
         };
-        inner.insert(InlineKey::from_slice(rest), Pending { value, maybe_stored });
+        inner.insert(InlineKey::from_slice(rest), Pending { value, maybe_stored, in_flight: false });
         self.pending_len += 1;
     }
 
@@ -629,10 +643,16 @@ impl KeyedState {
         Ok(())
     }
 
-    /// The epoch ends: moves the pending writes into `wb` (a write-back table's only at a
+    /// The epoch ends: puts the pending writes into `wb` (a write-back table's only at a
     /// `checkpoint` or when more than `capacity` are pending) and bounds the cache. Returns
     /// whether anything may have reached the store.
+    ///
+    /// The writes put into `wb` stay readable here, in flight, until the next flush, so the
+    /// caller may write `wb` to the store while the operator goes on (a view job writes its
+    /// operators' state off its thread): **`wb` must be in the store, or the table dropped,
+    /// before this table's next flush**, which forgets them.
     pub fn flush(&mut self, wb: &mut WriteBatch, checkpoint: bool) -> bool {
+        self.forget_landed();
         self.barriers += 1;
         if self.settle_after.is_some() {
             self.barrier_times.push_back((self.barriers, std::time::Instant::now()));
@@ -648,8 +668,6 @@ impl KeyedState {
             self.barrier_times.pop_front();
         }
         let prefixes: Vec<(InlineKey, Writes)> = self.pending.drain().collect();
-        // Keep a small map's allocation for the next epoch, not a large one's.
-        self.pending.shrink_to(FEW_PREFIXES);
         self.write_prefixes(prefixes, wb);
         if let StoredKeys::Exactly { keys, .. } = &self.stored {
             // Judged only over an interval that wrote: an idle table keeps its keys tracked.
@@ -696,55 +714,89 @@ impl KeyedState {
         flushed
     }
 
-    /// Moves `prefixes`' pending writes into `wb`, in store key order (vnode, prefix, rest):
+    /// Puts `prefixes`' pending writes into `wb`, in store key order (vnode, prefix, rest):
     /// RocksDB's memtable then inserts a run of ascending keys from where the previous insert
     /// ended instead of searching its skip list from the top for each. Keeps the stored-key
-    /// tracking and the cache up to date.
+    /// tracking and the cache up to date, and the writes pending, in flight, until the next
+    /// flush ([`KeyedState::forget_landed`]).
     fn write_prefixes(&mut self, prefixes: Vec<(InlineKey, Writes)>, wb: &mut WriteBatch) {
         let mut prefixes: Vec<(u16, InlineKey, Writes)> =
             prefixes.into_iter().map(|(d, w)| (vnode_of(&d), d, w)).collect();
         prefixes.sort_unstable_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
-        for (vnode, distribution, inner) in prefixes {
+        let KeyedState { table_id, stored, cache, capacity, pending, in_flight, .. } = self;
+        for (vnode, distribution, mut inner) in prefixes {
             let mut stored_prefix = Vec::with_capacity(6 + distribution.len());
-            stored_prefix.extend_from_slice(&self.table_id.to_be_bytes());
+            stored_prefix.extend_from_slice(&table_id.to_be_bytes());
             stored_prefix.extend_from_slice(&vnode.to_be_bytes());
             stored_prefix.extend_from_slice(&distribution);
-            inner.for_each(|rest, p| {
+            inner.retain(|rest, p| {
                 let mut full = Vec::with_capacity(stored_prefix.len() + rest.len());
                 full.extend_from_slice(&stored_prefix);
-                full.extend_from_slice(&rest);
+                full.extend_from_slice(rest);
                 let key = &full[6..];
-                self.stored.record(key, vnode, p.value.is_some(), self.capacity);
+                stored.record(key, vnode, p.value.is_some(), *capacity);
                 // Values flushed are remembered while the cache has room (the flush itself does
                 // not empty it; the next lookup missing a full cache does); a tracked table
                 // needs no reminder of keys it does not hold, but must forget what it remembered
                 // of them.
                 match &p.value {
-                    Some(value) if self.cache.len() < self.capacity => {
-                        self.cache.insert(key.to_vec(), Some(value.clone()));
+                    Some(value) if cache.len() < *capacity => {
+                        cache.insert(key.to_vec(), Some(value.clone()));
                     }
                     Some(_) => {
-                        self.cache.remove(key);
+                        cache.remove(key);
                     }
-                    None if self.stored.holds(key).is_none() => self.remember(key.to_vec(), None),
+                    None if stored.holds(key).is_none() => Self::remember_in(cache, *capacity, key.to_vec(), None),
                     None => {
-                        self.cache.remove(key);
+                        cache.remove(key);
                     }
                 }
-                match p.value {
-                    Some(value) => wb.put(full, value),
+                match &p.value {
+                    Some(value) => wb.put(full, value.clone()),
                     None if p.maybe_stored => wb.delete(full),
-                    None => {}
+                    // Never stored: nothing to write, nothing to keep.
+                    None => return false,
                 }
+                p.maybe_stored = p.value.is_some();
+                p.in_flight = true;
+                true
             });
+            if !inner.is_empty() {
+                in_flight.push(distribution.clone());
+                pending.insert(distribution, inner);
+            }
+        }
+    }
+
+    /// The writes the last flush put into its batch are in the store now (see
+    /// [`KeyedState::flush`]): forgets those unchanged since. A prefix written again meanwhile
+    /// is pending since the last barrier (for settling).
+    fn forget_landed(&mut self) {
+        for prefix in std::mem::take(&mut self.in_flight) {
+            let Some(inner) = self.pending.get_mut(&prefix) else { continue };
+            inner.retain(|_, p| !p.in_flight);
+            if inner.is_empty() {
+                self.pending.remove(&prefix);
+            } else if self.settle_after.is_some() {
+                self.pending_since.push_back((self.barriers, prefix));
+            }
+        }
+        // Keep a small map's allocation for the next epoch, not a large one's.
+        if self.pending.capacity() > 4 * FEW_PREFIXES.max(self.pending.len()) {
+            self.pending.shrink_to(FEW_PREFIXES.max(self.pending.len()));
         }
     }
 
     fn remember(&mut self, key: Vec<u8>, value: Option<Vec<u8>>) {
-        if self.cache.len() >= self.capacity {
-            self.cache.clear();
+        Self::remember_in(&mut self.cache, self.capacity, key, value)
+    }
+
+    /// Remembers `key`'s committed value in `cache`, emptying it first when full.
+    fn remember_in(cache: &mut HashMap<Vec<u8>, Option<Vec<u8>>>, capacity: usize, key: Vec<u8>, value: Option<Vec<u8>>) {
+        if cache.len() >= capacity {
+            cache.clear();
         }
-        self.cache.insert(key, value);
+        cache.insert(key, value);
     }
 }
 
@@ -998,9 +1050,15 @@ mod tests {
             let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
             let capacity = [16, 48, 200][round % 3];
             let key_space = [6, 40, 120][(round / 3) % 3];
-            let open =
-                |store: &Arc<dyn StateStore>| KeyedState::new(9, Arc::clone(store), capacity).write_back().unwrap();
+            // Odd rounds settle writes at every barrier.
+            let settle = (round % 2 == 1).then_some(std::time::Duration::ZERO);
+            let open = |store: &Arc<dyn StateStore>| {
+                KeyedState::new(9, Arc::clone(store), capacity).write_back().unwrap().settle_after(settle)
+            };
             let mut s = open(&store);
+            // A flush's batch written only before the next flush (a view job writes it while
+            // the operator goes on): reads meanwhile must not fall through to the store.
+            let mut unwritten: Option<WriteBatch> = None;
             let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
             let mut fresh = 0u16;
             for step in 0..1500 {
@@ -1048,18 +1106,30 @@ mod tests {
                         model.retain(|k, _| !k.starts_with(&sub));
                     }
                     88..=96 => {
+                        if let Some(wb) = unwritten.take() {
+                            store.write(wb).unwrap();
+                        }
                         let mut wb = WriteBatch::default();
                         s.flush(&mut wb, next(2) == 0);
-                        store.write(wb).unwrap();
+                        match next(2) {
+                            0 => store.write(wb).unwrap(),
+                            _ => unwritten = Some(wb),
+                        }
                     }
                     _ => {
                         // A checkpoint, then a restore from it.
+                        if let Some(wb) = unwritten.take() {
+                            store.write(wb).unwrap();
+                        }
                         let mut wb = WriteBatch::default();
                         s.flush(&mut wb, true);
                         store.write(wb).unwrap();
                         s = open(&store);
                     }
                 }
+            }
+            if let Some(wb) = unwritten.take() {
+                store.write(wb).unwrap();
             }
             let mut wb = WriteBatch::default();
             s.flush(&mut wb, true);
