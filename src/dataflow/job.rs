@@ -18,8 +18,8 @@
 //!
 //! Checkpoints (ADR 11): at a checkpoint barrier every operator flushes all the state it holds
 //! in memory, and the job stores, in the view's runtime state table, each operator's index
-//! record and the watermarks of its inputs and of the view, in the same write batch as the
-//! view's rows. A view restored from a checkpoint ([`ViewJob::restore`]) reads them back
+//! record and the watermarks of its inputs and of the view, in the epoch's state batch. A
+//! view restored from a checkpoint ([`ViewJob::restore`]) reads them back
 //! before its first change and continues as if it had never stopped. View writes skip the
 //! write-ahead log: a crash restores them from the checkpoint. A commit's batch carries its
 //! epoch, so the store can hold it in memory while an earlier checkpoint's snapshot is taken
@@ -95,7 +95,7 @@ pub struct ViewJob {
     pub committed: Arc<watch::Sender<Epoch>>,
     /// The last epoch's operator state being written, off the job's thread
     /// ([`ViewJob::write_state`]).
-    pub state_write: Option<tokio::task::JoinHandle<()>>,
+    pub state_write: Option<(Epoch, tokio::task::JoinHandle<()>)>,
     /// Per input, its watermark if it declares one.
     pub watermarks: Vec<Option<InputWatermark>>,
     /// The view's watermark (nanoseconds), as last pushed into the graph.
@@ -453,8 +453,7 @@ impl ViewJob {
             table.table.put_batch(&stored, &mut wb)?;
             table.persist_row_id(&mut wb);
         }
-        let relation = Arc::clone(&self.relation);
-        let _guard = relation.write_lock.lock().await;
+        let guard = Arc::clone(&self.relation.write_lock).lock_owned().await;
         // The view's indexes change in the batch its rows do (the index list is read under
         // the lock an index build holds).
         if let Some(changes) = &changes {
@@ -495,7 +494,7 @@ impl ViewJob {
         }
         messages.push(Message::Barrier(barrier));
         self.changes.publish(self.relation.def.id, messages).await;
-        self.write_state(epoch, state);
+        self.write_state(epoch, state, guard);
         // Freshness: from an input's change being published to the view's commit of it.
         let freshness = metrics::VIEW_FRESHNESS_SECONDS.with_label_values(&[&self.relation.def.name]);
         for published in self.unseen.drain(..) {
@@ -518,8 +517,10 @@ impl ViewJob {
 
     /// Writes the operators' state of `epoch` (`state`) on a blocking thread while the job goes
     /// on; the epoch counts committed once it is in (at once if there is none). The previous
-    /// one is in already ([`ViewJob::land_state_write`] at the commit's start).
-    fn write_state(&mut self, epoch: Epoch, state: WriteBatch) {
+    /// one is in already ([`ViewJob::land_state_write`] at the commit's start). `locked`, the
+    /// view's write lock, is held until the write is done, so that what deletes the view's
+    /// state (DROP, an unfinished CREATE undone) does so after it, even if the job is gone.
+    fn write_state(&mut self, epoch: Epoch, state: WriteBatch, locked: tokio::sync::OwnedMutexGuard<()>) {
         let fault = crate::fault::fails("view.state_write");
         if state.is_empty() && !fault {
             self.committed.send_replace(epoch);
@@ -538,16 +539,21 @@ impl ViewJob {
                 Ok(()) => committed.send_if_modified(|c| std::mem::replace(c, epoch.max(*c)) < epoch),
                 Err(e) => refused_write(&view, epoch, &e),
             };
+            drop(locked);
         };
-        self.state_write = Some(tokio::task::spawn_blocking(write));
+        self.state_write = Some((epoch, tokio::task::spawn_blocking(write)));
     }
 
     /// Waits until the operator state being written is in the store. A write the runtime
-    /// cancelled before it ran (it is shutting down) is `57P01`.
+    /// cancelled before it ran (it is shutting down) is `57P01`; one that panicked is a write
+    /// the store refused ([`ViewJob::fail_stop`]): its state is not in, and the view must not
+    /// go on (nor stop alone, reporting later epochs committed without it).
     async fn land_state_write(&mut self) -> Result<()> {
-        match self.state_write.take() {
-            Some(write) => Ok(write.await?),
-            None => Ok(()),
+        let Some((epoch, write)) = self.state_write.take() else { return Ok(()) };
+        match write.await {
+            Ok(()) => Ok(()),
+            Err(e) if e.is_cancelled() => Err(e.into()),
+            Err(e) => self.fail_stop(epoch, &WeirError::internal(format!("the operator state write failed: {e}"))),
         }
     }
 

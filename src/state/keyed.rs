@@ -409,8 +409,11 @@ impl KeyedState {
             if let Some(pending) = inner.get_mut(rest) {
                 if pending.in_flight {
                     // On its way to the store: kept (reads must not fall through to the store
-                    // before it is in), pending again.
+                    // before it is in), pending again. Until the batch is in, the store may
+                    // still hold the key's older value (an in-flight delete), so a delete of it
+                    // is kept as a delete, not forgotten.
                     pending.in_flight = false;
+                    pending.maybe_stored = true;
                     pending.value = value;
                     self.pending_len += 1;
                     return;
@@ -574,8 +577,8 @@ impl KeyedState {
             let mut all = self.scan_prefix(prefix, distribution_len)?;
             return Ok(if last { all.pop() } else { all.into_iter().next() });
         }
-        // Nothing under the prefix is stored: its pending writes are all there is, and hold no
-        // deletes (a delete is kept only for a key the store may hold).
+        // Nothing under the prefix is stored: its pending writes are all there is (deletes among
+        // them, of keys the store may hold or a batch in flight deletes, are skipped).
         let (distribution, rest) = prefix.split_at(distribution_len.min(prefix.len()));
         let Some(inner) = self.pending.get(distribution) else {
             return Ok(None);
@@ -837,6 +840,37 @@ mod tests {
         std::thread::sleep(age);
         let mut wb = WriteBatch::default();
         assert!(!plain.flush(&mut wb, false) && !plain.flush(&mut wb, false) && wb.is_empty());
+    }
+
+    /// A delete put into a batch not yet written, then a put and a delete of the same key
+    /// before that batch is in: reads see the key deleted, never the store's older value.
+    #[test]
+    fn a_key_deleted_in_flight_and_written_again_stays_deleted_until_the_batch_is_in() {
+        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+        let mut s = KeyedState::new(7, Arc::clone(&store), 16).write_back().unwrap();
+        s.put(b"ga", 1, b"old".to_vec());
+        s.put(b"gb", 1, b"b".to_vec());
+        let mut wb = WriteBatch::default();
+        s.flush(&mut wb, true);
+        store.write(wb).unwrap();
+        s.delete(b"ga", 1);
+        let mut in_flight = WriteBatch::default();
+        s.flush(&mut in_flight, true);
+        s.put(b"ga", 1, b"new".to_vec());
+        s.delete(b"ga", 1);
+        let only_b = vec![(b"gb".to_vec(), b"b".to_vec())];
+        for _ in 0..2 {
+            assert_eq!(s.get(b"ga", 1).unwrap(), None);
+            assert_eq!(s.scan_prefix(b"g", 1).unwrap(), only_b);
+            assert_eq!(s.first_with_prefix(b"g", 1, false).unwrap(), only_b.first().cloned());
+            assert_eq!(s.first_n_with_prefix(b"g", 1, 2).unwrap(), only_b);
+        }
+        store.write(in_flight).unwrap();
+        let mut wb = WriteBatch::default();
+        s.flush(&mut wb, true);
+        store.write(wb).unwrap();
+        assert_eq!(s.get(b"ga", 1).unwrap(), None);
+        assert_eq!(s.scan_prefix(b"g", 1).unwrap(), only_b);
     }
 
     #[test]
