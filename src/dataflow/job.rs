@@ -529,19 +529,22 @@ impl ViewJob {
         let store = Arc::clone(&self.store);
         let committed = Arc::clone(&self.committed);
         let view = self.relation.def.name.clone();
-        let write = move || {
+        let write = async move {
             let written = if fault {
                 Err(WeirError::io("fault injection: the view's state write failed (view.state_write)"))
             } else {
-                store.write(state)
+                write_off_thread(&store, state, locked).await
             };
             match written {
-                Ok(()) => committed.send_if_modified(|c| std::mem::replace(c, epoch.max(*c)) < epoch),
+                Ok(()) => {
+                    committed.send_if_modified(|c| std::mem::replace(c, epoch.max(*c)) < epoch);
+                }
+                // The runtime is going away: the view restores at the next start.
+                Err(e) if e.state == SqlState::ADMIN_SHUTDOWN => {}
                 Err(e) => refused_write(&view, epoch, &e),
-            };
-            drop(locked);
+            }
         };
-        self.state_write = Some((epoch, tokio::task::spawn_blocking(write)));
+        self.state_write = Some((epoch, tokio::spawn(write)));
     }
 
     /// Waits until the operator state being written is in the store. A write the runtime
