@@ -9,8 +9,9 @@
 //! declares, per input, the key its rows are routed by: a change entering it goes to shard
 //! `vnode(key) % parallelism` (an exchange), so each shard owns a disjoint set of keys (and of
 //! state). Other edges keep a change in the shard it is in; the view's inputs enter shard 0.
-//! Work queued for different shards runs on different threads, so a view's stateful operators
-//! use every core; the root's output of all shards is the view's change.
+//! Work queued for different shards runs on different threads (the view's own and its
+//! [`ShardPool`]'s), so a view's stateful operators use every core; the root's output of all
+//! shards is the view's change.
 
 use std::sync::Arc;
 
@@ -18,6 +19,7 @@ use datafusion::arrow::array::ArrayRef;
 use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::physical_expr::PhysicalExpr;
 
+use super::shard_pool::ShardPool;
 use crate::error::{Result, WeirError};
 use crate::metrics;
 use crate::operators::eval::evaluate;
@@ -59,6 +61,8 @@ pub struct Graph {
     shards: Vec<Vec<Box<dyn Operator>>>,
     /// The leaf node reading each of the view's inputs.
     leaves: Vec<usize>,
+    /// The threads shards other than the first run on.
+    pool: ShardPool,
 }
 
 impl Graph {
@@ -68,6 +72,7 @@ impl Graph {
             nodes: Vec::new(),
             shards: (0..parallelism.max(1)).map(|_| Vec::new()).collect(),
             leaves: Vec::new(),
+            pool: ShardPool::new(parallelism.max(1)),
         }
     }
 
@@ -124,7 +129,7 @@ impl Graph {
         let mut out = Vec::new();
         for node in 0..self.nodes.len() {
             let everyone: Vec<()> = vec![(); self.shards.len()];
-            let produced = on_each_shard(&mut self.shards, everyone, |ops, ()| ops[node].on_barrier())?;
+            let produced = on_each_shard(&mut self.pool, &mut self.shards, everyone, |ops, ()| ops[node].on_barrier())?;
             let mut pending = Vec::new();
             for (shard, batches) in produced.into_iter().enumerate() {
                 for batch in batches {
@@ -134,7 +139,7 @@ impl Graph {
             self.run(pending, &mut out)?;
         }
         let everyone: Vec<()> = vec![(); self.shards.len()];
-        let flushed = on_each_shard(&mut self.shards, everyone, |ops, ()| {
+        let flushed = on_each_shard(&mut self.pool, &mut self.shards, everyone, |ops, ()| {
             let mut shard_wb = WriteBatch::default();
             ops.iter_mut().for_each(|op| op.flush_state(&mut shard_wb, checkpoint));
             Ok(shard_wb.ops)
@@ -151,7 +156,7 @@ impl Graph {
                 self.nodes[item.node].rows_in.inc_by(item.batch.num_rows() as u64);
                 per_shard[item.shard].push(item);
             }
-            let produced = on_each_shard(&mut self.shards, per_shard, |ops, items| {
+            let produced = on_each_shard(&mut self.pool, &mut self.shards, per_shard, |ops, items| {
                 let mut produced = Vec::new();
                 for item in items {
                     for batch in ops[item.node].apply(item.slot, item.batch)? {
@@ -206,7 +211,7 @@ impl Graph {
     /// shard; operators that keep none are left out.
     pub fn save_indexes(&mut self) -> Result<Vec<(u16, u16, Vec<u8>)>> {
         let shards: Vec<u16> = (0..self.shards.len() as u16).collect();
-        let records = on_each_shard(&mut self.shards, shards, |ops, shard| {
+        let records = on_each_shard(&mut self.pool, &mut self.shards, shards, |ops, shard| {
             let records = ops.iter().enumerate().filter_map(|(node, op)| Some((node as u16, shard, op.save_index()?)));
             Ok(records.collect::<Vec<_>>())
         })?;
@@ -323,9 +328,10 @@ impl Partitioner {
     }
 }
 
-/// Runs `f` on each shard's operators with that shard's `work`, on separate threads when more
-/// than one shard has work (`is_empty` work is skipped for threads but still gets `f`).
+/// Runs `f` on each shard's operators with that shard's `work`, on the shards' threads when
+/// more than one shard has work (`is_empty` work is skipped for threads but still gets `f`).
 fn on_each_shard<W: Send + Idle, T: Send + Default>(
+    pool: &mut ShardPool,
     shards: &mut [Vec<Box<dyn Operator>>],
     work: Vec<W>,
     f: impl Fn(&mut Vec<Box<dyn Operator>>, W) -> Result<T> + Sync,
@@ -338,17 +344,17 @@ fn on_each_shard<W: Send + Idle, T: Send + Default>(
             .map(|(ops, w)| if w.idle() { Ok(T::default()) } else { f(ops, w) })
             .collect();
     }
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = shards
-            .iter_mut()
-            .zip(work)
-            .map(|(ops, w)| {
-                let f = &f;
-                scope.spawn(move || if w.idle() { Ok(T::default()) } else { f(ops, w) })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(WeirError::internal("a shard panicked")))).collect()
-    })
+    let f = &f;
+    let tasks: Vec<Box<dyn FnOnce() -> Result<T> + Send + '_>> = shards
+        .iter_mut()
+        .zip(work)
+        .map(|(ops, w)| {
+            let task: Box<dyn FnOnce() -> Result<T> + Send + '_> =
+                Box::new(move || if w.idle() { Ok(T::default()) } else { f(ops, w) });
+            task
+        })
+        .collect();
+    pool.run(tasks).into_iter().map(|r| r.unwrap_or_else(|_| Err(WeirError::internal("a shard panicked")))).collect()
 }
 
 /// Whether a shard has nothing to do.

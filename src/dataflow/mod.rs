@@ -11,6 +11,7 @@
 //! - [`job`]: the task that runs one view: aligns barriers across inputs, commits the view's
 //!   state per epoch, and publishes its changes to views built on it.
 //! - [`manager`]: creates, starts (also after a restart) and drops views' jobs.
+//! - [`shard_pool`]: the threads a view's shards other than the first run on.
 
 pub mod build;
 pub mod clock;
@@ -20,4 +21,5 @@ pub mod job;
 pub mod join_interval;
 pub mod manager;
 pub mod runtime;
+pub mod shard_pool;
 pub mod temporal_bounds;
