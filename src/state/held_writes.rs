@@ -4,9 +4,9 @@
 //! A checkpoint `e`'s snapshot must hold every view exactly at `e`. Instead of holding barrier
 //! `e + 1` back until the snapshot is taken, the store is told the cut (`e`) when barrier `e`
 //! is injected; from then until the snapshot is taken, a view's commit of an epoch after `e`
-//! (a batch with [`WriteBatch::epoch`] `> e`) is applied here instead of to the store, and
+//! (a batch with [`super::store::WriteBatch::epoch`] `> e`) is applied here instead of to the store, and
 //! reads see it. Once the snapshot is taken the held writes go into the store in one batch
-//! ([`HeldWrites::into_batch`]). Writes without an epoch (tables, the change log, sources, the
+//! ([`HeldWrites::entries`]). Writes without an epoch (tables, the change log, sources, the
 //! catalog) go to the store at once, as always: a snapshot may hold table writes of later
 //! epochs, which recovery expects (ADR 11 item 8).
 //!
@@ -22,7 +22,7 @@
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
-use super::store::{KeyRange, ScanControl, Visitor, WriteBatch, WriteOp};
+use super::store::{KeyRange, ScanControl, Visitor, WriteOp};
 use crate::error::Result;
 use crate::types::Epoch;
 
@@ -191,17 +191,26 @@ impl HeldWrites {
         HeldCursor { entries, next: 0, ranges }
     }
 
-    /// The held writes as one batch for the store: range deletes first, then the entries
-    /// (every entry a range delete covered was written after it).
-    pub fn into_batch(self) -> WriteBatch {
-        let mut wb = WriteBatch { skip_wal: true, ..Default::default() };
-        for (start, end) in self.ranges {
-            wb.delete_range(start, end);
-        }
-        for (k, v) in self.entries {
+    /// The held range deletes, to be written before [`HeldWrites::entries`] (every entry a
+    /// range delete covered was written after it).
+    pub fn ranges(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.ranges.iter().map(|(start, end)| (start.as_slice(), end.as_slice()))
+    }
+
+    /// The held keys in order with their last value (None: deleted).
+    pub fn entries(&self) -> impl Iterator<Item = (&[u8], Option<&[u8]>)> {
+        self.entries.iter().map(|(k, v)| (k.as_slice(), v.as_deref()))
+    }
+
+    /// The held writes as one batch: their net effect.
+    #[cfg(test)]
+    pub fn into_batch(self) -> super::store::WriteBatch {
+        let mut wb = super::store::WriteBatch { skip_wal: true, ..Default::default() };
+        self.ranges().for_each(|(start, end)| wb.delete_range(start.to_vec(), end.to_vec()));
+        for (k, v) in self.entries() {
             match v {
-                Some(v) => wb.put(k, v),
-                None => wb.delete(k),
+                Some(v) => wb.put(k.to_vec(), v.to_vec()),
+                None => wb.delete(k.to_vec()),
             }
         }
         wb

@@ -7,8 +7,9 @@
 //! relations) live in blob files beside the LSM tree.
 //!
 //! While a checkpoint's snapshot is awaited, views' commits of later epochs are held in memory
-//! ([`HeldWrites`], ADR 18): reads merge them over the database under the same lock that
-//! releases them, so a reader sees them either held or written, never neither.
+//! ([`HeldWrites`], ADR 18): reads merge them over the database. They are released by writing
+//! them to the database while they are still held (a reader sees the same value either way),
+//! then dropping them; writers wait for that (`write_order`), readers do not.
 
 use std::path::Path;
 
@@ -36,6 +37,10 @@ pub struct RocksStore {
     block_cache: Cache,
     /// View commits after the cut of the checkpoint being snapshotted (None: none awaited).
     held: RwLock<Option<HeldWrites>>,
+    /// Taken shared by every write and exclusively while held writes go into the database, so
+    /// that no write comes between them and the database or is lost when they are dropped.
+    /// Always taken before `held`.
+    write_order: RwLock<()>,
 }
 
 impl RocksStore {
@@ -75,7 +80,13 @@ impl RocksStore {
                 format!("cannot open state store at {}: {e}", dir.display()),
             )
         })?;
-        Ok(RocksStore { db, sync_writes: config.sync_writes, block_cache, held: RwLock::new(None) })
+        Ok(RocksStore {
+            db,
+            sync_writes: config.sync_writes,
+            block_cache,
+            held: RwLock::new(None),
+            write_order: RwLock::new(()),
+        })
     }
 }
 
@@ -95,10 +106,11 @@ impl StateStore for RocksStore {
     }
 
     fn hold_after(&self, cut: Epoch) -> Result<()> {
+        let _order = self.write_order.write();
         let mut held = self.held.write();
         if let Some(previous) = held.take() {
             // Not released (a checkpoint task that ended early): written now, before the cut.
-            self.write_now(previous.into_batch())?;
+            self.write_held(&previous)?;
         }
         *held = Some(HeldWrites::new(cut));
         Ok(())
@@ -118,14 +130,17 @@ impl StateStore for RocksStore {
     }
 
     fn release_held(&self) -> Result<()> {
-        let mut held = self.held.write();
-        let Some(writes) = held.take() else { return Ok(()) };
-        crate::metrics::CHECKPOINT_HELD_BYTES.set(writes.bytes() as i64);
-        if writes.is_empty() {
-            return Ok(());
+        // No write comes in until the held writes are in the database and dropped; reads go
+        // on, and see the held values, which are the ones being written.
+        let _order = self.write_order.write();
+        {
+            let held = self.held.read();
+            let Some(writes) = held.as_ref() else { return Ok(()) };
+            crate::metrics::CHECKPOINT_HELD_BYTES.set(writes.bytes() as i64);
+            self.write_held(writes)?;
         }
-        // Under the lock: a reader sees the writes held or written, never neither.
-        self.write_now(writes.into_batch())
+        *self.held.write() = None;
+        Ok(())
     }
 
     /// A RocksDB checkpoint: memtables flushed (so writes that skipped the WAL are in it), SST
@@ -207,6 +222,7 @@ impl StateStore for RocksStore {
     }
 
     fn write(&self, batch: WriteBatch) -> Result<()> {
+        let _order = self.write_order.read();
         {
             let held = self.held.read();
             match held.as_ref() {
@@ -299,7 +315,6 @@ impl RocksStore {
     /// Writes `batch` to the database.
     fn write_now(&self, batch: WriteBatch) -> Result<()> {
         let mut wb = rocksdb::WriteBatch::default();
-        let skip_wal = batch.skip_wal;
         for op in batch.ops {
             match op {
                 WriteOp::Put(k, v) => wb.put(k, v),
@@ -307,6 +322,26 @@ impl RocksStore {
                 WriteOp::DeleteRange(s, e) => wb.delete_range(s, e),
             }
         }
+        self.write_rocks(wb, batch.skip_wal)
+    }
+
+    /// Writes held view commits to the database (skipping the log, as view commits do).
+    fn write_held(&self, held: &HeldWrites) -> Result<()> {
+        if held.is_empty() {
+            return Ok(());
+        }
+        let mut wb = rocksdb::WriteBatch::default();
+        held.ranges().for_each(|(start, end)| wb.delete_range(start, end));
+        for (k, v) in held.entries() {
+            match v {
+                Some(v) => wb.put(k, v),
+                None => wb.delete(k),
+            }
+        }
+        self.write_rocks(wb, true)
+    }
+
+    fn write_rocks(&self, wb: rocksdb::WriteBatch, skip_wal: bool) -> Result<()> {
         let mut opts = WriteOptions::default();
         if skip_wal {
             opts.disable_wal(true);
