@@ -67,6 +67,10 @@ pub struct Relation {
     /// Serialises writers of this relation, so a read-modify-write (UPDATE, DELETE) sees no
     /// concurrent change.
     pub write_lock: Arc<tokio::sync::Mutex<()>>,
+    /// A materialized view's operator state writes in flight each hold it shared (a view job
+    /// writes them off its thread, possibly after the job is gone); what deletes the view's
+    /// state (DROP, an unfinished CREATE undone) takes it exclusively first.
+    pub state_writes: Arc<tokio::sync::RwLock<()>>,
     /// Next hidden row id (tables without a primary key); persisted with each insert.
     next_row_id: AtomicU64,
     /// The epoch the changes written now belong to: one more than the last barrier injected
@@ -463,6 +467,7 @@ impl Catalog {
             schema,
             def,
             write_lock: Arc::new(tokio::sync::Mutex::new(())),
+            state_writes: Arc::new(tokio::sync::RwLock::new(())),
             next_row_id: AtomicU64::new(next_row_id),
             open_epoch: AtomicU64::new(open_epoch),
             finished: std::sync::atomic::AtomicBool::new(false),

@@ -11,10 +11,11 @@
 //! written before its changes are published, so a reader sees them at once. The operators'
 //! state (and, at a checkpoint, the runtime records) is written off the job's thread while the
 //! job goes on with the next epoch's changes: the operators keep reading what they flushed
-//! until their next flush (`KeyedState::flush`), and the job waits for that write before it
-//! flushes them again. The epoch counts committed (`committed`, which checkpoints wait for)
-//! once both are in. A barrier's time on the job's thread is then the operators' work, not the
-//! store's (ADR 19).
+//! for two more flushes (`KeyedState::flush`), so one epoch's state may still be on its way
+//! while the next is committed; the job waits for it before it flushes them a second time.
+//! State writes go in in epoch order, and the epoch counts committed (`committed`, which
+//! checkpoints wait for) once both of its writes are in. A barrier's time on the job's thread
+//! is then the operators' work, not the store's (ADR 19).
 //!
 //! Checkpoints (ADR 11): at a checkpoint barrier every operator flushes all the state it holds
 //! in memory, and the job stores, in the view's runtime state table, each operator's index
@@ -41,6 +42,7 @@
 //! to the view's `LATE ROWS TO` table (with the view's name and their arrival time) and
 //! published to that table's subscribers like an INSERT.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use futures::future::select_all;
@@ -84,6 +86,19 @@ impl InputWatermark {
     }
 }
 
+/// An operator state write in flight ([`ViewJob::write_state`]), as it comes out.
+pub type StateWrite = futures::future::Shared<futures::future::BoxFuture<'static, Landed>>;
+
+/// How an operator state write ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Landed {
+    In,
+    /// The runtime is shutting down: it was not written (nor will any later one be).
+    Cancelled,
+    /// It panicked: its state is not in.
+    Failed(String),
+}
+
 pub struct ViewJob {
     pub relation: Arc<Relation>,
     pub graph: Graph,
@@ -93,9 +108,9 @@ pub struct ViewJob {
     pub changes: Arc<ChangeHub>,
     /// The last epoch whose rows and operator state are in the store.
     pub committed: Arc<watch::Sender<Epoch>>,
-    /// The last epoch's operator state being written, off the job's thread
+    /// The operator state writes in flight, off the job's thread, oldest first: at most two
     /// ([`ViewJob::write_state`]).
-    pub state_write: Option<(Epoch, tokio::task::JoinHandle<()>)>,
+    pub state_writes: VecDeque<(Epoch, StateWrite)>,
     /// Per input, its watermark if it declares one.
     pub watermarks: Vec<Option<InputWatermark>>,
     /// The view's watermark (nanoseconds), as last pushed into the graph.
@@ -416,14 +431,15 @@ impl ViewJob {
             }
         }
         // What is dropped with the view is deleted after its last write, not before.
-        let _ = self.land_state_write().await;
+        let _ = self.land_state_writes(0).await;
         tracing::info!(view = %name, "view stopped");
     }
 
     async fn commit(&mut self, barrier: Barrier) -> Result<()> {
         let epoch = barrier.epoch;
-        // The operators flush again below: what they flushed last must be in the store first.
-        self.land_state_write().await?;
+        // The operators flush again below: what they flushed before last must be in the store
+        // first (what they flushed last may still be on its way).
+        self.land_state_writes(1).await?;
         // Held commits past their bound: wait here, holding no lock, for the snapshot.
         while !self.store.has_room(epoch) {
             tokio::time::sleep(Duration::from_millis(1)).await;
@@ -494,7 +510,8 @@ impl ViewJob {
         }
         messages.push(Message::Barrier(barrier));
         self.changes.publish(self.relation.def.id, messages).await;
-        self.write_state(epoch, state, guard);
+        drop(guard);
+        self.write_state(epoch, state).await;
         // Freshness: from an input's change being published to the view's commit of it.
         let freshness = metrics::VIEW_FRESHNESS_SECONDS.with_label_values(&[&self.relation.def.name]);
         for published in self.unseen.drain(..) {
@@ -516,48 +533,73 @@ impl ViewJob {
     }
 
     /// Writes the operators' state of `epoch` (`state`) on a blocking thread while the job goes
-    /// on; the epoch counts committed once it is in (at once if there is none). The previous
-    /// one is in already ([`ViewJob::land_state_write`] at the commit's start). `locked`, the
-    /// view's write lock, is held until the write is done, so that what deletes the view's
-    /// state (DROP, an unfinished CREATE undone) does so after it, even if the job is gone.
-    fn write_state(&mut self, epoch: Epoch, state: WriteBatch, locked: tokio::sync::OwnedMutexGuard<()>) {
+    /// on, after the state writes still in flight; the epoch counts committed once it is in (at
+    /// once if there is none and nothing is in flight). The write holds the view's state-writes
+    /// lock (shared) until it is done, so that what deletes the view's state (DROP, an
+    /// unfinished CREATE undone) does so after it, even if the job is gone.
+    async fn write_state(&mut self, epoch: Epoch, state: WriteBatch) {
         let fault = crate::fault::fails("view.state_write");
-        if state.is_empty() && !fault {
+        if state.is_empty() && !fault && self.state_writes.is_empty() {
             self.committed.send_replace(epoch);
             return;
         }
+        let locked = Arc::clone(&self.relation.state_writes).read_owned().await;
+        let previous = self.state_writes.back().map(|(_, write)| write.clone());
         let store = Arc::clone(&self.store);
         let committed = Arc::clone(&self.committed);
         let view = self.relation.def.name.clone();
         let write = async move {
+            if let Some(previous) = previous {
+                let landed = previous.await;
+                if landed != Landed::In {
+                    // Not in, so neither is this one (the job fails on the earlier one).
+                    return landed;
+                }
+            }
             let written = if fault {
                 Err(WeirError::io("fault injection: the view's state write failed (view.state_write)"))
+            } else if state.is_empty() {
+                Ok(())
             } else {
                 write_off_thread(&store, state, locked).await
             };
             match written {
                 Ok(()) => {
                     committed.send_if_modified(|c| std::mem::replace(c, epoch.max(*c)) < epoch);
+                    Landed::In
                 }
                 // The runtime is going away: the view restores at the next start.
-                Err(e) if e.state == SqlState::ADMIN_SHUTDOWN => {}
+                Err(e) if e.state == SqlState::ADMIN_SHUTDOWN => Landed::Cancelled,
                 Err(e) => refused_write(&view, epoch, &e),
             }
         };
-        self.state_write = Some((epoch, tokio::spawn(write)));
+        let task = tokio::spawn(write);
+        let landed = async move {
+            match task.await {
+                Ok(landed) => landed,
+                Err(e) if e.is_cancelled() => Landed::Cancelled,
+                Err(e) => Landed::Failed(e.to_string()),
+            }
+        };
+        self.state_writes.push_back((epoch, landed.boxed().shared()));
     }
 
-    /// Waits until the operator state being written is in the store. A write the runtime
+    /// Waits until at most `keep` operator state writes are in flight. A write the runtime
     /// cancelled before it ran (it is shutting down) is `57P01`; one that panicked is a write
     /// the store refused ([`ViewJob::fail_stop`]): its state is not in, and the view must not
     /// go on (nor stop alone, reporting later epochs committed without it).
-    async fn land_state_write(&mut self) -> Result<()> {
-        let Some((epoch, write)) = self.state_write.take() else { return Ok(()) };
-        match write.await {
-            Ok(()) => Ok(()),
-            Err(e) if e.is_cancelled() => Err(e.into()),
-            Err(e) => self.fail_stop(epoch, &WeirError::internal(format!("the operator state write failed: {e}"))),
+    async fn land_state_writes(&mut self, keep: usize) -> Result<()> {
+        while self.state_writes.len() > keep {
+            let (epoch, write) = self.state_writes.pop_front().expect("a write in flight");
+            match write.await {
+                Landed::In => {}
+                Landed::Cancelled => return Err(WeirError::new(SqlState::ADMIN_SHUTDOWN, "the server is shutting down")),
+                Landed::Failed(e) => {
+                    self.fail_stop(epoch, &WeirError::internal(format!("the operator state write failed: {e}")))
+                }
+            }
         }
+        Ok(())
     }
 
     /// A commit failed in the view's own work (an operator, its rows, its late rows), after the
@@ -570,8 +612,8 @@ impl ViewJob {
     /// that record cannot be written: the job then ends.
     async fn stop_diverged(&mut self, epoch: Epoch, e: &WeirError) -> Result<()> {
         self.report(e);
-        // The state write in flight replaces the runtime records: it goes before the stop's.
-        self.land_state_write().await?;
+        // The state writes in flight replace the runtime records: they go before the stop's.
+        self.land_state_writes(0).await?;
         let why = format!("stopped at epoch {epoch}: {}", e.message);
         tracing::error!(
             view = %self.relation.def.name,

@@ -190,7 +190,7 @@ impl Streaming {
             store: Arc::clone(self.catalog.store()),
             changes: Arc::clone(&self.catalog.changes),
             committed: Arc::new(committed),
-            state_write: None,
+            state_writes: Default::default(),
         };
         let started = match own {
             Some(own) => job.backfill(snapshots, ended, self.coordinator.clock.current(), own).await,

@@ -6,8 +6,8 @@
 //! sits together in one vnode and [`KeyedState::scan_prefix`] is one range read.
 //!
 //! Writes stay in `pending` until [`KeyedState::flush`] puts them into an epoch's write batch;
-//! reads see them, and keep seeing them (in flight) until the next flush, so the batch may be
-//! written while the operator goes on. Operator state is restored from checkpoints (ADR 11), so it needs to be in
+//! reads see them, and keep seeing them (in flight) for two more flushes, so the batch may be
+//! written while the operator goes on, and the next epoch's flushed before it is in. Operator state is restored from checkpoints (ADR 11), so it needs to be in
 //! the store only at a checkpoint barrier: a *write-back* table ([`KeyedState::write_back`],
 //! all operator state) keeps its writes in memory across epochs and sends them to the store at
 //! a checkpoint, or earlier when more than `capacity` are pending, or, when barriers come
@@ -91,10 +91,19 @@ struct Pending {
     /// Whether the store may hold the key (unknown counts as yes); for a write in flight,
     /// whether it will once the write is in.
     maybe_stored: bool,
-    /// Handed to the store's batch at the last flush and unchanged since: kept so that reads
-    /// see it while that batch is written, and dropped at the next flush (see
-    /// [`KeyedState::flush`]). Not counted in `pending_len`.
-    in_flight: bool,
+    /// Handed to the store's batch at one of the last two flushes and unchanged since: kept
+    /// so that reads see it while that batch is written, and dropped at the second flush after
+    /// it (see [`KeyedState::flush`]). `NOT_IN_FLIGHT`, or the [`flush_tag`] of that flush. Not
+    /// counted in `pending_len`.
+    in_flight: u8,
+}
+
+const NOT_IN_FLIGHT: u8 = 0;
+
+/// Which of the two flushes whose batches may be in flight flush number `n` is: 1 or 2. The
+/// writes of flush `n - 2` have the tag of flush `n`.
+fn flush_tag(n: u64) -> u8 {
+    1 + (n % 2) as u8
 }
 
 /// One distribution prefix's pending writes, by the rest of the key in order: a sorted vector
@@ -164,10 +173,11 @@ impl Writes {
         }
     }
 
-    fn len(&self) -> usize {
+    /// How many are waiting for a flush (not in flight): what counts in `pending_len`.
+    fn waiting(&self) -> usize {
         match self {
-            Writes::Few(v) => v.len(),
-            Writes::Many(m) => m.len(),
+            Writes::Few(v) => v.iter().filter(|(_, p)| p.in_flight == NOT_IN_FLIGHT).count(),
+            Writes::Many(m) => m.values().filter(|p| p.in_flight == NOT_IN_FLIGHT).count(),
         }
     }
 
@@ -209,7 +219,7 @@ impl Writes {
         let mut removed = 0;
         self.retain(|k, p| {
             let keep = !k.starts_with(start);
-            removed += (!keep && !p.in_flight) as usize;
+            removed += (!keep && p.in_flight == NOT_IN_FLIGHT) as usize;
             keep
         });
         removed
@@ -300,9 +310,9 @@ pub struct KeyedState {
     /// `settle_after` go to the store (see [`KeyedState::flush_settled`]). Entries for
     /// prefixes flushed or emptied since are passed over.
     pending_since: VecDeque<(u64, InlineKey)>,
-    /// Prefixes holding writes in flight (put into the last flush's batch), to forget at the
-    /// next flush.
-    in_flight: Vec<InlineKey>,
+    /// Prefixes holding writes in flight, by the tag of the flush that put them into its batch
+    /// (`in_flight[tag - 1]`), to forget at the second flush after it.
+    in_flight: [Vec<InlineKey>; 2],
     /// Which keys the store holds, when tracked (a write-back table's, while few).
     stored: StoredKeys,
     /// Lookups the tracked keys answered since the last flush: a table past
@@ -325,7 +335,7 @@ impl KeyedState {
             settle_after: None,
             barrier_times: VecDeque::new(),
             pending_since: VecDeque::new(),
-            in_flight: Vec::new(),
+            in_flight: [Vec::new(), Vec::new()],
             stored: StoredKeys::Unknown,
             answered_absent: 0,
             cache: HashMap::default(),
@@ -407,12 +417,12 @@ impl KeyedState {
         let (prefix, rest) = key.split_at(distribution_len.min(key.len()));
         if let Some(inner) = self.pending.get_mut(prefix) {
             if let Some(pending) = inner.get_mut(rest) {
-                if pending.in_flight {
+                if pending.in_flight != NOT_IN_FLIGHT {
                     // On its way to the store: kept (reads must not fall through to the store
                     // before it is in), pending again. Until the batch is in, the store may
                     // still hold the key's older value (an in-flight delete), so a delete of it
                     // is kept as a delete, not forgotten.
-                    pending.in_flight = false;
+                    pending.in_flight = NOT_IN_FLIGHT;
                     pending.maybe_stored = true;
                     pending.value = value;
                     self.pending_len += 1;
@@ -445,7 +455,7 @@ impl KeyedState {
                 v.insert(Writes::Few(SmallVec::new()))
             }
         };
-        inner.insert(InlineKey::from_slice(rest), Pending { value, maybe_stored, in_flight: false });
+        inner.insert(InlineKey::from_slice(rest), Pending { value, maybe_stored, in_flight: NOT_IN_FLIGHT });
         self.pending_len += 1;
     }
 
@@ -650,12 +660,13 @@ impl KeyedState {
     /// `checkpoint` or when more than `capacity` are pending) and bounds the cache. Returns
     /// whether anything may have reached the store.
     ///
-    /// The writes put into `wb` stay readable here, in flight, until the next flush, so the
-    /// caller may write `wb` to the store while the operator goes on (a view job writes its
-    /// operators' state off its thread): **`wb` must be in the store, or the table dropped,
-    /// before this table's next flush**, which forgets them.
+    /// The writes put into `wb` stay readable here, in flight, until the second flush after
+    /// this one, so the caller may write `wb` to the store while the operator goes on, and
+    /// flush again before it is in (a view job writes its operators' state off its thread):
+    /// **`wb` must be in the store, or the table dropped, before this table's flush after
+    /// next**, which forgets them; and the batches must go in in the order they were flushed.
     pub fn flush(&mut self, wb: &mut WriteBatch, checkpoint: bool) -> bool {
-        self.forget_landed();
+        self.forget_landed(flush_tag(self.barriers + 1));
         self.barriers += 1;
         if self.settle_after.is_some() {
             self.barrier_times.push_back((self.barriers, std::time::Instant::now()));
@@ -663,7 +674,7 @@ impl KeyedState {
         if self.write_back && !checkpoint && self.pending_len <= self.capacity {
             return self.flush_settled(wb);
         }
-        let flushed = !self.pending.is_empty();
+        let flushed = self.pending_len > 0;
         self.pending_len = 0;
         self.pending_since.clear();
         // Nothing is pending: only this barrier's time is needed from now on.
@@ -708,7 +719,7 @@ impl KeyedState {
         while self.pending_since.front().is_some_and(|(since, _)| *since <= through) {
             let (_, prefix) = self.pending_since.pop_front().expect("a front entry");
             if let Some(writes) = self.pending.remove(&prefix) {
-                self.pending_len -= writes.len();
+                self.pending_len -= writes.waiting();
                 settled.push((prefix, writes));
             }
         }
@@ -720,12 +731,13 @@ impl KeyedState {
     /// Puts `prefixes`' pending writes into `wb`, in store key order (vnode, prefix, rest):
     /// RocksDB's memtable then inserts a run of ascending keys from where the previous insert
     /// ended instead of searching its skip list from the top for each. Keeps the stored-key
-    /// tracking and the cache up to date, and the writes pending, in flight, until the next
-    /// flush ([`KeyedState::forget_landed`]).
+    /// tracking and the cache up to date, and the writes pending, in flight, until the flush
+    /// after next ([`KeyedState::forget_landed`]); those in flight already stay as they are.
     fn write_prefixes(&mut self, prefixes: Vec<(InlineKey, Writes)>, wb: &mut WriteBatch) {
         let mut prefixes: Vec<(u16, InlineKey, Writes)> =
             prefixes.into_iter().map(|(d, w)| (vnode_of(&d), d, w)).collect();
         prefixes.sort_unstable_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+        let tag = flush_tag(self.barriers);
         let KeyedState { table_id, stored, cache, capacity, pending, in_flight, .. } = self;
         for (vnode, distribution, mut inner) in prefixes {
             let mut stored_prefix = Vec::with_capacity(6 + distribution.len());
@@ -733,6 +745,10 @@ impl KeyedState {
             stored_prefix.extend_from_slice(&vnode.to_be_bytes());
             stored_prefix.extend_from_slice(&distribution);
             inner.retain(|rest, p| {
+                if p.in_flight != NOT_IN_FLIGHT {
+                    // In the previous flush's batch, unchanged since: written already.
+                    return true;
+                }
                 let mut full = Vec::with_capacity(stored_prefix.len() + rest.len());
                 full.extend_from_slice(&stored_prefix);
                 full.extend_from_slice(rest);
@@ -761,23 +777,24 @@ impl KeyedState {
                     None => return false,
                 }
                 p.maybe_stored = p.value.is_some();
-                p.in_flight = true;
+                p.in_flight = tag;
                 true
             });
             if !inner.is_empty() {
-                in_flight.push(distribution.clone());
+                in_flight[tag as usize - 1].push(distribution.clone());
                 pending.insert(distribution, inner);
             }
         }
     }
 
-    /// The writes the last flush put into its batch are in the store now (see
-    /// [`KeyedState::flush`]): forgets those unchanged since. A prefix written again meanwhile
-    /// is pending since the last barrier (for settling).
-    fn forget_landed(&mut self) {
-        for prefix in std::mem::take(&mut self.in_flight) {
+    /// The writes the flush before the last put into its batch (tagged `tag`, as the flush
+    /// about to start) are in the store now (see [`KeyedState::flush`]): forgets those
+    /// unchanged since. A prefix written again meanwhile is pending since the last barrier
+    /// (for settling).
+    fn forget_landed(&mut self, tag: u8) {
+        for prefix in std::mem::take(&mut self.in_flight[tag as usize - 1]) {
             let Some(inner) = self.pending.get_mut(&prefix) else { continue };
-            inner.retain(|_, p| !p.in_flight);
+            inner.retain(|_, p| p.in_flight != tag);
             if inner.is_empty() {
                 self.pending.remove(&prefix);
             } else if self.settle_after.is_some() {
@@ -869,6 +886,37 @@ mod tests {
         let mut wb = WriteBatch::default();
         s.flush(&mut wb, true);
         store.write(wb).unwrap();
+        assert_eq!(s.get(b"ga", 1).unwrap(), None);
+        assert_eq!(s.scan_prefix(b"g", 1).unwrap(), only_b);
+    }
+
+    /// Two batches in flight (a view job flushes the next epoch before the last one's batch is
+    /// in): a delete in the older stays visible through the newer flush, which neither writes
+    /// it again nor drops it, until the flush after both are in.
+    #[test]
+    fn a_delete_stays_visible_while_two_flushes_are_in_flight() {
+        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+        let mut s = KeyedState::new(7, Arc::clone(&store), 16).write_back().unwrap();
+        s.put(b"ga", 1, b"old".to_vec());
+        let mut wb = WriteBatch::default();
+        s.flush(&mut wb, true);
+        store.write(wb).unwrap();
+        s.delete(b"ga", 1);
+        let mut first = WriteBatch::default();
+        s.flush(&mut first, true);
+        s.put(b"gb", 1, b"b".to_vec());
+        let mut second = WriteBatch::default();
+        s.flush(&mut second, true);
+        let keys: Vec<Vec<u8>> = second.ops.iter().map(|op| op.key()[6..].to_vec()).collect();
+        assert_eq!(keys, vec![b"gb".to_vec()], "the delete in flight is not written again");
+        let only_b = vec![(b"gb".to_vec(), b"b".to_vec())];
+        assert_eq!(s.get(b"ga", 1).unwrap(), None, "not the store's older value");
+        assert_eq!(s.scan_prefix(b"g", 1).unwrap(), only_b);
+        store.write(first).unwrap();
+        store.write(second).unwrap();
+        let mut wb = WriteBatch::default();
+        s.flush(&mut wb, true);
+        assert!(wb.is_empty());
         assert_eq!(s.get(b"ga", 1).unwrap(), None);
         assert_eq!(s.scan_prefix(b"g", 1).unwrap(), only_b);
     }
@@ -1090,9 +1138,10 @@ mod tests {
                 KeyedState::new(9, Arc::clone(store), capacity).write_back().unwrap().settle_after(settle)
             };
             let mut s = open(&store);
-            // A flush's batch written only before the next flush (a view job writes it while
-            // the operator goes on): reads meanwhile must not fall through to the store.
-            let mut unwritten: Option<WriteBatch> = None;
+            // A flush's batch written only before the flush after next (a view job writes it
+            // while the operator goes on), in order: reads meanwhile must not fall through to
+            // the store.
+            let mut unwritten: VecDeque<WriteBatch> = VecDeque::new();
             let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
             let mut fresh = 0u16;
             for step in 0..1500 {
@@ -1140,21 +1189,19 @@ mod tests {
                         model.retain(|k, _| !k.starts_with(&sub));
                     }
                     88..=96 => {
-                        if let Some(wb) = unwritten.take() {
-                            store.write(wb).unwrap();
+                        if unwritten.len() == 2 {
+                            store.write(unwritten.pop_front().expect("two")).unwrap();
                         }
                         let mut wb = WriteBatch::default();
                         s.flush(&mut wb, next(2) == 0);
-                        match next(2) {
-                            0 => store.write(wb).unwrap(),
-                            _ => unwritten = Some(wb),
+                        unwritten.push_back(wb);
+                        if next(3) == 0 {
+                            unwritten.drain(..).for_each(|wb| store.write(wb).unwrap());
                         }
                     }
                     _ => {
                         // A checkpoint, then a restore from it.
-                        if let Some(wb) = unwritten.take() {
-                            store.write(wb).unwrap();
-                        }
+                        unwritten.drain(..).for_each(|wb| store.write(wb).unwrap());
                         let mut wb = WriteBatch::default();
                         s.flush(&mut wb, true);
                         store.write(wb).unwrap();
@@ -1162,9 +1209,7 @@ mod tests {
                     }
                 }
             }
-            if let Some(wb) = unwritten.take() {
-                store.write(wb).unwrap();
-            }
+            unwritten.drain(..).for_each(|wb| store.write(wb).unwrap());
             let mut wb = WriteBatch::default();
             s.flush(&mut wb, true);
             store.write(wb).unwrap();

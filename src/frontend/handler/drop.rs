@@ -113,8 +113,10 @@ async fn drop_named(
             RelationKind::Table if relation.def.connector.is_some() => fe.streaming().stop_source(relation.def.id),
             RelationKind::Table | RelationKind::View | RelationKind::Index => {}
         }
-        // Its writers (and an index being built on it) finish first.
+        // Its writers (and an index being built on it, and its operator state writes in
+        // flight) finish first.
         let _writers = relation.write_lock.lock().await;
+        let _state_writes = relation.state_writes.write().await;
         fe.catalog().drop_relation_id(relation.def.id)?;
     }
     Ok(StatementResult::command(tag))

@@ -45,11 +45,13 @@ impl Drop for Unfinished<'_> {
                 continue;
             }
             // A write of its backfill may still be in flight: it holds the relation's write lock
-            // until done. Once it is, what it wrote goes too.
+            // until done (an operator state write, its state-writes lock). Once they are, what
+            // they wrote goes too.
             if let Some(relation) = relation {
                 let catalog = std::sync::Arc::clone(self.fe.catalog());
                 crate::dataflow::runtime::spawn(async move {
                     let _written = std::sync::Arc::clone(&relation.write_lock).lock_owned().await;
+                    let _state_written = relation.state_writes.write().await;
                     if let Err(e) = catalog.delete_dropped_again(&relation) {
                         tracing::error!(relation = id, "could not delete what an unfinished CREATE wrote: {e}");
                     }
