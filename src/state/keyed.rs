@@ -681,7 +681,8 @@ impl KeyedState {
         while self.barrier_times.len() > 1 {
             self.barrier_times.pop_front();
         }
-        let prefixes: Vec<(InlineKey, Writes)> = self.pending.drain().collect();
+        // Prefixes holding only writes in flight stay where they are: written already.
+        let prefixes: Vec<(InlineKey, Writes)> = self.pending.extract_if(|_, writes| writes.waiting() > 0).collect();
         self.write_prefixes(prefixes, wb);
         if let StoredKeys::Exactly { keys, .. } = &self.stored {
             // Judged only over an interval that wrote: an idle table keeps its keys tracked.
