@@ -57,12 +57,13 @@ pub struct Graph {
     /// The view, for metrics and errors.
     view: String,
     nodes: Vec<Node>,
+    /// The threads shards other than the first run on (declared, so dropped, before the
+    /// operators they run).
+    pool: ShardPool,
     /// `shards[s][n]`: node `n`'s operator in shard `s`.
     shards: Vec<Vec<Box<dyn Operator>>>,
     /// The leaf node reading each of the view's inputs.
     leaves: Vec<usize>,
-    /// The threads shards other than the first run on.
-    pool: ShardPool,
 }
 
 impl Graph {
@@ -70,9 +71,9 @@ impl Graph {
         Graph {
             view: view.to_string(),
             nodes: Vec::new(),
+            pool: ShardPool::new(parallelism.max(1)),
             shards: (0..parallelism.max(1)).map(|_| Vec::new()).collect(),
             leaves: Vec::new(),
-            pool: ShardPool::new(parallelism.max(1)),
         }
     }
 

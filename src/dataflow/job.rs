@@ -510,8 +510,11 @@ impl ViewJob {
         }
         messages.push(Message::Barrier(barrier));
         self.changes.publish(self.relation.def.id, messages).await;
+        // Taken before the write lock is let go: what deletes the view's state takes both, in
+        // that order, so it cannot come in between.
+        let state_lock = Arc::clone(&self.relation.state_writes).read_owned().await;
         drop(guard);
-        self.write_state(epoch, state).await;
+        self.write_state(epoch, state, state_lock);
         // Freshness: from an input's change being published to the view's commit of it.
         let freshness = metrics::VIEW_FRESHNESS_SECONDS.with_label_values(&[&self.relation.def.name]);
         for published in self.unseen.drain(..) {
@@ -534,16 +537,15 @@ impl ViewJob {
 
     /// Writes the operators' state of `epoch` (`state`) on a blocking thread while the job goes
     /// on, after the state writes still in flight; the epoch counts committed once it is in (at
-    /// once if there is none and nothing is in flight). The write holds the view's state-writes
-    /// lock (shared) until it is done, so that what deletes the view's state (DROP, an
-    /// unfinished CREATE undone) does so after it, even if the job is gone.
-    async fn write_state(&mut self, epoch: Epoch, state: WriteBatch) {
+    /// once if there is none and nothing is in flight). The write holds `locked`, the view's
+    /// state-writes lock (shared), until it is done, so that what deletes the view's state
+    /// (DROP, an unfinished CREATE undone) does so after it, even if the job is gone.
+    fn write_state(&mut self, epoch: Epoch, state: WriteBatch, locked: tokio::sync::OwnedRwLockReadGuard<()>) {
         let fault = crate::fault::fails("view.state_write");
         if state.is_empty() && !fault && self.state_writes.is_empty() {
             self.committed.send_replace(epoch);
             return;
         }
-        let locked = Arc::clone(&self.relation.state_writes).read_owned().await;
         let previous = self.state_writes.back().map(|(_, write)| write.clone());
         let store = Arc::clone(&self.store);
         let committed = Arc::clone(&self.committed);

@@ -10,8 +10,9 @@
 //! [`ShardPool::run`] lends the tasks data of the caller's stack (a shard's operators, its
 //! queued changes), as `std::thread::scope` does. Its invariant, on which that rests: `run`
 //! returns only after every task it handed out has run to its end or been dropped, panics
-//! included (each task runs under `catch_unwind`, and a worker that died drops what it was
-//! handed before `run` can see it gone). Called by `graph` only.
+//! included: each task runs under `catch_unwind`; the threads are started before any task is
+//! handed out, and nothing after that point panics (a task its worker cannot take runs on the
+//! caller). Called by `graph` only.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc::{channel, Sender};
@@ -45,6 +46,13 @@ impl ShardPool {
         tasks: Vec<Box<dyn FnOnce() -> R + Send + 'a>>,
     ) -> Vec<std::thread::Result<R>> {
         assert!(tasks.len() <= self.size + 1, "more tasks than shards");
+        // Every thread needed is started before any task is handed out, so nothing below can
+        // panic with a task out; threads that cannot be started (the system's limit) leave the
+        // tasks to run here, one after another.
+        if let Err(e) = self.start_workers(tasks.len().saturating_sub(1)) {
+            tracing::warn!("cannot start a shard worker thread, running the shards one after another: {e}");
+            return tasks.into_iter().map(|task| catch_unwind(AssertUnwindSafe(task))).collect();
+        }
         let mut tasks = tasks.into_iter();
         let Some(first) = tasks.next() else { return Vec::new() };
         let (done, results) = channel::<(usize, std::thread::Result<R>)>();
@@ -60,7 +68,10 @@ impl ShardPool {
             // result from each job handed out, or for every sender to be gone, which happens
             // only once each job has been dropped.
             let job: Job = unsafe { std::mem::transmute::<Box<dyn FnOnce() + Send + 'a>, Job>(job) };
-            self.worker(index).jobs.send(job).expect("a shard worker ends only with its pool");
+            if let Err(unsent) = self.workers[index].jobs.send(job) {
+                // Its worker is gone (it cannot be: it ends only with the pool): run it here.
+                (unsent.0)();
+            }
             handed += 1;
         }
         drop(done);
@@ -77,17 +88,16 @@ impl ShardPool {
         out.into_iter().map(|r| r.unwrap_or_else(|| Err(Box::new("a shard worker died")))).collect()
     }
 
-    /// Worker `index`, started if it is not yet.
-    fn worker(&mut self, index: usize) -> &Worker {
-        while self.workers.len() <= index {
+    /// Starts workers until there are at least `count`.
+    fn start_workers(&mut self, count: usize) -> std::io::Result<()> {
+        while self.workers.len() < count {
             let (jobs, queue) = channel::<Job>();
             let thread = std::thread::Builder::new()
                 .name("weir-shard".into())
-                .spawn(move || queue.into_iter().for_each(|job| job()))
-                .expect("starting a shard worker thread");
+                .spawn(move || queue.into_iter().for_each(|job| job()))?;
             self.workers.push(Worker { jobs, thread: Some(thread) });
         }
-        &self.workers[index]
+        Ok(())
     }
 }
 

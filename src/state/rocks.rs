@@ -106,10 +106,18 @@ impl StateStore for RocksStore {
     }
 
     fn hold_after(&self, cut: Epoch) -> Result<()> {
+        {
+            let mut held = self.held.write();
+            if held.is_none() {
+                *held = Some(HeldWrites::new(cut));
+                return Ok(());
+            }
+        }
+        // Not released (a checkpoint task that ended early): written now, before the cut, with
+        // no write coming in between.
         let _order = self.write_order.write();
         let mut held = self.held.write();
         if let Some(previous) = held.take() {
-            // Not released (a checkpoint task that ended early): written now, before the cut.
             self.write_held(&previous)?;
         }
         *held = Some(HeldWrites::new(cut));
