@@ -131,38 +131,54 @@ struct Side {
     expiry: Option<(usize, RowsByTime)>,
 }
 
-/// State keys of rows (each with its join key's length), by the rows' time.
-type RowsByTime = BTreeMap<i64, Vec<(Vec<u8>, usize)>>;
+/// State keys of rows (each with its join key's length), by the rows' time. A time's rows are
+/// kept as the checkpoint record has them, one after another ([`IndexWriter::fragment`]),
+/// with how many there are: a checkpoint copies them instead of visiting every row, expiring
+/// them reads them in order, and a row costs no allocation of its own.
+#[derive(Default)]
+struct RowsByTime(BTreeMap<i64, (u64, IndexWriter)>);
 
-/// Writes `rows` into a checkpoint record: how many times, then per time the time, how many
-/// rows and each row's state key and join key length.
-fn write_rows_by_time(record: &mut IndexWriter, rows: &RowsByTime) {
-    record.u64(rows.len() as u64);
-    for (&time, keys) in rows {
-        record.i64(time).u64(keys.len() as u64);
-        for (stored, key_len) in keys {
-            record.bytes(stored).u64(*key_len as u64);
+impl RowsByTime {
+    fn add(&mut self, time: i64, stored: &[u8], key_len: usize) {
+        let (count, rows) = self.0.entry(time).or_insert_with(|| (0, IndexWriter::fragment()));
+        *count += 1;
+        rows.bytes(stored).u64(key_len as u64);
+    }
+
+    /// Takes out the rows whose time is below `below`, by time.
+    fn take_below(&mut self, below: i64) -> BTreeMap<i64, (u64, IndexWriter)> {
+        let keep = self.0.split_off(&below);
+        std::mem::replace(&mut self.0, keep)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Writes the rows into a checkpoint record: how many times, then per time the time, how
+    /// many rows and each row's state key and join key length.
+    fn write(&self, record: &mut IndexWriter) {
+        record.u64(self.0.len() as u64);
+        for (&time, (count, rows)) in &self.0 {
+            record.i64(time).u64(*count).raw(rows.as_bytes());
         }
     }
-}
 
-/// Reads what [`write_rows_by_time`] wrote; `what` names the join, for errors.
-fn read_rows_by_time(record: &mut IndexReader, what: &str) -> Result<RowsByTime> {
-    let mut rows = RowsByTime::new();
-    for _ in 0..record.u64()? {
-        let time = record.i64()?;
-        let keys = (0..record.u64()?)
-            .map(|_| {
-                let stored = record.bytes()?;
+    /// Reads what [`RowsByTime::write`] wrote; `what` names the join, for errors.
+    fn read(record: &mut IndexReader, what: &str) -> Result<RowsByTime> {
+        let mut by_time = RowsByTime::default();
+        for _ in 0..record.u64()? {
+            let time = record.i64()?;
+            for _ in 0..record.u64()? {
+                let stored = record.slice()?;
                 match usize::try_from(record.u64()?) {
-                    Ok(key_len) if key_len <= stored.len() => Ok((stored, key_len)),
-                    _ => Err(crate::state::index_codec::corrupt(what, "a join key longer than its row's state key")),
+                    Ok(key_len) if key_len <= stored.len() => by_time.add(time, stored, key_len),
+                    _ => return Err(crate::state::index_codec::corrupt(what, "a join key longer than its row's state key")),
                 }
-            })
-            .collect::<Result<Vec<_>>>()?;
-        rows.insert(time, keys);
+            }
+        }
+        Ok(by_time)
     }
-    Ok(rows)
 }
 
 /// Join keys with more rows than this are read from the state each time.
@@ -289,9 +305,13 @@ impl Side {
     /// each is certainly still stored, once (an append-only side with nothing else deleting).
     fn expire(&mut self, below: i64, present: bool) -> Result<()> {
         let Some((_, by_time)) = &mut self.expiry else { return Ok(()) };
-        let keep = by_time.split_off(&below);
-        let expired = std::mem::replace(by_time, keep);
-        for (stored, key_len) in expired.into_values().flatten() {
+        let expired = by_time.take_below(below);
+        let rows = expired.values().flat_map(|(count, rows)| {
+            let mut reader = IndexReader::fragment(rows.as_bytes(), "a join's rows by time");
+            (0..*count).map(move |_| Ok::<_, WeirError>((reader.slice()?, reader.u64()? as usize)))
+        });
+        for row in rows {
+            let (stored, key_len) = row?;
             let count = match (present, self.append_only) {
                 (true, _) => 1,
                 (false, true) => self.state.get(&stored, key_len)?.is_some() as i64,
@@ -321,13 +341,16 @@ impl Side {
     /// by time (none when they do not expire).
     fn save_index(&self, record: &mut IndexWriter) {
         record.u64(self.next_row);
-        write_rows_by_time(record, self.expiry.as_ref().map_or(&RowsByTime::new(), |(_, rows)| rows));
+        match &self.expiry {
+            Some((_, rows)) => rows.write(record),
+            None => RowsByTime::default().write(record),
+        }
     }
 
     /// Reads back what [`Side::save_index`] wrote; `what` names the join, for errors.
     fn restore_index(&mut self, record: &mut IndexReader, what: &str) -> Result<()> {
         self.next_row = record.u64()?;
-        let rows = read_rows_by_time(record, what)?;
+        let rows = RowsByTime::read(record, what)?;
         match &mut self.expiry {
             Some((_, by_time)) => *by_time = rows,
             None if rows.is_empty() => {}
@@ -414,7 +437,7 @@ impl HashJoin {
     pub fn with_interval(mut self, interval: JoinInterval) -> HashJoin {
         for (side, s) in self.sides.iter_mut().enumerate() {
             if interval.expires(side) {
-                s.expiry = Some((interval.columns[side], BTreeMap::new()));
+                s.expiry = Some((interval.columns[side], RowsByTime::default()));
             }
         }
         self.interval = Some(interval);
@@ -522,7 +545,7 @@ impl Operator for HashJoin {
             let stored = self.sides[this].update(&key, &row, sign)?;
             if let (Some(times), Some((_, by_time))) = (&times, &mut self.sides[this].expiry) {
                 if sign > 0 && times.is_valid(i) {
-                    by_time.entry(times.value(i)).or_default().push((stored, key.len()));
+                    by_time.add(times.value(i), &stored, key.len());
                 }
             }
         }
@@ -608,6 +631,42 @@ mod tests {
     use crate::types::change_batch::from_pretty;
     use datafusion::arrow::datatypes::{Field, Schema};
     use datafusion::physical_expr::expressions::col;
+
+    /// Rows by time keep their record form: written, read back and written again they are the
+    /// same record, and taking the oldest out gives their rows in time order.
+    #[test]
+    fn rows_by_time_round_trip_through_a_record_and_expire_in_order() {
+        let mut rows = RowsByTime::default();
+        for (time, stored, key_len) in [(30, &b"k3#1"[..], 2), (10, b"k1#1", 2), (10, b"k1#22", 2), (20, b"", 0)] {
+            rows.add(time, stored, key_len);
+        }
+        let mut record = IndexWriter::default();
+        rows.write(&mut record);
+        let record = record.finish();
+        let mut reader = IndexReader::new(&record, "join").unwrap();
+        let mut back = RowsByTime::read(&mut reader, "join").unwrap();
+        reader.finish().unwrap();
+        let mut again = IndexWriter::default();
+        back.write(&mut again);
+        assert_eq!(again.finish(), record);
+        let taken: Vec<(i64, Vec<(Vec<u8>, usize)>)> = back
+            .take_below(30)
+            .into_iter()
+            .map(|(time, (count, part))| {
+                let mut r = IndexReader::fragment(part.as_bytes(), "join");
+                let rows = (0..count).map(|_| (r.slice().unwrap().to_vec(), r.u64().unwrap() as usize)).collect();
+                r.finish().unwrap();
+                (time, rows)
+            })
+            .collect();
+        assert_eq!(taken, vec![(10, vec![(b"k1#1".to_vec(), 2), (b"k1#22".to_vec(), 2)]), (20, vec![(vec![], 0)])]);
+        assert!(!back.is_empty());
+        // A join key longer than its state key is a corrupt record, not a bad delete later.
+        let mut bad = IndexWriter::default();
+        bad.u64(1).i64(5).u64(1).bytes(b"ab").u64(3);
+        let bad = bad.finish();
+        assert!(RowsByTime::read(&mut IndexReader::new(&bad, "join").unwrap(), "join").is_err());
+    }
 
     /// A join of two inputs of columns `types` (as `from_pretty`) on their first column, its
     /// state in `store` (write-back tables, as every operator's).

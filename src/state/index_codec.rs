@@ -29,6 +29,24 @@ impl Default for IndexWriter {
 }
 
 impl IndexWriter {
+    /// A part of a record, without the format byte, kept encoded ahead by an operator whose
+    /// index is mostly appended to (a join's rows by time): copied into a record with
+    /// [`IndexWriter::raw`], read back with [`IndexReader::fragment`].
+    pub fn fragment() -> IndexWriter {
+        IndexWriter { bytes: Vec::new() }
+    }
+
+    /// Appends `part` (a fragment's bytes) as it is.
+    pub fn raw(&mut self, part: &[u8]) -> &mut Self {
+        self.bytes.extend_from_slice(part);
+        self
+    }
+
+    /// What has been written so far.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
     pub fn u64(&mut self, v: u64) -> &mut Self {
         self.bytes.extend_from_slice(&v.to_be_bytes());
         self
@@ -77,6 +95,11 @@ pub struct IndexReader<'a> {
 }
 
 impl<'a> IndexReader<'a> {
+    /// A reader of a fragment's bytes ([`IndexWriter::fragment`]).
+    pub fn fragment(part: &'a [u8], what: &'a str) -> IndexReader<'a> {
+        IndexReader { rest: part, what }
+    }
+
     /// A reader of `record`, which belongs to `what` (an operator's description, for errors).
     pub fn new(record: &'a [u8], what: &'a str) -> Result<IndexReader<'a>> {
         match record.split_first() {
@@ -104,9 +127,14 @@ impl<'a> IndexReader<'a> {
     }
 
     pub fn bytes(&mut self) -> Result<Vec<u8>> {
+        Ok(self.slice()?.to_vec())
+    }
+
+    /// A byte string, borrowed from the record.
+    pub fn slice(&mut self) -> Result<&'a [u8]> {
         let n = self.u64()?;
         let n = usize::try_from(n).map_err(|_| corrupt(self.what, "a length past the address space"))?;
-        Ok(self.take(n)?.to_vec())
+        self.take(n)
     }
 
     pub fn opt_i64(&mut self) -> Result<Option<i64>> {
