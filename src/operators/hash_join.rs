@@ -145,10 +145,18 @@ impl RowsByTime {
         rows.bytes(stored).u64(key_len as u64);
     }
 
-    /// Takes out the rows whose time is below `below`, by time.
-    fn take_below(&mut self, below: i64) -> BTreeMap<i64, (u64, IndexWriter)> {
+    /// Takes out the rows whose time is below `below`, in time order.
+    fn take_below(&mut self, below: i64) -> RowsByTime {
         let keep = self.0.split_off(&below);
-        std::mem::replace(&mut self.0, keep)
+        RowsByTime(std::mem::replace(&mut self.0, keep))
+    }
+
+    /// Each row's state key and join key length, in time order.
+    fn rows(&self) -> impl Iterator<Item = Result<(&[u8], usize)>> {
+        self.0.values().flat_map(|(count, rows)| {
+            let mut reader = IndexReader::fragment(rows.as_bytes(), "a join's rows by time");
+            (0..*count).map(move |_| Ok((reader.slice()?, reader.u64()? as usize)))
+        })
     }
 
     fn is_empty(&self) -> bool {
@@ -306,11 +314,7 @@ impl Side {
     fn expire(&mut self, below: i64, present: bool) -> Result<()> {
         let Some((_, by_time)) = &mut self.expiry else { return Ok(()) };
         let expired = by_time.take_below(below);
-        let rows = expired.values().flat_map(|(count, rows)| {
-            let mut reader = IndexReader::fragment(rows.as_bytes(), "a join's rows by time");
-            (0..*count).map(move |_| Ok::<_, WeirError>((reader.slice()?, reader.u64()? as usize)))
-        });
-        for row in rows {
+        for row in expired.rows() {
             let (stored, key_len) = row?;
             let count = match (present, self.append_only) {
                 (true, _) => 1,
@@ -649,17 +653,10 @@ mod tests {
         let mut again = IndexWriter::default();
         back.write(&mut again);
         assert_eq!(again.finish(), record);
-        let taken: Vec<(i64, Vec<(Vec<u8>, usize)>)> = back
-            .take_below(30)
-            .into_iter()
-            .map(|(time, (count, part))| {
-                let mut r = IndexReader::fragment(part.as_bytes(), "join");
-                let rows = (0..count).map(|_| (r.slice().unwrap().to_vec(), r.u64().unwrap() as usize)).collect();
-                r.finish().unwrap();
-                (time, rows)
-            })
-            .collect();
-        assert_eq!(taken, vec![(10, vec![(b"k1#1".to_vec(), 2), (b"k1#22".to_vec(), 2)]), (20, vec![(vec![], 0)])]);
+        let taken = back.take_below(30);
+        assert_eq!(taken.0.keys().copied().collect::<Vec<_>>(), vec![10, 20]);
+        let rows: Vec<(&[u8], usize)> = taken.rows().collect::<Result<_>>().unwrap();
+        assert_eq!(rows, vec![(&b"k1#1"[..], 2), (b"k1#22", 2), (b"", 0)]);
         assert!(!back.is_empty());
         // A join key longer than its state key is a corrupt record, not a bad delete later.
         let mut bad = IndexWriter::default();

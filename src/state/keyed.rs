@@ -860,17 +860,22 @@ mod tests {
         assert!(!plain.flush(&mut wb, false) && !plain.flush(&mut wb, false) && wb.is_empty());
     }
 
+    /// A write-back table (distribution prefix of one byte) whose `entries` are in the store.
+    fn stored_write_back_table(entries: &[(&[u8], &[u8])]) -> (Arc<dyn StateStore>, KeyedState) {
+        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+        let mut s = KeyedState::new(7, Arc::clone(&store), 16).write_back().unwrap();
+        entries.iter().for_each(|(k, v)| s.put(k, 1, v.to_vec()));
+        let mut wb = WriteBatch::default();
+        s.flush(&mut wb, true);
+        store.write(wb).unwrap();
+        (store, s)
+    }
+
     /// A delete put into a batch not yet written, then a put and a delete of the same key
     /// before that batch is in: reads see the key deleted, never the store's older value.
     #[test]
     fn a_key_deleted_in_flight_and_written_again_stays_deleted_until_the_batch_is_in() {
-        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
-        let mut s = KeyedState::new(7, Arc::clone(&store), 16).write_back().unwrap();
-        s.put(b"ga", 1, b"old".to_vec());
-        s.put(b"gb", 1, b"b".to_vec());
-        let mut wb = WriteBatch::default();
-        s.flush(&mut wb, true);
-        store.write(wb).unwrap();
+        let (store, mut s) = stored_write_back_table(&[(b"ga", b"old"), (b"gb", b"b")]);
         s.delete(b"ga", 1);
         let mut in_flight = WriteBatch::default();
         s.flush(&mut in_flight, true);
@@ -896,12 +901,7 @@ mod tests {
     /// it again nor drops it, until the flush after both are in.
     #[test]
     fn a_delete_stays_visible_while_two_flushes_are_in_flight() {
-        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
-        let mut s = KeyedState::new(7, Arc::clone(&store), 16).write_back().unwrap();
-        s.put(b"ga", 1, b"old".to_vec());
-        let mut wb = WriteBatch::default();
-        s.flush(&mut wb, true);
-        store.write(wb).unwrap();
+        let (store, mut s) = stored_write_back_table(&[(b"ga", b"old")]);
         s.delete(b"ga", 1);
         let mut first = WriteBatch::default();
         s.flush(&mut first, true);
