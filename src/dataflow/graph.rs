@@ -25,6 +25,7 @@ use crate::metrics;
 use crate::operators::eval::evaluate;
 use crate::operators::operator::Operator;
 use crate::state::keys::vnode_of;
+use crate::state::keyed::Flush;
 use crate::state::store::WriteBatch;
 use crate::types::ChangeBatch;
 
@@ -125,8 +126,8 @@ impl Graph {
     }
 
     /// The epoch is complete: flushes every operator, children first, and adds their state
-    /// changes to `wb` (all of it at a `checkpoint`); returns the root's output.
-    pub fn barrier(&mut self, wb: &mut WriteBatch, checkpoint: bool) -> Result<Vec<ChangeBatch>> {
+    /// changes to `wb` (all of it at a checkpoint: see [`Flush`]); returns the root's output.
+    pub fn barrier(&mut self, wb: &mut WriteBatch, flush: Flush) -> Result<Vec<ChangeBatch>> {
         let mut out = Vec::new();
         for node in 0..self.nodes.len() {
             let everyone: Vec<()> = vec![(); self.shards.len()];
@@ -142,7 +143,7 @@ impl Graph {
         let everyone: Vec<()> = vec![(); self.shards.len()];
         let flushed = on_each_shard(&mut self.pool, &mut self.shards, everyone, |ops, ()| {
             let mut shard_wb = WriteBatch::default();
-            ops.iter_mut().for_each(|op| op.flush_state(&mut shard_wb, checkpoint));
+            ops.iter_mut().for_each(|op| op.flush_state(&mut shard_wb, flush));
             Ok(shard_wb.ops)
         })?;
         flushed.into_iter().for_each(|ops| wb.ops.extend(ops));

@@ -62,6 +62,7 @@ use crate::metrics;
 use crate::operators::eval::evaluate;
 use crate::operators::materialize::Materialize;
 use crate::state::index_codec::{IndexReader, IndexWriter};
+use crate::state::keyed::Flush;
 use crate::state::keys::{operator_state_table, table_prefix, RUNTIME_STATE_TABLE};
 use crate::state::store::{stop_after_refused_write, ScanControl, StateStore, WriteBatch};
 use crate::types::window::{instant_column, now_nanos, to_nanos, PAST_EVERY_ROW};
@@ -268,7 +269,8 @@ impl ViewJob {
     /// CREATE cancelled meanwhile (`handler::unfinished`) deletes the view's rows after it.
     async fn commit_backfill(&mut self, locked: &Arc<tokio::sync::OwnedMutexGuard<()>>) -> Result<()> {
         let mut wb = WriteBatch { skip_wal: true, ..Default::default() };
-        let out = self.graph.barrier(&mut wb, false)?;
+        // The backfill's earlier commits were each awaited.
+        let out = self.graph.barrier(&mut wb, Flush { checkpoint: false, landed: self.state_writes.is_empty() })?;
         out.into_iter().for_each(|b| self.materialize.apply(b));
         let (view_wb, changes) = self.materialize.barrier()?;
         wb.ops.extend(view_wb.ops);
@@ -438,8 +440,11 @@ impl ViewJob {
     async fn commit(&mut self, barrier: Barrier) -> Result<()> {
         let epoch = barrier.epoch;
         // The operators flush again below: what they flushed before last must be in the store
-        // first (what they flushed last may still be on its way).
+        // first (what they flushed last may still be on its way). Writes already in are landed
+        // too, so that the operators are told when none is on its way and forget them sooner.
         self.land_state_writes(1).await?;
+        let finished = self.state_writes.iter().take_while(|(_, write)| write.clone().now_or_never().is_some()).count();
+        self.land_state_writes(self.state_writes.len() - finished).await?;
         // Held commits past their bound: wait here, holding no lock, for the snapshot.
         while !self.store.has_room(epoch) {
             tokio::time::sleep(Duration::from_millis(1)).await;
@@ -451,7 +456,8 @@ impl ViewJob {
         // Tagged with its epoch: while a checkpoint's snapshot is awaited, the store holds the
         // commits of later epochs in memory (ADR 18).
         let mut state = WriteBatch { skip_wal: true, epoch: Some(epoch), ..Default::default() };
-        let out = self.graph.barrier(&mut state, checkpoint)?;
+        let flush = Flush { checkpoint, landed: self.state_writes.is_empty() };
+        let out = self.graph.barrier(&mut state, flush)?;
         out.into_iter().for_each(|b| self.materialize.apply(b));
         if checkpoint {
             self.save_runtime(&mut state)?;

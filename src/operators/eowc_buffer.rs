@@ -12,7 +12,7 @@ use datafusion::arrow::row::RowConverter;
 use super::operator::Operator;
 use crate::error::Result;
 use crate::state::index_codec::{IndexReader, IndexWriter};
-use crate::state::keyed::KeyedState;
+use crate::state::keyed::{Flush, KeyedState};
 use crate::state::rows_by_time::{decode_changes, RowsByTime};
 use crate::state::store::WriteBatch;
 use crate::state::table::row_codec;
@@ -69,8 +69,8 @@ impl Operator for EowcBuffer {
         Ok(decode_changes(&self.codec, &self.schema, taken, 1)?.into_iter().collect())
     }
 
-    fn flush_state(&mut self, wb: &mut WriteBatch, checkpoint: bool) {
-        self.rows.flush(wb, checkpoint);
+    fn flush_state(&mut self, wb: &mut WriteBatch, flush: Flush) {
+        self.rows.flush(wb, flush);
     }
 
     /// How many rows wait.

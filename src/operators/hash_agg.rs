@@ -53,7 +53,7 @@ use super::eval::evaluate;
 use super::operator::Operator;
 use crate::error::{Result, WeirError};
 use crate::state::index_codec::{IndexReader, IndexWriter};
-use crate::state::keyed::{decode_count, KeyedState};
+use crate::state::keyed::{decode_count, Flush, KeyedState};
 use crate::state::keys_by_time::KeysByTime;
 use crate::state::store::WriteBatch;
 use crate::types::window::{close_times, TimeColumn};
@@ -713,9 +713,9 @@ impl Operator for HashAgg {
         }
     }
 
-    fn flush_state(&mut self, wb: &mut WriteBatch, checkpoint: bool) {
-        self.groups.flush(wb, checkpoint);
-        self.values.flush(wb, checkpoint);
+    fn flush_state(&mut self, wb: &mut WriteBatch, flush: Flush) {
+        self.groups.flush(wb, flush);
+        self.values.flush(wb, flush);
     }
 
     /// A windowed aggregate's groups by close time, not yet emitted then emitted; the groups
@@ -1114,7 +1114,7 @@ mod tests {
         assert_eq!((one, two), (vec!["U- 1 2 30", "U+ 1 3 30"], vec!["U- 2 1 NULL", "U+ 2 2 7"]));
         // Nothing went to the value multisets (table 2).
         let mut wb = WriteBatch::default();
-        a.flush_state(&mut wb, false);
+        a.flush_state(&mut wb, Flush::EPOCH);
         assert!(wb.ops.iter().all(|op| op.key()[..4] != 2u32.to_be_bytes()));
         // Many groups through a tiny cache: the extreme comes back from the store.
         for k in 3..40 {
@@ -1189,7 +1189,7 @@ mod tests {
                     }
                     add(a.on_barrier().unwrap());
                     let mut wb = WriteBatch::default();
-                    a.flush_state(&mut wb, false);
+                    a.flush_state(&mut wb, Flush::EPOCH);
                     store.write(wb).unwrap();
                 }
                 sum.retain(|_, n| *n != 0);

@@ -50,7 +50,7 @@ use super::filter::Filter;
 use super::operator::Operator;
 use crate::error::{Result, WeirError};
 use crate::state::index_codec::{IndexReader, IndexWriter};
-use crate::state::keyed::{decode_count, KeyedState};
+use crate::state::keyed::{decode_count, Flush, KeyedState};
 use crate::state::keys_by_time::KeysByTime;
 use crate::state::store::WriteBatch;
 use crate::types::window::{close_times, to_nanos, TimeColumn};
@@ -587,9 +587,9 @@ impl Operator for HashJoin {
         Ok(vec![])
     }
 
-    fn flush_state(&mut self, wb: &mut WriteBatch, checkpoint: bool) {
+    fn flush_state(&mut self, wb: &mut WriteBatch, flush: Flush) {
         for side in &mut self.sides {
-            side.state.flush(wb, checkpoint);
+            side.state.flush(wb, flush);
         }
     }
 

@@ -10,6 +10,7 @@ use datafusion::arrow::array::RecordBatch;
 
 use super::operator::Operator;
 use crate::error::Result;
+use crate::state::keyed::Flush;
 use crate::state::store::WriteBatch;
 use crate::types::ChangeBatch;
 
@@ -28,8 +29,8 @@ impl Operator for NoWatermark {
         self.0.on_barrier()
     }
 
-    fn flush_state(&mut self, wb: &mut WriteBatch, checkpoint: bool) {
-        self.0.flush_state(wb, checkpoint)
+    fn flush_state(&mut self, wb: &mut WriteBatch, flush: Flush) {
+        self.0.flush_state(wb, flush)
     }
 
     fn save_index(&self) -> Option<Vec<u8>> {

@@ -13,6 +13,7 @@
 //! the one that never stopped. No operator assumes its state starts empty.
 
 use crate::error::Result;
+use crate::state::keyed::Flush;
 use crate::state::store::WriteBatch;
 use crate::types::ChangeBatch;
 
@@ -31,8 +32,8 @@ pub trait Operator: Send {
     }
 
     /// Adds the epoch's state changes to the epoch's write batch (after `on_barrier`). At a
-    /// checkpoint (`checkpoint` true) every write still held in memory goes in.
-    fn flush_state(&mut self, _wb: &mut WriteBatch, _checkpoint: bool) {}
+    /// checkpoint ([`Flush::checkpoint`]) every write still held in memory goes in.
+    fn flush_state(&mut self, _wb: &mut WriteBatch, _flush: Flush) {}
 
     /// What the operator keeps in memory besides its state tables and needs after a restart
     /// (windows by close time, the next row number, the watermark), encoded with
@@ -76,6 +77,7 @@ pub(crate) mod testing {
     use std::sync::Arc;
 
     use super::Operator;
+    use crate::state::keyed::Flush;
     use crate::state::memory::MemoryStore;
     use crate::state::store::{ScanControl, StateStore, WriteBatch};
     use crate::types::change_batch::from_pretty;
@@ -86,7 +88,7 @@ pub(crate) mod testing {
         op.apply(0, from_pretty(input)).unwrap();
         let out: String = op.on_barrier().unwrap().iter().map(|b| b.to_pretty()).collect();
         let mut wb = WriteBatch::default();
-        op.flush_state(&mut wb, false);
+        op.flush_state(&mut wb, Flush { checkpoint: false, landed: true });
         store.write(wb).unwrap();
         out
     }
@@ -94,7 +96,7 @@ pub(crate) mod testing {
     /// A checkpoint of `op`: its state flushed whole into `store` and its index record.
     pub fn checkpoint(op: &mut dyn Operator, store: &Arc<dyn StateStore>) -> Option<Vec<u8>> {
         let mut wb = WriteBatch::default();
-        op.flush_state(&mut wb, true);
+        op.flush_state(&mut wb, Flush { checkpoint: true, landed: true });
         store.write(wb).unwrap();
         op.save_index()
     }
@@ -162,7 +164,7 @@ pub(crate) mod testing {
             }
             out.extend(self.op.on_barrier().unwrap());
             let mut wb = WriteBatch::default();
-            self.op.flush_state(&mut wb, false);
+            self.op.flush_state(&mut wb, Flush { checkpoint: false, landed: true });
             self.store.write(wb).unwrap();
             let mut changes: Vec<String> =
                 out.iter().flat_map(|b| b.to_pretty().lines().map(String::from).collect::<Vec<_>>()).collect();

@@ -26,7 +26,7 @@ use super::lateness::LateRows;
 use super::operator::Operator;
 use crate::error::Result;
 use crate::state::index_codec::{IndexReader, IndexWriter};
-use crate::state::keyed::{decode_count, KeyedState};
+use crate::state::keyed::{decode_count, Flush, KeyedState};
 use crate::state::keys_by_time::KeysByTime;
 use crate::state::store::WriteBatch;
 use crate::types::window::{from_nanos, time_from_key, time_key, to_nanos, SessionSpec};
@@ -292,8 +292,8 @@ impl Operator for SessionAssign {
         self.late.take()
     }
 
-    fn flush_state(&mut self, wb: &mut WriteBatch, checkpoint: bool) {
-        self.state.flush(wb, checkpoint);
+    fn flush_state(&mut self, wb: &mut WriteBatch, flush: Flush) {
+        self.state.flush(wb, flush);
     }
 
     fn open_windows(&self) -> usize {

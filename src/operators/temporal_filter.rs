@@ -25,6 +25,7 @@ use super::operator::Operator;
 use crate::error::Result;
 use crate::state::index_codec::{IndexReader, IndexWriter};
 use crate::state::rows_by_time::{decode_changes, RowsByTime, TakenRows};
+use crate::state::keyed::Flush;
 use crate::state::store::WriteBatch;
 use crate::state::table::row_codec;
 use crate::types::window::{time_from_key, time_key, to_nanos};
@@ -167,9 +168,9 @@ impl Operator for TemporalFilter {
         }
     }
 
-    fn flush_state(&mut self, wb: &mut WriteBatch, checkpoint: bool) {
-        self.entering.flush(wb, checkpoint);
-        self.leaving.flush(wb, checkpoint);
+    fn flush_state(&mut self, wb: &mut WriteBatch, flush: Flush) {
+        self.entering.flush(wb, flush);
+        self.leaving.flush(wb, flush);
     }
 
     fn save_index(&self) -> Option<Vec<u8>> {

@@ -41,7 +41,7 @@ use super::eval::evaluate;
 use super::operator::Operator;
 use crate::error::{Result, WeirError};
 use crate::state::index_codec::{IndexReader, IndexWriter};
-use crate::state::keyed::{decode_count, KeyedState};
+use crate::state::keyed::{decode_count, Flush, KeyedState};
 use crate::state::keys_by_time::KeysByTime;
 use crate::state::store::WriteBatch;
 use crate::types::hash::HashMap;
@@ -380,8 +380,8 @@ impl Operator for TopN {
         Ok(vec![ChangeBatch::new(data, out.into_iter().map(|(_, _, op)| op).collect())])
     }
 
-    fn flush_state(&mut self, wb: &mut WriteBatch, checkpoint: bool) {
-        self.state.flush(wb, checkpoint);
+    fn flush_state(&mut self, wb: &mut WriteBatch, flush: Flush) {
+        self.state.flush(wb, flush);
     }
 
     /// A windowed Top-N's partitions by close time; the partitions touched in the epoch are

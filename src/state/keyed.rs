@@ -79,6 +79,24 @@ pub fn decode_count(bytes: &[u8]) -> Result<i64> {
     Ok(i64::from_le_bytes(bytes))
 }
 
+/// What an operator's state flush is for ([`KeyedState::flush`]), as its view job knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Flush {
+    /// A checkpoint barrier: every write still held in memory goes to the store.
+    pub checkpoint: bool,
+    /// Every batch the earlier flushes handed out is in the store now, so the writes they put
+    /// in it may be forgotten at this flush (else at the flush after next: they may still be
+    /// on their way).
+    pub landed: bool,
+}
+
+impl Flush {
+    /// An epoch's barrier, with earlier batches perhaps still on their way.
+    pub const EPOCH: Flush = Flush { checkpoint: false, landed: false };
+    /// A checkpoint barrier, with earlier batches perhaps still on their way.
+    pub const CHECKPOINT: Flush = Flush { checkpoint: true, landed: false };
+}
+
 /// A key (or part of one) held inline up to 32 bytes: most are shorter, and a map's search then
 /// compares bytes next to each other instead of following a pointer per entry.
 type InlineKey = SmallVec<[u8; 32]>;
@@ -173,6 +191,14 @@ impl Writes {
         }
     }
 
+    /// Whether any is waiting for a flush (not in flight).
+    fn any_waiting(&self) -> bool {
+        match self {
+            Writes::Few(v) => v.iter().any(|(_, p)| p.in_flight == NOT_IN_FLIGHT),
+            Writes::Many(m) => m.values().any(|p| p.in_flight == NOT_IN_FLIGHT),
+        }
+    }
+
     /// How many are waiting for a flush (not in flight): what counts in `pending_len`.
     fn waiting(&self) -> usize {
         match self {
@@ -213,16 +239,29 @@ impl Writes {
         }
     }
 
-    /// Drops the writes whose key rest starts with `start`; returns how many of them were not
-    /// in flight.
-    fn remove_starting_with(&mut self, start: &[u8]) -> usize {
-        let mut removed = 0;
+    /// Drops the writes whose key rest starts with `start`, which the store does not hold: those
+    /// waiting are forgotten, those in flight stay until their batch is in (and is forgotten by
+    /// [`KeyedState::forget_landed`], which updates the cache): a delete as it is, a put as a
+    /// delete waiting again. Returns how many fewer writes are waiting.
+    fn remove_starting_with(&mut self, start: &[u8]) -> isize {
+        let mut fewer = 0;
         self.retain(|k, p| {
-            let keep = !k.starts_with(start);
-            removed += (!keep && p.in_flight == NOT_IN_FLIGHT) as usize;
-            keep
+            if !k.starts_with(start) {
+                return true;
+            }
+            if p.in_flight == NOT_IN_FLIGHT {
+                fewer += 1;
+                return false;
+            }
+            if p.value.is_some() {
+                p.value = None;
+                p.maybe_stored = true;
+                p.in_flight = NOT_IN_FLIGHT;
+                fewer -= 1;
+            }
+            true
         });
-        removed
+        fewer
     }
 
     /// Keeps the writes `f` says to keep (it may change them), visiting them in key order.
@@ -648,7 +687,7 @@ impl KeyedState {
         // Nothing under the prefix is stored: forgetting its pending writes is deleting them.
         let (distribution, rest) = prefix.split_at(distribution_len.min(prefix.len()));
         if let Some(inner) = self.pending.get_mut(distribution) {
-            self.pending_len -= inner.remove_starting_with(rest);
+            self.pending_len = self.pending_len.checked_add_signed(-inner.remove_starting_with(rest)).expect("pending writes counted");
             if inner.is_empty() {
                 self.pending.remove(distribution);
             }
@@ -665,8 +704,16 @@ impl KeyedState {
     /// flush again before it is in (a view job writes its operators' state off its thread):
     /// **`wb` must be in the store, or the table dropped, before this table's flush after
     /// next**, which forgets them; and the batches must go in in the order they were flushed.
-    pub fn flush(&mut self, wb: &mut WriteBatch, checkpoint: bool) -> bool {
+    /// A flush told that every earlier batch is in ([`Flush::landed`]) forgets the last one's
+    /// writes too, so that they are held no longer than needed (one barrier interval, not two:
+    /// at 1 s checkpoints, what a join keeps for a second less).
+    pub fn flush(&mut self, wb: &mut WriteBatch, flush: Flush) -> bool {
+        let Flush { checkpoint, landed } = flush;
         self.forget_landed(flush_tag(self.barriers + 1));
+        if landed {
+            // The last flush's batch is in as well.
+            self.forget_landed(flush_tag(self.barriers));
+        }
         self.barriers += 1;
         if self.settle_after.is_some() {
             self.barrier_times.push_back((self.barriers, std::time::Instant::now()));
@@ -681,9 +728,17 @@ impl KeyedState {
         while self.barrier_times.len() > 1 {
             self.barrier_times.pop_front();
         }
-        // Prefixes holding only writes in flight stay where they are: written already.
-        let prefixes: Vec<(InlineKey, Writes)> = self.pending.extract_if(|_, writes| writes.waiting() > 0).collect();
-        self.write_prefixes(prefixes, wb);
+        // Written where they are; prefixes holding only writes in flight are written already.
+        let tag = flush_tag(self.barriers);
+        let KeyedState { table_id, stored, capacity, pending, in_flight, .. } = self;
+        let waiting = pending.iter_mut().filter(|(_, writes)| writes.any_waiting());
+        let written = Self::write_prefixes(waiting, *table_id, stored, *capacity, tag, wb);
+        for (prefix, emptied) in written {
+            match emptied {
+                true => drop(pending.remove(&prefix)),
+                false => in_flight[tag as usize - 1].push(prefix),
+            }
+        }
         if let StoredKeys::Exactly { keys, .. } = &self.stored {
             // Judged only over an interval that wrote: an idle table keeps its keys tracked.
             if flushed && keys.len() > UNTRACKED_UNLESS_USED && self.answered_absent == 0 {
@@ -725,26 +780,42 @@ impl KeyedState {
             }
         }
         let flushed = !settled.is_empty();
-        self.write_prefixes(settled, wb);
+        let tag = flush_tag(self.barriers);
+        let prefixes = settled.iter_mut().map(|(d, w)| (&*d, w));
+        Self::write_prefixes(prefixes, self.table_id, &mut self.stored, self.capacity, tag, wb);
+        for (prefix, writes) in settled {
+            if !writes.is_empty() {
+                self.in_flight[tag as usize - 1].push(prefix.clone());
+                self.pending.insert(prefix, writes);
+            }
+        }
         flushed
     }
 
-    /// Puts `prefixes`' pending writes into `wb`, in store key order (vnode, prefix, rest):
+    /// Puts `prefixes`' waiting writes into `wb`, in store key order (vnode, prefix, rest):
     /// RocksDB's memtable then inserts a run of ascending keys from where the previous insert
     /// ended instead of searching its skip list from the top for each. Keeps the stored-key
-    /// tracking and the cache up to date, and the writes pending, in flight, until the flush
-    /// after next ([`KeyedState::forget_landed`]); those in flight already stay as they are.
-    fn write_prefixes(&mut self, prefixes: Vec<(InlineKey, Writes)>, wb: &mut WriteBatch) {
-        let mut prefixes: Vec<(u16, InlineKey, Writes)> =
-            prefixes.into_iter().map(|(d, w)| (vnode_of(&d), d, w)).collect();
-        prefixes.sort_unstable_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
-        let tag = flush_tag(self.barriers);
-        let KeyedState { table_id, stored, cache, capacity, pending, in_flight, .. } = self;
-        for (vnode, distribution, mut inner) in prefixes {
+    /// tracking up to date, and the writes where they are, in flight (tagged `tag`), until the
+    /// flush after next ([`KeyedState::forget_landed`]); those in flight already stay as they
+    /// are. Returns each prefix written and whether it holds nothing any more (its only writes
+    /// were deletes of keys never stored). (Fields passed apart, as the prefixes borrow
+    /// `pending`.)
+    fn write_prefixes<'a>(
+        prefixes: impl Iterator<Item = (&'a InlineKey, &'a mut Writes)>,
+        table_id: TableId,
+        stored: &mut StoredKeys,
+        capacity: usize,
+        tag: u8,
+        wb: &mut WriteBatch,
+    ) -> Vec<(InlineKey, bool)> {
+        let mut prefixes: Vec<(u16, &InlineKey, &mut Writes)> = prefixes.map(|(d, w)| (vnode_of(d), d, w)).collect();
+        prefixes.sort_unstable_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+        let mut written = Vec::with_capacity(prefixes.len());
+        for (vnode, distribution, inner) in prefixes {
             let mut stored_prefix = Vec::with_capacity(6 + distribution.len());
             stored_prefix.extend_from_slice(&table_id.to_be_bytes());
             stored_prefix.extend_from_slice(&vnode.to_be_bytes());
-            stored_prefix.extend_from_slice(&distribution);
+            stored_prefix.extend_from_slice(distribution);
             inner.retain(|rest, p| {
                 if p.in_flight != NOT_IN_FLIGHT {
                     // In the previous flush's batch, unchanged since: written already.
@@ -753,24 +824,7 @@ impl KeyedState {
                 let mut full = Vec::with_capacity(stored_prefix.len() + rest.len());
                 full.extend_from_slice(&stored_prefix);
                 full.extend_from_slice(rest);
-                let key = &full[6..];
-                stored.record(key, vnode, p.value.is_some(), *capacity);
-                // Values flushed are remembered while the cache has room (the flush itself does
-                // not empty it; the next lookup missing a full cache does); a tracked table
-                // needs no reminder of keys it does not hold, but must forget what it remembered
-                // of them.
-                match &p.value {
-                    Some(value) if cache.len() < *capacity => {
-                        cache.insert(key.to_vec(), Some(value.clone()));
-                    }
-                    Some(_) => {
-                        cache.remove(key);
-                    }
-                    None if stored.holds(key).is_none() => Self::remember_in(cache, *capacity, key.to_vec(), None),
-                    None => {
-                        cache.remove(key);
-                    }
-                }
+                stored.record(&full[6..], vnode, p.value.is_some(), capacity);
                 match &p.value {
                     Some(value) => wb.put(full, value.clone()),
                     None if p.maybe_stored => wb.delete(full),
@@ -781,11 +835,9 @@ impl KeyedState {
                 p.in_flight = tag;
                 true
             });
-            if !inner.is_empty() {
-                in_flight[tag as usize - 1].push(distribution.clone());
-                pending.insert(distribution, inner);
-            }
+            written.push((distribution.clone(), inner.is_empty()));
         }
+        written
     }
 
     /// The writes the flush before the last put into its batch (tagged `tag`, as the flush
@@ -793,18 +845,40 @@ impl KeyedState {
     /// unchanged since. A prefix written again meanwhile is pending since the last barrier
     /// (for settling).
     fn forget_landed(&mut self, tag: u8) {
-        for prefix in std::mem::take(&mut self.in_flight[tag as usize - 1]) {
-            let Some(inner) = self.pending.get_mut(&prefix) else { continue };
-            inner.retain(|_, p| p.in_flight != tag);
+        let KeyedState { pending, in_flight, stored, cache, capacity, settle_after, pending_since, barriers, .. } = self;
+        for prefix in std::mem::take(&mut in_flight[tag as usize - 1]) {
+            let Some(inner) = pending.get_mut(&prefix) else { continue };
+            inner.retain(|rest, p| {
+                if p.in_flight != tag {
+                    return true;
+                }
+                // What the store holds now: values landed are remembered while the cache has
+                // room (the next lookup missing a full cache empties it); a tracked table needs
+                // no reminder of keys it does not hold, but must forget what it remembered of
+                // them.
+                let mut key = Vec::with_capacity(prefix.len() + rest.len());
+                key.extend_from_slice(&prefix);
+                key.extend_from_slice(rest);
+                match p.value.take() {
+                    Some(value) if cache.len() < *capacity => {
+                        cache.insert(key, Some(value));
+                    }
+                    None if stored.holds(&key).is_none() => Self::remember_in(cache, *capacity, key, None),
+                    _ => {
+                        cache.remove(&key);
+                    }
+                }
+                false
+            });
             if inner.is_empty() {
-                self.pending.remove(&prefix);
-            } else if self.settle_after.is_some() {
-                self.pending_since.push_back((self.barriers, prefix));
+                pending.remove(&prefix);
+            } else if settle_after.is_some() {
+                pending_since.push_back((*barriers, prefix));
             }
         }
         // Keep a small map's allocation for the next epoch, not a large one's.
-        if self.pending.capacity() > 4 * FEW_PREFIXES.max(self.pending.len()) {
-            self.pending.shrink_to(FEW_PREFIXES.max(self.pending.len()));
+        if pending.capacity() > 4 * FEW_PREFIXES.max(pending.len()) {
+            pending.shrink_to(FEW_PREFIXES.max(pending.len()));
         }
     }
 
@@ -836,20 +910,20 @@ mod tests {
         s.put(b"g1a", 2, b"1".to_vec());
         s.put(b"g2a", 2, b"2".to_vec());
         let mut wb = WriteBatch::default();
-        assert!(!s.flush(&mut wb, false), "nothing is old enough yet");
+        assert!(!s.flush(&mut wb, Flush::EPOCH), "nothing is old enough yet");
         std::thread::sleep(age * 2);
         s.put(b"g3a", 2, b"3".to_vec());
         s.put(b"g4a", 2, b"4".to_vec());
         s.delete(b"g4a", 2);
         let mut wb = WriteBatch::default();
-        assert!(s.flush(&mut wb, false), "the writes made before the first barrier settle");
+        assert!(s.flush(&mut wb, Flush::EPOCH), "the writes made before the first barrier settle");
         let mut keys: Vec<Vec<u8>> = wb.ops.iter().map(|op| op.key()[6..].to_vec()).collect();
         keys.sort();
         assert_eq!(keys, vec![b"g1a".to_vec(), b"g2a".to_vec()]);
         store.write(wb).unwrap();
         assert_eq!(s.get(b"g3a", 2).unwrap(), Some(b"3".to_vec()), "a younger write is still read from memory");
         let mut wb = WriteBatch::default();
-        assert!(s.flush(&mut wb, true), "a checkpoint takes everything");
+        assert!(s.flush(&mut wb, Flush::CHECKPOINT), "a checkpoint takes everything");
         let keys: Vec<Vec<u8>> = wb.ops.iter().map(|op| op.key()[6..].to_vec()).collect();
         assert_eq!(keys, vec![b"g3a".to_vec()], "g4a was written and dropped before reaching the store");
         // Without an age (barriers are checkpoints) a barrier writes nothing.
@@ -857,7 +931,7 @@ mod tests {
         plain.put(b"g1a", 2, b"1".to_vec());
         std::thread::sleep(age);
         let mut wb = WriteBatch::default();
-        assert!(!plain.flush(&mut wb, false) && !plain.flush(&mut wb, false) && wb.is_empty());
+        assert!(!plain.flush(&mut wb, Flush::EPOCH) && !plain.flush(&mut wb, Flush::EPOCH) && wb.is_empty());
     }
 
     /// A write-back table (distribution prefix of one byte) whose `entries` are in the store.
@@ -866,7 +940,7 @@ mod tests {
         let mut s = KeyedState::new(7, Arc::clone(&store), 16).write_back().unwrap();
         entries.iter().for_each(|(k, v)| s.put(k, 1, v.to_vec()));
         let mut wb = WriteBatch::default();
-        s.flush(&mut wb, true);
+        s.flush(&mut wb, Flush::CHECKPOINT);
         store.write(wb).unwrap();
         (store, s)
     }
@@ -878,7 +952,7 @@ mod tests {
         let (store, mut s) = stored_write_back_table(&[(b"ga", b"old"), (b"gb", b"b")]);
         s.delete(b"ga", 1);
         let mut in_flight = WriteBatch::default();
-        s.flush(&mut in_flight, true);
+        s.flush(&mut in_flight, Flush::CHECKPOINT);
         s.put(b"ga", 1, b"new".to_vec());
         s.delete(b"ga", 1);
         let only_b = vec![(b"gb".to_vec(), b"b".to_vec())];
@@ -890,10 +964,36 @@ mod tests {
         }
         store.write(in_flight).unwrap();
         let mut wb = WriteBatch::default();
-        s.flush(&mut wb, true);
+        s.flush(&mut wb, Flush::CHECKPOINT);
         store.write(wb).unwrap();
         assert_eq!(s.get(b"ga", 1).unwrap(), None);
         assert_eq!(s.scan_prefix(b"g", 1).unwrap(), only_b);
+    }
+
+    /// A stored key read (so cached) and deleted, then its prefix dropped while the delete is
+    /// in flight (the table knows the vnode holds nothing then): the key reads absent before,
+    /// while and after the batch goes in, never the cached value.
+    #[test]
+    fn a_prefix_dropped_while_its_delete_is_in_flight_never_reads_the_cached_value() {
+        let (store, mut s) = stored_write_back_table(&[(b"ga", b"old")]);
+        let mut wb = WriteBatch::default();
+        s.flush(&mut wb, Flush::CHECKPOINT);
+        s.flush(&mut wb, Flush::CHECKPOINT);
+        assert!(wb.is_empty());
+        assert_eq!(s.get(b"ga", 1).unwrap(), Some(b"old".to_vec()));
+        s.delete(b"ga", 1);
+        let mut in_flight = WriteBatch::default();
+        s.flush(&mut in_flight, Flush::CHECKPOINT);
+        s.delete_prefix(b"g", 1).unwrap();
+        assert_eq!(s.get(b"ga", 1).unwrap(), None);
+        store.write(in_flight).unwrap();
+        for _ in 0..3 {
+            let mut wb = WriteBatch::default();
+            s.flush(&mut wb, Flush::CHECKPOINT);
+            store.write(wb).unwrap();
+            assert_eq!(s.get(b"ga", 1).unwrap(), None);
+            assert_eq!(s.scan_prefix(b"g", 1).unwrap(), vec![]);
+        }
     }
 
     /// Two batches in flight (a view job flushes the next epoch before the last one's batch is
@@ -904,10 +1004,10 @@ mod tests {
         let (store, mut s) = stored_write_back_table(&[(b"ga", b"old")]);
         s.delete(b"ga", 1);
         let mut first = WriteBatch::default();
-        s.flush(&mut first, true);
+        s.flush(&mut first, Flush::CHECKPOINT);
         s.put(b"gb", 1, b"b".to_vec());
         let mut second = WriteBatch::default();
-        s.flush(&mut second, true);
+        s.flush(&mut second, Flush::CHECKPOINT);
         let keys: Vec<Vec<u8>> = second.ops.iter().map(|op| op.key()[6..].to_vec()).collect();
         assert_eq!(keys, vec![b"gb".to_vec()], "the delete in flight is not written again");
         let only_b = vec![(b"gb".to_vec(), b"b".to_vec())];
@@ -916,7 +1016,7 @@ mod tests {
         store.write(first).unwrap();
         store.write(second).unwrap();
         let mut wb = WriteBatch::default();
-        s.flush(&mut wb, true);
+        s.flush(&mut wb, Flush::CHECKPOINT);
         assert!(wb.is_empty());
         assert_eq!(s.get(b"ga", 1).unwrap(), None);
         assert_eq!(s.scan_prefix(b"g", 1).unwrap(), only_b);
@@ -931,7 +1031,7 @@ mod tests {
         s.put(b"g2a", 2, b"3".to_vec());
         assert_eq!(s.get(b"g1a", 2).unwrap(), Some(b"1".to_vec()));
         let mut wb = WriteBatch::default();
-        s.flush(&mut wb, false);
+        s.flush(&mut wb, Flush::EPOCH);
         store.write(wb).unwrap();
         s.delete(b"g1a", 2);
         s.put(b"g1c", 2, b"4".to_vec());
@@ -952,7 +1052,7 @@ mod tests {
             s.put(&key(i), 1, vec![i as u8]);
         }
         let mut wb = WriteBatch::default();
-        s.flush(&mut wb, false);
+        s.flush(&mut wb, Flush::EPOCH);
         assert!(wb.is_empty(), "10 pending writes fit in memory");
         assert_eq!(s.get(&key(3), 1).unwrap(), Some(vec![3]));
         assert_eq!(s.scan_prefix(b"k0", 1).unwrap().len(), 10);
@@ -960,7 +1060,7 @@ mod tests {
         for i in 10..17 {
             s.put(&key(i), 1, vec![i as u8]);
         }
-        s.flush(&mut wb, false);
+        s.flush(&mut wb, Flush::EPOCH);
         assert_eq!(wb.ops.len(), 17);
         store.write(std::mem::take(&mut wb)).unwrap();
         // A key known to be absent, written and deleted before a flush, never reaches the store;
@@ -976,7 +1076,7 @@ mod tests {
         for i in 0..16 {
             s.put(format!("x{i:02}").as_bytes(), 1, vec![0]);
         }
-        s.flush(&mut wb, false);
+        s.flush(&mut wb, Flush::EPOCH);
         let keys: Vec<Vec<u8>> = wb.ops.iter().map(|op| op.key()[6..].to_vec()).collect();
         assert!(keys.contains(&key(0)) && !keys.contains(&b"new".to_vec()), "{keys:?}");
         assert!(!keys.contains(&b"made".to_vec()), "{keys:?}");
@@ -990,7 +1090,7 @@ mod tests {
         s.put(b"a1", 1, vec![1]);
         s.put(b"b1", 1, vec![2]);
         let mut wb = WriteBatch::default();
-        s.flush(&mut wb, true);
+        s.flush(&mut wb, Flush::CHECKPOINT);
         store.write(std::mem::take(&mut wb)).unwrap();
         // After a checkpoint flush: a key never stored is absent without asking, and written
         // and deleted again before the next flush it never reaches the store.
@@ -999,17 +1099,17 @@ mod tests {
         s.delete(b"c1", 1);
         s.delete(b"b1", 1);
         assert_eq!(s.first_with_prefix(b"c", 1, false).unwrap(), None);
-        s.flush(&mut wb, true);
+        s.flush(&mut wb, Flush::CHECKPOINT);
         let keys: Vec<Vec<u8>> = wb.ops.iter().map(|op| op.key()[6..].to_vec()).collect();
         assert_eq!(keys, vec![b"b1".to_vec()], "only the stored key's delete");
         store.write(std::mem::take(&mut wb)).unwrap();
         // A stored key read (so cached), then deleted and flushed, reads absent after.
         assert_eq!(s.get(b"a1", 1).unwrap(), Some(vec![1]));
         s.delete(b"a1", 1);
-        s.flush(&mut wb, true);
+        s.flush(&mut wb, Flush::CHECKPOINT);
         assert_eq!(s.get(b"a1", 1).unwrap(), None);
         s.put(b"a1", 1, vec![1]);
-        s.flush(&mut wb, true);
+        s.flush(&mut wb, Flush::CHECKPOINT);
         store.write(std::mem::take(&mut wb)).unwrap();
         // Reopened (a restore): the stored keys are read back, and still known exactly.
         let mut restored = KeyedState::new(7, Arc::clone(&store), 16).write_back().unwrap();
@@ -1017,7 +1117,7 @@ mod tests {
         restored.put(b"d1", 1, vec![4]);
         restored.delete(b"d1", 1);
         restored.delete(b"a1", 1);
-        restored.flush(&mut wb, true);
+        restored.flush(&mut wb, Flush::CHECKPOINT);
         let keys: Vec<Vec<u8>> = wb.ops.iter().map(|op| op.key()[6..].to_vec()).collect();
         assert_eq!(keys, vec![b"a1".to_vec()]);
         store.write(std::mem::take(&mut wb)).unwrap();
@@ -1025,13 +1125,13 @@ mod tests {
         for i in 0..40u8 {
             restored.put(&[b'k', i], 1, vec![i]);
         }
-        restored.flush(&mut wb, true);
+        restored.flush(&mut wb, Flush::CHECKPOINT);
         store.write(std::mem::take(&mut wb)).unwrap();
         assert!(matches!(restored.stored, StoredKeys::Unknown));
         assert_eq!(restored.get(&[b'k', 39], 1).unwrap(), Some(vec![39]));
         assert_eq!(restored.scan_prefix(b"k", 1).unwrap().len(), 40);
         restored.delete(&[b'k', 3], 1);
-        restored.flush(&mut wb, true);
+        restored.flush(&mut wb, Flush::CHECKPOINT);
         assert_eq!(wb.ops.len(), 1, "an untracked table's delete of a stored key reaches the store");
         let reopened = KeyedState::new(7, Arc::clone(&store), 16).write_back().unwrap();
         assert!(matches!(reopened.stored, StoredKeys::Unknown), "40 stored keys are more than 16");
@@ -1046,14 +1146,14 @@ mod tests {
             s.put(&key(i), 1, vec![0]);
         }
         let mut wb = WriteBatch::default();
-        s.flush(&mut wb, true);
+        s.flush(&mut wb, Flush::CHECKPOINT);
         store.write(std::mem::take(&mut wb)).unwrap();
         // The cache holds the 16 values flushed; new values of all of them, flushed into it
         // while it is full, replace them.
         for i in 0..16 {
             s.put(&key(i), 1, vec![1]);
         }
-        s.flush(&mut wb, true);
+        s.flush(&mut wb, Flush::CHECKPOINT);
         store.write(wb).unwrap();
         for i in 0..16 {
             assert_eq!(s.get(&key(i), 1).unwrap(), Some(vec![1]), "key {i}");
@@ -1071,20 +1171,20 @@ mod tests {
         }
         assert_eq!(s.get(&key(many + 1), 2).unwrap(), None);
         let mut wb = WriteBatch::default();
-        s.flush(&mut wb, true);
+        s.flush(&mut wb, Flush::CHECKPOINT);
         store.write(std::mem::take(&mut wb)).unwrap();
         assert!(matches!(s.stored, StoredKeys::Exactly { .. }), "a lookup was answered absent");
         // An idle interval changes nothing.
-        s.flush(&mut wb, true);
+        s.flush(&mut wb, Flush::CHECKPOINT);
         assert!(matches!(s.stored, StoredKeys::Exactly { .. }));
         // An interval with a lookup answered absent keeps them tracked ...
         assert_eq!(s.get(&key(many + 1), 2).unwrap(), None);
         s.put(&key(0), 2, vec![2]);
-        s.flush(&mut wb, true);
+        s.flush(&mut wb, Flush::CHECKPOINT);
         assert!(matches!(s.stored, StoredKeys::Exactly { .. }));
         // ... one that wrote and answered none ends the tracking.
         s.put(&key(1), 2, vec![2]);
-        s.flush(&mut wb, true);
+        s.flush(&mut wb, Flush::CHECKPOINT);
         store.write(std::mem::take(&mut wb)).unwrap();
         assert!(matches!(s.stored, StoredKeys::Unknown));
         assert_eq!(s.get(&key(1), 2).unwrap(), Some(vec![2]));
@@ -1102,7 +1202,7 @@ mod tests {
         let b = (1..=u8::MAX).map(|i| [b'q', i]).find(|b| vnode_of(b) == vnode_of(&a)).expect("a vnode twin");
         s.put(&[a[0], a[1], 1], 2, vec![1]);
         let mut wb = WriteBatch::default();
-        s.flush(&mut wb, true);
+        s.flush(&mut wb, Flush::CHECKPOINT);
         store.write(std::mem::take(&mut wb)).unwrap();
         s.put(&[b[0], b[1], 2], 2, vec![2]);
         s.put(&[b[0], b[1], 3], 2, vec![3]);
@@ -1112,7 +1212,7 @@ mod tests {
         assert_eq!(s.first_n_with_prefix(&a, 2, 5).unwrap(), vec![(vec![a[0], a[1], 1], vec![1])]);
         s.delete_prefix(&b, 2).unwrap();
         s.delete_prefix(&a, 2).unwrap();
-        s.flush(&mut wb, true);
+        s.flush(&mut wb, Flush::CHECKPOINT);
         let keys: Vec<Vec<u8>> = wb.ops.iter().map(|op| op.key()[6..].to_vec()).collect();
         assert_eq!(keys, vec![vec![a[0], a[1], 1]], "only the stored key needs a tombstone");
     }
@@ -1193,8 +1293,13 @@ mod tests {
                         if unwritten.len() == 2 {
                             store.write(unwritten.pop_front().expect("two")).unwrap();
                         }
+                        if next(4) == 0 {
+                            unwritten.drain(..).for_each(|wb| store.write(wb).unwrap());
+                        }
+                        // Told when every earlier batch is in, as a view job tells it.
+                        let landed = unwritten.is_empty() && next(2) == 0;
                         let mut wb = WriteBatch::default();
-                        s.flush(&mut wb, next(2) == 0);
+                        s.flush(&mut wb, Flush { checkpoint: next(2) == 0, landed });
                         unwritten.push_back(wb);
                         if next(3) == 0 {
                             unwritten.drain(..).for_each(|wb| store.write(wb).unwrap());
@@ -1204,7 +1309,7 @@ mod tests {
                         // A checkpoint, then a restore from it.
                         unwritten.drain(..).for_each(|wb| store.write(wb).unwrap());
                         let mut wb = WriteBatch::default();
-                        s.flush(&mut wb, true);
+                        s.flush(&mut wb, Flush::CHECKPOINT);
                         store.write(wb).unwrap();
                         s = open(&store);
                     }
@@ -1212,7 +1317,7 @@ mod tests {
             }
             unwritten.drain(..).for_each(|wb| store.write(wb).unwrap());
             let mut wb = WriteBatch::default();
-            s.flush(&mut wb, true);
+            s.flush(&mut wb, Flush::CHECKPOINT);
             store.write(wb).unwrap();
             let mut stored = Vec::new();
             store
@@ -1234,7 +1339,7 @@ mod tests {
             s.put(&[b'p', i], 1, vec![i]);
         }
         let mut wb = WriteBatch::default();
-        s.flush(&mut wb, true);
+        s.flush(&mut wb, Flush::CHECKPOINT);
         store.write(wb).unwrap();
         // Pending: odd keys put, some stored keys deleted, one stored key replaced.
         for i in (1..30u8).step_by(2) {
@@ -1295,7 +1400,7 @@ mod tests {
             }
             let mut wb = WriteBatch::default();
             if !write_back {
-                s.flush(&mut wb, false);
+                s.flush(&mut wb, Flush::EPOCH);
                 store.write(std::mem::take(&mut wb)).unwrap();
             }
             for sub in [b'a', b'b', 0xFF] {
@@ -1333,7 +1438,7 @@ mod tests {
             assert!(s.scan_prefix(b"g", 1).unwrap().is_empty());
             // Stored: a tombstone per stored key, and one for the key put and deleted above.
             assert_eq!(s.pending_len, if write_back { 0 } else { 46 });
-            s.flush(&mut wb, false);
+            s.flush(&mut wb, Flush::EPOCH);
             store.write(wb).unwrap();
         }
     }

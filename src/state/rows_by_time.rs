@@ -21,7 +21,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::row::RowConverter;
 
 use super::index_codec::{IndexReader, IndexWriter};
-use super::keyed::{decode_count, KeyedState};
+use super::keyed::{decode_count, Flush, KeyedState};
 use super::store::{ScanControl, WriteBatch};
 use crate::error::Result;
 use crate::types::window::{time_from_key, time_key};
@@ -99,8 +99,8 @@ impl RowsByTime {
         self.waiting
     }
 
-    pub fn flush(&mut self, wb: &mut WriteBatch, checkpoint: bool) {
-        if self.state.flush(wb, checkpoint) {
+    pub fn flush(&mut self, wb: &mut WriteBatch, flush: Flush) {
+        if self.state.flush(wb, flush) {
             self.stored_through = match self.stored_through {
                 i64::MAX => self.latest,
                 through => through.max(self.latest),
@@ -175,7 +175,7 @@ mod tests {
         assert_eq!(rows.take_through(20).unwrap(), vec![(-5, b"a".to_vec(), 2), (20, b"b".to_vec(), 1)]);
         // Stored at a checkpoint, then read back from the store by a restored copy.
         let mut wb = WriteBatch::default();
-        rows.flush(&mut wb, true);
+        rows.flush(&mut wb, Flush::CHECKPOINT);
         store.write(wb).unwrap();
         let mut record = IndexWriter::default();
         rows.save(&mut record);
@@ -197,7 +197,7 @@ mod tests {
         let mut rows = RowsByTime::new(state, vec![]);
         rows.add(10, b"a", 1).unwrap();
         let mut wb = WriteBatch::default();
-        rows.flush(&mut wb, true);
+        rows.flush(&mut wb, Flush::CHECKPOINT);
         store.write(std::mem::take(&mut wb)).unwrap();
         // Past time 10: counted in memory; the same row twice is one row counted twice.
         rows.add(20, b"b", 1).unwrap();
@@ -207,7 +207,7 @@ mod tests {
         // At or before 10: read from the store.
         rows.add(10, b"a", 1).unwrap();
         assert_eq!(rows.waiting(), 2);
-        rows.flush(&mut wb, true);
+        rows.flush(&mut wb, Flush::CHECKPOINT);
         let written: Vec<Vec<u8>> = wb.ops.iter().map(|op| op.key()[6 + 8..].to_vec()).collect();
         assert_eq!(written, vec![b"a".to_vec(), b"b".to_vec()], "c never reaches the store");
         store.write(wb).unwrap();
