@@ -42,6 +42,13 @@ impl IndexWriter {
         self
     }
 
+    /// Makes room for `additional` more bytes at once (a large record written piece by piece
+    /// would otherwise be copied each time its buffer doubles).
+    pub fn reserve(&mut self, additional: usize) -> &mut Self {
+        self.bytes.reserve(additional);
+        self
+    }
+
     /// What has been written so far.
     pub fn as_bytes(&self) -> &[u8] {
         &self.bytes
