@@ -97,22 +97,20 @@ pub struct NetChange<K, R> {
 pub fn net_by_key<K: std::hash::Hash + Eq + Clone, R>(
     changes: impl IntoIterator<Item = (K, R, bool)>,
 ) -> Vec<NetChange<K, R>> {
-    let mut order = Vec::new();
-    let mut net: std::collections::HashMap<K, (Option<R>, Option<R>)> = std::collections::HashMap::new();
+    // Each key's place in `netted`, which is in the order keys first changed.
+    let mut place: crate::types::hash::HashMap<K, usize> = Default::default();
+    let mut netted: Vec<NetChange<K, R>> = Vec::new();
     for (key, row, entered) in changes {
-        match net.get_mut(&key) {
-            Some((_, after)) => *after = entered.then_some(row),
+        match place.get(&key) {
+            Some(&at) => netted[at].after = entered.then_some(row),
             None => {
-                order.push(key.clone());
+                place.insert(key.clone(), netted.len());
                 let (before, after) = if entered { (None, Some(row)) } else { (Some(row), None) };
-                net.insert(key, (before, after));
+                netted.push(NetChange { key, before, after });
             }
         }
     }
-    order
-        .into_iter()
-        .filter_map(|key| net.remove(&key).map(|(before, after)| NetChange { key, before, after }))
-        .collect()
+    netted
 }
 
 /// What a sink is doing, for `weir_catalog.sinks`.

@@ -462,7 +462,7 @@ impl KafkaReader {
                 .map(|(key, &r)| ((tombstones[r].partition, tombstones[r].offset), false, key)),
         );
         events.sort_unstable_by_key(|(at, _, _)| *at);
-        let mut last: std::collections::HashMap<&[u8], (bool, usize)> = std::collections::HashMap::new();
+        let mut last: crate::types::hash::HashMap<&[u8], (bool, usize)> = Default::default();
         for &(_, is_row, index) in &events {
             let key = if is_row { row_keys.row(index) } else { tombstone_keys.row(index) };
             last.insert(key.data(), (is_row, index));
