@@ -6,8 +6,10 @@
 //! sits together in one vnode and [`KeyedState::scan_prefix`] is one range read.
 //!
 //! Writes stay in `pending` until [`KeyedState::flush`] puts them into an epoch's write batch;
-//! reads see them, and keep seeing them (in flight) for two more flushes, so the batch may be
-//! written while the operator goes on, and the next epoch's flushed before it is in. Operator state is restored from checkpoints (ADR 11), so it needs to be in
+//! reads see them, and keep seeing them (in flight) for two more flushes, or one when the flush
+//! is told the batch is in ([`Flush::landed`]), so the batch may be written while the operator
+//! goes on, and the next epoch's flushed before it is in. The cache takes a write's value when
+//! it is forgotten. Operator state is restored from checkpoints (ADR 11), so it needs to be in
 //! the store only at a checkpoint barrier: a *write-back* table ([`KeyedState::write_back`],
 //! all operator state) keeps its writes in memory across epochs and sends them to the store at
 //! a checkpoint, or earlier when more than `capacity` are pending, or, when barriers come
