@@ -823,9 +823,7 @@ impl KeyedState {
                     // In the previous flush's batch, unchanged since: written already.
                     return true;
                 }
-                let mut full = Vec::with_capacity(stored_prefix.len() + rest.len());
-                full.extend_from_slice(&stored_prefix);
-                full.extend_from_slice(rest);
+                let full = [stored_prefix.as_slice(), rest].concat();
                 stored.record(&full[6..], vnode, p.value.is_some(), capacity);
                 match &p.value {
                     Some(value) => wb.put(full, value.clone()),
@@ -858,9 +856,7 @@ impl KeyedState {
                 // room (the next lookup missing a full cache empties it); a tracked table needs
                 // no reminder of keys it does not hold, but must forget what it remembered of
                 // them.
-                let mut key = Vec::with_capacity(prefix.len() + rest.len());
-                key.extend_from_slice(&prefix);
-                key.extend_from_slice(rest);
+                let key = [prefix.as_slice(), rest].concat();
                 match p.value.take() {
                     Some(value) if cache.len() < *capacity => {
                         cache.insert(key, Some(value));
