@@ -163,12 +163,15 @@ impl RowsByTime {
         self.0.is_empty()
     }
 
+    /// How many bytes [`RowsByTime::write`] writes.
+    fn record_len(&self) -> usize {
+        8 + self.0.values().map(|(_, rows)| 16 + rows.as_bytes().len()).sum::<usize>()
+    }
+
     /// Writes the rows into a checkpoint record: how many times, then per time the time, how
     /// many rows and each row's state key and join key length.
     fn write(&self, record: &mut IndexWriter) {
-        // q7 writes megabytes here at every checkpoint barrier: one allocation, not a doubling.
-        let len: usize = self.0.values().map(|(_, rows)| 16 + rows.as_bytes().len()).sum();
-        record.reserve(8 + len).u64(self.0.len() as u64);
+        record.u64(self.0.len() as u64);
         for (&time, (count, rows)) in &self.0 {
             record.i64(time).u64(*count).raw(rows.as_bytes());
         }
@@ -603,6 +606,9 @@ impl Operator for HashJoin {
             return None;
         }
         let mut record = IndexWriter::default();
+        // q7 writes megabytes here at every checkpoint barrier: one allocation, not a doubling.
+        let rows: usize = self.sides.iter().filter_map(|s| s.expiry.as_ref()).map(|(_, r)| r.record_len()).sum();
+        record.reserve(rows + 64);
         self.open.write(&mut record);
         for side in &self.sides {
             side.save_index(&mut record);

@@ -7,9 +7,11 @@
 //!
 //! Writes stay in `pending` until [`KeyedState::flush`] puts them into an epoch's write batch;
 //! reads see them, and keep seeing them (in flight) for two more flushes, or one when the flush
-//! is told the batch is in ([`Flush::landed`]), so the batch may be written while the operator
-//! goes on, and the next epoch's flushed before it is in. The cache takes a write's value when
-//! it is forgotten. Operator state is restored from checkpoints (ADR 11), so it needs to be in
+//! is told the batch is in ([`Flush::landed`]: forgotten at the next), so the batch may be
+//! written while the operator goes on, and the next epoch's flushed before it is in. The cache
+//! takes a write's value when it is forgotten; a key written again while in flight leaves the
+//! cache, so that it never holds a value older than the store's for a key with no pending
+//! write. Operator state is restored from checkpoints (ADR 11), so it needs to be in
 //! the store only at a checkpoint barrier: a *write-back* table ([`KeyedState::write_back`],
 //! all operator state) keeps its writes in memory across epochs and sends them to the store at
 //! a checkpoint, or earlier when more than `capacity` are pending, or, when barriers come
@@ -113,7 +115,7 @@ struct Pending {
     maybe_stored: bool,
     /// Handed to the store's batch at one of the last two flushes and unchanged since: kept
     /// so that reads see it while that batch is written, and dropped at the second flush after
-    /// it (see [`KeyedState::flush`]). `NOT_IN_FLIGHT`, or the [`flush_tag`] of that flush. Not
+    /// it, or the next one if told the batch is in (see [`KeyedState::flush`]). `NOT_IN_FLIGHT`, or the [`flush_tag`] of that flush. Not
     /// counted in `pending_len`.
     in_flight: u8,
 }
@@ -352,7 +354,7 @@ pub struct KeyedState {
     /// prefixes flushed or emptied since are passed over.
     pending_since: VecDeque<(u64, InlineKey)>,
     /// Prefixes holding writes in flight, by the tag of the flush that put them into its batch
-    /// (`in_flight[tag - 1]`), to forget at the second flush after it.
+    /// (`in_flight[tag - 1]`), to forget at the second flush after it (or the next: [`Flush::landed`]).
     in_flight: [Vec<InlineKey>; 2],
     /// Which keys the store holds, when tracked (a write-back table's, while few).
     stored: StoredKeys,
@@ -467,6 +469,10 @@ impl KeyedState {
                     pending.maybe_stored = true;
                     pending.value = value;
                     self.pending_len += 1;
+                    // Its landed value never reaches the cache now (only a write forgotten as
+                    // it was flushed does), so the cache must not keep an older one: this write
+                    // may be dropped unwritten (`delete_prefix`) and the key read again.
+                    self.cache.remove(key);
                     return;
                 }
                 if value.is_none() && !pending.maybe_stored {
@@ -686,10 +692,12 @@ impl KeyedState {
             }
             return Ok(());
         }
-        // Nothing under the prefix is stored: forgetting its pending writes is deleting them.
+        // Nothing under the prefix is stored: forgetting its waiting writes is deleting them
+        // (those in flight stay until forgotten: see `Writes::remove_starting_with`).
         let (distribution, rest) = prefix.split_at(distribution_len.min(prefix.len()));
         if let Some(inner) = self.pending.get_mut(distribution) {
-            self.pending_len = self.pending_len.checked_add_signed(-inner.remove_starting_with(rest)).expect("pending writes counted");
+            let fewer = inner.remove_starting_with(rest);
+            self.pending_len = self.pending_len.checked_add_signed(-fewer).expect("pending writes counted");
             if inner.is_empty() {
                 self.pending.remove(distribution);
             }
@@ -698,7 +706,7 @@ impl KeyedState {
     }
 
     /// The epoch ends: puts the pending writes into `wb` (a write-back table's only at a
-    /// `checkpoint` or when more than `capacity` are pending) and bounds the cache. Returns
+    /// `checkpoint` or when more than `capacity` are pending). Returns
     /// whether anything may have reached the store.
     ///
     /// The writes put into `wb` stay readable here, in flight, until the second flush after
@@ -798,7 +806,7 @@ impl KeyedState {
     /// RocksDB's memtable then inserts a run of ascending keys from where the previous insert
     /// ended instead of searching its skip list from the top for each. Keeps the stored-key
     /// tracking up to date, and the writes where they are, in flight (tagged `tag`), until the
-    /// flush after next ([`KeyedState::forget_landed`]); those in flight already stay as they
+    /// flush after next (or the next, if told the batch is in) ([`KeyedState::forget_landed`]); those in flight already stay as they
     /// are. Returns each prefix written and whether it holds nothing any more (its only writes
     /// were deletes of keys never stored). (Fields passed apart, as the prefixes borrow
     /// `pending`.)
@@ -840,9 +848,10 @@ impl KeyedState {
         written
     }
 
-    /// The writes the flush before the last put into its batch (tagged `tag`, as the flush
-    /// about to start) are in the store now (see [`KeyedState::flush`]): forgets those
-    /// unchanged since. A prefix written again meanwhile is pending since the last barrier
+    /// The writes a flush put into its batch (tagged `tag`) are in the store now (see
+    /// [`KeyedState::flush`]: the flush before the last, whose tag the flush about to start
+    /// shares, or the last one too when told so): forgets those unchanged since, handing their
+    /// values to the cache. A prefix written again meanwhile is pending since the last barrier
     /// (for settling).
     fn forget_landed(&mut self, tag: u8) {
         let KeyedState { pending, in_flight, stored, cache, capacity, settle_after, pending_since, barriers, .. } = self;
@@ -991,6 +1000,31 @@ mod tests {
             store.write(wb).unwrap();
             assert_eq!(s.get(b"ga", 1).unwrap(), None);
             assert_eq!(s.scan_prefix(b"g", 1).unwrap(), vec![]);
+        }
+    }
+
+    /// A stored key read (so cached), deleted and flushed, then written again while the delete
+    /// is in flight and its prefix dropped (the vnode holds nothing then, so the new write is
+    /// forgotten unwritten): the key reads absent, never the value cached before.
+    #[test]
+    fn a_key_written_again_in_flight_then_dropped_never_reads_the_cached_value() {
+        let (store, mut s) = stored_write_back_table(&[(b"ga", b"old")]);
+        let mut wb = WriteBatch::default();
+        s.flush(&mut wb, Flush::CHECKPOINT);
+        s.flush(&mut wb, Flush::CHECKPOINT);
+        assert_eq!(s.get(b"ga", 1).unwrap(), Some(b"old".to_vec()));
+        s.delete(b"ga", 1);
+        let mut in_flight = WriteBatch::default();
+        s.flush(&mut in_flight, Flush::CHECKPOINT);
+        s.put(b"ga", 1, b"new".to_vec());
+        s.delete_prefix(b"g", 1).unwrap();
+        assert_eq!(s.get(b"ga", 1).unwrap(), None);
+        store.write(in_flight).unwrap();
+        for landed in [false, true, false] {
+            let mut wb = WriteBatch::default();
+            s.flush(&mut wb, Flush { checkpoint: true, landed });
+            store.write(wb).unwrap();
+            assert_eq!(s.get(b"ga", 1).unwrap(), None);
         }
     }
 
