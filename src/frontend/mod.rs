@@ -98,7 +98,11 @@ impl Frontend {
         crate::catalog::change_log::replay(&frontend.catalog, replay).await?;
         frontend.streaming.start_epochs();
         frontend.restart_sources();
-        frontend.streaming.coordinator.checkpoint_now().await;
+        // This run's first checkpoint, taken in the background: its barrier waits behind
+        // whatever the restart replays, and the restored views serve reads meanwhile (DDL
+        // waits for it at the DDL gate, as for any checkpoint).
+        let coordinator = Arc::clone(&frontend.streaming.coordinator);
+        drop(crate::dataflow::runtime::spawn(async move { coordinator.checkpoint_now().await }));
         Ok(frontend)
     }
 

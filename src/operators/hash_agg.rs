@@ -1116,6 +1116,8 @@ mod tests {
         let mut wb = WriteBatch::default();
         a.flush_state(&mut wb, Flush::EPOCH);
         assert!(wb.ops.iter().all(|op| op.key()[..4] != 2u32.to_be_bytes()));
+        // In the store before the next flush (which `step` tells so).
+        store.write(wb).unwrap();
         // Many groups through a tiny cache: the extreme comes back from the store.
         for k in 3..40 {
             step(&mut a, &store, &format!("I I\n+ {k} {k}"));
