@@ -12,7 +12,8 @@
 //! state (and, at a checkpoint, the runtime records) is written off the job's thread while the
 //! job goes on with the next epoch's changes: the operators keep reading what they flushed
 //! for two more flushes (`KeyedState::flush`), so one epoch's state may still be on its way
-//! while the next is committed; the job waits for it before it flushes them a second time.
+//! while the next is committed; the job waits for it before it flushes them a second time, and
+//! tells them when every write is in already (`Flush::landed`), so they forget it sooner.
 //! State writes go in in epoch order, and the epoch counts committed (`committed`, which
 //! checkpoints wait for) once both of its writes are in. A barrier's time on the job's thread
 //! is then the operators' work, not the store's (ADR 19).
@@ -443,8 +444,9 @@ impl ViewJob {
         // first (what they flushed last may still be on its way). Writes already in are landed
         // too, so that the operators are told when none is on its way and forget them sooner.
         self.land_state_writes(1).await?;
-        let finished = self.state_writes.iter().take_while(|(_, write)| write.clone().now_or_never().is_some()).count();
-        self.land_state_writes(self.state_writes.len() - finished).await?;
+        if self.state_writes.front().is_some_and(|(_, write)| write.clone().now_or_never().is_some()) {
+            self.land_state_writes(0).await?;
+        }
         // Held commits past their bound: wait here, holding no lock, for the snapshot.
         while !self.store.has_room(epoch) {
             tokio::time::sleep(Duration::from_millis(1)).await;
