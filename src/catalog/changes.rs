@@ -6,6 +6,15 @@
 //! budget ([`BUDGET_KIB`] of Arrow buffers waiting, however many rows a statement has), so a slow
 //! view slows down (back-pressures) the writers of what it reads instead of buffering without
 //! bound.
+//!
+//! The budget in use is sized to time, not only to bytes, as Flink's buffer debloating does: a
+//! barrier queued behind the data waits for all of it, so a checkpoint's alignment (and the
+//! input a restart replays) grows with the time the queue holds. The receiver measures how long
+//! each batch waited in the queue; above [`QUEUE_TARGET`] the subscriber's limit shrinks, below
+//! half of it the limit grows back, between [`MIN_LIMIT_KIB`] and [`BUDGET_KIB`]. A batch
+//! costs its size scaled by `BUDGET_KIB / limit` (at most the whole budget), so the semaphore
+//! keeps its fixed size and a batch larger than the limit waits until the queue is empty; the
+//! one being applied and the next queued keep the view busy.
 //! Each relation's subscriber list has its own lock; publishing to one relation never waits for
 //! another.
 //!
@@ -19,7 +28,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
 
@@ -33,26 +42,78 @@ pub const CHANNEL_CAPACITY: usize = 256;
 /// this waits until the queue is empty).
 pub const BUDGET_KIB: u32 = 64 * 1024;
 
-/// A message, when it was published, and the share of its subscriber's budget it holds while
-/// queued.
-type Envelope = (Message, std::time::Instant, Option<OwnedSemaphorePermit>);
+/// How long data may wait in a subscriber's queue before its limit shrinks.
+pub const QUEUE_TARGET: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The smallest limit a subscriber's queue shrinks to.
+pub const MIN_LIMIT_KIB: u32 = 1024;
+
+/// A message, when its changes came into being, when it was queued, and the share of its
+/// subscriber's budget it holds while queued.
+struct Envelope {
+    message: Message,
+    since: std::time::Instant,
+    queued: std::time::Instant,
+    _permit: Option<OwnedSemaphorePermit>,
+}
 
 struct Subscriber {
     job: TableId,
     tx: mpsc::Sender<Envelope>,
     budget: Arc<Semaphore>,
+    limit: Arc<QueueLimit>,
+}
+
+/// A subscriber's limit on queued KiB, adapted by its receiver to the time data waits.
+struct QueueLimit(AtomicU32);
+
+impl QueueLimit {
+    fn new() -> QueueLimit {
+        QueueLimit(AtomicU32::new(BUDGET_KIB))
+    }
+
+    /// The permits a batch of `kib` KiB takes: its size scaled up as the limit is below the
+    /// budget, at least 1 and at most the whole budget.
+    fn cost(&self, kib: usize) -> u32 {
+        let limit = self.0.load(Ordering::Relaxed).max(1) as u64;
+        (kib as u64 * BUDGET_KIB as u64 / limit).clamp(1, BUDGET_KIB as u64) as u32
+    }
+
+    /// A batch waited `waited` in the queue: shrinks the limit by an eighth above the target,
+    /// grows it by an eighth below half of it.
+    fn observe(&self, waited: std::time::Duration) {
+        let limit = self.0.load(Ordering::Relaxed);
+        let next = if waited > QUEUE_TARGET {
+            (limit - limit / 8).max(MIN_LIMIT_KIB)
+        } else if waited < QUEUE_TARGET / 2 {
+            limit.saturating_add(limit / 8).min(BUDGET_KIB)
+        } else {
+            return;
+        };
+        self.0.store(next, Ordering::Relaxed);
+    }
+
+    #[cfg(test)]
+    fn kib(&self) -> u32 {
+        self.0.load(Ordering::Relaxed)
+    }
 }
 
 /// The receiving end of a subscription.
 pub struct ChangeReceiver {
     rx: mpsc::Receiver<Envelope>,
+    limit: Arc<QueueLimit>,
 }
 
 impl ChangeReceiver {
-    /// The next message and when it was published; None once the publisher side is gone. Its
-    /// budget is released now: the caller applies it before receiving the next.
+    /// The next message and when its changes came into being; None once the publisher side is
+    /// gone. Its budget is released now: the caller applies it before receiving the next.
     pub async fn recv(&mut self) -> Option<(Message, std::time::Instant)> {
-        self.rx.recv().await.map(|(message, published, _permit)| (message, published))
+        let envelope = self.rx.recv().await?;
+        if matches!(envelope.message, Message::Data(_)) {
+            self.limit.observe(envelope.queued.elapsed());
+        }
+        Some((envelope.message, envelope.since))
     }
 }
 
@@ -75,8 +136,9 @@ impl ChangeHub {
     pub async fn subscribe(&self, relation: TableId, job: TableId) -> ChangeReceiver {
         let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
         let budget = Arc::new(Semaphore::new(BUDGET_KIB as usize));
-        self.list(relation).lock().await.push(Subscriber { job, tx, budget });
-        ChangeReceiver { rx }
+        let limit = Arc::new(QueueLimit::new());
+        self.list(relation).lock().await.push(Subscriber { job, tx, budget, limit: Arc::clone(&limit) });
+        ChangeReceiver { rx, limit }
     }
 
     /// Removes every subscription of `job`.
@@ -108,17 +170,17 @@ impl ChangeHub {
         let list = self.list(relation);
         let mut subscribers = list.lock().await;
         let mut gone = Vec::new();
-        let published = since;
         for (i, s) in subscribers.iter().enumerate() {
             for m in &messages {
                 let permit = match m {
                     Message::Data(batch) => {
-                        let kib = (batch.data.get_array_memory_size() / 1024).clamp(1, BUDGET_KIB as usize) as u32;
-                        Arc::clone(&s.budget).acquire_many_owned(kib).await.ok()
+                        let cost = s.limit.cost(batch.data.get_array_memory_size() / 1024);
+                        Arc::clone(&s.budget).acquire_many_owned(cost).await.ok()
                     }
                     Message::Barrier(_) | Message::End => None,
                 };
-                if s.tx.send((m.clone(), published, permit)).await.is_err() {
+                let envelope = Envelope { message: m.clone(), since, queued: std::time::Instant::now(), _permit: permit };
+                if s.tx.send(envelope).await.is_err() {
                     gone.push(i);
                     break;
                 }
@@ -156,5 +218,68 @@ impl ChangeHub {
     /// A barrier was injected: a new epoch starts empty.
     pub fn epoch_started(&self) {
         self.rows_since_barrier.store(0, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::types::ChangeBatch;
+
+    #[test]
+    fn a_queue_limit_shrinks_while_data_waits_long_and_grows_back_when_it_does_not() {
+        let limit = QueueLimit::new();
+        assert_eq!(limit.cost(1024), 1024, "at the full budget a batch costs its size");
+        for _ in 0..100 {
+            limit.observe(QUEUE_TARGET * 2);
+        }
+        assert_eq!(limit.kib(), MIN_LIMIT_KIB);
+        assert_eq!(limit.cost(1024), BUDGET_KIB, "a batch the size of the limit takes the whole budget");
+        assert_eq!(limit.cost(512), BUDGET_KIB / 2);
+        assert_eq!(limit.cost(100 * 1024), BUDGET_KIB, "never more than the budget: it fits once the queue is empty");
+        limit.observe(QUEUE_TARGET * 3 / 4);
+        assert_eq!(limit.kib(), MIN_LIMIT_KIB, "between half the target and the target it stays");
+        for _ in 0..100 {
+            limit.observe(Duration::ZERO);
+        }
+        assert_eq!(limit.kib(), BUDGET_KIB);
+    }
+
+    #[tokio::test]
+    async fn batches_larger_than_a_shrunk_limit_still_pass_one_at_a_time() {
+        let hub = ChangeHub::default();
+        let mut rx = hub.subscribe(1, 2).await;
+        for _ in 0..100 {
+            rx.limit.observe(QUEUE_TARGET * 2);
+        }
+        // 2 MiB of values: more than the shrunk limit.
+        let batch = || {
+            use datafusion::arrow::array::Int64Array;
+            let values = Arc::new(Int64Array::from_iter_values(0..256 * 1024));
+            let data = datafusion::arrow::record_batch::RecordBatch::try_from_iter([("a", values as _)]).unwrap();
+            Message::Data(ChangeBatch::inserts(data))
+        };
+        let publisher = async {
+            for _ in 0..3 {
+                hub.publish(1, vec![batch()]).await;
+            }
+            hub.publish(1, vec![Message::End]).await;
+        };
+        let receiver = async {
+            let mut data = 0;
+            while let Some((m, _)) = rx.recv().await {
+                match m {
+                    Message::Data(_) => data += 1,
+                    _ => break,
+                }
+            }
+            data
+        };
+        let ((), data) = tokio::time::timeout(Duration::from_secs(10), async { tokio::join!(publisher, receiver) })
+            .await
+            .expect("no deadlock");
+        assert_eq!(data, 3);
     }
 }
