@@ -97,9 +97,12 @@ impl Frontend {
         frontend.restart_views().await;
         crate::catalog::change_log::replay(&frontend.catalog, replay).await?;
         frontend.streaming.start_epochs();
+        // Every acknowledged write replayed from the log is in the views before the server
+        // listens: a read after a restart sees what it saw before the crash.
+        frontend.streaming.coordinator.flush().await;
         frontend.restart_sources();
         // This run's first checkpoint, taken in the background: its barrier waits behind
-        // whatever the restart replays, and the restored views serve reads meanwhile (DDL
+        // whatever the sources replay, and the restored views serve reads meanwhile (DDL
         // waits for it at the DDL gate, as for any checkpoint).
         let coordinator = Arc::clone(&frontend.streaming.coordinator);
         drop(crate::dataflow::runtime::spawn(async move { coordinator.checkpoint_now().await }));
