@@ -12,9 +12,13 @@
 //! input a restart replays) grows with the time the queue holds. The receiver measures how long
 //! each batch waited in the queue; above [`QUEUE_TARGET`] the subscriber's limit shrinks, below
 //! half of it the limit grows back, between [`MIN_LIMIT_KIB`] and [`BUDGET_KIB`]. A batch
-//! costs its size scaled by `BUDGET_KIB / limit` (at most the whole budget), so the semaphore
-//! keeps its fixed size and a batch larger than the limit waits until the queue is empty; the
-//! one being applied and the next queued keep the view busy.
+//! costs its size in bytes scaled by `BUDGET_KIB / limit`, rounded up (at most the whole
+//! budget), so the semaphore keeps its fixed size and a batch larger than the limit waits until
+//! the queue is empty; the one being applied and the next queued keep the view busy. At most
+//! [`CHANNEL_CAPACITY`] messages are queued besides, which is what bounds a stream of tiny ones
+//! (one per INSERT). An input whose barrier came before the other inputs' is not read until
+//! they catch up, so its batches wait longer and its limit shrinks: the input ahead is slowed.
+//!
 //! Each relation's subscriber list has its own lock; publishing to one relation never waits for
 //! another.
 //!
@@ -72,11 +76,11 @@ impl QueueLimit {
         QueueLimit(AtomicU32::new(BUDGET_KIB))
     }
 
-    /// The permits a batch of `kib` KiB takes: its size scaled up as the limit is below the
-    /// budget, at least 1 and at most the whole budget.
-    fn cost(&self, kib: usize) -> u32 {
+    /// The permits (KiB of the budget) a batch of `bytes` takes: its size scaled up as the
+    /// limit is below the budget, rounded up, at least 1 and at most the whole budget.
+    fn cost(&self, bytes: usize) -> u32 {
         let limit = self.0.load(Ordering::Relaxed).max(1) as u64;
-        (kib as u64 * BUDGET_KIB as u64 / limit).clamp(1, BUDGET_KIB as u64) as u32
+        (bytes as u64).saturating_mul(BUDGET_KIB as u64).div_ceil(limit * 1024).clamp(1, BUDGET_KIB as u64) as u32
     }
 
     /// A batch waited `waited` in the queue: shrinks the limit by an eighth above the target,
@@ -174,7 +178,7 @@ impl ChangeHub {
             for m in &messages {
                 let permit = match m {
                     Message::Data(batch) => {
-                        let cost = s.limit.cost(batch.data.get_array_memory_size() / 1024);
+                        let cost = s.limit.cost(batch.data.get_array_memory_size());
                         Arc::clone(&s.budget).acquire_many_owned(cost).await.ok()
                     }
                     Message::Barrier(_) | Message::End => None,
@@ -231,14 +235,16 @@ mod tests {
     #[test]
     fn a_queue_limit_shrinks_while_data_waits_long_and_grows_back_when_it_does_not() {
         let limit = QueueLimit::new();
-        assert_eq!(limit.cost(1024), 1024, "at the full budget a batch costs its size");
+        assert_eq!(limit.cost(1024 * 1024), 1024, "at the full budget a batch costs its size in KiB");
+        assert_eq!(limit.cost(100), 1, "rounded up");
         for _ in 0..100 {
             limit.observe(QUEUE_TARGET * 2);
         }
         assert_eq!(limit.kib(), MIN_LIMIT_KIB);
-        assert_eq!(limit.cost(1024), BUDGET_KIB, "a batch the size of the limit takes the whole budget");
-        assert_eq!(limit.cost(512), BUDGET_KIB / 2);
-        assert_eq!(limit.cost(100 * 1024), BUDGET_KIB, "never more than the budget: it fits once the queue is empty");
+        assert_eq!(limit.cost(1024 * 1024), BUDGET_KIB, "a batch the size of the limit takes the whole budget");
+        assert_eq!(limit.cost(512 * 1024), BUDGET_KIB / 2);
+        assert_eq!(limit.cost(100), 7, "a small batch costs its share of the limit, rounded up");
+        assert_eq!(limit.cost(100 << 20), BUDGET_KIB, "never more than the budget: it fits once the queue is empty");
         limit.observe(QUEUE_TARGET * 3 / 4);
         assert_eq!(limit.kib(), MIN_LIMIT_KIB, "between half the target and the target it stays");
         for _ in 0..100 {
