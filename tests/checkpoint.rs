@@ -286,10 +286,7 @@ async fn a_failed_view_write_stops_the_server_and_loses_nothing(fault: &str) {
     let mut acknowledged: std::collections::BTreeMap<i64, (i32, i64)> = Default::default();
     for i in 0..100_000i64 {
         let (id, customer, amount) = (i, (i % 7) as i32, i % 100);
-        match c
-            .execute("INSERT INTO orders VALUES ($1, $2, $3)", &[&id, &customer, &amount])
-            .await
-        {
+        match c.execute("INSERT INTO orders VALUES ($1, $2, $3)", &[&id, &customer, &amount]).await {
             Ok(_) => {
                 acknowledged.insert(id, (customer, amount));
             }
@@ -309,7 +306,8 @@ async fn a_failed_view_write_stops_the_server_and_loses_nothing(fault: &str) {
     assert!(expected.iter().all(|row| table.contains(row)) && table.len() <= expected.len() + 1, "table lost rows");
     assert_eq!(
         common::rows(&c, "SELECT customer, n, total FROM per_customer ORDER BY customer").await,
-        common::rows(&c, "SELECT customer, count(*), sum(amount) FROM orders GROUP BY customer ORDER BY customer").await
+        common::rows(&c, "SELECT customer, count(*), sum(amount) FROM orders GROUP BY customer ORDER BY customer")
+            .await
     );
     assert_eq!(
         common::rows(&c, "SELECT id, amount FROM big_orders ORDER BY id").await,

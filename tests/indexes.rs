@@ -50,7 +50,8 @@ fn condition(rng: &mut Rng, column: char) -> String {
 
 /// A change, written once for the indexed relation and once for its twin.
 fn random_change(rng: &mut Rng) -> Vec<String> {
-    let on_both = |sql: String, table: &str| vec![sql.replace("{}", table), sql.replace("{}", &format!("{table}_twin"))];
+    let on_both =
+        |sql: String, table: &str| vec![sql.replace("{}", table), sql.replace("{}", &format!("{table}_twin"))];
     match rng.below(7) {
         0..=2 => {
             let rows: Vec<String> = (0..1 + rng.below(5))
@@ -62,7 +63,8 @@ fn random_change(rng: &mut Rng) -> Vec<String> {
         3 => on_both(format!("UPDATE {{}} SET g = g + 1, t = t || 'a' WHERE {}", condition(rng, 'g')), "s"),
         4 => on_both(format!("DELETE FROM {{}} WHERE {}", condition(rng, 't')), "s"),
         5 => {
-            let rows: Vec<String> = (0..1 + rng.below(3)).map(|_| format!("({}, {})", value(rng, 'x'), value(rng, 'y'))).collect();
+            let rows: Vec<String> =
+                (0..1 + rng.below(3)).map(|_| format!("({}, {})", value(rng, 'x'), value(rng, 'y'))).collect();
             on_both(format!("INSERT INTO {{}} VALUES {}", rows.join(", ")), "bag")
         }
         _ => on_both(format!("DELETE FROM {{}} WHERE {}", condition(rng, 'y')), "bag"),
@@ -120,7 +122,10 @@ async fn reads_through_indexes_equal_reads_of_an_unindexed_twin() {
     assert!(through_index > reads / 3, "only {through_index} of {reads} reads used an index");
     // Whole indexes equal their relations' columns, multiplicities included.
     for (query, twin) in [
-        ("SELECT g, t, v FROM s WHERE g > -100 OR g IS NULL ORDER BY 1, 2, 3", "SELECT g, t, v FROM s_twin ORDER BY 1, 2, 3"),
+        (
+            "SELECT g, t, v FROM s WHERE g > -100 OR g IS NULL ORDER BY 1, 2, 3",
+            "SELECT g, t, v FROM s_twin ORDER BY 1, 2, 3",
+        ),
         ("SELECT y, x FROM bag WHERE y >= '' OR y IS NULL ORDER BY 1, 2", "SELECT y, x FROM bag_twin ORDER BY 1, 2"),
     ] {
         assert_eq!(rows(&client, query).await, rows(&client, twin).await, "{query}");
@@ -226,7 +231,12 @@ async fn indexes_built_beside_a_writer_miss_nothing() {
         let plan = rows(&client, &format!("EXPLAIN {query}")).await.join("\n");
         assert!(plan.contains("index="), "{query} does not read its index:\n{plan}");
         let (got, want) = (rows(&client, query).await, rows(&client, twin).await);
-        assert!(got == want, "{query}: {} rows through the index, {} in the twin ({changes} changes)", got.len(), want.len());
+        assert!(
+            got == want,
+            "{query}: {} rows through the index, {} in the twin ({changes} changes)",
+            got.len(),
+            want.len()
+        );
     }
     eprintln!("{during} of {changes} changes made while the indexes were built");
     // The writer was not held back for the whole build (chunks release the lock).

@@ -203,17 +203,8 @@ async fn values_arrive_as_they_are_by_insert_and_by_copy() {
     ))
     .await
     .unwrap();
-    let awkward = [
-        "plain",
-        "it's",
-        "back\\slash",
-        "tab\there",
-        "new\nline",
-        "carriage\rreturn",
-        "\\N",
-        "ünïcødé ✓",
-        "",
-    ];
+    let awkward =
+        ["plain", "it's", "back\\slash", "tab\there", "new\nline", "carriage\rreturn", "\\N", "ünïcødé ✓", ""];
     let mut id = 0i64;
     let mut statements = Vec::new();
     // Three parts' worth by COPY (1,500 rows in one statement), then three rows by INSERT.
@@ -223,7 +214,9 @@ async fn values_arrive_as_they_are_by_insert_and_by_copy() {
             let s = awkward[id as usize % awkward.len()];
             let s = if id % 11 == 0 { "NULL".to_string() } else { format!("'{}'", s.replace('\'', "''")) };
             let b = if id % 13 == 0 { "NULL".to_string() } else { format!("'\\x{:02x}00ff5c09'::BYTEA", id % 256) };
-            values.push(format!("({id}, {s}, {b}, TIMESTAMP '2026-01-02 03:04:05.123456' + INTERVAL '{id}' SECOND, {id}.25)"));
+            values.push(format!(
+                "({id}, {s}, {b}, TIMESTAMP '2026-01-02 03:04:05.123456' + INTERVAL '{id}' SECOND, {id}.25)"
+            ));
             id += 1;
         }
         statements.push(values.join(", "));
@@ -240,7 +233,9 @@ async fn values_arrive_as_they_are_by_insert_and_by_copy() {
     let want = read(&c, "SELECT id, s, b FROM ev ORDER BY id").await;
     assert_eq!(want.len(), 1503);
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while rows(&pg, "SELECT count(*) FROM ev").await != ["1503"] || rows(&pg, "SELECT count(*) FROM kv").await != ["1503"] {
+    while rows(&pg, "SELECT count(*) FROM ev").await != ["1503"]
+        || rows(&pg, "SELECT count(*) FROM kv").await != ["1503"]
+    {
         assert!(std::time::Instant::now() < deadline, "the sinks did not deliver every row");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -249,7 +244,11 @@ async fn values_arrive_as_they_are_by_insert_and_by_copy() {
     let text = "SELECT id, at::TEXT, amount::TEXT FROM ev WHERE id IN (0, 7, 1502)";
     assert_eq!(
         rows(&pg, text).await,
-        ["0|2026-01-02 03:04:05.123456|0.25", "1502|2026-01-02 03:29:07.123456|1502.25", "7|2026-01-02 03:04:12.123456|7.25"],
+        [
+            "0|2026-01-02 03:04:05.123456|0.25",
+            "1502|2026-01-02 03:29:07.123456|1502.25",
+            "7|2026-01-02 03:04:12.123456|7.25"
+        ],
         "timestamps and decimals"
     );
 }

@@ -398,7 +398,8 @@ async fn result_columns_have_postgres_names_and_may_repeat() {
         ("SELECT k::text::jsonb, '{}'::jsonb, '\\x41'::bytea FROM t", &["k", "jsonb", "bytea"]),
     ];
     // Window ranks are bigint (OID 20), as in Postgres, not Arrow's unsigned numbers (numeric).
-    let ranked = client.prepare("SELECT row_number() OVER (ORDER BY k) AS rn, rank() OVER (ORDER BY v) FROM t").await.unwrap();
+    let ranked =
+        client.prepare("SELECT row_number() OVER (ORDER BY k) AS rn, rank() OVER (ORDER BY v) FROM t").await.unwrap();
     assert!(ranked.columns().iter().all(|c| c.type_() == &Type::INT8), "{:?}", ranked.columns());
     let first: i64 = client.query(&ranked, &[]).await.unwrap()[0].get(0);
     assert_eq!(first, 1);
@@ -901,7 +902,8 @@ async fn prepared_index_lookups_equal_full_reads() {
         .await
         .unwrap();
     let fast = client.prepare("SELECT k, v + 1 AS w FROM items WHERE t = $2 AND g = $1 ORDER BY k").await.unwrap();
-    let slow = client.prepare("SELECT k, v + 1 AS w FROM items WHERE t || '' = $2 AND g + 0 = $1 ORDER BY k").await.unwrap();
+    let slow =
+        client.prepare("SELECT k, v + 1 AS w FROM items WHERE t || '' = $2 AND g + 0 = $1 ORDER BY k").await.unwrap();
     let by_count = client.prepare("SELECT g FROM per_g WHERE n = $1").await.unwrap();
     let by_count_slow = client.prepare("SELECT g FROM per_g WHERE n + 0 = $1").await.unwrap();
     let update = client.prepare("UPDATE items SET g = g + 1, v = v + 1 WHERE k = $1").await.unwrap();

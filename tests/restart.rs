@@ -192,7 +192,8 @@ async fn views_over_a_backfilling_view_wait_for_it_and_a_cancelled_backfill_leav
     /// Waits until relation `name` is in the catalog (its CREATE is backfilling it).
     async fn exists(c: &tokio_postgres::Client, name: &str) {
         for _ in 0..500 {
-            let n: i64 = c.query_one("SELECT count(*) FROM pg_class WHERE relname = $1", &[&name]).await.unwrap().get(0);
+            let n: i64 =
+                c.query_one("SELECT count(*) FROM pg_class WHERE relname = $1", &[&name]).await.unwrap().get(0);
             if n == 1 {
                 return;
             }
@@ -213,14 +214,18 @@ async fn views_over_a_backfilling_view_wait_for_it_and_a_cancelled_backfill_leav
     )
     .await
     .unwrap();
-    let slow_view = |name: &str| format!("CREATE MATERIALIZED VIEW {name} AS SELECT k % 1000 AS g, count(*) AS n, sum(v) AS s FROM big GROUP BY k % 1000");
+    let slow_view = |name: &str| {
+        format!("CREATE MATERIALIZED VIEW {name} AS SELECT k % 1000 AS g, count(*) AS n, sum(v) AS s FROM big GROUP BY k % 1000")
+    };
     // A view over one backfilling.
     let first = {
         let (a, sql) = (server.connect().await, slow_view("per_g"));
         tokio::spawn(async move { a.batch_execute(&sql).await })
     };
     exists(&b, "per_g").await;
-    b.batch_execute("CREATE MATERIALIZED VIEW total AS SELECT sum(n) AS n, count(*) AS groups FROM per_g").await.unwrap();
+    b.batch_execute("CREATE MATERIALIZED VIEW total AS SELECT sum(n) AS n, count(*) AS groups FROM per_g")
+        .await
+        .unwrap();
     first.await.unwrap().unwrap();
     let row = b.query_one("SELECT n, groups FROM total", &[]).await.unwrap();
     assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1)), (2_300_000, 1000), "the view over it saw all of it");
@@ -233,7 +238,9 @@ async fn views_over_a_backfilling_view_wait_for_it_and_a_cancelled_backfill_leav
     exists(&b, "per_g2").await;
     let waiting = {
         let b2 = server.connect().await;
-        tokio::spawn(async move { b2.batch_execute("CREATE MATERIALIZED VIEW total2 AS SELECT sum(n) AS n FROM per_g2").await })
+        tokio::spawn(async move {
+            b2.batch_execute("CREATE MATERIALIZED VIEW total2 AS SELECT sum(n) AS n FROM per_g2").await
+        })
     };
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     cancel.cancel_query(tokio_postgres::NoTls).await.unwrap();

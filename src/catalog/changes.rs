@@ -183,7 +183,8 @@ impl ChangeHub {
                     }
                     Message::Barrier(_) | Message::End => None,
                 };
-                let envelope = Envelope { message: m.clone(), since, queued: std::time::Instant::now(), _permit: permit };
+                let envelope =
+                    Envelope { message: m.clone(), since, queued: std::time::Instant::now(), _permit: permit };
                 if s.tx.send(envelope).await.is_err() {
                     gone.push(i);
                     break;

@@ -142,9 +142,7 @@ pub fn check_not_null(relation: &Relation, user_columns: &[ArrayRef]) -> Result<
 /// when it stores them.
 pub fn fit_declared_types(relation: &Relation, user_columns: &mut [ArrayRef]) -> Result<()> {
     for (index, column) in user_columns.iter_mut().enumerate() {
-        if let Some(fitted) =
-            relation.declared_type(index).map(|t| t.fit(column.as_ref())).transpose()?.flatten()
-        {
+        if let Some(fitted) = relation.declared_type(index).map(|t| t.fit(column.as_ref())).transpose()?.flatten() {
             *column = fitted;
         }
     }

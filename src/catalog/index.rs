@@ -228,7 +228,10 @@ fn already_filled(relation: &Relation, changes: &ChangeBatch, up_to: Option<&[u8
 
 /// `rows` (the index's columns) under the index's own schema (the same types; names and
 /// nullability as the index has them).
-fn with_schema(index: &Relation, rows: datafusion::arrow::array::RecordBatch) -> Result<datafusion::arrow::array::RecordBatch> {
+fn with_schema(
+    index: &Relation,
+    rows: datafusion::arrow::array::RecordBatch,
+) -> Result<datafusion::arrow::array::RecordBatch> {
     Ok(datafusion::arrow::array::RecordBatch::try_new(Arc::clone(&index.schema), rows.columns().to_vec())?)
 }
 

@@ -60,12 +60,7 @@ impl SchemaProvider for WeirSchema {
     /// Tables, sources and views; sinks hold no rows to read, and indexes are read only in
     /// their relations' place.
     fn table_names(&self) -> Vec<String> {
-        self.catalog
-            .relations()
-            .iter()
-            .filter(|r| queryable(r))
-            .map(|r| r.def.name.clone())
-            .collect()
+        self.catalog.relations().iter().filter(|r| queryable(r)).map(|r| r.def.name.clone()).collect()
     }
 
     /// A plain view is its query, planned at each use (so it sees the relations it reads as
@@ -354,7 +349,9 @@ impl TableProvider for RelationTable {
         let writer = self.writer();
         Ok(DmlExec::new(
             format!("truncate {}", self.relation.def.name),
-            Box::new(move |_| Box::pin(async move { Ok(writer.delete(vec![], Candidates::ByKey(KeyAccess::All)).await?) })),
+            Box::new(move |_| {
+                Box::pin(async move { Ok(writer.delete(vec![], Candidates::ByKey(KeyAccess::All)).await?) })
+            }),
         ))
     }
 }

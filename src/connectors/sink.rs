@@ -172,7 +172,14 @@ fn into_parts(changes: Vec<ChangeBatch>) -> Vec<Vec<ChangeBatch>> {
 }
 
 /// Writes `changes` as part `part` of `group`, tagged with `epoch` (the epoch they belong to).
-fn put_part(store: &dyn StateStore, sink: TableId, group: Epoch, part: u32, epoch: Epoch, changes: &[ChangeBatch]) -> Result<()> {
+fn put_part(
+    store: &dyn StateStore,
+    sink: TableId,
+    group: Epoch,
+    part: u32,
+    epoch: Epoch,
+    changes: &[ChangeBatch],
+) -> Result<()> {
     let mut record = IndexWriter::default();
     record.u64(changes.len() as u64);
     for batch in changes {
@@ -205,7 +212,12 @@ fn next_group(store: &dyn StateStore, sink: &Relation, from: Epoch, through: Epo
 }
 
 /// Reads outbox group `group` of `sink` part by part, in order, handing each to `visit`.
-fn read_group(store: &dyn StateStore, sink: &Relation, group: Epoch, visit: &mut dyn FnMut(Vec<ChangeBatch>) -> Result<()>) -> Result<()> {
+fn read_group(
+    store: &dyn StateStore,
+    sink: &Relation,
+    group: Epoch,
+    visit: &mut dyn FnMut(Vec<ChangeBatch>) -> Result<()>,
+) -> Result<()> {
     let what = format!("the outbox of sink \"{}\"", sink.def.name);
     store.scan_prefix(&group_prefix(sink.def.id, group), &mut |_, value| {
         let mut r = IndexReader::new(value, &what)?;
@@ -309,7 +321,9 @@ impl SinkJob {
                 Some(Ok(None)) => return Ok(()),
                 Some(Err(e)) => return Err(e),
                 None => {
-                    return Err(crate::error::WeirError::internal("the reader of the view's rows stopped before their end"))
+                    return Err(crate::error::WeirError::internal(
+                        "the reader of the view's rows stopped before their end",
+                    ))
                 }
             }
         }
@@ -348,8 +362,10 @@ impl SinkJob {
         let (store, sink, group, first) = (Arc::clone(&self.store), self.sink.def.id, self.group, self.next_part);
         let written = tokio::task::spawn_blocking(move || {
             let _keep = keep;
-            let written =
-                parts.iter().zip(first..).try_for_each(|(part, n)| put_part(store.as_ref(), sink, group, n, epoch, part));
+            let written = parts
+                .iter()
+                .zip(first..)
+                .try_for_each(|(part, n)| put_part(store.as_ref(), sink, group, n, epoch, part));
             (written.map(|()| parts.len() as u32), parts)
         })
         .await?;
@@ -461,7 +477,13 @@ mod tests {
     fn changes_are_cut_into_parts_of_at_most_part_rows_in_order() {
         use datafusion::arrow::array::{Int64Array, RecordBatch};
         let batch = |from: i64, n: i64| {
-            ChangeBatch::inserts(RecordBatch::try_from_iter([("v", std::sync::Arc::new(Int64Array::from_iter_values(from..from + n)) as _)]).unwrap())
+            ChangeBatch::inserts(
+                RecordBatch::try_from_iter([(
+                    "v",
+                    std::sync::Arc::new(Int64Array::from_iter_values(from..from + n)) as _,
+                )])
+                .unwrap(),
+            )
         };
         let p = PART_ROWS as i64;
         let parts = into_parts(vec![batch(0, 10), batch(10, 2 * p), batch(10 + 2 * p, 5)]);
@@ -597,7 +619,12 @@ mod tests {
         let first = (p + p / 2 + 10) as usize;
         assert_eq!(
             *recorder.log.lock(),
-            ["begin".to_string(), format!("write {PART_ROWS}"), format!("write {}", first - PART_ROWS), "commit 11".into()]
+            [
+                "begin".to_string(),
+                format!("write {PART_ROWS}"),
+                format!("write {}", first - PART_ROWS),
+                "commit 11".into()
+            ]
         );
         assert_eq!(*recorder.rows.lock(), (0..first as i64).collect::<Vec<_>>(), "every row once, in order");
         checkpointed.send_replace(13);
@@ -611,13 +638,21 @@ mod tests {
         delivering.abort();
 
         // A group the marker holds already (delivered before a crash) is deleted unsent.
-        put_part(store.as_ref(), sink.def.id, 20, 0, 20, &[ChangeBatch::inserts(
-            RecordBatch::try_from_iter([("v", Arc::new(Int64Array::from(vec![1, 2])) as _)]).unwrap(),
-        )])
+        put_part(
+            store.as_ref(),
+            sink.def.id,
+            20,
+            0,
+            20,
+            &[ChangeBatch::inserts(
+                RecordBatch::try_from_iter([("v", Arc::new(Int64Array::from(vec![1, 2])) as _)]).unwrap(),
+            )],
+        )
         .unwrap();
         let resent = Recorder { marker: Some(20), ..Default::default() };
         let (_checkpointed, watched) = watch::channel(20);
-        let delivering = tokio::spawn(deliver(Arc::clone(&sink), Arc::clone(&store), Box::new(resent.clone()), watched, 20));
+        let delivering =
+            tokio::spawn(deliver(Arc::clone(&sink), Arc::clone(&store), Box::new(resent.clone()), watched, 20));
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while !parts().is_empty() {
             assert!(std::time::Instant::now() < deadline, "the delivered group was not deleted");

@@ -834,7 +834,7 @@ impl Builder<'_> {
                     _ => None,
                 };
                 let (left_state, right_state) = (self.state_table()?, self.state_table()?);
-                let ops = self.each(|_| {
+                let ops = self.each(|shard| {
                     let join = HashJoin::new(
                         j.join_type,
                         (Self::schema(&j.left), left_keys.clone(), self.keyed(left_state)?),
@@ -843,7 +843,8 @@ impl Builder<'_> {
                         residual.clone(),
                         &self.view,
                     )?;
-                    let mut join = join.with_append_only_inputs([left.append_only, right.append_only]);
+                    let mut join =
+                        join.with_append_only_inputs([left.append_only, right.append_only]).with_shard(shard);
                     if let Some(w) = window {
                         join = join.with_window(w);
                     }

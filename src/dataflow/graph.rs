@@ -24,8 +24,8 @@ use crate::error::{Result, WeirError};
 use crate::metrics;
 use crate::operators::eval::evaluate;
 use crate::operators::operator::Operator;
-use crate::state::keys::vnode_of;
 use crate::state::keyed::Flush;
+use crate::state::keys::vnode_of;
 use crate::state::store::WriteBatch;
 use crate::types::ChangeBatch;
 

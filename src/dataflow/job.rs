@@ -603,7 +603,9 @@ impl ViewJob {
             let (epoch, write) = self.state_writes.pop_front().expect("a write in flight");
             match write.await {
                 Landed::In => {}
-                Landed::Cancelled => return Err(WeirError::new(SqlState::ADMIN_SHUTDOWN, "the server is shutting down")),
+                Landed::Cancelled => {
+                    return Err(WeirError::new(SqlState::ADMIN_SHUTDOWN, "the server is shutting down"))
+                }
                 Landed::Failed(e) => {
                     self.fail_stop(epoch, &WeirError::internal(format!("the operator state write failed: {e}")))
                 }

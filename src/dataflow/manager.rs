@@ -61,8 +61,7 @@ impl Streaming {
         checkpointer: Option<Arc<crate::checkpoint::Checkpointer>>,
         first_epoch: crate::types::Epoch,
     ) -> Arc<Streaming> {
-        let checkpoint_interval =
-            checkpointer.as_ref().map(|c| c.interval).filter(|i| *i != Duration::MAX);
+        let checkpoint_interval = checkpointer.as_ref().map(|c| c.interval).filter(|i| *i != Duration::MAX);
         let coordinator =
             BarrierCoordinator::new(Arc::clone(&catalog.changes), Arc::clone(&catalog), checkpointer, first_epoch);
         Arc::new(Streaming {

@@ -58,7 +58,8 @@ fn shape_rows(input: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
                 _ => Transformed::no(Arc::unwrap_or_clone(projection.input)),
             };
             changed |= below.transformed;
-            let rebuilt = LogicalPlan::Projection(datafusion::logical_expr::Projection::try_new(exprs, Arc::new(below.data))?);
+            let rebuilt =
+                LogicalPlan::Projection(datafusion::logical_expr::Projection::try_new(exprs, Arc::new(below.data))?);
             Ok(if changed { Transformed::yes(rebuilt) } else { Transformed::no(rebuilt) })
         }
         LogicalPlan::Values(values) => {
@@ -135,9 +136,7 @@ pub fn rewrite_casts(statement: &mut datafusion::sql::sqlparser::ast::Statement)
     use datafusion::sql::sqlparser::ast::{self, DataType as Sql, Expr as SqlExpr, Value};
     let _ = ast::visit_expressions_mut(statement, |expr| {
         let operand = match expr {
-            SqlExpr::Cast { expr: inner, data_type: Sql::Bytea, .. }
-                if !matches!(inner.as_ref(), SqlExpr::Value(v) if matches!(v.value, Value::Placeholder(_))) =>
-            {
+            SqlExpr::Cast { expr: inner, data_type: Sql::Bytea, .. } if !matches!(inner.as_ref(), SqlExpr::Value(v) if matches!(v.value, Value::Placeholder(_))) => {
                 Some((**inner).clone())
             }
             SqlExpr::TypedString(typed) if typed.data_type == Sql::Bytea => Some(SqlExpr::Value(typed.value.clone())),
@@ -225,7 +224,10 @@ pub fn decode_bytea(text: &str) -> std::result::Result<Vec<u8>, WeirError> {
                 _ => {
                     return Err(WeirError::new(
                         SqlState::INVALID_PARAMETER_VALUE,
-                        format!("invalid hexadecimal digit: \"{}\"", if value(high).is_none() { high } else { low } as char),
+                        format!(
+                            "invalid hexadecimal digit: \"{}\"",
+                            if value(high).is_none() { high } else { low } as char
+                        ),
                     ))
                 }
             }

@@ -67,7 +67,9 @@ fn name_inner_columns(query: &mut Query) {
                 let Some(name) = &names[i] else { continue };
                 let unique = names.iter().filter(|n| n.as_ref() == Some(name)).count() == 1;
                 if unique && matches!(item, SelectItem::UnnamedExpr(_)) {
-                    if let SelectItem::UnnamedExpr(expr) = std::mem::replace(item, SelectItem::UnnamedExpr(Expr::Value(placeholder()))) {
+                    if let SelectItem::UnnamedExpr(expr) =
+                        std::mem::replace(item, SelectItem::UnnamedExpr(Expr::Value(placeholder())))
+                    {
                         *item = SelectItem::ExprWithAlias { expr, alias: Ident::with_quote('"', name.clone()) };
                     }
                 }

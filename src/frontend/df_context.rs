@@ -195,8 +195,12 @@ impl PlanningRules {
     pub const REVISION: u32 = 2;
 
     /// The rules of this version.
-    pub const CURRENT: PlanningRules =
-        PlanningRules { int4_literals: true, numeric_literals: true, inner_column_names: true, postgres_text_casts: true };
+    pub const CURRENT: PlanningRules = PlanningRules {
+        int4_literals: true,
+        numeric_literals: true,
+        inner_column_names: true,
+        postgres_text_casts: true,
+    };
 
     pub fn of(def: &crate::catalog::RelationDef) -> PlanningRules {
         PlanningRules {
@@ -232,8 +236,9 @@ pub fn optimize_for_view(
             || (!planning.postgres_text_casts && name == super::text_casts::PostgresTextCasts.name())
     };
     let analyzers = state.analyzer().rules.iter().filter(|r| !left_out(r.name())).cloned().collect();
-    let view_state =
-        SessionStateBuilder::new_from_existing(state.clone()).with_optimizer_rules(rules).with_analyzer_rules(analyzers);
+    let view_state = SessionStateBuilder::new_from_existing(state.clone())
+        .with_optimizer_rules(rules)
+        .with_analyzer_rules(analyzers);
     Ok(view_state.build().optimize(plan)?)
 }
 

@@ -141,10 +141,17 @@ pub fn json_udfs() -> Vec<ScalarUDF> {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum JsonOp {
-    In { jsonb: bool },
-    Get { text: bool },
+    In {
+        jsonb: bool,
+    },
+    Get {
+        text: bool,
+    },
     /// `one_array`: the path is one text array (`#>`), else one argument a step.
-    Path { text: bool, one_array: bool },
+    Path {
+        text: bool,
+        one_array: bool,
+    },
     TypeOf,
     ArrayLength,
     Contains,
@@ -198,13 +205,16 @@ impl ScalarUDFImpl for JsonFunction {
 
     fn return_field_from_args(&self, args: ReturnFieldArgs) -> Result<FieldRef> {
         let field = Field::new(self.name, self.return_type(&[])?, true);
-        let json = matches!(self.op, JsonOp::In { .. } | JsonOp::Get { text: false } | JsonOp::Path { text: false, .. });
+        let json =
+            matches!(self.op, JsonOp::In { .. } | JsonOp::Get { text: false } | JsonOp::Path { text: false, .. });
         Ok(Arc::new(if json { self.json_kind(args.arg_fields.first()).on(field) } else { field }))
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         // `@>` and `<@` of two arrays are array containment, as before JSON came.
-        let is_list = |f: &FieldRef| matches!(f.data_type(), DataType::List(_) | DataType::LargeList(_) | DataType::FixedSizeList(..));
+        let is_list = |f: &FieldRef| {
+            matches!(f.data_type(), DataType::List(_) | DataType::LargeList(_) | DataType::FixedSizeList(..))
+        };
         if self.op == JsonOp::Contains && args.arg_fields.iter().all(is_list) {
             return datafusion::functions_nested::array_has::array_has_all_udf().invoke_with_args(args);
         }
@@ -317,7 +327,11 @@ impl ScalarUDFImpl for JsonFunction {
 fn steps(array: &ArrayRef) -> Result<Vec<Option<PathStep>>> {
     if array.data_type().is_integer() {
         let as_i64 = datafusion::arrow::compute::cast(array, &DataType::Int64)?;
-        return Ok(as_i64.as_primitive::<datafusion::arrow::datatypes::Int64Type>().iter().map(|i| i.map(PathStep::Index)).collect());
+        return Ok(as_i64
+            .as_primitive::<datafusion::arrow::datatypes::Int64Type>()
+            .iter()
+            .map(|i| i.map(PathStep::Index))
+            .collect());
     }
     let text = datafusion::arrow::compute::cast(array, &DataType::Utf8)?;
     Ok(text.as_string::<i32>().iter().map(|k| k.map(|k| PathStep::Key(k.to_string()))).collect())
@@ -393,9 +407,9 @@ fn has_key(value: &Json, key: &str) -> bool {
 /// Postgres's jsonb containment: `left @> right`.
 fn contains(left: &Json, right: &Json, top: bool) -> bool {
     match (left, right) {
-        (Json::Object(l), Json::Object(r)) => {
-            r.iter().all(|(key, rv)| l.iter().rev().find(|(k, _)| k == key).is_some_and(|(_, lv)| contains(lv, rv, false)))
-        }
+        (Json::Object(l), Json::Object(r)) => r
+            .iter()
+            .all(|(key, rv)| l.iter().rev().find(|(k, _)| k == key).is_some_and(|(_, lv)| contains(lv, rv, false))),
         (Json::Array(l), Json::Array(r)) => r.iter().all(|rv| l.iter().any(|lv| contains(lv, rv, false))),
         // A top-level array contains a scalar it holds.
         (Json::Array(l), scalar) if top && !matches!(scalar, Json::Object(_) | Json::Array(_)) => {

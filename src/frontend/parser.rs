@@ -446,9 +446,21 @@ fn exists_in_select_lists(statement: &mut ast::Statement) {
         let SetExpr::Select(select) = subquery.body.as_ref() else { return None };
         let projection = select.projection.iter().map(|p| p.to_string().to_ascii_lowercase()).collect::<Vec<_>>();
         let rows_change = projection.iter().any(|p| {
-            ["count(", "max(", "min(", "sum(", "avg(", "_agg(", "bool_and(", "bool_or(", "every(", "unnest(", "generate_series("]
-                .iter()
-                .any(|f| p.contains(f))
+            [
+                "count(",
+                "max(",
+                "min(",
+                "sum(",
+                "avg(",
+                "_agg(",
+                "bool_and(",
+                "bool_or(",
+                "every(",
+                "unnest(",
+                "generate_series(",
+            ]
+            .iter()
+            .any(|f| p.contains(f))
         });
         let plain = matches!(&select.group_by, GroupByExpr::Expressions(e, _) if e.is_empty())
             && select.having.is_none()

@@ -432,7 +432,8 @@ impl Extended {
         if picks.is_empty() {
             return Ok(None);
         }
-        let taken = datafusion::arrow::compute::take_record_batch(&all, &datafusion::arrow::array::UInt32Array::from(picks))?;
+        let taken =
+            datafusion::arrow::compute::take_record_batch(&all, &datafusion::arrow::array::UInt32Array::from(picks))?;
         let mut columns = taken.columns().to_vec();
         columns[relid] = map_integers(&columns[relid], |row, _| index_oids[row])?;
         columns[attnum] = map_integers(&columns[attnum], |row, _| positions[row])?;

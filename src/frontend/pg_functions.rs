@@ -113,7 +113,9 @@ fn format_one(format: &str, values: &[Option<&str>]) -> DfResult<String> {
                 let Some(value) = values.get(at) else {
                     return datafusion::common::exec_err!("too few arguments for format()");
                 };
-                let Some(value) = value else { return datafusion::common::exec_err!("width argument must not be NULL") };
+                let Some(value) = value else {
+                    return datafusion::common::exec_err!("width argument must not be NULL");
+                };
                 width = match value.trim().parse::<i64>() {
                     Ok(w) => Some(w),
                     Err(_) => return datafusion::common::exec_err!("invalid width argument \"{value}\""),
@@ -153,7 +155,11 @@ fn format_one(format: &str, values: &[Option<&str>]) -> DfResult<String> {
         };
         // Postgres: a width past int's range is an error; Weir also bounds the padding.
         if width.is_some_and(|w| w.unsigned_abs() > i32::MAX as u64) {
-            return Err(crate::error::WeirError::new(crate::error::SqlState::NUMERIC_VALUE_OUT_OF_RANGE, "number is out of range").into());
+            return Err(crate::error::WeirError::new(
+                crate::error::SqlState::NUMERIC_VALUE_OUT_OF_RANGE,
+                "number is out of range",
+            )
+            .into());
         }
         let pad = width.map_or(0, |w| (w.unsigned_abs() as usize).saturating_sub(text.chars().count()));
         if pad > MAX_FORMAT_PADDING {
@@ -177,22 +183,157 @@ fn format_one(format: &str, values: &[Option<&str>]) -> DfResult<String> {
 /// Postgres 15's keywords that are not unreserved (reserved, type or function names, column
 /// names), sorted: an identifier spelled like one must be quoted.
 const RESERVED_KEYWORDS: &[&str] = &[
-    "all", "analyse", "analyze", "and", "any", "array", "as", "asc", "asymmetric", "authorization", "between",
-    "bigint", "binary", "bit", "boolean", "both", "case", "cast", "char", "character", "check", "coalesce",
-    "collate", "collation", "column", "concurrently", "constraint", "create", "cross", "current_catalog",
-    "current_date", "current_role", "current_schema", "current_time", "current_timestamp", "current_user", "dec",
-    "decimal", "default", "deferrable", "desc", "distinct", "do", "else", "end", "except", "exists", "extract",
-    "false", "fetch", "float", "for", "foreign", "freeze", "from", "full", "grant", "greatest", "group", "grouping",
-    "having", "ilike", "in", "initially", "inner", "inout", "int", "integer", "intersect", "interval", "into", "is",
-    "isnull", "join", "lateral", "leading", "least",
-    "left", "like", "limit", "localtime", "localtimestamp", "national", "natural", "nchar", "none",
-    "normalize", "not", "notnull", "null", "nullif", "numeric", "offset", "on", "only", "or", "order", "out",
-    "outer", "overlaps", "overlay", "placing", "position", "precision", "primary", "real", "references",
-    "returning", "right", "row", "select", "session_user", "setof", "similar", "smallint", "some", "substring",
-    "symmetric", "table", "tablesample", "then", "time", "timestamp", "to", "trailing", "treat",
-    "trim", "true", "union", "unique", "user", "using", "values", "varchar", "variadic", "verbose", "when",
-    "where", "window", "with", "xmlattributes", "xmlconcat", "xmlelement", "xmlexists", "xmlforest",
-    "xmlnamespaces", "xmlparse", "xmlpi", "xmlroot", "xmlserialize", "xmltable",
+    "all",
+    "analyse",
+    "analyze",
+    "and",
+    "any",
+    "array",
+    "as",
+    "asc",
+    "asymmetric",
+    "authorization",
+    "between",
+    "bigint",
+    "binary",
+    "bit",
+    "boolean",
+    "both",
+    "case",
+    "cast",
+    "char",
+    "character",
+    "check",
+    "coalesce",
+    "collate",
+    "collation",
+    "column",
+    "concurrently",
+    "constraint",
+    "create",
+    "cross",
+    "current_catalog",
+    "current_date",
+    "current_role",
+    "current_schema",
+    "current_time",
+    "current_timestamp",
+    "current_user",
+    "dec",
+    "decimal",
+    "default",
+    "deferrable",
+    "desc",
+    "distinct",
+    "do",
+    "else",
+    "end",
+    "except",
+    "exists",
+    "extract",
+    "false",
+    "fetch",
+    "float",
+    "for",
+    "foreign",
+    "freeze",
+    "from",
+    "full",
+    "grant",
+    "greatest",
+    "group",
+    "grouping",
+    "having",
+    "ilike",
+    "in",
+    "initially",
+    "inner",
+    "inout",
+    "int",
+    "integer",
+    "intersect",
+    "interval",
+    "into",
+    "is",
+    "isnull",
+    "join",
+    "lateral",
+    "leading",
+    "least",
+    "left",
+    "like",
+    "limit",
+    "localtime",
+    "localtimestamp",
+    "national",
+    "natural",
+    "nchar",
+    "none",
+    "normalize",
+    "not",
+    "notnull",
+    "null",
+    "nullif",
+    "numeric",
+    "offset",
+    "on",
+    "only",
+    "or",
+    "order",
+    "out",
+    "outer",
+    "overlaps",
+    "overlay",
+    "placing",
+    "position",
+    "precision",
+    "primary",
+    "real",
+    "references",
+    "returning",
+    "right",
+    "row",
+    "select",
+    "session_user",
+    "setof",
+    "similar",
+    "smallint",
+    "some",
+    "substring",
+    "symmetric",
+    "table",
+    "tablesample",
+    "then",
+    "time",
+    "timestamp",
+    "to",
+    "trailing",
+    "treat",
+    "trim",
+    "true",
+    "union",
+    "unique",
+    "user",
+    "using",
+    "values",
+    "varchar",
+    "variadic",
+    "verbose",
+    "when",
+    "where",
+    "window",
+    "with",
+    "xmlattributes",
+    "xmlconcat",
+    "xmlelement",
+    "xmlexists",
+    "xmlforest",
+    "xmlnamespaces",
+    "xmlparse",
+    "xmlpi",
+    "xmlroot",
+    "xmlserialize",
+    "xmltable",
 ];
 
 /// `quote_ident(text)`: [`quote_ident`] of each value.
@@ -345,7 +486,11 @@ fn pattern_pieces(pattern: &str) -> Option<Vec<PatternPiece>> {
                 let width = (!fill_mode && matches!(*name, "MONTH" | "DAY")).then_some(9);
                 if case != NameCase::AsWritten || width.is_some() {
                     if !out.is_empty() {
-                        pieces.push(PatternPiece { chrono: std::mem::take(&mut out), case: NameCase::AsWritten, width: None });
+                        pieces.push(PatternPiece {
+                            chrono: std::mem::take(&mut out),
+                            case: NameCase::AsWritten,
+                            width: None,
+                        });
                     }
                     pieces.push(PatternPiece { chrono: chrono.to_string(), case, width });
                     continue;
@@ -392,7 +537,10 @@ pub fn rewrite_datetime_patterns(statement: &mut datafusion::sql::sqlparser::ast
     struct KeepToCharNames;
     impl VisitorMut for KeepToCharNames {
         type Break = ();
-        fn pre_visit_select(&mut self, select: &mut datafusion::sql::sqlparser::ast::Select) -> std::ops::ControlFlow<()> {
+        fn pre_visit_select(
+            &mut self,
+            select: &mut datafusion::sql::sqlparser::ast::Select,
+        ) -> std::ops::ControlFlow<()> {
             // Only where `to_char` is no other column's name (names in a plan are unique).
             let named_to_char = |item: &SelectItem| match item {
                 SelectItem::UnnamedExpr(Expr::Function(f)) => {

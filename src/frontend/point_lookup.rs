@@ -210,7 +210,8 @@ impl PointLookup {
                 self.relation.rows_with_keys(self.store.as_ref(), &arrays)?.project(&self.scanned)?
             }
             Source::Index { index, values: sources, columns } => {
-                let Some(index) = self.relation.indexes().into_iter().find(|i| i.def.id == *index && i.readable_index())
+                let Some(index) =
+                    self.relation.indexes().into_iter().find(|i| i.def.id == *index && i.readable_index())
                 else {
                     return Ok(None);
                 };

@@ -33,6 +33,11 @@
 //! What the join keeps in memory besides its state is its checkpoint record
 //! ([`Operator::save_index`]): the keys by close time, each side's next row number and its rows
 //! by time. The rows cache is only a cache, and starts empty after a restore.
+//!
+//! A side whose rows expire by such a bound and only ever arrive, in an inner join with no
+//! window key (q7's bids), keeps its rows in memory instead ([`ExpiringRows`], ADR 22): each
+//! row costs no store write or delete of its own, and a checkpoint writes the rows that arrived
+//! since the last one as a few large values. Its part of the record is then that component's.
 
 use std::collections::BTreeMap;
 
@@ -49,6 +54,7 @@ use super::eval::evaluate;
 use super::filter::Filter;
 use super::operator::Operator;
 use crate::error::{Result, WeirError};
+use crate::state::expiring_rows::ExpiringRows;
 use crate::state::index_codec::{IndexReader, IndexWriter};
 use crate::state::keyed::{decode_count, Flush, KeyedState};
 use crate::state::keys_by_time::KeysByTime;
@@ -126,9 +132,18 @@ struct Side {
     next_row: u64,
     /// Keeps `key ++ 0`, its row count per key (all but an inner join's append-only sides).
     counted: bool,
-    /// With a [`JoinInterval`] under which this side's rows expire: its time column, and the
-    /// state keys of its rows by their time (`key_len` with each), to delete them by.
-    expiry: Option<(usize, RowsByTime)>,
+    /// With a [`JoinInterval`] under which this side's rows expire: its time column, and how
+    /// its rows are found by time.
+    expiry: Option<(usize, Expiry)>,
+}
+
+/// How a side whose rows expire by time keeps them.
+enum Expiry {
+    /// In its state table, with the state keys of its rows by their time (`key_len` with each),
+    /// to delete them by.
+    Stored(RowsByTime),
+    /// In memory, checkpointed in segments: an inner join's append-only side.
+    InMemory(ExpiringRows),
 }
 
 /// State keys of rows (each with its join key's length), by the rows' time. A time's rows are
@@ -186,7 +201,12 @@ impl RowsByTime {
                 let stored = record.slice()?;
                 match usize::try_from(record.u64()?) {
                     Ok(key_len) if key_len <= stored.len() => by_time.add(time, stored, key_len),
-                    _ => return Err(crate::state::index_codec::corrupt(what, "a join key longer than its row's state key")),
+                    _ => {
+                        return Err(crate::state::index_codec::corrupt(
+                            what,
+                            "a join key longer than its row's state key",
+                        ))
+                    }
                 }
             }
         }
@@ -247,6 +267,9 @@ impl Side {
 
     /// This side's rows with join key `key`, with multiplicities.
     fn matches(&mut self, key: &[u8]) -> Result<Vec<(Vec<u8>, i64)>> {
+        if let Some((_, Expiry::InMemory(rows))) = &self.expiry {
+            return Ok(rows.rows(key));
+        }
         if let Some(rows) = self.rows_cache.get(key) {
             return Ok(rows.clone());
         }
@@ -274,9 +297,19 @@ impl Side {
         Ok(rows)
     }
 
-    /// Adds (`sign` 1) or removes (`sign` -1) one row with join key `key`; returns the state
-    /// key the row is stored under.
-    fn update(&mut self, key: &[u8], row: &[u8], sign: i64) -> Result<Vec<u8>> {
+    /// Adds (`sign` 1) or removes (`sign` -1) one row with join key `key` and, if this side's
+    /// rows expire, time `time` (None: NULL, which never passes the time bound, so a row kept
+    /// in memory is not kept at all).
+    fn update(&mut self, key: &[u8], row: &[u8], sign: i64, time: Option<i64>) -> Result<()> {
+        if let Some((_, Expiry::InMemory(rows))) = &mut self.expiry {
+            if sign < 0 {
+                return Err(WeirError::internal("a join input derived as append-only retracted a row"));
+            }
+            if let Some(time) = time {
+                rows.add(time, key, row);
+            }
+            return Ok(());
+        }
         let stored = if self.append_only {
             if sign < 0 {
                 return Err(WeirError::internal("a join input derived as append-only retracted a row"));
@@ -311,14 +344,23 @@ impl Side {
                 self.forget(key);
             }
         }
-        Ok(stored)
+        if let (Some((_, Expiry::Stored(by_time))), Some(time), true) = (&mut self.expiry, time, sign > 0) {
+            by_time.add(time, &stored, key.len());
+        }
+        Ok(())
     }
 
     /// Deletes this side's rows whose time is below `below` (see [`Side::expiry`]). `present`:
     /// each is certainly still stored, once (an append-only side with nothing else deleting).
     fn expire(&mut self, below: i64, present: bool) -> Result<()> {
-        let Some((_, by_time)) = &mut self.expiry else { return Ok(()) };
-        let expired = by_time.take_below(below);
+        let expired = match &mut self.expiry {
+            None => return Ok(()),
+            Some((_, Expiry::InMemory(rows))) => {
+                rows.expire(below);
+                return Ok(());
+            }
+            Some((_, Expiry::Stored(by_time))) => by_time.take_below(below),
+        };
         for row in expired.rows() {
             let (stored, key_len) = row?;
             let count = match (present, self.append_only) {
@@ -346,23 +388,52 @@ impl Side {
         }
     }
 
-    /// Adds this side's part of the join's checkpoint record: its next row number and its rows
-    /// by time (none when they do not expire).
+    /// Writes this side's state that is not in its table into `wb`: its writes, and at a
+    /// checkpoint the rows it keeps in memory.
+    fn flush(&mut self, wb: &mut WriteBatch, flush: Flush) {
+        self.state.flush(wb, flush);
+        if let Some((_, Expiry::InMemory(rows))) = &mut self.expiry {
+            rows.flush(wb, flush);
+        }
+    }
+
+    /// Adds this side's part of the join's checkpoint record: its next row number, then its
+    /// rows by time (none when they do not expire), or what its rows in memory need.
     fn save_index(&self, record: &mut IndexWriter) {
         record.u64(self.next_row);
         match &self.expiry {
-            Some((_, rows)) => rows.write(record),
+            Some((_, Expiry::Stored(rows))) => rows.write(record),
+            Some((_, Expiry::InMemory(rows))) => rows.save(record),
             None => RowsByTime::default().write(record),
         }
     }
 
-    /// Reads back what [`Side::save_index`] wrote; `what` names the join, for errors.
+    /// Reads back what [`Side::save_index`] wrote; `what` names the join, for errors. A record
+    /// of format 1 has a side now kept in memory in its table, with its rows by time: they
+    /// move into memory here and leave the table at the next flush.
     fn restore_index(&mut self, record: &mut IndexReader, what: &str) -> Result<()> {
         self.next_row = record.u64()?;
-        let rows = RowsByTime::read(record, what)?;
+        if let (Some((_, Expiry::InMemory(rows))), 2..) = (&mut self.expiry, record.format()) {
+            return rows.restore(record);
+        }
+        let by_time = RowsByTime::read(record, what)?;
         match &mut self.expiry {
-            Some((_, by_time)) => *by_time = rows,
-            None if rows.is_empty() => {}
+            Some((_, Expiry::Stored(stored))) => *stored = by_time,
+            Some((_, Expiry::InMemory(_))) => {
+                for (&time, (count, rows)) in &by_time.0 {
+                    let mut reader = IndexReader::fragment(rows.as_bytes(), what);
+                    for _ in 0..*count {
+                        let stored = reader.slice()?;
+                        let key_len = reader.u64()? as usize;
+                        let Some(row) = self.state.get(stored, key_len)? else { continue };
+                        self.state.delete(stored, key_len);
+                        if let Some((_, Expiry::InMemory(kept))) = &mut self.expiry {
+                            kept.add(time, &stored[..key_len], &row);
+                        }
+                    }
+                }
+            }
+            None if by_time.is_empty() => {}
             None => {
                 return Err(crate::state::index_codec::corrupt(
                     what,
@@ -388,6 +459,8 @@ pub struct HashJoin {
     watermark: Option<i64>,
     /// Join keys by the close time of their window.
     open: KeysByTime,
+    /// Which of the view's shards this is.
+    shard: u16,
 }
 
 impl HashJoin {
@@ -422,6 +495,7 @@ impl HashJoin {
             interval: None,
             watermark: None,
             open: KeysByTime::default(),
+            shard: 0,
         })
     }
 
@@ -435,6 +509,13 @@ impl HashJoin {
         self
     }
 
+    /// Tells the join which of the view's shards it is (its rows kept in memory are stored
+    /// under that number).
+    pub fn with_shard(mut self, shard: usize) -> HashJoin {
+        self.shard = shard as u16;
+        self
+    }
+
     /// Makes this a join on a window bound, whose state is freed as windows become final.
     pub fn with_window(mut self, window: JoinWindow) -> HashJoin {
         self.window = Some(window);
@@ -442,11 +523,21 @@ impl HashJoin {
     }
 
     /// Gives the join a bound on its sides' times, under which rows that can no longer match
-    /// are deleted as the watermark moves.
+    /// are deleted as the watermark moves (after [`HashJoin::with_append_only_inputs`],
+    /// [`HashJoin::with_window`] and [`HashJoin::with_shard`]: an inner join's append-only
+    /// side without a window key keeps its rows in memory).
     pub fn with_interval(mut self, interval: JoinInterval) -> HashJoin {
+        let what = self.describe();
+        let windowed = self.window.is_some();
         for (side, s) in self.sides.iter_mut().enumerate() {
             if interval.expires(side) {
-                s.expiry = Some((interval.columns[side], RowsByTime::default()));
+                let expiry = if s.append_only && !s.counted && !windowed {
+                    let (table, store) = s.state.table();
+                    Expiry::InMemory(ExpiringRows::new(table, store, self.shard, &what))
+                } else {
+                    Expiry::Stored(RowsByTime::default())
+                };
+                s.expiry = Some((interval.columns[side], expiry));
             }
         }
         self.interval = Some(interval);
@@ -482,16 +573,16 @@ impl Operator for HashJoin {
             Some(w) => format!(", window {}", self.sides[0].keys[w.key_index]),
             None => String::new(),
         };
-        let expiring: Vec<&str> = ["left", "right"]
+        let expiring: Vec<String> = ["left", "right"]
             .into_iter()
             .zip(&self.sides)
-            .filter_map(|(name, side)| side.expiry.as_ref().map(|_| name))
+            .filter_map(|(name, side)| match &side.expiry {
+                Some((_, Expiry::InMemory(_))) => Some(format!("{name} rows expire by time (in memory)")),
+                Some((_, Expiry::Stored(_))) => Some(format!("{name} rows expire by time")),
+                None => None,
+            })
             .collect();
-        let interval = if expiring.is_empty() {
-            String::new()
-        } else {
-            format!(", {} rows expire by time", expiring.join(" and "))
-        };
+        let interval = expiring.iter().map(|e| format!(", {e}")).collect::<String>();
         format!(
             "HashJoin: {} on [{}] = [{}]{residual}{window}{interval}",
             self.join_type,
@@ -551,12 +642,8 @@ impl Operator for HashJoin {
                     }
                 }
             }
-            let stored = self.sides[this].update(&key, &row, sign)?;
-            if let (Some(times), Some((_, by_time))) = (&times, &mut self.sides[this].expiry) {
-                if sign > 0 && times.is_valid(i) {
-                    by_time.add(times.value(i), &stored, key.len());
-                }
-            }
+            let time = times.as_ref().and_then(|t| t.is_valid(i).then(|| t.value(i)));
+            self.sides[this].update(&key, &row, sign, time)?;
         }
         if pairs.is_empty() {
             return Ok(vec![]);
@@ -594,7 +681,7 @@ impl Operator for HashJoin {
 
     fn flush_state(&mut self, wb: &mut WriteBatch, flush: Flush) {
         for side in &mut self.sides {
-            side.state.flush(wb, flush);
+            side.flush(wb, flush);
         }
     }
 
@@ -607,7 +694,14 @@ impl Operator for HashJoin {
         }
         let mut record = IndexWriter::default();
         // q7 writes megabytes here at every checkpoint barrier: one allocation, not a doubling.
-        let rows: usize = self.sides.iter().filter_map(|s| s.expiry.as_ref()).map(|(_, r)| r.record_len()).sum();
+        let rows: usize = self
+            .sides
+            .iter()
+            .filter_map(|s| match &s.expiry {
+                Some((_, Expiry::Stored(rows))) => Some(rows.record_len()),
+                _ => None,
+            })
+            .sum();
         record.reserve(rows + 64);
         self.open.write(&mut record);
         for side in &self.sides {
@@ -758,7 +852,7 @@ mod tests {
     fn rows_no_future_partner_can_meet_expire() {
         // Left: (price, date_time); right: (maxprice, window_end), a window bound.
         let mut j = q7_like_join(&new_store());
-        assert!(j.describe().ends_with("left rows expire by time"), "{}", j.describe());
+        assert!(j.describe().ends_with("left rows expire by time (in memory)"), "{}", j.describe());
         step(&mut j, 0, "I S\n+ 7 1\n+ 7 15\n+ 8 3");
         // Rows stored on `side` for prices 7 and 8.
         let stored_on = |j: &mut HashJoin, side: usize| -> usize {
@@ -830,22 +924,85 @@ mod tests {
         );
     }
 
+    /// The q7-like join with its left rows in the state table, as builds before format 2 of
+    /// the checkpoint record kept them.
+    fn q7_like_join_stored(store: &Arc<dyn StateStore>) -> HashJoin {
+        let mut j = q7_like_join(store);
+        for side in &mut j.sides {
+            if let Some((column, Expiry::InMemory(_))) = side.expiry {
+                side.expiry = Some((column, Expiry::Stored(RowsByTime::default())));
+            }
+        }
+        j
+    }
+
+    const Q7_LIKE_EPOCHS: &[&[crate::operators::operator::testing::Event]] = {
+        use crate::operators::operator::testing::Event::{Changes, Watermark};
+        &[
+            &[Changes(0, "I S\n+ 7 1\n+ 7 15\n+ 8 3")],
+            &[Changes(1, "I S\n+ 7 10"), Changes(0, "I S\n+ 8 14")],
+            &[Watermark(12 * S)],
+            &[Changes(1, "I S\n+ 7 20\n+ 8 20"), Changes(0, "I S\n+ 7 25")],
+            &[Watermark(30 * S)],
+            &[Changes(1, "I S\n+ 7 40\n+ 8 40")],
+        ]
+    };
+
     /// Restored from a checkpoint, a join with a time bound deletes the rows stored before the
     /// restart once no future partner can meet them (a row arriving late then meets only the
-    /// rows kept).
+    /// rows kept), whether it keeps them in its table or in memory.
     #[test]
     fn a_restored_join_expires_the_rows_it_had() {
-        use crate::operators::operator::testing::{assert_restore_continues, Event::Changes, Event::Watermark};
-        assert_restore_continues(
-            &|store| Box::new(q7_like_join(store)),
-            &[
-                &[Changes(0, "I S\n+ 7 1\n+ 7 15\n+ 8 3")],
-                &[Changes(1, "I S\n+ 7 10"), Changes(0, "I S\n+ 8 14")],
-                &[Watermark(12 * S)],
-                &[Changes(1, "I S\n+ 7 20\n+ 8 20"), Changes(0, "I S\n+ 7 25")],
-                &[Watermark(30 * S)],
-                &[Changes(1, "I S\n+ 7 40\n+ 8 40")],
-            ],
-        );
+        use crate::operators::operator::testing::{assert_restore_continues, assert_restore_continues_in_outputs};
+        assert_restore_continues(&|store| Box::new(q7_like_join_stored(store)), Q7_LIKE_EPOCHS);
+        assert_restore_continues_in_outputs(&|store| Box::new(q7_like_join(store)), Q7_LIKE_EPOCHS);
+    }
+
+    /// A checkpoint of a build that kept the rows in the state table (record format 1) restores
+    /// into a join that keeps them in memory: it continues like one that never stopped, and
+    /// its next checkpoint leaves only segments in the table.
+    #[test]
+    fn rows_of_a_format_1_checkpoint_move_into_memory() {
+        use crate::operators::operator::testing::{checkpoint, restore, step};
+        use crate::state::store::ScanControl;
+        let epochs = ["I S\n+ 7 1\n+ 7 15\n+ 8 3", "I S\n+ 7 16\n+ 9 17"];
+        let probes = ["I S\n+ 7 20", "I S\n+ 8 20\n+ 9 20"];
+        let never_stopped_store = new_store();
+        let mut never_stopped = q7_like_join_stored(&never_stopped_store);
+        let store = new_store();
+        let mut old = q7_like_join_stored(&store);
+        for epoch in epochs {
+            step(&mut never_stopped, &never_stopped_store, epoch);
+            step(&mut old, &store, epoch);
+        }
+        let mut record = checkpoint(&mut old, &store).expect("a record");
+        record[0] = 1;
+        drop(old);
+        let mut new = q7_like_join(&store);
+        restore(&mut new, Some(record));
+        for (watermark, probe) in [(12 * S, probes[0]), (14 * S, probes[1])] {
+            never_stopped.on_watermark(watermark);
+            new.on_watermark(watermark);
+            let mut expected: Vec<String> =
+                never_stopped.apply(1, from_pretty(probe)).unwrap().iter().map(|b| b.to_pretty()).collect();
+            let mut got: Vec<String> =
+                new.apply(1, from_pretty(probe)).unwrap().iter().map(|b| b.to_pretty()).collect();
+            expected.sort();
+            got.sort();
+            assert_eq!(got, expected);
+            assert!(!got.is_empty());
+            never_stopped.on_barrier().unwrap();
+            new.on_barrier().unwrap();
+        }
+        checkpoint(&mut new, &store);
+        // The left side's table (id 1) holds its segment and nothing else.
+        let mut left_keys = Vec::new();
+        store
+            .scan_prefix(&1u32.to_be_bytes(), &mut |k, _| {
+                left_keys.push(k[6]);
+                Ok(ScanControl::Continue)
+            })
+            .unwrap();
+        assert_eq!(left_keys, vec![0xff]);
     }
 }

@@ -206,6 +206,18 @@ pub(crate) mod testing {
     /// checkpoint: each epoch after the restart sees the same changes, late rows and open
     /// windows, and the state the two checkpoint at the end is the same.
     pub fn assert_restore_continues(make: &MakeOperator<'_>, epochs: &[&[Event]]) {
+        restore_continues(make, epochs, true)
+    }
+
+    /// [`assert_restore_continues`] for an operator whose stored state depends on when
+    /// checkpoints were taken, not only on what it holds (rows kept in segments written at
+    /// each checkpoint, `state::expiring_rows`): the epochs after each restart see the same
+    /// changes, late rows and open windows; the stored state at the end is not compared.
+    pub fn assert_restore_continues_in_outputs(make: &MakeOperator<'_>, epochs: &[&[Event]]) {
+        restore_continues(make, epochs, false)
+    }
+
+    fn restore_continues(make: &MakeOperator<'_>, epochs: &[&[Event]], same_final_state: bool) {
         let mut never_stopped = Running::new(make);
         let seen: Vec<Seen> = epochs.iter().map(|events| never_stopped.epoch(events)).collect();
         let final_state = never_stopped.checkpointed_state();
@@ -220,7 +232,7 @@ pub(crate) mod testing {
                 assert_eq!(restarted.epoch(events), seen[i], "epoch {epoch}, restarted after epoch {restart_after}");
             }
             assert!(
-                restarted.checkpointed_state() == final_state,
+                !same_final_state || restarted.checkpointed_state() == final_state,
                 "the state at the end differs, restarted after epoch {restart_after}"
             );
         }

@@ -71,11 +71,13 @@ pub fn into_response(result: StatementResult, format: &Format, zone: Option<Stri
             let row_fields = Arc::clone(&fields);
             let rows = batches
                 .map(move |batch| {
-                    let rows: Box<dyn Iterator<Item = PgWireResult<_>> + Send + Sync> =
-                        match batch.map_err(WeirError::from).and_then(|b| postgres_text(b, &row_fields, zone.as_deref())) {
-                            Ok(batch) => encode_recordbatch(Arc::clone(&row_fields), batch),
-                            Err(e) => Box::new(std::iter::once(Err::<_, PgWireError>(e.into_pg()))),
-                        };
+                    let rows: Box<dyn Iterator<Item = PgWireResult<_>> + Send + Sync> = match batch
+                        .map_err(WeirError::from)
+                        .and_then(|b| postgres_text(b, &row_fields, zone.as_deref()))
+                    {
+                        Ok(batch) => encode_recordbatch(Arc::clone(&row_fields), batch),
+                        Err(e) => Box::new(std::iter::once(Err::<_, PgWireError>(e.into_pg()))),
+                    };
                     stream::iter(rows)
                 })
                 .flatten();
@@ -102,8 +104,7 @@ pub fn into_response(result: StatementResult, format: &Format, zone: Option<Stri
 pub fn postgres_text(batch: RecordBatch, fields: &[FieldInfo], zone: Option<&str>) -> Result<RecordBatch, WeirError> {
     let batch = jsonb_binary(batch, fields)?;
     let needs = |i: usize, dt: &DataType| {
-        fields.get(i).is_some_and(|f| f.format() == FieldFormat::Text)
-            && crate::types::pg_text::has_pg_text(dt)
+        fields.get(i).is_some_and(|f| f.format() == FieldFormat::Text) && crate::types::pg_text::has_pg_text(dt)
     };
     if !batch.schema().fields().iter().enumerate().any(|(i, f)| needs(i, f.data_type())) {
         return Ok(batch);
@@ -124,9 +125,8 @@ pub fn postgres_text(batch: RecordBatch, fields: &[FieldInfo], zone: Option<&str
 
 /// `batch` with its string columns announced as `jsonb` in binary format as jsonb's binary form.
 fn jsonb_binary(batch: RecordBatch, fields: &[FieldInfo]) -> Result<RecordBatch, WeirError> {
-    let is_jsonb = |i: usize| {
-        fields.get(i).is_some_and(|f| f.format() == FieldFormat::Binary && f.datatype() == &Type::JSONB)
-    };
+    let is_jsonb =
+        |i: usize| fields.get(i).is_some_and(|f| f.format() == FieldFormat::Binary && f.datatype() == &Type::JSONB);
     if !(0..batch.num_columns()).any(is_jsonb) {
         return Ok(batch);
     }

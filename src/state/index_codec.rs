@@ -14,8 +14,14 @@ use std::collections::BTreeMap;
 
 use crate::error::{Result, SqlState, WeirError};
 
-/// The record format this build writes.
-pub const FORMAT: u8 = 1;
+/// The record format this build writes. Format 2 (ADR 22) changed one operator's part only: a
+/// join side whose rows expire by time and only arrive keeps them in memory and stores them in
+/// segments, so its part of the join's record is its segment count and expiry bound instead of
+/// its rows by time; every other field is as in format 1, which is still read.
+pub const FORMAT: u8 = 2;
+
+/// The oldest record format this build reads.
+pub const OLDEST_FORMAT: u8 = 1;
 
 /// Builds one record.
 pub struct IndexWriter {
@@ -99,21 +105,37 @@ impl IndexWriter {
 pub struct IndexReader<'a> {
     rest: &'a [u8],
     what: &'a str,
+    format: u8,
 }
 
 impl<'a> IndexReader<'a> {
     /// A reader of a fragment's bytes ([`IndexWriter::fragment`]).
     pub fn fragment(part: &'a [u8], what: &'a str) -> IndexReader<'a> {
-        IndexReader { rest: part, what }
+        IndexReader { rest: part, what, format: FORMAT }
     }
 
     /// A reader of `record`, which belongs to `what` (an operator's description, for errors).
     pub fn new(record: &'a [u8], what: &'a str) -> Result<IndexReader<'a>> {
         match record.split_first() {
-            Some((&FORMAT, rest)) => Ok(IndexReader { rest, what }),
-            Some((other, _)) => Err(corrupt(what, &format!("record format {other}, this build reads {FORMAT}"))),
+            Some((&format, rest)) if (OLDEST_FORMAT..=FORMAT).contains(&format) => {
+                Ok(IndexReader { rest, what, format })
+            }
+            Some((other, _)) => {
+                Err(corrupt(what, &format!("record format {other}, this build reads {OLDEST_FORMAT} to {FORMAT}")))
+            }
             None => Err(corrupt(what, "an empty record")),
         }
+    }
+
+    /// The format the record was written in (a fragment's: this build's).
+    pub fn format(&self) -> u8 {
+        self.format
+    }
+
+    /// How many bytes are left to read (the offset of what comes next is the record's length
+    /// less this).
+    pub fn remaining(&self) -> usize {
+        self.rest.len()
     }
 
     fn take(&mut self, n: usize) -> Result<&'a [u8]> {
@@ -201,7 +223,8 @@ mod tests {
         assert_eq!(r.keys_by_time().unwrap(), map);
         r.finish().unwrap();
         // Cut short, extended, another format: each an error, never a different index.
-        for bad in [&record[..record.len() - 1], &[record.as_slice(), &[0]].concat()[..], &[2u8, 0][..], &[][..]] {
+        for bad in [&record[..record.len() - 1], &[record.as_slice(), &[0]].concat()[..], &[FORMAT + 1, 0][..], &[][..]]
+        {
             let read = IndexReader::new(bad, "test").and_then(|mut r| {
                 r.u64()?;
                 r.opt_i64()?;

@@ -404,6 +404,13 @@ impl KeyedState {
         Ok(self)
     }
 
+    /// The table's id and store, for a component that keeps some of the table's values itself
+    /// and writes them straight into a flush's batch ([`super::expiring_rows::ExpiringRows`]);
+    /// its keys must never be written through this table too.
+    pub fn table(&self) -> (TableId, Arc<dyn StateStore>) {
+        (self.table_id, Arc::clone(&self.store))
+    }
+
     /// How many entries the cache holds at most (a budget other caches of the operator follow).
     pub fn capacity(&self) -> usize {
         self.capacity
@@ -854,7 +861,8 @@ impl KeyedState {
     /// values to the cache. A prefix written again meanwhile is pending since the last barrier
     /// (for settling).
     fn forget_landed(&mut self, tag: u8) {
-        let KeyedState { pending, in_flight, stored, cache, capacity, settle_after, pending_since, barriers, .. } = self;
+        let KeyedState { pending, in_flight, stored, cache, capacity, settle_after, pending_since, barriers, .. } =
+            self;
         for prefix in std::mem::take(&mut in_flight[tag as usize - 1]) {
             let Some(inner) = pending.get_mut(&prefix) else { continue };
             inner.retain(|rest, p| {
@@ -894,7 +902,12 @@ impl KeyedState {
     }
 
     /// Remembers `key`'s committed value in `cache`, emptying it first when full.
-    fn remember_in(cache: &mut HashMap<Vec<u8>, Option<Vec<u8>>>, capacity: usize, key: Vec<u8>, value: Option<Vec<u8>>) {
+    fn remember_in(
+        cache: &mut HashMap<Vec<u8>, Option<Vec<u8>>>,
+        capacity: usize,
+        key: Vec<u8>,
+        value: Option<Vec<u8>>,
+    ) {
         if cache.len() >= capacity {
             cache.clear();
         }

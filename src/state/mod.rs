@@ -12,11 +12,14 @@
 //! - [`keyed`]: [`KeyedState`](keyed::KeyedState), an operator's state table with a write-back
 //!   cache; [`keys_by_time`] and [`rows_by_time`], the shared indexes of state that waits for a
 //!   time (the watermark, `now()`); [`index_codec`], the records operators checkpoint.
+//! - [`expiring_rows`]: rows that only arrive and leave by time, kept in memory and checkpointed
+//!   as segments (a time-bounded join's append-only side).
 //! - [`multiset`]: rows kept with their multiplicity (a view's rows, an index's entries).
 //! - [`keys`]: the key layout shared by all of the above (table id, vnode, key bytes).
 //!
 //! Callers: the catalog (table rows and catalog entries) and the streaming operators.
 
+pub mod expiring_rows;
 pub mod held_writes;
 pub mod index_codec;
 pub mod keyed;

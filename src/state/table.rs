@@ -130,10 +130,7 @@ impl StateTable {
     pub fn vnode_of_prefix(&self, values: &[ScalarValue]) -> Result<Option<u16>> {
         match &self.distribution {
             Some((codec, n)) if values.len() >= *n => {
-                let columns = values[..*n]
-                    .iter()
-                    .map(|v| v.to_array())
-                    .collect::<std::result::Result<Vec<_>, _>>()?;
+                let columns = values[..*n].iter().map(|v| v.to_array()).collect::<std::result::Result<Vec<_>, _>>()?;
                 Ok(Some(vnode_of(codec.convert_columns(&columns)?.row(0).as_ref())))
             }
             _ => Ok(None),
@@ -472,7 +469,8 @@ impl StateTable {
         let mut small_rows = 0;
         let mut read = 0usize;
         let mut stopped = false;
-        let whole = KeyRange { start: table_prefix(self.table_id).to_vec(), end: prefix_end(&table_prefix(self.table_id)) };
+        let whole =
+            KeyRange { start: table_prefix(self.table_id).to_vec(), end: prefix_end(&table_prefix(self.table_id)) };
         store.scan_ranges_once(std::slice::from_ref(&whole), &mut |_, v| {
             if read >= limit {
                 return Ok(ScanControl::Stop);
@@ -562,11 +560,11 @@ pub fn decode_ipc(bytes: &[u8]) -> std::result::Result<Vec<RecordBatch>, String>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::keys::row_key;
     use crate::state::memory::MemoryStore;
     use crate::state::store::WriteOp;
     use datafusion::arrow::array::{Int64Array, StringArray};
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
-    use crate::state::keys::row_key;
 
     fn people(ids: &[i64], names: &[&str]) -> RecordBatch {
         let schema = Arc::new(Schema::new(vec![

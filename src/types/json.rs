@@ -206,7 +206,11 @@ pub fn numbers_equal(a: &str, b: &str) -> bool {
             Some((int, frac)) => {
                 let frac = frac.trim_end_matches('0');
                 if frac.is_empty() {
-                    if int == "-0" { "0".to_string() } else { int.to_string() }
+                    if int == "-0" {
+                        "0".to_string()
+                    } else {
+                        int.to_string()
+                    }
                 } else {
                     format!("{int}.{frac}")
                 }
@@ -402,7 +406,8 @@ impl Parser<'_> {
                         Some(b'u') => {
                             self.at += 1;
                             let high = self.hex4()?;
-                            let code = if (0xD800..0xDC00).contains(&high) && self.bytes[self.at..].starts_with(b"\\u") {
+                            let code = if (0xD800..0xDC00).contains(&high) && self.bytes[self.at..].starts_with(b"\\u")
+                            {
                                 let at = self.at;
                                 self.at += 2;
                                 let low = self.hex4()?;
@@ -454,10 +459,16 @@ mod tests {
 
     #[test]
     fn jsonb_text_is_postgres_s() {
-        assert_eq!(jsonb(r#"{"bb":1,"a":[1, 2.50,{"z":null,"y":true}],"bb":2}"#), r#"{"a": [1, 2.50, {"y": true, "z": null}], "bb": 2}"#);
+        assert_eq!(
+            jsonb(r#"{"bb":1,"a":[1, 2.50,{"z":null,"y":true}],"bb":2}"#),
+            r#"{"a": [1, 2.50, {"y": true, "z": null}], "bb": 2}"#
+        );
         assert_eq!(jsonb(" \"x\\u00e9\\n\" "), "\"xé\\n\"");
         assert_eq!(jsonb("-0.5e+3"), "-500");
-        assert_eq!(jsonb("[1e2, 1.50, 1.0e1, 1e-2, -0, -0.0, 123.456e1, 0.000]"), "[100, 1.50, 10, 0.01, 0, 0.0, 1234.56, 0.000]");
+        assert_eq!(
+            jsonb("[1e2, 1.50, 1.0e1, 1e-2, -0, -0.0, 123.456e1, 0.000]"),
+            "[100, 1.50, 10, 0.01, 0, 0.0, 1234.56, 0.000]"
+        );
         assert_eq!(jsonb("{}"), "{}");
         assert_eq!(jsonb("[]"), "[]");
         assert_eq!(jsonb("\"\\ud83d\\ude00\""), "\"😀\"");
@@ -487,7 +498,11 @@ mod tests {
         assert_eq!(v.path([key("a"), key("b"), PathStep::Index(-3)]).map(Json::to_jsonb_text).as_deref(), Some("10"));
         assert_eq!(v.path([key("a"), key("b"), key("0")]).map(Json::to_jsonb_text).as_deref(), Some("10"));
         assert!(v.path([key("a"), key("b")]).unwrap().get(&key("0")).is_none(), "-> '0' on an array is NULL");
-        assert!(numbers_equal("1.0", "1") && numbers_equal("1e2", "100.00") && !numbers_equal("12345678901234567890", "12345678901234567891"));
+        assert!(
+            numbers_equal("1.0", "1")
+                && numbers_equal("1e2", "100.00")
+                && !numbers_equal("12345678901234567890", "12345678901234567891")
+        );
         assert_eq!(v.path([key("a"), key("b"), PathStep::Index(2)]).and_then(Json::as_text), None);
         assert!(v.path([key("nope")]).is_none());
         assert_eq!(v.get(&key("a")).map(Json::to_jsonb_text).as_deref(), Some(r#"{"b": [10, "x", null]}"#));

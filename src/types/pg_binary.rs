@@ -29,14 +29,17 @@ pub fn binary_to_text(bytes: &[u8], data_type: &DataType) -> Result<String> {
         },
         DataType::Int8 | DataType::Int16 | DataType::UInt8 => i16::from_be_bytes(fixed(bytes, "smallint")?).to_string(),
         DataType::Int32 | DataType::UInt16 => i32::from_be_bytes(fixed(bytes, "integer")?).to_string(),
-        DataType::Int64 | DataType::UInt32 | DataType::UInt64 => i64::from_be_bytes(fixed(bytes, "bigint")?).to_string(),
+        DataType::Int64 | DataType::UInt32 | DataType::UInt64 => {
+            i64::from_be_bytes(fixed(bytes, "bigint")?).to_string()
+        }
         DataType::Float16 | DataType::Float32 => f32::from_be_bytes(fixed(bytes, "real")?).to_string(),
         DataType::Float64 => f64::from_be_bytes(fixed(bytes, "double precision")?).to_string(),
         DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => String::from_utf8(bytes.to_vec())
             .map_err(|_| WeirError::new(SqlState("22021"), "invalid byte sequence for encoding \"UTF8\""))?,
         DataType::Date32 | DataType::Date64 => {
             let days = i32::from_be_bytes(fixed(bytes, "date")?) as i64 + POSTGRES_EPOCH_DAYS;
-            let date = chrono::DateTime::from_timestamp(days * 86_400, 0).ok_or_else(|| malformed("date out of range"))?;
+            let date =
+                chrono::DateTime::from_timestamp(days * 86_400, 0).ok_or_else(|| malformed("date out of range"))?;
             date.format("%Y-%m-%d").to_string()
         }
         DataType::Timestamp(_, tz) => {

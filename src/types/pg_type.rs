@@ -179,7 +179,9 @@ impl DeclaredType {
 
     /// The longest value a character type takes, in characters.
     pub fn max_length(self) -> Option<usize> {
-        matches!(self.oid, VARCHAR_OID | BPCHAR_OID).then_some(()).and((self.typmod >= 4).then(|| (self.typmod - 4) as usize))
+        matches!(self.oid, VARCHAR_OID | BPCHAR_OID)
+            .then_some(())
+            .and((self.typmod >= 4).then(|| (self.typmod - 4) as usize))
     }
 
     /// Precision and scale of a numeric type declared with them.

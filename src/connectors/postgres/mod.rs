@@ -240,7 +240,12 @@ impl PostgresSink {
         rows.chunks(ROWS_PER_STATEMENT)
             .map(|chunk| {
                 let tuples: Vec<String> = chunk.iter().map(|r| literal_tuple(r)).collect();
-                format!("INSERT INTO {} ({}) VALUES {}{on_conflict}", self.table, self.columns.join(", "), tuples.join(", "))
+                format!(
+                    "INSERT INTO {} ({}) VALUES {}{on_conflict}",
+                    self.table,
+                    self.columns.join(", "),
+                    tuples.join(", ")
+                )
             })
             .collect()
     }
@@ -316,7 +321,10 @@ fn values(batch: &RecordBatch) -> Result<Vec<Vec<Value>>> {
                 .map(|(f, c)| {
                     if c.is_null(row) {
                         None
-                    } else if matches!(c.data_type(), T::Binary | T::LargeBinary | T::BinaryView | T::FixedSizeBinary(_)) {
+                    } else if matches!(
+                        c.data_type(),
+                        T::Binary | T::LargeBinary | T::BinaryView | T::FixedSizeBinary(_)
+                    ) {
                         // Arrow prints bytes as bare hex; bytea's hex input starts \x.
                         Some(format!("\\x{}", f.value(row)))
                     } else {

@@ -35,12 +35,9 @@ pub async fn handle(fe: &Frontend, statement: Statement) -> Result<StatementResu
     let on_name = relation_name(&create.table_name)?;
     let on = fe.catalog().get(&on_name).ok_or_else(|| WeirError::undefined_table(&on_name))?;
     let column_of = |name: &str| {
-        on.schema.index_of(name).map_err(|_| {
-            WeirError::new(
-                SqlState::UNDEFINED_COLUMN,
-                format!("column \"{name}\" does not exist"),
-            )
-        })
+        on.schema
+            .index_of(name)
+            .map_err(|_| WeirError::new(SqlState::UNDEFINED_COLUMN, format!("column \"{name}\" does not exist")))
     };
     let mut keys = Vec::with_capacity(create.columns.len());
     for column in &create.columns {
@@ -80,18 +77,13 @@ pub async fn handle(fe: &Frontend, statement: Statement) -> Result<StatementResu
         None => {
             let names: Vec<&str> = keys.iter().map(|&c| on.schema.field(c).name().as_str()).collect();
             let base = format!("{}_{}_idx", on.def.name, names.join("_"));
-            (0..).map(|n| if n == 0 { base.clone() } else { format!("{base}{n}") })
+            (0..)
+                .map(|n| if n == 0 { base.clone() } else { format!("{base}{n}") })
                 .find(|candidate| !fe.catalog().name_taken(candidate))
                 .expect("a free name")
         }
     };
-    let request = IndexRequest {
-        name,
-        definition: statement.to_string(),
-        on,
-        key_columns: keys.len(),
-        columns,
-    };
+    let request = IndexRequest { name, definition: statement.to_string(), on, key_columns: keys.len(), columns };
     index::create(fe.catalog(), request, create.if_not_exists).await?;
     Ok(StatementResult::command("CREATE INDEX"))
 }
@@ -102,7 +94,10 @@ pub async fn drop(fe: &Frontend, names: Vec<String>, if_exists: bool) -> Result<
         match fe.catalog().get(name) {
             Some(r) if r.def.kind != crate::catalog::RelationKind::Index => {
                 return Err(WeirError::new(SqlState::WRONG_OBJECT_TYPE, format!("\"{name}\" is not an index"))
-                    .with_hint(format!("Use DROP {} to remove it.", super::drop::kind_name(r.def.kind).to_uppercase())));
+                    .with_hint(format!(
+                        "Use DROP {} to remove it.",
+                        super::drop::kind_name(r.def.kind).to_uppercase()
+                    )));
             }
             Some(_) => {}
             None if if_exists => {}

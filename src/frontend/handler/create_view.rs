@@ -81,7 +81,10 @@ pub fn check_planned_columns(relation: &crate::catalog::Relation, planned: &Sche
         _ => a == b,
     };
     let same = stored.len() == planned.fields().len()
-        && stored.iter().zip(planned.fields()).all(|(s, p)| s.name() == p.name() && same_type(s.data_type(), p.data_type()));
+        && stored
+            .iter()
+            .zip(planned.fields())
+            .all(|(s, p)| s.name() == p.name() && same_type(s.data_type(), p.data_type()));
     if same {
         return Ok(());
     }
@@ -115,16 +118,7 @@ pub fn build_view(
         .map(|r| r.def.parallelism)
         .filter(|p| *p > 0)
         .unwrap_or_else(|| session.streaming_parallelism());
-    build(
-        plan,
-        &session.ctx.state(),
-        fe.catalog(),
-        name,
-        view,
-        fe.streaming().operator_state,
-        parallelism,
-        options,
-    )
+    build(plan, &session.ctx.state(), fe.catalog(), name, view, fe.streaming().operator_state, parallelism, options)
 }
 
 /// What the view's clauses ask of its operators: its event-time clauses (`clauses`) and the

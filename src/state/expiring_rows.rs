@@ -1,0 +1,396 @@
+//! [`ExpiringRows`]: rows that only ever arrive, each leaving when its time falls below a bound
+//! that only grows (ADR 22). A time-bounded join's append-only side is one: q7's bids, deleted
+//! once no partner still to come can meet them.
+//!
+//! The rows live in memory: their bytes in *segments* (about [`SEGMENT_BYTES`] of rows one after
+//! another, each with its time and key), looked up by key through a map of row positions, and
+//! taken out by time through an index of keys by time. A checkpoint writes each segment filled
+//! since the last one as one store value (`[0xff][shard][segment number]` in the side's table,
+//! under one vnode), straight into the flush's batch, and deletes the stored segments whose
+//! rows have all expired. So a row costs one copy into a segment and its share of one store
+//! write, however long it lives; it is never put into the store, or deleted from it, on its own
+//! (as Arroyo's expiring time-key tables do, instead of RocksDB's per-row puts and tombstones).
+//! Bytes written per checkpoint follow the rows that arrived, not the rows alive.
+//!
+//! Memory is what the bound keeps alive (the join's time interval of rows), plus at most one
+//! segment per range of time still partly alive; nothing else bounds it, which is why only
+//! sides whose rows certainly expire are kept this way. With checkpoints off nothing is written
+//! and segments are dropped as their rows expire.
+//!
+//! Restore ([`ExpiringRows::restore`]) reads the shard's stored segments back and indexes the
+//! rows at or above the bound the checkpoint had ([`ExpiringRows::save`]); the checkpoint holds
+//! exactly the segments sealed by then, since a checkpoint seals the segment being filled.
+//!
+//! Invariants: every row in the key map is in a segment held in memory (a segment is dropped
+//! only once its latest time is below the bound, after the rows below it left the map); a
+//! segment number is never reused (the next one is in the checkpoint record); a stored segment
+//! is deleted from the store only at a checkpoint, together with the writes that make it dead.
+//!
+//! Called by `operators::hash_join` for such sides.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::index_codec::{corrupt, IndexReader, IndexWriter};
+use super::keyed::Flush;
+use super::keys::{row_key_in, vnode_of, TableId};
+use super::store::{ScanControl, StateStore, WriteBatch};
+use crate::error::Result;
+use crate::types::hash::HashMap;
+
+/// A segment is sealed, and written at the next checkpoint, once it holds this many bytes.
+pub const SEGMENT_BYTES: usize = 256 * 1024;
+
+/// The first byte of a stored segment's key: apart from any join key (arrow-row bytes of a
+/// non-NULL key start with 1 or 2; NULL keys are never stored).
+const SEGMENT_TAG: u8 = 0xff;
+
+/// Rows one after another (time, key, row), as they arrived; a stored one is a record of the
+/// index codec (format byte first), so it is versioned like the operators' records.
+struct Segment {
+    rows: IndexWriter,
+    count: u64,
+    /// The latest time of a row in it (MIN when empty).
+    latest: i64,
+    /// Whether the store holds it (written at a checkpoint, or read at a restore).
+    stored: bool,
+}
+
+impl Segment {
+    fn new() -> Segment {
+        Segment { rows: IndexWriter::default(), count: 0, latest: i64::MIN, stored: false }
+    }
+}
+
+/// Where a row is: its segment's number, the offset of its bytes there, and its time.
+#[derive(Clone, Copy, Debug)]
+struct RowAt {
+    segment: u64,
+    at: u32,
+    time: i64,
+}
+
+pub struct ExpiringRows {
+    table_id: TableId,
+    store: Arc<dyn StateStore>,
+    /// This shard's number, part of its segments' keys.
+    shard: u16,
+    /// Sealed segments, by number.
+    sealed: BTreeMap<u64, Segment>,
+    /// The segment rows are added to, numbered `open_number`.
+    open: Segment,
+    open_number: u64,
+    /// Each key's rows, in the order they arrived.
+    by_key: HashMap<Vec<u8>, Vec<RowAt>>,
+    /// The keys of rows by the rows' times (each key once per row), one encoded list per time.
+    keys_by_time: BTreeMap<i64, (u64, IndexWriter)>,
+    /// Rows with a time below this are gone.
+    expired_below: i64,
+    /// Stored segments whose rows have all expired, to delete at the next checkpoint.
+    dead: Vec<u64>,
+    /// What these rows belong to, for errors.
+    what: String,
+}
+
+impl ExpiringRows {
+    /// The rows of shard `shard`, whose segments go into `table_id` of `store`; `what` names
+    /// the operator, for errors.
+    pub fn new(table_id: TableId, store: Arc<dyn StateStore>, shard: u16, what: &str) -> ExpiringRows {
+        ExpiringRows {
+            table_id,
+            store,
+            shard,
+            sealed: BTreeMap::new(),
+            open: Segment::new(),
+            open_number: 0,
+            by_key: HashMap::default(),
+            keys_by_time: BTreeMap::new(),
+            expired_below: i64::MIN,
+            dead: Vec::new(),
+            what: what.to_string(),
+        }
+    }
+
+    /// The store key of segment `number`, or with None the prefix of all of this shard's.
+    fn segment_key(&self, number: Option<u64>) -> Vec<u8> {
+        let shard = [SEGMENT_TAG, (self.shard >> 8) as u8, self.shard as u8];
+        let mut key = row_key_in(self.table_id, vnode_of(&shard), &shard);
+        if let Some(number) = number {
+            key.extend_from_slice(&number.to_be_bytes());
+        }
+        key
+    }
+
+    /// Adds a row with join key `key` and time `time`.
+    pub fn add(&mut self, time: i64, key: &[u8], row: &[u8]) {
+        let segment = &mut self.open;
+        segment.rows.i64(time).bytes(key);
+        let at = segment.rows.as_bytes().len() as u32;
+        segment.rows.bytes(row);
+        segment.count += 1;
+        segment.latest = segment.latest.max(time);
+        self.index(RowAt { segment: self.open_number, at, time }, key);
+        if self.open.rows.as_bytes().len() >= SEGMENT_BYTES {
+            self.seal();
+        }
+    }
+
+    fn index(&mut self, row: RowAt, key: &[u8]) {
+        match self.by_key.get_mut(key) {
+            Some(rows) => rows.push(row),
+            None => {
+                self.by_key.insert(key.to_vec(), vec![row]);
+            }
+        }
+        let (count, keys) = self.keys_by_time.entry(row.time).or_insert_with(|| (0, IndexWriter::fragment()));
+        *count += 1;
+        keys.bytes(key);
+    }
+
+    /// The open segment becomes sealed (written at the next checkpoint); a new one opens.
+    fn seal(&mut self) {
+        if self.open.count > 0 {
+            self.sealed.insert(self.open_number, std::mem::replace(&mut self.open, Segment::new()));
+            self.open_number += 1;
+        }
+    }
+
+    fn row(&self, row: &RowAt) -> &[u8] {
+        let segment = if row.segment == self.open_number { &self.open } else { &self.sealed[&row.segment] };
+        IndexReader::fragment(&segment.rows.as_bytes()[row.at as usize..], &self.what)
+            .slice()
+            .expect("a row at an offset this index took as it wrote or read it")
+    }
+
+    /// The rows with join key `key`, in the order they arrived, each once.
+    pub fn rows(&self, key: &[u8]) -> Vec<(Vec<u8>, i64)> {
+        match self.by_key.get(key) {
+            Some(rows) => rows.iter().map(|r| (self.row(r).to_vec(), 1)).collect(),
+            None => vec![],
+        }
+    }
+
+    /// How many rows are kept.
+    pub fn len(&self) -> usize {
+        self.by_key.values().map(Vec::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_key.is_empty()
+    }
+
+    /// Takes out the rows whose time is below `below` (a bound lower than an earlier one
+    /// changes nothing).
+    pub fn expire(&mut self, below: i64) {
+        if below <= self.expired_below {
+            return;
+        }
+        self.expired_below = below;
+        let keep = self.keys_by_time.split_off(&below);
+        for (_, (count, keys)) in std::mem::replace(&mut self.keys_by_time, keep) {
+            let mut reader = IndexReader::fragment(keys.as_bytes(), &self.what);
+            for _ in 0..count {
+                let key = reader.slice().expect("keys this index wrote");
+                if let Some(rows) = self.by_key.get_mut(key) {
+                    rows.retain(|r| r.time >= below);
+                    if rows.is_empty() {
+                        self.by_key.remove(key);
+                    }
+                }
+            }
+        }
+        let dead: Vec<u64> = self.sealed.iter().filter(|(_, s)| s.latest < below).map(|(n, _)| *n).collect();
+        for number in dead {
+            if self.sealed.remove(&number).is_some_and(|s| s.stored) {
+                self.dead.push(number);
+            }
+        }
+        if self.open.count > 0 && self.open.latest < below {
+            self.open = Segment::new();
+        }
+    }
+
+    /// At a checkpoint: seals the open segment, writes every segment not stored yet and
+    /// deletes the dead ones, into `wb`. Other flushes write nothing.
+    pub fn flush(&mut self, wb: &mut WriteBatch, flush: Flush) {
+        if !flush.checkpoint {
+            return;
+        }
+        self.seal();
+        let unstored: Vec<u64> = self.sealed.iter().filter(|(_, s)| !s.stored).map(|(n, _)| *n).collect();
+        for number in unstored {
+            let key = self.segment_key(Some(number));
+            let segment = self.sealed.get_mut(&number).expect("listed above");
+            wb.put(key, segment.rows.as_bytes().to_vec());
+            segment.stored = true;
+        }
+        for number in std::mem::take(&mut self.dead) {
+            wb.delete(self.segment_key(Some(number)));
+        }
+    }
+
+    /// Adds what a restore needs besides the stored segments to a checkpoint record (after a
+    /// checkpoint's [`ExpiringRows::flush`]): the next segment's number and the bound.
+    pub fn save(&self, record: &mut IndexWriter) {
+        record.u64(self.open_number).i64(self.expired_below);
+    }
+
+    /// Restores the rows of a checkpoint whose record part [`ExpiringRows::save`] wrote: the
+    /// shard's stored segments read back, their rows at or above the bound indexed. A segment
+    /// that does not decode, or numbered past the record's, is a corrupt checkpoint.
+    pub fn restore(&mut self, record: &mut IndexReader) -> Result<()> {
+        let next = record.u64()?;
+        let below = record.i64()?;
+        *self = ExpiringRows::new(self.table_id, Arc::clone(&self.store), self.shard, &self.what);
+        self.expired_below = below;
+        let prefix = self.segment_key(None);
+        let mut stored = Vec::new();
+        self.store.scan_prefix(&prefix, &mut |k, v| {
+            stored.push((k[prefix.len()..].to_vec(), v.to_vec()));
+            Ok(ScanControl::Continue)
+        })?;
+        for (key, bytes) in stored {
+            let number = match <[u8; 8]>::try_from(key.as_slice()) {
+                Ok(n) if u64::from_be_bytes(n) < next => u64::from_be_bytes(n),
+                _ => return Err(corrupt(&self.what, "a stored segment the checkpoint does not know")),
+            };
+            let mut segment = Segment { rows: IndexWriter::fragment(), count: 0, latest: i64::MIN, stored: true };
+            let what = self.what.clone();
+            let mut reader = IndexReader::new(&bytes, &what)?;
+            while !reader.at_end() {
+                let time = reader.i64()?;
+                let key = reader.slice()?;
+                let at = (bytes.len() - reader.remaining()) as u32;
+                reader.slice()?;
+                segment.count += 1;
+                segment.latest = segment.latest.max(time);
+                if time >= below {
+                    self.index(RowAt { segment: number, at, time }, key);
+                }
+            }
+            segment.rows.raw(&bytes);
+            match segment.latest < below {
+                true => self.dead.push(number),
+                false => {
+                    self.sealed.insert(number, segment);
+                }
+            }
+        }
+        self.open_number = next;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::memory::MemoryStore;
+
+    fn stored(store: &Arc<dyn StateStore>) -> usize {
+        let mut n = 0;
+        store
+            .scan_prefix(&[], &mut |_, _| {
+                n += 1;
+                Ok(ScanControl::Continue)
+            })
+            .unwrap();
+        n
+    }
+
+    fn checkpoint(rows: &mut ExpiringRows, store: &Arc<dyn StateStore>) -> Vec<u8> {
+        let mut wb = WriteBatch::default();
+        rows.flush(&mut wb, Flush::CHECKPOINT);
+        store.write(wb).unwrap();
+        let mut record = IndexWriter::default();
+        rows.save(&mut record);
+        record.finish()
+    }
+
+    fn restored(store: &Arc<dyn StateStore>, record: &[u8]) -> Result<ExpiringRows> {
+        let mut rows = ExpiringRows::new(7, Arc::clone(store), 1, "test");
+        let mut reader = IndexReader::new(record, "test")?;
+        rows.restore(&mut reader)?;
+        reader.finish()?;
+        Ok(rows)
+    }
+
+    /// Rows come back by key in arrival order, leave by time, and a checkpoint restores exactly
+    /// the rows alive at it; segments whose rows all left are deleted from the store.
+    #[test]
+    fn rows_expire_by_time_and_a_checkpoint_restores_the_live_ones() {
+        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+        let mut rows = ExpiringRows::new(7, Arc::clone(&store), 1, "test");
+        // Enough rows to fill several segments: key i % 3, time i.
+        let row = |i: i64| format!("row {i:>6} {}", "x".repeat(100)).into_bytes();
+        let n = 3 * SEGMENT_BYTES as i64 / 100;
+        for i in 0..n {
+            rows.add(i, &[(i % 3) as u8], &row(i));
+        }
+        assert_eq!(rows.len(), n as usize);
+        assert_eq!(rows.rows(&[1])[..2], [(row(1), 1), (row(4), 1)]);
+        // Nothing is written before a checkpoint, whatever a flush.
+        let mut wb = WriteBatch::default();
+        rows.flush(&mut wb, Flush::EPOCH);
+        assert!(wb.is_empty());
+        rows.expire(n / 2);
+        assert_eq!(rows.len(), (n - n / 2) as usize);
+        assert_eq!(rows.rows(&[2])[0].0, row(n / 2 + (2 + 3 - (n / 2) % 3) % 3));
+        let record = checkpoint(&mut rows, &store);
+        let segments_stored = stored(&store);
+        assert!(segments_stored >= 2, "{segments_stored}");
+        let back = restored(&store, &record).unwrap();
+        for key in 0..3u8 {
+            assert_eq!(back.rows(&[key]), rows.rows(&[key]), "key {key}");
+        }
+        // More rows, then expiry of all but the last: the dead segments leave the store at the
+        // next checkpoint, and a restore of it has the rows alive then.
+        let mut rows = back;
+        for i in n..n + 10 {
+            rows.add(i, &[9], &row(i));
+        }
+        rows.expire(n + 5);
+        let record = checkpoint(&mut rows, &store);
+        assert_eq!(stored(&store), 1);
+        let back = restored(&store, &record).unwrap();
+        assert_eq!(back.len(), 5);
+        assert_eq!(back.rows(&[9]), rows.rows(&[9]));
+        assert!(back.rows(&[0]).is_empty());
+    }
+
+    /// Without checkpoints nothing is written and memory follows the rows alive.
+    #[test]
+    fn without_checkpoints_segments_leave_with_their_rows() {
+        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+        let mut rows = ExpiringRows::new(7, Arc::clone(&store), 0, "test");
+        for i in 0..100_000i64 {
+            rows.add(i, &i.to_be_bytes()[6..], &[0u8; 50]);
+            if i % 1000 == 0 {
+                rows.expire(i - 5000);
+            }
+        }
+        assert!(rows.sealed.len() <= 3, "{} segments kept", rows.sealed.len());
+        assert!(rows.len() <= 6000 && rows.dead.is_empty());
+        assert_eq!(stored(&store), 0);
+    }
+
+    /// A damaged segment, or one the record does not know, is a corrupt checkpoint.
+    #[test]
+    fn a_damaged_segment_is_refused() {
+        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+        let mut rows = ExpiringRows::new(7, Arc::clone(&store), 1, "test");
+        rows.add(5, b"k", b"row");
+        let record = checkpoint(&mut rows, &store);
+        let key = rows.segment_key(Some(0));
+        let value = store.get(&key).unwrap().unwrap();
+        let mut wb = WriteBatch::default();
+        wb.put(key.clone(), value[..value.len() - 1].to_vec());
+        store.write(wb).unwrap();
+        assert!(restored(&store, &record).is_err());
+        let mut wb = WriteBatch::default();
+        wb.put(key, value.clone());
+        wb.put(rows.segment_key(Some(1)), value);
+        store.write(wb).unwrap();
+        let err = restored(&store, &record).err().expect("a segment past the record's");
+        assert_eq!(err.state, crate::error::SqlState::DATA_CORRUPTED);
+    }
+}
