@@ -843,13 +843,12 @@ impl Builder<'_> {
                         residual.clone(),
                         &self.view,
                     )?;
-                    let mut join =
-                        join.with_append_only_inputs([left.append_only, right.append_only]).with_shard(shard);
+                    let mut join = join.with_append_only_inputs([left.append_only, right.append_only]);
                     if let Some(w) = window {
                         join = join.with_window(w);
                     }
                     if let Some(i) = interval {
-                        join = join.with_interval(i);
+                        join = join.with_interval(i, shard);
                     }
                     Ok(Box::new(join))
                 })?;

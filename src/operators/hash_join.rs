@@ -54,8 +54,8 @@ use super::eval::evaluate;
 use super::filter::Filter;
 use super::operator::Operator;
 use crate::error::{Result, WeirError};
-use crate::state::expiring_rows::ExpiringRows;
-use crate::state::index_codec::{IndexReader, IndexWriter};
+use crate::state::expiring_rows::{ExpiringRows, MEMORY_LIMIT_BYTES};
+use crate::state::index_codec::{corrupt, IndexReader, IndexWriter};
 use crate::state::keyed::{decode_count, Flush, KeyedState};
 use crate::state::keys_by_time::KeysByTime;
 use crate::state::store::WriteBatch;
@@ -135,6 +135,11 @@ struct Side {
     /// With a [`JoinInterval`] under which this side's rows expire: its time column, and how
     /// its rows are found by time.
     expiry: Option<(usize, Expiry)>,
+    /// The key range of segments this side kept before it gave its rows to its table, to
+    /// delete at the next flush.
+    retired: Option<(Vec<u8>, Vec<u8>)>,
+    /// Past this many bytes held in memory the rows go to the table ([`MEMORY_LIMIT_BYTES`]).
+    memory_limit: usize,
 }
 
 /// How a side whose rows expire by time keeps them.
@@ -142,9 +147,20 @@ enum Expiry {
     /// In its state table, with the state keys of its rows by their time (`key_len` with each),
     /// to delete them by.
     Stored(RowsByTime),
-    /// In memory, checkpointed in segments: an inner join's append-only side.
+    /// In memory, checkpointed in segments: an inner join's append-only side, until it holds
+    /// [`MEMORY_LIMIT_BYTES`].
     InMemory(ExpiringRows),
 }
+
+/// How a side's part of the join's record holds its rows by time (format 2 on; format 1 has
+/// only the first).
+const ROWS_BY_TIME: u64 = 0;
+const SEGMENTS: u64 = 1;
+
+/// A checkpoint of a side with its rows in its table (a build before format 2 kept them there,
+/// or the side had passed its memory limit) moves them into memory at restore if there are at
+/// most this many.
+const ROWS_MOVED_INTO_MEMORY: u64 = 100_000;
 
 /// State keys of rows (each with its join key's length), by the rows' time. A time's rows are
 /// kept as the checkpoint record has them, one after another ([`IndexWriter::fragment`]),
@@ -240,6 +256,8 @@ impl Side {
             next_row: 0,
             counted: true,
             expiry: None,
+            retired: None,
+            memory_limit: MEMORY_LIMIT_BYTES,
         })
     }
 
@@ -308,6 +326,9 @@ impl Side {
             if let Some(time) = time {
                 rows.add(time, key, row);
             }
+            if rows.bytes_held() > self.memory_limit {
+                self.rows_to_table();
+            }
             return Ok(());
         }
         let stored = if self.append_only {
@@ -348,6 +369,21 @@ impl Side {
             by_time.add(time, &stored, key.len());
         }
         Ok(())
+    }
+
+    /// Gives the rows this side keeps in memory to its state table, numbered as an append-only
+    /// side's, with their rows by time; its stored segments go at the next flush.
+    fn rows_to_table(&mut self) {
+        let Some((column, Expiry::InMemory(rows))) = self.expiry.take() else { return };
+        self.retired = Some(rows.stored_range());
+        let mut by_time = RowsByTime::default();
+        for (time, key, row) in rows.into_live_rows() {
+            let numbered = Self::tagged(&key, 1, &self.next_row.to_be_bytes());
+            self.next_row += 1;
+            by_time.add(time, &numbered, key.len());
+            self.state.put_new(&numbered, key.len(), row);
+        }
+        self.expiry = Some((column, Expiry::Stored(by_time)));
     }
 
     /// Deletes this side's rows whose time is below `below` (see [`Side::expiry`]). `present`:
@@ -391,37 +427,53 @@ impl Side {
     /// Writes this side's state that is not in its table into `wb`: its writes, and at a
     /// checkpoint the rows it keeps in memory.
     fn flush(&mut self, wb: &mut WriteBatch, flush: Flush) {
+        if let Some((start, end)) = self.retired.take() {
+            wb.delete_range(start, end);
+        }
         self.state.flush(wb, flush);
         if let Some((_, Expiry::InMemory(rows))) = &mut self.expiry {
             rows.flush(wb, flush);
         }
     }
 
-    /// Adds this side's part of the join's checkpoint record: its next row number, then its
-    /// rows by time (none when they do not expire), or what its rows in memory need.
+    /// Adds this side's part of the join's checkpoint record: its next row number, then how
+    /// it holds its rows and its rows by time (none when they do not expire), or what its rows
+    /// in memory need.
     fn save_index(&self, record: &mut IndexWriter) {
         record.u64(self.next_row);
         match &self.expiry {
-            Some((_, Expiry::Stored(rows))) => rows.write(record),
-            Some((_, Expiry::InMemory(rows))) => rows.save(record),
-            None => RowsByTime::default().write(record),
+            Some((_, Expiry::Stored(rows))) => rows.write(record.u64(ROWS_BY_TIME)),
+            Some((_, Expiry::InMemory(rows))) => rows.save(record.u64(SEGMENTS)),
+            None => RowsByTime::default().write(record.u64(ROWS_BY_TIME)),
         }
     }
 
-    /// Reads back what [`Side::save_index`] wrote; `what` names the join, for errors. A record
-    /// of format 1 has a side now kept in memory in its table, with its rows by time: they
-    /// move into memory here and leave the table at the next flush.
+    /// Reads back what [`Side::save_index`] wrote; `what` names the join, for errors. A side
+    /// that keeps its rows in memory may find them in its table (a record of format 1, or one
+    /// written after the side passed its memory limit): up to [`ROWS_MOVED_INTO_MEMORY`] move
+    /// into memory, and leave the table at the next flush; more stay in the table.
     fn restore_index(&mut self, record: &mut IndexReader, what: &str) -> Result<()> {
         self.next_row = record.u64()?;
-        if let (Some((_, Expiry::InMemory(rows))), 2..) = (&mut self.expiry, record.format()) {
-            return rows.restore(record);
+        let kind = if record.format() >= 2 { record.u64()? } else { ROWS_BY_TIME };
+        if kind == SEGMENTS {
+            return match &mut self.expiry {
+                Some((_, Expiry::InMemory(rows))) => rows.restore(record),
+                _ => Err(corrupt(what, "rows in memory segments for a side that keeps them in its table")),
+            };
+        }
+        if kind != ROWS_BY_TIME {
+            return Err(corrupt(what, &format!("a join side's rows held in an unknown way ({kind})")));
         }
         let by_time = RowsByTime::read(record, what)?;
+        let rows: u64 = by_time.0.values().map(|(count, _)| count).sum();
         match &mut self.expiry {
             Some((_, Expiry::Stored(stored))) => *stored = by_time,
+            Some((column, Expiry::InMemory(_))) if rows > ROWS_MOVED_INTO_MEMORY => {
+                self.expiry = Some((*column, Expiry::Stored(by_time)));
+            }
             Some((_, Expiry::InMemory(_))) => {
-                for (&time, (count, rows)) in &by_time.0 {
-                    let mut reader = IndexReader::fragment(rows.as_bytes(), what);
+                for (&time, (count, list)) in &by_time.0 {
+                    let mut reader = IndexReader::fragment(list.as_bytes(), what);
                     for _ in 0..*count {
                         let stored = reader.slice()?;
                         let key_len = reader.u64()? as usize;
@@ -434,12 +486,7 @@ impl Side {
                 }
             }
             None if by_time.is_empty() => {}
-            None => {
-                return Err(crate::state::index_codec::corrupt(
-                    what,
-                    "rows by time for a side whose rows do not expire",
-                ))
-            }
+            None => return Err(corrupt(what, "rows by time for a side whose rows do not expire")),
         }
         Ok(())
     }
@@ -459,8 +506,6 @@ pub struct HashJoin {
     watermark: Option<i64>,
     /// Join keys by the close time of their window.
     open: KeysByTime,
-    /// Which of the view's shards this is.
-    shard: u16,
 }
 
 impl HashJoin {
@@ -495,7 +540,6 @@ impl HashJoin {
             interval: None,
             watermark: None,
             open: KeysByTime::default(),
-            shard: 0,
         })
     }
 
@@ -509,13 +553,6 @@ impl HashJoin {
         self
     }
 
-    /// Tells the join which of the view's shards it is (its rows kept in memory are stored
-    /// under that number).
-    pub fn with_shard(mut self, shard: usize) -> HashJoin {
-        self.shard = shard as u16;
-        self
-    }
-
     /// Makes this a join on a window bound, whose state is freed as windows become final.
     pub fn with_window(mut self, window: JoinWindow) -> HashJoin {
         self.window = Some(window);
@@ -523,17 +560,17 @@ impl HashJoin {
     }
 
     /// Gives the join a bound on its sides' times, under which rows that can no longer match
-    /// are deleted as the watermark moves (after [`HashJoin::with_append_only_inputs`],
-    /// [`HashJoin::with_window`] and [`HashJoin::with_shard`]: an inner join's append-only
-    /// side without a window key keeps its rows in memory).
-    pub fn with_interval(mut self, interval: JoinInterval) -> HashJoin {
+    /// are deleted as the watermark moves (after [`HashJoin::with_append_only_inputs`] and
+    /// [`HashJoin::with_window`]: an inner join's append-only side without a window key keeps
+    /// its rows in memory, stored under this join's shard number `shard`).
+    pub fn with_interval(mut self, interval: JoinInterval, shard: usize) -> HashJoin {
         let what = self.describe();
         let windowed = self.window.is_some();
         for (side, s) in self.sides.iter_mut().enumerate() {
             if interval.expires(side) {
                 let expiry = if s.append_only && !s.counted && !windowed {
                     let (table, store) = s.state.table();
-                    Expiry::InMemory(ExpiringRows::new(table, store, self.shard, &what))
+                    Expiry::InMemory(ExpiringRows::new(table, store, shard as u16, &what))
                 } else {
                     Expiry::Stored(RowsByTime::default())
                 };
@@ -845,6 +882,7 @@ mod tests {
                 hi: Some(0),
                 lateness: 0,
             },
+            0,
         )
     }
 
@@ -950,19 +988,46 @@ mod tests {
 
     /// Restored from a checkpoint, a join with a time bound deletes the rows stored before the
     /// restart once no future partner can meet them (a row arriving late then meets only the
-    /// rows kept), whether it keeps them in its table or in memory.
+    /// rows kept), whether it keeps them in its table or in memory, and when it gives them to
+    /// its table on the way (a memory limit of a few rows).
     #[test]
     fn a_restored_join_expires_the_rows_it_had() {
         use crate::operators::operator::testing::{assert_restore_continues, assert_restore_continues_in_outputs};
         assert_restore_continues(&|store| Box::new(q7_like_join_stored(store)), Q7_LIKE_EPOCHS);
         assert_restore_continues_in_outputs(&|store| Box::new(q7_like_join(store)), Q7_LIKE_EPOCHS);
+        let small = |store: &Arc<dyn StateStore>| {
+            let mut j = q7_like_join(store);
+            j.sides[0].memory_limit = 200;
+            Box::new(j) as Box<dyn Operator>
+        };
+        assert_restore_continues_in_outputs(&small, Q7_LIKE_EPOCHS);
+        // It did give them up: three rows are past 200 bytes.
+        let store = new_store();
+        let mut j = small(&store);
+        for events in Q7_LIKE_EPOCHS {
+            for event in *events {
+                if let crate::operators::operator::testing::Event::Changes(input, text) = event {
+                    j.apply(*input, from_pretty(text)).unwrap();
+                }
+            }
+        }
+        assert!(j.describe().ends_with("left rows expire by time"), "{}", j.describe());
     }
 
-    /// A checkpoint of a build that kept the rows in the state table (record format 1) restores
-    /// into a join that keeps them in memory: it continues like one that never stopped, and
-    /// its next checkpoint leaves only segments in the table.
+    /// A checkpoint of a build that kept the rows in the state table (record format 1), or of a
+    /// side that had given them to its table, restores into a join that keeps them in memory:
+    /// it continues like one that never stopped, and its next checkpoint leaves only segments
+    /// in the table.
     #[test]
     fn rows_of_a_format_1_checkpoint_move_into_memory() {
+        for format_1_record in [true, false] {
+            rows_kept_in_the_table_move_into_memory(format_1_record);
+        }
+    }
+
+    /// A restore of a checkpoint whose side kept its rows in its table (`format_1_record`: as
+    /// builds before format 2 wrote it; else as a side past its memory limit writes it).
+    fn rows_kept_in_the_table_move_into_memory(format_1_record: bool) {
         use crate::operators::operator::testing::{checkpoint, restore, step};
         use crate::state::store::ScanControl;
         let epochs = ["I S\n+ 7 1\n+ 7 15\n+ 8 3", "I S\n+ 7 16\n+ 9 17"];
@@ -975,9 +1040,17 @@ mod tests {
             step(&mut never_stopped, &never_stopped_store, epoch);
             step(&mut old, &store, epoch);
         }
-        let mut record = checkpoint(&mut old, &store).expect("a record");
-        record[0] = 1;
+        let record = checkpoint(&mut old, &store).expect("a record");
         drop(old);
+        // Format 1 had no field saying how a side holds its rows: take out both sides' (after
+        // the empty keys by close time and each side's next row number; the right side's
+        // rows by time are one empty count at the end).
+        let mut format_1 = record.clone();
+        format_1[0] = 1;
+        let right_kind = format_1.len() - 16;
+        format_1.drain(right_kind..right_kind + 8);
+        format_1.drain(17..25);
+        let record = if format_1_record { format_1 } else { record };
         let mut new = q7_like_join(&store);
         restore(&mut new, Some(record));
         for (watermark, probe) in [(12 * S, probes[0]), (14 * S, probes[1])] {

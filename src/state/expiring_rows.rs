@@ -12,10 +12,12 @@
 //! (as Arroyo's expiring time-key tables do, instead of RocksDB's per-row puts and tombstones).
 //! Bytes written per checkpoint follow the rows that arrived, not the rows alive.
 //!
-//! Memory is what the bound keeps alive (the join's time interval of rows), plus at most one
-//! segment per range of time still partly alive; nothing else bounds it, which is why only
-//! sides whose rows certainly expire are kept this way. With checkpoints off nothing is written
-//! and segments are dropped as their rows expire.
+//! Memory is what the bound keeps alive (the join's time interval of rows), plus the expired
+//! rows of segments still holding a live one ([`ExpiringRows::bytes_held`] counts both). The
+//! join gives up memory past [`MEMORY_LIMIT_BYTES`] (a backfill over a long history, a stuck
+//! watermark, rows far ahead of the others pinning segments): [`ExpiringRows::into_live_rows`]
+//! hands the rows over to its state table, which spills past its cache like any other. With
+//! checkpoints off nothing is written and segments are dropped as their rows expire.
 //!
 //! Restore ([`ExpiringRows::restore`]) reads the shard's stored segments back and indexes the
 //! rows at or above the bound the checkpoint had ([`ExpiringRows::save`]); the checkpoint holds
@@ -41,6 +43,10 @@ use crate::types::hash::HashMap;
 /// A segment is sealed, and written at the next checkpoint, once it holds this many bytes.
 pub const SEGMENT_BYTES: usize = 256 * 1024;
 
+/// Past this many bytes of segments held, a side's rows go to its state table instead
+/// (per side and shard).
+pub const MEMORY_LIMIT_BYTES: usize = 128 * 1024 * 1024;
+
 /// The first byte of a stored segment's key: apart from any join key (arrow-row bytes of a
 /// non-NULL key start with 1 or 2; NULL keys are never stored).
 const SEGMENT_TAG: u8 = 0xff;
@@ -58,7 +64,14 @@ struct Segment {
 
 impl Segment {
     fn new() -> Segment {
-        Segment { rows: IndexWriter::default(), count: 0, latest: i64::MIN, stored: false }
+        let mut rows = IndexWriter::default();
+        // Filled to the limit and one row past it, without doubling on the way.
+        rows.reserve(SEGMENT_BYTES + 4096);
+        Segment { rows, count: 0, latest: i64::MIN, stored: false }
+    }
+
+    fn len(&self) -> usize {
+        self.rows.as_bytes().len()
     }
 }
 
@@ -88,6 +101,8 @@ pub struct ExpiringRows {
     expired_below: i64,
     /// Stored segments whose rows have all expired, to delete at the next checkpoint.
     dead: Vec<u64>,
+    /// Bytes of the sealed segments held.
+    sealed_bytes: usize,
     /// What these rows belong to, for errors.
     what: String,
 }
@@ -107,6 +122,7 @@ impl ExpiringRows {
             keys_by_time: BTreeMap::new(),
             expired_below: i64::MIN,
             dead: Vec::new(),
+            sealed_bytes: 0,
             what: what.to_string(),
         }
     }
@@ -121,8 +137,19 @@ impl ExpiringRows {
         key
     }
 
-    /// Adds a row with join key `key` and time `time`.
+    /// The key range of this shard's stored segments, to delete them all.
+    pub fn stored_range(&self) -> (Vec<u8>, Vec<u8>) {
+        let start = self.segment_key(None);
+        let end = super::keys::prefix_end(&start).expect("a prefix ending below 0xff");
+        (start, end)
+    }
+
+    /// Adds a row with join key `key` and time `time`; a row already below the bound is not
+    /// kept (no partner still to come can meet it, and a restore would not have it).
     pub fn add(&mut self, time: i64, key: &[u8], row: &[u8]) {
+        if time < self.expired_below {
+            return;
+        }
         let segment = &mut self.open;
         segment.rows.i64(time).bytes(key);
         let at = segment.rows.as_bytes().len() as u32;
@@ -150,9 +177,17 @@ impl ExpiringRows {
     /// The open segment becomes sealed (written at the next checkpoint); a new one opens.
     fn seal(&mut self) {
         if self.open.count > 0 {
-            self.sealed.insert(self.open_number, std::mem::replace(&mut self.open, Segment::new()));
+            let mut segment = std::mem::replace(&mut self.open, Segment::new());
+            segment.rows.shrink_to_fit();
+            self.sealed_bytes += segment.len();
+            self.sealed.insert(self.open_number, segment);
             self.open_number += 1;
         }
+    }
+
+    /// Bytes of rows held in memory, expired ones of live segments included.
+    pub fn bytes_held(&self) -> usize {
+        self.sealed_bytes + self.open.len()
     }
 
     fn row(&self, row: &RowAt) -> &[u8] {
@@ -175,6 +210,18 @@ impl ExpiringRows {
         self.by_key.values().map(Vec::len).sum()
     }
 
+    /// The rows kept, as (time, key, row), each key's in the order they arrived; for handing
+    /// them to a state table (then [`ExpiringRows::stored_range`] is deleted).
+    pub fn into_live_rows(self) -> Vec<(i64, Vec<u8>, Vec<u8>)> {
+        let mut rows = Vec::with_capacity(self.len());
+        for (key, at) in &self.by_key {
+            for r in at {
+                rows.push((r.time, key.clone(), self.row(r).to_vec()));
+            }
+        }
+        rows
+    }
+
     pub fn is_empty(&self) -> bool {
         self.by_key.is_empty()
     }
@@ -187,21 +234,30 @@ impl ExpiringRows {
         }
         self.expired_below = below;
         let keep = self.keys_by_time.split_off(&below);
-        for (_, (count, keys)) in std::mem::replace(&mut self.keys_by_time, keep) {
-            let mut reader = IndexReader::fragment(keys.as_bytes(), &self.what);
-            for _ in 0..count {
-                let key = reader.slice().expect("keys this index wrote");
-                if let Some(rows) = self.by_key.get_mut(key) {
-                    rows.retain(|r| r.time >= below);
-                    if rows.is_empty() {
-                        self.by_key.remove(key);
-                    }
+        let expired = std::mem::replace(&mut self.keys_by_time, keep);
+        // Each key once, however many of its rows expire (a hot key's list is read once).
+        let mut keys: Vec<&[u8]> = Vec::new();
+        for (count, list) in expired.values() {
+            let mut reader = IndexReader::fragment(list.as_bytes(), &self.what);
+            keys.extend((0..*count).map(|_| reader.slice().expect("keys this index wrote")));
+        }
+        keys.sort_unstable();
+        keys.dedup();
+        for key in keys {
+            if let Some(rows) = self.by_key.get_mut(key) {
+                rows.retain(|r| r.time >= below);
+                if rows.is_empty() {
+                    self.by_key.remove(key);
+                } else if rows.capacity() > 4 * rows.len() {
+                    rows.shrink_to_fit();
                 }
             }
         }
         let dead: Vec<u64> = self.sealed.iter().filter(|(_, s)| s.latest < below).map(|(n, _)| *n).collect();
         for number in dead {
-            if self.sealed.remove(&number).is_some_and(|s| s.stored) {
+            let segment = self.sealed.remove(&number).expect("listed above");
+            self.sealed_bytes -= segment.len();
+            if segment.stored {
                 self.dead.push(number);
             }
         }
@@ -254,27 +310,29 @@ impl ExpiringRows {
                 Ok(n) if u64::from_be_bytes(n) < next => u64::from_be_bytes(n),
                 _ => return Err(corrupt(&self.what, "a stored segment the checkpoint does not know")),
             };
-            let mut segment = Segment { rows: IndexWriter::fragment(), count: 0, latest: i64::MIN, stored: true };
+            let (mut count, mut latest) = (0, i64::MIN);
             let what = self.what.clone();
             let mut reader = IndexReader::new(&bytes, &what)?;
             while !reader.at_end() {
                 let time = reader.i64()?;
                 let key = reader.slice()?;
-                let at = (bytes.len() - reader.remaining()) as u32;
+                let at = u32::try_from(bytes.len() - reader.remaining())
+                    .map_err(|_| corrupt(&self.what, "a segment past 4 GiB"))?;
                 reader.slice()?;
-                segment.count += 1;
-                segment.latest = segment.latest.max(time);
+                count += 1;
+                latest = latest.max(time);
                 if time >= below {
                     self.index(RowAt { segment: number, at, time }, key);
                 }
             }
-            segment.rows.raw(&bytes);
-            match segment.latest < below {
-                true => self.dead.push(number),
-                false => {
-                    self.sealed.insert(number, segment);
-                }
+            if latest < below {
+                self.dead.push(number);
+                continue;
             }
+            let mut rows = IndexWriter::fragment();
+            rows.replace(bytes);
+            self.sealed_bytes += rows.as_bytes().len();
+            self.sealed.insert(number, Segment { rows, count, latest, stored: true });
         }
         self.open_number = next;
         Ok(())

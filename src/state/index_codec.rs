@@ -14,10 +14,10 @@ use std::collections::BTreeMap;
 
 use crate::error::{Result, SqlState, WeirError};
 
-/// The record format this build writes. Format 2 (ADR 22) changed one operator's part only: a
-/// join side whose rows expire by time and only arrive keeps them in memory and stores them in
-/// segments, so its part of the join's record is its segment count and expiry bound instead of
-/// its rows by time; every other field is as in format 1, which is still read.
+/// The record format this build writes. Format 2 (ADR 22) changed the hash join's part only:
+/// each side says how it holds its rows (rows by time in its table, or segments in memory);
+/// every other operator's fields are as in format 1, which is still read. A build reading only
+/// format 1 refuses format-2 records.
 pub const FORMAT: u8 = 2;
 
 /// The oldest record format this build reads.
@@ -52,6 +52,18 @@ impl IndexWriter {
     /// would otherwise be copied each time its buffer doubles).
     pub fn reserve(&mut self, additional: usize) -> &mut Self {
         self.bytes.reserve(additional);
+        self
+    }
+
+    /// Gives back the memory the buffer holds beyond what is written.
+    pub fn shrink_to_fit(&mut self) -> &mut Self {
+        self.bytes.shrink_to_fit();
+        self
+    }
+
+    /// Takes `bytes` as everything written so far (a fragment read back whole).
+    pub fn replace(&mut self, bytes: Vec<u8>) -> &mut Self {
+        self.bytes = bytes;
         self
     }
 
