@@ -75,7 +75,7 @@ pub use tempdir::remove_temp_dirs;
 
 impl Harness {
     pub(crate) async fn new() -> Result<Harness> {
-        Self::with_epoch(Duration::from_secs(1), None).await
+        Self::with_epoch(Duration::from_millis(crate::config::DEFAULT_BARRIER_INTERVAL_MS), None).await
     }
 
     /// A server whose epochs (barriers, commits) come every `epoch`, taking checkpoints as

@@ -102,7 +102,7 @@ pub struct FileConfig {
     pub storage: StorageConfig,
     #[serde(default)]
     pub serving: ServingConfig,
-    /// Milliseconds between barriers (default 1000).
+    /// Milliseconds between barriers (default 100, ADR 23).
     pub barrier_interval_ms: Option<u64>,
     /// Rows tables and sources publish to views after which a barrier comes early (default
     /// 1,000,000; 0 for barriers by time only).
@@ -114,6 +114,10 @@ pub struct FileConfig {
     #[serde(default)]
     pub checkpoint: crate::checkpoint::CheckpointConfig,
 }
+
+/// How often views commit an epoch unless configured (ADR 23): fresh views, with checkpoints
+/// (every 1 s) every tenth barrier or so.
+pub const DEFAULT_BARRIER_INTERVAL_MS: u64 = 100;
 
 /// The resolved configuration.
 #[derive(Debug, Clone)]
@@ -197,7 +201,11 @@ impl Config {
             storage: file_cfg.storage,
             serving: file_cfg.serving,
             barrier_interval: std::time::Duration::from_millis(
-                overrides.barrier_interval_ms.or(file_cfg.barrier_interval_ms).unwrap_or(1000).max(1),
+                overrides
+                    .barrier_interval_ms
+                    .or(file_cfg.barrier_interval_ms)
+                    .unwrap_or(DEFAULT_BARRIER_INTERVAL_MS)
+                    .max(1),
             ),
             epoch_max_rows: file_cfg.epoch_max_rows.unwrap_or(DEFAULT_EPOCH_MAX_ROWS),
             watermark_idle_timeout: std::time::Duration::from_millis(

@@ -64,7 +64,7 @@ enum BenchCommand {
         #[arg(long, default_value_t = 0)]
         rate: u64,
         /// Time between epochs (barriers and commits), as `1s` or `250ms`.
-        #[arg(long, default_value = "1s", value_parser = parse_duration)]
+        #[arg(long, default_value = "100ms", value_parser = parse_duration)]
         barrier_interval: std::time::Duration,
         /// Take checkpoints this often (`1s`), as `weir serve` does; off by default, so the
         /// figures show what checkpoints cost.
@@ -115,7 +115,7 @@ struct ServeArgs {
     /// Log filter, e.g. "info" or "weir=debug" [default: info]
     #[arg(long, env = "WEIR_LOG", value_name = "FILTER")]
     log: Option<String>,
-    /// Milliseconds between barriers: how often views commit their changes [default: 1000]
+    /// Milliseconds between barriers: how often views commit their changes [default: 100]
     #[arg(long, env = "WEIR_BARRIER_INTERVAL_MS", value_name = "MS")]
     barrier_interval_ms: Option<u64>,
     /// Milliseconds without rows after which an input no longer holds back the watermark of
