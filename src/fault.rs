@@ -17,7 +17,13 @@
 //! - `view.commit`: a view's own work at a commit (after its operators took the epoch), as a
 //!   value its late-rows table refuses would fail it.
 //!
-//! Called by the sink runtime and its writers; read by the crash tests (`tests/end_to_end.rs`).
+//! [`delay`] points neither abort nor fail: every pass waits there, so a test can widen a
+//! window a race would need:
+//! - `view.slow_commit`: each view commit waits half a second before its write (a restart's
+//!   replay of the change log reaching the views late).
+//!
+//! Called by the sink runtime, its writers and the view jobs; read by the crash tests
+//! (`tests/end_to_end.rs`, `tests/checkpoint.rs`, `tests/restart.rs`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::LazyLock;
@@ -39,6 +45,12 @@ static PASSES: AtomicU64 = AtomicU64::new(0);
 pub fn fails(name: &str) -> bool {
     let Some((armed, nth)) = ARMED.as_ref() else { return false };
     armed == name && PASSES.fetch_add(1, Ordering::SeqCst) + 1 == *nth
+}
+
+/// How long to wait here: half a second on every pass when this point is armed.
+pub fn delay(name: &str) -> Option<std::time::Duration> {
+    let (armed, _) = ARMED.as_ref()?;
+    (armed == name).then_some(std::time::Duration::from_millis(500))
 }
 
 /// Dies here if this is the armed point's `n`-th pass.

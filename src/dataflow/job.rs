@@ -486,6 +486,9 @@ impl ViewJob {
         if let (Some(table), Some(rows)) = (&late_table, &late) {
             crate::catalog::index::maintain(table, self.store.as_ref(), &ChangeBatch::inserts(rows.clone()), &mut wb)?;
         }
+        if let Some(wait) = crate::fault::delay("view.slow_commit") {
+            tokio::time::sleep(wait).await;
+        }
         if crate::fault::fails("view.commit") {
             return Err(WeirError::internal("fault injection: the view's commit failed (view.commit)"));
         }
