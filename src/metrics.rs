@@ -177,6 +177,20 @@ pub static LATE_ROWS_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
     )
 });
 
+/// Bytes a view's operators hold in memory outside their state tables' caches (ADR 22).
+pub static OPERATOR_MEMORY_BYTES: LazyLock<prometheus::IntGaugeVec> = LazyLock::new(|| {
+    register(
+        prometheus::IntGaugeVec::new(
+            Opts::new(
+                "weir_operator_memory_bytes",
+                "Bytes operators hold in memory outside their state tables' caches, by view",
+            ),
+            &["view"],
+        )
+        .unwrap(),
+    )
+});
+
 /// Windows (or rows waiting for their window to close) a view holds state for.
 pub static OPEN_WINDOWS: LazyLock<prometheus::IntGaugeVec> = LazyLock::new(|| {
     register(

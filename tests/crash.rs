@@ -541,6 +541,14 @@ async fn crash_at_random_moments_keeps_acknowledged_writes_and_views_equal_to_th
         restores.push(restore);
     }
 
+    // The q7-shaped view's events side holds its rows in memory, and says how much (events are
+    // appended until the end, so rows of the last windows are alive).
+    let held = server
+        .metrics_text()
+        .lines()
+        .find_map(|l| l.strip_prefix("weir_operator_memory_bytes{view=\"top_events\"} ").map(str::to_string));
+    assert!(held.as_deref().and_then(|v| v.parse::<f64>().ok()).is_some_and(|v| v > 0.0), "{held:?}");
+
     // The Nexmark source, once finished, holds every event once: the rows of a source that was
     // never interrupted, and its view equals its query.
     wait_for_rows(&client, "SELECT count(*) FROM bid", &NEXMARK_BIDS.to_string(), Duration::from_secs(60)).await;

@@ -264,6 +264,11 @@ impl Graph {
         self.shards.iter().flat_map(|shard| shard.iter().map(|op| op.open_windows())).sum()
     }
 
+    /// Bytes operators hold in memory outside their tables' caches, over all shards.
+    pub fn memory_bytes(&self) -> usize {
+        self.shards.iter().flat_map(|shard| shard.iter().map(|op| op.memory_bytes())).sum()
+    }
+
     /// The tree, root first, indented by depth. A shared subtree is shown in full once; where
     /// it is met again its top is marked `(shared)`.
     pub fn explain(&self) -> String {

@@ -515,6 +515,7 @@ impl ViewJob {
             metrics::WATERMARK_LAG_SECONDS.with_label_values(&[view]).set(lag as f64 / 1e9);
         }
         metrics::OPEN_WINDOWS.with_label_values(&[view]).set(open_windows as i64);
+        metrics::OPERATOR_MEMORY_BYTES.with_label_values(&[view]).set(self.graph.memory_bytes() as i64);
         let mut messages = Vec::with_capacity(2);
         if let Some(changes) = changes {
             messages.push(Message::Data(changes));

@@ -764,6 +764,16 @@ impl Operator for HashJoin {
     fn open_windows(&self) -> usize {
         self.open.len()
     }
+
+    fn memory_bytes(&self) -> usize {
+        self.sides
+            .iter()
+            .map(|side| match &side.expiry {
+                Some((_, Expiry::InMemory(rows))) => rows.bytes_held(),
+                _ => 0,
+            })
+            .sum()
+    }
 }
 
 #[cfg(test)]

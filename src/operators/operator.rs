@@ -69,6 +69,12 @@ pub trait Operator: Send {
     fn open_windows(&self) -> usize {
         0
     }
+
+    /// Bytes of state this operator holds in memory outside its state tables' bounded caches
+    /// (a join's rows kept in memory, ADR 22; a metric).
+    fn memory_bytes(&self) -> usize {
+        0
+    }
 }
 
 /// Test support shared by the operators' unit tests.
