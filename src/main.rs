@@ -92,6 +92,10 @@ enum BenchCommand {
         /// With --kafka: the sink's delivery guarantee, exactly-once, at-least-once, or none.
         #[arg(long, default_value = "exactly-once")]
         sink: String,
+        /// With --kafka: the sink's shards (`sink.parallelism`); the view's parallelism unless
+        /// given.
+        #[arg(long)]
+        sink_parallelism: Option<usize>,
         /// With --kafka: only produce the bids to this topic (the benchmark's producer process).
         #[arg(long, hide = true)]
         produce_to: Option<String>,
@@ -209,6 +213,7 @@ fn main() -> std::process::ExitCode {
                     store_file_rows,
                     kafka,
                     sink,
+                    sink_parallelism,
                     produce_to,
                 },
         }) => {
@@ -232,7 +237,7 @@ fn main() -> std::process::ExitCode {
                 return run_bench(weir::bench::kafka::produce(options, servers.clone(), topic));
             }
             if let Some(servers) = kafka {
-                let kafka = weir::bench::kafka::KafkaBenchOptions { servers, sink };
+                let kafka = weir::bench::kafka::KafkaBenchOptions { servers, sink, sink_parallelism };
                 return run_bench(weir::bench::kafka::run(options, kafka));
             }
             return run_bench(weir::bench::nexmark::run(options));

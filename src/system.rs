@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, LazyLock};
 
 use async_trait::async_trait;
-use datafusion::arrow::array::{RecordBatch, StringArray, TimestampMicrosecondArray, UInt64Array};
+use datafusion::arrow::array::{RecordBatch, StringArray, TimestampMicrosecondArray, UInt32Array, UInt64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::catalog::{SchemaProvider, Session, TableProvider};
 use datafusion::datasource::memory::MemorySourceConfig;
@@ -270,20 +270,23 @@ fn sinks_schema() -> SchemaRef {
         Field::new("state", DataType::Utf8, false),
         Field::new("delivered_epoch", DataType::UInt64, true),
         Field::new("error", DataType::Utf8, true),
+        Field::new("shards", DataType::UInt32, false),
     ]))
 }
 
-/// Every running sink: running or retrying, the last checkpoint it delivered, its last error.
+/// Every running sink: running or retrying (any shard), the last checkpoint every shard
+/// delivered, its last error, its shards.
 fn sinks_batch() -> DfResult<RecordBatch> {
     let all: Vec<(String, crate::connectors::sink::SinkStatus)> =
         crate::connectors::sink::STATUS.lock().values().cloned().collect();
     let names: StringArray = all.iter().map(|(n, _)| Some(n.as_str())).collect();
-    let states: StringArray = all.iter().map(|(_, s)| Some(s.state.as_str())).collect();
-    let delivered: UInt64Array = all.iter().map(|(_, s)| s.delivered).collect();
-    let errors: StringArray = all.iter().map(|(_, s)| s.error.as_deref()).collect();
+    let states: StringArray = all.iter().map(|(_, s)| Some(s.state())).collect();
+    let delivered: UInt64Array = all.iter().map(|(_, s)| s.delivered()).collect();
+    let errors: StringArray = all.iter().map(|(_, s)| s.error()).collect();
+    let shards: UInt32Array = all.iter().map(|(_, s)| Some(s.shards.len() as u32)).collect();
     Ok(RecordBatch::try_new(
         sinks_schema(),
-        vec![Arc::new(names), Arc::new(states), Arc::new(delivered), Arc::new(errors)],
+        vec![Arc::new(names), Arc::new(states), Arc::new(delivered), Arc::new(errors), Arc::new(shards)],
     )?)
 }
 

@@ -24,8 +24,8 @@ async fn a_postgres_sink_holds_the_view_exactly_once_across_sigkills() {
          CREATE TABLE ev (id BIGINT, g INT) APPEND ONLY;
          INSERT INTO accounts VALUES (1, 1, 10), (2, 2, 20);
          CREATE MATERIALIZED VIEW per_group AS SELECT g, count(*) AS n, sum(amount) AS total FROM accounts GROUP BY g;
-         CREATE SINK to_pg FROM per_group WITH (connector = 'jdbc', jdbc.url = '{jdbc}', table.name = 'per_group', primary_key = 'g');
-         CREATE SINK events_to_pg AS SELECT id, g FROM ev WITH (connector = 'jdbc', jdbc.url = '{jdbc}', table.name = 'events');"
+         CREATE SINK to_pg FROM per_group WITH (connector = 'jdbc', jdbc.url = '{jdbc}', table.name = 'per_group', primary_key = 'g', sink.parallelism = 2);
+         CREATE SINK events_to_pg AS SELECT id, g FROM ev WITH (connector = 'jdbc', jdbc.url = '{jdbc}', table.name = 'events', sink.parallelism = 3);"
     ))
     .await
     .unwrap();
@@ -66,7 +66,20 @@ async fn a_postgres_sink_holds_the_view_exactly_once_across_sigkills() {
         [format!("{next}|{next}")],
         "each event once"
     );
-    assert_eq!(rows(&pg, "SELECT count(*) FROM weir_sink_marker").await, ["2"]);
+    // A marker row per shard that delivered: the append-only sink spreads its batches over its
+    // three shards, the keyed one its six groups over two.
+    // (`weir-sink-<sink id>` for shard 0, `weir-sink-<sink id>-<shard>` for the others.)
+    let markers = rows(&pg, "SELECT sink FROM weir_sink_marker ORDER BY sink").await;
+    assert!((4..=5).contains(&markers.len()), "{markers:?}");
+    assert_eq!(
+        rows(&pg, "SELECT count(DISTINCT split_part(sink, '-', 3)), count(*) FILTER (WHERE sink !~ '^weir-sink-[0-9]+(-[12])?$') FROM weir_sink_marker").await,
+        ["2|0"],
+        "{markers:?}"
+    );
+    assert_eq!(
+        rows(&c, "SELECT sink_name, state, shards FROM weir_catalog.sinks ORDER BY 1").await,
+        ["events_to_pg|running|3", "to_pg|running|2"]
+    );
     // Metrics of the server since its last restart: transactions committed, rows delivered,
     // nothing left to deliver.
     let metrics = server.metrics_text();
@@ -125,6 +138,16 @@ async fn create_sink_refuses_what_it_cannot_deliver() {
         "0A000",
     )
     .await;
+    for shards in ["0", "257", "two"] {
+        assert_sqlstate(
+            &c,
+            &format!(
+                "CREATE SINK s FROM v WITH (connector = 'jdbc', jdbc.url = '{jdbc}', table.name = 't', primary_key = 'k', sink.parallelism = '{shards}')"
+            ),
+            "22023",
+        )
+        .await;
+    }
     assert_sqlstate(
         &c,
         &format!("CREATE SINK s FROM t WITH (connector = 'jdbc', jdbc.url = '{jdbc}', table.name = 't')"),

@@ -44,6 +44,8 @@ pub struct KafkaBenchOptions {
     pub servers: String,
     /// `exactly-once`, `at-least-once` or `none` (no sink).
     pub sink: String,
+    /// The sink's shards (`sink.parallelism`), if not the view's parallelism.
+    pub sink_parallelism: Option<usize>,
 }
 
 const PARTITIONS: i32 = 4;
@@ -144,11 +146,12 @@ pub async fn run(options: NexmarkOptions, kafka: KafkaBenchOptions) -> Result<()
         let guarantee = if exactly_once { "exactly-once" } else { "at-least-once" };
         h.run(&format!(
             "CREATE SINK bench_out FROM {} WITH (connector = 'kafka', topic = '{output}', \
-             properties.bootstrap.server = '{}', primary_key = '{}', sink.delivery_guarantee = '{guarantee}') \
-             FORMAT UPSERT ENCODE JSON",
+             properties.bootstrap.server = '{}', primary_key = '{}', sink.delivery_guarantee = '{guarantee}', \
+             sink.parallelism = {}) FORMAT UPSERT ENCODE JSON",
             options.query,
             kafka.servers,
-            columns.join(",")
+            columns.join(","),
+            kafka.sink_parallelism.unwrap_or(options.parallelism)
         ))
         .await?;
     }

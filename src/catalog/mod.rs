@@ -677,19 +677,21 @@ impl Catalog {
         Ok(Some(id))
     }
 
-    /// A sink of view `input` through the connector `options` (see `connectors::sink`);
-    /// None when it exists and `if_not_exists`.
+    /// A sink of view `input` through the connector `options`, delivering by `shards` shards
+    /// (see `connectors::sink`); None when it exists and `if_not_exists`.
     pub fn create_sink(
         &self,
         name: &str,
         definition: &str,
         input: &Relation,
         options: crate::connectors::options::ConnectorOptions,
+        shards: usize,
         if_not_exists: bool,
     ) -> Result<Option<TableId>> {
         let mut def = self.new_def(name, RelationKind::Sink, definition, input.schema.as_ref().clone());
         def.depends_on = vec![input.def.id];
         def.connector = Some(options);
+        def.parallelism = shards;
         def.layout = Layout::Segments;
         self.create(def, if_not_exists)
     }

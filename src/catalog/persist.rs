@@ -60,7 +60,8 @@ pub struct RelationDef {
     /// The relations a view reads.
     #[serde(default)]
     pub depends_on: Vec<TableId>,
-    /// How many shards a view's operators run in (0 for tables).
+    /// How many shards a view's operators run in, or a sink delivers by (0 for tables, and for
+    /// a sink recorded before sinks had shards: one).
     #[serde(default)]
     pub parallelism: usize,
     /// A table that takes only INSERT (`APPEND ONLY`).

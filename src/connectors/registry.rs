@@ -36,18 +36,19 @@ pub fn reader(
     }
 }
 
-/// The writer of a sink `sink_id` of a view with `schema` (`append_only`: it never retracts)
-/// through the connector `options` name; fails (and so CREATE SINK fails) on unknown
-/// connectors and bad options.
+/// The writer of shard `shard` of a sink `sink_id` of a view with `schema` (`append_only`: it
+/// never retracts) through the connector `options` name; fails (and so CREATE SINK fails) on
+/// unknown connectors and bad options.
 pub fn sink_writer(
     options: &ConnectorOptions,
     sink_id: crate::state::keys::TableId,
+    shard: u16,
     schema: SchemaRef,
     append_only: bool,
 ) -> Result<Box<dyn SinkWriter>> {
     match options.get("connector").map(str::to_ascii_lowercase).as_deref() {
-        Some("kafka") => Ok(Box::new(KafkaSink::new(options, sink_id, schema, append_only)?)),
-        Some("jdbc" | "postgres") => Ok(Box::new(PostgresSink::new(options, sink_id, schema, append_only)?)),
+        Some("kafka") => Ok(Box::new(KafkaSink::new(options, sink_id, shard, schema, append_only)?)),
+        Some("jdbc" | "postgres") => Ok(Box::new(PostgresSink::new(options, sink_id, shard, schema, append_only)?)),
         Some(other) => {
             Err(WeirError::unsupported(format!("sink connector '{other}' is not supported yet (kafka and jdbc are)")))
         }

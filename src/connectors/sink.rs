@@ -1,27 +1,34 @@
 //! The sink runtime: exactly-once delivery of a view's changes to an external system, on top of
 //! checkpoints (ADR 12).
 //!
-//! A sink job follows its view like a view follows its inputs. Its changes go into the sink's
+//! A sink job follows its view like a view follows its inputs. A sink has *shards*
+//! (`sink.parallelism`, by default the session's `streaming_parallelism`), each delivering the
+//! changes of its own keys (the primary key's vnode, [`KeyShards`]; a sink without a key, over
+//! a view that only inserts, gives each batch to the shard with the fewest waiting), so the
+//! changes of one key stay in order. The job puts each shard's changes into the shard's
 //! *outbox* in the store, in *groups*: the changes of one checkpoint interval form one group,
 //! numbered by the first epoch after the checkpoint before it (a new sink's first group starts
 //! with the view's rows). A group is written in *parts* of at most [`PART_ROWS`] rows (keys
-//! `[sink id][0][group][part]`): whenever that many changes are waiting, and the rest at the
-//! checkpoint barrier that ends the interval, so the job holds about a part in memory and the
-//! deliverer one, whatever the view's size or the backlog. A part written before
+//! `[sink id][shard][group][part]`; shard 0's are those of a sink of one shard before shards
+//! existed): whenever that many changes of a shard are waiting, and the rest at the
+//! checkpoint barrier that ends the interval, so the job holds about a part per shard in memory
+//! and each deliverer one, whatever the view's size or the backlog. A part written before
 //! the checkpoint is tagged with the epoch it belongs to, so a snapshot of an earlier cut being
-//! taken meanwhile does not hold it (ADR 18). Once a checkpoint at or past a group is taken, the
-//! deliverer hands the group's parts, in order, to the connector's [`SinkWriter`] inside one
-//! transaction of the external system, which commits them with a marker saying "group `g`
-//! delivered" (a Kafka transaction with a consumer-group offset; a Postgres transaction with a
-//! marker row), then deletes the group. After a crash the store is back at the newest
-//! checkpoint, outbox included; groups the marker says were delivered are deleted unsent, the
+//! taken meanwhile does not hold it (ADR 18). Once a checkpoint at or past a group is taken,
+//! the shard's deliverer hands the group's parts, in order, to the shard's own [`SinkWriter`]
+//! inside one transaction of the external system, which commits them with the shard's marker
+//! saying "group `g` delivered" (a Kafka transaction with its own `transactional.id` and a
+//! consumer-group offset; a Postgres transaction with a marker row), then deletes the group;
+//! the shards deliver side by side, each at its own pace. After a crash the store is back at
+//! the newest checkpoint, outboxes included; groups a shard's marker says were delivered are
+//! deleted unsent, the
 //! rest are sent. The changes after the checkpoint are computed again by the restored view and
 //! reach a later group, numbered above every earlier one (epochs only grow). So every change
 //! reaches the external system once.
 //!
-//! A connector that cannot be reached is retried with backoff (`weir_catalog.sinks` shows it
-//! `retrying`); the outbox grows on disk meanwhile, never in memory, and the rest of the server
-//! goes on. Called by `dataflow::manager` (start, restore, stop).
+//! A connector that cannot be reached is retried with backoff (`weir_catalog.sinks` shows the
+//! sink `retrying` while any shard is); the outbox grows on disk meanwhile, never in memory,
+//! and the rest of the server goes on. Called by `dataflow::manager` (start, restore, stop).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,8 +40,9 @@ use crate::catalog::changes::ChangeReceiver;
 use crate::catalog::Relation;
 use crate::error::Result;
 use crate::state::index_codec::{IndexReader, IndexWriter};
-use crate::state::keys::{segment_key, TableId};
+use crate::state::keys::{row_key_in, TableId};
 use crate::state::store::{KeyRange, ScanControl, StateStore, WriteBatch};
+use crate::types::key_shards::KeyShards;
 use crate::types::{ChangeBatch, Epoch, Message};
 
 /// A connector's writing side: one transaction of the external system per outbox group.
@@ -113,14 +121,47 @@ pub fn net_by_key<K: std::hash::Hash + Eq + Clone, R>(
     netted
 }
 
-/// What a sink is doing, for `weir_catalog.sinks`.
+/// What a sink is doing, for `weir_catalog.sinks`: the sink as a whole, from its shards'.
 #[derive(Debug, Clone, Default)]
 pub struct SinkStatus {
+    pub shards: Vec<ShardStatus>,
+    /// The job's last failure to write the outbox (tried again at the checkpoint).
+    pub outbox_error: Option<String>,
+}
+
+/// What one shard's deliverer is doing.
+#[derive(Debug, Clone, Default)]
+pub struct ShardStatus {
+    /// `running` or `retrying`.
     pub state: String,
-    /// The last checkpoint delivered.
+    /// The last checkpoint the shard delivered.
     pub delivered: Option<Epoch>,
     /// The last error, while retrying.
     pub error: Option<String>,
+    /// Checkpoints whose changes the shard holds and has not delivered.
+    pub pending: usize,
+}
+
+impl SinkStatus {
+    /// `retrying` while any shard is, else `running`.
+    pub fn state(&self) -> &str {
+        if self.shards.iter().any(|s| s.state == "retrying") {
+            "retrying"
+        } else {
+            "running"
+        }
+    }
+
+    /// The last checkpoint every shard has delivered, leaving out shards that never had
+    /// changes to deliver (None while a shard with changes has delivered none).
+    pub fn delivered(&self) -> Option<Epoch> {
+        self.shards.iter().filter(|s| s.delivered.is_some() || s.pending > 0).map(|s| s.delivered).min().flatten()
+    }
+
+    /// A retrying shard's error, else the outbox's.
+    pub fn error(&self) -> Option<&str> {
+        self.shards.iter().find_map(|s| s.error.as_deref()).or(self.outbox_error.as_deref())
+    }
 }
 
 /// Every running sink's status, by sink id.
@@ -130,7 +171,50 @@ pub static STATUS: std::sync::LazyLock<Mutex<std::collections::BTreeMap<u32, (St
 fn set_status(sink: &Relation, update: impl FnOnce(&mut SinkStatus)) {
     let mut all = STATUS.lock();
     let entry = all.entry(sink.def.id).or_insert_with(|| (sink.def.name.clone(), SinkStatus::default()));
+    if entry.1.shards.len() < shards_of(sink) {
+        entry.1.shards.resize(shards_of(sink), ShardStatus { state: "running".into(), ..Default::default() });
+    }
     update(&mut entry.1);
+    let pending = entry.1.shards.iter().map(|s| s.pending).max().unwrap_or(0);
+    crate::metrics::SINK_CHECKPOINTS_PENDING.with_label_values(&[&sink.def.name]).set(pending as i64);
+}
+
+fn set_shard_status(sink: &Relation, shard: u16, update: impl FnOnce(&mut ShardStatus)) {
+    set_status(sink, |s| update(&mut s.shards[shard as usize]));
+}
+
+/// Most shards a sink may have.
+pub const MAX_SHARDS: usize = 256;
+
+/// The shards a new sink delivers by: its `sink.parallelism` option, else `default` (the
+/// session's `streaming_parallelism`).
+pub fn shards_option(options: &crate::connectors::options::ConnectorOptions, default: usize) -> Result<usize> {
+    let Some(text) = options.get("sink.parallelism") else {
+        return Ok(default.clamp(1, MAX_SHARDS));
+    };
+    match text.trim().parse::<usize>() {
+        Ok(n) if (1..=MAX_SHARDS).contains(&n) => Ok(n),
+        _ => Err(crate::error::WeirError::new(
+            crate::error::SqlState::INVALID_PARAMETER_VALUE,
+            format!("sink.parallelism must be a whole number from 1 to {MAX_SHARDS}, not '{text}'"),
+        )),
+    }
+}
+
+/// The name shard `shard` of a sink goes by in the external system (its Kafka
+/// `transactional.id` and marker group, its Postgres marker row): `base` for shard 0 (the
+/// name of a sink of one shard, as before sinks had shards), `<base>-<shard>` for the others.
+pub fn shard_identity(base: String, shard: u16) -> String {
+    if shard == 0 {
+        base
+    } else {
+        format!("{base}-{shard}")
+    }
+}
+
+/// How many shards `sink` delivers by (a sink recorded before shards existed: one).
+pub fn shards_of(sink: &Relation) -> usize {
+    sink.def.parallelism.max(1)
 }
 
 /// Forgets a dropped sink's status.
@@ -138,15 +222,20 @@ pub fn forget(sink: u32) {
     STATUS.lock().remove(&sink);
 }
 
-/// The key of part `part` of outbox group `group`.
-fn part_key(sink: TableId, group: Epoch, part: u32) -> Vec<u8> {
-    let mut key = group_prefix(sink, group);
+/// The key of part `part` of outbox group `group` of shard `shard`.
+fn part_key(sink: TableId, shard: u16, group: Epoch, part: u32) -> Vec<u8> {
+    let mut key = group_prefix(sink, shard, group);
     key.extend_from_slice(&part.to_be_bytes());
     key
 }
 
-fn group_prefix(sink: TableId, group: Epoch) -> Vec<u8> {
-    segment_key(sink, &group.to_be_bytes())
+fn group_prefix(sink: TableId, shard: u16, group: Epoch) -> Vec<u8> {
+    row_key_in(sink, shard, &group.to_be_bytes())
+}
+
+/// The prefix of every outbox key of shard `shard`.
+fn shard_prefix(sink: TableId, shard: u16) -> Vec<u8> {
+    row_key_in(sink, shard, &[])
 }
 
 /// `changes` cut into parts of at most [`PART_ROWS`] rows, in order.
@@ -171,10 +260,12 @@ fn into_parts(changes: Vec<ChangeBatch>) -> Vec<Vec<ChangeBatch>> {
     parts
 }
 
-/// Writes `changes` as part `part` of `group`, tagged with `epoch` (the epoch they belong to).
+/// Writes `changes` as part `part` of `group` of `shard`, tagged with `epoch` (the epoch they
+/// belong to).
 fn put_part(
     store: &dyn StateStore,
     sink: TableId,
+    shard: u16,
     group: Epoch,
     part: u32,
     epoch: Epoch,
@@ -186,14 +277,21 @@ fn put_part(
         batch.encode(&mut record)?;
     }
     let mut wb = WriteBatch { skip_wal: true, epoch: Some(epoch), ..Default::default() };
-    wb.put(part_key(sink, group, part), record.finish());
+    wb.put(part_key(sink, shard, group, part), record.finish());
     store.write(wb)
 }
 
-/// The first outbox group of `sink` at or after `from` and at most `through`.
-fn next_group(store: &dyn StateStore, sink: &Relation, from: Epoch, through: Epoch) -> Result<Option<Epoch>> {
-    let prefix = segment_key(sink.def.id, &[]);
-    let range = KeyRange { start: group_prefix(sink.def.id, from), end: crate::state::keys::prefix_end(&prefix) };
+/// The first outbox group of `shard` of `sink` at or after `from` and at most `through`.
+fn next_group(
+    store: &dyn StateStore,
+    sink: &Relation,
+    shard: u16,
+    from: Epoch,
+    through: Epoch,
+) -> Result<Option<Epoch>> {
+    let prefix = shard_prefix(sink.def.id, shard);
+    let range =
+        KeyRange { start: group_prefix(sink.def.id, shard, from), end: crate::state::keys::prefix_end(&prefix) };
     let what = format!("the outbox of sink \"{}\"", sink.def.name);
     let mut found = None;
     store.scan_ranges(&[range], &mut |key, _| {
@@ -211,15 +309,17 @@ fn next_group(store: &dyn StateStore, sink: &Relation, from: Epoch, through: Epo
     Ok(found)
 }
 
-/// Reads outbox group `group` of `sink` part by part, in order, handing each to `visit`.
+/// Reads outbox group `group` of `shard` of `sink` part by part, in order, handing each to
+/// `visit`.
 fn read_group(
     store: &dyn StateStore,
     sink: &Relation,
+    shard: u16,
     group: Epoch,
     visit: &mut dyn FnMut(Vec<ChangeBatch>) -> Result<()>,
 ) -> Result<()> {
     let what = format!("the outbox of sink \"{}\"", sink.def.name);
-    store.scan_prefix(&group_prefix(sink.def.id, group), &mut |_, value| {
+    store.scan_prefix(&group_prefix(sink.def.id, shard, group), &mut |_, value| {
         let mut r = IndexReader::new(value, &what)?;
         let changes = (0..r.u64()?).map(|_| ChangeBatch::decode(&mut r, &what)).collect::<Result<Vec<_>>>()?;
         r.finish()?;
@@ -228,11 +328,11 @@ fn read_group(
     })
 }
 
-/// The outbox groups of `sink` up to `through`, oldest first (one seek each).
-fn groups(store: &dyn StateStore, sink: &Relation, through: Epoch) -> Result<Vec<Epoch>> {
+/// The outbox groups of `shard` of `sink` up to `through`, oldest first (one seek each).
+fn groups(store: &dyn StateStore, sink: &Relation, shard: u16, through: Epoch) -> Result<Vec<Epoch>> {
     let mut out = Vec::new();
     let mut from = 0;
-    while let Some(group) = next_group(store, sink, from, through)? {
+    while let Some(group) = next_group(store, sink, shard, from, through)? {
         out.push(group);
         match group.checked_add(1) {
             Some(next) => from = next,
@@ -243,29 +343,72 @@ fn groups(store: &dyn StateStore, sink: &Relation, through: Epoch) -> Result<Vec
 }
 
 /// How many checkpoint intervals' changes `sink` holds and has not delivered yet (its outbox
-/// groups).
+/// groups, of any shard).
 pub fn undelivered(store: &dyn StateStore, sink: &Relation) -> Result<usize> {
-    Ok(groups(store, sink, Epoch::MAX)?.len())
+    let mut all = std::collections::BTreeSet::new();
+    for shard in 0..shards_of(sink) as u16 {
+        all.extend(groups(store, sink, shard, Epoch::MAX)?);
+    }
+    Ok(all.len())
 }
 
-/// The job that keeps a sink's outbox: the view's changes, one group per checkpoint interval.
+/// The job that keeps a sink's outboxes: the view's changes, split by shard, one group per
+/// checkpoint interval.
 pub struct SinkJob {
-    pub sink: Arc<Relation>,
-    pub input: ChangeReceiver,
-    pub store: Arc<dyn StateStore>,
-    pub committed: watch::Sender<Epoch>,
-    /// The open group (the first epoch after the last checkpoint this job committed) and its
-    /// next part's number (a new sink's first group already holds the view's rows).
-    pub group: Epoch,
-    pub next_part: u32,
-    /// Changes not yet in the outbox, and how many rows they hold.
-    pub pending: Vec<ChangeBatch>,
-    pub pending_rows: usize,
+    sink: Arc<Relation>,
+    input: ChangeReceiver,
+    store: Arc<dyn StateStore>,
+    committed: watch::Sender<Epoch>,
+    /// The open group: the first epoch after the last checkpoint this job committed (a new
+    /// sink's first group already holds the view's rows).
+    group: Epoch,
+    /// The primary key's columns, which shard a change by; none: batches go to the shard with
+    /// the fewest changes waiting.
+    key: Vec<usize>,
+    key_shards: KeyShards,
+    /// Per shard: changes not yet in its outbox, and its open group's next part.
+    outboxes: Vec<Outbox>,
     /// A write of parts before the checkpoint failed: none is tried again until it.
-    pub spill_failed: bool,
+    spill_failed: bool,
+}
+
+/// A shard's changes on their way to its outbox.
+#[derive(Default)]
+struct Outbox {
+    pending: Vec<ChangeBatch>,
+    pending_rows: usize,
+    next_part: u32,
 }
 
 impl SinkJob {
+    /// The job of `sink`, reading the view's changes from `input`, whose open group is
+    /// `group`; `committed` says the last barrier it committed. The sink's `primary_key` option
+    /// (if any) shards its changes.
+    pub fn new(
+        sink: Arc<Relation>,
+        input: ChangeReceiver,
+        store: Arc<dyn StateStore>,
+        committed: watch::Sender<Epoch>,
+        group: Epoch,
+    ) -> Result<SinkJob> {
+        let key = match sink.def.connector.as_ref().and_then(|o| o.get("primary_key")) {
+            Some(names) => key_columns(names, &sink.def.schema)?,
+            None => Vec::new(),
+        };
+        let outboxes = (0..shards_of(&sink)).map(|_| Outbox::default()).collect();
+        Ok(SinkJob {
+            sink,
+            input,
+            store,
+            committed,
+            group,
+            key,
+            key_shards: KeyShards::default(),
+            outboxes,
+            spill_failed: false,
+        })
+    }
+
     pub async fn run(mut self) {
         while let Some((message, _)) = self.input.recv().await {
             match message {
@@ -273,7 +416,7 @@ impl SinkJob {
                     if let Err(e) = self.push(batch, None).await {
                         // Kept in memory until the checkpoint, which tries again.
                         tracing::error!(sink = %self.sink.def.name, "writing the outbox failed: {e}");
-                        set_status(&self.sink, |s| s.error = Some(e.message.clone()));
+                        set_status(&self.sink, |s| s.outbox_error = Some(e.message.clone()));
                         self.spill_failed = true;
                     }
                 }
@@ -294,7 +437,12 @@ impl SinkJob {
                             );
                         }
                         self.group = barrier.epoch + 1;
-                        self.next_part = 0;
+                        for outbox in &mut self.outboxes {
+                            outbox.next_part = 0;
+                        }
+                        if self.spill_failed {
+                            set_status(&self.sink, |s| s.outbox_error = None);
+                        }
                         self.spill_failed = false;
                     }
                     self.committed.send_replace(barrier.epoch);
@@ -329,12 +477,23 @@ impl SinkJob {
         }
     }
 
-    /// Adds changes of the open epoch; once a part's worth waits (and no write failed since the
-    /// last checkpoint), writes the full parts. `keep`: held by the write until it is done.
+    /// Adds changes of the open epoch to their shards; once a part's worth waits for a shard
+    /// (and no write failed since the last checkpoint), writes the full parts. `keep`: held by
+    /// the write until it is done.
     async fn push(&mut self, batch: ChangeBatch, keep: Option<&Arc<tokio::sync::OwnedMutexGuard<()>>>) -> Result<()> {
-        self.pending_rows += batch.num_rows();
-        self.pending.push(batch);
-        if self.pending_rows < PART_ROWS || self.spill_failed {
+        let by_shard = if self.key.is_empty() {
+            let emptiest = (0..self.outboxes.len()).min_by_key(|s| self.outboxes[*s].pending_rows).unwrap_or(0);
+            vec![(emptiest, batch)]
+        } else {
+            let key: Vec<_> = self.key.iter().map(|c| Arc::clone(batch.data.column(*c))).collect();
+            self.key_shards.split(&batch, &key, self.outboxes.len())?
+        };
+        for (shard, changes) in by_shard {
+            let outbox = &mut self.outboxes[shard];
+            outbox.pending_rows += changes.num_rows();
+            outbox.pending.push(changes);
+        }
+        if self.spill_failed || self.outboxes.iter().all(|o| o.pending_rows < PART_ROWS) {
             return Ok(());
         }
         // Changes of the epoch after the last barrier; a part short of full waits for more.
@@ -342,53 +501,79 @@ impl SinkJob {
         self.put_pending(epoch, false, keep.cloned()).await
     }
 
-    /// Writes the pending changes as the open group's next parts, tagged with `epoch`: all of
-    /// them at a checkpoint (`all`), else only full parts, the rest staying pending. `keep` is
-    /// held until the write is done, even if this is no longer awaited.
+    /// Writes each shard's pending changes as its open group's next parts, tagged with
+    /// `epoch`: all of them at a checkpoint (`all`), else only full parts, the rest staying
+    /// pending. `keep` is held until the write is done, even if this is no longer awaited.
     async fn put_pending(
         &mut self,
         epoch: Epoch,
         all: bool,
         keep: Option<Arc<tokio::sync::OwnedMutexGuard<()>>>,
     ) -> Result<()> {
-        let mut parts = into_parts(std::mem::take(&mut self.pending));
-        if !all && parts.last().is_some_and(|p| p.iter().map(|c| c.num_rows()).sum::<usize>() < PART_ROWS) {
-            self.pending = parts.pop().unwrap_or_default();
+        // (shard, its first part's number, its parts)
+        let mut writes = Vec::new();
+        for (shard, outbox) in self.outboxes.iter_mut().enumerate() {
+            let mut parts = into_parts(std::mem::take(&mut outbox.pending));
+            if !all && parts.last().is_some_and(|p| p.iter().map(|c| c.num_rows()).sum::<usize>() < PART_ROWS) {
+                outbox.pending = parts.pop().unwrap_or_default();
+            }
+            outbox.pending_rows = outbox.pending.iter().map(|c| c.num_rows()).sum();
+            if !parts.is_empty() {
+                writes.push((shard as u16, outbox.next_part, parts));
+            }
         }
-        if parts.is_empty() {
-            self.pending_rows = self.pending.iter().map(|c| c.num_rows()).sum();
+        if writes.is_empty() {
             return Ok(());
         }
-        let (store, sink, group, first) = (Arc::clone(&self.store), self.sink.def.id, self.group, self.next_part);
+        let (store, sink, group) = (Arc::clone(&self.store), self.sink.def.id, self.group);
+        // Each shard's parts written, in order, until one write fails: (shard, the parts
+        // written, or the error, and the parts).
         let written = tokio::task::spawn_blocking(move || {
             let _keep = keep;
-            let written = parts
-                .iter()
-                .zip(first..)
-                .try_for_each(|(part, n)| put_part(store.as_ref(), sink, group, n, epoch, part));
-            (written.map(|()| parts.len() as u32), parts)
+            let mut failed = false;
+            writes
+                .into_iter()
+                .map(|(shard, first, parts)| {
+                    let written = if failed {
+                        Err(None)
+                    } else {
+                        parts
+                            .iter()
+                            .zip(first..)
+                            .try_for_each(|(part, n)| put_part(store.as_ref(), sink, shard, group, n, epoch, part))
+                            .map(|()| parts.len() as u32)
+                            .map_err(Some)
+                    };
+                    failed |= written.is_err();
+                    (shard, written, parts)
+                })
+                .collect::<Vec<_>>()
         })
         .await?;
-        match written {
-            (Ok(count), _) => {
-                self.next_part += count;
-                self.pending_rows = self.pending.iter().map(|c| c.num_rows()).sum();
-                Ok(())
-            }
-            // Kept, to be written again (over any parts written) with the next ones.
-            (Err(e), parts) => {
-                let rest = std::mem::take(&mut self.pending);
-                self.pending = parts.into_iter().flatten().chain(rest).collect();
-                Err(e)
+        let mut error = None;
+        for (shard, written, parts) in written {
+            let outbox = &mut self.outboxes[shard as usize];
+            match written {
+                Ok(count) => outbox.next_part += count,
+                // Kept, to be written again (over any parts written) with the next ones.
+                Err(e) => {
+                    error = error.or(e);
+                    let rest = std::mem::take(&mut outbox.pending);
+                    outbox.pending = parts.into_iter().flatten().chain(rest).collect();
+                    outbox.pending_rows = outbox.pending.iter().map(|c| c.num_rows()).sum();
+                }
             }
         }
+        error.map_or(Ok(()), Err)
     }
 }
 
-/// Delivers `sink`'s outbox groups as checkpoints complete (`checkpointed`: the newest epoch
-/// whose snapshot is taken; groups already in the store at start were restored from one).
+/// Delivers the outbox groups of `shard` of `sink` as checkpoints complete (`checkpointed`: the
+/// newest epoch whose snapshot is taken; groups already in the store at start were restored
+/// from one), through the shard's own `writer`.
 pub async fn deliver(
     sink: Arc<Relation>,
+    shard: u16,
     store: Arc<dyn StateStore>,
     mut writer: Box<dyn SinkWriter>,
     mut checkpointed: watch::Receiver<Epoch>,
@@ -398,7 +583,7 @@ pub async fn deliver(
     let mut backoff = Duration::from_millis(200);
     let mut delivered: Option<Option<Epoch>> = None;
     let mut through = restored.max(*checkpointed.borrow());
-    set_status(&sink, |s| s.state = "running".into());
+    set_shard_status(&sink, shard, |s| s.state = "running".into());
     loop {
         let attempt = tokio::task::block_in_place(|| -> Result<()> {
             let marker = match delivered {
@@ -406,15 +591,15 @@ pub async fn deliver(
                 None => *delivered.insert(writer.delivered()?),
             };
             let mut marker = marker;
-            let groups = groups(store.as_ref(), &sink, through)?;
-            let pending = crate::metrics::SINK_CHECKPOINTS_PENDING.with_label_values(&[&name]);
-            pending.set(groups.iter().filter(|g| marker.is_none_or(|m| **g > m)).count() as i64);
+            let groups = groups(store.as_ref(), &sink, shard, through)?;
+            let mut pending = groups.iter().filter(|g| marker.is_none_or(|m| **g > m)).count();
+            set_shard_status(&sink, shard, |s| s.pending = pending);
             for group in groups {
                 if marker.is_none_or(|m| group > m) {
                     crate::fault::point("sink.before_deliver");
                     let mut rows = 0;
                     let sent = writer.begin().and_then(|()| {
-                        read_group(store.as_ref(), &sink, group, &mut |changes| {
+                        read_group(store.as_ref(), &sink, shard, group, &mut |changes| {
                             rows += changes.iter().map(|c| c.num_rows()).sum::<usize>();
                             writer.write(&changes)
                         })
@@ -426,16 +611,19 @@ pub async fn deliver(
                     }
                     crate::metrics::SINK_DELIVERIES_TOTAL.with_label_values(&[&name, "committed"]).inc();
                     crate::metrics::SINK_ROWS_TOTAL.with_label_values(&[&name]).inc_by(rows as u64);
-                    pending.dec();
+                    pending -= 1;
                     marker = Some(group);
                     delivered = Some(marker);
-                    set_status(&sink, |s| s.delivered = marker);
+                    set_shard_status(&sink, shard, |s| {
+                        s.delivered = marker;
+                        s.pending = pending;
+                    });
                     crate::metrics::SINK_CHECKPOINTS_DELIVERED_TOTAL.with_label_values(&[&name]).inc();
                     crate::fault::point("sink.after_commit");
                 }
                 let mut wb = WriteBatch::default();
-                let prefix = group_prefix(sink.def.id, group);
-                let end = group_prefix(sink.def.id, group.saturating_add(1));
+                let prefix = group_prefix(sink.def.id, shard, group);
+                let end = group_prefix(sink.def.id, shard, group.saturating_add(1));
                 wb.delete_range(prefix, end);
                 store.write(wb)?;
             }
@@ -444,7 +632,7 @@ pub async fn deliver(
         match attempt {
             Ok(()) => {
                 backoff = Duration::from_millis(200);
-                set_status(&sink, |s| {
+                set_shard_status(&sink, shard, |s| {
                     s.state = "running".into();
                     s.error = None;
                 });
@@ -454,10 +642,10 @@ pub async fn deliver(
                 through = *checkpointed.borrow();
             }
             Err(e) => {
-                tracing::warn!(sink = %name, "delivery failed, retrying in {backoff:?}: {e}");
+                tracing::warn!(sink = %name, shard, "delivery failed, retrying in {backoff:?}: {e}");
                 // A writer that failed may have lost its transaction state: ask its marker again.
                 delivered = None;
-                set_status(&sink, |s| {
+                set_shard_status(&sink, shard, |s| {
                     s.state = "retrying".into();
                     s.error = Some(e.message.clone());
                 });
@@ -551,21 +739,11 @@ mod tests {
         let schema = Schema::new(vec![Field::new("v", DataType::Int64, false)]);
         let view = catalog.create_table("t", "", schema, vec![], false).unwrap().unwrap();
         let view = catalog.by_id(view).unwrap();
-        let sink = catalog.create_sink("s", "", &view, Default::default(), false).unwrap().unwrap();
+        let sink = catalog.create_sink("s", "", &view, Default::default(), 1, false).unwrap().unwrap();
         let sink = catalog.by_id(sink).unwrap();
         let input = catalog.changes.subscribe(view.def.id, sink.def.id).await;
         let (committed, _) = watch::channel(10);
-        let job = SinkJob {
-            sink: Arc::clone(&sink),
-            input,
-            store: Arc::clone(&store),
-            committed,
-            group: 11,
-            next_part: 0,
-            pending: Vec::new(),
-            pending_rows: 0,
-            spill_failed: false,
-        };
+        let job = SinkJob::new(Arc::clone(&sink), input, Arc::clone(&store), committed, 11).unwrap();
         let running = tokio::spawn(job.run());
         let rows = |from: i64, n: i64| {
             let values = Int64Array::from_iter_values(from..from + n);
@@ -589,7 +767,7 @@ mod tests {
         let parts = || {
             let mut keys = Vec::new();
             store
-                .scan_prefix(&segment_key(sink.def.id, &[]), &mut |k, _| {
+                .scan_prefix(&shard_prefix(sink.def.id, 0), &mut |k, _| {
                     keys.push(k[6..].to_vec());
                     Ok(ScanControl::Continue)
                 })
@@ -610,7 +788,7 @@ mod tests {
         let recorder = Recorder::default();
         let (checkpointed, watched) = watch::channel(12);
         let delivering =
-            tokio::spawn(deliver(Arc::clone(&sink), Arc::clone(&store), Box::new(recorder.clone()), watched, 0));
+            tokio::spawn(deliver(Arc::clone(&sink), 0, Arc::clone(&store), Box::new(recorder.clone()), watched, 0));
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while parts().len() > 1 {
             assert!(std::time::Instant::now() < deadline, "group 11 was not delivered");
@@ -641,6 +819,7 @@ mod tests {
         put_part(
             store.as_ref(),
             sink.def.id,
+            0,
             20,
             0,
             20,
@@ -652,7 +831,7 @@ mod tests {
         let resent = Recorder { marker: Some(20), ..Default::default() };
         let (_checkpointed, watched) = watch::channel(20);
         let delivering =
-            tokio::spawn(deliver(Arc::clone(&sink), Arc::clone(&store), Box::new(resent.clone()), watched, 20));
+            tokio::spawn(deliver(Arc::clone(&sink), 0, Arc::clone(&store), Box::new(resent.clone()), watched, 20));
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while !parts().is_empty() {
             assert!(std::time::Instant::now() < deadline, "the delivered group was not deleted");
@@ -660,6 +839,100 @@ mod tests {
         }
         assert!(resent.log.lock().is_empty(), "nothing sent again: {:?}", resent.log.lock());
         delivering.abort();
+        running.abort();
+    }
+
+    /// A sink of three shards keyed by `k`: every change of a key goes through one shard's
+    /// outbox, in order; each shard delivers its groups through its own writer, with its own
+    /// marker, one transaction per group; a shard whose marker holds a group passes it over
+    /// while the others deliver theirs.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn each_shard_delivers_its_own_keys_in_order_with_its_own_marker() {
+        use datafusion::arrow::array::{Int64Array, RecordBatch};
+        use datafusion::arrow::datatypes::{DataType, Field, Schema};
+
+        use crate::state::memory::MemoryStore;
+        use crate::types::{Barrier, BarrierKind, Message};
+
+        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+        let catalog = crate::catalog::Catalog::open(Arc::clone(&store), "dev").unwrap();
+        let schema =
+            Schema::new(vec![Field::new("k", DataType::Int64, false), Field::new("v", DataType::Int64, false)]);
+        let view = catalog.create_table("t", "", schema, vec![], false).unwrap().unwrap();
+        let view = catalog.by_id(view).unwrap();
+        let options = crate::connectors::options::ConnectorOptions(
+            [("primary_key".to_string(), "k".to_string())].into_iter().collect(),
+        );
+        let sink = catalog.create_sink("s", "", &view, options, 3, false).unwrap().unwrap();
+        let sink = catalog.by_id(sink).unwrap();
+        assert_eq!(shards_of(&sink), 3);
+        let input = catalog.changes.subscribe(view.def.id, sink.def.id).await;
+        let (committed, _) = watch::channel(0);
+        let running =
+            tokio::spawn(SinkJob::new(Arc::clone(&sink), input, Arc::clone(&store), committed, 1).unwrap().run());
+        // Keys 0..30, each changed three times (v = round), over two checkpoint intervals.
+        let rows = |round: i64| {
+            let k = Int64Array::from_iter_values(0..30);
+            let v = Int64Array::from_iter_values(std::iter::repeat_n(round, 30));
+            Message::Data(ChangeBatch::inserts(
+                RecordBatch::try_from_iter([("k", Arc::new(k) as _), ("v", Arc::new(v) as _)]).unwrap(),
+            ))
+        };
+        let barrier = |epoch: Epoch| {
+            Message::Barrier(Barrier {
+                epoch,
+                injected_at: std::time::Instant::now(),
+                kind: BarrierKind::Checkpoint,
+                now: 0,
+            })
+        };
+        catalog.changes.publish(view.def.id, vec![rows(0), rows(1), barrier(1), rows(2), barrier(2)]).await;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while undelivered(store.as_ref(), &sink).unwrap() < 2 {
+            assert!(std::time::Instant::now() < deadline, "the groups were not written");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        // Shard 1's marker holds group 1 already (delivered before a crash).
+        let recorders: Vec<Recorder> =
+            (0..3).map(|shard| Recorder { marker: (shard == 1).then_some(1), ..Default::default() }).collect();
+        let (_checkpointed, watched) = watch::channel(2);
+        let delivering: Vec<_> = recorders
+            .iter()
+            .zip(0..)
+            .map(|(r, shard)| {
+                tokio::spawn(deliver(
+                    Arc::clone(&sink),
+                    shard,
+                    Arc::clone(&store),
+                    Box::new(r.clone()),
+                    watched.clone(),
+                    2,
+                ))
+            })
+            .collect();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while undelivered(store.as_ref(), &sink).unwrap() > 0 {
+            assert!(std::time::Instant::now() < deadline, "the groups were not delivered");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let mut owner = std::collections::HashMap::new();
+        for (shard, recorder) in recorders.iter().enumerate() {
+            let commits: Vec<String> =
+                recorder.log.lock().iter().filter(|l| l.starts_with("commit")).cloned().collect();
+            let expected: &[&str] = if shard == 1 { &["commit 2"] } else { &["commit 1", "commit 2"] };
+            assert_eq!(commits, expected, "shard {shard}");
+            for k in recorder.rows.lock().iter() {
+                assert_eq!(*owner.entry(*k).or_insert(shard), shard, "key {k} in two shards");
+            }
+        }
+        assert_eq!(owner.len(), 30, "every key in a shard");
+        assert_eq!(owner.values().collect::<std::collections::HashSet<_>>().len(), 3, "keys in every shard");
+        // The status: running, delivered through group 2 by every shard.
+        let status = STATUS.lock().get(&sink.def.id).unwrap().1.clone();
+        assert_eq!((status.state(), status.delivered(), status.shards.len()), ("running", Some(2), 3));
+        for d in delivering {
+            d.abort();
+        }
         running.abort();
     }
 

@@ -16,7 +16,6 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::ArrayRef;
-use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::physical_expr::PhysicalExpr;
 
 use super::shard_pool::ShardPool;
@@ -25,15 +24,14 @@ use crate::metrics;
 use crate::operators::eval::evaluate;
 use crate::operators::operator::Operator;
 use crate::state::keyed::Flush;
-use crate::state::keys::vnode_of;
 use crate::state::store::WriteBatch;
+use crate::types::key_shards::KeyShards;
 use crate::types::ChangeBatch;
 
 /// Routes the rows of a node's input to shards by the vnode of their key.
 struct Partitioner {
     keys: Vec<Arc<dyn PhysicalExpr>>,
-    /// Built from the first batch's key types.
-    codec: Option<RowConverter>,
+    shards: KeyShards,
 }
 
 struct Node {
@@ -102,7 +100,8 @@ impl Graph {
         let name = format!("{index}:{}", ops[0].describe().split(':').next().unwrap_or("operator"));
         let counter = |direction: &str| metrics::OPERATOR_ROWS.with_label_values(&[&self.view, &name, direction]);
         let (rows_in, rows_out) = (counter("in"), counter("out"));
-        let partition = exchanges.into_iter().map(|e| e.map(|keys| Partitioner { keys, codec: None })).collect();
+        let partition =
+            exchanges.into_iter().map(|e| e.map(|keys| Partitioner { keys, shards: KeyShards::default() })).collect();
         self.nodes.push(Node { parents: Vec::new(), partition, rows_in, rows_out });
         for (shard, op) in self.shards.iter_mut().zip(ops) {
             shard.push(op);
@@ -313,25 +312,8 @@ impl Graph {
 impl Partitioner {
     /// `batch`'s rows grouped by the shard their key belongs to.
     fn split(&mut self, batch: &ChangeBatch, shards: usize, view: &str) -> Result<Vec<(usize, ChangeBatch)>> {
-        if self.keys.is_empty() {
-            // No key (a global aggregate): everything in shard 0.
-            return Ok(vec![(0, batch.clone())]);
-        }
         let keys: Vec<ArrayRef> = self.keys.iter().map(|k| evaluate(k, &batch.data, view)).collect::<Result<_>>()?;
-        if self.codec.is_none() {
-            self.codec = Some(RowConverter::new(keys.iter().map(|k| SortField::new(k.data_type().clone())).collect())?);
-        }
-        let rows = self.codec.as_ref().expect("built").convert_columns(&keys)?;
-        let mut by_shard: Vec<Vec<u32>> = vec![Vec::new(); shards];
-        for i in 0..batch.num_rows() {
-            by_shard[vnode_of(rows.row(i).data()) as usize % shards].push(i as u32);
-        }
-        let mut parts = Vec::new();
-        for (shard, indices) in by_shard.into_iter().enumerate().filter(|(_, i)| !i.is_empty()) {
-            let part = if indices.len() == batch.num_rows() { batch.clone() } else { batch.take(&indices)? };
-            parts.push((shard, part));
-        }
-        Ok(parts)
+        self.shards.split(batch, &keys, shards)
     }
 }
 

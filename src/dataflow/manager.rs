@@ -45,8 +45,8 @@ pub struct Streaming {
     jobs: parking_lot::Mutex<HashMap<TableId, JoinHandle<()>>>,
     /// The task feeding each source.
     sources: parking_lot::Mutex<HashMap<TableId, JoinHandle<()>>>,
-    /// The task delivering each sink's outbox.
-    deliverers: parking_lot::Mutex<HashMap<TableId, JoinHandle<()>>>,
+    /// The tasks delivering each sink's outboxes, one per shard.
+    deliverers: parking_lot::Mutex<HashMap<TableId, Vec<JoinHandle<()>>>>,
     /// When barriers are injected, once [`Streaming::start_epochs`] starts them.
     epochs: EpochBounds,
     ticking: std::sync::Once,
@@ -254,10 +254,15 @@ impl Streaming {
             .ok_or_else(|| WeirError::internal(format!("the view of sink \"{}\" is gone", sink.def.name)))?;
         let options = sink.def.connector.clone().ok_or_else(|| WeirError::internal("a sink without a connector"))?;
         let append_only = view.def.layout == crate::state::table::Layout::Segments;
-        let mut writer =
-            crate::connectors::registry::sink_writer(&options, id, Arc::new(view.def.schema.clone()), append_only)?;
+        let schema = Arc::new(view.def.schema.clone());
+        let shards = crate::connectors::sink::shards_of(&sink) as u16;
+        let mut writers = (0..shards)
+            .map(|shard| {
+                crate::connectors::registry::sink_writer(&options, id, shard, Arc::clone(&schema), append_only)
+            })
+            .collect::<Result<Vec<_>>>()?;
         if how == ViewStart::Backfill {
-            tokio::task::block_in_place(|| writer.check())?;
+            tokio::task::block_in_place(|| writers[0].check())?;
         }
         let catalog = Arc::clone(&self.catalog);
         let restored = self.coordinator.current_epoch();
@@ -288,16 +293,13 @@ impl Streaming {
         // with the view's rows).
         let group = *committed.borrow() + 1;
         let store = Arc::clone(self.catalog.store());
-        let mut job = crate::connectors::sink::SinkJob {
-            sink: Arc::clone(&sink),
-            input,
-            store: Arc::clone(&store),
-            committed,
-            group,
-            next_part: 0,
-            pending: Vec::new(),
-            pending_rows: 0,
-            spill_failed: false,
+        let job = crate::connectors::sink::SinkJob::new(Arc::clone(&sink), input, Arc::clone(&store), committed, group);
+        let mut job = match job {
+            Ok(job) => job,
+            Err(e) => {
+                self.stop_view(id).await;
+                return Err(e);
+            }
         };
         if let Some(rows) = rows {
             let locked = Arc::clone(&sink.write_lock).lock_owned().await;
@@ -310,21 +312,27 @@ impl Streaming {
             }
         }
         self.jobs.lock().insert(id, crate::dataflow::runtime::spawn(job.run()));
-        let checkpointed = self.coordinator.checkpointed();
-        let deliverer = crate::dataflow::runtime::spawn(crate::connectors::sink::deliver(
-            sink,
-            store,
-            writer,
-            checkpointed,
-            restored,
-        ));
-        self.deliverers.lock().insert(id, deliverer);
+        let deliverers = writers
+            .into_iter()
+            .zip(0..)
+            .map(|(writer, shard)| {
+                crate::dataflow::runtime::spawn(crate::connectors::sink::deliver(
+                    Arc::clone(&sink),
+                    shard,
+                    Arc::clone(&store),
+                    writer,
+                    self.coordinator.checkpointed(),
+                    restored,
+                ))
+            })
+            .collect();
+        self.deliverers.lock().insert(id, deliverers);
         Ok(())
     }
 
     /// Stops a sink's job and its deliverer (its outbox is the catalog's to delete).
     pub async fn stop_sink(&self, id: TableId) {
-        if let Some(deliverer) = self.deliverers.lock().remove(&id) {
+        for deliverer in self.deliverers.lock().remove(&id).into_iter().flatten() {
             deliverer.abort();
         }
         self.stop_view(id).await;
@@ -336,7 +344,7 @@ impl Streaming {
     /// stop waiting for it at once, its tasks are aborted and its input queues let go on the
     /// dataflow's runtime. Nothing happens for an id without a job.
     pub fn abandon_job(&self, id: TableId) {
-        if let Some(deliverer) = self.deliverers.lock().remove(&id) {
+        for deliverer in self.deliverers.lock().remove(&id).into_iter().flatten() {
             deliverer.abort();
         }
         if let Some(job) = self.jobs.lock().remove(&id) {

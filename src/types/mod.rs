@@ -1,10 +1,11 @@
 //! The types every streaming layer shares: the changelog ([`ChangeBatch`], [`Op`]), what
 //! flows between operators ([`Message`], [`Barrier`], [`Epoch`]), event-time arithmetic
-//! ([`window`]) and PostgreSQL's names of Arrow types ([`pg_type`]).
+//! ([`window`]), which shard owns a key ([`key_shards`]) and PostgreSQL's names of Arrow types ([`pg_type`]).
 
 pub mod change_batch;
 pub mod hash;
 pub mod json;
+pub mod key_shards;
 pub mod message;
 pub mod pg_binary;
 pub mod pg_text;

@@ -6,11 +6,11 @@
 //!   properties.bootstrap.server = '127.0.0.1:9092', primary_key = 'window_start,auction')
 //!   FORMAT UPSERT ENCODE JSON;
 //! ```
-//! Each checkpoint's changes are one Kafka transaction (`transactional.id` =
-//! `<prefix>-<sink id>`, the prefix `weir-sink` unless `transactional.id.prefix` says otherwise,
-//! so several Weir servers can share a cluster), committed together with the marker: the offset
-//! of partition 0 of the topic, for the consumer group of the same name, set to the checkpoint's
-//! epoch
+//! Each checkpoint's changes of each sink shard are one Kafka transaction (`transactional.id` =
+//! `<prefix>-<sink id>` for shard 0, `<prefix>-<sink id>-<shard>` for the others, the prefix
+//! `weir-sink` unless `transactional.id.prefix` says otherwise, so several Weir servers can
+//! share a cluster), committed together with the shard's marker: the offset of partition 0 of
+//! the topic, for the consumer group of the same name, set to the checkpoint's epoch
 //! (`send_offsets_to_transaction`). Reading that group's committed offset says which checkpoint
 //! was delivered last. Consumers with `isolation.level = read_committed` see every change once.
 //!
@@ -54,6 +54,7 @@ pub const OPTIONS: &[&str] = &[
     "kafka.timeout.ms",
     "transactional.id.prefix",
     "sink.delivery_guarantee",
+    "sink.parallelism",
     "format",
     "encode",
 ];
@@ -100,7 +101,8 @@ pub struct KafkaSink {
     topic: String,
     /// The broker and the user's `properties.*`.
     client: ClientConfig,
-    /// `<prefix>-<sink id>`: the transactional id and the marker's consumer group.
+    /// `<prefix>-<sink id>` (shard 0) or `<prefix>-<sink id>-<shard>`: the transactional id and
+    /// the marker's consumer group.
     identity: String,
     format: Format,
     /// One transaction per checkpoint (the default); else at-least-once.
@@ -113,9 +115,15 @@ pub struct KafkaSink {
 }
 
 impl KafkaSink {
-    /// A sink `sink_id` of rows of `schema` (the view's), as `options` say; `append_only`: the
-    /// view never retracts (required by FORMAT PLAIN).
-    pub fn new(options: &ConnectorOptions, sink_id: u32, schema: SchemaRef, append_only: bool) -> Result<KafkaSink> {
+    /// Shard `shard` of a sink `sink_id` of rows of `schema` (the view's), as `options` say;
+    /// `append_only`: the view never retracts (required by FORMAT PLAIN).
+    pub fn new(
+        options: &ConnectorOptions,
+        sink_id: u32,
+        shard: u16,
+        schema: SchemaRef,
+        append_only: bool,
+    ) -> Result<KafkaSink> {
         options.only_or(OPTIONS, is_passed_through)?;
         let topic = options.get("topic").ok_or_else(|| invalid("a Kafka sink needs topic = '...'".into()))?;
         if options.get("properties.bootstrap.server").is_none() {
@@ -164,7 +172,10 @@ impl KafkaSink {
         Ok(KafkaSink {
             topic: topic.to_string(),
             client,
-            identity: format!("{}-{sink_id}", options.get("transactional.id.prefix").unwrap_or("weir-sink")),
+            identity: crate::connectors::sink::shard_identity(
+                format!("{}-{sink_id}", options.get("transactional.id.prefix").unwrap_or("weir-sink")),
+                shard,
+            ),
             format,
             exactly_once,
             timeout: Duration::from_millis(options.u64_or("kafka.timeout.ms", 10_000)?.max(1)),

@@ -31,8 +31,17 @@ use crate::connectors::sink::{key_columns, net_by_key, SinkWriter};
 use crate::error::{Result, SqlState, WeirError};
 use crate::types::{ChangeBatch, Epoch};
 
-pub const OPTIONS: &[&str] =
-    &["connector", "jdbc.url", "url", "table.name", "primary_key", "auto_create", "format", "encode"];
+pub const OPTIONS: &[&str] = &[
+    "connector",
+    "jdbc.url",
+    "url",
+    "table.name",
+    "primary_key",
+    "auto_create",
+    "format",
+    "encode",
+    "sink.parallelism",
+];
 
 fn invalid(message: String) -> WeirError {
     WeirError::new(SqlState::INVALID_PARAMETER_VALUE, message)
@@ -93,7 +102,14 @@ fn quote_ident(name: &str) -> String {
 }
 
 impl PostgresSink {
-    pub fn new(options: &ConnectorOptions, sink_id: u32, schema: SchemaRef, append_only: bool) -> Result<PostgresSink> {
+    /// The writer of shard `shard` of sink `sink_id`.
+    pub fn new(
+        options: &ConnectorOptions,
+        sink_id: u32,
+        shard: u16,
+        schema: SchemaRef,
+        append_only: bool,
+    ) -> Result<PostgresSink> {
         options.only(OPTIONS)?;
         let url = options.get("jdbc.url").or_else(|| options.get("url")).ok_or_else(|| {
             invalid("a Postgres sink needs url = 'postgres://...' (or jdbc.url = 'jdbc:postgresql://...')".into())
@@ -138,7 +154,7 @@ impl PostgresSink {
             columns,
             create,
             key,
-            identity: format!("weir-sink-{sink_id}"),
+            identity: crate::connectors::sink::shard_identity(format!("weir-sink-{sink_id}"), shard),
             client: None,
             staging_made: false,
         })

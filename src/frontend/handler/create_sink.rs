@@ -41,7 +41,8 @@ pub async fn handle(fe: &Frontend, session: &mut Session, statement: SinkStateme
                     view
                 }
             };
-            let created = create(fe, &name, &text, &view, options, &mut made).await?;
+            let shards = crate::connectors::sink::shards_option(&options, session.streaming_parallelism())?;
+            let created = create(fe, &name, &text, &view, options, shards, &mut made).await?;
             made.finished();
             Ok(created)
         }
@@ -54,6 +55,7 @@ async fn create(
     text: &str,
     view: &str,
     options: crate::connectors::options::ConnectorOptions,
+    shards: usize,
     made: &mut Unfinished<'_>,
 ) -> Result<StatementResult> {
     let input = fe.catalog().get(view).ok_or_else(|| WeirError::undefined_table(view))?;
@@ -64,7 +66,7 @@ async fn create(
         )
         .with_hint("CREATE SINK name AS SELECT ... FROM table delivers a query's changes."));
     }
-    let Some(id) = fe.catalog().create_sink(name, text, &input, options, false)? else {
+    let Some(id) = fe.catalog().create_sink(name, text, &input, options, shards, false)? else {
         return Ok(StatementResult::command("CREATE SINK"));
     };
     made.push(id);
