@@ -92,8 +92,7 @@ enum BenchCommand {
         /// With --kafka: the sink's delivery guarantee, exactly-once, at-least-once, or none.
         #[arg(long, default_value = "exactly-once")]
         sink: String,
-        /// With --kafka: the sink's shards (`sink.parallelism`); the view's parallelism unless
-        /// given.
+        /// With --kafka: the sink's shards (`sink.parallelism`), 1 unless given.
         #[arg(long)]
         sink_parallelism: Option<usize>,
         /// With --kafka: only produce the bids to this topic (the benchmark's producer process).

@@ -66,13 +66,13 @@ async fn a_postgres_sink_holds_the_view_exactly_once_across_sigkills() {
         [format!("{next}|{next}")],
         "each event once"
     );
-    // A marker row per shard that delivered: the append-only sink spreads its batches over its
-    // three shards, the keyed one its six groups over two.
-    // (`weir-sink-<sink id>` for shard 0, `weir-sink-<sink id>-<shard>` for the others.)
+    // A marker row per shard that delivered: the append-only sink gives its batches to its
+    // three shards in turn, the keyed one spreads its groups over two.
+    // (`weir-sink-<sink id>` for shard 0, `weir-sink-<sink id>-s<shard>` for the others.)
     let markers = rows(&pg, "SELECT sink FROM weir_sink_marker ORDER BY sink").await;
     assert!((4..=5).contains(&markers.len()), "{markers:?}");
     assert_eq!(
-        rows(&pg, "SELECT count(DISTINCT split_part(sink, '-', 3)), count(*) FILTER (WHERE sink !~ '^weir-sink-[0-9]+(-[12])?$') FROM weir_sink_marker").await,
+        rows(&pg, "SELECT count(DISTINCT split_part(sink, '-', 3)), count(*) FILTER (WHERE sink !~ '^weir-sink-[0-9]+(-s[12])?$') FROM weir_sink_marker").await,
         ["2|0"],
         "{markers:?}"
     );

@@ -44,7 +44,7 @@ pub struct KafkaBenchOptions {
     pub servers: String,
     /// `exactly-once`, `at-least-once` or `none` (no sink).
     pub sink: String,
-    /// The sink's shards (`sink.parallelism`), if not the view's parallelism.
+    /// The sink's shards (`sink.parallelism`), if not one.
     pub sink_parallelism: Option<usize>,
 }
 
@@ -151,7 +151,7 @@ pub async fn run(options: NexmarkOptions, kafka: KafkaBenchOptions) -> Result<()
             options.query,
             kafka.servers,
             columns.join(","),
-            kafka.sink_parallelism.unwrap_or(options.parallelism)
+            kafka.sink_parallelism.unwrap_or(1)
         ))
         .await?;
     }

@@ -7,7 +7,7 @@ use super::kafka::{KafkaReader, KafkaSink};
 use super::nexmark::NexmarkReader;
 use super::options::ConnectorOptions;
 use super::postgres::PostgresSink;
-use super::sink::SinkWriter;
+use super::sink::{SinkWriter, WriterSpec};
 use super::source::SourceReader;
 use crate::error::{Result, SqlState, WeirError};
 
@@ -36,19 +36,12 @@ pub fn reader(
     }
 }
 
-/// The writer of shard `shard` of a sink `sink_id` of a view with `schema` (`append_only`: it
-/// never retracts) through the connector `options` name; fails (and so CREATE SINK fails) on
-/// unknown connectors and bad options.
-pub fn sink_writer(
-    options: &ConnectorOptions,
-    sink_id: crate::state::keys::TableId,
-    shard: u16,
-    schema: SchemaRef,
-    append_only: bool,
-) -> Result<Box<dyn SinkWriter>> {
+/// The writer `spec` says through the connector `options` name; fails (and so CREATE SINK
+/// fails) on unknown connectors and bad options.
+pub fn sink_writer(options: &ConnectorOptions, spec: &WriterSpec) -> Result<Box<dyn SinkWriter>> {
     match options.get("connector").map(str::to_ascii_lowercase).as_deref() {
-        Some("kafka") => Ok(Box::new(KafkaSink::new(options, sink_id, shard, schema, append_only)?)),
-        Some("jdbc" | "postgres") => Ok(Box::new(PostgresSink::new(options, sink_id, shard, schema, append_only)?)),
+        Some("kafka") => Ok(Box::new(KafkaSink::new(options, spec)?)),
+        Some("jdbc" | "postgres") => Ok(Box::new(PostgresSink::new(options, spec)?)),
         Some(other) => {
             Err(WeirError::unsupported(format!("sink connector '{other}' is not supported yet (kafka and jdbc are)")))
         }

@@ -2,10 +2,9 @@
 //! checkpoints (ADR 12).
 //!
 //! A sink job follows its view like a view follows its inputs. A sink has *shards*
-//! (`sink.parallelism`, by default the session's `streaming_parallelism`), each delivering the
-//! changes of its own keys (the primary key's vnode, [`KeyShards`]; a sink without a key, over
-//! a view that only inserts, gives each batch to the shard with the fewest waiting), so the
-//! changes of one key stay in order. The job puts each shard's changes into the shard's
+//! (`sink.parallelism`, one unless given), each delivering the changes of its own keys (the
+//! primary key's vnode, [`KeyShards`]; a sink without a key, over a view that only inserts,
+//! gives its batches to the shards in turn), so the changes of one key stay in order. The job puts each shard's changes into the shard's
 //! *outbox* in the store, in *groups*: the changes of one checkpoint interval form one group,
 //! numbered by the first epoch after the checkpoint before it (a new sink's first group starts
 //! with the view's rows). A group is written in *parts* of at most [`PART_ROWS`] rows (keys
@@ -69,6 +68,15 @@ pub trait SinkWriter: Send {
     /// Gives the transaction up after a failure of `begin`, `write` or `commit` (the next
     /// group starts afresh, on a new connection).
     fn abort(&mut self);
+}
+
+/// What a connector's writer is made for: shard `shard` of sink `sink_id`, over a view whose
+/// rows have `schema` and which never retracts if `append_only`.
+pub struct WriterSpec {
+    pub sink_id: u32,
+    pub shard: u16,
+    pub schema: datafusion::arrow::datatypes::SchemaRef,
+    pub append_only: bool,
 }
 
 /// Changes an outbox part holds at most (a sink job writes a part once this many wait).
@@ -139,7 +147,7 @@ pub struct ShardStatus {
     /// The last error, while retrying.
     pub error: Option<String>,
     /// Checkpoints whose changes the shard holds and has not delivered.
-    pub pending: usize,
+    pub pending_groups: usize,
 }
 
 impl SinkStatus {
@@ -152,10 +160,16 @@ impl SinkStatus {
         }
     }
 
-    /// The last checkpoint every shard has delivered, leaving out shards that never had
-    /// changes to deliver (None while a shard with changes has delivered none).
+    /// The last checkpoint the sink has delivered: the oldest of the shards still holding
+    /// changes (None while one of them has delivered none), else the newest any shard
+    /// delivered (a shard without changes for a while is not behind).
     pub fn delivered(&self) -> Option<Epoch> {
-        self.shards.iter().filter(|s| s.delivered.is_some() || s.pending > 0).map(|s| s.delivered).min().flatten()
+        let behind = self.shards.iter().filter(|s| s.pending_groups > 0);
+        if self.shards.iter().any(|s| s.pending_groups > 0) {
+            behind.map(|s| s.delivered).min().flatten()
+        } else {
+            self.shards.iter().filter_map(|s| s.delivered).max()
+        }
     }
 
     /// A retrying shard's error, else the outbox's.
@@ -175,7 +189,7 @@ fn set_status(sink: &Relation, update: impl FnOnce(&mut SinkStatus)) {
         entry.1.shards.resize(shards_of(sink), ShardStatus { state: "running".into(), ..Default::default() });
     }
     update(&mut entry.1);
-    let pending = entry.1.shards.iter().map(|s| s.pending).max().unwrap_or(0);
+    let pending = entry.1.shards.iter().map(|s| s.pending_groups).max().unwrap_or(0);
     crate::metrics::SINK_CHECKPOINTS_PENDING.with_label_values(&[&sink.def.name]).set(pending as i64);
 }
 
@@ -186,11 +200,11 @@ fn set_shard_status(sink: &Relation, shard: u16, update: impl FnOnce(&mut ShardS
 /// Most shards a sink may have.
 pub const MAX_SHARDS: usize = 256;
 
-/// The shards a new sink delivers by: its `sink.parallelism` option, else `default` (the
-/// session's `streaming_parallelism`).
-pub fn shards_option(options: &crate::connectors::options::ConnectorOptions, default: usize) -> Result<usize> {
+/// The shards a new sink delivers by: its `sink.parallelism` option, else one (each
+/// checkpoint's changes then appear in the external system at once, in one transaction).
+pub fn shards_option(options: &crate::connectors::options::ConnectorOptions) -> Result<usize> {
     let Some(text) = options.get("sink.parallelism") else {
-        return Ok(default.clamp(1, MAX_SHARDS));
+        return Ok(1);
     };
     match text.trim().parse::<usize>() {
         Ok(n) if (1..=MAX_SHARDS).contains(&n) => Ok(n),
@@ -203,12 +217,13 @@ pub fn shards_option(options: &crate::connectors::options::ConnectorOptions, def
 
 /// The name shard `shard` of a sink goes by in the external system (its Kafka
 /// `transactional.id` and marker group, its Postgres marker row): `base` for shard 0 (the
-/// name of a sink of one shard, as before sinks had shards), `<base>-<shard>` for the others.
+/// name of a sink of one shard, as before sinks had shards), `<base>-s<shard>` for the others
+/// (a letter, so that no prefix ending in `-<digits>` makes another sink's name).
 pub fn shard_identity(base: String, shard: u16) -> String {
     if shard == 0 {
         base
     } else {
-        format!("{base}-{shard}")
+        format!("{base}-s{shard}")
     }
 }
 
@@ -362,19 +377,20 @@ pub struct SinkJob {
     /// The open group: the first epoch after the last checkpoint this job committed (a new
     /// sink's first group already holds the view's rows).
     group: Epoch,
-    /// The primary key's columns, which shard a change by; none: batches go to the shard with
-    /// the fewest changes waiting.
+    /// The primary key's columns, which shard a change by; none: batches go to the shards in
+    /// turn, the next one to `next_unkeyed`.
     key: Vec<usize>,
     key_shards: KeyShards,
-    /// Per shard: changes not yet in its outbox, and its open group's next part.
-    outboxes: Vec<Outbox>,
+    next_unkeyed: usize,
+    /// Per shard, its open group: changes not yet written, and the next part's number.
+    open_groups: Vec<OpenGroup>,
     /// A write of parts before the checkpoint failed: none is tried again until it.
     spill_failed: bool,
 }
 
-/// A shard's changes on their way to its outbox.
+/// A shard's open group: the changes not yet written to its outbox, and the next part's number.
 #[derive(Default)]
-struct Outbox {
+struct OpenGroup {
     pending: Vec<ChangeBatch>,
     pending_rows: usize,
     next_part: u32,
@@ -383,7 +399,8 @@ struct Outbox {
 impl SinkJob {
     /// The job of `sink`, reading the view's changes from `input`, whose open group is
     /// `group`; `committed` says the last barrier it committed. The sink's `primary_key` option
-    /// (if any) shards its changes.
+    /// (if any) shards its changes; Err if its columns cannot be (their types have no row
+    /// format).
     pub fn new(
         sink: Arc<Relation>,
         input: ChangeReceiver,
@@ -395,7 +412,8 @@ impl SinkJob {
             Some(names) => key_columns(names, &sink.def.schema)?,
             None => Vec::new(),
         };
-        let outboxes = (0..shards_of(&sink)).map(|_| Outbox::default()).collect();
+        let key_types: Vec<_> = key.iter().map(|c| sink.def.schema.field(*c).data_type().clone()).collect();
+        let open_groups = (0..shards_of(&sink)).map(|_| OpenGroup::default()).collect();
         Ok(SinkJob {
             sink,
             input,
@@ -403,8 +421,9 @@ impl SinkJob {
             committed,
             group,
             key,
-            key_shards: KeyShards::default(),
-            outboxes,
+            key_shards: KeyShards::for_types(&key_types)?,
+            next_unkeyed: 0,
+            open_groups,
             spill_failed: false,
         })
     }
@@ -413,7 +432,14 @@ impl SinkJob {
         while let Some((message, _)) = self.input.recv().await {
             match message {
                 Message::Data(batch) => {
-                    if let Err(e) = self.push(batch, None).await {
+                    if let Err(e) = self.split(batch) {
+                        // Nowhere to keep the changes: a restart computes them again.
+                        crate::state::store::stop_after_refused_write(
+                            &format!("sink \"{}\"'s changes split by shard", self.sink.def.name),
+                            &e,
+                        );
+                    }
+                    if let Err(e) = self.spill(None).await {
                         // Kept in memory until the checkpoint, which tries again.
                         tracing::error!(sink = %self.sink.def.name, "writing the outbox failed: {e}");
                         set_status(&self.sink, |s| s.outbox_error = Some(e.message.clone()));
@@ -437,8 +463,8 @@ impl SinkJob {
                             );
                         }
                         self.group = barrier.epoch + 1;
-                        for outbox in &mut self.outboxes {
-                            outbox.next_part = 0;
+                        for open in &mut self.open_groups {
+                            open.next_part = 0;
                         }
                         if self.spill_failed {
                             set_status(&self.sink, |s| s.outbox_error = None);
@@ -465,7 +491,10 @@ impl SinkJob {
         let locked = Arc::new(locked);
         loop {
             match rows.recv().await {
-                Some(Ok(Some(batch))) => self.push(ChangeBatch::inserts(batch), Some(&locked)).await?,
+                Some(Ok(Some(batch))) => {
+                    self.split(ChangeBatch::inserts(batch))?;
+                    self.spill(Some(&locked)).await?
+                }
                 Some(Ok(None)) => return Ok(()),
                 Some(Err(e)) => return Err(e),
                 None => {
@@ -477,23 +506,28 @@ impl SinkJob {
         }
     }
 
-    /// Adds changes of the open epoch to their shards; once a part's worth waits for a shard
-    /// (and no write failed since the last checkpoint), writes the full parts. `keep`: held by
-    /// the write until it is done.
-    async fn push(&mut self, batch: ChangeBatch, keep: Option<&Arc<tokio::sync::OwnedMutexGuard<()>>>) -> Result<()> {
+    /// Adds changes of the open epoch to their shards' open groups.
+    fn split(&mut self, batch: ChangeBatch) -> Result<()> {
         let by_shard = if self.key.is_empty() {
-            let emptiest = (0..self.outboxes.len()).min_by_key(|s| self.outboxes[*s].pending_rows).unwrap_or(0);
-            vec![(emptiest, batch)]
+            let shard = self.next_unkeyed % self.open_groups.len();
+            self.next_unkeyed = self.next_unkeyed.wrapping_add(1);
+            vec![(shard, batch)]
         } else {
             let key: Vec<_> = self.key.iter().map(|c| Arc::clone(batch.data.column(*c))).collect();
-            self.key_shards.split(&batch, &key, self.outboxes.len())?
+            self.key_shards.split(&batch, &key, self.open_groups.len())?
         };
         for (shard, changes) in by_shard {
-            let outbox = &mut self.outboxes[shard];
-            outbox.pending_rows += changes.num_rows();
-            outbox.pending.push(changes);
+            let open = &mut self.open_groups[shard];
+            open.pending_rows += changes.num_rows();
+            open.pending.push(changes);
         }
-        if self.spill_failed || self.outboxes.iter().all(|o| o.pending_rows < PART_ROWS) {
+        Ok(())
+    }
+
+    /// Once a part's worth of changes waits for a shard (and no write failed since the last
+    /// checkpoint), writes the full parts. `keep`: held by the write until it is done.
+    async fn spill(&mut self, keep: Option<&Arc<tokio::sync::OwnedMutexGuard<()>>>) -> Result<()> {
+        if self.spill_failed || self.open_groups.iter().all(|o| o.pending_rows < PART_ROWS) {
             return Ok(());
         }
         // Changes of the epoch after the last barrier; a part short of full waits for more.
@@ -512,14 +546,14 @@ impl SinkJob {
     ) -> Result<()> {
         // (shard, its first part's number, its parts)
         let mut writes = Vec::new();
-        for (shard, outbox) in self.outboxes.iter_mut().enumerate() {
-            let mut parts = into_parts(std::mem::take(&mut outbox.pending));
+        for (shard, open) in self.open_groups.iter_mut().enumerate() {
+            let mut parts = into_parts(std::mem::take(&mut open.pending));
             if !all && parts.last().is_some_and(|p| p.iter().map(|c| c.num_rows()).sum::<usize>() < PART_ROWS) {
-                outbox.pending = parts.pop().unwrap_or_default();
+                open.pending = parts.pop().unwrap_or_default();
             }
-            outbox.pending_rows = outbox.pending.iter().map(|c| c.num_rows()).sum();
+            open.pending_rows = open.pending.iter().map(|c| c.num_rows()).sum();
             if !parts.is_empty() {
-                writes.push((shard as u16, outbox.next_part, parts));
+                writes.push((shard as u16, open.next_part, parts));
             }
         }
         if writes.is_empty() {
@@ -552,15 +586,15 @@ impl SinkJob {
         .await?;
         let mut error = None;
         for (shard, written, parts) in written {
-            let outbox = &mut self.outboxes[shard as usize];
+            let open = &mut self.open_groups[shard as usize];
             match written {
-                Ok(count) => outbox.next_part += count,
+                Ok(count) => open.next_part += count,
                 // Kept, to be written again (over any parts written) with the next ones.
                 Err(e) => {
                     error = error.or(e);
-                    let rest = std::mem::take(&mut outbox.pending);
-                    outbox.pending = parts.into_iter().flatten().chain(rest).collect();
-                    outbox.pending_rows = outbox.pending.iter().map(|c| c.num_rows()).sum();
+                    let rest = std::mem::take(&mut open.pending);
+                    open.pending = parts.into_iter().flatten().chain(rest).collect();
+                    open.pending_rows = open.pending.iter().map(|c| c.num_rows()).sum();
                 }
             }
         }
@@ -593,7 +627,7 @@ pub async fn deliver(
             let mut marker = marker;
             let groups = groups(store.as_ref(), &sink, shard, through)?;
             let mut pending = groups.iter().filter(|g| marker.is_none_or(|m| **g > m)).count();
-            set_shard_status(&sink, shard, |s| s.pending = pending);
+            set_shard_status(&sink, shard, |s| s.pending_groups = pending);
             for group in groups {
                 if marker.is_none_or(|m| group > m) {
                     crate::fault::point("sink.before_deliver");
@@ -616,7 +650,7 @@ pub async fn deliver(
                     delivered = Some(marker);
                     set_shard_status(&sink, shard, |s| {
                         s.delivered = marker;
-                        s.pending = pending;
+                        s.pending_groups = pending;
                     });
                     crate::metrics::SINK_CHECKPOINTS_DELIVERED_TOTAL.with_label_values(&[&name]).inc();
                     crate::fault::point("sink.after_commit");
@@ -722,6 +756,38 @@ mod tests {
         }
     }
 
+    /// Waits (up to 10 s) until `done`; else panics with `what`.
+    async fn wait_until(mut done: impl FnMut() -> bool, what: impl Fn() -> String) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !done() {
+            assert!(std::time::Instant::now() < deadline, "{}", what());
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+
+    fn barrier(epoch: Epoch, kind: crate::types::BarrierKind) -> Message {
+        Message::Barrier(crate::types::Barrier { epoch, injected_at: std::time::Instant::now(), kind, now: 0 })
+    }
+
+    /// A store with a table `t` of `columns` (BIGINT) and a sink `s` of it with `options` and
+    /// `shards`; the sink's subscription to the table's changes.
+    async fn sink_of_table(
+        columns: &[&str],
+        options: crate::connectors::options::ConnectorOptions,
+        shards: usize,
+    ) -> (Arc<dyn StateStore>, crate::catalog::Catalog, Arc<Relation>, Arc<Relation>, ChangeReceiver) {
+        use datafusion::arrow::datatypes::{DataType, Field, Schema};
+        let store: Arc<dyn StateStore> = Arc::new(crate::state::memory::MemoryStore::new());
+        let catalog = crate::catalog::Catalog::open(Arc::clone(&store), "dev").unwrap();
+        let schema = Schema::new(columns.iter().map(|c| Field::new(*c, DataType::Int64, false)).collect::<Vec<_>>());
+        let view = catalog.create_table("t", "", schema, vec![], false).unwrap().unwrap();
+        let view = catalog.by_id(view).unwrap();
+        let sink = catalog.create_sink("s", "", &view, options, shards, false).unwrap().unwrap();
+        let sink = catalog.by_id(sink).unwrap();
+        let input = catalog.changes.subscribe(view.def.id, sink.def.id).await;
+        (store, catalog, view, sink, input)
+    }
+
     /// A sink job writes an interval's changes as full parts while they come and the rest at
     /// the checkpoint, all in the group the interval opened; the deliverer sends each group
     /// once a checkpoint at or past it is taken, in order, as one transaction, part by part,
@@ -729,28 +795,16 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn groups_go_out_whole_in_parts_once_checkpointed_and_never_twice() {
         use datafusion::arrow::array::{Int64Array, RecordBatch};
-        use datafusion::arrow::datatypes::{DataType, Field, Schema};
 
-        use crate::state::memory::MemoryStore;
-        use crate::types::{Barrier, BarrierKind, Message};
+        use crate::types::BarrierKind;
 
-        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
-        let catalog = crate::catalog::Catalog::open(Arc::clone(&store), "dev").unwrap();
-        let schema = Schema::new(vec![Field::new("v", DataType::Int64, false)]);
-        let view = catalog.create_table("t", "", schema, vec![], false).unwrap().unwrap();
-        let view = catalog.by_id(view).unwrap();
-        let sink = catalog.create_sink("s", "", &view, Default::default(), 1, false).unwrap().unwrap();
-        let sink = catalog.by_id(sink).unwrap();
-        let input = catalog.changes.subscribe(view.def.id, sink.def.id).await;
+        let (store, catalog, view, sink, input) = sink_of_table(&["v"], Default::default(), 1).await;
         let (committed, _) = watch::channel(10);
         let job = SinkJob::new(Arc::clone(&sink), input, Arc::clone(&store), committed, 11).unwrap();
         let running = tokio::spawn(job.run());
         let rows = |from: i64, n: i64| {
             let values = Int64Array::from_iter_values(from..from + n);
             Message::Data(ChangeBatch::inserts(RecordBatch::try_from_iter([("v", Arc::new(values) as _)]).unwrap()))
-        };
-        let barrier = |epoch: Epoch, kind: BarrierKind| {
-            Message::Barrier(Barrier { epoch, injected_at: std::time::Instant::now(), kind, now: 0 })
         };
         let p = PART_ROWS as i64;
         // Interval 11..=12: a part and a half, a plain barrier, more, then the checkpoint.
@@ -775,11 +829,7 @@ mod tests {
             keys
         };
         let part = |group: Epoch, part: u32| [group.to_be_bytes().as_slice(), &part.to_be_bytes()].concat();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while parts().len() < 3 {
-            assert!(std::time::Instant::now() < deadline, "parts written: {:?}", parts());
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
+        wait_until(|| parts().len() >= 3, || format!("parts written: {:?}", parts())).await;
         // Group 11: the full part written as the rows came, the rest at the checkpoint; group 13.
         assert_eq!(parts(), [part(11, 0), part(11, 1), part(13, 0)]);
         assert_eq!(undelivered(store.as_ref(), &sink).unwrap(), 2);
@@ -789,11 +839,7 @@ mod tests {
         let (checkpointed, watched) = watch::channel(12);
         let delivering =
             tokio::spawn(deliver(Arc::clone(&sink), 0, Arc::clone(&store), Box::new(recorder.clone()), watched, 0));
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while parts().len() > 1 {
-            assert!(std::time::Instant::now() < deadline, "group 11 was not delivered");
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
+        wait_until(|| parts().len() <= 1, || "group 11 was not delivered".into()).await;
         let first = (p + p / 2 + 10) as usize;
         assert_eq!(
             *recorder.log.lock(),
@@ -806,11 +852,7 @@ mod tests {
         );
         assert_eq!(*recorder.rows.lock(), (0..first as i64).collect::<Vec<_>>(), "every row once, in order");
         checkpointed.send_replace(13);
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while !parts().is_empty() {
-            assert!(std::time::Instant::now() < deadline, "group 13 was not delivered");
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
+        wait_until(|| parts().is_empty(), || "group 13 was not delivered".into()).await;
         assert_eq!(recorder.log.lock().last().map(String::as_str), Some("commit 13"));
         assert_eq!(recorder.rows.lock().len(), first + 5);
         delivering.abort();
@@ -832,11 +874,7 @@ mod tests {
         let (_checkpointed, watched) = watch::channel(20);
         let delivering =
             tokio::spawn(deliver(Arc::clone(&sink), 0, Arc::clone(&store), Box::new(resent.clone()), watched, 20));
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while !parts().is_empty() {
-            assert!(std::time::Instant::now() < deadline, "the delivered group was not deleted");
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
+        wait_until(|| parts().is_empty(), || "the delivered group was not deleted".into()).await;
         assert!(resent.log.lock().is_empty(), "nothing sent again: {:?}", resent.log.lock());
         delivering.abort();
         running.abort();
@@ -849,24 +887,14 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn each_shard_delivers_its_own_keys_in_order_with_its_own_marker() {
         use datafusion::arrow::array::{Int64Array, RecordBatch};
-        use datafusion::arrow::datatypes::{DataType, Field, Schema};
 
-        use crate::state::memory::MemoryStore;
-        use crate::types::{Barrier, BarrierKind, Message};
+        use crate::types::BarrierKind;
 
-        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
-        let catalog = crate::catalog::Catalog::open(Arc::clone(&store), "dev").unwrap();
-        let schema =
-            Schema::new(vec![Field::new("k", DataType::Int64, false), Field::new("v", DataType::Int64, false)]);
-        let view = catalog.create_table("t", "", schema, vec![], false).unwrap().unwrap();
-        let view = catalog.by_id(view).unwrap();
         let options = crate::connectors::options::ConnectorOptions(
             [("primary_key".to_string(), "k".to_string())].into_iter().collect(),
         );
-        let sink = catalog.create_sink("s", "", &view, options, 3, false).unwrap().unwrap();
-        let sink = catalog.by_id(sink).unwrap();
+        let (store, catalog, view, sink, input) = sink_of_table(&["k", "v"], options, 3).await;
         assert_eq!(shards_of(&sink), 3);
-        let input = catalog.changes.subscribe(view.def.id, sink.def.id).await;
         let (committed, _) = watch::channel(0);
         let running =
             tokio::spawn(SinkJob::new(Arc::clone(&sink), input, Arc::clone(&store), committed, 1).unwrap().run());
@@ -878,20 +906,20 @@ mod tests {
                 RecordBatch::try_from_iter([("k", Arc::new(k) as _), ("v", Arc::new(v) as _)]).unwrap(),
             ))
         };
-        let barrier = |epoch: Epoch| {
-            Message::Barrier(Barrier {
-                epoch,
-                injected_at: std::time::Instant::now(),
-                kind: BarrierKind::Checkpoint,
-                now: 0,
-            })
-        };
-        catalog.changes.publish(view.def.id, vec![rows(0), rows(1), barrier(1), rows(2), barrier(2)]).await;
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while undelivered(store.as_ref(), &sink).unwrap() < 2 {
-            assert!(std::time::Instant::now() < deadline, "the groups were not written");
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
+        catalog
+            .changes
+            .publish(
+                view.def.id,
+                vec![
+                    rows(0),
+                    rows(1),
+                    barrier(1, BarrierKind::Checkpoint),
+                    rows(2),
+                    barrier(2, BarrierKind::Checkpoint),
+                ],
+            )
+            .await;
+        wait_until(|| undelivered(store.as_ref(), &sink).unwrap() >= 2, || "the groups were not written".into()).await;
         // Shard 1's marker holds group 1 already (delivered before a crash).
         let recorders: Vec<Recorder> =
             (0..3).map(|shard| Recorder { marker: (shard == 1).then_some(1), ..Default::default() }).collect();
@@ -910,11 +938,8 @@ mod tests {
                 ))
             })
             .collect();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while undelivered(store.as_ref(), &sink).unwrap() > 0 {
-            assert!(std::time::Instant::now() < deadline, "the groups were not delivered");
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
+        wait_until(|| undelivered(store.as_ref(), &sink).unwrap() == 0, || "the groups were not delivered".into())
+            .await;
         let mut owner = std::collections::HashMap::new();
         for (shard, recorder) in recorders.iter().enumerate() {
             let commits: Vec<String> =

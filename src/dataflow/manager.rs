@@ -258,7 +258,13 @@ impl Streaming {
         let shards = crate::connectors::sink::shards_of(&sink) as u16;
         let mut writers = (0..shards)
             .map(|shard| {
-                crate::connectors::registry::sink_writer(&options, id, shard, Arc::clone(&schema), append_only)
+                let spec = crate::connectors::sink::WriterSpec {
+                    sink_id: id,
+                    shard,
+                    schema: Arc::clone(&schema),
+                    append_only,
+                };
+                crate::connectors::registry::sink_writer(&options, &spec)
             })
             .collect::<Result<Vec<_>>>()?;
         if how == ViewStart::Backfill {

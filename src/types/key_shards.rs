@@ -12,13 +12,22 @@ use crate::error::Result;
 use crate::state::keys::vnode_of;
 
 /// Splits batches by the shard their rows' keys belong to; remembers the key's row format
-/// (built from the first batch's key types).
+/// (built from the first batch's key types, or given at the start).
 #[derive(Default)]
 pub struct KeyShards {
     codec: Option<RowConverter>,
 }
 
 impl KeyShards {
+    /// For keys of `types`, known at the start: Err now if they have no row format.
+    pub fn for_types(types: &[datafusion::arrow::datatypes::DataType]) -> Result<KeyShards> {
+        if types.is_empty() {
+            return Ok(KeyShards::default());
+        }
+        let codec = RowConverter::new(types.iter().map(|t| SortField::new(t.clone())).collect())?;
+        Ok(KeyShards { codec: Some(codec) })
+    }
+
     /// `batch`'s rows grouped by the shard their key (`keys`, one array per key column, the
     /// batch's length) belongs to, out of `shards`; shards without rows are left out. No key
     /// columns: every row in shard 0.

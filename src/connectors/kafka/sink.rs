@@ -30,7 +30,6 @@
 
 use std::time::Duration;
 
-use datafusion::arrow::datatypes::SchemaRef;
 use rdkafka::client::ClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
@@ -42,7 +41,7 @@ use super::{
     client_config, is_passed_through, json_lines, send_all, topic_partitions, unreachable_broker, KafkaMessage,
 };
 use crate::connectors::options::ConnectorOptions;
-use crate::connectors::sink::{key_columns, net_by_key, SinkWriter};
+use crate::connectors::sink::{key_columns, net_by_key, SinkWriter, WriterSpec};
 use crate::error::{Result, SqlState, WeirError};
 use crate::types::{ChangeBatch, Epoch};
 
@@ -115,15 +114,9 @@ pub struct KafkaSink {
 }
 
 impl KafkaSink {
-    /// Shard `shard` of a sink `sink_id` of rows of `schema` (the view's), as `options` say;
-    /// `append_only`: the view never retracts (required by FORMAT PLAIN).
-    pub fn new(
-        options: &ConnectorOptions,
-        sink_id: u32,
-        shard: u16,
-        schema: SchemaRef,
-        append_only: bool,
-    ) -> Result<KafkaSink> {
+    /// The writer `spec` says (FORMAT PLAIN needs its view append-only), as `options` say.
+    pub fn new(options: &ConnectorOptions, spec: &WriterSpec) -> Result<KafkaSink> {
+        let WriterSpec { sink_id, shard, ref schema, append_only } = *spec;
         options.only_or(OPTIONS, is_passed_through)?;
         let topic = options.get("topic").ok_or_else(|| invalid("a Kafka sink needs topic = '...'".into()))?;
         if options.get("properties.bootstrap.server").is_none() {
@@ -141,7 +134,7 @@ impl KafkaSink {
             let names = options
                 .get("primary_key")
                 .ok_or_else(|| invalid(format!("FORMAT {what} needs primary_key = 'column, ...' (the message key)")))?;
-            key_columns(names, &schema)
+            key_columns(names, schema)
         };
         let format = match format_name.as_str() {
             "upsert" => Format::Upsert(keyed("UPSERT")?),

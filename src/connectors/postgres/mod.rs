@@ -23,11 +23,10 @@
 use std::time::Duration;
 
 use datafusion::arrow::array::{Array, RecordBatch};
-use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 
 use crate::connectors::options::ConnectorOptions;
-use crate::connectors::sink::{key_columns, net_by_key, SinkWriter};
+use crate::connectors::sink::{key_columns, net_by_key, SinkWriter, WriterSpec};
 use crate::error::{Result, SqlState, WeirError};
 use crate::types::{ChangeBatch, Epoch};
 
@@ -102,14 +101,10 @@ fn quote_ident(name: &str) -> String {
 }
 
 impl PostgresSink {
-    /// The writer of shard `shard` of sink `sink_id`.
-    pub fn new(
-        options: &ConnectorOptions,
-        sink_id: u32,
-        shard: u16,
-        schema: SchemaRef,
-        append_only: bool,
-    ) -> Result<PostgresSink> {
+    /// The writer `spec` says (without `primary_key`, its view must be append-only), as
+    /// `options` say.
+    pub fn new(options: &ConnectorOptions, spec: &WriterSpec) -> Result<PostgresSink> {
+        let WriterSpec { sink_id, shard, ref schema, append_only } = *spec;
         options.only(OPTIONS)?;
         let url = options.get("jdbc.url").or_else(|| options.get("url")).ok_or_else(|| {
             invalid("a Postgres sink needs url = 'postgres://...' (or jdbc.url = 'jdbc:postgresql://...')".into())
@@ -117,7 +112,7 @@ impl PostgresSink {
         let table =
             options.get("table.name").ok_or_else(|| invalid("a Postgres sink needs table.name = '...'".into()))?;
         let key = match options.get("primary_key") {
-            Some(names) => Some(key_columns(names, &schema)?),
+            Some(names) => Some(key_columns(names, schema)?),
             None if append_only => None,
             None => {
                 return Err(WeirError::new(
@@ -178,11 +173,18 @@ impl PostgresSink {
                     tracing::warn!("Postgres sink connection ended: {e}");
                 }
             });
-            handle
-                .block_on(client.batch_execute(
-                    "CREATE TABLE IF NOT EXISTS weir_sink_marker (sink TEXT PRIMARY KEY, epoch BIGINT NOT NULL)",
-                ))
-                .map_err(|e| self.unreachable(e))?;
+            let made = handle.block_on(client.batch_execute(
+                "CREATE TABLE IF NOT EXISTS weir_sink_marker (sink TEXT PRIMARY KEY, epoch BIGINT NOT NULL)",
+            ));
+            // Shards connecting at once may race to make it: the loser's error says it exists.
+            let lost_race = |e: &tokio_postgres::Error| {
+                use tokio_postgres::error::SqlState as Pg;
+                e.code().is_some_and(|c| *c == Pg::UNIQUE_VIOLATION || *c == Pg::DUPLICATE_TABLE)
+            };
+            match made {
+                Err(e) if !lost_race(&e) => return Err(self.unreachable(e)),
+                _ => {}
+            }
             self.client = Some(client);
             self.staging_made = false;
         }

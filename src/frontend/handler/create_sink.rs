@@ -41,7 +41,7 @@ pub async fn handle(fe: &Frontend, session: &mut Session, statement: SinkStateme
                     view
                 }
             };
-            let shards = crate::connectors::sink::shards_option(&options, session.streaming_parallelism())?;
+            let shards = crate::connectors::sink::shards_option(&options)?;
             let created = create(fe, &name, &text, &view, options, shards, &mut made).await?;
             made.finished();
             Ok(created)
