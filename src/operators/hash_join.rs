@@ -39,9 +39,6 @@
 //! row costs no store write or delete of its own, and a checkpoint writes the rows that arrived
 //! since the last one as a few large values. Its part of the record is then that component's.
 
-use std::collections::BTreeMap;
-
-use crate::types::hash::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{new_null_array, Array, ArrayRef, RecordBatch};
@@ -54,11 +51,13 @@ use super::eval::evaluate;
 use super::filter::Filter;
 use super::operator::Operator;
 use crate::error::{Result, WeirError};
+use crate::state::entries_by_time::EntriesByTime;
 use crate::state::expiring_rows::{ExpiringRows, MEMORY_LIMIT_BYTES};
 use crate::state::index_codec::{corrupt, IndexReader, IndexWriter};
 use crate::state::keyed::{decode_count, Flush, KeyedState};
 use crate::state::keys_by_time::KeysByTime;
 use crate::state::store::WriteBatch;
+use crate::types::hash::HashMap;
 use crate::types::window::{close_times, to_nanos, TimeColumn};
 use crate::types::{ChangeBatch, Op};
 
@@ -146,7 +145,7 @@ struct Side {
 enum Expiry {
     /// In its state table, with the state keys of its rows by their time (`key_len` with each),
     /// to delete them by.
-    Stored(RowsByTime),
+    Stored(StateKeysByTime),
     /// In memory, checkpointed in segments: an inner join's append-only side, until it holds
     /// [`MEMORY_LIMIT_BYTES`].
     InMemory(ExpiringRows),
@@ -162,67 +161,45 @@ const SEGMENTS: u64 = 1;
 /// most this many.
 const ROWS_MOVED_INTO_MEMORY: u64 = 100_000;
 
-/// State keys of rows (each with its join key's length), by the rows' time. A time's rows are
-/// kept as the checkpoint record has them, one after another ([`IndexWriter::fragment`]),
-/// with how many there are: a checkpoint copies them instead of visiting every row, expiring
-/// them reads them in order, and a row costs no allocation of its own.
+/// State keys of rows (each with its join key's length), by the rows' time ([`EntriesByTime`]:
+/// a checkpoint copies each time's list instead of visiting every row, expiring them reads them
+/// in order, and a row costs no allocation of its own).
 #[derive(Default)]
-struct RowsByTime(BTreeMap<i64, (u64, IndexWriter)>);
+struct StateKeysByTime(EntriesByTime);
 
-impl RowsByTime {
+impl StateKeysByTime {
     fn add(&mut self, time: i64, stored: &[u8], key_len: usize) {
-        let (count, rows) = self.0.entry(time).or_insert_with(|| (0, IndexWriter::fragment()));
-        *count += 1;
-        rows.bytes(stored).u64(key_len as u64);
+        self.0.push(time).bytes(stored).u64(key_len as u64);
     }
 
     /// Takes out the rows whose time is below `below`, in time order.
-    fn take_below(&mut self, below: i64) -> RowsByTime {
-        let keep = self.0.split_off(&below);
-        RowsByTime(std::mem::replace(&mut self.0, keep))
+    fn take_below(&mut self, below: i64) -> StateKeysByTime {
+        StateKeysByTime(self.0.take_below(below))
     }
 
-    /// Each row's state key and join key length, in time order.
-    fn rows(&self) -> impl Iterator<Item = Result<(&[u8], usize)>> {
-        self.0.values().flat_map(|(count, rows)| {
-            let mut reader = IndexReader::fragment(rows.as_bytes(), "a join's rows by time");
-            (0..*count).map(move |_| Ok((reader.slice()?, reader.u64()? as usize)))
+    /// Each row's time, state key and join key length, in time order.
+    fn rows(&self) -> impl Iterator<Item = Result<(i64, &[u8], usize)>> {
+        self.0.lists("a join's rows by time").flat_map(|(time, count, mut reader)| {
+            (0..count).map(move |_| Ok((time, reader.slice()?, reader.u64()? as usize)))
         })
-    }
-
-    fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    /// How many bytes [`RowsByTime::write`] writes.
-    fn record_len(&self) -> usize {
-        8 + self.0.values().map(|(_, rows)| 16 + rows.as_bytes().len()).sum::<usize>()
     }
 
     /// Writes the rows into a checkpoint record: how many times, then per time the time, how
     /// many rows and each row's state key and join key length.
     fn write(&self, record: &mut IndexWriter) {
-        record.u64(self.0.len() as u64);
-        for (&time, (count, rows)) in &self.0 {
-            record.i64(time).u64(*count).raw(rows.as_bytes());
-        }
+        self.0.write(record)
     }
 
-    /// Reads what [`RowsByTime::write`] wrote; `what` names the join, for errors.
-    fn read(record: &mut IndexReader, what: &str) -> Result<RowsByTime> {
-        let mut by_time = RowsByTime::default();
+    /// Reads what [`StateKeysByTime::write`] wrote; `what` names the join, for errors.
+    fn read(record: &mut IndexReader, what: &str) -> Result<StateKeysByTime> {
+        let mut by_time = StateKeysByTime::default();
         for _ in 0..record.u64()? {
             let time = record.i64()?;
             for _ in 0..record.u64()? {
                 let stored = record.slice()?;
                 match usize::try_from(record.u64()?) {
                     Ok(key_len) if key_len <= stored.len() => by_time.add(time, stored, key_len),
-                    _ => {
-                        return Err(crate::state::index_codec::corrupt(
-                            what,
-                            "a join key longer than its row's state key",
-                        ))
-                    }
+                    _ => return Err(corrupt(what, "a join key longer than its row's state key")),
                 }
             }
         }
@@ -319,10 +296,10 @@ impl Side {
     /// rows expire, time `time` (None: NULL, which never passes the time bound, so a row kept
     /// in memory is not kept at all).
     fn update(&mut self, key: &[u8], row: &[u8], sign: i64, time: Option<i64>) -> Result<()> {
+        if self.append_only && sign < 0 {
+            return Err(WeirError::internal("a join input derived as append-only retracted a row"));
+        }
         if let Some((_, Expiry::InMemory(rows))) = &mut self.expiry {
-            if sign < 0 {
-                return Err(WeirError::internal("a join input derived as append-only retracted a row"));
-            }
             if let Some(time) = time {
                 rows.add(time, key, row);
             }
@@ -332,13 +309,7 @@ impl Side {
             return Ok(());
         }
         let stored = if self.append_only {
-            if sign < 0 {
-                return Err(WeirError::internal("a join input derived as append-only retracted a row"));
-            }
-            let numbered = Self::tagged(key, 1, &self.next_row.to_be_bytes());
-            self.next_row += 1;
-            self.state.put_new(&numbered, key.len(), row.to_vec());
-            numbered
+            self.put_numbered(key, row.to_vec())
         } else {
             let stored = Self::tagged(key, 1, row);
             self.state.add_count(&stored, key.len(), sign)?;
@@ -376,14 +347,21 @@ impl Side {
     fn rows_to_table(&mut self) {
         let Some((column, Expiry::InMemory(rows))) = self.expiry.take() else { return };
         self.retired = Some(rows.stored_range());
-        let mut by_time = RowsByTime::default();
+        let mut by_time = StateKeysByTime::default();
         for (time, key, row) in rows.into_live_rows() {
-            let numbered = Self::tagged(&key, 1, &self.next_row.to_be_bytes());
-            self.next_row += 1;
+            let numbered = self.put_numbered(&key, row);
             by_time.add(time, &numbered, key.len());
-            self.state.put_new(&numbered, key.len(), row);
         }
         self.expiry = Some((column, Expiry::Stored(by_time)));
+    }
+
+    /// Stores an append-only side's row under its key and the side's next row number; returns
+    /// the state key.
+    fn put_numbered(&mut self, key: &[u8], row: Vec<u8>) -> Vec<u8> {
+        let numbered = Self::tagged(key, 1, &self.next_row.to_be_bytes());
+        self.next_row += 1;
+        self.state.put_new(&numbered, key.len(), row);
+        numbered
     }
 
     /// Deletes this side's rows whose time is below `below` (see [`Side::expiry`]). `present`:
@@ -398,7 +376,7 @@ impl Side {
             Some((_, Expiry::Stored(by_time))) => by_time.take_below(below),
         };
         for row in expired.rows() {
-            let (stored, key_len) = row?;
+            let (_, stored, key_len) = row?;
             let count = match (present, self.append_only) {
                 (true, _) => 1,
                 (false, true) => self.state.get(&stored, key_len)?.is_some() as i64,
@@ -444,7 +422,7 @@ impl Side {
         match &self.expiry {
             Some((_, Expiry::Stored(rows))) => rows.write(record.u64(ROWS_BY_TIME)),
             Some((_, Expiry::InMemory(rows))) => rows.save(record.u64(SEGMENTS)),
-            None => RowsByTime::default().write(record.u64(ROWS_BY_TIME)),
+            None => StateKeysByTime::default().write(record.u64(ROWS_BY_TIME)),
         }
     }
 
@@ -464,28 +442,21 @@ impl Side {
         if kind != ROWS_BY_TIME {
             return Err(corrupt(what, &format!("a join side's rows held in an unknown way ({kind})")));
         }
-        let by_time = RowsByTime::read(record, what)?;
-        let rows: u64 = by_time.0.values().map(|(count, _)| count).sum();
+        let by_time = StateKeysByTime::read(record, what)?;
         match &mut self.expiry {
             Some((_, Expiry::Stored(stored))) => *stored = by_time,
-            Some((column, Expiry::InMemory(_))) if rows > ROWS_MOVED_INTO_MEMORY => {
+            Some((column, Expiry::InMemory(_))) if by_time.0.len() > ROWS_MOVED_INTO_MEMORY => {
                 self.expiry = Some((*column, Expiry::Stored(by_time)));
             }
-            Some((_, Expiry::InMemory(_))) => {
-                for (&time, (count, list)) in &by_time.0 {
-                    let mut reader = IndexReader::fragment(list.as_bytes(), what);
-                    for _ in 0..*count {
-                        let stored = reader.slice()?;
-                        let key_len = reader.u64()? as usize;
-                        let Some(row) = self.state.get(stored, key_len)? else { continue };
-                        self.state.delete(stored, key_len);
-                        if let Some((_, Expiry::InMemory(kept))) = &mut self.expiry {
-                            kept.add(time, &stored[..key_len], &row);
-                        }
-                    }
+            Some((_, Expiry::InMemory(kept))) => {
+                for row in by_time.rows() {
+                    let (time, stored, key_len) = row?;
+                    let Some(row) = self.state.get(stored, key_len)? else { continue };
+                    self.state.delete(stored, key_len);
+                    kept.add(time, &stored[..key_len], &row);
                 }
             }
-            None if by_time.is_empty() => {}
+            None if by_time.0.is_empty() => {}
             None => return Err(corrupt(what, "rows by time for a side whose rows do not expire")),
         }
         Ok(())
@@ -572,7 +543,7 @@ impl HashJoin {
                     let (table, store) = s.state.table();
                     Expiry::InMemory(ExpiringRows::new(table, store, shard as u16, &what))
                 } else {
-                    Expiry::Stored(RowsByTime::default())
+                    Expiry::Stored(StateKeysByTime::default())
                 };
                 s.expiry = Some((interval.columns[side], expiry));
             }
@@ -735,7 +706,7 @@ impl Operator for HashJoin {
             .sides
             .iter()
             .filter_map(|s| match &s.expiry {
-                Some((_, Expiry::Stored(rows))) => Some(rows.record_len()),
+                Some((_, Expiry::Stored(rows))) => Some(rows.0.record_len()),
                 _ => None,
             })
             .sum();
@@ -789,7 +760,7 @@ mod tests {
     /// same record, and taking the oldest out gives their rows in time order.
     #[test]
     fn rows_by_time_round_trip_through_a_record_and_expire_in_order() {
-        let mut rows = RowsByTime::default();
+        let mut rows = StateKeysByTime::default();
         for (time, stored, key_len) in [(30, &b"k3#1"[..], 2), (10, b"k1#1", 2), (10, b"k1#22", 2), (20, b"", 0)] {
             rows.add(time, stored, key_len);
         }
@@ -797,21 +768,20 @@ mod tests {
         rows.write(&mut record);
         let record = record.finish();
         let mut reader = IndexReader::new(&record, "join").unwrap();
-        let mut back = RowsByTime::read(&mut reader, "join").unwrap();
+        let mut back = StateKeysByTime::read(&mut reader, "join").unwrap();
         reader.finish().unwrap();
         let mut again = IndexWriter::default();
         back.write(&mut again);
         assert_eq!(again.finish(), record);
         let taken = back.take_below(30);
-        assert_eq!(taken.0.keys().copied().collect::<Vec<_>>(), vec![10, 20]);
-        let rows: Vec<(&[u8], usize)> = taken.rows().collect::<Result<_>>().unwrap();
-        assert_eq!(rows, vec![(&b"k1#1"[..], 2), (b"k1#22", 2), (b"", 0)]);
-        assert!(!back.is_empty());
+        let rows: Vec<(i64, &[u8], usize)> = taken.rows().collect::<Result<_>>().unwrap();
+        assert_eq!(rows, vec![(10, &b"k1#1"[..], 2), (10, b"k1#22", 2), (20, b"", 0)]);
+        assert!(!back.0.is_empty());
         // A join key longer than its state key is a corrupt record, not a bad delete later.
         let mut bad = IndexWriter::default();
         bad.u64(1).i64(5).u64(1).bytes(b"ab").u64(3);
         let bad = bad.finish();
-        assert!(RowsByTime::read(&mut IndexReader::new(&bad, "join").unwrap(), "join").is_err());
+        assert!(StateKeysByTime::read(&mut IndexReader::new(&bad, "join").unwrap(), "join").is_err());
     }
 
     /// A join of two inputs of columns `types` (as `from_pretty`) on their first column, its
@@ -978,7 +948,7 @@ mod tests {
         let mut j = q7_like_join(store);
         for side in &mut j.sides {
             if let Some((column, Expiry::InMemory(_))) = side.expiry {
-                side.expiry = Some((column, Expiry::Stored(RowsByTime::default())));
+                side.expiry = Some((column, Expiry::Stored(StateKeysByTime::default())));
             }
         }
         j

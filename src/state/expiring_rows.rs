@@ -33,6 +33,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::entries_by_time::EntriesByTime;
 use super::index_codec::{corrupt, IndexReader, IndexWriter};
 use super::keyed::Flush;
 use super::keys::{row_key_in, vnode_of, TableId};
@@ -96,7 +97,7 @@ pub struct ExpiringRows {
     /// Each key's rows, in the order they arrived.
     by_key: HashMap<Vec<u8>, Vec<RowAt>>,
     /// The keys of rows by the rows' times (each key once per row), one encoded list per time.
-    keys_by_time: BTreeMap<i64, (u64, IndexWriter)>,
+    keys_by_time: EntriesByTime,
     /// Rows with a time below this are gone.
     expired_below: i64,
     /// Stored segments whose rows have all expired, to delete at the next checkpoint.
@@ -119,7 +120,7 @@ impl ExpiringRows {
             open: Segment::new(),
             open_number: 0,
             by_key: HashMap::default(),
-            keys_by_time: BTreeMap::new(),
+            keys_by_time: EntriesByTime::default(),
             expired_below: i64::MIN,
             dead: Vec::new(),
             sealed_bytes: 0,
@@ -169,9 +170,7 @@ impl ExpiringRows {
                 self.by_key.insert(key.to_vec(), vec![row]);
             }
         }
-        let (count, keys) = self.keys_by_time.entry(row.time).or_insert_with(|| (0, IndexWriter::fragment()));
-        *count += 1;
-        keys.bytes(key);
+        self.keys_by_time.push(row.time).bytes(key);
     }
 
     /// The open segment becomes sealed (written at the next checkpoint); a new one opens.
@@ -233,13 +232,11 @@ impl ExpiringRows {
             return;
         }
         self.expired_below = below;
-        let keep = self.keys_by_time.split_off(&below);
-        let expired = std::mem::replace(&mut self.keys_by_time, keep);
+        let expired = self.keys_by_time.take_below(below);
         // Each key once, however many of its rows expire (a hot key's list is read once).
         let mut keys: Vec<&[u8]> = Vec::new();
-        for (count, list) in expired.values() {
-            let mut reader = IndexReader::fragment(list.as_bytes(), &self.what);
-            keys.extend((0..*count).map(|_| reader.slice().expect("keys this index wrote")));
+        for (_, count, mut reader) in expired.lists(&self.what) {
+            keys.extend((0..count).map(|_| reader.slice().expect("keys this index wrote")));
         }
         keys.sort_unstable();
         keys.dedup();

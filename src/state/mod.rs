@@ -19,6 +19,7 @@
 //!
 //! Callers: the catalog (table rows and catalog entries) and the streaming operators.
 
+pub mod entries_by_time;
 pub mod expiring_rows;
 pub mod held_writes;
 pub mod index_codec;
