@@ -382,3 +382,36 @@ async fn a_view_whose_commit_fails_stops_alone_and_stays_stopped() {
         c.batch_execute("DROP MATERIALIZED VIEW low_total; DROP MATERIALIZED VIEW low").await.unwrap();
     }
 }
+
+/// A bounded source's end is checkpointed at once, not an interval later (a final checkpoint):
+/// after a SIGKILL the restarted server reads none of the source again, and its view answers as
+/// before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_source_is_checkpointed_at_once() {
+    let mut server = TestServer::start_with(&["--checkpoint-interval", "3600s"]);
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE SOURCE bid WITH (connector = 'nexmark', nexmark.table.type = 'bid', nexmark.event.num = '20000',
+           nexmark.events.per.second = '10000', nexmark.max.chunk.size = '500');
+         CREATE MATERIALIZED VIEW n AS SELECT count(*) AS n, sum(price) AS total FROM bid;",
+    )
+    .await
+    .unwrap();
+    // The CREATE's own checkpoint is before this; the interval is an hour.
+    let since = server_now(&c).await;
+    complete_checkpoint_after(&c, since).await;
+    let state: String =
+        c.query_one("SELECT state FROM weir_catalog.sources WHERE source_name = 'bid'", &[]).await.unwrap().get(0);
+    assert_eq!(state, "finished");
+    let answer = "SELECT CAST(n AS BIGINT), CAST(total AS BIGINT) FROM n";
+    let before: (i64, i64) = c.query_one(answer, &[]).await.map(|r| (r.get(0), r.get(1))).unwrap();
+    assert_eq!(before.0, 20000 / 50 * 46);
+    drop(c);
+    server.restart();
+    let c = server.connect().await;
+    let after: (i64, i64) = c.query_one(answer, &[]).await.map(|r| (r.get(0), r.get(1))).unwrap();
+    assert_eq!(after, before);
+    let metrics = server.metrics_text();
+    let read_again = metrics.lines().find(|l| l.starts_with("weir_source_rows_total{source=\"bid\"}"));
+    assert!(read_again.is_none_or(|l| l.ends_with(" 0")), "{read_again:?}");
+}

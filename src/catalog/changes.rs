@@ -129,6 +129,13 @@ pub struct ChangeHub {
     /// Past this many of them (0: never) an epoch is full: `epoch_full` wakes the coordinator.
     epoch_max_rows: AtomicU64,
     pub epoch_full: Notify,
+    /// Set when a bounded source has read its last row, until the next checkpoint barrier: that
+    /// barrier comes at once instead of after the checkpoint interval (Flink's final
+    /// checkpoint), so a finished pipeline's results are durable, and delivered by exactly-once
+    /// sinks, without waiting, and a restart has nothing of it to read again.
+    checkpoint_wanted: std::sync::atomic::AtomicBool,
+    /// Wakes the coordinator when `checkpoint_wanted` is set.
+    pub checkpoint_asked: Notify,
 }
 
 impl ChangeHub {
@@ -218,6 +225,22 @@ impl ChangeHub {
     fn fills_epoch(&self, rows: u64) -> bool {
         let max = self.epoch_max_rows.load(Ordering::Relaxed);
         max > 0 && rows >= max
+    }
+
+    /// Asks for a checkpoint at the next barrier (a bounded source finished).
+    pub fn want_checkpoint(&self) {
+        self.checkpoint_wanted.store(true, Ordering::SeqCst);
+        self.checkpoint_asked.notify_one();
+    }
+
+    /// Whether a checkpoint was asked for since the last checkpoint barrier.
+    pub fn checkpoint_is_wanted(&self) -> bool {
+        self.checkpoint_wanted.load(Ordering::SeqCst)
+    }
+
+    /// A checkpoint barrier was injected: it answers every request made before.
+    pub fn checkpoint_started(&self) {
+        self.checkpoint_wanted.store(false, Ordering::SeqCst);
     }
 
     /// A barrier was injected: a new epoch starts empty.

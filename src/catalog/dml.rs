@@ -612,6 +612,7 @@ impl Writer {
         let _guard = self.relation.write_lock.lock().await;
         self.relation.mark_finished();
         self.changes.publish(self.relation.def.id, vec![Message::End]).await;
+        self.changes.want_checkpoint();
     }
 
     /// Publishes a statement's changes, dated `since` (when they came into being; None: now).

@@ -116,9 +116,10 @@ impl Checkpointer {
     }
 
     /// Whether a checkpoint is due, `since_last` after the last checkpoint barrier: the
-    /// interval has passed and no upload (or sweep) runs, else it is put off, not queued.
-    pub fn due(&self, since_last: Duration) -> bool {
-        since_last >= self.interval && !self.busy.load(Ordering::SeqCst)
+    /// interval has passed, or one is `wanted` now (a bounded source finished), and no upload
+    /// (or sweep) runs, else it is put off, not queued.
+    pub fn due(&self, since_last: Duration, wanted: bool) -> bool {
+        (wanted || since_last >= self.interval) && !self.busy.load(Ordering::SeqCst)
     }
 
     /// Records checkpoint `epoch` as failed before its snapshot was taken.

@@ -14,7 +14,10 @@
 //! filters, ADR 13), read once per barrier.
 //!
 //! Checkpoints (ADR 11, ADR 18): the first barrier injected once `checkpoint_interval` has
-//! passed since the last checkpoint is a checkpoint barrier. Injecting checkpoint barrier `e`
+//! passed since the last checkpoint is a checkpoint barrier, and the first barrier after a
+//! bounded source has read its last row is one too (a final checkpoint, as Flink takes at the
+//! end of bounded input: nothing of a finished source is read again after a restart, and
+//! exactly-once sinks deliver its last rows without waiting for the interval). Injecting checkpoint barrier `e`
 //! tells the store the cut (`StateStore::hold_after`): from then until the snapshot is taken,
 //! views' commits of later epochs are held in memory, where reads see them. Barriers go on
 //! being injected; a task waits until every view has committed `e`, has the [`Checkpointer`]
@@ -116,7 +119,8 @@ impl BarrierCoordinator {
 
     /// Whether the next barrier should be a checkpoint ([`Checkpointer::due`]).
     fn checkpoint_due(&self) -> bool {
-        self.checkpointer.as_ref().is_some_and(|c| c.due(self.last_checkpoint.lock().elapsed()))
+        let wanted = self.hub.checkpoint_is_wanted();
+        self.checkpointer.as_ref().is_some_and(|c| c.due(self.last_checkpoint.lock().elapsed(), wanted))
     }
 
     /// Injects a barrier of `kind`. A checkpoint waits for no DDL, nor for a checkpoint being
@@ -146,6 +150,7 @@ impl BarrierCoordinator {
         let barrier = Barrier { epoch, injected_at, kind, now: self.clock.next() };
         if kind == BarrierKind::Checkpoint {
             *self.last_checkpoint.lock() = injected_at;
+            self.hub.checkpoint_started();
             // Before any view can see barrier `epoch`, so before any can commit past it.
             if let Err(e) = self.catalog.store().hold_after(epoch) {
                 // Commits held for an earlier checkpoint that was never released.
@@ -317,6 +322,8 @@ impl BarrierCoordinator {
                         tick.reset();
                         crate::metrics::EARLY_BARRIERS_TOTAL.inc();
                     }
+                    // A bounded source finished: its final checkpoint comes now.
+                    _ = this.hub.checkpoint_asked.notified() => tick.reset(),
                 }
                 let kind = if this.checkpoint_due() { BarrierKind::Checkpoint } else { BarrierKind::Flush };
                 this.inject_kind(kind).await;
