@@ -17,8 +17,8 @@
 //! passed since the last checkpoint is a checkpoint barrier, and the first barrier after a
 //! bounded source has read its last row is one too (a final checkpoint, as Flink takes at the
 //! end of bounded input: nothing of a finished source is read again after a restart, and
-//! exactly-once sinks deliver its last rows without waiting for the interval). Injecting checkpoint barrier `e`
-//! tells the store the cut (`StateStore::hold_after`): from then until the snapshot is taken,
+//! exactly-once sinks deliver its last rows without waiting for the interval). Injecting
+//! checkpoint barrier `e` tells the store the cut (`StateStore::hold_after`): from then until the snapshot is taken,
 //! views' commits of later epochs are held in memory, where reads see them. Barriers go on
 //! being injected; a task waits until every view has committed `e`, has the [`Checkpointer`]
 //! snapshot the store (every view in it exactly at `e`), and releases the held commits into
