@@ -3,9 +3,12 @@
 #
 #   scripts/bench-recovery.sh [WEIR_BINARY] [EVENTS]
 #
-# Two scenarios, each on a fresh data directory:
+# Scenarios, each on a fresh data directory:
 #   keys: a table of 1,000,000 keys and a view with one group per key, then a few more writes;
-#   q5:   Nexmark q5 over EVENTS bid events (default 10,000,000) from the generator.
+#   q5:   Nexmark q5 over EVENTS bid events (default 10,000,000) from the generator, killed
+#         right after a FLUSH (the final checkpoint may still be under way: the restart reads
+#         again what came after the one before), and killed after the final checkpoint;
+#   q5 over a source still running at the kill (below).
 # For each: the view's answer is read, the server is killed with SIGKILL, started again, and the
 # time from starting it to the view giving the same answer is printed (the server's own figure,
 # weir_recovery_seconds, too). Needs psql and curl. WEIR_BINARY defaults to a release build.
@@ -43,10 +46,23 @@ answers_after() {
 
 metric() { curl -s "127.0.0.1:$metrics_port/metrics" | awk -v m="$1" '$1 == m { print $2 }'; }
 
+# A checkpoint whose snapshot was taken after now is complete (with the sources finished and
+# a FLUSH done, it holds every row).
+wait_for_a_checkpoint_after_now() {
+    local since
+    since=$(sql "SELECT now()")
+    until [ "$(sql "SELECT count(*) FROM weir_catalog.checkpoints
+                    WHERE status = 'complete' AND started_at > '$since'")" != 0 ]; do sleep 0.05; done
+}
+
 # Kills the server, starts it again, and reports how long `query` took to answer as before.
+# With KILL_AFTER_CHECKPOINT=1 the kill waits for a checkpoint after the FLUSH (the restart
+# then only restores); else it comes right after the FLUSH, when the final checkpoint may
+# not be complete yet, and the restart also reads again the input after the one before.
 kill_and_time() {
     local name=$1 query=$2 expected
     expected=$(sql "FLUSH; $query" | tail -1)
+    if [ "${KILL_AFTER_CHECKPOINT:-0}" = 1 ]; then wait_for_a_checkpoint_after_now; fi
     kill -9 "$pid"
     wait "$pid" 2>/dev/null || true
     local since
@@ -69,14 +85,20 @@ sql "CREATE MATERIALIZED VIEW per_k AS SELECT k, sum(v) AS s, count(*) AS n FROM
 sql "UPDATE t SET v = v + 1 WHERE k <= 1000; DELETE FROM t WHERE k > 999000" >/dev/null
 kill_and_time "keys (1,000,000 groups)" "SELECT count(*), sum(s) FROM per_k"
 
-start
-answers_after "SELECT 1" 1 "$(now)" >/dev/null
-sql "CREATE SOURCE bid (p_time AS PROCTIME(), WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND)
-     WITH (connector = 'nexmark', nexmark.table.type = 'bid', nexmark.event.num = '$events')" >/dev/null
-sql "$(grep -v '^--' sql/nexmark/q5.sql)" >/dev/null
-bids=$((events / 50 * 46))
-while [ "$(metric 'weir_source_rows_total{source="bid"}')" != "$bids" ]; do sleep 0.5; done
-kill_and_time "q5 ($events events)" "SELECT count(*), sum(num), max(num) FROM q5"
+# q5 over a finished source, killed twice: right after a FLUSH, then (on a fresh directory)
+# once a checkpoint after it is complete.
+for after_checkpoint in 0 1; do
+    start
+    answers_after "SELECT 1" 1 "$(now)" >/dev/null
+    sql "CREATE SOURCE bid (p_time AS PROCTIME(), WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND)
+         WITH (connector = 'nexmark', nexmark.table.type = 'bid', nexmark.event.num = '$events')" >/dev/null
+    sql "$(grep -v '^--' sql/nexmark/q5.sql)" >/dev/null
+    bids=$((events / 50 * 46))
+    while [ "$(metric 'weir_source_rows_total{source="bid"}')" != "$bids" ]; do sleep 0.5; done
+    when=$([ $after_checkpoint = 1 ] && echo "after its final checkpoint" || echo "right after a FLUSH")
+    KILL_AFTER_CHECKPOINT=$after_checkpoint kill_and_time "q5 ($events events, killed $when)" \
+        "SELECT count(*), sum(num), max(num) FROM q5"
+done
 
 # A source still running when the server is killed (WEIR_RECOVERY_RATE events per second of
 # wall time, default 200,000: below what q5 keeps up with on 2 cores): the time from starting
