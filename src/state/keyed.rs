@@ -15,9 +15,10 @@
 //! the store only at a checkpoint barrier: a *write-back* table ([`KeyedState::write_back`],
 //! all operator state) keeps its writes in memory across epochs and sends them to the store at
 //! a checkpoint, or earlier when more than `capacity` are pending, or, when barriers come
-//! more often than checkpoints, once pending for two barrier intervals
-//! ([`KeyedState::settle_after`]: a checkpoint barrier then flushes little); a key written and
-//! deleted again before then, which the store is known not to hold, never reaches it. A write-back
+//! more often than checkpoints, once pending for two barrier intervals and not written since
+//! ([`KeyedState::settle_after`]: a checkpoint barrier then flushes little, and a key still
+//! changing, a running count, is not written at every settling); a key written and deleted
+//! again before then, which the store is known not to hold, never reaches it. A write-back
 //! table knows *exactly* which keys the store holds while they are few ([`StoredKeys`]: read
 //! when it is opened if there are at most a few thousand, kept up to date at each flush; once
 //! they pass `capacity`, or a few thousand without answering lookups, it stops tracking them
@@ -118,9 +119,19 @@ struct Pending {
     /// it, or the next one if told the batch is in (see [`KeyedState::flush`]). `NOT_IN_FLIGHT`, or the [`flush_tag`] of that flush. Not
     /// counted in `pending_len`.
     in_flight: u8,
+    /// The table's barrier count when the value was last written (its low 32 bits: see
+    /// [`barriers_since`]), so that settling passes over keys still being written.
+    written_at: u32,
 }
 
 const NOT_IN_FLIGHT: u8 = 0;
+
+/// Barriers from a write's `written_at` (the low 32 bits of the barrier count then) to
+/// `barriers` (now): exact while fewer than 2^32 barriers passed since (years of 10 ms
+/// barriers), which a pending write never outlives, as checkpoints flush them.
+fn barriers_since(barriers: u64, written_at: u32) -> u64 {
+    u64::from((barriers as u32).wrapping_sub(written_at))
+}
 
 /// Which of the two flushes whose batches may be in flight flush number `n` is: 1 or 2. The
 /// writes of flush `n - 2` have the tag of flush `n`.
@@ -196,6 +207,17 @@ impl Writes {
     }
 
     /// Whether any is waiting for a flush (not in flight).
+    /// The barrier count (low 32 bits) of the newest waiting write, if any waits.
+    fn last_written(&self) -> Option<u32> {
+        let newest = |a: u32, b: u32| if (b.wrapping_sub(a) as i32) > 0 { b } else { a };
+        match self {
+            Writes::Few(v) => {
+                v.iter().filter(|(_, p)| p.in_flight == NOT_IN_FLIGHT).map(|(_, p)| p.written_at).reduce(newest)
+            }
+            Writes::Many(m) => m.values().filter(|p| p.in_flight == NOT_IN_FLIGHT).map(|p| p.written_at).reduce(newest),
+        }
+    }
+
     fn any_waiting(&self) -> bool {
         match self {
             Writes::Few(v) => v.iter().any(|(_, p)| p.in_flight == NOT_IN_FLIGHT),
@@ -350,8 +372,10 @@ pub struct KeyedState {
     barrier_times: VecDeque<(u64, std::time::Instant)>,
     /// A write-back table's prefixes in the order they got pending writes, with the barrier
     /// count then: at a barrier that is not a checkpoint, those pending for longer than
-    /// `settle_after` go to the store (see [`KeyedState::flush_settled`]). Entries for
-    /// prefixes flushed or emptied since are passed over.
+    /// `settle_after` and not written since go to the store (see [`KeyedState::flush_settled`]);
+    /// those written since go to the back, with the count of their last write (so the order is
+    /// only roughly by count: one may settle a barrier late). Entries for prefixes flushed or
+    /// emptied since are passed over.
     pending_since: VecDeque<(u64, InlineKey)>,
     /// Prefixes holding writes in flight, by the tag of the flush that put them into its batch
     /// (`in_flight[tag - 1]`), to forget at the second flush after it (or the next: [`Flush::landed`]).
@@ -475,6 +499,7 @@ impl KeyedState {
                     pending.in_flight = NOT_IN_FLIGHT;
                     pending.maybe_stored = true;
                     pending.value = value;
+                    pending.written_at = self.barriers as u32;
                     self.pending_len += 1;
                     // Its landed value never reaches the cache now (only a write forgotten as
                     // it was flushed does), so the cache must not keep an older one: this write
@@ -491,6 +516,7 @@ impl KeyedState {
                     }
                 } else {
                     pending.value = value;
+                    pending.written_at = self.barriers as u32;
                 }
                 return;
             }
@@ -509,7 +535,9 @@ impl KeyedState {
                 v.insert(Writes::Few(SmallVec::new()))
             }
         };
-        inner.insert(InlineKey::from_slice(rest), Pending { value, maybe_stored, in_flight: NOT_IN_FLIGHT });
+        let written_at = self.barriers as u32;
+        inner
+            .insert(InlineKey::from_slice(rest), Pending { value, maybe_stored, in_flight: NOT_IN_FLIGHT, written_at });
         self.pending_len += 1;
     }
 
@@ -767,10 +795,12 @@ impl KeyedState {
     }
 
     /// Writes of a write-back table go to the store at any barrier once pending for `age`
-    /// (set when barriers come more often than checkpoints: see ADR 18). State that outlives
-    /// it is then written a little at every barrier instead of all at the next checkpoint,
-    /// whose barrier (and every change behind it) would otherwise wait for all of it; state
-    /// written and dropped within `age` still never reaches the store.
+    /// and not written again for as long (set when barriers come more often than
+    /// checkpoints: see ADR 18). State that outlives it is then written a little at every
+    /// barrier instead of all at the next checkpoint, whose barrier (and every change behind
+    /// it) would otherwise wait for all of it; state written and dropped within `age` still
+    /// never reaches the store, and a key still changing goes once, when it rests or with the
+    /// checkpoint, not at every barrier.
     pub fn settle_after(mut self, age: Option<std::time::Duration>) -> KeyedState {
         self.settle_after = age.filter(|_| self.write_back);
         self.barrier_times = self.settle_after.iter().map(|_| (0, std::time::Instant::now())).collect();
@@ -791,6 +821,16 @@ impl KeyedState {
         let mut settled = Vec::new();
         while self.pending_since.front().is_some_and(|(since, _)| *since <= through) {
             let (_, prefix) = self.pending_since.pop_front().expect("a front entry");
+            let Some(last) = self.pending.get(&prefix).and_then(|w| w.last_written()) else { continue };
+            let last = self.barriers - barriers_since(self.barriers, last);
+            if last > through {
+                // Still being written (a running count, an open window's group): settling it
+                // now would write it again and again; it settles once it rests, or goes with
+                // the checkpoint, whose barrier then writes only what changed in the last
+                // `settle_after`.
+                self.pending_since.push_back((last, prefix));
+                continue;
+            }
             if let Some(writes) = self.pending.remove(&prefix) {
                 self.pending_len -= writes.waiting();
                 settled.push((prefix, writes));
@@ -952,6 +992,44 @@ mod tests {
         std::thread::sleep(age);
         let mut wb = WriteBatch::default();
         assert!(!plain.flush(&mut wb, Flush::EPOCH) && !plain.flush(&mut wb, Flush::EPOCH) && wb.is_empty());
+    }
+
+    /// A key written again since the settling cutoff is not settled (it would be written
+    /// again and again while it changes); it settles once it rests for the age.
+    #[test]
+    fn write_back_writes_still_changing_do_not_settle() {
+        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+        let age = std::time::Duration::from_millis(20);
+        let mut s = KeyedState::new(7, Arc::clone(&store), 1024).write_back().unwrap().settle_after(Some(age));
+        s.put(b"g1a", 2, b"1".to_vec());
+        let mut wb = WriteBatch::default();
+        assert!(!s.flush(&mut wb, Flush::EPOCH), "nothing is old enough yet");
+        std::thread::sleep(age * 2);
+        s.put(b"g1a", 2, b"2".to_vec());
+        s.put(b"g2a", 2, b"3".to_vec());
+        let mut wb = WriteBatch::default();
+        assert!(!s.flush(&mut wb, Flush::EPOCH) && wb.is_empty(), "g1a was written again since: it does not settle");
+        std::thread::sleep(age * 2);
+        let mut wb = WriteBatch::default();
+        assert!(s.flush(&mut wb, Flush::EPOCH), "both rested for the age");
+        let mut written: Vec<(Vec<u8>, Option<Vec<u8>>)> = wb
+            .ops
+            .iter()
+            .map(|op| match op {
+                WriteOp::Put(k, v) => (k[6..].to_vec(), Some(v.clone())),
+                WriteOp::Delete(k) => (k[6..].to_vec(), None),
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect();
+        written.sort();
+        assert_eq!(written, vec![(b"g1a".to_vec(), Some(b"2".to_vec())), (b"g2a".to_vec(), Some(b"3".to_vec()))]);
+    }
+
+    #[test]
+    fn barriers_since_a_write_wrap_with_its_32_bits() {
+        assert_eq!(barriers_since(10, 7), 3);
+        let barriers = (1u64 << 32) + 5;
+        assert_eq!(barriers_since(barriers, u32::MAX), 6, "written 6 barriers before, across the wrap");
     }
 
     /// A write-back table (distribution prefix of one byte) whose `entries` are in the store.
