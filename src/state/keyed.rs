@@ -1016,8 +1016,8 @@ mod tests {
             .ops
             .iter()
             .map(|op| match op {
-                WriteOp::Put(k, v) => (k[6..].to_vec(), Some(v.clone())),
-                WriteOp::Delete(k) => (k[6..].to_vec(), None),
+                crate::state::store::WriteOp::Put(k, v) => (k[6..].to_vec(), Some(v.clone())),
+                crate::state::store::WriteOp::Delete(k) => (k[6..].to_vec(), None),
                 other => panic!("unexpected {other:?}"),
             })
             .collect();
