@@ -126,11 +126,16 @@ struct Pending {
 
 const NOT_IN_FLIGHT: u8 = 0;
 
-/// Barriers from a write's `written_at` (the low 32 bits of the barrier count then) to
-/// `barriers` (now): exact while fewer than 2^32 barriers passed since (years of 10 ms
-/// barriers), which a pending write never outlives, as checkpoints flush them.
+/// A write's `written_at`: the low 32 bits of the table's barrier count `barriers` then.
+fn write_stamp(barriers: u64) -> u32 {
+    barriers as u32
+}
+
+/// Barriers from a write's `written_at` ([`write_stamp`]) to `barriers` (now): exact while
+/// fewer than 2^32 barriers passed since (years of 10 ms barriers), which a pending write
+/// never outlives, as checkpoints flush them.
 fn barriers_since(barriers: u64, written_at: u32) -> u64 {
-    u64::from((barriers as u32).wrapping_sub(written_at))
+    u64::from(write_stamp(barriers).wrapping_sub(written_at))
 }
 
 /// Which of the two flushes whose batches may be in flight flush number `n` is: 1 or 2. The
@@ -206,18 +211,17 @@ impl Writes {
         }
     }
 
-    /// Whether any is waiting for a flush (not in flight).
-    /// The barrier count (low 32 bits) of the newest waiting write, if any waits.
-    fn last_written(&self) -> Option<u32> {
-        let newest = |a: u32, b: u32| if (b.wrapping_sub(a) as i32) > 0 { b } else { a };
-        match self {
-            Writes::Few(v) => {
-                v.iter().filter(|(_, p)| p.in_flight == NOT_IN_FLIGHT).map(|(_, p)| p.written_at).reduce(newest)
-            }
-            Writes::Many(m) => m.values().filter(|p| p.in_flight == NOT_IN_FLIGHT).map(|p| p.written_at).reduce(newest),
-        }
+    /// The table's barrier count (now `barriers`) at the newest waiting write, if any waits.
+    fn last_written(&self, barriers: u64) -> Option<u64> {
+        let since = |p: &Pending| barriers_since(barriers, p.written_at);
+        let fewest = match self {
+            Writes::Few(v) => v.iter().map(|(_, p)| p).filter(|p| p.in_flight == NOT_IN_FLIGHT).map(since).min(),
+            Writes::Many(m) => m.values().filter(|p| p.in_flight == NOT_IN_FLIGHT).map(since).min(),
+        };
+        fewest.map(|n| barriers - n)
     }
 
+    /// Whether any is waiting for a flush (not in flight).
     fn any_waiting(&self) -> bool {
         match self {
             Writes::Few(v) => v.iter().any(|(_, p)| p.in_flight == NOT_IN_FLIGHT),
@@ -499,7 +503,7 @@ impl KeyedState {
                     pending.in_flight = NOT_IN_FLIGHT;
                     pending.maybe_stored = true;
                     pending.value = value;
-                    pending.written_at = self.barriers as u32;
+                    pending.written_at = write_stamp(self.barriers);
                     self.pending_len += 1;
                     // Its landed value never reaches the cache now (only a write forgotten as
                     // it was flushed does), so the cache must not keep an older one: this write
@@ -516,7 +520,7 @@ impl KeyedState {
                     }
                 } else {
                     pending.value = value;
-                    pending.written_at = self.barriers as u32;
+                    pending.written_at = write_stamp(self.barriers);
                 }
                 return;
             }
@@ -535,7 +539,7 @@ impl KeyedState {
                 v.insert(Writes::Few(SmallVec::new()))
             }
         };
-        let written_at = self.barriers as u32;
+        let written_at = write_stamp(self.barriers);
         inner
             .insert(InlineKey::from_slice(rest), Pending { value, maybe_stored, in_flight: NOT_IN_FLIGHT, written_at });
         self.pending_len += 1;
@@ -821,8 +825,7 @@ impl KeyedState {
         let mut settled = Vec::new();
         while self.pending_since.front().is_some_and(|(since, _)| *since <= through) {
             let (_, prefix) = self.pending_since.pop_front().expect("a front entry");
-            let Some(last) = self.pending.get(&prefix).and_then(|w| w.last_written()) else { continue };
-            let last = self.barriers - barriers_since(self.barriers, last);
+            let Some(last) = self.pending.get(&prefix).and_then(|w| w.last_written(self.barriers)) else { continue };
             if last > through {
                 // Still being written (a running count, an open window's group): settling it
                 // now would write it again and again; it settles once it rests, or goes with
@@ -960,13 +963,20 @@ mod tests {
     use super::*;
     use crate::state::memory::MemoryStore;
 
+    /// A write-back table (distribution prefix of two bytes) whose writes settle after 20 ms,
+    /// its store and that age.
+    fn settling_table() -> (Arc<dyn StateStore>, std::time::Duration, KeyedState) {
+        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+        let age = std::time::Duration::from_millis(20);
+        let table = KeyedState::new(7, Arc::clone(&store), 1024).write_back().unwrap().settle_after(Some(age));
+        (store, age, table)
+    }
+
     /// Writes pending for longer than `settle_after` go to the store at a barrier that is not a
     /// checkpoint; younger ones wait; a write made and dropped in between never goes.
     #[test]
     fn write_back_writes_settle_into_the_store_after_their_age() {
-        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
-        let age = std::time::Duration::from_millis(20);
-        let mut s = KeyedState::new(7, Arc::clone(&store), 1024).write_back().unwrap().settle_after(Some(age));
+        let (store, age, mut s) = settling_table();
         s.put(b"g1a", 2, b"1".to_vec());
         s.put(b"g2a", 2, b"2".to_vec());
         let mut wb = WriteBatch::default();
@@ -998,9 +1008,7 @@ mod tests {
     /// again and again while it changes); it settles once it rests for the age.
     #[test]
     fn write_back_writes_still_changing_do_not_settle() {
-        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
-        let age = std::time::Duration::from_millis(20);
-        let mut s = KeyedState::new(7, Arc::clone(&store), 1024).write_back().unwrap().settle_after(Some(age));
+        let (_, age, mut s) = settling_table();
         s.put(b"g1a", 2, b"1".to_vec());
         let mut wb = WriteBatch::default();
         assert!(!s.flush(&mut wb, Flush::EPOCH), "nothing is old enough yet");
