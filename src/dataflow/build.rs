@@ -417,7 +417,7 @@ impl Builder<'_> {
     fn keyed(&self, id: TableId) -> Result<KeyedState> {
         let settings = self.operator_state;
         let table = KeyedState::new(id, Arc::clone(self.catalog.store()), settings.cache_entries).write_back()?;
-        Ok(table.settle_after(settings.settle_after))
+        Ok(table.settle(settings.settling))
     }
 
     /// One operator per shard, made by `make(shard)`.

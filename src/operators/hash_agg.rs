@@ -56,6 +56,7 @@ use crate::state::index_codec::{IndexReader, IndexWriter};
 use crate::state::keyed::{decode_count, Flush, KeyedState};
 use crate::state::keys_by_time::KeysByTime;
 use crate::state::store::WriteBatch;
+use crate::state::watermark_pace::WatermarkPace;
 use crate::types::window::{close_times, TimeColumn};
 use crate::types::{ChangeBatch, Op};
 
@@ -155,6 +156,9 @@ struct Group {
     accs: Vec<Acc>,
     /// The row last emitted for this group (output-row encoding).
     emitted: Option<Vec<u8>>,
+    /// Known never to have reached the store (a windowed group first seen in this epoch): it
+    /// is stored as new, and deleting it writes nothing.
+    unstored: bool,
 }
 
 /// Codec of single scalars of one type, through arrow-row (reversible and memcomparable).
@@ -200,6 +204,9 @@ pub struct HashAgg {
     /// continuously) and emitted but still taking late rows (`closed`).
     open: KeysByTime,
     closed: KeysByTime,
+    /// How fast the watermark moves, so that groups final before the next checkpoint are not
+    /// settled into the store only to be deleted from it (`flush_state`).
+    pace: WatermarkPace,
 }
 
 impl HashAgg {
@@ -243,6 +250,7 @@ impl HashAgg {
             watermark: None,
             open: KeysByTime::default(),
             closed: KeysByTime::default(),
+            pace: WatermarkPace::default(),
         };
         if agg.group_codec.is_none() {
             // The one group of a global aggregate exists from the start.
@@ -307,7 +315,7 @@ impl HashAgg {
                 AggKind::BoolAnd | AggKind::BoolOr => Acc::Bools { trues: 0, falses: 0 },
             })
             .collect();
-        Group { rows: 0, accs, emitted: None }
+        Group { rows: 0, accs, emitted: None, unstored: false }
     }
 
     /// The group's state: this epoch's, else the store's, else new.
@@ -558,7 +566,7 @@ impl HashAgg {
             });
         }
         let emitted = if r.u8()? == 1 { Some(r.slice()?.to_vec()) } else { None };
-        Ok(Group { rows, accs, emitted })
+        Ok(Group { rows, accs, emitted, unstored: false })
     }
 }
 
@@ -683,8 +691,7 @@ impl Operator for HashAgg {
                     // allowed lateness) emits at the next barrier like any closed window.
                     let index = if window.emit_on_close && closed { &mut self.closed } else { &mut self.open };
                     index.insert(key, close);
-                    self.groups.known_absent(key);
-                    self.new_group()
+                    Group { unstored: true, ..self.new_group() }
                 }
                 _ => self.load(key)?,
             };
@@ -706,6 +713,7 @@ impl Operator for HashAgg {
         let dirty = self.take_dirty();
         match self.window {
             Some(window) => {
+                self.pace.observe(std::time::Instant::now(), self.watermark);
                 let watermark = self.watermark.unwrap_or(i64::MIN);
                 self.close_windows(dirty, watermark, watermark.saturating_sub(window.lateness), window)
             }
@@ -713,9 +721,16 @@ impl Operator for HashAgg {
         }
     }
 
+    /// A windowed group whose window will be final before the next checkpoint at the
+    /// watermark's pace is not settled between checkpoints: it would be written to the store
+    /// only to be deleted from it (at full speed a window lives a few hundred milliseconds).
     fn flush_state(&mut self, wb: &mut WriteBatch, flush: Flush) {
-        self.groups.flush(wb, flush);
-        self.values.flush(wb, flush);
+        let lateness = self.window.map(|w| w.lateness);
+        let through = lateness.and_then(|l| self.pace.final_by_next_checkpoint(&self.groups, flush, l));
+        let (open, closed) = (&self.open, &self.closed);
+        let expires_first = |group: &[u8]| open.due_by(group, through) || closed.due_by(group, through);
+        self.groups.flush_keeping(wb, flush, &expires_first);
+        self.values.flush_keeping(wb, flush, &expires_first);
     }
 
     /// A windowed aggregate's groups by close time, not yet emitted then emitted; the groups
@@ -856,10 +871,15 @@ impl HashAgg {
     /// Writes a group's state (or deletes it when it has no rows left).
     fn store_group(&mut self, key: &[u8], group: &Group) -> Result<()> {
         if group.rows == 0 && self.group_codec.is_some() {
-            self.groups.delete(key, key.len());
+            if !group.unstored {
+                self.groups.delete(key, key.len());
+            }
         } else {
             let encoded = self.encode_group(group)?;
-            self.groups.put(key, key.len(), encoded);
+            match group.unstored {
+                true => self.groups.put_new(key, key.len(), encoded),
+                false => self.groups.put(key, key.len(), encoded),
+            }
         }
         Ok(())
     }

@@ -57,6 +57,7 @@ use crate::state::index_codec::{corrupt, IndexReader, IndexWriter};
 use crate::state::keyed::{decode_count, Flush, KeyedState};
 use crate::state::keys_by_time::KeysByTime;
 use crate::state::store::WriteBatch;
+use crate::state::watermark_pace::WatermarkPace;
 use crate::types::hash::HashMap;
 use crate::types::window::{close_times, to_nanos, TimeColumn};
 use crate::types::{ChangeBatch, Op};
@@ -404,11 +405,13 @@ impl Side {
 
     /// Writes this side's state that is not in its table into `wb`: its writes, and at a
     /// checkpoint the rows it keeps in memory.
-    fn flush(&mut self, wb: &mut WriteBatch, flush: Flush) {
+    /// Puts the side's state changes into `wb`; keys `expires_first` names stay out of
+    /// settling ([`KeyedState::flush_keeping`]).
+    fn flush(&mut self, wb: &mut WriteBatch, flush: Flush, expires_first: &dyn Fn(&[u8]) -> bool) {
         if let Some((start, end)) = self.retired.take() {
             wb.delete_range(start, end);
         }
-        self.state.flush(wb, flush);
+        self.state.flush_keeping(wb, flush, expires_first);
         if let Some((_, Expiry::InMemory(rows))) = &mut self.expiry {
             rows.flush(wb, flush);
         }
@@ -477,6 +480,9 @@ pub struct HashJoin {
     watermark: Option<i64>,
     /// Join keys by the close time of their window.
     open: KeysByTime,
+    /// How fast the watermark moves (with a window), so that keys final before the next
+    /// checkpoint are not settled into the store only to be deleted (`flush_state`).
+    pace: WatermarkPace,
 }
 
 impl HashJoin {
@@ -511,6 +517,7 @@ impl HashJoin {
             interval: None,
             watermark: None,
             open: KeysByTime::default(),
+            pace: WatermarkPace::default(),
         })
     }
 
@@ -664,6 +671,9 @@ impl Operator for HashJoin {
     }
 
     fn on_barrier(&mut self) -> Result<Vec<ChangeBatch>> {
+        if self.window.is_some() {
+            self.pace.observe(std::time::Instant::now(), self.watermark);
+        }
         // Keys whose window is final: nothing can join with them any more.
         if let (Some(window), Some(watermark)) = (self.window, self.watermark) {
             let final_through = watermark.saturating_sub(window.lateness);
@@ -687,9 +697,15 @@ impl Operator for HashJoin {
         Ok(vec![])
     }
 
+    /// A key whose window will be final before the next checkpoint at the watermark's pace is
+    /// not settled between checkpoints: it would be written to the store only to be deleted.
     fn flush_state(&mut self, wb: &mut WriteBatch, flush: Flush) {
+        let lateness = self.window.map(|w| w.lateness);
+        let through = lateness.and_then(|l| self.pace.final_by_next_checkpoint(&self.sides[0].state, flush, l));
+        let open = &self.open;
+        let expires_first = |key: &[u8]| open.due_by(key, through);
         for side in &mut self.sides {
-            side.flush(wb, flush);
+            side.flush(wb, flush, &expires_first);
         }
     }
 

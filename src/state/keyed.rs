@@ -16,8 +16,9 @@
 //! all operator state) keeps its writes in memory across epochs and sends them to the store at
 //! a checkpoint, or earlier when more than `capacity` are pending, or, when barriers come
 //! more often than checkpoints, once pending for two barrier intervals and not written since
-//! ([`KeyedState::settle_after`]: a checkpoint barrier then flushes little, and a key still
-//! changing, a running count, is not written at every settling); a key written and deleted
+//! ([`KeyedState::settle`]: a checkpoint barrier then flushes little, and a key still
+//! changing, a running count, is not written at every settling, nor one its operator expects
+//! to drop before the next checkpoint, [`KeyedState::flush_keeping`]); a key written and deleted
 //! again before then, which the store is known not to hold, never reaches it. A write-back
 //! table knows *exactly* which keys the store holds while they are few ([`StoredKeys`]: read
 //! when it is opened if there are at most a few thousand, kept up to date at each flush; once
@@ -57,8 +58,9 @@ use crate::error::{Result, SqlState, WeirError};
 pub struct OperatorStateSettings {
     /// Entries each table caches in memory (and pending writes before an early flush).
     pub cache_entries: usize,
-    /// Pending writes this old go to the store at any barrier ([`KeyedState::settle_after`]).
-    pub settle_after: Option<std::time::Duration>,
+    /// When pending writes go to the store at a barrier that is not a checkpoint (None: only
+    /// at checkpoints, or past `cache_entries`).
+    pub settling: Option<Settling>,
 }
 
 impl OperatorStateSettings {
@@ -71,10 +73,23 @@ impl OperatorStateSettings {
         barrier_interval: std::time::Duration,
         checkpoint_interval: Option<std::time::Duration>,
     ) -> OperatorStateSettings {
-        let settle = barrier_interval.saturating_mul(2);
-        let settle_after = checkpoint_interval.filter(|c| *c > settle).map(|_| settle);
-        OperatorStateSettings { cache_entries, settle_after }
+        let after = barrier_interval.saturating_mul(2);
+        let settling = checkpoint_interval
+            .filter(|c| *c > after)
+            .map(|checkpoint_interval| Settling { after, checkpoint_interval });
+        OperatorStateSettings { cache_entries, settling }
     }
+}
+
+/// When a write-back table's writes settle ([`KeyedState::settle`], ADR 18).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settling {
+    /// Writes pending this long, and not written again for as long, go to the store at any
+    /// barrier.
+    pub after: std::time::Duration,
+    /// How often checkpoints come: state its operator expects to drop sooner need not settle
+    /// ([`KeyedState::flush_keeping`]).
+    pub checkpoint_interval: std::time::Duration,
 }
 
 /// A stored multiplicity; bytes of another length are a corrupt store (XX001).
@@ -369,14 +384,14 @@ pub struct KeyedState {
     write_back: bool,
     /// Barriers this table has seen (its flushes).
     barriers: u64,
-    /// A write-back table's writes pending this long go to the store at the next barrier,
-    /// checkpoint or not (None: only at checkpoints, or past `capacity`).
-    settle_after: Option<std::time::Duration>,
-    /// When each recent barrier came (while `settle_after` is set), oldest first.
+    /// When a write-back table's pending writes go to the store at a barrier that is not a
+    /// checkpoint (None: only at checkpoints, or past `capacity`).
+    settling: Option<Settling>,
+    /// When each recent barrier came (while `settling` is set), oldest first.
     barrier_times: VecDeque<(u64, std::time::Instant)>,
     /// A write-back table's prefixes in the order they got pending writes, with the barrier
     /// count then: at a barrier that is not a checkpoint, those pending for longer than
-    /// `settle_after` and not written since go to the store (see [`KeyedState::flush_settled`]);
+    /// `settling.after` and not written since go to the store (see [`KeyedState::flush_settled`]);
     /// those written since go to the back, with the count of their last write (so the order is
     /// only roughly by count: one may settle a barrier late). Entries for prefixes flushed or
     /// emptied since are passed over.
@@ -403,7 +418,7 @@ impl KeyedState {
             pending_len: 0,
             write_back: false,
             barriers: 0,
-            settle_after: None,
+            settling: None,
             barrier_times: VecDeque::new(),
             pending_since: VecDeque::new(),
             in_flight: [Vec::new(), Vec::new()],
@@ -533,7 +548,7 @@ impl KeyedState {
         let inner = match self.pending.entry(InlineKey::from_slice(prefix)) {
             std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
             std::collections::hash_map::Entry::Vacant(v) => {
-                if self.settle_after.is_some() {
+                if self.settling.is_some() {
                     self.pending_since.push_back((self.barriers, v.key().clone()));
                 }
                 v.insert(Writes::Few(SmallVec::new()))
@@ -576,15 +591,6 @@ impl KeyedState {
         let value = (after != 0).then(|| after.to_le_bytes().to_vec());
         self.write(key, distribution_len, value, stored);
         Ok((before, after))
-    }
-
-    /// Records that the store does not hold `key` (the caller knows, e.g. a group it has just
-    /// found absent), so a write and delete of it before it is flushed never reach the store.
-    pub fn known_absent(&mut self, key: &[u8]) {
-        // A tracked table knows every key absent that it has not stored.
-        if self.stored.holds(key).is_none() {
-            self.remember(key.to_vec(), None);
-        }
     }
 
     /// Whether the store may hold `key`: as tracked, else unless the cache knows the key absent;
@@ -757,6 +763,16 @@ impl KeyedState {
     /// writes too, so that they are held no longer than needed (one barrier interval, not two:
     /// at 1 s checkpoints, what a join keeps for a second less).
     pub fn flush(&mut self, wb: &mut WriteBatch, flush: Flush) -> bool {
+        self.flush_keeping(wb, flush, &|_| false)
+    }
+
+    /// [`KeyedState::flush`], except that at a barrier that is not a checkpoint the prefixes
+    /// for which `expires_first` says yes do not settle: their operator expects to drop them
+    /// before the next checkpoint (a window final by then at the watermark's pace), so writing
+    /// them to the store now would only be undone. They stay pending, and go with the
+    /// checkpoint if they are still there (a guess that only ever costs where the writes
+    /// happen, never a value).
+    pub fn flush_keeping(&mut self, wb: &mut WriteBatch, flush: Flush, expires_first: &dyn Fn(&[u8]) -> bool) -> bool {
         let Flush { checkpoint, landed } = flush;
         self.forget_landed(flush_tag(self.barriers + 1));
         if landed {
@@ -764,11 +780,11 @@ impl KeyedState {
             self.forget_landed(flush_tag(self.barriers));
         }
         self.barriers += 1;
-        if self.settle_after.is_some() {
+        if self.settling.is_some() {
             self.barrier_times.push_back((self.barriers, std::time::Instant::now()));
         }
         if self.write_back && !checkpoint && self.pending_len <= self.capacity {
-            return self.flush_settled(wb);
+            return self.flush_settled(wb, expires_first);
         }
         let flushed = self.pending_len > 0;
         self.pending_len = 0;
@@ -798,23 +814,31 @@ impl KeyedState {
         flushed
     }
 
-    /// Writes of a write-back table go to the store at any barrier once pending for `age`
-    /// and not written again for as long (set when barriers come more often than
+    /// Writes of a write-back table go to the store at any barrier once pending for
+    /// `settling.after` and not written again for as long (set when barriers come more often than
     /// checkpoints: see ADR 18). State that outlives it is then written a little at every
     /// barrier instead of all at the next checkpoint, whose barrier (and every change behind
     /// it) would otherwise wait for all of it; state written and dropped within `age` still
     /// never reaches the store, and a key still changing goes once, when it rests or with the
     /// checkpoint, not at every barrier.
-    pub fn settle_after(mut self, age: Option<std::time::Duration>) -> KeyedState {
-        self.settle_after = age.filter(|_| self.write_back);
-        self.barrier_times = self.settle_after.iter().map(|_| (0, std::time::Instant::now())).collect();
+    pub fn settle(mut self, settling: Option<Settling>) -> KeyedState {
+        self.settling = settling.filter(|_| self.write_back);
+        self.barrier_times = self.settling.iter().map(|_| (0, std::time::Instant::now())).collect();
         self
     }
 
+    /// While this table settles its writes: how long until the next checkpoint at most (the
+    /// checkpoint interval), the horizon over which its operator may say which state it will
+    /// drop first ([`KeyedState::flush_keeping`]).
+    pub fn settling_horizon(&self) -> Option<std::time::Duration> {
+        self.settling.map(|s| s.checkpoint_interval)
+    }
+
     /// A write-back table at a barrier that is not a checkpoint: the prefixes pending since
-    /// before a barrier that came at least `settle_after` ago go into `wb`.
-    fn flush_settled(&mut self, wb: &mut WriteBatch) -> bool {
-        let Some(age) = self.settle_after else { return false };
+    /// before a barrier that came at least `settling.after` ago go into `wb`, unless
+    /// `expires_first` says they will be dropped before the next checkpoint.
+    fn flush_settled(&mut self, wb: &mut WriteBatch, expires_first: &dyn Fn(&[u8]) -> bool) -> bool {
+        let Some(Settling { after: age, .. }) = self.settling else { return false };
         let Some(cutoff) = std::time::Instant::now().checked_sub(age) else { return false };
         // Writes made before barrier k + 1 are settled once it came before the cutoff.
         let mut through = None;
@@ -830,8 +854,14 @@ impl KeyedState {
                 // Still being written (a running count, an open window's group): settling it
                 // now would write it again and again; it settles once it rests, or goes with
                 // the checkpoint, whose barrier then writes only what changed in the last
-                // `settle_after`.
+                // `settling.after`.
                 self.pending_since.push_back((last, prefix));
+                continue;
+            }
+            if expires_first(&prefix) {
+                // Dropped before the next checkpoint, by its operator's guess: asked again
+                // once another `age` has passed.
+                self.pending_since.push_back((self.barriers, prefix));
                 continue;
             }
             if let Some(writes) = self.pending.remove(&prefix) {
@@ -904,8 +934,7 @@ impl KeyedState {
     /// values to the cache. A prefix written again meanwhile is pending since the last barrier
     /// (for settling).
     fn forget_landed(&mut self, tag: u8) {
-        let KeyedState { pending, in_flight, stored, cache, capacity, settle_after, pending_since, barriers, .. } =
-            self;
+        let KeyedState { pending, in_flight, stored, cache, capacity, settling, pending_since, barriers, .. } = self;
         for prefix in std::mem::take(&mut in_flight[tag as usize - 1]) {
             let Some(inner) = pending.get_mut(&prefix) else { continue };
             inner.retain(|rest, p| {
@@ -930,7 +959,7 @@ impl KeyedState {
             });
             if inner.is_empty() {
                 pending.remove(&prefix);
-            } else if settle_after.is_some() {
+            } else if settling.is_some() {
                 pending_since.push_back((*barriers, prefix));
             }
         }
@@ -968,11 +997,14 @@ mod tests {
     fn settling_table() -> (Arc<dyn StateStore>, std::time::Duration, KeyedState) {
         let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
         let age = std::time::Duration::from_millis(20);
-        let table = KeyedState::new(7, Arc::clone(&store), 1024).write_back().unwrap().settle_after(Some(age));
+        let table = KeyedState::new(7, Arc::clone(&store), 1024)
+            .write_back()
+            .unwrap()
+            .settle(Some(Settling { after: age, checkpoint_interval: age * 10 }));
         (store, age, table)
     }
 
-    /// Writes pending for longer than `settle_after` go to the store at a barrier that is not a
+    /// Writes pending for longer than `settling.after` go to the store at a barrier that is not a
     /// checkpoint; younger ones wait; a write made and dropped in between never goes.
     #[test]
     fn write_back_writes_settle_into_the_store_after_their_age() {
@@ -997,11 +1029,40 @@ mod tests {
         let keys: Vec<Vec<u8>> = wb.ops.iter().map(|op| op.key()[6..].to_vec()).collect();
         assert_eq!(keys, vec![b"g3a".to_vec()], "g4a was written and dropped before reaching the store");
         // Without an age (barriers are checkpoints) a barrier writes nothing.
-        let mut plain = KeyedState::new(8, Arc::clone(&store), 1024).write_back().unwrap().settle_after(None);
+        let mut plain = KeyedState::new(8, Arc::clone(&store), 1024).write_back().unwrap().settle(None);
         plain.put(b"g1a", 2, b"1".to_vec());
         std::thread::sleep(age);
         let mut wb = WriteBatch::default();
         assert!(!plain.flush(&mut wb, Flush::EPOCH) && !plain.flush(&mut wb, Flush::EPOCH) && wb.is_empty());
+    }
+
+    /// A prefix its operator expects to drop before the next checkpoint does not settle: it
+    /// stays in memory, is dropped without reaching the store, or goes with the checkpoint.
+    #[test]
+    fn write_back_writes_expiring_first_do_not_settle() {
+        let (_, age, mut s) = settling_table();
+        assert_eq!(s.settling_horizon(), Some(age * 10), "the checkpoint interval");
+        s.put(b"g1a", 2, b"1".to_vec());
+        s.put(b"g2a", 2, b"2".to_vec());
+        s.put(b"g3a", 2, b"3".to_vec());
+        let expires_first = |prefix: &[u8]| prefix != b"g1";
+        let mut wb = WriteBatch::default();
+        assert!(!s.flush_keeping(&mut wb, Flush::EPOCH, &expires_first), "nothing is old enough yet");
+        std::thread::sleep(age * 2);
+        let mut wb = WriteBatch::default();
+        assert!(s.flush_keeping(&mut wb, Flush::EPOCH, &expires_first));
+        let keys: Vec<Vec<u8>> = wb.ops.iter().map(|op| op.key()[6..].to_vec()).collect();
+        assert_eq!(keys, vec![b"g1a".to_vec()], "only the prefix not expiring first settles");
+        // g2 is dropped as expected; g3 outlives the guess.
+        s.delete(b"g2a", 2);
+        std::thread::sleep(age * 2);
+        let mut wb = WriteBatch::default();
+        assert!(!s.flush_keeping(&mut wb, Flush::EPOCH, &expires_first) && wb.is_empty(), "still expected to go");
+        assert_eq!(s.get(b"g3a", 2).unwrap(), Some(b"3".to_vec()), "read from memory meanwhile");
+        let mut wb = WriteBatch::default();
+        assert!(s.flush_keeping(&mut wb, Flush::CHECKPOINT, &expires_first), "a checkpoint takes everything");
+        let keys: Vec<Vec<u8>> = wb.ops.iter().map(|op| op.key()[6..].to_vec()).collect();
+        assert_eq!(keys, vec![b"g3a".to_vec()], "g2a never reached the store");
     }
 
     /// A key written again since the settling cutoff is not settled (it would be written
@@ -1175,23 +1236,19 @@ mod tests {
         s.flush(&mut wb, Flush::EPOCH);
         assert_eq!(wb.ops.len(), 17);
         store.write(std::mem::take(&mut wb)).unwrap();
-        // A key known to be absent, written and deleted before a flush, never reaches the store;
-        // a stored key's delete does.
-        s.known_absent(b"new");
-        s.put(b"new", 1, vec![1]);
-        s.delete(b"new", 1);
+        // A key put as new and deleted before a flush never reaches the store; a stored key's
+        // delete does.
         s.put_new(b"made", 1, vec![1]);
         s.delete(b"made", 1);
         s.delete(&key(0), 1);
         assert_eq!(s.get(&key(0), 1).unwrap(), None);
-        assert_eq!(s.get(b"new", 1).unwrap(), None);
+        assert_eq!(s.get(b"made", 1).unwrap(), None);
         for i in 0..16 {
             s.put(format!("x{i:02}").as_bytes(), 1, vec![0]);
         }
         s.flush(&mut wb, Flush::EPOCH);
         let keys: Vec<Vec<u8>> = wb.ops.iter().map(|op| op.key()[6..].to_vec()).collect();
-        assert!(keys.contains(&key(0)) && !keys.contains(&b"new".to_vec()), "{keys:?}");
-        assert!(!keys.contains(&b"made".to_vec()), "{keys:?}");
+        assert!(keys.contains(&key(0)) && !keys.contains(&b"made".to_vec()), "{keys:?}");
         assert_eq!(keys.len(), 17);
     }
 
@@ -1346,9 +1403,12 @@ mod tests {
             let capacity = [16, 48, 200][round % 3];
             let key_space = [6, 40, 120][(round / 3) % 3];
             // Odd rounds settle writes at every barrier.
-            let settle = (round % 2 == 1).then_some(std::time::Duration::ZERO);
+            let settle = (round % 2 == 1).then_some(Settling {
+                after: std::time::Duration::ZERO,
+                checkpoint_interval: std::time::Duration::from_secs(1),
+            });
             let open = |store: &Arc<dyn StateStore>| {
-                KeyedState::new(9, Arc::clone(store), capacity).write_back().unwrap().settle_after(settle)
+                KeyedState::new(9, Arc::clone(store), capacity).write_back().unwrap().settle(settle)
             };
             let mut s = open(&store);
             // A flush's batch written only before the flush after next (a view job writes it
@@ -1411,7 +1471,12 @@ mod tests {
                         // Told when every earlier batch is in, as a view job tells it.
                         let landed = unwritten.is_empty() && next(2) == 0;
                         let mut wb = WriteBatch::default();
-                        s.flush(&mut wb, Flush { checkpoint: next(2) == 0, landed });
+                        // Some prefixes kept out of settling, as an operator expecting to drop
+                        // them first says: where writes go may change, never what is read.
+                        let kept = next(6) as u8;
+                        s.flush_keeping(&mut wb, Flush { checkpoint: next(2) == 0, landed }, &|p: &[u8]| {
+                            p.first().is_some_and(|&c| c - b'a' < kept)
+                        });
                         unwritten.push_back(wb);
                         if next(3) == 0 {
                             unwritten.drain(..).for_each(|wb| store.write(wb).unwrap());

@@ -51,6 +51,11 @@ impl KeysByTime {
         self.time_of.get(key).copied()
     }
 
+    /// Whether `key` is held with a time at or before `through` (never, without one).
+    pub fn due_by(&self, key: &[u8], through: Option<i64>) -> bool {
+        through.is_some_and(|through| self.time_of(key).is_some_and(|time| time <= through))
+    }
+
     pub fn contains(&self, key: &[u8]) -> bool {
         self.time_of.contains_key(key)
     }

@@ -11,7 +11,8 @@
 //!   relations that only grow, appended as Arrow IPC segments.
 //! - [`keyed`]: [`KeyedState`](keyed::KeyedState), an operator's state table with a write-back
 //!   cache; [`keys_by_time`] and [`rows_by_time`], the shared indexes of state that waits for a
-//!   time (the watermark, `now()`); [`index_codec`], the records operators checkpoint.
+//!   time (the watermark, `now()`); [`index_codec`], the records operators checkpoint;
+//!   [`watermark_pace`], which of that state will be gone by the next checkpoint.
 //! - [`expiring_rows`]: rows that only arrive and leave by time, kept in memory and checkpointed
 //!   as segments (a time-bounded join's append-only side).
 //! - [`multiset`]: rows kept with their multiplicity (a view's rows, an index's entries).
@@ -32,6 +33,7 @@ pub mod rocks;
 pub mod rows_by_time;
 pub mod store;
 pub mod table;
+pub mod watermark_pace;
 
 pub use store::{StateStore, WriteBatch};
 pub use table::StateTable;
