@@ -8,8 +8,10 @@
 //! ([`combined`]); with it (person, auction or bid), that kind's rows. `nexmark.event.num`
 //! (events of all three kinds to generate; 0, the default, for no end), `nexmark.max.chunk.size`
 //! (events per stored chunk, default 100,000), `nexmark.events.per.second` (a wall-clock rate
-//! limit, 0 for none), `nexmark.event.rate` (events per second of *event time*, default
-//! 10,000), `nexmark.max.out.of.order.ms` (default 0), `nexmark.seed`, `nexmark.base.time.ms`.
+//! limit, 0 for none: events come due at that rate from the source's first read, and a
+//! restarted source reads at once those that came due while the server was down, as it would
+//! from a broker), `nexmark.event.rate` (events per second of *event time*, default 10,000),
+//! `nexmark.max.out.of.order.ms` (default 0), `nexmark.seed`, `nexmark.base.time.ms`.
 //! The offset is the next event number, so every source with the same seed sees the same
 //! events whatever its chunk size. The generator is replayable: its sources store each chunk's
 //! offsets, not its rows ([`super::replay`]).
@@ -17,7 +19,7 @@
 pub mod combined;
 pub mod generator;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
@@ -53,7 +55,10 @@ pub struct NexmarkReader {
     chunk: u64,
     /// Wall-clock events per second (0: unlimited).
     rate: u64,
-    started: Option<(Instant, u64)>,
+    /// With a rate: when event 0 was due, in microseconds since the Unix epoch. Set at the
+    /// first read and kept in the position, so a restarted source finds the events that came
+    /// due while the server was down ready at once, as a broker would hold them.
+    due_from_micros: Option<i64>,
 }
 
 impl NexmarkReader {
@@ -76,7 +81,7 @@ impl NexmarkReader {
             events: options.u64_or("nexmark.event.num", 0)?,
             chunk: options.u64_or("nexmark.max.chunk.size", 100_000)?.max(1),
             rate: options.u64_or("nexmark.events.per.second", 0)?,
-            started: None,
+            due_from_micros: None,
         })
     }
 }
@@ -108,15 +113,25 @@ impl SourceReader for NexmarkReader {
         if self.events > 0 {
             end = end.min(self.events);
         }
+        let mut next = Position::at(end);
         if self.rate > 0 {
-            let (since, first) = *self.started.get_or_insert((Instant::now(), offset));
-            let due = Duration::from_secs_f64((end - first) as f64 / self.rate as f64);
-            let elapsed = since.elapsed();
-            if due > elapsed {
-                return Ok(Chunk::Wait((due - elapsed).min(Duration::from_millis(100))));
+            let now = unix_micros();
+            let rate = self.rate as f64;
+            let due_from = *self.due_from_micros.get_or_insert_with(|| {
+                // Kept in the position (a restart), else now is when `offset` is due.
+                from.detail
+                    .as_slice()
+                    .try_into()
+                    .map(i64::from_be_bytes)
+                    .unwrap_or(now - (offset as f64 * 1e6 / rate) as i64)
+            });
+            let due = due_from.saturating_add((end as f64 * 1e6 / rate) as i64);
+            if due > now {
+                return Ok(Chunk::Wait(Duration::from_micros((due - now) as u64).min(Duration::from_millis(100))));
             }
+            next.detail = due_from.to_be_bytes().to_vec();
         }
-        Ok(Chunk::Rows(self.events(offset, end)?, Position::at(end)))
+        Ok(Chunk::Rows(self.events(offset, end)?, next))
     }
 
     /// Events are a function of the seed and their number.
@@ -129,6 +144,59 @@ impl SourceReader for NexmarkReader {
     }
 }
 
+/// Microseconds since the Unix epoch, now.
+fn unix_micros() -> i64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    since.as_micros() as i64
+}
+
 pub fn schema(options: &ConnectorOptions) -> Result<SchemaRef> {
     Ok(NexmarkReader::new(options)?.schema())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reader(rate: u64) -> NexmarkReader {
+        let options = ConnectorOptions(
+            [
+                ("connector", "nexmark".to_string()),
+                ("nexmark.table.type", "bid".to_string()),
+                ("nexmark.max.chunk.size", "100".to_string()),
+                ("nexmark.events.per.second", rate.to_string()),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+        );
+        NexmarkReader::new(&options).unwrap()
+    }
+
+    /// With a rate, events come due from the first read on, and the position keeps when:
+    /// a reader restarted from it finds those due meanwhile ready at once.
+    #[test]
+    fn a_rate_limited_source_catches_up_after_a_restart() {
+        let mut first = reader(1000);
+        assert!(matches!(first.read(&Position::at(0)).unwrap(), Chunk::Wait(_)), "100 events take 100 ms");
+        // A position written by a run whose event 0 was due 10 s ago: 10,000 events are due.
+        let due_from = unix_micros() - 10_000_000;
+        let stored = Position { records: 5000, detail: due_from.to_be_bytes().to_vec() };
+        let mut restarted = reader(1000);
+        match restarted.read(&stored).unwrap() {
+            Chunk::Rows(rows, next) => {
+                assert!(rows.num_rows() > 0);
+                assert_eq!(next.records, 5100);
+                assert_eq!(next.detail, due_from.to_be_bytes().to_vec(), "the position keeps when event 0 was due");
+            }
+            _ => panic!("events due while the server was down are read at once"),
+        }
+        let ahead = Position { records: 20_000, detail: due_from.to_be_bytes().to_vec() };
+        assert!(matches!(restarted.read(&ahead).unwrap(), Chunk::Wait(_)), "events not due yet wait");
+        // Without a rate the position is only the offset.
+        match reader(0).read(&Position::at(0)).unwrap() {
+            Chunk::Rows(_, next) => assert_eq!(next, Position::at(100)),
+            _ => panic!("no rate: no wait"),
+        }
+    }
 }
