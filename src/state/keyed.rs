@@ -992,6 +992,11 @@ mod tests {
     use super::*;
     use crate::state::memory::MemoryStore;
 
+    /// The keys `wb` writes or deletes, without table id and vnode, in its order.
+    fn written_keys(wb: &WriteBatch) -> Vec<Vec<u8>> {
+        wb.ops.iter().map(|op| op.key()[6..].to_vec()).collect()
+    }
+
     /// A write-back table (distribution prefix of two bytes) whose writes settle after 20 ms,
     /// its store and that age.
     fn settling_table() -> (Arc<dyn StateStore>, std::time::Duration, KeyedState) {
@@ -1019,14 +1024,14 @@ mod tests {
         s.delete(b"g4a", 2);
         let mut wb = WriteBatch::default();
         assert!(s.flush(&mut wb, Flush::EPOCH), "the writes made before the first barrier settle");
-        let mut keys: Vec<Vec<u8>> = wb.ops.iter().map(|op| op.key()[6..].to_vec()).collect();
+        let mut keys = written_keys(&wb);
         keys.sort();
         assert_eq!(keys, vec![b"g1a".to_vec(), b"g2a".to_vec()]);
         store.write(wb).unwrap();
         assert_eq!(s.get(b"g3a", 2).unwrap(), Some(b"3".to_vec()), "a younger write is still read from memory");
         let mut wb = WriteBatch::default();
         assert!(s.flush(&mut wb, Flush::CHECKPOINT), "a checkpoint takes everything");
-        let keys: Vec<Vec<u8>> = wb.ops.iter().map(|op| op.key()[6..].to_vec()).collect();
+        let keys = written_keys(&wb);
         assert_eq!(keys, vec![b"g3a".to_vec()], "g4a was written and dropped before reaching the store");
         // Without an age (barriers are checkpoints) a barrier writes nothing.
         let mut plain = KeyedState::new(8, Arc::clone(&store), 1024).write_back().unwrap().settle(None);
@@ -1051,7 +1056,7 @@ mod tests {
         std::thread::sleep(age * 2);
         let mut wb = WriteBatch::default();
         assert!(s.flush_keeping(&mut wb, Flush::EPOCH, &expires_first));
-        let keys: Vec<Vec<u8>> = wb.ops.iter().map(|op| op.key()[6..].to_vec()).collect();
+        let keys = written_keys(&wb);
         assert_eq!(keys, vec![b"g1a".to_vec()], "only the prefix not expiring first settles");
         // g2 is dropped as expected; g3 outlives the guess.
         s.delete(b"g2a", 2);
@@ -1061,7 +1066,7 @@ mod tests {
         assert_eq!(s.get(b"g3a", 2).unwrap(), Some(b"3".to_vec()), "read from memory meanwhile");
         let mut wb = WriteBatch::default();
         assert!(s.flush_keeping(&mut wb, Flush::CHECKPOINT, &expires_first), "a checkpoint takes everything");
-        let keys: Vec<Vec<u8>> = wb.ops.iter().map(|op| op.key()[6..].to_vec()).collect();
+        let keys = written_keys(&wb);
         assert_eq!(keys, vec![b"g3a".to_vec()], "g2a never reached the store");
     }
 
@@ -1181,7 +1186,7 @@ mod tests {
         s.put(b"gb", 1, b"b".to_vec());
         let mut second = WriteBatch::default();
         s.flush(&mut second, Flush::CHECKPOINT);
-        let keys: Vec<Vec<u8>> = second.ops.iter().map(|op| op.key()[6..].to_vec()).collect();
+        let keys = written_keys(&second);
         assert_eq!(keys, vec![b"gb".to_vec()], "the delete in flight is not written again");
         let only_b = vec![(b"gb".to_vec(), b"b".to_vec())];
         assert_eq!(s.get(b"ga", 1).unwrap(), None, "not the store's older value");
@@ -1247,7 +1252,7 @@ mod tests {
             s.put(format!("x{i:02}").as_bytes(), 1, vec![0]);
         }
         s.flush(&mut wb, Flush::EPOCH);
-        let keys: Vec<Vec<u8>> = wb.ops.iter().map(|op| op.key()[6..].to_vec()).collect();
+        let keys = written_keys(&wb);
         assert!(keys.contains(&key(0)) && !keys.contains(&b"made".to_vec()), "{keys:?}");
         assert_eq!(keys.len(), 17);
     }
@@ -1269,7 +1274,7 @@ mod tests {
         s.delete(b"b1", 1);
         assert_eq!(s.first_with_prefix(b"c", 1, false).unwrap(), None);
         s.flush(&mut wb, Flush::CHECKPOINT);
-        let keys: Vec<Vec<u8>> = wb.ops.iter().map(|op| op.key()[6..].to_vec()).collect();
+        let keys = written_keys(&wb);
         assert_eq!(keys, vec![b"b1".to_vec()], "only the stored key's delete");
         store.write(std::mem::take(&mut wb)).unwrap();
         // A stored key read (so cached), then deleted and flushed, reads absent after.
@@ -1287,7 +1292,7 @@ mod tests {
         restored.delete(b"d1", 1);
         restored.delete(b"a1", 1);
         restored.flush(&mut wb, Flush::CHECKPOINT);
-        let keys: Vec<Vec<u8>> = wb.ops.iter().map(|op| op.key()[6..].to_vec()).collect();
+        let keys = written_keys(&wb);
         assert_eq!(keys, vec![b"a1".to_vec()]);
         store.write(std::mem::take(&mut wb)).unwrap();
         // Past capacity stored keys it stops tracking them, and reads stay right.
@@ -1382,7 +1387,7 @@ mod tests {
         s.delete_prefix(&b, 2).unwrap();
         s.delete_prefix(&a, 2).unwrap();
         s.flush(&mut wb, Flush::CHECKPOINT);
-        let keys: Vec<Vec<u8>> = wb.ops.iter().map(|op| op.key()[6..].to_vec()).collect();
+        let keys = written_keys(&wb);
         assert_eq!(keys, vec![vec![a[0], a[1], 1]], "only the stored key needs a tombstone");
     }
 
