@@ -123,7 +123,7 @@ fn decode(key: &[u8], value: &[u8]) -> Result<LogEntry> {
     let mut writes = Vec::new();
     for _ in 0..r.u64()? {
         writes.push(match r.u64()? {
-            0 => WriteOp::Put(r.bytes()?, r.bytes()?),
+            0 => WriteOp::Put(r.bytes()?, r.bytes()?.into()),
             1 => WriteOp::Delete(r.bytes()?),
             2 => WriteOp::DeleteRange(r.bytes()?, r.bytes()?),
             other => return Err(corrupt(format!("write kind {other}"))),

@@ -6,8 +6,9 @@
 //! another, each with its time and key), looked up by key through a map of row positions, and
 //! taken out by time through an index of keys by time. A checkpoint writes each segment filled
 //! since the last one as one store value (`[0xff][shard][segment number]` in the side's table,
-//! under one vnode), straight into the flush's batch, and deletes the stored segments whose
-//! rows have all expired. So a row costs one copy into a segment and its share of one store
+//! under one vnode), into the flush's batch without copying it (the batch shares a sealed
+//! segment's bytes: [`WriteBatch::put_shared`]), and deletes the stored segments whose rows have
+//! all expired. So a row costs one copy into a segment and its share of one store
 //! write, however long it lives; it is never put into the store, or deleted from it, on its own
 //! (as Arroyo's expiring time-key tables do, instead of RocksDB's per-row puts and tombstones).
 //! Bytes written per checkpoint follow the rows that arrived, not the rows alive.
@@ -33,6 +34,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use super::entries_by_time::EntriesByTime;
 use super::index_codec::{corrupt, IndexReader, IndexWriter};
 use super::keyed::Flush;
@@ -53,27 +56,36 @@ pub const MEMORY_LIMIT_BYTES: usize = 128 * 1024 * 1024;
 const SEGMENT_TAG: u8 = 0xff;
 
 /// Rows one after another (time, key, row), as they arrived; a stored one is a record of the
-/// index codec (format byte first), so it is versioned like the operators' records.
-struct Segment {
+/// index codec (format byte first), so it is versioned like the operators' records. This is the
+/// segment being filled; sealed, its bytes never change ([`Segment`]).
+struct OpenSegment {
     rows: IndexWriter,
     count: u64,
     /// The latest time of a row in it (MIN when empty).
     latest: i64,
-    /// Whether the store holds it (written at a checkpoint, or read at a restore).
-    stored: bool,
 }
 
-impl Segment {
-    fn new() -> Segment {
+impl OpenSegment {
+    fn new() -> OpenSegment {
         let mut rows = IndexWriter::default();
         // Filled to the limit and one row past it, without doubling on the way.
         rows.reserve(SEGMENT_BYTES + 4096);
-        Segment { rows, count: 0, latest: i64::MIN, stored: false }
+        OpenSegment { rows, count: 0, latest: i64::MIN }
     }
 
     fn len(&self) -> usize {
         self.rows.as_bytes().len()
     }
+}
+
+/// A sealed segment. Its bytes are shared with the write batch that stores it, so a checkpoint
+/// hands megabytes of rows to the store without copying them on the view's thread.
+struct Segment {
+    rows: Bytes,
+    /// The latest time of a row in it.
+    latest: i64,
+    /// Whether the store holds it (written at a checkpoint, or read at a restore).
+    stored: bool,
 }
 
 /// Where a row is: its segment's number, the offset of its bytes there, and its time.
@@ -92,7 +104,7 @@ pub struct ExpiringRows {
     /// Sealed segments, by number.
     sealed: BTreeMap<u64, Segment>,
     /// The segment rows are added to, numbered `open_number`.
-    open: Segment,
+    open: OpenSegment,
     open_number: u64,
     /// Each key's rows, in the order they arrived.
     by_key: HashMap<Vec<u8>, Vec<RowAt>>,
@@ -117,7 +129,7 @@ impl ExpiringRows {
             store,
             shard,
             sealed: BTreeMap::new(),
-            open: Segment::new(),
+            open: OpenSegment::new(),
             open_number: 0,
             by_key: HashMap::default(),
             keys_by_time: EntriesByTime::default(),
@@ -176,10 +188,10 @@ impl ExpiringRows {
     /// The open segment becomes sealed (written at the next checkpoint); a new one opens.
     fn seal(&mut self) {
         if self.open.count > 0 {
-            let mut segment = std::mem::replace(&mut self.open, Segment::new());
-            segment.rows.shrink_to_fit();
-            self.sealed_bytes += segment.len();
-            self.sealed.insert(self.open_number, segment);
+            let OpenSegment { mut rows, latest, .. } = std::mem::replace(&mut self.open, OpenSegment::new());
+            let rows = Bytes::from(rows.finish());
+            self.sealed_bytes += rows.len();
+            self.sealed.insert(self.open_number, Segment { rows, latest, stored: false });
             self.open_number += 1;
         }
     }
@@ -190,8 +202,11 @@ impl ExpiringRows {
     }
 
     fn row(&self, row: &RowAt) -> &[u8] {
-        let segment = if row.segment == self.open_number { &self.open } else { &self.sealed[&row.segment] };
-        IndexReader::fragment(&segment.rows.as_bytes()[row.at as usize..], &self.what)
+        let bytes = match row.segment == self.open_number {
+            true => self.open.rows.as_bytes(),
+            false => &self.sealed[&row.segment].rows,
+        };
+        IndexReader::fragment(&bytes[row.at as usize..], &self.what)
             .slice()
             .expect("a row at an offset this index took as it wrote or read it")
     }
@@ -253,13 +268,13 @@ impl ExpiringRows {
         let dead: Vec<u64> = self.sealed.iter().filter(|(_, s)| s.latest < below).map(|(n, _)| *n).collect();
         for number in dead {
             let segment = self.sealed.remove(&number).expect("listed above");
-            self.sealed_bytes -= segment.len();
+            self.sealed_bytes -= segment.rows.len();
             if segment.stored {
                 self.dead.push(number);
             }
         }
         if self.open.count > 0 && self.open.latest < below {
-            self.open = Segment::new();
+            self.open = OpenSegment::new();
         }
     }
 
@@ -274,7 +289,7 @@ impl ExpiringRows {
         for number in unstored {
             let key = self.segment_key(Some(number));
             let segment = self.sealed.get_mut(&number).expect("listed above");
-            wb.put(key, segment.rows.as_bytes().to_vec());
+            wb.put_shared(key, segment.rows.clone());
             segment.stored = true;
         }
         for number in std::mem::take(&mut self.dead) {
@@ -307,7 +322,7 @@ impl ExpiringRows {
                 Ok(n) if u64::from_be_bytes(n) < next => u64::from_be_bytes(n),
                 _ => return Err(corrupt(&self.what, "a stored segment the checkpoint does not know")),
             };
-            let (mut count, mut latest) = (0, i64::MIN);
+            let mut latest = i64::MIN;
             let what = self.what.clone();
             let mut reader = IndexReader::new(&bytes, &what)?;
             while !reader.at_end() {
@@ -316,7 +331,6 @@ impl ExpiringRows {
                 let at = u32::try_from(bytes.len() - reader.remaining())
                     .map_err(|_| corrupt(&self.what, "a segment past 4 GiB"))?;
                 reader.slice()?;
-                count += 1;
                 latest = latest.max(time);
                 if time >= below {
                     self.index(RowAt { segment: number, at, time }, key);
@@ -326,10 +340,9 @@ impl ExpiringRows {
                 self.dead.push(number);
                 continue;
             }
-            let mut rows = IndexWriter::fragment();
-            rows.replace(bytes);
-            self.sealed_bytes += rows.as_bytes().len();
-            self.sealed.insert(number, Segment { rows, count, latest, stored: true });
+            let rows = Bytes::from(bytes);
+            self.sealed_bytes += rows.len();
+            self.sealed.insert(number, Segment { rows, latest, stored: true });
         }
         self.open_number = next;
         Ok(())

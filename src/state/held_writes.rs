@@ -22,7 +22,7 @@
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
-use super::store::{KeyRange, ScanControl, Visitor, WriteOp};
+use super::store::{KeyRange, ScanControl, Value, Visitor, WriteOp};
 use crate::error::Result;
 use crate::types::Epoch;
 
@@ -41,7 +41,7 @@ pub struct HeldWrites {
     pub cut: Epoch,
     /// Every view has committed the cut (so committers may be made to wait).
     pub aligned: bool,
-    entries: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    entries: BTreeMap<Vec<u8>, Option<Value>>,
     ranges: Vec<(Vec<u8>, Vec<u8>)>,
     bytes: usize,
 }
@@ -117,7 +117,7 @@ impl HeldWrites {
         self.entries.contains_key(key) || self.masks(key)
     }
 
-    fn set(&mut self, key: Vec<u8>, value: Option<Vec<u8>>) {
+    fn set(&mut self, key: Vec<u8>, value: Option<Value>) {
         let added = key.len() + value.as_ref().map_or(0, |v| v.len()) + ENTRY_OVERHEAD;
         if let Some(old) = self.entries.insert(key.clone(), value) {
             self.bytes -= key.len() + old.map_or(0, |v| v.len()) + ENTRY_OVERHEAD;
@@ -222,7 +222,7 @@ const ENTRY_OVERHEAD: usize = 64;
 
 /// The held writes of one scanned range, merged into the store's entries in key order.
 pub struct HeldCursor {
-    entries: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    entries: Vec<(Vec<u8>, Option<Value>)>,
     next: usize,
     ranges: Vec<(Vec<u8>, Vec<u8>)>,
 }
@@ -302,10 +302,10 @@ mod tests {
         let mut held = HeldWrites::new(5);
         assert!(!held.holds_epoch(Some(5)) && held.holds_epoch(Some(6)) && !held.holds_epoch(None));
         held.apply(vec![
-            WriteOp::Put(b"a".to_vec(), b"1".to_vec()),
-            WriteOp::Put(b"c".to_vec(), b"old".to_vec()),
+            WriteOp::Put(b"a".to_vec(), b"1".to_vec().into()),
+            WriteOp::Put(b"c".to_vec(), b"old".to_vec().into()),
             WriteOp::DeleteRange(b"b".to_vec(), b"d".to_vec()),
-            WriteOp::Put(b"c2".to_vec(), b"new".to_vec()),
+            WriteOp::Put(b"c2".to_vec(), b"new".to_vec().into()),
             WriteOp::Delete(b"e".to_vec()),
         ]);
         assert_eq!(held.lookup(b"a"), Held::Value(b"1"));
@@ -324,7 +324,7 @@ mod tests {
         for op in held.into_batch().ops {
             match op {
                 WriteOp::Put(k, v) => {
-                    map.insert(k, v);
+                    map.insert(k, v.into_vec());
                 }
                 WriteOp::Delete(k) => {
                     map.remove(&k);
@@ -339,13 +339,13 @@ mod tests {
     fn a_direct_write_is_not_overwritten_by_an_older_held_one() {
         let mut held = HeldWrites::new(1);
         held.apply(vec![
-            WriteOp::Put(b"k".to_vec(), b"held".to_vec()),
+            WriteOp::Put(b"k".to_vec(), b"held".to_vec().into()),
             WriteOp::DeleteRange(b"r".to_vec(), b"s".to_vec()),
         ]);
         held.apply_direct(&[
             WriteOp::Delete(b"k".to_vec()),
-            WriteOp::Put(b"r1".to_vec(), b"direct".to_vec()),
-            WriteOp::Put(b"x".to_vec(), b"unrelated".to_vec()),
+            WriteOp::Put(b"r1".to_vec(), b"direct".to_vec().into()),
+            WriteOp::Put(b"x".to_vec(), b"unrelated".to_vec().into()),
         ]);
         assert_eq!(held.lookup(b"k"), Held::Deleted);
         assert_eq!(held.lookup(b"r1"), Held::Value(b"direct"), "the held range delete must not hide it");
@@ -359,7 +359,10 @@ mod tests {
     #[test]
     fn a_scan_stops_where_the_visitor_says() {
         let mut held = HeldWrites::new(0);
-        held.apply(vec![WriteOp::Put(b"a".to_vec(), b"1".to_vec()), WriteOp::Put(b"b".to_vec(), b"2".to_vec())]);
+        held.apply(vec![
+            WriteOp::Put(b"a".to_vec(), b"1".to_vec().into()),
+            WriteOp::Put(b"b".to_vec(), b"2".to_vec().into()),
+        ]);
         let mut seen = 0;
         let mut cursor = held.cursor(&range(b"", b"z"));
         let control = cursor

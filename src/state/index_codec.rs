@@ -55,18 +55,6 @@ impl IndexWriter {
         self
     }
 
-    /// Gives back the memory the buffer holds beyond what is written.
-    pub fn shrink_to_fit(&mut self) -> &mut Self {
-        self.bytes.shrink_to_fit();
-        self
-    }
-
-    /// Takes `bytes` as everything written so far (a fragment read back whole).
-    pub fn replace(&mut self, bytes: Vec<u8>) -> &mut Self {
-        self.bytes = bytes;
-        self
-    }
-
     /// What has been written so far.
     pub fn as_bytes(&self) -> &[u8] {
         &self.bytes

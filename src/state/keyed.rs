@@ -1090,7 +1090,7 @@ mod tests {
             .ops
             .iter()
             .map(|op| match op {
-                crate::state::store::WriteOp::Put(k, v) => (k[6..].to_vec(), Some(v.clone())),
+                crate::state::store::WriteOp::Put(k, v) => (k[6..].to_vec(), Some(v.to_vec())),
                 crate::state::store::WriteOp::Delete(k) => (k[6..].to_vec(), None),
                 other => panic!("unexpected {other:?}"),
             })

@@ -54,7 +54,7 @@ impl StateStore for MemoryStore {
         for op in batch.ops {
             match op {
                 WriteOp::Put(k, v) => {
-                    map.insert(k, v);
+                    map.insert(k, v.into_vec());
                 }
                 WriteOp::Delete(k) => {
                     map.remove(&k);

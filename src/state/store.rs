@@ -10,7 +10,7 @@ use crate::error::Result;
 /// One change in a [`WriteBatch`].
 #[derive(Debug, Clone)]
 pub enum WriteOp {
-    Put(Vec<u8>, Vec<u8>),
+    Put(Vec<u8>, Value),
     Delete(Vec<u8>),
     /// Deletes every key in `[start, end)`.
     DeleteRange(Vec<u8>, Vec<u8>),
@@ -22,6 +22,47 @@ impl WriteOp {
         match self {
             WriteOp::Put(k, _) | WriteOp::Delete(k) | WriteOp::DeleteRange(k, _) => k,
         }
+    }
+}
+
+/// A put's value: owned by the batch, or shared with the operator that keeps it in memory too
+/// (a sealed segment of rows, `state::expiring_rows`: megabytes at a checkpoint that the view's
+/// thread would otherwise copy into the batch). Either reads as its bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Value {
+    Owned(Vec<u8>),
+    Shared(bytes::Bytes),
+}
+
+impl Value {
+    /// The bytes as a vector of their own (a copy only when shared).
+    pub fn into_vec(self) -> Vec<u8> {
+        match self {
+            Value::Owned(v) => v,
+            Value::Shared(b) => b.to_vec(),
+        }
+    }
+}
+
+impl std::ops::Deref for Value {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Value::Owned(v) => v,
+            Value::Shared(b) => b,
+        }
+    }
+}
+
+impl AsRef<[u8]> for Value {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
+impl From<Vec<u8>> for Value {
+    fn from(v: Vec<u8>) -> Value {
+        Value::Owned(v)
     }
 }
 
@@ -43,7 +84,11 @@ pub struct WriteBatch {
 
 impl WriteBatch {
     pub fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
-        self.ops.push(WriteOp::Put(key, value));
+        self.ops.push(WriteOp::Put(key, Value::Owned(value)));
+    }
+    /// A put of bytes the caller keeps too: the batch shares them instead of copying.
+    pub fn put_shared(&mut self, key: Vec<u8>, value: bytes::Bytes) {
+        self.ops.push(WriteOp::Put(key, Value::Shared(value)));
     }
     pub fn delete(&mut self, key: Vec<u8>) {
         self.ops.push(WriteOp::Delete(key));
