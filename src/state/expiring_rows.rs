@@ -247,6 +247,30 @@ impl ExpiringRows {
             return;
         }
         self.expired_below = below;
+        let latest = self.sealed.values().map(|s| s.latest).chain([self.open.latest]).max();
+        if latest.is_some_and(|latest| latest < below) {
+            // Every row goes (the end of a bounded input: the bound passes every row): the
+            // index is dropped whole, not key by key.
+            self.by_key = HashMap::default();
+            self.keys_by_time = EntriesByTime::default();
+        } else {
+            self.expire_by_key(below);
+        }
+        let dead: Vec<u64> = self.sealed.iter().filter(|(_, s)| s.latest < below).map(|(n, _)| *n).collect();
+        for number in dead {
+            let segment = self.sealed.remove(&number).expect("listed above");
+            self.sealed_bytes -= segment.rows.len();
+            if segment.stored {
+                self.dead.push(number);
+            }
+        }
+        if self.open.count > 0 && self.open.latest < below {
+            self.open = OpenSegment::new();
+        }
+    }
+
+    /// Takes the rows below `below` out of the index, key by key.
+    fn expire_by_key(&mut self, below: i64) {
         let expired = self.keys_by_time.take_below(below);
         // Each key once, however many of its rows expire (a hot key's list is read once).
         let mut keys: Vec<&[u8]> = Vec::new();
@@ -264,17 +288,6 @@ impl ExpiringRows {
                     rows.shrink_to_fit();
                 }
             }
-        }
-        let dead: Vec<u64> = self.sealed.iter().filter(|(_, s)| s.latest < below).map(|(n, _)| *n).collect();
-        for number in dead {
-            let segment = self.sealed.remove(&number).expect("listed above");
-            self.sealed_bytes -= segment.rows.len();
-            if segment.stored {
-                self.dead.push(number);
-            }
-        }
-        if self.open.count > 0 && self.open.latest < below {
-            self.open = OpenSegment::new();
         }
     }
 
@@ -423,6 +436,30 @@ mod tests {
         assert_eq!(back.len(), 5);
         assert_eq!(back.rows(&[9]), rows.rows(&[9]));
         assert!(back.rows(&[0]).is_empty());
+    }
+
+    /// A bound past every row (a bounded input's end) empties the rows whole; the side goes on
+    /// taking rows, and its stored segments leave the store at the next checkpoint.
+    #[test]
+    fn a_bound_past_every_row_drops_them_all() {
+        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+        let mut rows = ExpiringRows::new(7, Arc::clone(&store), 1, "test");
+        let n = 2 * SEGMENT_BYTES as i64 / 50;
+        for i in 0..n {
+            rows.add(i, &[(i % 5) as u8], &[b'x'; 40]);
+        }
+        checkpoint(&mut rows, &store);
+        rows.add(n, &[1], b"open");
+        assert!(stored(&store) >= 2);
+        rows.expire(n + 1);
+        assert!(rows.is_empty());
+        assert_eq!(rows.bytes_held(), ExpiringRows::new(7, Arc::clone(&store), 1, "test").bytes_held());
+        assert!((0..5u8).all(|k| rows.rows(&[k]).is_empty()));
+        rows.add(n + 1, &[1], b"after");
+        assert_eq!(rows.rows(&[1]), [(b"after".to_vec(), 1)]);
+        let record = checkpoint(&mut rows, &store);
+        assert_eq!(stored(&store), 1, "only the segment with the row that came after");
+        assert_eq!(restored(&store, &record).unwrap().rows(&[1]), [(b"after".to_vec(), 1)]);
     }
 
     /// Without checkpoints nothing is written and memory follows the rows alive.
