@@ -175,7 +175,7 @@ impl Checkpointer {
         self.remove_old_snapshots();
         system::record_checkpoint(CheckpointRecord::new(epoch, "uploading", started_at));
         let this = Arc::clone(&self);
-        crate::dataflow::runtime::spawn(async move {
+        crate::dataflow::runtime::spawn_upload(async move {
             let outcome = this.upload(epoch, &dir, catalog_version, started_at, injected_at).await;
             let record = match outcome {
                 Ok(record) => {
@@ -269,7 +269,7 @@ impl Checkpointer {
     pub fn start_sweep(self: &Arc<Self>) {
         self.busy.store(true, Ordering::SeqCst);
         let this = Arc::clone(self);
-        crate::dataflow::runtime::spawn(async move {
+        crate::dataflow::runtime::spawn_upload(async move {
             match this.sweep_orphans().await {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(objects = n, "deleted checkpoint files no manifest names"),
