@@ -189,7 +189,11 @@ impl ExpiringRows {
     fn seal(&mut self) {
         if self.open.count > 0 {
             let OpenSegment { mut rows, latest, .. } = std::mem::replace(&mut self.open, OpenSegment::new());
-            let rows = Bytes::from(rows.finish());
+            // A checkpoint seals the segment however full: its spare room goes back (a slow
+            // stream's segments, each a few rows, live as long as the join's interval).
+            let mut bytes = rows.finish();
+            bytes.shrink_to_fit();
+            let rows = Bytes::from(bytes);
             self.sealed_bytes += rows.len();
             self.sealed.insert(self.open_number, Segment { rows, latest, stored: false });
             self.open_number += 1;
