@@ -86,10 +86,12 @@ mod tests {
     async fn uploads_run_at_a_lower_priority() {
         // SAFETY: getpriority only reads the calling thread's nice value.
         let nice = super::spawn_upload(async { unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) } }).await.unwrap();
-        assert_eq!(nice, super::UPLOAD_NICE);
+        // At least: a process already niced past it cannot lower its threads' nice value.
+        assert!(nice >= super::UPLOAD_NICE, "nice {nice}");
         let blocking = super::spawn_upload(async {
             tokio::task::spawn_blocking(|| unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) }).await.unwrap()
         });
-        assert_eq!(blocking.await.unwrap(), super::UPLOAD_NICE, "its blocking threads too");
+        let nice = blocking.await.unwrap();
+        assert!(nice >= super::UPLOAD_NICE, "its blocking threads too: nice {nice}");
     }
 }
