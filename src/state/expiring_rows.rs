@@ -251,8 +251,8 @@ impl ExpiringRows {
             return;
         }
         self.expired_below = below;
-        let latest = self.sealed.values().map(|s| s.latest).chain([self.open.latest]).max();
-        if latest.is_some_and(|latest| latest < below) {
+        let dead: Vec<u64> = self.sealed.iter().filter(|(_, s)| s.latest < below).map(|(n, _)| *n).collect();
+        if dead.len() == self.sealed.len() && self.open.latest < below {
             // Every row goes (the end of a bounded input: the bound passes every row): the
             // index is dropped whole, not key by key.
             self.by_key = HashMap::default();
@@ -260,7 +260,6 @@ impl ExpiringRows {
         } else {
             self.expire_by_key(below);
         }
-        let dead: Vec<u64> = self.sealed.iter().filter(|(_, s)| s.latest < below).map(|(n, _)| *n).collect();
         for number in dead {
             let segment = self.sealed.remove(&number).expect("listed above");
             self.sealed_bytes -= segment.rows.len();
