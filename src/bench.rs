@@ -48,22 +48,22 @@ pub(crate) struct Harness {
 mod tempdir {
     use std::path::PathBuf;
 
-    /// Directories dropped while something may still write into them.
+    /// Directories of benchmarks that have ended, to remove once nothing writes into them.
     static LEFT: parking_lot::Mutex<Vec<PathBuf>> = parking_lot::Mutex::new(Vec::new());
 
-    /// A directory removed on drop, and again by [`remove_temp_dirs`]: the bench's tasks keep
-    /// the store open until the runtime stops, and RocksDB may still write files into it (a
-    /// flush) while the first removal runs.
+    /// A directory removed by [`remove_temp_dirs`], not on drop: the bench's tasks keep the
+    /// store open until the runtime stops, and a checkpoint may still be linking its files or
+    /// RocksDB flushing into it (removing it then failed that checkpoint, with an error in the
+    /// benchmark's output).
     pub struct TempDir(pub PathBuf);
     impl Drop for TempDir {
         fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
             LEFT.lock().push(self.0.clone());
         }
     }
 
-    /// Removes what is left of the benchmarks' data directories. `weir bench` calls it after
-    /// its runtime has stopped, when the store is closed.
+    /// Removes the benchmarks' data directories. `weir bench` calls it after its runtime has
+    /// stopped.
     pub fn remove_temp_dirs() {
         for dir in LEFT.lock().drain(..) {
             let _ = std::fs::remove_dir_all(&dir);
