@@ -177,7 +177,7 @@ pub static LATE_ROWS_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
     )
 });
 
-/// Bytes a view's operators hold in memory outside their state tables' caches (ADR 22).
+/// Bytes a view's operators hold in memory outside their state tables' caches (ADR 22, 24).
 pub static OPERATOR_MEMORY_BYTES: LazyLock<prometheus::IntGaugeVec> = LazyLock::new(|| {
     register(
         prometheus::IntGaugeVec::new(

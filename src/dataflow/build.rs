@@ -720,7 +720,7 @@ impl Builder<'_> {
                         &self.view,
                     )?;
                     if let Some(window) = window {
-                        op = op.with_window(window);
+                        op = op.with_window(window, shard);
                     }
                     if child.prompt {
                         op = op.with_prompt_input();

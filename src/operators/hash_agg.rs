@@ -36,6 +36,13 @@
 //! Which groups are open is indexed in memory by close time (`open`, `closed`): the index is
 //! the record the aggregate keeps with each checkpoint ([`Operator::save_index`]), restored
 //! with the view's state, so it always holds every stored windowed group.
+//!
+//! A windowed group's state is held in memory by its window's close ([`ExpiringGroups`]) and
+//! checkpointed as a few values per window, not put into table 0 group by group: a group
+//! costs no store operation of its own, and a final window leaves the store with a few
+//! deletes. Past [`MEMORY_LIMIT_BYTES`] per shard (windows far longer than their pace, a stuck
+//! watermark) the groups move into table 0 for good, which spills past its cache; a view
+//! restored from a record without the groups' mode (an older build's) keeps them there too.
 
 use std::cmp::Ordering;
 
@@ -52,7 +59,9 @@ use datafusion::physical_expr::PhysicalExpr;
 use super::eval::evaluate;
 use super::operator::Operator;
 use crate::error::{Result, WeirError};
-use crate::state::index_codec::{IndexReader, IndexWriter};
+use crate::state::expiring_groups::ExpiringGroups;
+use crate::state::expiring_rows::MEMORY_LIMIT_BYTES;
+use crate::state::index_codec::{corrupt as corrupt_record, IndexReader, IndexWriter};
 use crate::state::keyed::{decode_count, Flush, KeyedState};
 use crate::state::keys_by_time::KeysByTime;
 use crate::state::store::WriteBatch;
@@ -207,7 +216,21 @@ pub struct HashAgg {
     /// How fast the watermark moves, so that groups final before the next checkpoint are not
     /// settled into the store only to be deleted from it (`flush_state`).
     pace: WatermarkPace,
+    /// A windowed aggregate's groups with a close time, while held in memory (else in
+    /// `groups`, as every other group is).
+    in_memory: Option<ExpiringGroups>,
+    /// The stored parts of groups that moved from memory into `groups`, deleted at the next
+    /// flush.
+    retired: Option<(Vec<u8>, Vec<u8>)>,
+    /// Bytes of groups held in memory past which they move into `groups`
+    /// ([`MEMORY_LIMIT_BYTES`]; lower in tests).
+    memory_limit: usize,
 }
+
+/// How a windowed aggregate's checkpoint record says its groups are held: in table 0 (also
+/// what a record without the field means), or in memory ([`ExpiringGroups`]).
+const GROUPS_IN_TABLE: u64 = 0;
+const GROUPS_IN_MEMORY: u64 = 1;
 
 impl HashAgg {
     pub fn new(
@@ -251,6 +274,9 @@ impl HashAgg {
             open: KeysByTime::default(),
             closed: KeysByTime::default(),
             pace: WatermarkPace::default(),
+            in_memory: None,
+            retired: None,
+            memory_limit: MEMORY_LIMIT_BYTES,
         };
         if agg.group_codec.is_none() {
             // The one group of a global aggregate exists from the start.
@@ -278,9 +304,12 @@ impl HashAgg {
         kind.keeps_values() && !(self.append_only_input && matches!(kind, AggKind::Min | AggKind::Max))
     }
 
-    /// Makes this a windowed aggregate.
-    pub fn with_window(mut self, window: AggWindow) -> HashAgg {
+    /// Makes this a windowed aggregate, shard `shard` of its view (its groups' stored parts
+    /// carry the number).
+    pub fn with_window(mut self, window: AggWindow, shard: usize) -> HashAgg {
         self.window = Some(window);
+        let (table, store) = self.groups.table();
+        self.in_memory = Some(ExpiringGroups::new(table, store, shard as u16, &self.describe()));
         self
     }
 
@@ -318,8 +347,20 @@ impl HashAgg {
         Group { rows: 0, accs, emitted: None, unstored: false }
     }
 
-    /// The group's state: this epoch's, else the store's, else new.
+    /// The group's state: held in memory, else the store's, else new.
     fn load(&mut self, key: &[u8]) -> Result<Group> {
+        self.load_at(key, self.close_of(key))
+    }
+
+    /// [`HashAgg::load`] of a group whose window closes at `close` (None: not windowed), for
+    /// a group on its way between the open and closed indexes.
+    fn load_at(&mut self, key: &[u8], close: Option<i64>) -> Result<Group> {
+        if let (Some(in_memory), Some(close)) = (&self.in_memory, close) {
+            return match in_memory.get(close, key) {
+                Some(bytes) => self.decode_group(bytes),
+                None => Ok(self.new_group()),
+            };
+        }
         match self.groups.get(key, key.len())? {
             Some(bytes) => self.decode_group(&bytes),
             None => Ok(self.new_group()),
@@ -725,6 +766,15 @@ impl Operator for HashAgg {
     /// watermark's pace is not settled between checkpoints: it would be written to the store
     /// only to be deleted from it (at full speed a window lives a few hundred milliseconds).
     fn flush_state(&mut self, wb: &mut WriteBatch, flush: Flush) {
+        if self.in_memory.as_ref().is_some_and(|g| g.bytes_held() > self.memory_limit) {
+            self.move_groups_to_table();
+        }
+        if let Some((start, end)) = self.retired.take() {
+            wb.delete_range(start, end);
+        }
+        if let Some(in_memory) = &mut self.in_memory {
+            in_memory.flush(wb, flush);
+        }
         let lateness = self.window.map(|w| w.lateness);
         let through = lateness.and_then(|l| self.pace.final_by_next_checkpoint(&self.groups, flush, l));
         let (open, closed) = (&self.open, &self.closed);
@@ -741,6 +791,7 @@ impl Operator for HashAgg {
         let mut record = IndexWriter::default();
         self.open.write(&mut record);
         self.closed.write(&mut record);
+        record.u64(if self.in_memory.is_some() { GROUPS_IN_MEMORY } else { GROUPS_IN_TABLE });
         Some(record.finish())
     }
 
@@ -749,6 +800,20 @@ impl Operator for HashAgg {
         let mut record = IndexReader::new(record, &what)?;
         self.open = KeysByTime::read(&mut record)?;
         self.closed = KeysByTime::read(&mut record)?;
+        let held = if record.at_end() { GROUPS_IN_TABLE } else { record.u64()? };
+        match (held, &mut self.in_memory) {
+            (GROUPS_IN_TABLE, in_memory) => *in_memory = None,
+            (GROUPS_IN_MEMORY, Some(in_memory)) => {
+                in_memory.restore()?;
+                // Each restored group is one the index holds, at the same close.
+                let (open, closed) = (&self.open, &self.closed);
+                let at = |key: &[u8]| open.time_of(key).or_else(|| closed.time_of(key));
+                if in_memory.entries().any(|(time, key)| at(key) != Some(time)) {
+                    return Err(corrupt_record(&what, "a windowed group stored at a window it is not indexed at"));
+                }
+            }
+            (held, _) => return Err(corrupt_record(&what, &format!("groups held in an unknown way ({held})"))),
+        }
         record.finish()
     }
 
@@ -758,6 +823,10 @@ impl Operator for HashAgg {
 
     fn open_windows(&self) -> usize {
         self.open.len() + self.closed.len()
+    }
+
+    fn memory_bytes(&self) -> usize {
+        self.in_memory.as_ref().map_or(0, ExpiringGroups::bytes_held)
     }
 }
 
@@ -817,7 +886,7 @@ impl HashAgg {
             for (close, keys) in newly_closed {
                 for key in keys {
                     if emitting.insert(key.clone()) {
-                        let group = self.load(&key)?;
+                        let group = self.load_at(&key, Some(close))?;
                         emit.push((key.clone(), group));
                     }
                     self.closed.insert(&key, close);
@@ -870,6 +939,16 @@ impl HashAgg {
 
     /// Writes a group's state (or deletes it when it has no rows left).
     fn store_group(&mut self, key: &[u8], group: &Group) -> Result<()> {
+        let close = self.close_of(key);
+        if let (Some(close), Some(_)) = (close, &self.in_memory) {
+            let encoded = (group.rows != 0).then(|| self.encode_group(group)).transpose()?;
+            let in_memory = self.in_memory.as_mut().expect("matched above");
+            match encoded {
+                Some(encoded) => in_memory.put(close, key, encoded),
+                None => in_memory.delete(close, key),
+            }
+            return Ok(());
+        }
         if group.rows == 0 && self.group_codec.is_some() {
             if !group.unstored {
                 self.groups.delete(key, key.len());
@@ -891,8 +970,13 @@ impl HashAgg {
         for index in [&mut self.open, &mut self.closed] {
             done.extend(index.take_through(limit).into_iter().flat_map(|(_, keys)| keys));
         }
+        if let Some(in_memory) = &mut self.in_memory {
+            in_memory.take_through(limit);
+        }
         for key in done {
-            self.groups.delete(&key, key.len());
+            if self.in_memory.is_none() {
+                self.groups.delete(&key, key.len());
+            }
             for i in 0..self.aggs.len() {
                 if self.keeps_values(i) {
                     let mut prefix = key.clone();
@@ -902,6 +986,21 @@ impl HashAgg {
             }
         }
         Ok(())
+    }
+
+    /// Moves the groups held in memory into table 0 for good (past [`MEMORY_LIMIT_BYTES`]):
+    /// their stored parts leave the store in this flush's batch.
+    fn move_groups_to_table(&mut self) {
+        let Some(in_memory) = self.in_memory.take() else { return };
+        tracing::info!(
+            view = %self.view,
+            bytes = in_memory.bytes_held(),
+            "a windowed aggregate's groups pass its memory limit: they move into its state table"
+        );
+        self.retired = Some(in_memory.stored_range());
+        for (_, key, value) in in_memory.into_entries() {
+            self.groups.put(&key, key.len(), value);
+        }
     }
 
     /// Emits the changes of `dirty` groups since each last emitted, and stores their state.
@@ -1086,12 +1185,15 @@ mod tests {
             "test",
         )
         .unwrap()
-        .with_window(AggWindow {
-            group_index: 0,
-            column: crate::types::window::TimeColumn { close_offset: 0 },
-            lateness,
-            emit_on_close,
-        })
+        .with_window(
+            AggWindow {
+                group_index: 0,
+                column: crate::types::window::TimeColumn { close_offset: 0 },
+                lateness,
+                emit_on_close,
+            },
+            0,
+        )
         .with_append_only_input()
         .unwrap();
         if prompt {
@@ -1264,6 +1366,109 @@ mod tests {
                     &[Changes(0, "S I\n+ 20 1"), Watermark(25 * S)],
                 ],
             );
+        }
+    }
+
+    /// A windowed aggregate's groups stay out of its group table: nothing is written between
+    /// checkpoints, a checkpoint writes a few parts per open window, and a final window's parts
+    /// leave the store at the next one.
+    #[test]
+    fn windowed_groups_are_written_per_window_at_checkpoints_only() {
+        use crate::operators::operator::testing::checkpoint;
+        const S: i64 = 1_000_000_000;
+        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+        let mut a = windowed_count(&store, false, 0, false);
+        let rows: String = (0..50).map(|k| format!("\n+ 5 {k}\n+ 10 {k}")).collect();
+        assert_eq!(step(&mut a, &store, &format!("S I{rows}")).lines().count(), 100);
+        let stored = |store: &Arc<dyn StateStore>| {
+            let mut keys = Vec::new();
+            store
+                .scan_prefix(&[], &mut |k, _| {
+                    keys.push(k.to_vec());
+                    Ok(crate::state::store::ScanControl::Continue)
+                })
+                .unwrap();
+            keys
+        };
+        assert!(stored(&store).is_empty(), "written before a checkpoint");
+        assert!(a.memory_bytes() > 100 * 8);
+        checkpoint(&mut a, &store);
+        let parts = stored(&store).len();
+        assert!((2..=2 * crate::state::expiring_groups::PARTS).contains(&parts), "{parts} values stored");
+        a.on_watermark(6 * S);
+        step(&mut a, &store, "S I\n+ 10 1");
+        checkpoint(&mut a, &store);
+        assert!(stored(&store).len() < parts, "window 5's parts are gone");
+        a.on_watermark(11 * S);
+        step(&mut a, &store, "S I");
+        checkpoint(&mut a, &store);
+        assert!(stored(&store).is_empty() && a.memory_bytes() == 0);
+    }
+
+    /// Past its memory limit a windowed aggregate moves its groups into its table, for good:
+    /// the outputs are those of one that kept them in memory, through restarts; a record
+    /// without the groups' mode (an older build's) restores them from the table.
+    #[test]
+    fn groups_past_the_memory_limit_move_into_the_table() {
+        use crate::operators::operator::testing::{
+            assert_restore_continues, checkpoint, Event::Changes, Event::Watermark,
+        };
+        const S: i64 = 1_000_000_000;
+        let epochs: &[&[crate::operators::operator::testing::Event]] = &[
+            &[Changes(0, "S I\n+ 5 1\n+ 5 2\n+ 10 1")],
+            &[Changes(0, "S I\n+ 5 1\n+ 10 2"), Watermark(3 * S)],
+            &[Changes(0, "S I\n+ 15 1"), Watermark(6 * S)],
+            &[Changes(0, "S I\n+ 5 2\n+ 10 1"), Watermark(11 * S)],
+            &[Changes(0, "S I\n+ 20 1\n+ 15 1"), Watermark(20 * S)],
+        ];
+        for emit_on_close in [false, true] {
+            let tiny = |store: &Arc<dyn StateStore>| {
+                let mut a = windowed_count(store, emit_on_close, 2 * S, false);
+                a.memory_limit = 0;
+                Box::new(a) as Box<dyn Operator>
+            };
+            assert_restore_continues(&tiny, epochs);
+            // The same outputs as in memory.
+            let run = |make: &dyn Fn(&Arc<dyn StateStore>) -> Box<dyn Operator>| {
+                let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+                let mut a = make(&store);
+                let mut outs = Vec::new();
+                for events in epochs {
+                    for event in events.iter() {
+                        match event {
+                            Changes(_, text) => outs.extend(a.apply(0, from_pretty(text)).unwrap()),
+                            Watermark(w) => a.on_watermark(*w),
+                            _ => unreachable!(),
+                        }
+                    }
+                    outs.extend(a.on_barrier().unwrap());
+                    checkpoint(a.as_mut(), &store);
+                }
+                (outs.iter().map(|b| b.to_pretty()).collect::<String>(), a)
+            };
+            let (spilled, mut a) = run(&tiny);
+            let (kept, _) = run(&|store: &Arc<dyn StateStore>| {
+                Box::new(windowed_count(store, emit_on_close, 2 * S, false)) as Box<dyn Operator>
+            });
+            assert_eq!(spilled, kept);
+            assert_eq!(a.memory_bytes(), 0);
+            // An older record (no mode field) restores the groups from the table.
+            let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+            a = tiny(&store);
+            step(a.as_mut(), &store, "S I\n+ 25 1\n+ 25 2");
+            let record = checkpoint(a.as_mut(), &store).unwrap();
+            let mut b = windowed_count(&store, emit_on_close, 2 * S, false);
+            b.restore_index(&record[..record.len() - 8]).unwrap();
+            assert!(b.in_memory.is_none());
+            let other: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+            let mut c = windowed_count(&other, emit_on_close, 2 * S, false);
+            step(&mut c, &other, "S I\n+ 25 1\n+ 25 2");
+            assert_eq!(step(&mut b, &store, "S I\n+ 25 1"), step(&mut c, &other, "S I\n+ 25 1"));
+            b.on_watermark(30 * S);
+            c.on_watermark(30 * S);
+            let closed = step(&mut b, &store, "S I");
+            assert_eq!(closed, step(&mut c, &other, "S I"));
+            assert_eq!(closed.is_empty(), !emit_on_close);
         }
     }
 }

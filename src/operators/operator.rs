@@ -71,7 +71,7 @@ pub trait Operator: Send {
     }
 
     /// Bytes of state this operator holds in memory outside its state tables' bounded caches
-    /// (a join's rows kept in memory, ADR 22; a metric).
+    /// (a join's rows kept in memory, ADR 22; a windowed aggregate's groups, ADR 24; a metric).
     fn memory_bytes(&self) -> usize {
         0
     }

@@ -14,13 +14,16 @@
 //!   time (the watermark, `now()`); [`index_codec`], the records operators checkpoint;
 //!   [`watermark_pace`], which of that state will be gone by the next checkpoint.
 //! - [`expiring_rows`]: rows that only arrive and leave by time, kept in memory and checkpointed
-//!   as segments (a time-bounded join's append-only side).
+//!   as segments (a time-bounded join's append-only side); [`expiring_groups`]: values that
+//!   leave together at one time, kept in memory and checkpointed a few per time (a windowed
+//!   aggregate's groups).
 //! - [`multiset`]: rows kept with their multiplicity (a view's rows, an index's entries).
 //! - [`keys`]: the key layout shared by all of the above (table id, vnode, key bytes).
 //!
 //! Callers: the catalog (table rows and catalog entries) and the streaming operators.
 
 pub mod entries_by_time;
+pub mod expiring_groups;
 pub mod expiring_rows;
 pub mod held_writes;
 pub mod index_codec;
