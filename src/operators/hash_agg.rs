@@ -1380,16 +1380,7 @@ mod tests {
         let mut a = windowed_count(&store, false, 0, false);
         let rows: String = (0..50).map(|k| format!("\n+ 5 {k}\n+ 10 {k}")).collect();
         assert_eq!(step(&mut a, &store, &format!("S I{rows}")).lines().count(), 100);
-        let stored = |store: &Arc<dyn StateStore>| {
-            let mut keys = Vec::new();
-            store
-                .scan_prefix(&[], &mut |k, _| {
-                    keys.push(k.to_vec());
-                    Ok(crate::state::store::ScanControl::Continue)
-                })
-                .unwrap();
-            keys
-        };
+        let stored = |store: &Arc<dyn StateStore>| store.read_prefix(&[]).unwrap();
         assert!(stored(&store).is_empty(), "written before a checkpoint");
         assert!(a.memory_bytes() > 100 * 8);
         checkpoint(&mut a, &store);

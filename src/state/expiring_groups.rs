@@ -33,17 +33,13 @@ use std::sync::Arc;
 
 use super::index_codec::{corrupt, IndexReader, IndexWriter};
 use super::keyed::Flush;
-use super::keys::{fnv1a, prefix_end, row_key_in, vnode_of, TableId, FNV1A_START};
-use super::store::{ScanControl, StateStore, WriteBatch};
+use super::keys::{fnv1a, ShardKeys, TableId, FNV1A_START};
+use super::store::{StateStore, WriteBatch};
 use crate::error::Result;
 use crate::types::hash::HashMap;
 
 /// Parts of a time's values, each one stored value.
 pub const PARTS: usize = 16;
-
-/// The first byte of a stored part's key: apart from any group key (arrow-row bytes start with
-/// a validity byte below 0xff; a global aggregate's empty key is never windowed).
-const PART_TAG: u8 = 0xff;
 
 /// Memory held per value besides its key and value bytes (two vectors and a map slot).
 const ENTRY_OVERHEAD: usize = 64;
@@ -59,10 +55,9 @@ struct TimeValues {
 }
 
 pub struct ExpiringGroups {
-    table_id: TableId,
+    /// Where this shard's parts are stored.
+    keys: ShardKeys,
     store: Arc<dyn StateStore>,
-    /// This shard's number, part of its stored parts' keys.
-    shard: u16,
     by_time: BTreeMap<i64, TimeValues>,
     /// Stored parts of times that are done, to delete at the next checkpoint.
     done: Vec<(i64, u16)>,
@@ -84,34 +79,24 @@ impl ExpiringGroups {
     /// The values of shard `shard`, whose parts go into `table_id` of `store`; `what` names the
     /// operator, for errors.
     pub fn new(table_id: TableId, store: Arc<dyn StateStore>, shard: u16, what: &str) -> ExpiringGroups {
-        ExpiringGroups {
-            table_id,
-            store,
-            shard,
-            by_time: BTreeMap::new(),
-            done: Vec::new(),
-            bytes: 0,
-            what: what.to_string(),
-        }
+        ExpiringGroups::empty(ShardKeys::new(table_id, shard), store, what)
     }
 
-    /// The store key of part `part` of `time`, or with None this shard's prefix.
-    fn part_key(&self, at: Option<(i64, usize)>) -> Vec<u8> {
-        let shard = [PART_TAG, (self.shard >> 8) as u8, self.shard as u8];
-        let mut key = row_key_in(self.table_id, vnode_of(&shard), &shard);
-        if let Some((time, part)) = at {
-            // Sign bit flipped: stored times sort as numbers.
-            key.extend_from_slice(&((time as u64) ^ (1 << 63)).to_be_bytes());
-            key.push(part as u8);
-        }
-        key
+    fn empty(keys: ShardKeys, store: Arc<dyn StateStore>, what: &str) -> ExpiringGroups {
+        ExpiringGroups { keys, store, by_time: BTreeMap::new(), done: Vec::new(), bytes: 0, what: what.to_string() }
+    }
+
+    /// The store key of part `part` of `time`.
+    fn part_key(&self, time: i64, part: usize) -> Vec<u8> {
+        // Sign bit flipped: stored times sort as numbers.
+        let mut suffix = ((time as u64) ^ (1 << 63)).to_be_bytes().to_vec();
+        suffix.push(part as u8);
+        self.keys.key(&suffix)
     }
 
     /// The key range of this shard's stored parts, to delete them all.
     pub fn stored_range(&self) -> (Vec<u8>, Vec<u8>) {
-        let start = self.part_key(None);
-        let end = prefix_end(&start).expect("a prefix ending below 0xff");
-        (start, end)
+        self.keys.range()
     }
 
     /// The value of `key` at `time`.
@@ -194,7 +179,7 @@ impl ExpiringGroups {
         }
         for (time, parts) in std::mem::take(&mut self.done) {
             for part in (0..PARTS).filter(|p| parts & (1 << p) != 0) {
-                wb.delete(self.part_key(Some((time, part))));
+                wb.delete(self.part_key(time, part));
             }
         }
         let changed: Vec<i64> = self.by_time.iter().filter(|(_, at)| at.changed != 0).map(|(t, _)| *t).collect();
@@ -215,12 +200,10 @@ impl ExpiringGroups {
             let was_stored = at.stored;
             at.stored = (at.stored & !changed) | filled;
             for (part, mut values) in parts.into_iter().enumerate() {
-                let key = (time, part);
                 if filled & (1 << part) != 0 {
-                    let key = self.part_key(Some(key));
-                    wb.put(key, values.finish());
+                    wb.put(self.part_key(time, part), values.finish());
                 } else if changed & was_stored & (1 << part) != 0 {
-                    wb.delete(self.part_key(Some(key)));
+                    wb.delete(self.part_key(time, part));
                 }
             }
         }
@@ -229,14 +212,8 @@ impl ExpiringGroups {
     /// Restores the values of the newest checkpoint: the shard's stored parts read back. A part
     /// that does not decode, or holds a key of another part, is a corrupt checkpoint.
     pub fn restore(&mut self) -> Result<()> {
-        *self = ExpiringGroups::new(self.table_id, Arc::clone(&self.store), self.shard, &self.what);
-        let prefix = self.part_key(None);
-        let mut stored = Vec::new();
-        self.store.scan_prefix(&prefix, &mut |k, v| {
-            stored.push((k[prefix.len()..].to_vec(), v.to_vec()));
-            Ok(ScanControl::Continue)
-        })?;
-        for (key, bytes) in stored {
+        *self = ExpiringGroups::empty(self.keys.clone(), Arc::clone(&self.store), &self.what);
+        for (key, bytes) in self.store.read_prefix(self.keys.prefix())? {
             let (time, part) = match key.as_slice() {
                 [time @ .., part] if time.len() == 8 && (*part as usize) < PARTS => {
                     let time = u64::from_be_bytes(time.try_into().expect("8 bytes")) ^ (1 << 63);
@@ -276,14 +253,7 @@ mod tests {
     use crate::state::memory::MemoryStore;
 
     fn stored(store: &Arc<dyn StateStore>) -> usize {
-        let mut n = 0;
-        store
-            .scan_prefix(&[], &mut |_, _| {
-                n += 1;
-                Ok(ScanControl::Continue)
-            })
-            .unwrap();
-        n
+        store.read_prefix(&[]).unwrap().len()
     }
 
     fn checkpoint(groups: &mut ExpiringGroups, store: &Arc<dyn StateStore>) -> usize {
@@ -366,7 +336,7 @@ mod tests {
         let mut groups = ExpiringGroups::new(7, Arc::clone(&store), 1, "test");
         groups.put(5, b"k", b"value".to_vec());
         checkpoint(&mut groups, &store);
-        let key = groups.part_key(Some((5, part_of(b"k"))));
+        let key = groups.part_key(5, part_of(b"k"));
         let value = store.get(&key).unwrap().unwrap();
         let mut wb = WriteBatch::default();
         wb.put(key.clone(), value[..value.len() - 1].to_vec());
@@ -374,7 +344,7 @@ mod tests {
         assert!(restored(&store).is_err());
         let mut wb = WriteBatch::default();
         wb.delete(key);
-        wb.put(groups.part_key(Some((5, (part_of(b"k") + 1) % PARTS))), value.to_vec());
+        wb.put(groups.part_key(5, (part_of(b"k") + 1) % PARTS), value.to_vec());
         store.write(wb).unwrap();
         let err = restored(&store).err().expect("a key in another part");
         assert_eq!(err.state, crate::error::SqlState::DATA_CORRUPTED);

@@ -39,8 +39,8 @@ use bytes::Bytes;
 use super::entries_by_time::EntriesByTime;
 use super::index_codec::{corrupt, IndexReader, IndexWriter};
 use super::keyed::Flush;
-use super::keys::{row_key_in, vnode_of, TableId};
-use super::store::{ScanControl, StateStore, WriteBatch};
+use super::keys::{ShardKeys, TableId};
+use super::store::{StateStore, WriteBatch};
 use crate::error::Result;
 use crate::types::hash::HashMap;
 
@@ -50,10 +50,6 @@ pub const SEGMENT_BYTES: usize = 256 * 1024;
 /// Past this many bytes of segments held, a side's rows go to its state table instead
 /// (per side and shard).
 pub const MEMORY_LIMIT_BYTES: usize = 128 * 1024 * 1024;
-
-/// The first byte of a stored segment's key: apart from any join key (arrow-row bytes of a
-/// non-NULL key start with 1 or 2; NULL keys are never stored).
-const SEGMENT_TAG: u8 = 0xff;
 
 /// Rows one after another (time, key, row), as they arrived; a stored one is a record of the
 /// index codec (format byte first), so it is versioned like the operators' records. This is the
@@ -97,10 +93,9 @@ struct RowAt {
 }
 
 pub struct ExpiringRows {
-    table_id: TableId,
+    /// Where this shard's segments are stored.
+    keys: ShardKeys,
     store: Arc<dyn StateStore>,
-    /// This shard's number, part of its segments' keys.
-    shard: u16,
     /// Sealed segments, by number.
     sealed: BTreeMap<u64, Segment>,
     /// The segment rows are added to, numbered `open_number`.
@@ -124,10 +119,13 @@ impl ExpiringRows {
     /// The rows of shard `shard`, whose segments go into `table_id` of `store`; `what` names
     /// the operator, for errors.
     pub fn new(table_id: TableId, store: Arc<dyn StateStore>, shard: u16, what: &str) -> ExpiringRows {
+        ExpiringRows::empty(ShardKeys::new(table_id, shard), store, what)
+    }
+
+    fn empty(keys: ShardKeys, store: Arc<dyn StateStore>, what: &str) -> ExpiringRows {
         ExpiringRows {
-            table_id,
+            keys,
             store,
-            shard,
             sealed: BTreeMap::new(),
             open: OpenSegment::new(),
             open_number: 0,
@@ -140,21 +138,14 @@ impl ExpiringRows {
         }
     }
 
-    /// The store key of segment `number`, or with None the prefix of all of this shard's.
-    fn segment_key(&self, number: Option<u64>) -> Vec<u8> {
-        let shard = [SEGMENT_TAG, (self.shard >> 8) as u8, self.shard as u8];
-        let mut key = row_key_in(self.table_id, vnode_of(&shard), &shard);
-        if let Some(number) = number {
-            key.extend_from_slice(&number.to_be_bytes());
-        }
-        key
+    /// The store key of segment `number`.
+    fn segment_key(&self, number: u64) -> Vec<u8> {
+        self.keys.key(&number.to_be_bytes())
     }
 
     /// The key range of this shard's stored segments, to delete them all.
     pub fn stored_range(&self) -> (Vec<u8>, Vec<u8>) {
-        let start = self.segment_key(None);
-        let end = super::keys::prefix_end(&start).expect("a prefix ending below 0xff");
-        (start, end)
+        self.keys.range()
     }
 
     /// Adds a row with join key `key` and time `time`; a row already below the bound is not
@@ -303,13 +294,13 @@ impl ExpiringRows {
         self.seal();
         let unstored: Vec<u64> = self.sealed.iter().filter(|(_, s)| !s.stored).map(|(n, _)| *n).collect();
         for number in unstored {
-            let key = self.segment_key(Some(number));
+            let key = self.segment_key(number);
             let segment = self.sealed.get_mut(&number).expect("listed above");
             wb.put_shared(key, segment.rows.clone());
             segment.stored = true;
         }
         for number in std::mem::take(&mut self.dead) {
-            wb.delete(self.segment_key(Some(number)));
+            wb.delete(self.segment_key(number));
         }
     }
 
@@ -325,15 +316,9 @@ impl ExpiringRows {
     pub fn restore(&mut self, record: &mut IndexReader) -> Result<()> {
         let next = record.u64()?;
         let below = record.i64()?;
-        *self = ExpiringRows::new(self.table_id, Arc::clone(&self.store), self.shard, &self.what);
+        *self = ExpiringRows::empty(self.keys.clone(), Arc::clone(&self.store), &self.what);
         self.expired_below = below;
-        let prefix = self.segment_key(None);
-        let mut stored = Vec::new();
-        self.store.scan_prefix(&prefix, &mut |k, v| {
-            stored.push((k[prefix.len()..].to_vec(), v.to_vec()));
-            Ok(ScanControl::Continue)
-        })?;
-        for (key, bytes) in stored {
+        for (key, bytes) in self.store.read_prefix(self.keys.prefix())? {
             let number = match <[u8; 8]>::try_from(key.as_slice()) {
                 Ok(n) if u64::from_be_bytes(n) < next => u64::from_be_bytes(n),
                 _ => return Err(corrupt(&self.what, "a stored segment the checkpoint does not know")),
@@ -371,14 +356,7 @@ mod tests {
     use crate::state::memory::MemoryStore;
 
     fn stored(store: &Arc<dyn StateStore>) -> usize {
-        let mut n = 0;
-        store
-            .scan_prefix(&[], &mut |_, _| {
-                n += 1;
-                Ok(ScanControl::Continue)
-            })
-            .unwrap();
-        n
+        store.read_prefix(&[]).unwrap().len()
     }
 
     fn checkpoint(rows: &mut ExpiringRows, store: &Arc<dyn StateStore>) -> Vec<u8> {
@@ -488,7 +466,7 @@ mod tests {
         let mut rows = ExpiringRows::new(7, Arc::clone(&store), 1, "test");
         rows.add(5, b"k", b"row");
         let record = checkpoint(&mut rows, &store);
-        let key = rows.segment_key(Some(0));
+        let key = rows.segment_key(0);
         let value = store.get(&key).unwrap().unwrap();
         let mut wb = WriteBatch::default();
         wb.put(key.clone(), value[..value.len() - 1].to_vec());
@@ -496,7 +474,7 @@ mod tests {
         assert!(restored(&store, &record).is_err());
         let mut wb = WriteBatch::default();
         wb.put(key, value.clone());
-        wb.put(rows.segment_key(Some(1)), value);
+        wb.put(rows.segment_key(1), value);
         store.write(wb).unwrap();
         let err = restored(&store, &record).err().expect("a segment past the record's");
         assert_eq!(err.state, crate::error::SqlState::DATA_CORRUPTED);

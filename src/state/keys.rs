@@ -91,6 +91,41 @@ pub fn segment_key(table_id: TableId, first_key: &[u8]) -> Vec<u8> {
     out
 }
 
+/// The keys one shard of an operator keeps beside its state table's rows, in that table:
+/// `[0xff][shard]` under one vnode, then what the operator appends (ADR 22's row segments,
+/// ADR 24's group parts). Apart from every row key: arrow-row keys start with a validity byte
+/// below 0xff.
+#[derive(Clone, Debug)]
+pub struct ShardKeys {
+    prefix: Vec<u8>,
+}
+
+impl ShardKeys {
+    /// Shard `shard`'s keys in `table_id`.
+    pub fn new(table_id: TableId, shard: u16) -> ShardKeys {
+        let tagged = [0xff, (shard >> 8) as u8, shard as u8];
+        ShardKeys { prefix: row_key_in(table_id, vnode_of(&tagged), &tagged) }
+    }
+
+    /// The prefix of all of the shard's keys.
+    pub fn prefix(&self) -> &[u8] {
+        &self.prefix
+    }
+
+    /// The shard's key ending in `suffix`.
+    pub fn key(&self, suffix: &[u8]) -> Vec<u8> {
+        let mut key = Vec::with_capacity(self.prefix.len() + suffix.len());
+        key.extend_from_slice(&self.prefix);
+        key.extend_from_slice(suffix);
+        key
+    }
+
+    /// The range of all of the shard's keys, to delete them at once.
+    pub fn range(&self) -> (Vec<u8>, Vec<u8>) {
+        (self.prefix.clone(), prefix_end(&self.prefix).expect("a prefix ending below 0xff"))
+    }
+}
+
 /// The store key of a metadata entry.
 pub fn meta_key(name: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(4 + name.len());

@@ -137,6 +137,17 @@ pub trait StateStore: Send + Sync + 'static {
         self.scan_ranges(std::slice::from_ref(&range), visit)
     }
 
+    /// Every entry whose key starts with `prefix`, as (the key past the prefix, value), in key
+    /// order: a restore reading back a few large values (an operator's segments or parts).
+    fn read_prefix(&self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut entries = Vec::new();
+        self.scan_prefix(prefix, &mut |k, v| {
+            entries.push((k[prefix.len()..].to_vec(), v.to_vec()));
+            Ok(ScanControl::Continue)
+        })?;
+        Ok(entries)
+    }
+
     /// Calls `visit` on every entry of each of `ranges`, the ranges in the order given and each
     /// in key order, all over one consistent snapshot; a [`ScanControl::Stop`] ends the whole
     /// scan.
