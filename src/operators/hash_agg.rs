@@ -352,8 +352,9 @@ impl HashAgg {
         self.load_at(key, self.close_of(key))
     }
 
-    /// [`HashAgg::load`] of a group whose window closes at `close` (None: not windowed), for
-    /// a group on its way between the open and closed indexes.
+    /// [`HashAgg::load`] of a group whose window closes at `close` (None: not windowed), as
+    /// its caller knows it (a group on its way between the open and closed indexes, or one
+    /// just looked up).
     fn load_at(&mut self, key: &[u8], close: Option<i64>) -> Result<Group> {
         if let (Some(in_memory), Some(close)) = (&self.in_memory, close) {
             return match in_memory.get(close, key) {
@@ -725,8 +726,9 @@ impl Operator for HashAgg {
             // stored windowed group, restored with the state from a checkpoint), so it is not
             // looked up.
             let close = closes.as_ref().and_then(|c| c[first_row]);
-            let group = match (self.window, close, self.close_of(key).is_some()) {
-                (Some(window), Some(close), false) => {
+            let indexed_at = self.close_of(key);
+            let group = match (self.window, close, indexed_at) {
+                (Some(window), Some(close), None) => {
                     let closed = !window.emit_on_close || self.watermark.is_some_and(|w| close <= w);
                     // A window that is already closed when its first row arrives (within the
                     // allowed lateness) emits at the next barrier like any closed window.
@@ -734,7 +736,7 @@ impl Operator for HashAgg {
                     index.insert(key, close);
                     Group { unstored: true, ..self.new_group() }
                 }
-                _ => self.load(key)?,
+                _ => self.load_at(key, indexed_at)?,
             };
             self.dirty.insert(key.to_vec(), self.touched.len());
             at.push(self.touched.len());
