@@ -37,6 +37,7 @@ use super::keys::{fnv1a, ShardKeys, TableId, FNV1A_START};
 use super::store::{StateStore, WriteBatch};
 use crate::error::Result;
 use crate::types::hash::HashMap;
+use crate::types::window::{time_from_key, time_key};
 
 /// Parts of a time's values, each one stored value.
 pub const PARTS: usize = 16;
@@ -88,8 +89,7 @@ impl ExpiringGroups {
 
     /// The store key of part `part` of `time`.
     fn part_key(&self, time: i64, part: usize) -> Vec<u8> {
-        // Sign bit flipped: stored times sort as numbers.
-        let mut suffix = ((time as u64) ^ (1 << 63)).to_be_bytes().to_vec();
+        let mut suffix = time_key(time).to_vec();
         suffix.push(part as u8);
         self.keys.key(&suffix)
     }
@@ -148,12 +148,8 @@ impl ExpiringGroups {
     }
 
     /// How many values are held.
-    pub fn len(&self) -> usize {
+    fn len(&self) -> usize {
         self.by_time.values().map(|at| at.values.len()).sum()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.by_time.values().all(|at| at.values.is_empty())
     }
 
     /// The keys held, with their times.
@@ -186,25 +182,36 @@ impl ExpiringGroups {
         for time in changed {
             let at = self.by_time.get_mut(&time).expect("listed above");
             let changed = std::mem::take(&mut at.changed);
-            // Keys in order, so the same values are the same bytes.
-            let mut entries: Vec<(&Vec<u8>, &Vec<u8>)> =
-                at.values.iter().filter(|(k, _)| changed & (1 << part_of(k)) != 0).collect();
-            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-            let mut parts: Vec<IndexWriter> = (0..PARTS).map(|_| IndexWriter::default()).collect();
-            let mut filled = 0u16;
-            for (key, value) in entries {
+            // Each changed part's entries (each key hashed once), in key order, so the same
+            // values are the same bytes.
+            let mut parts: Vec<Vec<(&Vec<u8>, &Vec<u8>)>> = vec![Vec::new(); PARTS];
+            for (key, value) in &at.values {
                 let part = part_of(key);
-                parts[part].bytes(key).bytes(value);
-                filled |= 1 << part;
+                if changed & (1 << part) != 0 {
+                    parts[part].push((key, value));
+                }
             }
             let was_stored = at.stored;
-            at.stored = (at.stored & !changed) | filled;
-            for (part, mut values) in parts.into_iter().enumerate() {
-                if filled & (1 << part) != 0 {
-                    wb.put(self.part_key(time, part), values.finish());
-                } else if changed & was_stored & (1 << part) != 0 {
-                    wb.delete(self.part_key(time, part));
+            let mut filled = 0u16;
+            let mut writes = Vec::new();
+            for (part, mut entries) in parts.into_iter().enumerate() {
+                if entries.is_empty() {
+                    continue;
                 }
+                entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                let mut values = IndexWriter::default();
+                for (key, value) in entries {
+                    values.bytes(key).bytes(value);
+                }
+                filled |= 1 << part;
+                writes.push((part, values.finish()));
+            }
+            at.stored = (at.stored & !changed) | filled;
+            for (part, values) in writes {
+                wb.put(self.part_key(time, part), values);
+            }
+            for part in (0..PARTS).filter(|p| changed & was_stored & !filled & (1 << p) != 0) {
+                wb.delete(self.part_key(time, part));
             }
         }
     }
@@ -216,8 +223,7 @@ impl ExpiringGroups {
         for (key, bytes) in self.store.read_prefix(self.keys.prefix())? {
             let (time, part) = match key.as_slice() {
                 [time @ .., part] if time.len() == 8 && (*part as usize) < PARTS => {
-                    let time = u64::from_be_bytes(time.try_into().expect("8 bytes")) ^ (1 << 63);
-                    (time as i64, *part as usize)
+                    (time_from_key(time), *part as usize)
                 }
                 _ => return Err(corrupt(&self.what, "a stored part of windowed groups with a bad key")),
             };
@@ -238,12 +244,6 @@ impl ExpiringGroups {
             }
         }
         Ok(())
-    }
-
-    /// Whether `key` is held at `time` (a test's check of where a restore put it).
-    #[cfg(test)]
-    fn holds(&self, time: i64, key: &[u8]) -> bool {
-        self.get(time, key).is_some()
     }
 }
 
@@ -314,7 +314,7 @@ mod tests {
         assert_eq!(stored(&store), 2 * PARTS);
         let back = restored(&store).unwrap();
         assert!(same(&back, &groups));
-        assert!(back.holds(20, &7u32.to_be_bytes()) && !back.holds(-20, &7u32.to_be_bytes()));
+        assert!(back.get(20, &7u32.to_be_bytes()).is_some() && back.get(-20, &7u32.to_be_bytes()).is_none());
         // A part whose keys all left is deleted, not written empty.
         let mut groups = back;
         for k in (0..200u32).filter(|k| part_of(&k.to_be_bytes()) == part_of(&7u32.to_be_bytes())) {

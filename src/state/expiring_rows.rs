@@ -47,8 +47,9 @@ use crate::types::hash::HashMap;
 /// A segment is sealed, and written at the next checkpoint, once it holds this many bytes.
 pub const SEGMENT_BYTES: usize = 256 * 1024;
 
-/// Past this many bytes of segments held, a side's rows go to its state table instead
-/// (per side and shard).
+/// Past this many bytes held in memory per operator side and shard, state kept in memory goes
+/// to its state table instead: a join side's segments (here), a windowed aggregate's groups
+/// ([`super::expiring_groups`]).
 pub const MEMORY_LIMIT_BYTES: usize = 128 * 1024 * 1024;
 
 /// Rows one after another (time, key, row), as they arrived; a stored one is a record of the
