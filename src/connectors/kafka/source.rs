@@ -12,7 +12,8 @@
 //! checkpoint; it starts at `scan.startup.mode` (`earliest`, `latest`, or `timestamp` with
 //! `scan.startup.timestamp.millis`), resolved to offsets at the first read, so a restart goes
 //! on exactly from the checkpoint. Partitions added to the topic later are found (metadata is
-//! read again every `kafka.metadata.refresh.ms`) and read from their start. Messages are read
+//! read again every `kafka.metadata.refresh.ms`, by the consumer already reading) and read from
+//! their start. Messages are read
 //! with `isolation.level = read_committed`, so aborted transactions are never seen.
 //!
 //! The rows are not stored: Kafka keeps the messages, so the source is *replayed*
@@ -287,15 +288,40 @@ impl KafkaReader {
         })
     }
 
-    /// Assigns a consumer to every partition at `known` offsets, new partitions at their start.
+    /// Assigns a new consumer to every partition at `known` offsets, new partitions at their
+    /// start.
     fn assign(&mut self, known: Offsets) -> Result<()> {
         let consumer = self.consumer()?;
-        let mut offsets = known;
-        for partition in self.partitions(&consumer)? {
+        let offsets = self.with_new_partitions(&consumer, known)?;
+        self.assign_at(consumer, offsets)
+    }
+
+    /// Looks for partitions added to the topic, with the consumer already assigned (its
+    /// prefetched messages stay where they are unless partitions were added): true if it was
+    /// assigned again with them.
+    fn add_new_partitions(&mut self) -> Result<bool> {
+        let Some((consumer, offsets)) = self.consumer.take() else { return Ok(false) };
+        self.last_refresh = Instant::now();
+        let found = self.with_new_partitions(&consumer, offsets.clone())?;
+        if found == offsets {
+            self.consumer = Some((consumer, offsets));
+            return Ok(false);
+        }
+        self.assign_at(consumer, found)?;
+        Ok(true)
+    }
+
+    /// `offsets` with every partition of the topic not in it yet, at its start offset.
+    fn with_new_partitions(&self, consumer: &QuietConsumer, mut offsets: Offsets) -> Result<Offsets> {
+        for partition in self.partitions(consumer)? {
             if let std::collections::btree_map::Entry::Vacant(new) = offsets.entry(partition) {
-                new.insert(self.start_offset(&consumer, partition)?);
+                new.insert(self.start_offset(consumer, partition)?);
             }
         }
+        Ok(offsets)
+    }
+
+    fn assign_at(&mut self, consumer: QuietConsumer, offsets: Offsets) -> Result<()> {
         let mut list = TopicPartitionList::new();
         for (&partition, &offset) in &offsets {
             list.add_partition_offset(&self.topic, partition, Offset::Offset(offset))
@@ -554,19 +580,30 @@ impl SourceReader for KafkaReader {
         let known = offsets::offsets(from)?;
         self.commit_to_group(&known);
         let assigned = matches!(&self.consumer, Some((_, at)) if *at == known && !known.is_empty());
-        let stale = self.last_refresh.elapsed() >= self.refresh;
-        if !assigned || stale {
-            if let Err(e) = self.assign(known.clone()) {
+        // A new consumer only when the position is not where the current one reads (the first
+        // read, a restart, a retry); a metadata refresh keeps it and its prefetched messages.
+        let reassigned = if !assigned {
+            self.assign(known.clone()).map(|()| true)
+        } else if self.last_refresh.elapsed() >= self.refresh {
+            self.add_new_partitions()
+        } else {
+            Ok(false)
+        };
+        match reassigned {
+            Err(e) => {
                 self.consumer = None;
                 return Ok(Chunk::Retry(self.retry, e.message));
             }
-            // New partitions (or the first read): their start offsets become the position
-            // before anything is read from them, so every chunk's first offsets are explicit.
-            let assigned = self.consumer.as_ref().map(|(_, o)| o.clone()).unwrap_or_default();
-            if assigned != known {
-                let empty = RecordBatch::new_empty(Arc::clone(&self.schema));
-                return Ok(Chunk::Rows(empty, offsets::position(from.records, &assigned)));
+            Ok(true) => {
+                // New partitions (or the first read): their start offsets become the position
+                // before anything is read from them, so every chunk's first offsets are explicit.
+                let assigned = self.consumer.as_ref().map(|(_, o)| o.clone()).unwrap_or_default();
+                if assigned != known {
+                    let empty = RecordBatch::new_empty(Arc::clone(&self.schema));
+                    return Ok(Chunk::Rows(empty, offsets::position(from.records, &assigned)));
+                }
             }
+            Ok(false) => {}
         }
         let records = match self.poll_chunk() {
             Ok(records) => records,
