@@ -238,6 +238,7 @@ pub async fn run(options: NexmarkOptions, kafka: KafkaBenchOptions) -> Result<()
     // back to a runtime that is shutting down.
     h.run("DROP SINK IF EXISTS bench_out").await?;
     h.run("DROP SOURCE bid CASCADE").await?;
+    delete_topics(&kafka.servers, &[&input, &output]).await;
     Ok(())
 }
 
@@ -310,18 +311,33 @@ fn read_latencies(servers: &str, topic: &str, stop: &AtomicBool) -> Result<Vec<f
     let mut latencies = Vec::new();
     while !stop.load(Ordering::SeqCst) {
         let Some(Ok(message)) = consumer.poll(Duration::from_millis(50)) else { continue };
-        let now = chrono::Utc::now().naive_utc();
-        let Some(row) = message.payload().and_then(|p| serde_json::from_slice::<serde_json::Value>(p).ok()) else {
-            continue;
-        };
-        let sent = row["date_time"]
-            .as_str()
-            .and_then(|t| chrono::NaiveDateTime::parse_from_str(t, "%Y-%m-%dT%H:%M:%S%.f").ok());
-        if let Some(sent) = sent {
-            latencies.push((now - sent).num_microseconds().unwrap_or(0) as f64 / 1e6);
-        }
+        latencies.extend(latency_of(&message));
     }
     Ok(latencies)
+}
+
+/// Now minus the `date_time` of `message`'s row (seconds), if it has one.
+fn latency_of(message: &rdkafka::message::BorrowedMessage<'_>) -> Option<f64> {
+    let now = chrono::Utc::now().naive_utc();
+    let row = serde_json::from_slice::<serde_json::Value>(message.payload()?).ok()?;
+    let sent = chrono::NaiveDateTime::parse_from_str(row["date_time"].as_str()?, "%Y-%m-%dT%H:%M:%S%.f").ok()?;
+    Some((now - sent).num_microseconds().unwrap_or(0) as f64 / 1e6)
+}
+
+/// Deletes the run's topics, so that a broker used for many runs does not keep (and persist)
+/// all their messages; a failure only warns.
+async fn delete_topics(servers: &str, topics: &[&str]) {
+    let deleted = async {
+        let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+            .set("bootstrap.servers", servers)
+            .create()
+            .map_err(kafka_error("Kafka admin client"))?;
+        let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+        admin.delete_topics(topics, &options).await.map_err(kafka_error("deleting the topics"))
+    };
+    if let Err(e) = deleted.await {
+        eprintln!("warning: {}", e.message);
+    }
 }
 
 #[cfg(test)]
