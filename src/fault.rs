@@ -5,7 +5,8 @@
 //!
 //! The points sit where a crash is hardest to get right, so tests can land one exactly there
 //! instead of hoping a random SIGKILL does:
-//! - `sink.before_deliver`: a checkpoint is complete, a sink's outbox group not yet sent;
+//! - `sink.before_deliver`: a sink's outbox group is whole (its checkpoint barrier passed, the
+//!   checkpoint complete or not), not yet sent;
 //! - `sink.before_commit`: a sink's transaction holds the group's changes and marker, not
 //!   yet committed (Kafka: an open transaction the next producer must fence and abort);
 //! - `sink.after_commit`: the external system committed, the outbox group is not yet deleted.

@@ -4,8 +4,8 @@
 //! A sink job follows its view like a view follows its inputs. A sink has *shards*
 //! (`sink.parallelism`, one unless given), each delivering the changes of its own keys (the
 //! primary key's vnode, [`KeyShards`]; a sink without a key, over a view that only inserts,
-//! gives its batches to the shards in turn), so the changes of one key stay in order. The job puts each shard's changes into the shard's
-//! *outbox* in the store, in *groups*: the changes of one checkpoint interval form one group,
+//! gives its batches to the shards in turn), so the changes of one key stay in order. The job
+//! puts each shard's changes into the shard's *outbox* in the store, in *groups*: the changes of one checkpoint interval form one group,
 //! numbered by the first epoch after the checkpoint before it (a new sink's first group starts
 //! with the view's rows). A group is written in *parts* of at most [`PART_ROWS`] rows (keys
 //! `[sink id][shard][group][part]`; shard 0's are those of a sink of one shard before shards
@@ -13,12 +13,13 @@
 //! checkpoint barrier that ends the interval, so the job holds about a part per shard in memory
 //! and each deliverer one, whatever the view's size or the backlog. A part written before
 //! the checkpoint is tagged with the epoch it belongs to, so a snapshot of an earlier cut being
-//! taken meanwhile does not hold it (ADR 18). Once a checkpoint at or past a group is taken,
-//! the shard's deliverer hands the group's parts, in order, to the shard's own [`SinkWriter`]
-//! inside one transaction of the external system, which commits them with the shard's marker
-//! saying "group `g` delivered" (a Kafka transaction with its own `transactional.id` and a
-//! consumer-group offset; a Postgres transaction with a marker row), then deletes the group;
-//! the shards deliver side by side, each at its own pace. After a crash the store is back at
+//! taken meanwhile does not hold it (ADR 18). Delivery is a two-phase commit: once a group is
+//! whole (its checkpoint barrier passed the job), the shard's deliverer hands its parts, in
+//! order, to the shard's own [`SinkWriter`] inside one transaction of the external system,
+//! while the checkpoint completes; once that checkpoint is taken, the transaction commits the
+//! parts with the shard's marker saying "group `g` delivered" (a Kafka transaction with its own
+//! `transactional.id` and a consumer-group offset; a Postgres transaction with a marker row),
+//! then the group is deleted; the shards deliver side by side, each at its own pace. After a crash the store is back at
 //! the newest checkpoint, outboxes included; groups a shard's marker says were delivered are
 //! deleted unsent, the
 //! rest are sent. The changes after the checkpoint are computed again by the restored view and
@@ -374,6 +375,10 @@ pub struct SinkJob {
     input: ChangeReceiver,
     store: Arc<dyn StateStore>,
     committed: watch::Sender<Epoch>,
+    /// The newest checkpoint barrier through which the groups are whole in the outbox (every
+    /// group numbered at or below it): the deliverers start sending a group then, and commit
+    /// it once that checkpoint is complete.
+    closed: watch::Sender<Epoch>,
     /// The open group: the first epoch after the last checkpoint this job committed (a new
     /// sink's first group already holds the view's rows).
     group: Epoch,
@@ -419,6 +424,7 @@ impl SinkJob {
             input,
             store,
             committed,
+            closed: watch::channel(group.saturating_sub(1)).0,
             group,
             key,
             key_shards: KeyShards::for_types(&key_types)?,
@@ -426,6 +432,11 @@ impl SinkJob {
             open_groups,
             spill_failed: false,
         })
+    }
+
+    /// Follows the newest epoch through which the outbox groups are whole (see `closed`).
+    pub fn closed_groups(&self) -> watch::Receiver<Epoch> {
+        self.closed.subscribe()
     }
 
     pub async fn run(mut self) {
@@ -462,6 +473,7 @@ impl SinkJob {
                                 &e,
                             );
                         }
+                        self.closed.send_replace(barrier.epoch);
                         self.group = barrier.epoch + 1;
                         for open in &mut self.open_groups {
                             open.next_part = 0;
@@ -602,46 +614,65 @@ impl SinkJob {
     }
 }
 
-/// Delivers the outbox groups of `shard` of `sink` as checkpoints complete (`checkpointed`: the
-/// newest epoch whose snapshot is taken; groups already in the store at start were restored
-/// from one), through the shard's own `writer`.
+/// Delivers the outbox groups of `shard` of `sink` through the shard's own `writer`, in two
+/// phases: a group's changes go into a transaction as soon as the group is whole in the outbox
+/// (`closed`: written at its checkpoint barrier), while the checkpoint completes; the
+/// transaction commits once the checkpoint is taken (`checkpointed`: the newest epoch whose
+/// snapshot is taken; groups in the store at start were restored from one, `restored`). A
+/// crash before the commit leaves an open transaction the next writer aborts (Kafka fences
+/// it; Postgres rolls it back), and the group is in the outbox of the checkpoint restored, or
+/// computed again after it.
 pub async fn deliver(
     sink: Arc<Relation>,
     shard: u16,
     store: Arc<dyn StateStore>,
     mut writer: Box<dyn SinkWriter>,
+    mut closed: watch::Receiver<Epoch>,
     mut checkpointed: watch::Receiver<Epoch>,
     restored: Epoch,
 ) {
     let name = sink.def.name.clone();
     let mut backoff = Duration::from_millis(200);
     let mut delivered: Option<Option<Epoch>> = None;
-    let mut through = restored.max(*checkpointed.borrow());
+    // The group whose changes the writer's open transaction holds, and how many.
+    let mut sent: Option<(Epoch, usize)> = None;
+    let mut closing = true;
     set_shard_status(&sink, shard, |s| s.state = "running".into());
     loop {
+        let taken = restored.max(*checkpointed.borrow());
+        let whole = taken.max(*closed.borrow());
         let attempt = tokio::task::block_in_place(|| -> Result<()> {
             let marker = match delivered {
                 Some(marker) => marker,
                 None => *delivered.insert(writer.delivered()?),
             };
             let mut marker = marker;
-            let groups = groups(store.as_ref(), &sink, shard, through)?;
+            let groups = groups(store.as_ref(), &sink, shard, whole)?;
             let mut pending = groups.iter().filter(|g| marker.is_none_or(|m| **g > m)).count();
             set_shard_status(&sink, shard, |s| s.pending_groups = pending);
             for group in groups {
                 if marker.is_none_or(|m| group > m) {
-                    crate::fault::point("sink.before_deliver");
-                    let mut rows = 0;
-                    let sent = writer.begin().and_then(|()| {
-                        read_group(store.as_ref(), &sink, shard, group, &mut |changes| {
-                            rows += changes.iter().map(|c| c.num_rows()).sum::<usize>();
-                            writer.write(&changes)
-                        })
-                    });
-                    if let Err(e) = sent.and_then(|()| writer.commit(group)) {
-                        writer.abort();
-                        crate::metrics::SINK_DELIVERIES_TOTAL.with_label_values(&[&name, "failed"]).inc();
-                        return Err(e);
+                    if sent.is_none_or(|(g, _)| g != group) {
+                        crate::fault::point("sink.before_deliver");
+                        let mut rows = 0;
+                        let written = writer.begin().and_then(|()| {
+                            read_group(store.as_ref(), &sink, shard, group, &mut |changes| {
+                                rows += changes.iter().map(|c| c.num_rows()).sum::<usize>();
+                                writer.write(&changes)
+                            })
+                        });
+                        if let Err(e) = written {
+                            return Err(failed_delivery(writer.as_mut(), &name, e));
+                        }
+                        sent = Some((group, rows));
+                    }
+                    if group > taken {
+                        // Sent; committed once its checkpoint is taken.
+                        return Ok(());
+                    }
+                    let rows = sent.take().map_or(0, |(_, rows)| rows);
+                    if let Err(e) = writer.commit(group) {
+                        return Err(failed_delivery(writer.as_mut(), &name, e));
                     }
                     crate::metrics::SINK_DELIVERIES_TOTAL.with_label_values(&[&name, "committed"]).inc();
                     crate::metrics::SINK_ROWS_TOTAL.with_label_values(&[&name]).inc_by(rows as u64);
@@ -670,14 +701,21 @@ pub async fn deliver(
                     s.state = "running".into();
                     s.error = None;
                 });
-                if checkpointed.changed().await.is_err() {
-                    return;
+                // The next group whole, or the next checkpoint taken. The job gone (its
+                // sender dropped), only checkpoints are left to wait for.
+                tokio::select! {
+                    changed = checkpointed.changed() => if changed.is_err() { return },
+                    changed = closed.changed(), if closing => closing = changed.is_ok(),
                 }
-                through = *checkpointed.borrow();
             }
             Err(e) => {
                 tracing::warn!(sink = %name, shard, "delivery failed, retrying in {backoff:?}: {e}");
-                // A writer that failed may have lost its transaction state: ask its marker again.
+                // No transaction stays open after a failure (the outbox's read may fail with
+                // one open); a writer that failed may have lost its transaction state: ask its
+                // marker again.
+                if sent.take().is_some() {
+                    writer.abort();
+                }
                 delivered = None;
                 set_shard_status(&sink, shard, |s| {
                     s.state = "retrying".into();
@@ -685,10 +723,16 @@ pub async fn deliver(
                 });
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(10));
-                through = through.max(*checkpointed.borrow());
             }
         }
     }
+}
+
+/// A transaction that failed to take or commit a group: aborted and counted; `e` handed back.
+fn failed_delivery(writer: &mut dyn SinkWriter, sink: &str, e: crate::error::WeirError) -> crate::error::WeirError {
+    writer.abort();
+    crate::metrics::SINK_DELIVERIES_TOTAL.with_label_values(&[sink, "failed"]).inc();
+    e
 }
 
 #[cfg(test)]
@@ -790,8 +834,9 @@ mod tests {
 
     /// A sink job writes an interval's changes as full parts while they come and the rest at
     /// the checkpoint, all in the group the interval opened; the deliverer sends each group
-    /// once a checkpoint at or past it is taken, in order, as one transaction, part by part,
-    /// then deletes it; a group the external marker already holds is deleted unsent.
+    /// once it is whole, in order, as one transaction, part by part, commits it once a
+    /// checkpoint at or past it is taken, then deletes it; a group the external marker already
+    /// holds is deleted unsent.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn groups_go_out_whole_in_parts_once_checkpointed_and_never_twice() {
         use datafusion::arrow::array::{Int64Array, RecordBatch};
@@ -801,6 +846,7 @@ mod tests {
         let (store, catalog, view, sink, input) = sink_of_table(&["v"], Default::default(), 1).await;
         let (committed, _) = watch::channel(10);
         let job = SinkJob::new(Arc::clone(&sink), input, Arc::clone(&store), committed, 11).unwrap();
+        let closed = job.closed_groups();
         let running = tokio::spawn(job.run());
         let rows = |from: i64, n: i64| {
             let values = Int64Array::from_iter_values(from..from + n);
@@ -834,27 +880,37 @@ mod tests {
         assert_eq!(parts(), [part(11, 0), part(11, 1), part(13, 0)]);
         assert_eq!(undelivered(store.as_ref(), &sink).unwrap(), 2);
 
-        // Checkpoint 12 taken: group 11 goes, group 13 waits for its checkpoint.
+        // Both groups whole, checkpoint 12 taken: group 11 is committed; group 13 is sent and
+        // waits for its checkpoint to commit.
+        wait_until(|| *closed.borrow() == 13, || format!("groups whole through {}", *closed.borrow())).await;
         let recorder = Recorder::default();
         let (checkpointed, watched) = watch::channel(12);
-        let delivering =
-            tokio::spawn(deliver(Arc::clone(&sink), 0, Arc::clone(&store), Box::new(recorder.clone()), watched, 0));
-        wait_until(|| parts().len() <= 1, || "group 11 was not delivered".into()).await;
+        let delivering = tokio::spawn(deliver(
+            Arc::clone(&sink),
+            0,
+            Arc::clone(&store),
+            Box::new(recorder.clone()),
+            closed.clone(),
+            watched,
+            0,
+        ));
         let first = (p + p / 2 + 10) as usize;
-        assert_eq!(
-            *recorder.log.lock(),
-            [
-                "begin".to_string(),
-                format!("write {PART_ROWS}"),
-                format!("write {}", first - PART_ROWS),
-                "commit 11".into()
-            ]
-        );
-        assert_eq!(*recorder.rows.lock(), (0..first as i64).collect::<Vec<_>>(), "every row once, in order");
+        let expected: Vec<String> = vec![
+            "begin".into(),
+            format!("write {PART_ROWS}"),
+            format!("write {}", first - PART_ROWS),
+            "commit 11".into(),
+            "begin".into(),
+            "write 5".into(),
+        ];
+        wait_until(|| recorder.log.lock().len() >= expected.len(), || format!("log: {:?}", recorder.log.lock())).await;
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        assert_eq!(*recorder.log.lock(), expected, "group 13 sent, not committed before its checkpoint");
+        assert_eq!(parts(), [part(13, 0)], "group 11 deleted once committed, group 13 kept");
+        assert_eq!(*recorder.rows.lock(), (0..first as i64 + 5).collect::<Vec<_>>(), "every row once, in order");
         checkpointed.send_replace(13);
         wait_until(|| parts().is_empty(), || "group 13 was not delivered".into()).await;
-        assert_eq!(recorder.log.lock().last().map(String::as_str), Some("commit 13"));
-        assert_eq!(recorder.rows.lock().len(), first + 5);
+        assert_eq!(recorder.log.lock()[expected.len()..], ["commit 13".to_string()], "committed, not sent again");
         delivering.abort();
 
         // A group the marker holds already (delivered before a crash) is deleted unsent.
@@ -872,8 +928,15 @@ mod tests {
         .unwrap();
         let resent = Recorder { marker: Some(20), ..Default::default() };
         let (_checkpointed, watched) = watch::channel(20);
-        let delivering =
-            tokio::spawn(deliver(Arc::clone(&sink), 0, Arc::clone(&store), Box::new(resent.clone()), watched, 20));
+        let delivering = tokio::spawn(deliver(
+            Arc::clone(&sink),
+            0,
+            Arc::clone(&store),
+            Box::new(resent.clone()),
+            closed.clone(),
+            watched,
+            20,
+        ));
         wait_until(|| parts().is_empty(), || "the delivered group was not deleted".into()).await;
         assert!(resent.log.lock().is_empty(), "nothing sent again: {:?}", resent.log.lock());
         delivering.abort();
@@ -896,8 +959,9 @@ mod tests {
         let (store, catalog, view, sink, input) = sink_of_table(&["k", "v"], options, 3).await;
         assert_eq!(shards_of(&sink), 3);
         let (committed, _) = watch::channel(0);
-        let running =
-            tokio::spawn(SinkJob::new(Arc::clone(&sink), input, Arc::clone(&store), committed, 1).unwrap().run());
+        let job = SinkJob::new(Arc::clone(&sink), input, Arc::clone(&store), committed, 1).unwrap();
+        let closed = job.closed_groups();
+        let running = tokio::spawn(job.run());
         // Keys 0..30, each changed three times (v = round), over two checkpoint intervals.
         let rows = |round: i64| {
             let k = Int64Array::from_iter_values(0..30);
@@ -933,6 +997,7 @@ mod tests {
                     shard,
                     Arc::clone(&store),
                     Box::new(r.clone()),
+                    closed.clone(),
                     watched.clone(),
                     2,
                 ))

@@ -317,6 +317,7 @@ impl Streaming {
                 return Err(e);
             }
         }
+        let closed = job.closed_groups();
         self.jobs.lock().insert(id, crate::dataflow::runtime::spawn(job.run()));
         let deliverers = writers
             .into_iter()
@@ -327,6 +328,7 @@ impl Streaming {
                     shard,
                     Arc::clone(&store),
                     writer,
+                    closed.clone(),
                     self.coordinator.checkpointed(),
                     restored,
                 ))

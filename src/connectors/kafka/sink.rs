@@ -111,6 +111,8 @@ pub struct KafkaSink {
     marker: Option<BaseConsumer>,
     /// Messages the producer had failed to deliver when the group began (at-least-once).
     failed_before: u64,
+    /// A transaction is open (begun, neither committed nor aborted).
+    in_transaction: bool,
 }
 
 impl KafkaSink {
@@ -175,6 +177,7 @@ impl KafkaSink {
             producer: None,
             marker: None,
             failed_before: 0,
+            in_transaction: false,
         })
     }
 
@@ -304,6 +307,7 @@ impl SinkWriter for KafkaSink {
             producer.begin_transaction().map_err(broker)?;
         }
         self.failed_before = producer.context().failed.load(std::sync::atomic::Ordering::SeqCst);
+        self.in_transaction = exactly_once;
         Ok(())
     }
 
@@ -339,16 +343,35 @@ impl SinkWriter for KafkaSink {
         }
         producer.send_offsets_to_transaction(&marker, &group_metadata, timeout).map_err(&broker)?;
         crate::fault::point("sink.before_commit");
-        producer.commit_transaction(timeout).map_err(broker)
+        producer.commit_transaction(timeout).map_err(broker)?;
+        self.in_transaction = false;
+        Ok(())
     }
 
     /// The transaction is aborted (or its producer was fenced), or an at-least-once group's
     /// messages may be half sent: a new producer next time.
     fn abort(&mut self) {
+        self.in_transaction = false;
         if let Some(producer) = self.producer.take() {
             if self.exactly_once {
                 let _ = producer.abort_transaction(self.timeout);
             }
+        }
+    }
+}
+
+/// A writer dropped with a transaction open (its sink stopped or dropped while a group waited
+/// for its checkpoint) aborts it, on a thread of its own (it waits for the broker): readers
+/// `read_committed` of the topic would otherwise wait for it until `transaction.timeout.ms`,
+/// and for ever on a broker that does not expire transactions, since a dropped sink's
+/// transactional id is never used again to fence it.
+impl Drop for KafkaSink {
+    fn drop(&mut self) {
+        if let (true, Some(producer)) = (self.in_transaction, self.producer.take()) {
+            let timeout = self.timeout;
+            std::thread::spawn(move || {
+                let _ = producer.abort_transaction(timeout);
+            });
         }
     }
 }
