@@ -50,14 +50,15 @@ impl RocksStore {
         opts.create_if_missing(true);
         opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
         opts.set_bottommost_compression_type(rocksdb::DBCompressionType::Zstd);
-        // Flushes and compactions run at a lower CPU priority than the views: on a machine the
-        // dataflow keeps busy, a checkpoint's memtable flush and the compactions after it
-        // otherwise take the cores from the views just when the checkpoint barrier passes
-        // (their freshness). They catch up in the gaps; a backlog slows writes, RocksDB's
-        // own backpressure.
+        // Compactions run at a lower CPU priority than the views: on a machine the dataflow
+        // keeps busy, the compactions after a checkpoint otherwise take the cores from the
+        // views just when the checkpoint barrier passes (their freshness). They catch up in the
+        // gaps; a backlog slows writes, RocksDB's own backpressure. Flushes keep the normal
+        // priority: a checkpoint's snapshot waits for its memtable flush, and a sink commits
+        // only once the snapshot is taken (at the lowest priority, a busy machine made that
+        // wait 300 ms of a Kafka sink's end-to-end latency).
         let mut env = rocksdb::Env::new()?;
         env.lower_thread_pool_cpu_priority();
-        env.lower_high_priority_thread_pool_cpu_priority();
         opts.set_env(&env);
         opts.increase_parallelism(2);
         // Segments of append-only relations (megabytes each) go to blob files, uncompressed:
