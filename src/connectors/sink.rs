@@ -5,26 +5,27 @@
 //! (`sink.parallelism`, one unless given), each delivering the changes of its own keys (the
 //! primary key's vnode, [`KeyShards`]; a sink without a key, over a view that only inserts,
 //! gives its batches to the shards in turn), so the changes of one key stay in order. The job
-//! puts each shard's changes into the shard's *outbox* in the store, in *groups*: the changes of one checkpoint interval form one group,
-//! numbered by the first epoch after the checkpoint before it (a new sink's first group starts
-//! with the view's rows). A group is written in *parts* of at most [`PART_ROWS`] rows (keys
-//! `[sink id][shard][group][part]`; shard 0's are those of a sink of one shard before shards
-//! existed): whenever that many changes of a shard are waiting, and the rest at the
-//! checkpoint barrier that ends the interval, so the job holds about a part per shard in memory
-//! and each deliverer one, whatever the view's size or the backlog. A part written before
-//! the checkpoint is tagged with the epoch it belongs to, so a snapshot of an earlier cut being
-//! taken meanwhile does not hold it (ADR 18). Delivery is a two-phase commit: once a group is
-//! whole (its checkpoint barrier passed the job), the shard's deliverer hands its parts, in
-//! order, to the shard's own [`SinkWriter`] inside one transaction of the external system,
-//! while the checkpoint completes; once that checkpoint is taken, the transaction commits the
-//! parts with the shard's marker saying "group `g` delivered" (a Kafka transaction with its own
-//! `transactional.id` and a consumer-group offset; a Postgres transaction with a marker row),
-//! then the group is deleted; the shards deliver side by side, each at its own pace. After a crash the store is back at
-//! the newest checkpoint, outboxes included; groups a shard's marker says were delivered are
-//! deleted unsent, the
-//! rest are sent. The changes after the checkpoint are computed again by the restored view and
-//! reach a later group, numbered above every earlier one (epochs only grow). So every change
-//! reaches the external system once.
+//! puts each shard's changes into the shard's *outbox* in the store, in *groups*: the changes
+//! of one checkpoint interval form one group, numbered by the first epoch after the checkpoint
+//! before it (a new sink's first group starts with the view's rows). A group is written in
+//! *parts* of at most [`PART_ROWS`] rows (keys `[sink id][shard][group][part]`; shard 0's are
+//! those of a sink of one shard before shards existed): whenever that many changes of a shard
+//! are waiting, and the rest at the checkpoint barrier that ends the interval, so the job holds
+//! about a part per shard in memory and each deliverer one, whatever the view's size or the
+//! backlog. A part written before the checkpoint is tagged with the epoch it belongs to, so a
+//! snapshot of an earlier cut being taken meanwhile does not hold it (ADR 18).
+//!
+//! Delivery is a two-phase commit: once a group is whole (its checkpoint barrier passed the
+//! job), the shard's deliverer hands its parts, in order, to the shard's own [`SinkWriter`]
+//! inside one transaction of the external system, while the checkpoint completes; once that
+//! checkpoint is taken, the transaction commits the parts with the shard's marker saying
+//! "group `g` delivered" (a Kafka transaction with its own `transactional.id` and a
+//! consumer-group offset; a Postgres transaction with a marker row), then the group is
+//! deleted; the shards deliver side by side, each at its own pace. After a crash the store is
+//! back at the newest checkpoint, outboxes included; groups a shard's marker says were
+//! delivered are deleted unsent, the rest are sent. The changes after the checkpoint are
+//! computed again by the restored view and reach a later group, numbered above every earlier
+//! one (epochs only grow). So every change reaches the external system once.
 //!
 //! A connector that cannot be reached is retried with backoff (`weir_catalog.sinks` shows the
 //! sink `retrying` while any shard is); the outbox grows on disk meanwhile, never in memory,
