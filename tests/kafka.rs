@@ -478,3 +478,54 @@ async fn the_position_is_committed_to_the_consumer_group() {
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
 }
+
+/// A Kafka sink's writer dropped with a transaction open (its sink stopped or dropped while a
+/// group waited for its checkpoint, which the two-phase delivery makes a common moment) aborts
+/// it: a `read_committed` reader reads what is committed after it at once, instead of waiting
+/// for the transaction's timeout (15 minutes by default; for ever on a broker that does not
+/// expire transactions, since a dropped sink's transactional id never comes back to fence it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kafka_sink_writer_dropped_mid_transaction_aborts_it() {
+    use std::sync::Arc;
+
+    use datafusion::arrow::array::{Int64Array, RecordBatch};
+    use weir::connectors::kafka::sink::KafkaSink;
+    use weir::connectors::options::ConnectorOptions;
+    use weir::connectors::sink::{SinkWriter, WriterSpec};
+    use weir::types::ChangeBatch;
+
+    let topic = topic("dropped_tx", 1).await;
+    let options = ConnectorOptions(
+        [
+            ("topic", topic.as_str()),
+            ("properties.bootstrap.server", kafka_bootstrap().as_str()),
+            ("format", "plain"),
+            ("transactional.id.prefix", topic.as_str()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect(),
+    );
+    let rows = RecordBatch::try_from_iter([("id", Arc::new(Int64Array::from(vec![1, 2, 3])) as _)]).unwrap();
+    let spec = WriterSpec { sink_id: 1, shard: 0, schema: rows.schema(), append_only: true };
+    let mut writer = KafkaSink::new(&options, &spec).unwrap();
+    tokio::task::block_in_place(|| {
+        writer.begin().unwrap();
+        writer.write(&[ChangeBatch::inserts(rows)]).unwrap();
+        // The messages reach the broker inside the open transaction (librdkafka sends them
+        // within its linger time).
+        std::thread::sleep(Duration::from_secs(1));
+        drop(writer);
+        send(&producer(None), &topic, &[(0, r#"{"id": 100}"#.to_string())]);
+        // The abort is on its way (the writer does not wait for the broker when dropped).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let read: Vec<Option<String>> = consume_all(&topic).into_iter().map(|(_, value)| value).collect();
+            if !read.is_empty() || Instant::now() > deadline {
+                assert_eq!(read, [Some(r#"{"id": 100}"#.to_string())], "only the committed message, within seconds");
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    });
+}

@@ -354,9 +354,19 @@ impl SinkWriter for KafkaSink {
         self.in_transaction = false;
         if let Some(producer) = self.producer.take() {
             if self.exactly_once {
-                let _ = producer.abort_transaction(self.timeout);
+                abort_transaction(&producer, self.timeout);
             }
         }
+    }
+}
+
+/// Aborts `producer`'s open transaction, first serving its messages' delivery reports, which
+/// librdkafka needs before an abort (nothing else polls this producer). A failure is left to
+/// the next producer with the same transactional id, which fences the transaction.
+fn abort_transaction(producer: &SinkProducer, timeout: Duration) {
+    let _ = producer.flush(timeout);
+    if let Err(e) = producer.abort_transaction(timeout) {
+        tracing::debug!("aborting a Kafka sink's transaction failed: {e}");
     }
 }
 
@@ -369,9 +379,7 @@ impl Drop for KafkaSink {
     fn drop(&mut self) {
         if let (true, Some(producer)) = (self.in_transaction, self.producer.take()) {
             let timeout = self.timeout;
-            std::thread::spawn(move || {
-                let _ = producer.abort_transaction(timeout);
-            });
+            std::thread::spawn(move || abort_transaction(&producer, timeout));
         }
     }
 }
