@@ -34,7 +34,7 @@ use rdkafka::client::ClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{BaseProducer, DeliveryResult, Producer, ProducerContext};
+use rdkafka::producer::{BaseProducer, DeliveryResult, Producer, ProducerContext, PurgeConfig};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 use super::{
@@ -360,11 +360,16 @@ impl SinkWriter for KafkaSink {
     }
 }
 
-/// Aborts `producer`'s open transaction, first serving its messages' delivery reports, which
-/// librdkafka needs before an abort (nothing else polls this producer). A failure is left to
-/// the next producer with the same transactional id, which fences the transaction.
+/// Aborts `producer`'s open transaction. librdkafka aborts only once every message's delivery
+/// report is served, and nothing else polls this producer: the messages are purged (not sent)
+/// and their reports served first. A failure is left to the next producer with the same
+/// transactional id, which fences the transaction.
 fn abort_transaction(producer: &SinkProducer, timeout: Duration) {
-    let _ = producer.flush(timeout);
+    producer.purge(PurgeConfig::default().queue().inflight());
+    let deadline = std::time::Instant::now() + timeout;
+    while producer.in_flight_count() > 0 && std::time::Instant::now() < deadline {
+        producer.poll(Duration::from_millis(10));
+    }
     if let Err(e) = producer.abort_transaction(timeout) {
         tracing::debug!("aborting a Kafka sink's transaction failed: {e}");
     }

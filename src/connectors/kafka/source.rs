@@ -13,8 +13,8 @@
 //! `scan.startup.timestamp.millis`), resolved to offsets at the first read, so a restart goes
 //! on exactly from the checkpoint. Partitions added to the topic later are found (metadata is
 //! read again every `kafka.metadata.refresh.ms`, by the consumer already reading) and read from
-//! their start. Messages are read
-//! with `isolation.level = read_committed`, so aborted transactions are never seen.
+//! their start. Messages are read with `isolation.level = read_committed`, so aborted
+//! transactions are never seen.
 //!
 //! The rows are not stored: Kafka keeps the messages, so the source is *replayed*
 //! ([`crate::connectors::replay`]): it logs each chunk's positions and reads the same offsets again when its
