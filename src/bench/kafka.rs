@@ -54,9 +54,12 @@ fn kafka_error(what: &str) -> impl Fn(rdkafka::error::KafkaError) -> WeirError +
     move |e| WeirError::new(crate::error::SqlState::UNABLE_TO_CONNECT, format!("{what}: {e}"))
 }
 
+fn admin(servers: &str) -> Result<AdminClient<DefaultClientContext>> {
+    ClientConfig::new().set("bootstrap.servers", servers).create().map_err(kafka_error("Kafka admin client"))
+}
+
 async fn create_topic(servers: &str, name: &str) -> Result<()> {
-    let admin: AdminClient<DefaultClientContext> =
-        ClientConfig::new().set("bootstrap.servers", servers).create().map_err(kafka_error("Kafka admin client"))?;
+    let admin = admin(servers)?;
     let topic = NewTopic::new(name, PARTITIONS, TopicReplication::Fixed(1)).set("retention.ms", "-1");
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
     let created = admin.create_topics(&[topic], &options).await.map_err(kafka_error("creating a topic"))?;
@@ -328,12 +331,8 @@ fn latency_of(message: &rdkafka::message::BorrowedMessage<'_>) -> Option<f64> {
 /// all their messages; a failure only warns.
 async fn delete_topics(servers: &str, topics: &[&str]) {
     let deleted = async {
-        let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-            .set("bootstrap.servers", servers)
-            .create()
-            .map_err(kafka_error("Kafka admin client"))?;
         let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
-        admin.delete_topics(topics, &options).await.map_err(kafka_error("deleting the topics"))
+        admin(servers)?.delete_topics(topics, &options).await.map_err(kafka_error("deleting the topics"))
     };
     if let Err(e) = deleted.await {
         eprintln!("warning: {}", e.message);

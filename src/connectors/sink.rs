@@ -637,7 +637,8 @@ pub async fn deliver(
     let mut delivered: Option<Option<Epoch>> = None;
     // The group whose changes the writer's open transaction holds, and how many.
     let mut sent: Option<(Epoch, usize)> = None;
-    let mut closing = true;
+    // The sink job still closes groups (its sender not dropped).
+    let mut job_running = true;
     set_shard_status(&sink, shard, |s| s.state = "running".into());
     loop {
         let taken = restored.max(*checkpointed.borrow());
@@ -706,7 +707,7 @@ pub async fn deliver(
                 // sender dropped), only checkpoints are left to wait for.
                 tokio::select! {
                     changed = checkpointed.changed() => if changed.is_err() { return },
-                    changed = closed.changed(), if closing => closing = changed.is_ok(),
+                    changed = closed.changed(), if job_running => job_running = changed.is_ok(),
                 }
             }
             Err(e) => {
