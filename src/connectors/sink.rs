@@ -802,6 +802,28 @@ mod tests {
         }
     }
 
+    /// A deliverer of `shard` of `sink` writing to `recorder`, as the manager starts one.
+    fn spawn_deliver(
+        sink: &Arc<Relation>,
+        shard: u16,
+        store: &Arc<dyn StateStore>,
+        recorder: &Recorder,
+        closed: &watch::Receiver<Epoch>,
+        checkpointed: watch::Receiver<Epoch>,
+        restored: Epoch,
+    ) -> tokio::task::JoinHandle<()> {
+        let writer = Box::new(recorder.clone());
+        tokio::spawn(deliver(
+            Arc::clone(sink),
+            shard,
+            Arc::clone(store),
+            writer,
+            closed.clone(),
+            checkpointed,
+            restored,
+        ))
+    }
+
     /// Waits (up to 10 s) until `done`; else panics with `what`.
     async fn wait_until(mut done: impl FnMut() -> bool, what: impl Fn() -> String) {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
@@ -887,15 +909,7 @@ mod tests {
         wait_until(|| *closed.borrow() == 13, || format!("groups whole through {}", *closed.borrow())).await;
         let recorder = Recorder::default();
         let (checkpointed, watched) = watch::channel(12);
-        let delivering = tokio::spawn(deliver(
-            Arc::clone(&sink),
-            0,
-            Arc::clone(&store),
-            Box::new(recorder.clone()),
-            closed.clone(),
-            watched,
-            0,
-        ));
+        let delivering = spawn_deliver(&sink, 0, &store, &recorder, &closed, watched, 0);
         let first = (p + p / 2 + 10) as usize;
         let expected: Vec<String> = vec![
             "begin".into(),
@@ -930,15 +944,7 @@ mod tests {
         .unwrap();
         let resent = Recorder { marker: Some(20), ..Default::default() };
         let (_checkpointed, watched) = watch::channel(20);
-        let delivering = tokio::spawn(deliver(
-            Arc::clone(&sink),
-            0,
-            Arc::clone(&store),
-            Box::new(resent.clone()),
-            closed.clone(),
-            watched,
-            20,
-        ));
+        let delivering = spawn_deliver(&sink, 0, &store, &resent, &closed, watched, 20);
         wait_until(|| parts().is_empty(), || "the delivered group was not deleted".into()).await;
         assert!(resent.log.lock().is_empty(), "nothing sent again: {:?}", resent.log.lock());
         delivering.abort();
@@ -993,17 +999,7 @@ mod tests {
         let delivering: Vec<_> = recorders
             .iter()
             .zip(0..)
-            .map(|(r, shard)| {
-                tokio::spawn(deliver(
-                    Arc::clone(&sink),
-                    shard,
-                    Arc::clone(&store),
-                    Box::new(r.clone()),
-                    closed.clone(),
-                    watched.clone(),
-                    2,
-                ))
-            })
+            .map(|(r, shard)| spawn_deliver(&sink, shard, &store, r, &closed, watched.clone(), 2))
             .collect();
         wait_until(|| undelivered(store.as_ref(), &sink).unwrap() == 0, || "the groups were not delivered".into())
             .await;
