@@ -95,6 +95,11 @@ enum BenchCommand {
         /// With --kafka: the sink's shards (`sink.parallelism`), 1 unless given.
         #[arg(long)]
         sink_parallelism: Option<usize>,
+        /// With --kafka: produce every bid to the topic before the pipeline starts (the
+        /// pipeline alone is timed, reading a topic that is already full), instead of while it
+        /// runs.
+        #[arg(long)]
+        preload: bool,
         /// With --kafka: only produce the bids to this topic (the benchmark's producer process).
         #[arg(long, hide = true)]
         produce_to: Option<String>,
@@ -213,6 +218,7 @@ fn main() -> std::process::ExitCode {
                     kafka,
                     sink,
                     sink_parallelism,
+                    preload,
                     produce_to,
                 },
         }) => {
@@ -236,7 +242,7 @@ fn main() -> std::process::ExitCode {
                 return run_bench(weir::bench::kafka::produce(options, servers.clone(), topic));
             }
             if let Some(servers) = kafka {
-                let kafka = weir::bench::kafka::KafkaBenchOptions { servers, sink, sink_parallelism };
+                let kafka = weir::bench::kafka::KafkaBenchOptions { servers, sink, sink_parallelism, preload };
                 return run_bench(weir::bench::kafka::run(options, kafka));
             }
             return run_bench(weir::bench::nexmark::run(options));

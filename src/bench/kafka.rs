@@ -7,7 +7,8 @@
 //!
 //! The bids are produced while the pipeline runs, by a process of its own (`--produce-to`, so
 //! its memory is not counted as Weir's; it shares the machine's cores with Weir and the
-//! broker), so the source reads near the topic's head, as in production.
+//! broker), so the source reads near the topic's head, as in production; with `--preload`,
+//! all of them before the pipeline starts, so it reads a full topic with no producer running.
 //! - Throughput (`--rate 0`): the producer sends as fast as the broker takes; timed from
 //!   creating the source until the view holds every bid and the sink has committed every
 //!   change (its outbox empty after a final checkpoint).
@@ -46,6 +47,8 @@ pub struct KafkaBenchOptions {
     pub sink: String,
     /// The sink's shards (`sink.parallelism`), if not one.
     pub sink_parallelism: Option<usize>,
+    /// Produce every bid before the pipeline starts (throughput of the pipeline alone).
+    pub preload: bool,
 }
 
 const PARTITIONS: i32 = 4;
@@ -126,16 +129,32 @@ pub async fn run(options: NexmarkOptions, kafka: KafkaBenchOptions) -> Result<()
         .clone()
         .unwrap_or(crate::checkpoint::CheckpointConfig { interval_ms: 1000, ..Default::default() });
     let interval_ms = checkpoints.interval_ms;
+    if kafka.preload && options.rate > 0 {
+        return Err(WeirError::syntax("--preload measures throughput: it takes no --rate"));
+    }
+    // With --preload, every bid is on the topic before the clock starts.
+    let mut producer = None;
+    if kafka.preload {
+        let mut preloading = start_producer(&options, &kafka.servers, &input)?;
+        let status = tokio::task::block_in_place(|| preloading.wait())
+            .map_err(|e| WeirError::io(format!("waiting for the producer: {e}")))?;
+        if !status.success() {
+            return Err(WeirError::internal(format!("the producer failed: {status}")));
+        }
+    }
     let started = Instant::now();
     let cpu_before = cpu_seconds();
     let mut h = Harness::with_epoch(options.epoch, Some(checkpoints)).await?;
     h.run(&format!("SET streaming_parallelism = {}", options.parallelism)).await?;
+    // noida-db answers a fetch with everything after its offset, whatever `fetch.max.bytes`
+    // says: a full topic needs librdkafka to take responses of any size.
+    let receive_limit = if kafka.preload { ", properties.receive.message.max.bytes = '2147483647'" } else { "" };
     h.run(&format!(
         "CREATE SOURCE bid (auction BIGINT, bidder BIGINT, price BIGINT, channel VARCHAR, url VARCHAR, \
          date_time TIMESTAMP, extra VARCHAR, p_time AS PROCTIME(), \
          WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND) \
          WITH (connector = 'kafka', topic = '{input}', properties.bootstrap.server = '{}', \
-         kafka.max.chunk.size = '{}') FORMAT PLAIN ENCODE JSON",
+         kafka.max.chunk.size = '{}'{receive_limit}) FORMAT PLAIN ENCODE JSON",
         kafka.servers, options.chunk
     ))
     .await?;
@@ -164,19 +183,16 @@ pub async fn run(options: NexmarkOptions, kafka: KafkaBenchOptions) -> Result<()
             "--rate with --kafka measures end to end through the sink: a query whose view has date_time (q0, q7) and a sink",
         ));
     }
-    // The producer, a process of its own (its memory is not Weir's), started now that the
-    // pipeline runs: the source reads near the topic's head, as in production.
-    let exe = std::env::current_exe().map_err(|e| WeirError::io(format!("this executable: {e}")))?;
-    let mut producer = std::process::Command::new(exe)
-        .args(["bench", "nexmark", "--kafka", &kafka.servers, "--produce-to", &input])
-        .args(["--events", &options.events.to_string(), "--rate", &options.rate.to_string()])
-        .spawn()
-        .map_err(|e| WeirError::io(format!("starting the producer: {e}")))?;
+    // Without --preload, the producer starts now that the pipeline runs: the source reads near
+    // the topic's head, as in production.
+    if !kafka.preload {
+        producer = Some(start_producer(&options, &kafka.servers, &input)?);
+    }
     let source = catalog.get("bid").ok_or_else(|| WeirError::internal("source missing"))?;
     let mut latencies: Vec<f64> = Vec::new();
     if options.rate == 0 {
         while stored_position(&catalog, &source)?.records < bids {
-            producer_alive(&mut producer)?;
+            producer_alive(producer.as_mut())?;
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         h.run("FLUSH").await?;
@@ -187,7 +203,7 @@ pub async fn run(options: NexmarkOptions, kafka: KafkaBenchOptions) -> Result<()
             std::thread::spawn(move || read_latencies(&servers, &output, &stop))
         };
         while stored_position(&catalog, &source)?.records < bids {
-            producer_alive(&mut producer)?;
+            producer_alive(producer.as_mut())?;
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         h.run("FLUSH").await?;
@@ -200,7 +216,9 @@ pub async fn run(options: NexmarkOptions, kafka: KafkaBenchOptions) -> Result<()
         wait_delivered(&h, &catalog).await?;
     }
     let seconds = started.elapsed().as_secs_f64();
-    let _ = tokio::task::block_in_place(|| producer.wait());
+    if let Some(mut producer) = producer {
+        let _ = tokio::task::block_in_place(|| producer.wait());
+    }
     let cpu = cpu_seconds() - cpu_before;
     latencies.sort_by(f64::total_cmp);
     let (p50, p99) = (quantile(&latencies, 0.5) * 1000.0, quantile(&latencies, 0.99) * 1000.0);
@@ -216,8 +234,9 @@ pub async fn run(options: NexmarkOptions, kafka: KafkaBenchOptions) -> Result<()
         String::new()
     };
     println!(
-        "nexmark {} (Kafka in, sink {sink}): {bids} bids in {seconds:.2} s = {rate:.0} bids/s, {:.2} CPU s per million bids{latency}, checkpoints every {interval_ms} ms, peak RSS {rss:.0} MiB ({} cores)",
+        "nexmark {} (Kafka in{}, sink {sink}): {bids} bids in {seconds:.2} s = {rate:.0} bids/s, {:.2} CPU s per million bids{latency}, checkpoints every {interval_ms} ms, peak RSS {rss:.0} MiB ({} cores)",
         options.query,
+        if kafka.preload { ", preloaded" } else { "" },
         cpu / (bids as f64 / 1e6),
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
     );
@@ -226,6 +245,7 @@ pub async fn run(options: NexmarkOptions, kafka: KafkaBenchOptions) -> Result<()
         "query": options.query,
         "source": "kafka",
         "sink": sink,
+        "preloaded": kafka.preload,
         "bids": bids,
         "rate": options.rate,
         "parallelism": options.parallelism,
@@ -245,8 +265,21 @@ pub async fn run(options: NexmarkOptions, kafka: KafkaBenchOptions) -> Result<()
     Ok(())
 }
 
-/// Fails if the producer process exited without success (the bids would never all come).
-fn producer_alive(producer: &mut std::process::Child) -> Result<()> {
+/// The producer: a process of its own (its memory is not Weir's) running [`produce`] to
+/// `topic` with `options`' events and rate.
+fn start_producer(options: &NexmarkOptions, servers: &str, topic: &str) -> Result<std::process::Child> {
+    let exe = std::env::current_exe().map_err(|e| WeirError::io(format!("this executable: {e}")))?;
+    std::process::Command::new(exe)
+        .args(["bench", "nexmark", "--kafka", servers, "--produce-to", topic])
+        .args(["--events", &options.events.to_string(), "--rate", &options.rate.to_string()])
+        .spawn()
+        .map_err(|e| WeirError::io(format!("starting the producer: {e}")))
+}
+
+/// Fails if the producer process (if one runs) exited without success (the bids would never
+/// all come).
+fn producer_alive(producer: Option<&mut std::process::Child>) -> Result<()> {
+    let Some(producer) = producer else { return Ok(()) };
     match producer.try_wait() {
         Ok(Some(status)) if !status.success() => Err(WeirError::internal(format!("the producer failed: {status}"))),
         _ => Ok(()),
