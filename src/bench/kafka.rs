@@ -118,6 +118,9 @@ pub async fn run(options: NexmarkOptions, kafka: KafkaBenchOptions) -> Result<()
         "none" => None,
         other => return Err(WeirError::syntax(format!("--sink {other}: exactly-once, at-least-once or none"))),
     };
+    if kafka.preload && options.rate > 0 {
+        return Err(WeirError::syntax("--preload measures throughput: it takes no --rate"));
+    }
     let suffix = format!("{}-{}", std::process::id(), chrono::Utc::now().timestamp_millis());
     let (input, output) = (format!("weir-bench-bids-{suffix}"), format!("weir-bench-{}-{suffix}", options.query));
     create_topic(&kafka.servers, &input).await?;
@@ -129,18 +132,13 @@ pub async fn run(options: NexmarkOptions, kafka: KafkaBenchOptions) -> Result<()
         .clone()
         .unwrap_or(crate::checkpoint::CheckpointConfig { interval_ms: 1000, ..Default::default() });
     let interval_ms = checkpoints.interval_ms;
-    if kafka.preload && options.rate > 0 {
-        return Err(WeirError::syntax("--preload measures throughput: it takes no --rate"));
-    }
     // With --preload, every bid is on the topic before the clock starts.
     let mut producer = None;
     if kafka.preload {
         let mut preloading = start_producer(&options, &kafka.servers, &input)?;
-        let status = tokio::task::block_in_place(|| preloading.wait())
+        tokio::task::block_in_place(|| preloading.wait())
             .map_err(|e| WeirError::io(format!("waiting for the producer: {e}")))?;
-        if !status.success() {
-            return Err(WeirError::internal(format!("the producer failed: {status}")));
-        }
+        producer_alive(Some(&mut preloading))?;
     }
     let started = Instant::now();
     let cpu_before = cpu_seconds();
@@ -276,8 +274,8 @@ fn start_producer(options: &NexmarkOptions, servers: &str, topic: &str) -> Resul
         .map_err(|e| WeirError::io(format!("starting the producer: {e}")))
 }
 
-/// Fails if the producer process (if one runs) exited without success (the bids would never
-/// all come).
+/// Fails if the producer process (if one runs) has exited without success (the bids would
+/// never all come).
 fn producer_alive(producer: Option<&mut std::process::Child>) -> Result<()> {
     let Some(producer) = producer else { return Ok(()) };
     match producer.try_wait() {
