@@ -60,12 +60,12 @@ use super::eval::evaluate;
 use super::operator::Operator;
 use crate::error::{Result, WeirError};
 use crate::state::expiring_groups::ExpiringGroups;
-use crate::state::expiring_rows::MEMORY_LIMIT_BYTES;
 use crate::state::index_codec::{corrupt as corrupt_record, IndexReader, IndexWriter};
 use crate::state::keyed::{decode_count, Flush, KeyedState};
 use crate::state::keys_by_time::KeysByTime;
 use crate::state::store::WriteBatch;
 use crate::state::watermark_pace::WatermarkPace;
+use crate::state::MEMORY_LIMIT_BYTES;
 use crate::types::window::{close_times, TimeColumn};
 use crate::types::{ChangeBatch, Op};
 

@@ -14,7 +14,7 @@
 //! tables). Bytes written per checkpoint follow the parts changed, not the state.
 //!
 //! Memory is the open windows' values ([`ExpiringGroups::bytes_held`]); past
-//! [`MEMORY_LIMIT_BYTES`](super::expiring_rows::MEMORY_LIMIT_BYTES) the owner hands them to its
+//! [`MEMORY_LIMIT_BYTES`](super::MEMORY_LIMIT_BYTES) the owner hands them to its
 //! state table ([`ExpiringGroups::into_entries`]), which spills past its cache like any other.
 //! With checkpoints off nothing is written.
 //!

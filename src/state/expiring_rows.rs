@@ -15,10 +15,11 @@
 //!
 //! Memory is what the bound keeps alive (the join's time interval of rows), plus the expired
 //! rows of segments still holding a live one ([`ExpiringRows::bytes_held`] counts both). The
-//! join gives up memory past [`MEMORY_LIMIT_BYTES`] (a backfill over a long history, a stuck
-//! watermark, rows far ahead of the others pinning segments): [`ExpiringRows::into_live_rows`]
-//! hands the rows over to its state table, which spills past its cache like any other. With
-//! checkpoints off nothing is written and segments are dropped as their rows expire.
+//! join gives up memory past [`MEMORY_LIMIT_BYTES`](super::MEMORY_LIMIT_BYTES) (a backfill over
+//! a long history, a stuck watermark, rows far ahead of the others pinning segments):
+//! [`ExpiringRows::into_live_rows`] hands the rows over to its state table, which spills past
+//! its cache like any other. With checkpoints off nothing is written and segments are dropped
+//! as their rows expire.
 //!
 //! Restore ([`ExpiringRows::restore`]) reads the shard's stored segments back and indexes the
 //! rows at or above the bound the checkpoint had ([`ExpiringRows::save`]); the checkpoint holds
@@ -46,11 +47,6 @@ use crate::types::hash::HashMap;
 
 /// A segment is sealed, and written at the next checkpoint, once it holds this many bytes.
 pub const SEGMENT_BYTES: usize = 256 * 1024;
-
-/// Past this many bytes held in memory per operator side and shard, state kept in memory goes
-/// to its state table instead: a join side's segments (here), a windowed aggregate's groups
-/// ([`super::expiring_groups`]).
-pub const MEMORY_LIMIT_BYTES: usize = 128 * 1024 * 1024;
 
 /// Rows one after another (time, key, row), as they arrived; a stored one is a record of the
 /// index codec (format byte first), so it is versioned like the operators' records. This is the

@@ -40,3 +40,8 @@ pub mod watermark_pace;
 
 pub use store::{StateStore, WriteBatch};
 pub use table::StateTable;
+
+/// Past this many bytes held in memory per operator side and shard, state kept in memory goes
+/// to its state table instead: a join side's segments ([`expiring_rows`]), a windowed
+/// aggregate's groups ([`expiring_groups`]).
+pub const MEMORY_LIMIT_BYTES: usize = 128 * 1024 * 1024;
