@@ -371,7 +371,7 @@ async fn a_view_whose_commit_fails_stops_alone_and_stays_stopped() {
     assert_eq!(common::rows(&c, &format!("SELECT count(*) FROM {stopped}")).await, frozen, "resumed after a restart");
     assert_eq!(
         common::rows(&c, "SELECT view_name FROM weir_catalog.view_errors").await,
-        [stopped.clone()],
+        std::slice::from_ref(&stopped),
         "the stop is shown after a restart"
     );
     assert_eq!(common::rows(&c, beside).await, common::rows(&c, its_query).await, "beside {stopped}, restarted");

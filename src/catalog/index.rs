@@ -223,7 +223,7 @@ fn already_filled(relation: &Relation, changes: &ChangeBatch, up_to: Option<&[u8
         .filter(|(_, k)| k.as_slice() <= up_to)
         .map(|(i, _)| i as u32)
         .collect();
-    Ok((!keep.is_empty()).then(|| changes.take(&keep)).transpose()?)
+    (!keep.is_empty()).then(|| changes.take(&keep)).transpose()
 }
 
 /// `rows` (the index's columns) under the index's own schema (the same types; names and

@@ -465,7 +465,7 @@ impl ViewJob {
             self.save_runtime(&mut state)?;
         }
         let (view_wb, changes) = self.materialize.barrier()?;
-        let mut wb = WriteBatch { skip_wal: true, epoch: Some(epoch), ops: view_wb.ops, ..Default::default() };
+        let mut wb = WriteBatch { skip_wal: true, epoch: Some(epoch), ops: view_wb.ops };
         let late = self.late_rows()?;
         let late_table = self.late_table.clone().filter(|_| late.is_some());
         let _late_guard = match &late_table {

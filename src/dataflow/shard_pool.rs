@@ -118,7 +118,7 @@ mod tests {
     #[test]
     fn tasks_borrow_the_callers_data_and_return_in_order() {
         let mut pool = ShardPool::new(3);
-        let mut shards = vec![vec![1], vec![2], vec![3]];
+        let mut shards = [vec![1], vec![2], vec![3]];
         for round in 0..100 {
             let tasks: Vec<Box<dyn FnOnce() -> usize + Send + '_>> = shards
                 .iter_mut()

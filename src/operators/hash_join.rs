@@ -381,13 +381,13 @@ impl Side {
             let (_, stored, key_len) = row?;
             let count = match (present, self.append_only) {
                 (true, _) => 1,
-                (false, true) => self.state.get(&stored, key_len)?.is_some() as i64,
-                (false, false) => count_of(self.state.get(&stored, key_len)?)?,
+                (false, true) => self.state.get(stored, key_len)?.is_some() as i64,
+                (false, false) => count_of(self.state.get(stored, key_len)?)?,
             };
             if count == 0 {
                 continue;
             }
-            self.state.delete(&stored, key_len);
+            self.state.delete(stored, key_len);
             let key = &stored[..key_len];
             if self.counted {
                 self.state.add_count(&Self::tagged(key, 0, &[]), key_len, -count)?;

@@ -116,7 +116,7 @@ impl Json {
 
     /// `value #> path`: [`Json::get`] step by step, where a path's text step names an array's
     /// element by its number (`'{a,0}'`), as Postgres's path operators read it.
-    pub fn path<'a>(&'a self, steps: impl IntoIterator<Item = PathStep>) -> Option<&'a Json> {
+    pub fn path(&self, steps: impl IntoIterator<Item = PathStep>) -> Option<&Json> {
         let mut at = self;
         for step in steps {
             let step = match (at, step) {

@@ -45,10 +45,8 @@ pub fn pg_text(column: &ArrayRef, zone: Option<&str>) -> Result<StringArray, Wei
             let micros = cast(column, &DataType::Timestamp(TimeUnit::Microsecond, tz.clone()))?;
             let micros = micros.as_any().downcast_ref::<TimestampMicrosecondArray>().expect("cast");
             // A zone Arrow cannot read (the session's `SET TIME ZONE '+5'`) is shown as UTC.
-            let zone: Option<Tz> = match tz {
-                Some(tz) => Some(zone.unwrap_or(tz).parse().unwrap_or_else(|_| "+00:00".parse().expect("UTC"))),
-                None => None,
-            };
+            let zone: Option<Tz> =
+                tz.as_ref().map(|tz| zone.unwrap_or(tz).parse().unwrap_or_else(|_| "+00:00".parse().expect("UTC")));
             micros
                 .iter()
                 .map(|v| {
