@@ -26,15 +26,21 @@ mkdir -p "$root/weirbench" # s3s-fs keeps a bucket as a directory under its root
   >"$root.log" 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null || true; rm -rf "$root" "$root.log"' EXIT
-sleep 1
+for _ in $(seq 1 50); do # any HTTP answer (403 without a signature) means it listens
+  curl -s -o /dev/null "http://127.0.0.1:$port/" && break
+  sleep 0.2
+done
 export AWS_ENDPOINT="http://127.0.0.1:$port" AWS_ACCESS_KEY_ID=weir AWS_SECRET_ACCESS_KEY=weir-bench-key \
   AWS_REGION=us-east-1
 
 run() { # $1: s3 or off; prints events/s
   local extra=()
   [ "$1" = s3 ] && extra=(--checkpoint-interval 1s --checkpoint-url "s3://weirbench/run-$RANDOM-$(date +%s%N)")
-  "$bin" bench nexmark --query "$query" --events "$events" "${extra[@]}" 2>/dev/null |
-    grep '^nexmark' | tee /dev/stderr | sed -E 's/.*= ([0-9]+) events\/s.*/\1/'
+  local out
+  out=$("$bin" bench nexmark --query "$query" --events "$events" "${extra[@]}" 2>&1) ||
+    { echo "$out" >&2; echo "the $1 run failed" >&2; exit 1; }
+  echo "$out" | grep '^nexmark' >&2
+  echo "$out" | grep '^nexmark' | sed -E 's/.*= ([0-9]+) events\/s.*/\1/'
 }
 
 ratios=()
