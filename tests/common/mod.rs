@@ -263,7 +263,10 @@ pub async fn rows(client: &tokio_postgres::Client, sql: &str) -> Vec<String> {
     let mut out: Vec<String> = client
         .simple_query(sql)
         .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .unwrap_or_else(|e| match e.as_db_error() {
+            Some(db) => panic!("{sql}: {} {}", db.code().code(), db.message()),
+            None => panic!("{sql}: {e}"),
+        })
         .into_iter()
         .filter_map(|m| match m {
             tokio_postgres::SimpleQueryMessage::Row(r) => {
