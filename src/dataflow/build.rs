@@ -18,7 +18,7 @@ use std::sync::Arc;
 use datafusion::arrow::compute::SortOptions;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::Session;
-use datafusion::common::DFSchema;
+use datafusion::common::{DFSchema, NullEquality};
 use datafusion::logical_expr::{Aggregate, Distinct, Expr, ExprSchemable, JoinType, LogicalPlan};
 use datafusion::physical_expr::PhysicalExpr;
 
@@ -218,6 +218,12 @@ pub enum Distribution {
     Hash(Vec<usize>),
 }
 
+/// `schema` with every column nullable: what operators output (see [`Builder::schema`]).
+fn nullable(schema: &DFSchema) -> SchemaRef {
+    let fields: Vec<_> = schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();
+    Arc::new(datafusion::arrow::datatypes::Schema::new_with_metadata(fields, schema.metadata().clone()))
+}
+
 /// Physical expressions reading the columns at `indices` of `schema`.
 fn columns(schema: &datafusion::arrow::datatypes::Schema, indices: &[usize]) -> Vec<Arc<dyn PhysicalExpr>> {
     indices
@@ -343,6 +349,8 @@ impl Builder<'_> {
     /// once the watermark passes its time, as RisingWave does).
     fn emit_on_window_close(&mut self, plan: &LogicalPlan, top: Out) -> Result<()> {
         let window = top.times.iter().enumerate().find_map(|(i, t)| t.map(|t| (i, t)));
+        // Over a watermarked column itself, no window assigner judged which rows are late.
+        let judges_lateness = window.is_none();
         let Some((column, time)) = window.or_else(|| self.watermarked_column(plan)) else {
             return Err(WeirError::unsupported(
                 "EMIT ON WINDOW CLOSE needs a window or an event time: read from TUMBLE(...) or HOP(...) and GROUP BY (or select) window_start or window_end, or select the column a WATERMARK is declared for",
@@ -351,7 +359,16 @@ impl Builder<'_> {
         let table = self.state_table()?;
         let schema = Self::schema(plan);
         let ops = self.each(|shard| {
-            Ok(Box::new(EowcBuffer::new(column, time, Arc::clone(&schema), self.keyed(table)?, shard == 0)?))
+            let keyed = self.keyed(table)?;
+            Ok(Box::new(EowcBuffer::new(
+                column,
+                time,
+                Arc::clone(&schema),
+                keyed,
+                shard == 0,
+                judges_lateness,
+                &self.view,
+            )?))
         })?;
         // Every row to shard 0.
         let exchange = (top.distribution != Distribution::Single).then_some(vec![]);
@@ -378,7 +395,7 @@ impl Builder<'_> {
             .map(|b| Ok((self.physical(&b.value, input)?, b.offset, b.end)))
             .collect::<Result<Vec<_>>>()?;
         let text = split.bounds.iter().map(|b| b.text.as_str()).collect::<Vec<_>>().join(" AND ");
-        let schema = Arc::new(input.as_arrow().clone());
+        let schema = nullable(input);
         let (entering, leaving) = (self.state_table()?, self.state_table()?);
         let ops = self.each(|shard| {
             let bounds = bounds.iter().map(|(value, offset, end)| RowBound {
@@ -435,8 +452,11 @@ impl Builder<'_> {
         Ok(self.state.create_physical_expr(expr, input)?)
     }
 
+    /// The columns an operator computing `plan` outputs. Every column is nullable, whatever
+    /// the planner derived from the inputs: an expression that fails for a row gives NULL
+    /// there (`operators::eval`), and that row must not take the rest of its batch with it.
     fn schema(plan: &LogicalPlan) -> SchemaRef {
-        Arc::new(plan.schema().as_arrow().clone())
+        nullable(plan.schema())
     }
 
     /// The leaf reading the columns `indices` of relation `relation` (as `schema`); records it
@@ -841,6 +861,7 @@ impl Builder<'_> {
                         (Self::schema(&j.right), right_keys.clone(), self.keyed(right_state)?),
                         Self::schema(plan),
                         residual.clone(),
+                        j.null_equality == NullEquality::NullEqualsNull,
                         &self.view,
                     )?;
                     let mut join = join.with_append_only_inputs([left.append_only, right.append_only]);
@@ -987,7 +1008,7 @@ impl Builder<'_> {
             Some(f) => Some(self.physical(&f, &side.scan_schema)?),
             None => None,
         };
-        let output = Arc::new(j.schema.as_arrow().clone());
+        let output = nullable(&j.schema);
         let store = Arc::clone(self.catalog.store());
         let ops = self.each(|_| {
             Ok(Box::new(LookupJoin::new(

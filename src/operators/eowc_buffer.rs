@@ -5,10 +5,17 @@
 //! Rows wait by close time in a [`RowsByTime`]; at each barrier the rows whose window has
 //! closed are emitted and deleted. A row arriving for a window already closed (within the
 //! allowed lateness) is emitted at the next barrier. All rows go to one shard (shard 0).
+//!
+//! Over a watermarked column itself (no window assigner upstream, [`EowcBuffer::new`]'s
+//! `judges_lateness`), the buffer is where the view judges lateness, as a window assigner does
+//! for windows: a row whose time is at or below the watermark when it arrives is late, counted
+//! and dropped ([`LateRows`]), never emitted; so a plain select and a windowed view agree on
+//! which rows are late.
 
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::row::RowConverter;
 
+use super::lateness::LateRows;
 use super::operator::Operator;
 use crate::error::Result;
 use crate::state::index_codec::{IndexReader, IndexWriter};
@@ -29,19 +36,26 @@ pub struct EowcBuffer {
     watermark: Option<i64>,
     /// Only shard 0 holds rows (the others see none, and must not emit shard 0's).
     active: bool,
+    /// Rows late when they arrive: Some where no window assigner upstream judged them.
+    late: Option<LateRows>,
 }
 
 impl EowcBuffer {
+    /// Holds rows by the close time of `column`; with `judges_lateness` (the column is a
+    /// watermarked column, not a window bound) it drops rows late on arrival, counted for `view`.
     pub fn new(
         column: usize,
         time: TimeColumn,
         schema: SchemaRef,
         state: KeyedState,
         active: bool,
+        judges_lateness: bool,
+        view: &str,
     ) -> Result<EowcBuffer> {
         let codec = row_codec(&schema)?;
         let rows = RowsByTime::new(state, vec![]);
-        Ok(EowcBuffer { column, time, rows, codec, schema, watermark: None, active })
+        let late = judges_lateness.then(|| LateRows::new(false, view));
+        Ok(EowcBuffer { column, time, rows, codec, schema, watermark: None, active, late })
     }
 }
 
@@ -53,10 +67,19 @@ impl Operator for EowcBuffer {
     fn apply(&mut self, _input: usize, batch: ChangeBatch) -> Result<Vec<ChangeBatch>> {
         let closes = close_times(batch.data.column(self.column), self.time)?;
         let rows = self.codec.convert_columns(batch.data.columns())?;
+        let final_through = self.watermark.filter(|_| self.late.is_some());
+        let mut late = Vec::new();
         for (i, op) in batch.ops.iter().enumerate() {
             // A row without a window never closes.
             let Some(close) = closes[i] else { continue };
+            if final_through.is_some_and(|w| close <= w) {
+                late.push(i as u32);
+                continue;
+            }
             self.rows.add(close, rows.row(i).as_ref(), op.sign())?;
+        }
+        if let (Some(judge), false) = (&mut self.late, late.is_empty()) {
+            judge.divert(batch.take(&late)?)?;
         }
         Ok(vec![])
     }
@@ -114,7 +137,7 @@ mod tests {
             // (window end, value); rows close at their window end.
             let schema = from_pretty("S I\n").schema();
             let state = KeyedState::new(1, Arc::clone(store), 4).write_back().unwrap();
-            Box::new(EowcBuffer::new(0, TimeColumn { close_offset: 0 }, schema, state, true).unwrap())
+            Box::new(EowcBuffer::new(0, TimeColumn { close_offset: 0 }, schema, state, true, false, "test").unwrap())
         };
         assert_restore_continues(
             &make,

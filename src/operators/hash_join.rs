@@ -5,7 +5,8 @@
 //! change's op, so `Δ(L ⋈ R) = ΔL ⋈ R + L ⋈ ΔR` holds change by change. Outer joins also keep
 //! the NULL-padded rows right: a row whose key has no partner is emitted padded; when its first
 //! partner arrives the padded row is retracted, and when its last partner leaves it comes back.
-//! Rows with a NULL key never match, as in SQL.
+//! Rows with a NULL key never match, as in SQL, unless the join compares its keys with
+//! `IS NOT DISTINCT FROM` ([`HashJoin::new`]'s `nulls_match`): then NULL keys match each other.
 //!
 //! Each side's state is a [`KeyedState`] in the store (bounded cache), distributed by join key:
 //! `key ++ 0` holds how many rows the side has for the key, `key ++ 1 ++ row` each row's
@@ -473,6 +474,8 @@ type Pair = (Vec<u8>, Vec<u8>, Op);
 pub struct HashJoin {
     sides: [Side; 2],
     join_type: JoinType,
+    /// NULL keys match each other (`IS NOT DISTINCT FROM`).
+    nulls_match: bool,
     schema: SchemaRef,
     residual: Option<Filter>,
     view: String,
@@ -487,13 +490,15 @@ pub struct HashJoin {
 }
 
 impl HashJoin {
-    /// The left input's keys equal the right input's, position by position.
+    /// The left input's keys equal the right input's, position by position; with `nulls_match`
+    /// (`IS NOT DISTINCT FROM`) a NULL key equals a NULL key, else it matches nothing.
     pub fn new(
         join_type: JoinType,
         left: JoinInput,
         right: JoinInput,
         schema: SchemaRef,
         residual: Option<Arc<dyn PhysicalExpr>>,
+        nulls_match: bool,
         view: &str,
     ) -> Result<HashJoin> {
         let (pad_left, pad_right) = match join_type {
@@ -511,6 +516,7 @@ impl HashJoin {
         Ok(HashJoin {
             sides: [Side::new(left, pad_left)?, Side::new(right, pad_right)?],
             join_type,
+            nulls_match,
             schema,
             residual: residual.map(|r| Filter::new(r, view)),
             view: view.to_string(),
@@ -625,7 +631,7 @@ impl Operator for HashJoin {
         for (i, op) in batch.ops.iter().enumerate() {
             let row = rows.row(i).as_ref().to_vec();
             let sign = op.sign();
-            if key_arrays.iter().any(|k| k.is_null(i)) {
+            if !self.nulls_match && key_arrays.iter().any(|k| k.is_null(i)) {
                 // Never matches: only an outer join shows it, padded.
                 if self.sides[this].padded {
                     pairs.push(Self::pair(this, &row, &self.sides[other].null_row, *op));
@@ -824,6 +830,7 @@ mod tests {
             (side.clone(), vec![col("c0", &side).unwrap()], table(2)),
             Arc::new(Schema::new(fields)),
             None,
+            false,
             "test",
         )
         .unwrap()
