@@ -81,11 +81,22 @@ fn postgres_text(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
         _ => return Ok(Transformed::no(e)),
     };
     match inner.get_type(schema) {
+        // A duration's text is the interval rule's (`postgres_intervals`, a later revision).
+        Ok(DataType::Duration(_)) => return Ok(Transformed::no(e)),
         Ok(from) if crate::types::pg_text::has_pg_text(&from) => {}
         _ => return Ok(Transformed::no(e)),
     }
-    let call = Expr::ScalarFunction(ScalarFunction::new_udf(Arc::clone(&PG_TEXT), vec![inner.clone()]));
-    Ok(Transformed::yes(if to == DataType::Utf8 { call } else { Expr::Cast(Cast::new(Box::new(call), to)) }))
+    Ok(Transformed::yes(postgres_text_of(inner.clone(), to)))
+}
+
+/// `inner` written as Postgres writes it as text, as text type `to`.
+pub fn postgres_text_of(inner: Expr, to: DataType) -> Expr {
+    let call = Expr::ScalarFunction(ScalarFunction::new_udf(Arc::clone(&PG_TEXT), vec![inner]));
+    if to == DataType::Utf8 {
+        call
+    } else {
+        Expr::Cast(Cast::new(Box::new(call), to))
+    }
 }
 
 fn is_text(dt: &DataType) -> bool {

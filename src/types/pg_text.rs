@@ -22,6 +22,7 @@ pub fn has_pg_text(dt: &DataType) -> bool {
             | DataType::Float32
             | DataType::Float64
             | DataType::Interval(_)
+            | DataType::Duration(_)
     )
 }
 
@@ -61,6 +62,19 @@ pub fn pg_text(column: &ArrayRef, zone: Option<&str>) -> Result<StringArray, Wei
                         }
                     })
                 })
+                .collect()
+        }
+        // A duration (`timestamp - timestamp`) as the interval Postgres's difference is: whole
+        // days and a time of the same sign (`20 days 23:59:59`, not `503:59:59`).
+        DataType::Duration(_) => {
+            use datafusion::arrow::datatypes::Int64Type;
+            let micros = cast(column, &DataType::Duration(TimeUnit::Microsecond))?;
+            let micros = cast(&micros, &DataType::Int64)?;
+            const MICROS_PER_DAY: i64 = 86_400_000_000;
+            micros
+                .as_primitive::<Int64Type>()
+                .iter()
+                .map(|v| v.map(|us| interval_text(0, (us / MICROS_PER_DAY) as i32, us % MICROS_PER_DAY)))
                 .collect()
         }
         DataType::Interval(_) => {
