@@ -189,6 +189,9 @@ fn classify_arrow(e: &ArrowError) -> Option<WeirError> {
         ArrowError::ComputeError(m) if m.contains("Overflow") || m.contains("overflow") => {
             SqlState::NUMERIC_VALUE_OUT_OF_RANGE
         }
+        // "12345.68 is too large to store in a Decimal128 of precision 5": a numeric that does
+        // not fit its declared precision (Postgres: "numeric field overflow").
+        ArrowError::InvalidArgumentError(m) if m.contains("too large to store") => SqlState::NUMERIC_VALUE_OUT_OF_RANGE,
         ArrowError::InvalidArgumentError(m) if m.contains("non-nullable") => {
             // Arrow's own check when DataFusion shapes rows to a table's schema; it names the
             // column of the statement's input, not the table's, so say what happened instead.
@@ -283,7 +286,7 @@ fn classify_message(m: &str, e: &DataFusionError) -> SqlState {
         || lower.contains("coercion from")
     {
         SqlState::DATATYPE_MISMATCH
-    } else if lower.contains("overflow") {
+    } else if lower.contains("overflow") || lower.contains("too large to store") {
         SqlState::NUMERIC_VALUE_OUT_OF_RANGE
     } else if lower.contains("cannot cast") || lower.contains("cast error") {
         SqlState::INVALID_TEXT_REPRESENTATION

@@ -94,6 +94,8 @@ pub async fn template_state(catalog: Arc<Catalog>) -> Result<SessionState> {
         .with_analyzer_rule(Arc::new(super::checked_arithmetic::CheckedIntegerArithmetic))
         .with_analyzer_rule(Arc::new(super::bytea_input::ByteaInput))
         .with_analyzer_rule(Arc::new(super::text_casts::PostgresTextCasts))
+        .with_analyzer_rule(Arc::new(super::postgres_intervals::PostgresIntervals))
+        .with_analyzer_rule(Arc::new(super::numeric_arithmetic::PostgresNumeric))
         .build();
     let ctx = SessionContext::new_with_state(state);
 
@@ -188,11 +190,17 @@ pub struct PlanningRules {
     /// Casts of timestamps, times, floats and intervals to text write them as Postgres does
     /// (`text_casts`; else as Arrow does: `2026-01-01T00:00:01`).
     pub postgres_text_casts: bool,
+    /// Intervals compare and sort as one number and `timestamp - timestamp` is days and a rest
+    /// (`postgres_intervals`; else field by field, and a duration).
+    pub postgres_intervals: bool,
+    /// Decimal `+ - * / %` in 256 bits with PostgreSQL's result scales (`numeric_arithmetic`;
+    /// else Arrow's kernels and types).
+    pub postgres_numeric: bool,
 }
 
 impl PlanningRules {
     /// The revision of the rules views made now are recorded with.
-    pub const REVISION: u32 = 2;
+    pub const REVISION: u32 = 3;
 
     /// The rules of this version.
     pub const CURRENT: PlanningRules = PlanningRules {
@@ -200,6 +208,8 @@ impl PlanningRules {
         numeric_literals: true,
         inner_column_names: true,
         postgres_text_casts: true,
+        postgres_intervals: true,
+        postgres_numeric: true,
     };
 
     pub fn of(def: &crate::catalog::RelationDef) -> PlanningRules {
@@ -208,6 +218,8 @@ impl PlanningRules {
             numeric_literals: def.planner_revision >= 1,
             inner_column_names: def.planner_revision >= 1,
             postgres_text_casts: def.planner_revision >= 2,
+            postgres_intervals: def.planner_revision >= 3,
+            postgres_numeric: def.planner_revision >= 3,
         }
     }
 
@@ -234,6 +246,8 @@ pub fn optimize_for_view(
     let left_out = |name: &str| {
         (!planning.int4_literals && name == super::int4_literals::Int4Literals.name())
             || (!planning.postgres_text_casts && name == super::text_casts::PostgresTextCasts.name())
+            || (!planning.postgres_intervals && name == super::postgres_intervals::PostgresIntervals.name())
+            || (!planning.postgres_numeric && name == super::numeric_arithmetic::PostgresNumeric.name())
     };
     let analyzers = state.analyzer().rules.iter().filter(|r| !left_out(r.name())).cloned().collect();
     let view_state = SessionStateBuilder::new_from_existing(state.clone())

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use arrow_pg::datatypes::{arrow_schema_to_pg_fields, encode_recordbatch};
-use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, StringArray};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch, StringArray};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use futures::{stream, StreamExt};
@@ -99,10 +99,11 @@ pub fn into_response(result: StatementResult, format: &Format, zone: Option<Stri
 }
 
 /// Replaces the time-of-day and timestamp columns of `batch` that go out as text with their
-/// Postgres text form, and `jsonb` columns that go out in binary with theirs (a version byte,
-/// 1, before the text).
+/// Postgres text form, `jsonb` columns that go out in binary with theirs (a version byte,
+/// 1, before the text), and decimal columns with `numeric`'s text or binary form.
 pub fn postgres_text(batch: RecordBatch, fields: &[FieldInfo], zone: Option<&str>) -> Result<RecordBatch, WeirError> {
     let batch = jsonb_binary(batch, fields)?;
+    let batch = numeric(batch, fields)?;
     let needs = |i: usize, dt: &DataType| {
         fields.get(i).is_some_and(|f| f.format() == FieldFormat::Text) && crate::types::pg_text::has_pg_text(dt)
     };
@@ -118,6 +119,40 @@ pub fn postgres_text(batch: RecordBatch, fields: &[FieldInfo], zone: Option<&str
         } else {
             columns.push(Arc::clone(column));
             schema_fields.push(field.as_ref().clone());
+        }
+    }
+    Ok(RecordBatch::try_new(Arc::new(Schema::new(schema_fields)), columns)?)
+}
+
+/// `batch` with its decimal columns in `numeric`'s text or binary form, as each goes out: all 38
+/// digits a decimal holds (arrow-pg's encoding goes through a 28-digit decimal), printed with
+/// the column's scale, or the value's own places where the column's scale is not a declared one
+/// (`DeclaredType::prints_own_scale`: `12345.678`, not `12345.6780000000`).
+fn numeric(batch: RecordBatch, fields: &[FieldInfo]) -> Result<RecordBatch, WeirError> {
+    use crate::types::pg_binary::{decimal_binary, decimal_text};
+    let schema = batch.schema();
+    if !schema.fields().iter().any(|f| matches!(f.data_type(), DataType::Decimal128(..))) {
+        return Ok(batch);
+    }
+    let mut columns: Vec<ArrayRef> = Vec::with_capacity(batch.num_columns());
+    let mut schema_fields = Vec::with_capacity(batch.num_columns());
+    for (i, (field, column)) in schema.fields().iter().zip(batch.columns()).enumerate() {
+        let (DataType::Decimal128(_, scale), Some(info)) = (field.data_type(), fields.get(i)) else {
+            columns.push(Arc::clone(column));
+            schema_fields.push(field.as_ref().clone());
+            continue;
+        };
+        let decimals = column.as_primitive::<datafusion::arrow::datatypes::Decimal128Type>();
+        if info.format() == FieldFormat::Binary {
+            let binary: datafusion::arrow::array::BinaryArray =
+                decimals.iter().map(|v| v.map(|v| decimal_binary(v, *scale))).collect();
+            columns.push(Arc::new(binary));
+            schema_fields.push(field.as_ref().clone().with_data_type(DataType::Binary));
+        } else {
+            let trim = crate::types::pg_type::DeclaredType::prints_own_scale(field);
+            let text: StringArray = decimals.iter().map(|v| v.map(|v| decimal_text(v, *scale, trim))).collect();
+            columns.push(Arc::new(text));
+            schema_fields.push(field.as_ref().clone().with_data_type(DataType::Utf8));
         }
     }
     Ok(RecordBatch::try_new(Arc::new(Schema::new(schema_fields)), columns)?)

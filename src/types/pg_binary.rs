@@ -81,6 +81,65 @@ pub fn binary_to_text(bytes: &[u8], data_type: &DataType) -> Result<String> {
     })
 }
 
+/// The decimal `value` at `scale` as its integer and fraction digits (no sign), `scale`
+/// fraction digits; a negative scale is that many zeros after the integer.
+fn decimal_digits(value: i128, scale: i8) -> (String, String) {
+    let digits = value.unsigned_abs().to_string();
+    if scale <= 0 {
+        return (format!("{digits}{}", "0".repeat(scale.unsigned_abs() as usize)), String::new());
+    }
+    let scale = scale as usize;
+    let padded =
+        if digits.len() <= scale { format!("{}{digits}", "0".repeat(scale + 1 - digits.len())) } else { digits };
+    let (integer, fraction) = padded.split_at(padded.len() - scale);
+    (integer.to_string(), fraction.to_string())
+}
+
+/// The decimal `value` at `scale` as Postgres writes a numeric: every place of the scale
+/// (`12.50` at scale 2), or, with `trim`, the value's own places only (`12.5`): for a column
+/// declared `NUMERIC` without a scale, whose stored scale is DataFusion's default (10) rather
+/// than the value's.
+pub fn decimal_text(value: i128, scale: i8, trim: bool) -> String {
+    let (integer, fraction) = decimal_digits(value, scale);
+    let fraction = if trim { fraction.trim_end_matches('0') } else { fraction.as_str() };
+    let sign = if value < 0 { "-" } else { "" };
+    match fraction.is_empty() {
+        true => format!("{sign}{integer}"),
+        false => format!("{sign}{integer}.{fraction}"),
+    }
+}
+
+/// The decimal `value` at `scale` in `numeric`'s binary form (its `typsend`), all 38 digits of
+/// a decimal: what a NUMERIC result goes out as in binary format (`server::encode`).
+pub fn decimal_binary(value: i128, scale: i8) -> Vec<u8> {
+    let (integer, fraction) = decimal_digits(value, scale);
+    // Base-10,000 digits: the integer's from the point leftwards, the fraction's rightwards.
+    let integer = format!("{}{integer}", "0".repeat((4 - integer.len() % 4) % 4));
+    let fraction = format!("{fraction}{}", "0".repeat((4 - fraction.len() % 4) % 4));
+    let group = |s: &str| -> Vec<i16> {
+        s.as_bytes().chunks(4).map(|c| std::str::from_utf8(c).expect("digits").parse().expect("digits")).collect()
+    };
+    let mut digits = group(&integer);
+    let mut weight = digits.len() as i16 - 1;
+    digits.extend(group(&fraction));
+    while digits.first() == Some(&0) {
+        digits.remove(0);
+        weight -= 1;
+    }
+    while digits.last() == Some(&0) {
+        digits.pop();
+    }
+    if digits.is_empty() {
+        weight = 0;
+    }
+    let sign: u16 = if value < 0 && !digits.is_empty() { 0x4000 } else { 0 };
+    let mut out = Vec::with_capacity(8 + 2 * digits.len());
+    for w in [digits.len() as i16, weight, sign as i16, scale.max(0) as i16].into_iter().chain(digits) {
+        out.extend_from_slice(&w.to_be_bytes());
+    }
+    out
+}
+
 /// `numeric`'s binary form: digit count, weight (of the first digit, in powers of 10,000),
 /// sign, display scale, then base-10,000 digits.
 fn numeric_text(bytes: &[u8]) -> Result<String> {
@@ -138,6 +197,19 @@ fn numeric_text(bytes: &[u8]) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decimals_go_out_as_numeric_text_and_binary_that_reads_back() {
+        assert_eq!(decimal_text(2150, 2, false), "21.50");
+        assert_eq!(decimal_text(210_000_000_000, 10, true), "21");
+        assert_eq!(decimal_text(-5, 3, false), "-0.005");
+        assert_eq!(decimal_text(-5, 3, true), "-0.005");
+        let big = 12_345_678_901_234_567_890_123_456_789_012_345_678i128;
+        for (value, scale) in [(2150i128, 2i8), (-5, 3), (0, 4), (big, 16), (-big, 0), (1_000_000, 0), (7, -2)] {
+            let text = numeric_text(&decimal_binary(value, scale)).unwrap();
+            assert_eq!(text, decimal_text(value, scale, false), "{value} at scale {scale}");
+        }
+    }
 
     fn numeric(ndigits: i16, weight: i16, sign: u16, dscale: i16, digits: &[i16]) -> Vec<u8> {
         let mut out = Vec::new();

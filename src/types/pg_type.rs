@@ -177,6 +177,21 @@ impl DeclaredType {
         }
     }
 
+    /// Whether a decimal column `field` prints each value's own places rather than all of its
+    /// scale: it is a `NUMERIC` declared without a scale, or an undeclared decimal of a scale
+    /// of 10 or more. PostgreSQL keeps a scale per value; an Arrow decimal has one per column,
+    /// and Weir's are DataFusion's 10 for an unconstrained `NUMERIC` (`x::numeric`, `sum` of
+    /// such a column) and the 16 or 20 places of quotients and products
+    /// (`frontend::numeric_arithmetic`): places the value does not have, not a declared scale.
+    /// A column declared `NUMERIC(p, s)`, and what keeps its scale, prints all `s` places.
+    pub fn prints_own_scale(field: &datafusion::arrow::datatypes::Field) -> bool {
+        match (DeclaredType::of(field), field.data_type()) {
+            (Some(declared), _) => declared.oid == NUMERIC_OID && declared.typmod == -1,
+            (None, DataType::Decimal128(_, scale)) => *scale >= 10,
+            _ => false,
+        }
+    }
+
     /// The longest value a character type takes, in characters.
     pub fn max_length(self) -> Option<usize> {
         matches!(self.oid, VARCHAR_OID | BPCHAR_OID)
