@@ -40,18 +40,7 @@ impl AnalyzerRule for CheckedIntegerArithmetic {
 
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
         plan.transform_up_with_subqueries(|node| {
-            // The schema the node's expressions read: its inputs' (a leaf's own).
-            let schema = match node.inputs().as_slice() {
-                [] => Arc::clone(node.schema()),
-                [one] => Arc::clone(one.schema()),
-                many => {
-                    let mut merged = DFSchema::empty();
-                    for input in many {
-                        merged.merge(input.schema());
-                    }
-                    Arc::new(merged)
-                }
-            };
+            let schema = super::keep_names::input_schema(&node);
             super::keep_names::rewrite_expressions(node, |e| checked(e, &schema))
         })
         .data()

@@ -19,7 +19,8 @@
 //!
 //! It also makes `avg` of a decimal `sum / count` by that division (PostgreSQL's `numeric_avg`),
 //! so an average has PostgreSQL's digits, and a view's (kept as its sum and count) equals its
-//! query's.
+//! query's; and `sum` of integers a sum of `numeric(38, 0)` cast back to the integer type, so
+//! that a total past the type is 22003 (a NULL in a view) where DataFusion wrapped around.
 //!
 //! A result of more than 38 digits is an error (22003), never a NULL or a wrong value; `/` and
 //! `%` by zero are 22012. Expressions keep their names. A view made before the rule existed is
@@ -60,57 +61,94 @@ impl AnalyzerRule for PostgresNumeric {
     }
 
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
+        // Once an expression's type changed, every node above is coerced again (a comparison
+        // with the result, a CASE branch, a UNION's other side) and its schema recomputed.
+        let mut retyped = false;
         plan.transform_up_with_subqueries(|node| {
-            let inputs = node.inputs();
-            let schema: Arc<DFSchema> = match inputs.as_slice() {
-                [] => Arc::clone(node.schema()),
-                [one] => Arc::clone(one.schema()),
-                [first, rest @ ..] => {
-                    let mut merged = first.schema().as_ref().clone();
-                    rest.iter().for_each(|p| merged.merge(p.schema()));
-                    Arc::new(merged)
-                }
-            };
-            let rewritten = super::keep_names::rewrite_expressions(node, |e| numeric(e, &schema))?;
-            rewritten.transform_data(average_as_quotient)
+            let schema = super::keep_names::input_schema(&node);
+            let rewritten = super::keep_names::rewrite_expressions(node, |e| numeric(e, &schema))?
+                .transform_data(aggregates_as_postgres)?;
+            retyped |= rewritten.transformed;
+            if !retyped {
+                return Ok(rewritten);
+            }
+            rewritten.transform_data(|node| coerce_again(node).map(Transformed::yes))
         })
         .data()
     }
 }
 
-/// An aggregate's `avg` of decimals made `sum / count` (by [`NumericOp`]'s division) in a
-/// projection over it, the columns keeping their names.
-fn average_as_quotient(plan: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
+/// `node` with DataFusion's type coercion applied again to its expressions (over its inputs'
+/// schema) and its schema recomputed, as DataFusion's own coercion rule leaves a node: its
+/// operands' types changed.
+fn coerce_again(node: LogicalPlan) -> Result<LogicalPlan> {
+    use datafusion::common::tree_node::TreeNode;
+    use datafusion::logical_expr::expr_rewriter::NamePreserver;
+    use datafusion::optimizer::analyzer::type_coercion::TypeCoercionRewriter;
+    let schema = super::keep_names::input_schema(&node);
+    let mut coercion = TypeCoercionRewriter::new(&schema);
+    let names = NamePreserver::new(&node);
+    let coerced = node.map_expressions(|e| {
+        let name = names.save(&e);
+        Ok(e.rewrite(&mut coercion)?.update_data(|e| name.restore(e)))
+    })?;
+    coercion.coerce_plan(coerced.data)?.recompute_schema()
+}
+
+/// An aggregate's `avg` of decimals made `sum / count` (by [`NumericOp`]'s division), and its
+/// `sum` of integers a sum of `numeric(38, 0)` cast back to the integer type (DataFusion's sums
+/// of integers wrap around on overflow; cast back, an overflow is 22003 ad hoc and a NULL in a
+/// view, never a wrong total), in a projection over it, the columns keeping their names.
+fn aggregates_as_postgres(plan: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
+    enum Rewrite {
+        Average(Expr),
+        IntegerSum(Expr),
+    }
     let LogicalPlan::Aggregate(aggregate) = &plan else {
         return Ok(Transformed::no(plan));
     };
     let input = aggregate.input.schema();
-    let averaged = |e: &Expr| -> Option<Expr> {
+    let rewrite = |e: &Expr| -> Option<Rewrite> {
         let Expr::AggregateFunction(f) = unalias(e) else { return None };
         let p = &f.params;
         let plain = !p.distinct && p.filter.is_none() && p.order_by.is_empty() && p.args.len() == 1;
-        let decimal = matches!(p.args.first()?.get_type(input), Ok(DataType::Decimal128(..)));
-        (f.func.name() == "avg" && plain && decimal).then(|| p.args[0].clone())
+        let arg_type = p.args.first()?.get_type(input).ok()?;
+        match f.func.name() {
+            "avg" if plain && matches!(arg_type, DataType::Decimal128(..)) => Some(Rewrite::Average(p.args[0].clone())),
+            "sum" if plain && arg_type.is_integer() => Some(Rewrite::IntegerSum(p.args[0].clone())),
+            _ => None,
+        }
     };
-    let averaged: Vec<Option<Expr>> = aggregate.aggr_expr.iter().map(averaged).collect();
-    if averaged.iter().all(Option::is_none) {
+    let rewrites: Vec<Option<Rewrite>> = aggregate.aggr_expr.iter().map(rewrite).collect();
+    if rewrites.iter().all(Option::is_none) {
         return Ok(Transformed::no(plan));
     }
     let LogicalPlan::Aggregate(aggregate) = plan else { unreachable!("matched above") };
     use datafusion::functions_aggregate::expr_fn::{count, sum};
+    use datafusion::logical_expr::cast;
     let groups = aggregate.group_expr.len();
     let mut aggs = Vec::new();
-    // Each output column: (the aggregate's column, and the count's for an average).
-    let mut sources: Vec<(usize, Option<usize>)> = (0..groups).map(|i| (i, None)).collect();
-    for (i, (e, averaged)) in aggregate.aggr_expr.iter().zip(averaged).enumerate() {
-        match averaged {
-            Some(arg) => {
-                sources.push((groups + aggs.len(), Some(groups + aggs.len() + 1)));
+    // Each output column: how it is made of the new aggregate's columns.
+    enum Source {
+        Column(usize),
+        Quotient(usize, usize),
+        Narrowed(usize),
+    }
+    let mut sources: Vec<Source> = (0..groups).map(Source::Column).collect();
+    for (i, (e, rewrite)) in aggregate.aggr_expr.iter().zip(rewrites).enumerate() {
+        let at = groups + aggs.len();
+        match rewrite {
+            Some(Rewrite::Average(arg)) => {
+                sources.push(Source::Quotient(at, at + 1));
                 aggs.push(sum(arg.clone()).alias(format!("__avg_sum_{i}")));
                 aggs.push(count(arg).alias(format!("__avg_count_{i}")));
             }
+            Some(Rewrite::IntegerSum(arg)) => {
+                sources.push(Source::Narrowed(at));
+                aggs.push(sum(cast(arg, DataType::Decimal128(38, 0))).alias(format!("__sum_{i}")));
+            }
             None => {
-                sources.push((groups + aggs.len(), None));
+                sources.push(Source::Column(at));
                 aggs.push(e.clone());
             }
         }
@@ -119,20 +157,20 @@ fn average_as_quotient(plan: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
         .aggregate(aggregate.group_expr.clone(), aggs)?
         .build()?;
     let columns = split.schema().columns();
+    let column = |i: usize| Expr::Column(columns[i].clone());
     let exprs: Vec<Expr> = aggregate
         .schema
         .iter()
         .zip(sources)
-        .map(|((qualifier, field), (at, count))| {
-            let value = Expr::Column(columns[at].clone());
-            let value = match count {
-                Some(n) => {
-                    let n =
-                        datafusion::logical_expr::cast(Expr::Column(columns[n].clone()), DataType::Decimal128(20, 0));
+        .map(|((qualifier, field), source)| {
+            let value = match source {
+                Source::Column(at) => column(at),
+                Source::Quotient(total, n) => {
+                    let n = cast(column(n), DataType::Decimal128(20, 0));
                     let udf = Arc::clone(&OPS[Op::Div as usize]);
-                    Expr::ScalarFunction(ScalarFunction::new_udf(udf, vec![value, n]))
+                    Expr::ScalarFunction(ScalarFunction::new_udf(udf, vec![column(total), n]))
                 }
-                None => value,
+                Source::Narrowed(at) => cast(column(at), field.data_type().clone()),
             };
             value.alias_qualified(qualifier.cloned(), field.name())
         })
@@ -399,7 +437,7 @@ mod tests {
     #[test]
     fn a_revenue_share_does_not_overflow() {
         // 100.00 * s1 / s2 with sums at numeric(38, 4): 10^33-sized sums still divide.
-        let s1 = 12_345_678_901_234_567_890_123_456_789_0123i128;
+        let s1 = 123_456_789_012_345_678_901_234_567_890_123i128;
         let (product, ps) = run(Op::Mul, (10000, 2), (s1, 4));
         let (share, scale) = run(Op::Div, (product, ps), (s1 * 2, 4));
         assert_eq!(share, 50 * 10i128.pow(scale as u32));

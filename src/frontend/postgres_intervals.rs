@@ -51,16 +51,7 @@ impl AnalyzerRule for PostgresIntervals {
 
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
         plan.transform_up_with_subqueries(|node| {
-            let inputs = node.inputs();
-            let schema: Arc<DFSchema> = match inputs.as_slice() {
-                [] => Arc::clone(node.schema()),
-                [one] => Arc::clone(one.schema()),
-                [first, rest @ ..] => {
-                    let mut merged = first.schema().as_ref().clone();
-                    rest.iter().for_each(|p| merged.merge(p.schema()));
-                    Arc::new(merged)
-                }
-            };
+            let schema = super::keep_names::input_schema(&node);
             let rewritten = super::keep_names::rewrite_expressions(node, |e| rewrite(e, &schema))?;
             rewritten.transform_data(|node| match node {
                 LogicalPlan::Distinct(Distinct::All(input))

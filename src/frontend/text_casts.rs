@@ -36,17 +36,7 @@ impl AnalyzerRule for PostgresTextCasts {
 
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
         plan.transform_up_with_subqueries(|node| {
-            // The schema a node's expressions are typed by: its inputs' (a scan's own).
-            let inputs = node.inputs();
-            let schema: Arc<DFSchema> = match inputs.as_slice() {
-                [] => Arc::clone(node.schema()),
-                [one] => Arc::clone(one.schema()),
-                [first, rest @ ..] => {
-                    let mut merged = first.schema().as_ref().clone();
-                    rest.iter().for_each(|p| merged.merge(p.schema()));
-                    Arc::new(merged)
-                }
-            };
+            let schema = super::keep_names::input_schema(&node);
             super::keep_names::rewrite_expressions(node, |e| postgres_text(e, schema.as_ref()))
         })
         .data()

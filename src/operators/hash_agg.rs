@@ -58,7 +58,7 @@ use datafusion::physical_expr::PhysicalExpr;
 
 use super::eval::evaluate;
 use super::operator::Operator;
-use crate::error::{Result, WeirError};
+use crate::error::{Result, SqlState, WeirError};
 use crate::state::expiring_groups::ExpiringGroups;
 use crate::state::index_codec::{corrupt as corrupt_record, IndexReader, IndexWriter};
 use crate::state::keyed::{decode_count, Flush, KeyedState};
@@ -173,6 +173,72 @@ struct Group {
 /// Codec of single scalars of one type, through arrow-row (reversible and memcomparable).
 struct ScalarCodec(RowConverter);
 
+/// A stored sum's tag: its total as the output type (what every version wrote), or as the wider
+/// running type ([`running_sum_type`]) when the output type cannot hold it.
+const SUM_AS_OUTPUT: u8 = 1;
+const SUM_WIDE: u8 = 2;
+
+/// `total` (of type `wide`, None for none yet) plus `v` times `sign` (+1 or -1).
+fn add_to_total(total: Option<ScalarValue>, v: ScalarValue, sign: i64, wide: &DataType) -> Result<ScalarValue> {
+    // Integers into a 38-digit total, the common case, without Arrow's kernels.
+    if let (DataType::Decimal128(p, 0), Some(x)) = (wide, integer_value(&v)) {
+        let current = match &total {
+            Some(ScalarValue::Decimal128(Some(t), ..)) => *t,
+            _ => 0,
+        };
+        let next = if sign > 0 { current.checked_add(x) } else { current.checked_sub(x) };
+        let next = next.ok_or_else(|| WeirError::new(SqlState::NUMERIC_VALUE_OUT_OF_RANGE, "sum out of range"))?;
+        return Ok(ScalarValue::Decimal128(Some(next), *p, 0));
+    }
+    // Decimals of the total's scale into a 76-digit total.
+    if let (DataType::Decimal256(p, s), ScalarValue::Decimal128(Some(x), _, vs)) = (wide, &v) {
+        if vs == s {
+            let current = match &total {
+                Some(ScalarValue::Decimal256(Some(t), ..)) => *t,
+                _ => datafusion::arrow::datatypes::i256::ZERO,
+            };
+            let x = datafusion::arrow::datatypes::i256::from_i128(*x);
+            let next = if sign > 0 { current.checked_add(x) } else { current.checked_sub(x) };
+            let next = next.ok_or_else(|| WeirError::new(SqlState::NUMERIC_VALUE_OUT_OF_RANGE, "sum out of range"))?;
+            return Ok(ScalarValue::Decimal256(Some(next), *p, *s));
+        }
+    }
+    let v = v.cast_to(wide)?;
+    let current = match total {
+        Some(t) => t,
+        None => ScalarValue::new_zero(wide)?,
+    };
+    let next = if sign > 0 { current.add_checked(&v)? } else { current.sub_checked(&v)? };
+    // Decimal arithmetic widens its precision (Decimal(20, 2) + Decimal(20, 2) is
+    // Decimal(21, 2)); the total keeps its type.
+    Ok(if next.data_type() == *wide { next } else { next.cast_to(wide)? })
+}
+
+/// An integer scalar's value, if it is one.
+fn integer_value(v: &ScalarValue) -> Option<i128> {
+    Some(match v {
+        ScalarValue::Int8(Some(x)) => *x as i128,
+        ScalarValue::Int16(Some(x)) => *x as i128,
+        ScalarValue::Int32(Some(x)) => *x as i128,
+        ScalarValue::Int64(Some(x)) => *x as i128,
+        ScalarValue::UInt8(Some(x)) => *x as i128,
+        ScalarValue::UInt16(Some(x)) => *x as i128,
+        ScalarValue::UInt32(Some(x)) => *x as i128,
+        ScalarValue::UInt64(Some(x)) => *x as i128,
+        _ => return None,
+    })
+}
+
+/// The type a sum's running total is kept in: wide enough that adding rows does not overflow
+/// where the output type would (an integer sum in 38 digits, a decimal one in 76).
+fn running_sum_type(output: &DataType) -> DataType {
+    match output {
+        t if t.is_integer() => DataType::Decimal128(38, 0),
+        DataType::Decimal128(_, s) => DataType::Decimal256(76, *s),
+        other => other.clone(),
+    }
+}
+
 impl ScalarCodec {
     fn new(data_type: &DataType) -> Result<ScalarCodec> {
         Ok(ScalarCodec(RowConverter::new(vec![SortField::new(data_type.clone())])?))
@@ -195,6 +261,9 @@ pub struct HashAgg {
     aggs: Vec<AggSpec>,
     /// Per aggregate: sums' values (by output type) or multiset values (by argument type).
     value_codecs: Vec<Option<ScalarCodec>>,
+    /// Per sum: its running total's codec, of [`running_sum_type`], for a total its output
+    /// type cannot hold.
+    wide_codecs: Vec<Option<ScalarCodec>>,
     output_codec: RowConverter,
     schema: SchemaRef,
     groups: KeyedState,
@@ -254,10 +323,18 @@ impl HashAgg {
                 _ => Ok(None),
             })
             .collect::<Result<Vec<_>>>()?;
+        let wide_codecs = aggs
+            .iter()
+            .map(|a| match a.kind {
+                AggKind::Sum => ScalarCodec::new(&running_sum_type(&a.output_type)).map(Some),
+                _ => Ok(None),
+            })
+            .collect::<Result<Vec<_>>>()?;
         let output_codec = crate::state::table::row_codec(&schema)?;
         let mut agg = HashAgg {
             group_by,
             group_codec,
+            wide_codecs,
             aggs,
             value_codecs,
             output_codec,
@@ -391,19 +468,9 @@ impl HashAgg {
         match &mut group.accs[i] {
             Acc::Sum { sum, values } => {
                 if let Some(v) = value {
-                    let v = v.cast_to(&spec.output_type)?;
-                    let current = match sum.take() {
-                        Some(s) => s,
-                        None => ScalarValue::new_zero(&spec.output_type)?,
-                    };
-                    let next = if sign > 0 { current.add_checked(&v)? } else { current.sub_checked(&v)? };
-                    // Decimal arithmetic widens its precision (Decimal(20, 2) + Decimal(20, 2) is
-                    // Decimal(21, 2)); the sum keeps the aggregate's type.
-                    *sum = Some(if next.data_type() == spec.output_type {
-                        next
-                    } else {
-                        next.cast_to(&spec.output_type)?
-                    });
+                    // The running total is wider than the output, so a total that does not
+                    // fit (yet) fails no row: its group's value is NULL until it fits again.
+                    *sum = Some(add_to_total(sum.take(), v, sign, &running_sum_type(&spec.output_type))?);
                     *values += sign;
                 }
             }
@@ -527,7 +594,18 @@ impl HashAgg {
         if out.is_null() {
             return Ok(ScalarValue::try_from(&spec.output_type)?);
         }
-        Ok(out.cast_to(&spec.output_type)?)
+        match (out.cast_to(&spec.output_type), spec.kind) {
+            (Ok(value), _) => Ok(value),
+            // A sum its type cannot hold: NULL for this group while it does not fit, counted as
+            // an error of the view, as a failing expression's row is (`operators::eval`).
+            (Err(e), AggKind::Sum) => {
+                let message = format!("sum out of range for type {}: {e}", spec.output_type);
+                crate::metrics::VIEW_ERRORS_TOTAL.with_label_values(&[&self.view]).inc();
+                crate::system::record_view_error(&self.view, &message, 1);
+                Ok(ScalarValue::try_from(&spec.output_type)?)
+            }
+            (Err(e), _) => Err(e.into()),
+        }
     }
 
     fn encode_group(&self, group: &Group) -> Result<Vec<u8>> {
@@ -542,12 +620,19 @@ impl HashAgg {
                 Acc::Count(n) | Acc::Distinct(n) => out.extend_from_slice(&n.to_le_bytes()),
                 Acc::Sum { sum, values } => {
                     out.extend_from_slice(&values.to_le_bytes());
-                    match sum {
-                        Some(s) => {
-                            out.push(1);
-                            bytes(&mut out, &self.value_codecs[i].as_ref().expect("codec").encode(s)?);
+                    // A total its output type holds is stored as that type (1), as before
+                    // totals were kept wider; one it does not, as the wider type (2).
+                    let narrow = sum.as_ref().map(|s| s.cast_to(&self.aggs[i].output_type));
+                    match (sum, narrow) {
+                        (Some(_), Some(Ok(narrow))) => {
+                            out.push(SUM_AS_OUTPUT);
+                            bytes(&mut out, &self.value_codecs[i].as_ref().expect("codec").encode(&narrow)?);
                         }
-                        None => out.push(0),
+                        (Some(wide), _) => {
+                            out.push(SUM_WIDE);
+                            bytes(&mut out, &self.wide_codecs[i].as_ref().expect("codec").encode(wide)?);
+                        }
+                        (None, _) => out.push(0),
                     }
                 }
                 Acc::Avg { sum, values } => {
@@ -588,10 +673,13 @@ impl HashAgg {
                 AggKind::CountDistinct => Acc::Distinct(r.i64()?),
                 AggKind::Sum => {
                     let values = r.i64()?;
-                    let sum = if r.u8()? == 1 {
-                        Some(self.value_codecs[i].as_ref().expect("codec").decode(r.slice()?)?)
-                    } else {
-                        None
+                    let wide = running_sum_type(&spec.output_type);
+                    let sum = match r.u8()? {
+                        SUM_AS_OUTPUT => {
+                            Some(self.value_codecs[i].as_ref().expect("codec").decode(r.slice()?)?.cast_to(&wide)?)
+                        }
+                        SUM_WIDE => Some(self.wide_codecs[i].as_ref().expect("codec").decode(r.slice()?)?),
+                        _ => None,
                     };
                     Acc::Sum { sum, values }
                 }
@@ -1203,6 +1291,75 @@ mod tests {
         } else {
             a
         }
+    }
+
+    /// `sum(c1)` per `c0`, of decimals of 38 digits (`numeric(38, 0)`, as integer sums are planned).
+    fn decimal_sum(store: &Arc<dyn StateStore>) -> HashAgg {
+        let input = Arc::new(Schema::new(vec![
+            Field::new("c0", DataType::Int64, true),
+            Field::new("c1", DataType::Decimal128(38, 0), true),
+        ]));
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int64, true),
+            Field::new("s", DataType::Decimal128(38, 0), true),
+        ]));
+        let sum = AggSpec {
+            kind: AggKind::Sum,
+            arg: Some(col("c1", &input).unwrap()),
+            arg_type: Some(DataType::Decimal128(38, 0)),
+            output_type: DataType::Decimal128(38, 0),
+            delimiter: None,
+        };
+        let state = (KeyedState::new(1, Arc::clone(store), 4), KeyedState::new(2, Arc::clone(store), 4));
+        HashAgg::new(vec![col("c0", &input).unwrap()], vec![DataType::Int64], vec![sum], schema, state, "test").unwrap()
+    }
+
+    /// A total past its type's 38 digits is NULL for its group only, is stored wide and read back,
+    /// and comes back when rows leave.
+    #[test]
+    fn a_total_past_its_type_is_null_until_it_fits_again_across_a_restore() {
+        use datafusion::arrow::array::{Decimal128Array, Int64Array};
+        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+        let nines = 10i128.pow(38) - 1;
+        let batch = |keys: Vec<i64>, values: Vec<i128>, ops: Vec<Op>| {
+            let values = Decimal128Array::from(values).with_precision_and_scale(38, 0).unwrap();
+            let data = RecordBatch::try_from_iter([
+                ("c0", Arc::new(Int64Array::from(keys)) as ArrayRef),
+                ("c1", Arc::new(values) as ArrayRef),
+            ])
+            .unwrap();
+            ChangeBatch::new(data, ops)
+        };
+        let sums = |out: Vec<ChangeBatch>| -> Vec<String> {
+            let mut rows: Vec<String> = out
+                .iter()
+                .flat_map(|b| {
+                    (0..b.num_rows()).map(move |i| {
+                        let s = b.data.column(1).as_any().downcast_ref::<Decimal128Array>().unwrap();
+                        let v = if s.is_null(i) { "NULL".to_string() } else { s.value(i).to_string() };
+                        format!(
+                            "{:?} {} {v}",
+                            b.ops[i],
+                            b.data.column(0).as_any().downcast_ref::<Int64Array>().unwrap().value(i)
+                        )
+                    })
+                })
+                .collect();
+            rows.sort();
+            rows
+        };
+        let mut a = decimal_sum(&store);
+        a.apply(0, batch(vec![1, 1, 2], vec![nines, 5, 7], vec![Op::Insert; 3])).unwrap();
+        let out = sums(a.on_barrier().unwrap());
+        assert_eq!(out, vec!["Insert 1 NULL", "Insert 2 7"]);
+        let mut wb = WriteBatch::default();
+        a.flush_state(&mut wb, Flush::CHECKPOINT);
+        store.write(wb).unwrap();
+        // Restored: the wide total is read back, and the group comes back when the row leaves.
+        let mut b = decimal_sum(&store);
+        b.apply(0, batch(vec![1], vec![5], vec![Op::Delete])).unwrap();
+        let out = sums(b.on_barrier().unwrap());
+        assert_eq!(out, vec![format!("UpdateDelete 1 NULL"), format!("UpdateInsert 1 {nines}")]);
     }
 
     #[test]
