@@ -196,6 +196,10 @@ pub struct PlanningRules {
     /// Decimal `+ - * / %` in 256 bits with PostgreSQL's result scales (`numeric_arithmetic`;
     /// else Arrow's kernels and types).
     pub postgres_numeric: bool,
+    /// A join planned with NULLs equal (`IS NOT DISTINCT FROM`, and DataFusion's INTERSECT and
+    /// EXCEPT) matches NULL keys in a view (else they match nothing, as views made before did:
+    /// their stored join state holds no NULL keys).
+    pub null_safe_joins: bool,
 }
 
 impl PlanningRules {
@@ -210,6 +214,7 @@ impl PlanningRules {
         postgres_text_casts: true,
         postgres_intervals: true,
         postgres_numeric: true,
+        null_safe_joins: true,
     };
 
     pub fn of(def: &crate::catalog::RelationDef) -> PlanningRules {
@@ -220,6 +225,7 @@ impl PlanningRules {
             postgres_text_casts: def.planner_revision >= 2,
             postgres_intervals: def.planner_revision >= 3,
             postgres_numeric: def.planner_revision >= 3,
+            null_safe_joins: def.planner_revision >= 3,
         }
     }
 
@@ -253,7 +259,22 @@ pub fn optimize_for_view(
     let view_state = SessionStateBuilder::new_from_existing(state.clone())
         .with_optimizer_rules(rules)
         .with_analyzer_rules(analyzers);
-    Ok(view_state.build().optimize(plan)?)
+    let optimized = view_state.build().optimize(plan)?;
+    if planning.null_safe_joins {
+        return Ok(optimized);
+    }
+    // A view made before NULL keys matched in views keeps joining as it did.
+    use datafusion::common::tree_node::{Transformed, TransformedResult};
+    let unsafe_joins = optimized.transform_up_with_subqueries(|node| match node {
+        datafusion::logical_expr::LogicalPlan::Join(mut join)
+            if join.null_equality == datafusion::common::NullEquality::NullEqualsNull =>
+        {
+            join.null_equality = datafusion::common::NullEquality::NullEqualsNothing;
+            Ok(Transformed::yes(datafusion::logical_expr::LogicalPlan::Join(join)))
+        }
+        other => Ok(Transformed::no(other)),
+    });
+    Ok(unsafe_joins.data()?)
 }
 
 /// The session state UPDATE and DELETE run in: DataFusion's rules, except

@@ -107,6 +107,10 @@ fn aggregates_as_postgres(plan: LogicalPlan) -> Result<Transformed<LogicalPlan>>
     let LogicalPlan::Aggregate(aggregate) = &plan else {
         return Ok(Transformed::no(plan));
     };
+    // Grouping sets add a grouping id column the rewrite below does not map.
+    if aggregate.group_expr.iter().any(|g| matches!(g, Expr::GroupingSet(_))) {
+        return Ok(Transformed::no(plan));
+    }
     let input = aggregate.input.schema();
     let rewrite = |e: &Expr| -> Option<Rewrite> {
         let Expr::AggregateFunction(f) = unalias(e) else { return None };

@@ -85,6 +85,9 @@ pub fn binary_to_text(bytes: &[u8], data_type: &DataType) -> Result<String> {
 /// fraction digits; a negative scale is that many zeros after the integer.
 fn decimal_digits(value: i128, scale: i8) -> (String, String) {
     let digits = value.unsigned_abs().to_string();
+    if value == 0 {
+        return ("0".to_string(), "0".repeat(scale.max(0) as usize));
+    }
     if scale <= 0 {
         return (format!("{digits}{}", "0".repeat(scale.unsigned_abs() as usize)), String::new());
     }
