@@ -72,18 +72,24 @@ async fn check_views(client: &tokio_postgres::Client, context: &str) {
     }
 }
 
-async fn setup(client: &tokio_postgres::Client, parallelism: usize) {
+/// Tables `a`, `b` and `bag` (what [`random_statement`] changes), at `parallelism` shards, with
+/// the first rows `a_rows` and `b_rows` (VALUES lists).
+async fn create_tables(client: &tokio_postgres::Client, parallelism: usize, a_rows: &str, b_rows: &str) {
     client.batch_execute(&format!("SET streaming_parallelism = {parallelism}")).await.unwrap();
     client
-        .batch_execute(
+        .batch_execute(&format!(
             "CREATE TABLE a (k INT PRIMARY KEY, g INT, v INT);
              CREATE TABLE b (k INT PRIMARY KEY, w INT);
              CREATE TABLE bag (x INT);
-             INSERT INTO a VALUES (1, 1, 10), (2, 1, 20), (3, 2, 30);
-             INSERT INTO b VALUES (1, 15), (2, 5);",
-        )
+             INSERT INTO a VALUES {a_rows};
+             INSERT INTO b VALUES {b_rows};"
+        ))
         .await
         .unwrap();
+}
+
+async fn setup(client: &tokio_postgres::Client, parallelism: usize) {
+    create_tables(client, parallelism, "(1, 1, 10), (2, 1, 20), (3, 2, 30)", "(1, 15), (2, 5)").await;
     for (name, query) in VIEWS {
         client.batch_execute(&format!("CREATE MATERIALIZED VIEW {name} AS {query}")).await.unwrap();
     }
@@ -201,17 +207,14 @@ async fn views_keep_every_good_row_when_an_expression_fails_for_others() {
     for (seed, parallelism) in [(5u64, 1), (31, 4)] {
         let mut server = TestServer::start_with(&["--barrier-interval-ms", "50"]);
         let client = server.connect().await;
-        client.batch_execute(&format!("SET streaming_parallelism = {parallelism}")).await.unwrap();
-        client
-            .batch_execute(
-                "CREATE TABLE a (k INT PRIMARY KEY, g INT, v INT);
-                 CREATE TABLE b (k INT PRIMARY KEY, w INT);
-                 CREATE TABLE bag (x INT);
-                 INSERT INTO a VALUES (1, 1, 10), (2, 1, 21), (3, 2, 35), (4, 3, 7);
-                 INSERT INTO b VALUES (1, 15), (2, 6), (4, 11);",
-            )
-            .await
-            .unwrap();
+        // Rows where `v % 5 = 0` or `w % 5 = 0` fail.
+        create_tables(
+            &client,
+            parallelism,
+            "(1, 1, 10), (2, 1, 21), (3, 2, 35), (4, 3, 7)",
+            "(1, 15), (2, 6), (4, 11)",
+        )
+        .await;
         // Created over rows that fail: backfilled, not refused.
         for (name, query, _) in FAILING_VIEWS {
             client
