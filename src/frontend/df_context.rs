@@ -461,3 +461,47 @@ fn primary_keys(catalog: &Catalog, name: &str) -> datafusion::error::Result<data
     let batch = RecordBatch::try_new(Arc::clone(&schema), columns.into_iter().map(|(_, a)| a).collect())?;
     datafusion::datasource::MemTable::try_new(schema, vec![vec![batch]])
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::datatypes::{Field, Schema};
+    use datafusion::common::tree_node::TreeNode;
+    use datafusion::common::NullEquality;
+    use datafusion::logical_expr::LogicalPlan;
+
+    /// The null equality of every join in `plan`.
+    fn join_nulls(plan: &LogicalPlan) -> Vec<NullEquality> {
+        let mut found = Vec::new();
+        plan.apply(|node| {
+            if let LogicalPlan::Join(j) = node {
+                found.push(j.null_equality);
+            }
+            Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+        })
+        .unwrap();
+        found
+    }
+
+    /// A view made before NULL join keys matched in views (planner revision below 3) keeps
+    /// them unequal: its join state holds none.
+    #[tokio::test]
+    async fn views_made_before_revision_3_keep_null_join_keys_unequal() {
+        let ctx = SessionContext::new();
+        for name in ["l", "r"] {
+            let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int32, true)]));
+            ctx.register_table(
+                name,
+                Arc::new(datafusion::datasource::MemTable::try_new(schema, vec![vec![]]).unwrap()),
+            )
+            .unwrap();
+        }
+        let plan =
+            ctx.state().create_logical_plan("SELECT * FROM l JOIN r ON l.v IS NOT DISTINCT FROM r.v").await.unwrap();
+        let current = optimize_for_view(&ctx.state(), &plan, PlanningRules::CURRENT).unwrap();
+        assert_eq!(join_nulls(&current), vec![NullEquality::NullEqualsNull]);
+        let old = PlanningRules { null_safe_joins: false, ..PlanningRules::CURRENT };
+        let planned = optimize_for_view(&ctx.state(), &plan, old).unwrap();
+        assert_eq!(join_nulls(&planned), vec![NullEquality::NullEqualsNothing]);
+    }
+}
