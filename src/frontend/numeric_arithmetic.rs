@@ -294,7 +294,8 @@ impl ScalarUDFImpl for NumericOp {
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let scalar = args.args.iter().all(|a| matches!(a, ColumnarValue::Scalar(_)));
-        let (rows, arrays) = super::df_context::argument_arrays(&args.args)?;
+        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
+        let rows = arrays[0].len();
         let (sa, sb) = (scale_of(arrays[0].data_type())?, scale_of(arrays[1].data_type())?);
         let scale = self.op.scale(sa, sb);
         let (a, b) = (arrays[0].as_primitive::<Decimal128Type>(), arrays[1].as_primitive::<Decimal128Type>());

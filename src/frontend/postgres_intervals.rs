@@ -231,7 +231,7 @@ impl ScalarUDFImpl for IntervalOrder {
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let scalar = matches!(args.args[0], ColumnarValue::Scalar(_));
-        let (_, arrays) = super::df_context::argument_arrays(&args.args)?;
+        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
         let intervals = as_month_day_nano(&arrays[0])?;
         let order: Decimal128Array = intervals.unary_opt(|v| Some(interval_order_nanos(v)));
         let order = order.with_precision_and_scale(DECIMAL128_MAX_PRECISION, 0)?;
