@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod kafka;
+pub mod workload;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -41,6 +42,24 @@ impl TestServer {
             port: 0,
             metrics_port: 0,
             data_dir,
+            _temp: Some(temp),
+            log,
+            extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+            env: Vec::new(),
+        };
+        server.spawn();
+        server
+    }
+
+    /// Starts a server on an existing data directory, which the caller keeps.
+    pub fn start_on(data_dir: &Path, extra_args: &[&str]) -> TestServer {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let log = temp.path().join("weir.log");
+        let mut server = TestServer {
+            child: None,
+            port: 0,
+            metrics_port: 0,
+            data_dir: data_dir.to_path_buf(),
             _temp: Some(temp),
             log,
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
