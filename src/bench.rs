@@ -83,7 +83,7 @@ impl Harness {
     /// benchmark's store).
     pub(crate) async fn with_epoch(
         epoch: Duration,
-        checkpoints: Option<crate::checkpoint::CheckpointConfig>,
+        checkpoints: Option<crate::config::CheckpointConfig>,
     ) -> Result<Harness> {
         let dir = std::env::temp_dir().join(format!("weir-bench-{}-{}", std::process::id(), rand_suffix()));
         let storage = StorageConfig::default();
@@ -92,6 +92,7 @@ impl Harness {
             None => None,
         };
         let store = Arc::new(RocksStore::open(&dir.join("state"), &storage)?);
+        crate::connectors::replay::register();
         let catalog = Catalog::open(Arc::clone(&store) as Arc<dyn crate::state::store::StateStore>, "dev")?;
         let (catalog, checkpointer) = match prepared {
             Some(prepared) => (catalog, Some(prepared.checkpointer(store).0)),

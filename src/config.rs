@@ -5,6 +5,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::Deserialize;
 
@@ -86,6 +87,50 @@ impl Default for ServingConfig {
     }
 }
 
+/// `[checkpoint]` settings (flags `--checkpoint-url`, `--checkpoint-interval`).
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CheckpointConfig {
+    /// Where checkpoints go: `s3://bucket/prefix`, `file:///dir` or a directory; default
+    /// `<data-dir>/checkpoints`.
+    pub url: Option<String>,
+    /// Least milliseconds between checkpoints; 0: only when DDL completes and at a clean stop.
+    pub interval_ms: u64,
+    /// Complete checkpoints kept in the object store (at least 1).
+    pub keep: usize,
+    /// Milliseconds the views may take to commit a checkpoint barrier before it is given up.
+    pub timeout_ms: u64,
+    /// Endpoint and credentials for an `s3://` URL (else the `AWS_*` environment variables).
+    pub s3: S3Settings,
+}
+
+impl Default for CheckpointConfig {
+    fn default() -> Self {
+        CheckpointConfig { url: None, interval_ms: 1000, keep: 3, timeout_ms: 60_000, s3: Default::default() }
+    }
+}
+
+impl CheckpointConfig {
+    pub fn interval(&self) -> Option<Duration> {
+        (self.interval_ms > 0).then(|| Duration::from_millis(self.interval_ms))
+    }
+
+    /// The object store URL, the default resolved against `data_dir`.
+    pub fn url_for(&self, data_dir: &Path) -> String {
+        self.url.clone().unwrap_or_else(|| data_dir.join("checkpoints").to_string_lossy().into_owned())
+    }
+}
+
+/// S3 settings for a `s3://` checkpoint URL (None: from the environment).
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct S3Settings {
+    pub endpoint: Option<String>,
+    pub region: Option<String>,
+    pub access_key_id: Option<String>,
+    pub secret_access_key: Option<String>,
+}
+
 /// The file format of `--config`; every key is optional.
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -112,7 +157,7 @@ pub struct FileConfig {
     pub watermark_idle_timeout_ms: Option<u64>,
     /// Checkpoints: where, how often, how many kept.
     #[serde(default)]
-    pub checkpoint: crate::checkpoint::CheckpointConfig,
+    pub checkpoint: CheckpointConfig,
 }
 
 /// How often views commit an epoch unless configured (ADR 23): fresh views, with checkpoints
@@ -140,7 +185,7 @@ pub struct Config {
     pub epoch_max_rows: u64,
     /// How long an input without rows holds back the watermark of the views reading it.
     pub watermark_idle_timeout: std::time::Duration,
-    pub checkpoint: crate::checkpoint::CheckpointConfig,
+    pub checkpoint: CheckpointConfig,
 }
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:4566";

@@ -229,7 +229,7 @@ fn main() -> std::process::ExitCode {
                 chunk: chunk.max(1),
                 rate,
                 epoch: barrier_interval,
-                checkpoints: checkpoint_interval.map(|interval| weir::checkpoint::CheckpointConfig {
+                checkpoints: checkpoint_interval.map(|interval| weir::config::CheckpointConfig {
                     url: checkpoint_url,
                     interval_ms: interval.as_millis() as u64,
                     ..Default::default()

@@ -9,15 +9,14 @@
 //!   last commit.
 //! - `weir_catalog.dead_letters`: records sources could not decode, by source and position,
 //!   with the error and the record as read. Durable: read from the state store
-//!   ([`crate::connectors::dead_letter`]).
+//!   ([`crate::catalog::dead_letter`]).
 //! - `weir_catalog.sources` and `weir_catalog.sinks`: each connector's state (running,
 //!   retrying with the reason, failed, finished), kept in memory by their runtimes.
 //! - `weir_catalog.checkpoints`: the checkpoints in the object store (listed at start) and those
 //!   this server took, restored from or gave up on, newest last ([`crate::checkpoint`]). Kept
 //!   in memory, the last [`CHECKPOINT_HISTORY`] entries.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::arrow::array::{RecordBatch, StringArray, TimestampMicrosecondArray, UInt32Array, UInt64Array};
@@ -28,117 +27,11 @@ use datafusion::datasource::TableType;
 use datafusion::error::Result as DfResult;
 use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
-use parking_lot::Mutex;
 
 use crate::catalog::Catalog;
+use crate::status::{CHECKPOINTS, EVENT_TIME, SINKS, SOURCES, VIEW_ERRORS};
 
 pub const SCHEMA: &str = "weir_catalog";
-
-struct ErrorEntry {
-    count: u64,
-    last_micros: i64,
-}
-
-static VIEW_ERRORS: LazyLock<Mutex<BTreeMap<(String, String), ErrorEntry>>> = LazyLock::new(Default::default);
-
-/// Records `count` failures of `message` in `view`.
-pub fn record_view_error(view: &str, message: &str, count: u64) {
-    let now = chrono::Utc::now().timestamp_micros();
-    let mut errors = VIEW_ERRORS.lock();
-    let entry =
-        errors.entry((view.to_string(), message.to_string())).or_insert(ErrorEntry { count: 0, last_micros: now });
-    entry.count += count;
-    entry.last_micros = now;
-}
-
-#[derive(Default)]
-struct EventTimeEntry {
-    watermark_micros: Option<i64>,
-    open_windows: u64,
-    late_rows: u64,
-}
-
-static EVENT_TIME: LazyLock<Mutex<BTreeMap<String, EventTimeEntry>>> = LazyLock::new(Default::default);
-
-/// Counts `count` late row copies of `view`.
-pub fn record_late_rows(view: &str, count: u64) {
-    EVENT_TIME.lock().entry(view.to_string()).or_default().late_rows += count;
-}
-
-/// A view's watermark (nanoseconds) and open windows at its last commit.
-pub fn record_event_time(view: &str, watermark: Option<i64>, open_windows: usize) {
-    let mut all = EVENT_TIME.lock();
-    // Views without event time (no watermark, no windows, no late rows) are not listed.
-    if watermark.is_none() && open_windows == 0 && !all.contains_key(view) {
-        return;
-    }
-    let entry = all.entry(view.to_string()).or_default();
-    // Past every row (every input ended) is shown as NULL, like no watermark yet.
-    entry.watermark_micros =
-        watermark.filter(|w| *w != crate::types::window::PAST_EVERY_ROW).map(|w| w.div_euclid(1000));
-    entry.open_windows = open_windows as u64;
-}
-
-/// How many checkpoint records `weir_catalog.checkpoints` keeps.
-pub const CHECKPOINT_HISTORY: usize = 200;
-
-/// One row of `weir_catalog.checkpoints`.
-#[derive(Debug, Clone)]
-pub struct CheckpointRecord {
-    pub epoch: u64,
-    /// `uploading`, `complete`, `failed` or `restored`.
-    pub status: String,
-    pub started_at_micros: i64,
-    pub finished_at_micros: Option<i64>,
-    pub duration_ms: Option<u64>,
-    pub bytes_uploaded: Option<u64>,
-    pub files_uploaded: Option<u64>,
-    pub files: u64,
-    pub state_bytes: u64,
-    /// Why it failed, or where it was restored from.
-    pub detail: String,
-}
-
-impl CheckpointRecord {
-    /// A record with nothing measured yet.
-    pub fn new(epoch: u64, status: &str, started_at_micros: i64) -> CheckpointRecord {
-        CheckpointRecord {
-            epoch,
-            status: status.to_string(),
-            started_at_micros,
-            finished_at_micros: None,
-            duration_ms: None,
-            bytes_uploaded: None,
-            files_uploaded: None,
-            files: 0,
-            state_bytes: 0,
-            detail: String::new(),
-        }
-    }
-
-    /// A failed checkpoint, and why.
-    pub fn failed(epoch: u64, started_at_micros: i64, detail: String) -> CheckpointRecord {
-        CheckpointRecord { detail, ..CheckpointRecord::new(epoch, "failed", started_at_micros) }
-    }
-}
-
-static CHECKPOINTS: LazyLock<Mutex<std::collections::VecDeque<CheckpointRecord>>> = LazyLock::new(Default::default);
-
-/// Records what happened to a checkpoint; a record of the same epoch and an unfinished status
-/// (`uploading`) is replaced.
-pub fn record_checkpoint(record: CheckpointRecord) {
-    let mut all = CHECKPOINTS.lock();
-    all.retain(|r| !(r.epoch == record.epoch && r.status == "uploading"));
-    all.push_back(record);
-    while all.len() > CHECKPOINT_HISTORY {
-        all.pop_front();
-    }
-}
-
-/// A checkpoint was deleted by retention: it is no longer listed as complete.
-pub fn forget_checkpoint(epoch: u64) {
-    CHECKPOINTS.lock().retain(|r| !(r.epoch == epoch && r.status == "complete"));
-}
 
 fn checkpoints_schema() -> SchemaRef {
     let micros = || DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into()));
@@ -183,12 +76,6 @@ fn checkpoints_batch() -> DfResult<RecordBatch> {
             Arc::new(detail),
         ],
     )?)
-}
-
-/// Forgets the errors of a dropped view.
-pub fn forget_view(view: &str) {
-    VIEW_ERRORS.lock().retain(|(v, _), _| v != view);
-    EVENT_TIME.lock().remove(view);
 }
 
 fn event_time_schema() -> SchemaRef {
@@ -245,7 +132,7 @@ fn dead_letters_schema() -> SchemaRef {
 }
 
 fn dead_letters_batch(catalog: &Catalog) -> DfResult<RecordBatch> {
-    let letters = crate::connectors::dead_letter::load(catalog.store().as_ref())?;
+    let letters = crate::catalog::dead_letter::load(catalog.store().as_ref())?;
     let name = |id| catalog.by_id(id).map(|r| r.def.name.clone()).unwrap_or_else(|| id.to_string());
     let sources: StringArray = letters.iter().map(|(id, _)| Some(name(*id))).collect();
     let positions: StringArray = letters.iter().map(|(_, l)| Some(l.position.as_str())).collect();
@@ -277,8 +164,7 @@ fn sinks_schema() -> SchemaRef {
 /// Every running sink: running or retrying (any shard), the last checkpoint every shard
 /// delivered, its last error, its shards.
 fn sinks_batch() -> DfResult<RecordBatch> {
-    let all: Vec<(String, crate::connectors::sink::SinkStatus)> =
-        crate::connectors::sink::STATUS.lock().values().cloned().collect();
+    let all: Vec<(String, crate::status::SinkStatus)> = SINKS.lock().values().cloned().collect();
     let names: StringArray = all.iter().map(|(n, _)| Some(n.as_str())).collect();
     let states: StringArray = all.iter().map(|(_, s)| Some(s.state())).collect();
     let delivered: UInt64Array = all.iter().map(|(_, s)| s.delivered()).collect();
@@ -303,8 +189,7 @@ fn sources_schema() -> SchemaRef {
 /// Every started source: running, retrying (and why), failed (and why) or finished, and the
 /// records it has read.
 fn sources_batch() -> DfResult<RecordBatch> {
-    let all: Vec<crate::connectors::source::SourceStatus> =
-        crate::connectors::source::STATUS.lock().values().cloned().collect();
+    let all: Vec<crate::status::SourceStatus> = SOURCES.lock().values().cloned().collect();
     let names: StringArray = all.iter().map(|s| Some(s.name.as_str())).collect();
     let connectors: StringArray = all.iter().map(|s| Some(s.connector.as_str())).collect();
     let states: StringArray = all.iter().map(|s| Some(s.state.as_str())).collect();

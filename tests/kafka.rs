@@ -489,8 +489,8 @@ async fn a_kafka_sink_writer_dropped_mid_transaction_aborts_it() {
     use std::sync::Arc;
 
     use datafusion::arrow::array::{Int64Array, RecordBatch};
+    use weir::catalog::options::ConnectorOptions;
     use weir::connectors::kafka::sink::KafkaSink;
-    use weir::connectors::options::ConnectorOptions;
     use weir::connectors::sink::{SinkWriter, WriterSpec};
     use weir::types::ChangeBatch;
 

@@ -130,7 +130,7 @@ pub async fn run(options: NexmarkOptions, kafka: KafkaBenchOptions) -> Result<()
     let checkpoints = options
         .checkpoints
         .clone()
-        .unwrap_or(crate::checkpoint::CheckpointConfig { interval_ms: 1000, ..Default::default() });
+        .unwrap_or(crate::config::CheckpointConfig { interval_ms: 1000, ..Default::default() });
     let interval_ms = checkpoints.interval_ms;
     // With --preload, every bid is on the topic before the clock starts.
     let mut producer = None;

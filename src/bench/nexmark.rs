@@ -31,7 +31,7 @@ pub struct NexmarkOptions {
     /// Time between epochs.
     pub epoch: Duration,
     /// Checkpoints as `weir serve` takes them (None: off).
-    pub checkpoints: Option<crate::checkpoint::CheckpointConfig>,
+    pub checkpoints: Option<crate::config::CheckpointConfig>,
     /// Replay from files in this directory (written first if missing) instead of generating.
     pub files: Option<PathBuf>,
     /// parquet, csv or json.

@@ -21,16 +21,16 @@
 //! chunk (offsets and stamp) and the rows are produced again by its connector. The log is off
 //! where nothing restarts from it (`weir bench`).
 //!
-//! Entry format: a [`record`](crate::state::index_codec) with the writes, then the changes.
+//! Entry format: a [`record`](crate::state::record) with the writes, then the changes.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::{Catalog, Relation};
-use crate::connectors::replay::ChunkEntry;
+use crate::catalog::replay::ChunkEntry;
 use crate::error::{Result, SqlState, WeirError};
-use crate::state::index_codec::{IndexReader, IndexWriter};
 use crate::state::keys::{prefix_end, table_prefix, TableId, CHANGE_LOG_TABLE};
+use crate::state::record::{RecordReader, RecordWriter};
 use crate::state::store::{ScanControl, StateStore, WriteBatch, WriteOp};
 use crate::types::{ChangeBatch, Epoch, Message};
 
@@ -82,7 +82,7 @@ fn key(epoch: Epoch, relation: TableId, sequence: u64) -> Vec<u8> {
 /// Called under the relation's write lock, as the statement commits.
 pub fn append(wb: &mut WriteBatch, relation: &Relation, changes: &LoggedChanges) -> Result<()> {
     let epoch = relation.open_epoch();
-    let mut record = IndexWriter::default();
+    let mut record = RecordWriter::default();
     record.u64(wb.ops.len() as u64);
     for op in &wb.ops {
         match op {
@@ -96,7 +96,7 @@ pub fn append(wb: &mut WriteBatch, relation: &Relation, changes: &LoggedChanges)
             record.u64(0);
         }
         LoggedChanges::Rows(batch) => {
-            batch.encode(record.u64(1))?;
+            record.u64(1).changes(batch)?;
         }
         LoggedChanges::Chunk(chunk) => {
             record.u64(2).bytes(&chunk.encode());
@@ -119,7 +119,7 @@ fn decode(key: &[u8], value: &[u8]) -> Result<LogEntry> {
     }
     let epoch = u64::from_be_bytes(rest[..8].try_into().expect("8 bytes"));
     let relation = u32::from_be_bytes(rest[8..12].try_into().expect("4 bytes"));
-    let mut r = IndexReader::new(value, "the change log")?;
+    let mut r = RecordReader::new(value, "the change log")?;
     let mut writes = Vec::new();
     for _ in 0..r.u64()? {
         writes.push(match r.u64()? {
@@ -131,7 +131,7 @@ fn decode(key: &[u8], value: &[u8]) -> Result<LogEntry> {
     }
     let changes = match r.u64()? {
         0 => LoggedChanges::None,
-        1 => LoggedChanges::Rows(ChangeBatch::decode(&mut r, "the change log")?),
+        1 => LoggedChanges::Rows(r.changes()?),
         2 => LoggedChanges::Chunk(ChunkEntry::decode(&r.bytes()?, "the change log")?),
         other => return Err(corrupt(format!("changes kind {other}"))),
     };
@@ -192,10 +192,9 @@ pub async fn replay(catalog: &Arc<Catalog>, entries: Vec<LogEntry>) -> Result<()
             LoggedChanges::Rows(batch) => batch,
             LoggedChanges::Chunk(chunk) => {
                 let relation = Arc::clone(&relation);
-                let rows =
-                    tokio::task::spawn_blocking(move || crate::connectors::replay::chunk_rows(&relation, &chunk))
-                        .await
-                        .map_err(|e| WeirError::internal(e.to_string()))??;
+                let rows = tokio::task::spawn_blocking(move || super::replay::chunk_rows(&relation, &chunk))
+                    .await
+                    .map_err(|e| WeirError::internal(e.to_string()))??;
                 ChangeBatch::inserts(rows)
             }
         };

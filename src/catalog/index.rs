@@ -78,11 +78,11 @@ pub async fn create(catalog: &Arc<Catalog>, request: IndexRequest, if_not_exists
         return Ok(false);
     };
     // On a task of its own: a statement cancelled or timed out while it waits still ends the
-    // build cleanly (an index recorded, or nothing left of it), never half-way.
+    // build cleanly (an checkpoint recorded, or nothing left of it), never half-way.
     let catalog = Arc::clone(catalog);
     // On the dataflow's runtime: a build holds its relation's write lock a chunk at a time,
     // which the dataflow waits for; at the sessions' nice value it would hold it longer.
-    let building = crate::dataflow::runtime::spawn(async move {
+    let building = crate::runtime::spawn(async move {
         let built = build(&catalog, &request, id).await;
         catalog.release(&request.name);
         built
@@ -255,7 +255,7 @@ pub async fn drop_index(catalog: &Arc<Catalog>, name: &str, if_exists: bool) -> 
     // On a task of its own: a statement cancelled while it waits still drops the index (it
     // is retired already), never leaves it half-dropped.
     let catalog = Arc::clone(catalog);
-    let dropping = crate::dataflow::runtime::spawn(async move {
+    let dropping = crate::runtime::spawn(async move {
         // Held by the catalog, its relation and here; more means a read that chose it is running.
         while Arc::strong_count(&index) > 3 {
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;

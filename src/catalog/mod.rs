@@ -12,11 +12,15 @@
 
 pub mod change_log;
 pub mod changes;
+pub mod dead_letter;
 pub mod dml;
 pub mod index;
 pub mod key_access;
+pub mod options;
 pub mod persist;
 pub mod provider;
+pub mod replay;
+pub mod rows;
 pub mod scan;
 pub mod windowed;
 
@@ -52,7 +56,7 @@ pub struct TableOptions {
     /// The `AS PROCTIME()` column, an index into the columns.
     pub processing_time: Option<usize>,
     /// A source's connector: its rows come from it, not from INSERT.
-    pub connector: Option<crate::connectors::options::ConnectorOptions>,
+    pub connector: Option<crate::catalog::options::ConnectorOptions>,
     /// A source whose connector can produce its rows again: they are not stored.
     pub replayed: bool,
 }
@@ -249,7 +253,7 @@ impl Relation {
         emit: &mut dyn FnMut(datafusion::arrow::array::RecordBatch) -> Result<ScanControl>,
     ) -> Result<()> {
         if self.def.replayed {
-            return crate::connectors::replay::stream_rows(self, store, emit);
+            return replay::stream_rows(self, store, emit);
         }
         self.table.scan_batches(store, ranges, SCAN_BATCH_ROWS, limit, &mut |batch| emit(self.user_rows(&batch)?))
     }
@@ -480,7 +484,7 @@ impl Catalog {
 
     /// A fingerprint of the catalog, its relations' ids and names, for checkpoint manifests.
     pub fn fingerprint(&self) -> u64 {
-        use crate::state::keys::{fnv1a, FNV1A_START};
+        use crate::types::vnode::{fnv1a, FNV1A_START};
         self.relations()
             .iter()
             .fold(FNV1A_START, |h, r| fnv1a(fnv1a(h, &r.def.id.to_be_bytes()), r.def.name.as_bytes()))
@@ -583,13 +587,14 @@ impl Catalog {
         depends_on: Vec<TableId>,
         parallelism: usize,
         append_only: bool,
+        planner_revision: u32,
     ) -> Result<TableId> {
         let mut def = self.new_def(name, RelationKind::MaterializedView, definition, schema);
         def.depends_on = depends_on;
         def.parallelism = parallelism;
         def.append_only = append_only;
         def.int4_literals = true;
-        def.planner_revision = crate::frontend::df_context::PlanningRules::REVISION;
+        def.planner_revision = planner_revision;
         if append_only {
             def.layout = Layout::Segments;
         }
@@ -684,7 +689,7 @@ impl Catalog {
         name: &str,
         definition: &str,
         input: &Relation,
-        options: crate::connectors::options::ConnectorOptions,
+        options: crate::catalog::options::ConnectorOptions,
         shards: usize,
         if_not_exists: bool,
     ) -> Result<Option<TableId>> {
@@ -736,7 +741,7 @@ impl Catalog {
         let (start, end) = crate::state::keys::operator_state_range(relation.def.id);
         wb.delete_range(start, end);
         wb.delete(persist::sequence_key(&format!("rowid/{}", relation.def.id)));
-        crate::connectors::dead_letter::delete_all(wb, relation.def.id);
+        crate::catalog::dead_letter::delete_all(wb, relation.def.id);
         relation.table.clear(wb);
     }
 

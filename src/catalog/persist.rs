@@ -77,9 +77,9 @@ pub struct RelationDef {
     pub processing_time: Option<usize>,
     /// A source's connector and its options (`CREATE SOURCE ... WITH (connector = ...)`).
     #[serde(default)]
-    pub connector: Option<crate::connectors::options::ConnectorOptions>,
+    pub connector: Option<crate::catalog::options::ConnectorOptions>,
     /// A source whose connector produces its rows again when they are read: its chunks' offsets
-    /// are stored, not its rows ([`crate::connectors::replay`]).
+    /// are stored, not its rows ([`crate::catalog::replay`]).
     #[serde(default)]
     pub replayed: bool,
     /// How its rows are stored: append-only relations created by this version are segmented;

@@ -26,10 +26,10 @@ use std::sync::atomic::AtomicU64;
 use super::manifest::{FileEntry, Manifest, FORMAT};
 use super::protocol::{self, LocalFile};
 use super::remote::Remote;
-use super::CheckpointConfig;
+use crate::config::CheckpointConfig;
 use crate::error::{Result, WeirError};
 use crate::state::store::StateStore;
-use crate::system::{self, CheckpointRecord};
+use crate::status::{self, CheckpointRecord};
 use crate::types::Epoch;
 
 /// What the object store holds, as this store knows it.
@@ -93,7 +93,7 @@ impl Checkpointer {
         let last = manifests.last().map(|m| m.epoch).unwrap_or(0);
         crate::metrics::CHECKPOINT_LAST_COMPLETE_EPOCH.set(last as i64);
         for m in &manifests {
-            system::record_checkpoint(CheckpointRecord {
+            status::record_checkpoint(CheckpointRecord {
                 files: m.files.len() as u64,
                 state_bytes: m.state_bytes(),
                 detail: "found in the object store at start".into(),
@@ -126,7 +126,7 @@ impl Checkpointer {
     pub fn record_failure(&self, epoch: Epoch, why: String) {
         tracing::warn!(epoch, "checkpoint failed: {why}");
         crate::metrics::CHECKPOINTS_TOTAL.with_label_values(&["failed"]).inc();
-        system::record_checkpoint(CheckpointRecord::failed(epoch, now_micros(), why));
+        status::record_checkpoint(CheckpointRecord::failed(epoch, now_micros(), why));
     }
 
     /// The epoch of the newest local snapshot this process took.
@@ -164,7 +164,7 @@ impl Checkpointer {
         crate::metrics::CHECKPOINT_SNAPSHOT_SECONDS.observe(snapshot_started.elapsed().as_secs_f64());
         self.local_epoch.fetch_max(epoch, Ordering::SeqCst);
         if self.busy.swap(true, Ordering::SeqCst) {
-            system::record_checkpoint(CheckpointRecord {
+            status::record_checkpoint(CheckpointRecord {
                 detail: "local only: an upload was running".into(),
                 ..CheckpointRecord::new(epoch, "local", started_at)
             });
@@ -173,9 +173,9 @@ impl Checkpointer {
         }
         self.uploading.store(epoch, Ordering::SeqCst);
         self.remove_old_snapshots();
-        system::record_checkpoint(CheckpointRecord::new(epoch, "uploading", started_at));
+        status::record_checkpoint(CheckpointRecord::new(epoch, "uploading", started_at));
         let this = Arc::clone(&self);
-        crate::dataflow::runtime::spawn_upload(async move {
+        crate::runtime::spawn_upload(async move {
             let outcome = this.upload(epoch, &dir, catalog_version, started_at, injected_at).await;
             let record = match outcome {
                 Ok(record) => {
@@ -193,7 +193,7 @@ impl Checkpointer {
                     }
                 }
             };
-            system::record_checkpoint(record);
+            status::record_checkpoint(record);
             this.uploading.store(0, Ordering::SeqCst);
             this.remove_old_snapshots();
             this.busy.store(false, Ordering::SeqCst);
@@ -255,7 +255,7 @@ impl Checkpointer {
         // start), never a manifest without its files.
         for old in &retention.manifests {
             self.remote.delete(&protocol::manifest_key(*old)).await?;
-            system::forget_checkpoint(*old);
+            status::forget_checkpoint(*old);
         }
         for object in &retention.objects {
             self.remote.delete(object).await?;
@@ -269,7 +269,7 @@ impl Checkpointer {
     pub fn start_sweep(self: &Arc<Self>) {
         self.busy.store(true, Ordering::SeqCst);
         let this = Arc::clone(self);
-        crate::dataflow::runtime::spawn_upload(async move {
+        crate::runtime::spawn_upload(async move {
             match this.sweep_orphans().await {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(objects = n, "deleted checkpoint files no manifest names"),

@@ -23,49 +23,14 @@ pub mod remote;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 pub use checkpointer::Checkpointer;
 
 use crate::catalog::change_log::LogEntry;
-use crate::config::StorageConfig;
+use crate::config::{CheckpointConfig, StorageConfig};
 use crate::error::Result;
 use crate::state::store::StateStore;
 use crate::types::Epoch;
-
-/// `[checkpoint]` settings (flags `--checkpoint-url`, `--checkpoint-interval`).
-#[derive(Debug, Clone, serde::Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct CheckpointConfig {
-    /// Where checkpoints go: `s3://bucket/prefix`, `file:///dir` or a directory; default
-    /// `<data-dir>/checkpoints`.
-    pub url: Option<String>,
-    /// Least milliseconds between checkpoints; 0: only when DDL completes and at a clean stop.
-    pub interval_ms: u64,
-    /// Complete checkpoints kept in the object store (at least 1).
-    pub keep: usize,
-    /// Milliseconds the views may take to commit a checkpoint barrier before it is given up.
-    pub timeout_ms: u64,
-    /// Endpoint and credentials for an `s3://` URL (else the `AWS_*` environment variables).
-    pub s3: remote::S3Settings,
-}
-
-impl Default for CheckpointConfig {
-    fn default() -> Self {
-        CheckpointConfig { url: None, interval_ms: 1000, keep: 3, timeout_ms: 60_000, s3: Default::default() }
-    }
-}
-
-impl CheckpointConfig {
-    pub fn interval(&self) -> Option<Duration> {
-        (self.interval_ms > 0).then(|| Duration::from_millis(self.interval_ms))
-    }
-
-    /// The object store URL, the default resolved against `data_dir`.
-    pub fn url_for(&self, data_dir: &Path) -> String {
-        self.url.clone().unwrap_or_else(|| data_dir.join("checkpoints").to_string_lossy().into_owned())
-    }
-}
 
 /// What start-up learnt from the object store and the local checkpoints before the state
 /// store opened.

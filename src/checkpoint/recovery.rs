@@ -22,7 +22,7 @@ use crate::config::StorageConfig;
 use crate::error::{Result, SqlState, WeirError};
 use crate::state::rocks::RocksStore;
 use crate::state::store::StateStore;
-use crate::system::{self, CheckpointRecord};
+use crate::status::{self, CheckpointRecord};
 use crate::types::Epoch;
 
 /// The complete checkpoints in the object store, oldest first, and the reasons others could
@@ -88,7 +88,7 @@ pub async fn restore_if_empty(
                     detail.push_str(&format!(" after skipping {}", reasons.join("; ")));
                 }
                 tracing::info!(epoch, seconds, "{detail}");
-                system::record_checkpoint(CheckpointRecord {
+                status::record_checkpoint(CheckpointRecord {
                     detail,
                     files: manifest.files.len() as u64,
                     state_bytes: manifest.state_bytes(),
@@ -98,7 +98,7 @@ pub async fn restore_if_empty(
             }
             Err(why) => {
                 tracing::warn!(epoch, "checkpoint cannot be restored, falling back to the previous one: {why}");
-                system::record_checkpoint(CheckpointRecord::failed(
+                status::record_checkpoint(CheckpointRecord::failed(
                     epoch,
                     chrono::Utc::now().timestamp_micros(),
                     format!("not restorable: {why}"),
@@ -214,7 +214,7 @@ pub fn restore_local(data_dir: &Path, storage: &StorageConfig) -> Result<LocalRe
                     detail.push_str(&format!("; passed over {}", reasons.join("; ")));
                 }
                 tracing::info!(epoch, seconds, "{detail}");
-                system::record_checkpoint(CheckpointRecord {
+                status::record_checkpoint(CheckpointRecord {
                     detail,
                     ..CheckpointRecord::new(epoch, "restored", chrono::Utc::now().timestamp_micros())
                 });

@@ -14,21 +14,11 @@ use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, WriteMultipart};
 use tokio::io::AsyncReadExt;
 
-use crate::connectors::options::ConnectorOptions;
+use crate::catalog::options::ConnectorOptions;
 use crate::error::{Result, SqlState, WeirError};
 
 /// Files larger than this are uploaded in parts.
 const MULTIPART_BYTES: u64 = 16 << 20;
-
-/// S3 settings for a `s3://` checkpoint URL (None: from the environment).
-#[derive(Debug, Clone, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct S3Settings {
-    pub endpoint: Option<String>,
-    pub region: Option<String>,
-    pub access_key_id: Option<String>,
-    pub secret_access_key: Option<String>,
-}
 
 pub struct Remote {
     store: Arc<dyn ObjectStore>,
@@ -43,7 +33,7 @@ fn io(what: &str, e: impl std::fmt::Display) -> WeirError {
 
 impl Remote {
     /// The store `url` names (`s3://bucket/prefix`, `file:///dir` or a directory path).
-    pub fn open(url: &str, s3: &S3Settings) -> Result<Remote> {
+    pub fn open(url: &str, s3: &crate::config::S3Settings) -> Result<Remote> {
         if let Some(rest) = url.strip_prefix("s3://") {
             let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
             let mut options = ConnectorOptions::default();

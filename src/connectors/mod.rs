@@ -23,11 +23,9 @@
 //! - [`records`]: CSV and JSON records decoded into rows, bad ones into dead letters.
 //! - [`postgres`]: a PostgreSQL table as a sink (`connector = 'jdbc'`).
 
-pub mod dead_letter;
 pub mod file;
 pub mod kafka;
 pub mod nexmark;
-pub mod options;
 pub mod postgres;
 pub mod records;
 pub mod registry;

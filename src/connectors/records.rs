@@ -1,7 +1,7 @@
 //! Decoding text records (CSV lines, JSON values) into Arrow rows with arrow's decoders, for
 //! every connector that reads them (files, Kafka): a batch of records is decoded at once; if
 //! that fails, record by record, and the records that fail become dead letters
-//! ([`super::dead_letter`]) instead of stopping the source. A `json` / `jsonb` column of a
+//! ([`crate::catalog::dead_letter`]) instead of stopping the source. A `json` / `jsonb` column of a
 //! JSON source takes its field's value, whatever it is, as JSON text ([`json_values_as_text`]).
 
 use std::sync::Arc;
@@ -10,7 +10,7 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::error::ArrowError;
 
-use super::dead_letter::DeadLetter;
+use crate::catalog::dead_letter::DeadLetter;
 
 /// How text records are encoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

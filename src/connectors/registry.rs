@@ -5,10 +5,10 @@ use datafusion::arrow::datatypes::SchemaRef;
 use super::file::FileReader;
 use super::kafka::{KafkaReader, KafkaSink};
 use super::nexmark::NexmarkReader;
-use super::options::ConnectorOptions;
 use super::postgres::PostgresSink;
 use super::sink::{SinkWriter, WriterSpec};
 use super::source::SourceReader;
+use crate::catalog::options::ConnectorOptions;
 use crate::error::{Result, SqlState, WeirError};
 
 /// A reader for a source with `options`, the columns it declares (if any) and its primary

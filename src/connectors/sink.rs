@@ -34,14 +34,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::Mutex;
+use crate::status::{ShardStatus, SinkStatus};
 use tokio::sync::watch;
 
 use crate::catalog::changes::ChangeReceiver;
 use crate::catalog::Relation;
 use crate::error::Result;
-use crate::state::index_codec::{IndexReader, IndexWriter};
 use crate::state::keys::{row_key_in, TableId};
+use crate::state::record::{RecordReader, RecordWriter};
 use crate::state::store::{KeyRange, ScanControl, StateStore, WriteBatch};
 use crate::types::key_shards::KeyShards;
 use crate::types::{ChangeBatch, Epoch, Message};
@@ -131,61 +131,8 @@ pub fn net_by_key<K: std::hash::Hash + Eq + Clone, R>(
     netted
 }
 
-/// What a sink is doing, for `weir_catalog.sinks`: the sink as a whole, from its shards'.
-#[derive(Debug, Clone, Default)]
-pub struct SinkStatus {
-    pub shards: Vec<ShardStatus>,
-    /// The job's last failure to write the outbox (tried again at the checkpoint).
-    pub outbox_error: Option<String>,
-}
-
-/// What one shard's deliverer is doing.
-#[derive(Debug, Clone, Default)]
-pub struct ShardStatus {
-    /// `running` or `retrying`.
-    pub state: String,
-    /// The last checkpoint the shard delivered.
-    pub delivered: Option<Epoch>,
-    /// The last error, while retrying.
-    pub error: Option<String>,
-    /// Checkpoints whose changes the shard holds and has not delivered.
-    pub pending_groups: usize,
-}
-
-impl SinkStatus {
-    /// `retrying` while any shard is, else `running`.
-    pub fn state(&self) -> &str {
-        if self.shards.iter().any(|s| s.state == "retrying") {
-            "retrying"
-        } else {
-            "running"
-        }
-    }
-
-    /// The last checkpoint the sink has delivered: the oldest of the shards still holding
-    /// changes (None while one of them has delivered none), else the newest any shard
-    /// delivered (a shard without changes for a while is not behind).
-    pub fn delivered(&self) -> Option<Epoch> {
-        let behind = self.shards.iter().filter(|s| s.pending_groups > 0);
-        if self.shards.iter().any(|s| s.pending_groups > 0) {
-            behind.map(|s| s.delivered).min().flatten()
-        } else {
-            self.shards.iter().filter_map(|s| s.delivered).max()
-        }
-    }
-
-    /// A retrying shard's error, else the outbox's.
-    pub fn error(&self) -> Option<&str> {
-        self.shards.iter().find_map(|s| s.error.as_deref()).or(self.outbox_error.as_deref())
-    }
-}
-
-/// Every running sink's status, by sink id.
-pub static STATUS: std::sync::LazyLock<Mutex<std::collections::BTreeMap<u32, (String, SinkStatus)>>> =
-    std::sync::LazyLock::new(Default::default);
-
 fn set_status(sink: &Relation, update: impl FnOnce(&mut SinkStatus)) {
-    let mut all = STATUS.lock();
+    let mut all = crate::status::SINKS.lock();
     let entry = all.entry(sink.def.id).or_insert_with(|| (sink.def.name.clone(), SinkStatus::default()));
     if entry.1.shards.len() < shards_of(sink) {
         entry.1.shards.resize(shards_of(sink), ShardStatus { state: "running".into(), ..Default::default() });
@@ -204,7 +151,7 @@ pub const MAX_SHARDS: usize = 256;
 
 /// The shards a new sink delivers by: its `sink.parallelism` option, else one (each
 /// checkpoint's changes then appear in the external system at once, in one transaction).
-pub fn shards_option(options: &crate::connectors::options::ConnectorOptions) -> Result<usize> {
+pub fn shards_option(options: &crate::catalog::options::ConnectorOptions) -> Result<usize> {
     let Some(text) = options.get("sink.parallelism") else {
         return Ok(1);
     };
@@ -236,7 +183,7 @@ pub fn shards_of(sink: &Relation) -> usize {
 
 /// Forgets a dropped sink's status.
 pub fn forget(sink: u32) {
-    STATUS.lock().remove(&sink);
+    crate::status::SINKS.lock().remove(&sink);
 }
 
 /// The key of part `part` of outbox group `group` of shard `shard`.
@@ -288,10 +235,10 @@ fn put_part(
     epoch: Epoch,
     changes: &[ChangeBatch],
 ) -> Result<()> {
-    let mut record = IndexWriter::default();
+    let mut record = RecordWriter::default();
     record.u64(changes.len() as u64);
     for batch in changes {
-        batch.encode(&mut record)?;
+        record.changes(batch)?;
     }
     let mut wb = WriteBatch { skip_wal: true, epoch: Some(epoch), ..Default::default() };
     wb.put(part_key(sink, shard, group, part), record.finish());
@@ -319,7 +266,7 @@ fn next_group(
             .get(prefix.len()..prefix.len() + 8)
             .and_then(|k| <[u8; 8]>::try_from(k).ok())
             .map(u64::from_be_bytes)
-            .ok_or_else(|| crate::state::index_codec::corrupt(&what, "a key of the wrong length"))?;
+            .ok_or_else(|| crate::state::record::corrupt(&what, "a key of the wrong length"))?;
         found = Some(group).filter(|g| *g <= through);
         Ok(ScanControl::Stop)
     })?;
@@ -337,8 +284,8 @@ fn read_group(
 ) -> Result<()> {
     let what = format!("the outbox of sink \"{}\"", sink.def.name);
     store.scan_prefix(&group_prefix(sink.def.id, shard, group), &mut |_, value| {
-        let mut r = IndexReader::new(value, &what)?;
-        let changes = (0..r.u64()?).map(|_| ChangeBatch::decode(&mut r, &what)).collect::<Result<Vec<_>>>()?;
+        let mut r = RecordReader::new(value, &what)?;
+        let changes = (0..r.u64()?).map(|_| r.changes()).collect::<Result<Vec<_>>>()?;
         r.finish()?;
         visit(changes)?;
         Ok(ScanControl::Continue)
@@ -739,6 +686,8 @@ fn failed_delivery(writer: &mut dyn SinkWriter, sink: &str, e: crate::error::Wei
 
 #[cfg(test)]
 mod tests {
+    use parking_lot::Mutex;
+
     use super::*;
 
     #[test]
@@ -841,7 +790,7 @@ mod tests {
     /// `shards`; the sink's subscription to the table's changes.
     async fn sink_of_table(
         columns: &[&str],
-        options: crate::connectors::options::ConnectorOptions,
+        options: crate::catalog::options::ConnectorOptions,
         shards: usize,
     ) -> (Arc<dyn StateStore>, crate::catalog::Catalog, Arc<Relation>, Arc<Relation>, ChangeReceiver) {
         use datafusion::arrow::datatypes::{DataType, Field, Schema};
@@ -961,7 +910,7 @@ mod tests {
 
         use crate::types::BarrierKind;
 
-        let options = crate::connectors::options::ConnectorOptions(
+        let options = crate::catalog::options::ConnectorOptions(
             [("primary_key".to_string(), "k".to_string())].into_iter().collect(),
         );
         let (store, catalog, view, sink, input) = sink_of_table(&["k", "v"], options, 3).await;

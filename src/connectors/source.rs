@@ -26,40 +26,15 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use tokio::task::JoinHandle;
 
-use super::dead_letter::{self, DeadLetter};
-use super::replay;
-use crate::catalog::dml::{self, Writer};
+use crate::catalog::dead_letter::{self, DeadLetter};
+use crate::catalog::dml::Writer;
+use crate::catalog::replay::{self, Position};
+use crate::catalog::rows;
 use crate::catalog::{persist, Catalog, Relation};
 use crate::error::Result;
 use crate::state::store::WriteBatch;
+use crate::status::SourceStatus;
 use crate::types::window::now_nanos;
-
-/// Where a source is in its connector's stream.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Position {
-    /// Records read so far; grows with every chunk (a replayed source's chunk log is keyed by
-    /// it). For the generator and files it is all the position there is.
-    pub records: u64,
-    /// The rest, in the connector's own encoding (Kafka: the next offset of each partition).
-    pub detail: Vec<u8>,
-}
-
-impl Position {
-    /// The position after `records` records, for connectors that need nothing else.
-    pub fn at(records: u64) -> Position {
-        Position { records, detail: vec![] }
-    }
-
-    pub fn encode(&self) -> Vec<u8> {
-        [&self.records.to_be_bytes()[..], &self.detail].concat()
-    }
-
-    /// The position [`Position::encode`] gave; None for bytes that are not one.
-    pub fn decode(bytes: &[u8]) -> Option<Position> {
-        let (records, detail) = bytes.split_at_checked(8)?;
-        Some(Position { records: u64::from_be_bytes(records.try_into().ok()?), detail: detail.to_vec() })
-    }
-}
 
 /// What a reader produced.
 pub enum Chunk {
@@ -122,7 +97,7 @@ pub enum BadData {
 }
 
 impl BadData {
-    pub fn of(options: &super::options::ConnectorOptions) -> Result<BadData> {
+    pub fn of(options: &crate::catalog::options::ConnectorOptions) -> Result<BadData> {
         match options.get("bad_data").map(str::to_ascii_lowercase).as_deref() {
             None | Some("dead_letter") => Ok(BadData::DeadLetter),
             Some("fail") => Ok(BadData::Fail),
@@ -134,34 +109,17 @@ impl BadData {
     }
 }
 
-/// What a source is doing, for `weir_catalog.sources`.
-#[derive(Debug, Clone, Default)]
-pub struct SourceStatus {
-    pub name: String,
-    pub connector: String,
-    /// running, retrying, failed or finished.
-    pub state: String,
-    /// Records read (its position).
-    pub records: u64,
-    /// Why it is retrying or failed.
-    pub error: Option<String>,
-}
-
-/// Every started source's status, by relation id.
-pub static STATUS: std::sync::LazyLock<parking_lot::Mutex<std::collections::BTreeMap<u32, SourceStatus>>> =
-    std::sync::LazyLock::new(Default::default);
-
 /// Updates a running source's status (none once [`forget`] ran: a dropped source's task may
 /// still finish a read).
 fn set_status(relation: &Relation, records: u64, state: &str, error: Option<String>) {
-    if let Some(status) = STATUS.lock().get_mut(&relation.def.id) {
+    if let Some(status) = crate::status::SOURCES.lock().get_mut(&relation.def.id) {
         (status.records, status.state, status.error) = (records, state.to_string(), error);
     }
 }
 
 /// Forgets a dropped source's status.
 pub fn forget(source: u32) {
-    STATUS.lock().remove(&source);
+    crate::status::SOURCES.lock().remove(&source);
 }
 
 fn offset_key(relation: &Relation) -> Vec<u8> {
@@ -202,7 +160,7 @@ async fn write_chunk(
     if batch.num_rows() > 0 {
         replay::put_chunk(&mut wb, &writer.relation, &chunk);
     }
-    let rows = dml::rows_stamped_at(&writer.relation, &batch, chunk.stamp)?;
+    let rows = rows::rows_stamped_at(&writer.relation, &batch, chunk.stamp)?;
     writer.announce(rows, wb, read_at, chunk).await
 }
 
@@ -252,7 +210,7 @@ pub fn start(
     let writer = Writer::new(&catalog, Arc::clone(&relation));
     let name = relation.def.name.clone();
     let connector = relation.def.connector.as_ref().and_then(|o| o.get("connector")).unwrap_or_default();
-    STATUS.lock().insert(
+    crate::status::SOURCES.lock().insert(
         relation.def.id,
         SourceStatus {
             name: name.clone(),
@@ -262,7 +220,7 @@ pub fn start(
             error: None,
         },
     );
-    Ok(crate::dataflow::runtime::spawn(async move {
+    Ok(crate::runtime::spawn(async move {
         let failed = |position: &Position, why: String| {
             tracing::error!(source = %name, "source stopped: {why}");
             set_status(&relation, position.records, "failed", Some(why));

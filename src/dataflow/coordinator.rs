@@ -134,7 +134,7 @@ impl BarrierCoordinator {
         let Some(gate) = gate else { return self.inject().await };
         let (epoch, injected_at) = self.inject_barrier(BarrierKind::Checkpoint).await;
         let this = Arc::clone(self);
-        crate::dataflow::runtime::spawn(async move {
+        crate::runtime::spawn(async move {
             this.take_checkpoint(epoch, injected_at, gate).await;
         });
         epoch
@@ -308,7 +308,7 @@ impl BarrierCoordinator {
     pub fn start_ticker(self: &Arc<Self>, bounds: EpochBounds) {
         let this = Arc::clone(self);
         this.hub.set_epoch_max_rows(bounds.max_rows);
-        crate::dataflow::runtime::spawn(async move {
+        crate::runtime::spawn(async move {
             let mut tick = tokio::time::interval(bounds.interval);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {

@@ -208,20 +208,20 @@ impl Graph {
         Ok(())
     }
 
-    /// Every operator's index record ([`Operator::save_index`]) for a checkpoint, by node and
+    /// Every operator's checkpoint record ([`Operator::save_record`]) for a checkpoint, by node and
     /// shard; operators that keep none are left out.
-    pub fn save_indexes(&mut self) -> Result<Vec<(u16, u16, Vec<u8>)>> {
+    pub fn save_records(&mut self) -> Result<Vec<(u16, u16, Vec<u8>)>> {
         let shards: Vec<u16> = (0..self.shards.len() as u16).collect();
         let records = on_each_shard(&mut self.pool, &mut self.shards, shards, |ops, shard| {
-            let records = ops.iter().enumerate().filter_map(|(node, op)| Some((node as u16, shard, op.save_index()?)));
+            let records = ops.iter().enumerate().filter_map(|(node, op)| Some((node as u16, shard, op.save_record()?)));
             Ok(records.collect::<Vec<_>>())
         })?;
         Ok(records.into_iter().flatten().collect())
     }
 
-    /// Restores the index record of node `node` in shard `shard` (from [`Graph::save_indexes`]
+    /// Restores the checkpoint record of node `node` in shard `shard` (from [`Graph::save_records`]
     /// at a checkpoint of a view built the same way).
-    pub fn restore_index(&mut self, node: u16, shard: u16, record: &[u8]) -> Result<()> {
+    pub fn restore_record(&mut self, node: u16, shard: u16, record: &[u8]) -> Result<()> {
         let op = self
             .shards
             .get_mut(shard as usize)
@@ -230,7 +230,7 @@ impl Graph {
                 "view \"{}\": the checkpoint holds state of operator {node} in shard {shard}, which this view does not have",
                 self.view
             )))?;
-        op.restore_index(record)
+        op.restore_record(record)
     }
 
     /// The epoch about to end has time `now` (`now()` in the view): every operator of every

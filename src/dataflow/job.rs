@@ -62,9 +62,9 @@ use crate::error::{Result, SqlState, WeirError};
 use crate::metrics;
 use crate::operators::eval::evaluate;
 use crate::operators::materialize::Materialize;
-use crate::state::index_codec::{IndexReader, IndexWriter};
 use crate::state::keyed::Flush;
 use crate::state::keys::{operator_state_table, table_prefix, RUNTIME_STATE_TABLE};
+use crate::state::record::{RecordReader, RecordWriter};
 use crate::state::store::{stop_after_refused_write, ScanControl, StateStore, WriteBatch};
 use crate::types::window::{instant_column, now_nanos, to_nanos, PAST_EVERY_ROW};
 use crate::types::{Barrier, BarrierKind, ChangeBatch, Epoch, Message};
@@ -287,18 +287,18 @@ impl ViewJob {
         table_prefix(operator_state_table(self.relation.def.id, RUNTIME_STATE_TABLE)).to_vec()
     }
 
-    /// Adds the view's runtime records to checkpoint `wb`: every operator's index record and
+    /// Adds the view's runtime records to checkpoint `wb`: every operator's checkpoint record and
     /// the watermarks, replacing the previous checkpoint's.
     fn save_runtime(&mut self, wb: &mut WriteBatch) -> Result<()> {
         let prefix = self.runtime_prefix();
         if let Some(end) = crate::state::keys::prefix_end(&prefix) {
             wb.delete_range(prefix.clone(), end);
         }
-        for (node, shard, record) in self.graph.save_indexes()? {
+        for (node, shard, record) in self.graph.save_records()? {
             let key = [prefix.as_slice(), b"i", &node.to_be_bytes(), &shard.to_be_bytes()].concat();
             wb.put(key, record);
         }
-        let mut watermarks = IndexWriter::default();
+        let mut watermarks = RecordWriter::default();
         watermarks.opt_i64(self.watermark).u64(self.watermarks.len() as u64);
         for w in &self.watermarks {
             watermarks.opt_i64(w.as_ref().and_then(|w| w.max));
@@ -308,7 +308,7 @@ impl ViewJob {
     }
 
     /// Restores the view from the checkpoint its state tables hold (the store was restored
-    /// from it): the operators' index records and the watermarks. No input is read again.
+    /// from it): the operators' checkpoint records and the watermarks. No input is read again.
     pub fn restore(&mut self) -> Result<()> {
         let prefix = self.runtime_prefix();
         let mut records = Vec::new();
@@ -322,17 +322,17 @@ impl ViewJob {
                 Some((b'i', at)) if at.len() == 4 => {
                     let node = u16::from_be_bytes([at[0], at[1]]);
                     let shard = u16::from_be_bytes([at[2], at[3]]);
-                    self.graph.restore_index(node, shard, &value)?;
+                    self.graph.restore_record(node, shard, &value)?;
                 }
                 // The view had stopped: it stays stopped after a restart.
                 Some((b'x', [])) => {
                     let why = String::from_utf8_lossy(&value).into_owned();
-                    crate::system::record_view_error(&self.relation.def.name, &why, 1);
+                    crate::status::record_view_error(&self.relation.def.name, &why, 1);
                     tracing::error!(view = %self.relation.def.name, "the view stays stopped: {why}");
                     self.stopped = Some(why);
                 }
                 Some((b'w', [])) => {
-                    let mut r = IndexReader::new(&value, &what)?;
+                    let mut r = RecordReader::new(&value, &what)?;
                     let view = r.opt_i64()?;
                     let inputs = r.u64()? as usize;
                     let maxima = (0..inputs).map(|_| r.opt_i64()).collect::<Result<Vec<_>>>()?;
@@ -473,7 +473,7 @@ impl ViewJob {
             None => None,
         };
         if let (Some(table), Some(rows)) = (&late_table, &late) {
-            let stored = crate::catalog::dml::to_stored(table, rows)?;
+            let stored = crate::catalog::rows::to_stored(table, rows)?;
             table.table.put_batch(&stored, &mut wb)?;
             table.persist_row_id(&mut wb);
         }
@@ -509,7 +509,7 @@ impl ViewJob {
         }
         let view = self.relation.def.name.as_str();
         let open_windows = self.graph.open_windows();
-        crate::system::record_event_time(view, self.watermark, open_windows);
+        crate::status::record_event_time(view, self.watermark, open_windows);
         if let Some(w) = self.watermark.filter(|w| *w != PAST_EVERY_ROW) {
             let lag = chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX).saturating_sub(w);
             metrics::WATERMARK_LAG_SECONDS.with_label_values(&[view]).set(lag as f64 / 1e9);
@@ -664,7 +664,7 @@ impl ViewJob {
 /// Counts and logs a failure of view `view`.
 fn report(view: &str, e: &WeirError) {
     metrics::VIEW_ERRORS_TOTAL.with_label_values(&[view]).inc();
-    crate::system::record_view_error(view, &e.message, 1);
+    crate::status::record_view_error(view, &e.message, 1);
     tracing::error!(view = %view, "view failed to apply changes: {e}");
 }
 

@@ -95,14 +95,14 @@ impl Streaming {
     /// dataflow waits for, which a session's niced thread would hold longer.
     pub async fn flush(&self) {
         let coordinator = Arc::clone(&self.coordinator);
-        let _ = super::runtime::spawn(async move { coordinator.flush().await }).await;
+        let _ = crate::runtime::spawn(async move { coordinator.flush().await }).await;
     }
 
     /// Takes a checkpoint now (DDL's completion), from the dataflow's runtime as [`Streaming::flush`]
     /// does; false if it failed.
     pub async fn checkpoint_now(&self) -> bool {
         let coordinator = Arc::clone(&self.coordinator);
-        super::runtime::spawn(async move { coordinator.checkpoint_now().await }).await.unwrap_or(false)
+        crate::runtime::spawn(async move { coordinator.checkpoint_now().await }).await.unwrap_or(false)
     }
 
     /// Starts following `view`'s inputs' changes, after backfilling it from their current rows
@@ -203,7 +203,7 @@ impl Streaming {
             return Err(e);
         }
         let name = job.relation.def.name.clone();
-        let handle = crate::dataflow::runtime::spawn(async move {
+        let handle = crate::runtime::spawn(async move {
             // A bug that panics inside a view stops that view, visibly, and nothing else.
             if let Err(panic) = std::panic::AssertUnwindSafe(job.run()).catch_unwind().await {
                 let what = panic
@@ -213,7 +213,7 @@ impl Streaming {
                 let message =
                     format!("view stopped after an internal error: {}", what.unwrap_or_else(|| "panic".into()));
                 tracing::error!(view = %name, "{message}");
-                crate::system::record_view_error(&name, &message, 1);
+                crate::status::record_view_error(&name, &message, 1);
                 crate::metrics::VIEW_ERRORS_TOTAL.with_label_values(&[&name]).inc();
             }
         });
@@ -318,12 +318,12 @@ impl Streaming {
             }
         }
         let closed = job.closed_groups();
-        self.jobs.lock().insert(id, crate::dataflow::runtime::spawn(job.run()));
+        self.jobs.lock().insert(id, crate::runtime::spawn(job.run()));
         let deliverers = writers
             .into_iter()
             .zip(0..)
             .map(|(writer, shard)| {
-                crate::dataflow::runtime::spawn(crate::connectors::sink::deliver(
+                crate::runtime::spawn(crate::connectors::sink::deliver(
                     Arc::clone(&sink),
                     shard,
                     Arc::clone(&store),
@@ -361,7 +361,7 @@ impl Streaming {
         self.coordinator.stop_job(id);
         crate::connectors::sink::forget(id);
         let catalog = Arc::clone(&self.catalog);
-        crate::dataflow::runtime::spawn(async move { catalog.changes.unsubscribe_job(id).await });
+        crate::runtime::spawn(async move { catalog.changes.unsubscribe_job(id).await });
     }
 
     /// Stops a view's job and its subscriptions (its rows are the catalog's to delete).

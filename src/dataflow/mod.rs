@@ -20,6 +20,5 @@ pub mod graph;
 pub mod job;
 pub mod join_interval;
 pub mod manager;
-pub mod runtime;
 pub mod shard_pool;
 pub mod temporal_bounds;

@@ -107,7 +107,7 @@ impl Frontend {
         // whatever the sources replay, and the restored views serve reads meanwhile (DDL
         // waits for it at the DDL gate, as for any checkpoint).
         let coordinator = Arc::clone(&frontend.streaming.coordinator);
-        drop(crate::dataflow::runtime::spawn(async move { coordinator.checkpoint_now().await }));
+        drop(crate::runtime::spawn(async move { coordinator.checkpoint_now().await }));
         Ok(frontend)
     }
 

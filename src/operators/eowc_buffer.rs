@@ -18,8 +18,8 @@ use datafusion::arrow::row::RowConverter;
 use super::lateness::LateRows;
 use super::operator::Operator;
 use crate::error::Result;
-use crate::state::index_codec::{IndexReader, IndexWriter};
 use crate::state::keyed::{Flush, KeyedState};
+use crate::state::record::{RecordReader, RecordWriter};
 use crate::state::rows_by_time::{decode_changes, RowsByTime};
 use crate::state::store::WriteBatch;
 use crate::state::table::row_codec;
@@ -97,15 +97,15 @@ impl Operator for EowcBuffer {
     }
 
     /// How many rows wait.
-    fn save_index(&self) -> Option<Vec<u8>> {
-        let mut record = IndexWriter::default();
+    fn save_record(&self) -> Option<Vec<u8>> {
+        let mut record = RecordWriter::default();
         self.rows.save(&mut record);
         Some(record.finish())
     }
 
-    fn restore_index(&mut self, record: &[u8]) -> Result<()> {
+    fn restore_record(&mut self, record: &[u8]) -> Result<()> {
         let what = self.describe();
-        let mut record = IndexReader::new(record, &what)?;
+        let mut record = RecordReader::new(record, &what)?;
         self.rows.restore(&mut record)?;
         record.finish()
     }

@@ -34,7 +34,7 @@ pub fn evaluate(expr: &Arc<dyn PhysicalExpr>, batch: &RecordBatch, view: &str) -
             }
             let message = WeirError::from(first).message;
             metrics::VIEW_ERRORS_TOTAL.with_label_values(&[view]).inc_by(failures.max(1));
-            crate::system::record_view_error(view, &message, failures.max(1));
+            crate::status::record_view_error(view, &message, failures.max(1));
             tracing::warn!(view, rows = failures, "expression failed, the rows get NULL: {message}");
             if pieces.is_empty() {
                 return Ok(new_null_array(&data_type, 0));

@@ -34,7 +34,7 @@
 //!   event time one epoch spans.
 //!
 //! Which groups are open is indexed in memory by close time (`open`, `closed`): the index is
-//! the record the aggregate keeps with each checkpoint ([`Operator::save_index`]), restored
+//! the record the aggregate keeps with each checkpoint ([`Operator::save_record`]), restored
 //! with the view's state, so it always holds every stored windowed group.
 //!
 //! A windowed group's state is held in memory by its window's close ([`ExpiringGroups`]) and
@@ -60,9 +60,9 @@ use super::eval::evaluate;
 use super::operator::Operator;
 use crate::error::{Result, SqlState, WeirError};
 use crate::state::expiring_groups::ExpiringGroups;
-use crate::state::index_codec::{corrupt as corrupt_record, IndexReader, IndexWriter};
 use crate::state::keyed::{decode_count, Flush, KeyedState};
 use crate::state::keys_by_time::KeysByTime;
+use crate::state::record::{corrupt as corrupt_record, RecordReader, RecordWriter};
 use crate::state::store::WriteBatch;
 use crate::state::watermark_pace::WatermarkPace;
 use crate::state::MEMORY_LIMIT_BYTES;
@@ -601,7 +601,7 @@ impl HashAgg {
             (Err(e), AggKind::Sum) => {
                 let message = format!("sum out of range for type {}: {e}", spec.output_type);
                 crate::metrics::VIEW_ERRORS_TOTAL.with_label_values(&[&self.view]).inc();
-                crate::system::record_view_error(&self.view, &message, 1);
+                crate::status::record_view_error(&self.view, &message, 1);
                 Ok(ScalarValue::try_from(&spec.output_type)?)
             }
             (Err(e), _) => Err(e.into()),
@@ -875,19 +875,19 @@ impl Operator for HashAgg {
 
     /// A windowed aggregate's groups by close time, not yet emitted then emitted; the groups
     /// touched in the epoch are all stored by now (the barrier took them).
-    fn save_index(&self) -> Option<Vec<u8>> {
+    fn save_record(&self) -> Option<Vec<u8>> {
         debug_assert!(self.dirty.is_empty(), "a checkpoint follows the barrier, which takes every touched group");
         self.window?;
-        let mut record = IndexWriter::default();
+        let mut record = RecordWriter::default();
         self.open.write(&mut record);
         self.closed.write(&mut record);
         record.u64(if self.in_memory.is_some() { GROUPS_IN_MEMORY } else { GROUPS_IN_TABLE });
         Some(record.finish())
     }
 
-    fn restore_index(&mut self, record: &[u8]) -> Result<()> {
+    fn restore_record(&mut self, record: &[u8]) -> Result<()> {
         let what = self.describe();
-        let mut record = IndexReader::new(record, &what)?;
+        let mut record = RecordReader::new(record, &what)?;
         self.open = KeysByTime::read(&mut record)?;
         self.closed = KeysByTime::read(&mut record)?;
         let held = if record.at_end() { GROUPS_IN_TABLE } else { record.u64()? };
@@ -1608,7 +1608,7 @@ mod tests {
             step(a.as_mut(), &store, "S I\n+ 25 1\n+ 25 2");
             let record = checkpoint(a.as_mut(), &store).unwrap();
             let mut b = windowed_count(&store, emit_on_close, 2 * S, false);
-            b.restore_index(&record[..record.len() - 8]).unwrap();
+            b.restore_record(&record[..record.len() - 8]).unwrap();
             assert!(b.in_memory.is_none());
             let other: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
             let mut c = windowed_count(&other, emit_on_close, 2 * S, false);

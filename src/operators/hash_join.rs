@@ -32,7 +32,7 @@
 //! rows are indexed by time in memory.
 //!
 //! What the join keeps in memory besides its state is its checkpoint record
-//! ([`Operator::save_index`]): the keys by close time, each side's next row number and its rows
+//! ([`Operator::save_record`]): the keys by close time, each side's next row number and its rows
 //! by time. The rows cache is only a cache, and starts empty after a restore.
 //!
 //! A side whose rows expire by such a bound and only ever arrive, in an inner join with no
@@ -54,9 +54,9 @@ use super::operator::Operator;
 use crate::error::{Result, WeirError};
 use crate::state::entries_by_time::EntriesByTime;
 use crate::state::expiring_rows::ExpiringRows;
-use crate::state::index_codec::{corrupt, IndexReader, IndexWriter};
 use crate::state::keyed::{decode_count, Flush, KeyedState};
 use crate::state::keys_by_time::KeysByTime;
+use crate::state::record::{corrupt, RecordReader, RecordWriter};
 use crate::state::store::WriteBatch;
 use crate::state::watermark_pace::WatermarkPace;
 use crate::state::MEMORY_LIMIT_BYTES;
@@ -189,12 +189,12 @@ impl StateKeysByTime {
 
     /// Writes the rows into a checkpoint record: how many times, then per time the time, how
     /// many rows and each row's state key and join key length.
-    fn write(&self, record: &mut IndexWriter) {
+    fn write(&self, record: &mut RecordWriter) {
         self.0.write(record)
     }
 
     /// Reads what [`StateKeysByTime::write`] wrote; `what` names the join, for errors.
-    fn read(record: &mut IndexReader, what: &str) -> Result<StateKeysByTime> {
+    fn read(record: &mut RecordReader, what: &str) -> Result<StateKeysByTime> {
         let mut by_time = StateKeysByTime::default();
         for _ in 0..record.u64()? {
             let time = record.i64()?;
@@ -422,7 +422,7 @@ impl Side {
     /// Adds this side's part of the join's checkpoint record: its next row number, then how
     /// it holds its rows and its rows by time (none when they do not expire), or what its rows
     /// in memory need.
-    fn save_index(&self, record: &mut IndexWriter) {
+    fn save_record(&self, record: &mut RecordWriter) {
         record.u64(self.next_row);
         match &self.expiry {
             Some((_, Expiry::Stored(rows))) => rows.write(record.u64(ROWS_BY_TIME)),
@@ -431,11 +431,11 @@ impl Side {
         }
     }
 
-    /// Reads back what [`Side::save_index`] wrote; `what` names the join, for errors. A side
+    /// Reads back what [`Side::save_record`] wrote; `what` names the join, for errors. A side
     /// that keeps its rows in memory may find them in its table (a record of format 1, or one
     /// written after the side passed its memory limit): up to [`ROWS_MOVED_INTO_MEMORY`] move
     /// into memory, and leave the table at the next flush; more stay in the table.
-    fn restore_index(&mut self, record: &mut IndexReader, what: &str) -> Result<()> {
+    fn restore_record(&mut self, record: &mut RecordReader, what: &str) -> Result<()> {
         self.next_row = record.u64()?;
         let kind = if record.format() >= 2 { record.u64()? } else { ROWS_BY_TIME };
         if kind == SEGMENTS {
@@ -718,12 +718,12 @@ impl Operator for HashJoin {
 
     /// The keys by close time, then each side's next row number and rows by time; None for a
     /// join that keeps none of these (no window, no expiring or numbered rows).
-    fn save_index(&self) -> Option<Vec<u8>> {
+    fn save_record(&self) -> Option<Vec<u8>> {
         let sides_keep_any = self.sides.iter().any(|s| s.append_only || s.expiry.is_some());
         if self.window.is_none() && !sides_keep_any {
             return None;
         }
-        let mut record = IndexWriter::default();
+        let mut record = RecordWriter::default();
         // q7 writes megabytes here at every checkpoint barrier: one allocation, not a doubling.
         let rows: usize = self
             .sides
@@ -736,17 +736,17 @@ impl Operator for HashJoin {
         record.reserve(rows + 64);
         self.open.write(&mut record);
         for side in &self.sides {
-            side.save_index(&mut record);
+            side.save_record(&mut record);
         }
         Some(record.finish())
     }
 
-    fn restore_index(&mut self, record: &[u8]) -> Result<()> {
+    fn restore_record(&mut self, record: &[u8]) -> Result<()> {
         let what = self.describe();
-        let mut record = IndexReader::new(record, &what)?;
+        let mut record = RecordReader::new(record, &what)?;
         self.open = KeysByTime::read(&mut record)?;
         for side in &mut self.sides {
-            side.restore_index(&mut record, &what)?;
+            side.restore_record(&mut record, &what)?;
         }
         record.finish()
     }
@@ -787,13 +787,13 @@ mod tests {
         for (time, stored, key_len) in [(30, &b"k3#1"[..], 2), (10, b"k1#1", 2), (10, b"k1#22", 2), (20, b"", 0)] {
             rows.add(time, stored, key_len);
         }
-        let mut record = IndexWriter::default();
+        let mut record = RecordWriter::default();
         rows.write(&mut record);
         let record = record.finish();
-        let mut reader = IndexReader::new(&record, "join").unwrap();
+        let mut reader = RecordReader::new(&record, "join").unwrap();
         let mut back = StateKeysByTime::read(&mut reader, "join").unwrap();
         reader.finish().unwrap();
-        let mut again = IndexWriter::default();
+        let mut again = RecordWriter::default();
         back.write(&mut again);
         assert_eq!(again.finish(), record);
         let taken = back.take_below(30);
@@ -801,10 +801,10 @@ mod tests {
         assert_eq!(rows, vec![(10, &b"k1#1"[..], 2), (10, b"k1#22", 2), (20, b"", 0)]);
         assert!(!back.0.is_empty());
         // A join key longer than its state key is a corrupt record, not a bad delete later.
-        let mut bad = IndexWriter::default();
+        let mut bad = RecordWriter::default();
         bad.u64(1).i64(5).u64(1).bytes(b"ab").u64(3);
         let bad = bad.finish();
-        assert!(StateKeysByTime::read(&mut IndexReader::new(&bad, "join").unwrap(), "join").is_err());
+        assert!(StateKeysByTime::read(&mut RecordReader::new(&bad, "join").unwrap(), "join").is_err());
     }
 
     /// A join of two inputs of columns `types` (as `from_pretty`) on their first column, its

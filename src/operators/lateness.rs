@@ -31,7 +31,7 @@ impl LateRows {
             return Ok(());
         }
         metrics::LATE_ROWS_TOTAL.with_label_values(&[&self.view]).inc_by(late.num_rows() as u64);
-        crate::system::record_late_rows(&self.view, late.num_rows() as u64);
+        crate::status::record_late_rows(&self.view, late.num_rows() as u64);
         let inserted: Vec<u32> = (0..late.num_rows() as u32).filter(|&i| late.ops[i as usize].sign() > 0).collect();
         let inserted = late.take(&inserted)?;
         if self.keep && inserted.num_rows() > 0 {

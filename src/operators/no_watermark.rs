@@ -33,12 +33,12 @@ impl Operator for NoWatermark {
         self.0.flush_state(wb, flush)
     }
 
-    fn save_index(&self) -> Option<Vec<u8>> {
-        self.0.save_index()
+    fn save_record(&self) -> Option<Vec<u8>> {
+        self.0.save_record()
     }
 
-    fn restore_index(&mut self, record: &[u8]) -> Result<()> {
-        self.0.restore_index(record)
+    fn restore_record(&mut self, record: &[u8]) -> Result<()> {
+        self.0.restore_record(record)
     }
 
     fn on_watermark(&mut self, _watermark: i64) {}

@@ -7,9 +7,9 @@
 //!
 //! Checkpoints (ADR 11): at a checkpoint barrier [`Operator::flush_state`] is told so and must
 //! put every write it still holds in memory into the batch, and the runtime stores what
-//! [`Operator::save_index`] returns next to the operator's state. After a restart the runtime
+//! [`Operator::save_record`] returns next to the operator's state. After a restart the runtime
 //! builds a fresh operator over the checkpoint's state tables and hands it that record
-//! ([`Operator::restore_index`]) before any change: the operator then continues exactly as
+//! ([`Operator::restore_record`]) before any change: the operator then continues exactly as
 //! the one that never stopped. No operator assumes its state starts empty.
 
 use crate::error::Result;
@@ -37,15 +37,15 @@ pub trait Operator: Send {
 
     /// What the operator keeps in memory besides its state tables and needs after a restart
     /// (windows by close time, the next row number, the watermark), encoded with
-    /// [`crate::state::index_codec`]; asked at checkpoint barriers, after `flush_state`. None
+    /// [`crate::state::record`]; asked at checkpoint barriers, after `flush_state`. None
     /// when the state tables are everything.
-    fn save_index(&self) -> Option<Vec<u8>> {
+    fn save_record(&self) -> Option<Vec<u8>> {
         None
     }
 
-    /// Restores what [`Operator::save_index`] returned at the checkpoint, into a fresh
+    /// Restores what [`Operator::save_record`] returned at the checkpoint, into a fresh
     /// operator whose state tables hold that checkpoint's state. Called once, before any change.
-    fn restore_index(&mut self, _record: &[u8]) -> Result<()> {
+    fn restore_record(&mut self, _record: &[u8]) -> Result<()> {
         Ok(())
     }
 
@@ -99,18 +99,18 @@ pub(crate) mod testing {
         out
     }
 
-    /// A checkpoint of `op`: its state flushed whole into `store` and its index record.
+    /// A checkpoint of `op`: its state flushed whole into `store` and its checkpoint record.
     pub fn checkpoint(op: &mut dyn Operator, store: &Arc<dyn StateStore>) -> Option<Vec<u8>> {
         let mut wb = WriteBatch::default();
         op.flush_state(&mut wb, Flush { checkpoint: true, landed: true });
         store.write(wb).unwrap();
-        op.save_index()
+        op.save_record()
     }
 
     /// Restores `record` (from [`checkpoint`]) into the fresh operator `op`.
     pub fn restore(op: &mut dyn Operator, record: Option<Vec<u8>>) {
         if let Some(record) = record {
-            op.restore_index(&record).unwrap();
+            op.restore_record(&record).unwrap();
         }
     }
 

@@ -11,7 +11,7 @@
 //! A session is final once the watermark passes its end plus the allowed lateness (no row on
 //! time can reach it any more); its rows then leave the state. Keys are indexed in memory by
 //! the end of their earliest session: the index is the record the assigner keeps with each
-//! checkpoint ([`Operator::save_index`]).
+//! checkpoint ([`Operator::save_record`]).
 
 use std::collections::BTreeMap;
 
@@ -25,9 +25,9 @@ use datafusion::arrow::row::{RowConverter, SortField};
 use super::lateness::LateRows;
 use super::operator::Operator;
 use crate::error::Result;
-use crate::state::index_codec::{IndexReader, IndexWriter};
 use crate::state::keyed::{decode_count, Flush, KeyedState};
 use crate::state::keys_by_time::KeysByTime;
+use crate::state::record::{RecordReader, RecordWriter};
 use crate::state::store::WriteBatch;
 use crate::types::window::{from_nanos, time_from_key, time_key, to_nanos, SessionSpec};
 use crate::types::{ChangeBatch, Op};
@@ -272,14 +272,14 @@ impl Operator for SessionAssign {
     }
 
     /// The keys by the end of their earliest session.
-    fn save_index(&self) -> Option<Vec<u8>> {
-        let mut record = IndexWriter::default();
+    fn save_record(&self) -> Option<Vec<u8>> {
+        let mut record = RecordWriter::default();
         self.by_end.write(&mut record);
         Some(record.finish())
     }
 
-    fn restore_index(&mut self, record: &[u8]) -> Result<()> {
-        let mut record = IndexReader::new(record, &self.description)?;
+    fn restore_record(&mut self, record: &[u8]) -> Result<()> {
+        let mut record = RecordReader::new(record, &self.description)?;
         self.by_end = KeysByTime::read(&mut record)?;
         record.finish()
     }

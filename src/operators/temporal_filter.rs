@@ -23,8 +23,8 @@ use datafusion::physical_expr::PhysicalExpr;
 use super::eval::evaluate;
 use super::operator::Operator;
 use crate::error::Result;
-use crate::state::index_codec::{IndexReader, IndexWriter};
 use crate::state::keyed::Flush;
+use crate::state::record::{RecordReader, RecordWriter};
 use crate::state::rows_by_time::{decode_changes, RowsByTime, TakenRows};
 use crate::state::store::WriteBatch;
 use crate::state::table::row_codec;
@@ -173,17 +173,17 @@ impl Operator for TemporalFilter {
         self.leaving.flush(wb, flush);
     }
 
-    fn save_index(&self) -> Option<Vec<u8>> {
-        let mut record = IndexWriter::default();
+    fn save_record(&self) -> Option<Vec<u8>> {
+        let mut record = RecordWriter::default();
         record.opt_i64(self.now);
         self.entering.save(&mut record);
         self.leaving.save(&mut record);
         Some(record.finish())
     }
 
-    fn restore_index(&mut self, record: &[u8]) -> Result<()> {
+    fn restore_record(&mut self, record: &[u8]) -> Result<()> {
         let what = self.describe();
-        let mut record = IndexReader::new(record, &what)?;
+        let mut record = RecordReader::new(record, &what)?;
         self.now = record.opt_i64()?;
         self.entering.restore(&mut record)?;
         self.leaving.restore(&mut record)?;

@@ -23,7 +23,7 @@
 //! the watermark passes a window's close plus the allowed lateness, no row can reach its
 //! partitions any more, so their state is deleted (their rows stay in the view), and state is
 //! bounded by the open windows. Which partitions are open is indexed in memory by close time:
-//! the index is the record the Top-N keeps with each checkpoint ([`Operator::save_index`]).
+//! the index is the record the Top-N keeps with each checkpoint ([`Operator::save_record`]).
 //!
 //! Called by the dataflow builder (`dataflow::build`) for a `WindowAggr` of one `row_number()`
 //! under a filter that bounds it.
@@ -40,9 +40,9 @@ use datafusion::physical_expr::PhysicalExpr;
 use super::eval::evaluate;
 use super::operator::Operator;
 use crate::error::{Result, WeirError};
-use crate::state::index_codec::{IndexReader, IndexWriter};
 use crate::state::keyed::{decode_count, Flush, KeyedState};
 use crate::state::keys_by_time::KeysByTime;
+use crate::state::record::{RecordReader, RecordWriter};
 use crate::state::store::WriteBatch;
 use crate::types::hash::HashMap;
 use crate::types::window::{close_times, TimeColumn};
@@ -386,17 +386,17 @@ impl Operator for TopN {
 
     /// A windowed Top-N's partitions by close time; the partitions touched in the epoch are
     /// all stored by now (the barrier took them).
-    fn save_index(&self) -> Option<Vec<u8>> {
+    fn save_record(&self) -> Option<Vec<u8>> {
         debug_assert!(self.touched.is_empty(), "a checkpoint follows the barrier, which takes every touched partition");
         self.window?;
-        let mut record = IndexWriter::default();
+        let mut record = RecordWriter::default();
         self.open.write(&mut record);
         Some(record.finish())
     }
 
-    fn restore_index(&mut self, record: &[u8]) -> Result<()> {
+    fn restore_record(&mut self, record: &[u8]) -> Result<()> {
         let what = self.describe();
-        let mut record = IndexReader::new(record, &what)?;
+        let mut record = RecordReader::new(record, &what)?;
         self.open = KeysByTime::read(&mut record)?;
         record.finish()
     }

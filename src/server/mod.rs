@@ -156,7 +156,7 @@ pub async fn run(config: Config) -> Result<()> {
     // Before the store opens: it is put back at the newest checkpoint (downloaded first into an
     // empty data directory), with every acknowledged write after it.
     // Views, sources and sinks run on this runtime, also those a session starts.
-    crate::dataflow::runtime::set_current();
+    crate::runtime::set_current();
     let prepared = crate::checkpoint::prepare(&config.checkpoint, &config.storage, &config.data_dir).await?;
     let first_epoch = prepared.first_epoch;
     let store = Arc::new(RocksStore::open(&config.data_dir.join("state"), &config.storage)?);
@@ -169,6 +169,7 @@ pub async fn run(config: Config) -> Result<()> {
             tokio::time::sleep(std::time::Duration::from_secs(5)).await;
         }
     });
+    crate::connectors::replay::register();
     let catalog = Arc::new(Catalog::open(store, &config.database)?);
     info!(relations = catalog.relations().len(), data_dir = %config.data_dir.display(), "catalog loaded");
     let streaming = Streaming::new(

@@ -1,6 +1,6 @@
 //! [`EntriesByTime`]: entries indexed by an event time, several per time in the order they
 //! came, taken out below a bound that only grows. Each time's entries are one encoded list
-//! ([`IndexWriter::fragment`]) with their count, so taking a time out, or copying the index
+//! ([`RecordWriter::fragment`]) with their count, so taking a time out, or copying the index
 //! into a checkpoint record, moves one buffer instead of visiting every entry. What an entry
 //! holds is its user's: a time-bounded join's rows by time (`operators::hash_join`: each row's
 //! state key and join key length) and the keys of rows kept in memory
@@ -11,15 +11,15 @@
 
 use std::collections::BTreeMap;
 
-use super::index_codec::{IndexReader, IndexWriter};
+use super::record::{RecordReader, RecordWriter};
 
 #[derive(Default)]
-pub struct EntriesByTime(BTreeMap<i64, (u64, IndexWriter)>);
+pub struct EntriesByTime(BTreeMap<i64, (u64, RecordWriter)>);
 
 impl EntriesByTime {
     /// Adds an entry at `time`: its fields go into the writer returned.
-    pub fn push(&mut self, time: i64) -> &mut IndexWriter {
-        let (count, entries) = self.0.entry(time).or_insert_with(|| (0, IndexWriter::fragment()));
+    pub fn push(&mut self, time: i64) -> &mut RecordWriter {
+        let (count, entries) = self.0.entry(time).or_insert_with(|| (0, RecordWriter::fragment()));
         *count += 1;
         entries
     }
@@ -32,10 +32,10 @@ impl EntriesByTime {
 
     /// Each time, in order, with how many entries it has and a reader over them (`what`
     /// names their owner, for errors).
-    pub fn lists<'a>(&'a self, what: &'a str) -> impl Iterator<Item = (i64, u64, IndexReader<'a>)> + 'a {
+    pub fn lists<'a>(&'a self, what: &'a str) -> impl Iterator<Item = (i64, u64, RecordReader<'a>)> + 'a {
         self.0
             .iter()
-            .map(move |(&time, (count, entries))| (time, *count, IndexReader::fragment(entries.as_bytes(), what)))
+            .map(move |(&time, (count, entries))| (time, *count, RecordReader::fragment(entries.as_bytes(), what)))
     }
 
     /// How many entries there are.
@@ -55,7 +55,7 @@ impl EntriesByTime {
     /// Writes the index into a checkpoint record: how many times, then per time the time, how
     /// many entries and the entries as their user wrote them (read back by that user, who
     /// checks each).
-    pub fn write(&self, record: &mut IndexWriter) {
+    pub fn write(&self, record: &mut RecordWriter) {
         record.u64(self.0.len() as u64);
         for (&time, (count, entries)) in &self.0 {
             record.i64(time).u64(*count).raw(entries.as_bytes());

@@ -31,12 +31,14 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::index_codec::{corrupt, IndexReader, IndexWriter};
 use super::keyed::Flush;
-use super::keys::{fnv1a, ShardKeys, TableId, FNV1A_START};
+use super::keys::{ShardKeys, TableId};
+use super::record::{corrupt, RecordReader, RecordWriter};
+
 use super::store::{StateStore, WriteBatch};
 use crate::error::Result;
 use crate::types::hash::HashMap;
+use crate::types::vnode::{fnv1a, FNV1A_START};
 use crate::types::window::{time_from_key, time_key};
 
 /// Parts of a time's values, each one stored value.
@@ -199,7 +201,7 @@ impl ExpiringGroups {
                     continue;
                 }
                 entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-                let mut values = IndexWriter::default();
+                let mut values = RecordWriter::default();
                 for (key, value) in entries {
                     values.bytes(key).bytes(value);
                 }
@@ -227,7 +229,7 @@ impl ExpiringGroups {
                 }
                 _ => return Err(corrupt(&self.what, "a stored part of windowed groups with a bad key")),
             };
-            let mut reader = IndexReader::new(&bytes, &self.what)?;
+            let mut reader = RecordReader::new(&bytes, &self.what)?;
             let mut values = Vec::new();
             while !reader.at_end() {
                 let key = reader.slice()?;

@@ -38,9 +38,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::entries_by_time::EntriesByTime;
-use super::index_codec::{corrupt, IndexReader, IndexWriter};
 use super::keyed::Flush;
 use super::keys::{ShardKeys, TableId};
+use super::record::{corrupt, RecordReader, RecordWriter};
 use super::store::{StateStore, WriteBatch};
 use crate::error::Result;
 use crate::types::hash::HashMap;
@@ -52,7 +52,7 @@ pub const SEGMENT_BYTES: usize = 256 * 1024;
 /// index codec (format byte first), so it is versioned like the operators' records. This is the
 /// segment being filled; sealed, its bytes never change ([`Segment`]).
 struct OpenSegment {
-    rows: IndexWriter,
+    rows: RecordWriter,
     count: u64,
     /// The latest time of a row in it (MIN when empty).
     latest: i64,
@@ -60,7 +60,7 @@ struct OpenSegment {
 
 impl OpenSegment {
     fn new() -> OpenSegment {
-        let mut rows = IndexWriter::default();
+        let mut rows = RecordWriter::default();
         // Filled to the limit and one row past it, without doubling on the way.
         rows.reserve(SEGMENT_BYTES + 4096);
         OpenSegment { rows, count: 0, latest: i64::MIN }
@@ -198,7 +198,7 @@ impl ExpiringRows {
             true => self.open.rows.as_bytes(),
             false => &self.sealed[&row.segment].rows,
         };
-        IndexReader::fragment(&bytes[row.at as usize..], &self.what)
+        RecordReader::fragment(&bytes[row.at as usize..], &self.what)
             .slice()
             .expect("a row at an offset this index took as it wrote or read it")
     }
@@ -303,14 +303,14 @@ impl ExpiringRows {
 
     /// Adds what a restore needs besides the stored segments to a checkpoint record (after a
     /// checkpoint's [`ExpiringRows::flush`]): the next segment's number and the bound.
-    pub fn save(&self, record: &mut IndexWriter) {
+    pub fn save(&self, record: &mut RecordWriter) {
         record.u64(self.open_number).i64(self.expired_below);
     }
 
     /// Restores the rows of a checkpoint whose record part [`ExpiringRows::save`] wrote: the
     /// shard's stored segments read back, their rows at or above the bound indexed. A segment
     /// that does not decode, or numbered past the record's, is a corrupt checkpoint.
-    pub fn restore(&mut self, record: &mut IndexReader) -> Result<()> {
+    pub fn restore(&mut self, record: &mut RecordReader) -> Result<()> {
         let next = record.u64()?;
         let below = record.i64()?;
         *self = ExpiringRows::empty(self.keys.clone(), Arc::clone(&self.store), &self.what);
@@ -322,7 +322,7 @@ impl ExpiringRows {
             };
             let mut latest = i64::MIN;
             let what = self.what.clone();
-            let mut reader = IndexReader::new(&bytes, &what)?;
+            let mut reader = RecordReader::new(&bytes, &what)?;
             while !reader.at_end() {
                 let time = reader.i64()?;
                 let key = reader.slice()?;
@@ -360,14 +360,14 @@ mod tests {
         let mut wb = WriteBatch::default();
         rows.flush(&mut wb, Flush::CHECKPOINT);
         store.write(wb).unwrap();
-        let mut record = IndexWriter::default();
+        let mut record = RecordWriter::default();
         rows.save(&mut record);
         record.finish()
     }
 
     fn restored(store: &Arc<dyn StateStore>, record: &[u8]) -> Result<ExpiringRows> {
         let mut rows = ExpiringRows::new(7, Arc::clone(store), 1, "test");
-        let mut reader = IndexReader::new(record, "test")?;
+        let mut reader = RecordReader::new(record, "test")?;
         rows.restore(&mut reader)?;
         reader.finish()?;
         Ok(rows)

@@ -49,9 +49,11 @@ use smallvec::SmallVec;
 use crate::types::hash::{HashMap, HashSet};
 use std::sync::Arc;
 
-use super::keys::{prefix_end, vnode_of, TableId, VNODE_COUNT};
+use super::keys::{prefix_end, TableId};
+
 use super::store::{ScanControl, StateStore, Visitor, WriteBatch};
 use crate::error::{Result, SqlState, WeirError};
+use crate::types::vnode::{vnode_of, VNODE_COUNT};
 
 /// How a view's operator state tables keep their writes (one value per server).
 #[derive(Debug, Clone, Copy)]

@@ -7,14 +7,12 @@
 //! (Segments of append-only tables use vnode 0 and their first row's key: [`segment_key`].)
 //!
 //! Table id 0 is reserved for metadata (the catalog and sequences), whose keys are
-//! `[0u32][utf-8 name]`. The vnode is a stable hash of the key bytes into [`VNODE_COUNT`] virtual
+//! `[0u32][utf-8 name]`. The vnode is a stable hash of the key bytes into [`VNODE_COUNT`](crate::types::vnode::VNODE_COUNT) virtual
 //! nodes (of the bytes of the leading key columns only, for a table distributed by them: an
 //! index, `state::table`), so that a table's state can later be split between workers (and machines) by vnode
 //! range without rewriting keys.
 
-/// Number of virtual nodes every keyed relation is hashed into. Fixed forever: it is part of the
-/// on-disk key format.
-pub const VNODE_COUNT: u16 = 256;
+use crate::types::vnode::vnode_of;
 
 /// Table id of the metadata keyspace.
 pub const META_TABLE_ID: u32 = 0;
@@ -25,7 +23,7 @@ pub type TableId = u32;
 /// `n` < 256, apart from every relation's id; the range is cleared when the view is dropped.
 pub const OPERATOR_STATE_BASE: TableId = 0x8000_0000;
 
-/// The state table a view's runtime keeps at checkpoints: its operators' index records and its
+/// The state table a view's runtime keeps at checkpoints: its operators' checkpoint records and its
 /// inputs' watermarks (`dataflow::job`); operators number theirs below it.
 pub const RUNTIME_STATE_TABLE: u8 = 255;
 
@@ -49,20 +47,6 @@ pub fn operator_state_range(view_id: TableId) -> (Vec<u8>, Vec<u8>) {
 /// The prefix shared by all keys of one table.
 pub fn table_prefix(table_id: TableId) -> [u8; 4] {
     table_id.to_be_bytes()
-}
-
-/// The starting value of an [`fnv1a`] hash.
-pub const FNV1A_START: u64 = 0xcbf29ce484222325;
-
-/// FNV-1a over `bytes`, continuing from `hash` ([`FNV1A_START`] for a new one): stable across
-/// builds and platforms.
-pub fn fnv1a(hash: u64, bytes: &[u8]) -> u64 {
-    bytes.iter().fold(hash, |h, b| (h ^ *b as u64).wrapping_mul(0x100000001b3))
-}
-
-/// The vnode a memcomparable key belongs to.
-pub fn vnode_of(key: &[u8]) -> u16 {
-    (fnv1a(FNV1A_START, key) % VNODE_COUNT as u64) as u16
 }
 
 /// The full store key of a row of `table_id` whose memcomparable key is `key`.
@@ -149,6 +133,7 @@ pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::types::vnode::{fnv1a, FNV1A_START, VNODE_COUNT};
 
     #[test]
     fn vnode_is_stable_and_in_range() {

@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 
-use super::index_codec::{IndexReader, IndexWriter};
+use super::record::{RecordReader, RecordWriter};
 use crate::error::Result;
 use crate::types::hash::{HashMap, HashSet};
 
@@ -91,7 +91,7 @@ impl KeysByTime {
     }
 
     /// Adds the index to a checkpoint record.
-    pub fn write(&self, record: &mut IndexWriter) {
+    pub fn write(&self, record: &mut RecordWriter) {
         let sorted: BTreeMap<i64, Vec<Vec<u8>>> = self
             .by_time
             .iter()
@@ -105,7 +105,7 @@ impl KeysByTime {
     }
 
     /// The index [`KeysByTime::write`] added to a record.
-    pub fn read(record: &mut IndexReader) -> Result<KeysByTime> {
+    pub fn read(record: &mut RecordReader) -> Result<KeysByTime> {
         let mut index = KeysByTime::default();
         for (time, keys) in record.keys_by_time()? {
             for key in keys {
@@ -130,10 +130,10 @@ mod tests {
         index.set(b"b", Some(5));
         index.set(b"c", None);
         assert_eq!((index.len(), index.earliest(), index.time_of(b"b")), (2, Some(5), Some(5)));
-        let mut record = IndexWriter::default();
+        let mut record = RecordWriter::default();
         index.write(&mut record);
         let bytes = record.finish();
-        let mut reader = IndexReader::new(&bytes, "test").unwrap();
+        let mut reader = RecordReader::new(&bytes, "test").unwrap();
         let mut restored = KeysByTime::read(&mut reader).unwrap();
         reader.finish().unwrap();
         assert_eq!(restored.take_through(9), vec![(5, vec![b"b".to_vec()])]);

@@ -11,7 +11,7 @@
 //!   relations that only grow, appended as Arrow IPC segments.
 //! - [`keyed`]: [`KeyedState`](keyed::KeyedState), an operator's state table with a write-back
 //!   cache; [`keys_by_time`] and [`rows_by_time`], the shared indexes of state that waits for a
-//!   time (the watermark, `now()`); [`index_codec`], the records operators checkpoint;
+//!   time (the watermark, `now()`); [`record`], the records operators checkpoint;
 //!   [`watermark_pace`], which of that state will be gone by the next checkpoint.
 //! - [`expiring_rows`]: rows that only arrive and leave by time, kept in memory and checkpointed
 //!   as segments (a time-bounded join's append-only side); [`expiring_groups`]: values that
@@ -26,12 +26,12 @@ pub mod entries_by_time;
 pub mod expiring_groups;
 pub mod expiring_rows;
 pub mod held_writes;
-pub mod index_codec;
 pub mod keyed;
 pub mod keys;
 pub mod keys_by_time;
 pub mod memory;
 pub mod multiset;
+pub mod record;
 pub mod rocks;
 pub mod rows_by_time;
 pub mod store;

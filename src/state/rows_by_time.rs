@@ -20,8 +20,8 @@ use datafusion::arrow::compute::take_record_batch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::row::RowConverter;
 
-use super::index_codec::{IndexReader, IndexWriter};
 use super::keyed::{decode_count, Flush, KeyedState};
+use super::record::{RecordReader, RecordWriter};
 use super::store::{ScanControl, WriteBatch};
 use crate::error::Result;
 use crate::types::window::{time_from_key, time_key};
@@ -110,12 +110,12 @@ impl RowsByTime {
 
     /// Adds what is kept in memory (the count waiting, the latest time stored) to a checkpoint
     /// record.
-    pub fn save(&self, record: &mut IndexWriter) {
+    pub fn save(&self, record: &mut RecordWriter) {
         record.u64(self.waiting as u64).i64(self.stored_through);
     }
 
     /// Reads what [`RowsByTime::save`] added.
-    pub fn restore(&mut self, record: &mut IndexReader) -> Result<()> {
+    pub fn restore(&mut self, record: &mut RecordReader) -> Result<()> {
         self.waiting = record.u64()? as usize;
         // An EOWC buffer's record written before the latest stored time was kept ends here.
         self.stored_through = if record.at_end() { i64::MAX } else { record.i64()? };
@@ -177,12 +177,12 @@ mod tests {
         let mut wb = WriteBatch::default();
         rows.flush(&mut wb, Flush::CHECKPOINT);
         store.write(wb).unwrap();
-        let mut record = IndexWriter::default();
+        let mut record = RecordWriter::default();
         rows.save(&mut record);
         let bytes = record.finish();
         let state = KeyedState::new(3, Arc::clone(&store), 16).write_back().unwrap();
         let mut restored = RowsByTime::new(state, vec![0, 1]);
-        let mut reader = IndexReader::new(&bytes, "test").unwrap();
+        let mut reader = RecordReader::new(&bytes, "test").unwrap();
         restored.restore(&mut reader).unwrap();
         assert_eq!(restored.waiting(), 1);
         restored.add(25, b"e", -1).unwrap();

@@ -38,9 +38,11 @@ use datafusion::common::ScalarValue;
 
 use serde::{Deserialize, Serialize};
 
-use super::keys::{prefix_end, row_key_in, segment_key, table_prefix, vnode_of, TableId, VNODE_COUNT};
+use super::keys::{prefix_end, row_key_in, segment_key, table_prefix, TableId};
+
 use super::store::{KeyRange, ScanControl, StateStore, WriteBatch};
 use crate::error::{Result, SqlState, WeirError};
+use crate::types::vnode::{vnode_of, VNODE_COUNT};
 
 /// How a table's rows are laid out in the store (part of a relation's durable definition).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -204,32 +204,6 @@ pub fn from_pretty(text: &str) -> ChangeBatch {
     ChangeBatch::new(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).expect("batch"), ops)
 }
 
-/// The one encoding of stored changes (the change log, a sink's outbox): a record
-/// (`state::index_codec`) of the ops, one byte each, then the rows in Arrow IPC.
-impl ChangeBatch {
-    pub fn encode(&self, record: &mut crate::state::index_codec::IndexWriter) -> Result<()> {
-        let ops: Vec<u8> = self.ops.iter().map(|op| op.code()).collect();
-        record.bytes(&ops).bytes(&crate::state::table::encode_ipc(&self.data)?);
-        Ok(())
-    }
-
-    /// The changes [`ChangeBatch::encode`] added to a record; `what` names it for errors.
-    pub fn decode(record: &mut crate::state::index_codec::IndexReader, what: &str) -> Result<ChangeBatch> {
-        let corrupt = |why: &str| crate::state::index_codec::corrupt(what, why);
-        let ops = record
-            .bytes()?
-            .into_iter()
-            .map(|code| Op::from_code(code).ok_or_else(|| corrupt("an unknown change kind")))
-            .collect::<Result<Vec<_>>>()?;
-        let batches = crate::state::table::decode_ipc(&record.bytes()?).map_err(|why| corrupt(&why))?;
-        let [data]: [RecordBatch; 1] = batches.try_into().map_err(|_| corrupt("not one batch of changes"))?;
-        if data.num_rows() != ops.len() {
-            return Err(corrupt("changes and their kinds differ in number"));
-        }
-        Ok(ChangeBatch::new(data, ops))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,4 +1,4 @@
-//! Which shard owns a row: the vnode of its key's memcomparable form (`state::keys::vnode_of`)
+//! Which shard owns a row: the vnode of its key's memcomparable form (`types::vnode`)
 //! modulo the shard count, so every change of one key lands in one shard, whatever batch it
 //! comes in. A view's exchanges route rows between its operators' shards with it
 //! (`dataflow::graph`), and a sink splits its changes over its shards with it
@@ -7,9 +7,9 @@
 use datafusion::arrow::array::ArrayRef;
 use datafusion::arrow::row::{RowConverter, SortField};
 
+use super::vnode::vnode_of;
 use super::ChangeBatch;
 use crate::error::Result;
-use crate::state::keys::vnode_of;
 
 /// Splits batches by the shard their rows' keys belong to; remembers the key's row format
 /// (built from the first batch's key types, or given at the start).

@@ -10,6 +10,7 @@ pub mod message;
 pub mod pg_binary;
 pub mod pg_text;
 pub mod pg_type;
+pub mod vnode;
 pub mod window;
 
 pub use change_batch::{ChangeBatch, Op};

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use datafusion::parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 
 use super::s3::{self, Bucket};
-use crate::connectors::options::ConnectorOptions;
+use crate::catalog::options::ConnectorOptions;
 use crate::error::{Result, SqlState, WeirError};
 
 pub enum Location {

@@ -19,7 +19,7 @@
 //! `csv.header = 'false'`. CSV and JSON need the column list; Parquet takes its own schema when
 //! none is given. A CSV or JSON line that does not decode (wrong field count, a value not of
 //! its column's type) does not stop the source: it becomes a dead letter
-//! ([`super::dead_letter`]), stored with the chunk it was found in.
+//! ([`crate::catalog::dead_letter`]), stored with the chunk it was found in.
 
 mod location;
 pub mod s3;
@@ -35,10 +35,11 @@ use datafusion::arrow::error::ArrowError;
 use parking_lot::Mutex;
 
 use self::location::{base_name, Location};
-use super::dead_letter::DeadLetter;
-use super::options::ConnectorOptions;
 use super::records::{self, TextEncoding};
-use super::source::{Chunk, Position, SourceReader};
+use super::source::{Chunk, SourceReader};
+use crate::catalog::dead_letter::DeadLetter;
+use crate::catalog::options::ConnectorOptions;
+use crate::catalog::replay::Position;
 use crate::error::{Result, SqlState, WeirError};
 
 pub const OPTIONS: &[&str] = &[

@@ -18,7 +18,7 @@ use object_store::aws::AmazonS3Builder;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt, RetryConfig};
 
-use crate::connectors::options::ConnectorOptions;
+use crate::catalog::options::ConnectorOptions;
 use crate::error::{Result, SqlState, WeirError};
 
 /// The `s3.*` options a file source takes.

@@ -18,7 +18,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseProducer, BaseRecord, ProducerContext};
 
-use crate::connectors::options::ConnectorOptions;
+use crate::catalog::options::ConnectorOptions;
 use crate::error::{Result, SqlState, WeirError};
 
 pub use sink::KafkaSink;

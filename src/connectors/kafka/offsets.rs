@@ -1,18 +1,18 @@
 //! A Kafka source's position detail: the next offset of each partition of its topic, as one
-//! versioned record (`state::index_codec`) inside the source's [`Position`].
+//! versioned record (`state::record`) inside the source's [`Position`].
 
 use std::collections::BTreeMap;
 
-use crate::connectors::source::Position;
+use crate::catalog::replay::Position;
 use crate::error::Result;
-use crate::state::index_codec::{IndexReader, IndexWriter};
+use crate::state::record::{RecordReader, RecordWriter};
 
 /// Next offset to read, by partition.
 pub type Offsets = BTreeMap<i32, i64>;
 
 /// The position after `records` records with `offsets` next.
 pub fn position(records: u64, offsets: &Offsets) -> Position {
-    let mut record = IndexWriter::default();
+    let mut record = RecordWriter::default();
     record.u64(offsets.len() as u64);
     for (&partition, &offset) in offsets {
         record.i64(partition as i64).i64(offset);
@@ -25,12 +25,12 @@ pub fn offsets(position: &Position) -> Result<Offsets> {
     if position.detail.is_empty() {
         return Ok(Offsets::new());
     }
-    let mut r = IndexReader::new(&position.detail, "a Kafka source's position")?;
+    let mut r = RecordReader::new(&position.detail, "a Kafka source's position")?;
     let mut offsets = Offsets::new();
     for _ in 0..r.u64()? {
         let partition = r.i64()?;
         let partition = i32::try_from(partition)
-            .map_err(|_| crate::state::index_codec::corrupt("a Kafka source's position", "a partition past i32"))?;
+            .map_err(|_| crate::state::record::corrupt("a Kafka source's position", "a partition past i32"))?;
         offsets.insert(partition, r.i64()?);
     }
     r.finish()?;

@@ -40,7 +40,7 @@ use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use super::{
     client_config, is_passed_through, json_lines, send_all, topic_partitions, unreachable_broker, KafkaMessage,
 };
-use crate::connectors::options::ConnectorOptions;
+use crate::catalog::options::ConnectorOptions;
 use crate::connectors::sink::{key_columns, net_by_key, SinkWriter, WriterSpec};
 use crate::error::{Result, SqlState, WeirError};
 use crate::types::{ChangeBatch, Epoch};

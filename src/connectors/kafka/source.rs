@@ -52,10 +52,11 @@ use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 use super::offsets::{self, Offsets};
 use super::{client_config, is_passed_through, topic_partitions, unreachable_broker, QuietConsumer, QuietContext};
-use crate::connectors::dead_letter::DeadLetter;
-use crate::connectors::options::ConnectorOptions;
+use crate::catalog::dead_letter::DeadLetter;
+use crate::catalog::options::ConnectorOptions;
+use crate::catalog::replay::Position;
 use crate::connectors::records::{self, TextEncoding};
-use crate::connectors::source::{Chunk, Position, SourceReader};
+use crate::connectors::source::{Chunk, SourceReader};
 use crate::error::{Result, SqlState, WeirError};
 
 pub const OPTIONS: &[&str] = &[

@@ -24,8 +24,9 @@ use std::time::Duration;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 
-use super::options::ConnectorOptions;
-use super::source::{Chunk, Position, SourceReader};
+use super::source::{Chunk, SourceReader};
+use crate::catalog::options::ConnectorOptions;
+use crate::catalog::replay::Position;
 use crate::error::Result;
 use combined::Combined;
 use generator::{EventKind, Generator, GeneratorConfig};

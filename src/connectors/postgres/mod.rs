@@ -25,7 +25,7 @@ use std::time::Duration;
 use datafusion::arrow::array::{Array, RecordBatch};
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 
-use crate::connectors::options::ConnectorOptions;
+use crate::catalog::options::ConnectorOptions;
 use crate::connectors::sink::{key_columns, net_by_key, SinkWriter, WriterSpec};
 use crate::error::{Result, SqlState, WeirError};
 use crate::types::{ChangeBatch, Epoch};
@@ -164,7 +164,7 @@ impl PostgresSink {
         if self.client.is_none() {
             // On the dataflow's runtime, whoever makes the connection (CREATE SINK checks it
             // from a session): the sink delivers from there, and sessions end first at a stop.
-            let handle = crate::dataflow::runtime::handle();
+            let handle = crate::runtime::handle();
             let config = self.config.clone();
             let (client, connection) =
                 handle.block_on(config.connect(tokio_postgres::NoTls)).map_err(|e| self.unreachable(e))?;

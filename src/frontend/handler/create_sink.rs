@@ -54,7 +54,7 @@ async fn create(
     name: &str,
     text: &str,
     view: &str,
-    options: crate::connectors::options::ConnectorOptions,
+    options: crate::catalog::options::ConnectorOptions,
     shards: usize,
     made: &mut Unfinished<'_>,
 ) -> Result<StatementResult> {

@@ -17,8 +17,8 @@ use datafusion::logical_expr::{DdlStatement, LogicalPlan};
 use datafusion::sql::sqlparser::ast::{ColumnDef, Statement};
 
 use super::{query, relation_name};
+use crate::catalog::options::ConnectorOptions;
 use crate::catalog::{RelationKind, TableOptions, WatermarkDef};
-use crate::connectors::options::ConnectorOptions;
 use crate::error::{Result, SqlState, WeirError};
 use crate::frontend::clauses::StreamingClauses;
 use crate::frontend::{Frontend, Session, StatementResult};

@@ -300,6 +300,7 @@ pub async fn handle(
         depends_on,
         session.streaming_parallelism(),
         checked.append_only,
+        crate::frontend::df_context::PlanningRules::REVISION,
     ) {
         Ok(id) => id,
         Err(e) => return Err(e),

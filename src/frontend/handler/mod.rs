@@ -156,7 +156,7 @@ pub async fn describe(fe: &Frontend, session: &mut Session, statement: &Statemen
 
 /// `INSERT INTO t VALUES (...)` (or `SELECT ...`) without a column list, into a table with a
 /// processing-time column, giving one value fewer than the table has columns: the values are
-/// for the other columns, in order, and the stamp is Weir's to give (`dml::to_stored`). The
+/// for the other columns, in order, and the stamp is Weir's to give (`rows::to_stored`). The
 /// statement gets those columns named; anything else is left for DataFusion to judge.
 fn name_given_columns(fe: &Frontend, statement: Statement) -> Statement {
     use datafusion::sql::sqlparser::ast::{SelectItem, SetExpr, TableObject};

@@ -49,7 +49,7 @@ impl Drop for Unfinished<'_> {
             // they wrote goes too.
             if let Some(relation) = relation {
                 let catalog = std::sync::Arc::clone(self.fe.catalog());
-                crate::dataflow::runtime::spawn(async move {
+                crate::runtime::spawn(async move {
                     let _written = std::sync::Arc::clone(&relation.write_lock).lock_owned().await;
                     let _state_written = relation.state_writes.write().await;
                     if let Err(e) = catalog.delete_dropped_again(&relation) {

@@ -1,5 +1,5 @@
 //! The one encoding of what operators keep in memory besides their state tables and store at
-//! checkpoints ([`crate::operators::operator::Operator::save_index`]): windows by close time,
+//! checkpoints ([`crate::operators::operator::Operator::save_record`]): windows by close time,
 //! row numbers, rows by expiry time.
 //!
 //! A record starts with a format byte ([`FORMAT`]); fields follow as fixed-width big-endian
@@ -12,7 +12,11 @@
 
 use std::collections::BTreeMap;
 
+use datafusion::arrow::array::RecordBatch;
+
+use super::table::{decode_ipc, encode_ipc};
 use crate::error::{Result, SqlState, WeirError};
+use crate::types::{ChangeBatch, Op};
 
 /// The record format this build writes. Format 2 (ADR 22) changed the hash join's part only:
 /// each side says how it holds its rows (rows by time in its table, or segments in memory);
@@ -24,22 +28,22 @@ pub const FORMAT: u8 = 2;
 pub const OLDEST_FORMAT: u8 = 1;
 
 /// Builds one record.
-pub struct IndexWriter {
+pub struct RecordWriter {
     bytes: Vec<u8>,
 }
 
-impl Default for IndexWriter {
+impl Default for RecordWriter {
     fn default() -> Self {
-        IndexWriter { bytes: vec![FORMAT] }
+        RecordWriter { bytes: vec![FORMAT] }
     }
 }
 
-impl IndexWriter {
+impl RecordWriter {
     /// A part of a record, without the format byte, kept encoded ahead by an operator whose
     /// index is mostly appended to (a join's rows by time): copied into a record with
-    /// [`IndexWriter::raw`], read back with [`IndexReader::fragment`].
-    pub fn fragment() -> IndexWriter {
-        IndexWriter { bytes: Vec::new() }
+    /// [`RecordWriter::raw`], read back with [`RecordReader::fragment`].
+    pub fn fragment() -> RecordWriter {
+        RecordWriter { bytes: Vec::new() }
     }
 
     /// Appends `part` (a fragment's bytes) as it is.
@@ -102,23 +106,23 @@ impl IndexWriter {
 }
 
 /// Reads one record, in the order it was written.
-pub struct IndexReader<'a> {
+pub struct RecordReader<'a> {
     rest: &'a [u8],
     what: &'a str,
     format: u8,
 }
 
-impl<'a> IndexReader<'a> {
-    /// A reader of a fragment's bytes ([`IndexWriter::fragment`]).
-    pub fn fragment(part: &'a [u8], what: &'a str) -> IndexReader<'a> {
-        IndexReader { rest: part, what, format: FORMAT }
+impl<'a> RecordReader<'a> {
+    /// A reader of a fragment's bytes ([`RecordWriter::fragment`]).
+    pub fn fragment(part: &'a [u8], what: &'a str) -> RecordReader<'a> {
+        RecordReader { rest: part, what, format: FORMAT }
     }
 
     /// A reader of `record`, which belongs to `what` (an operator's description, for errors).
-    pub fn new(record: &'a [u8], what: &'a str) -> Result<IndexReader<'a>> {
+    pub fn new(record: &'a [u8], what: &'a str) -> Result<RecordReader<'a>> {
         match record.split_first() {
             Some((&format, rest)) if (OLDEST_FORMAT..=FORMAT).contains(&format) => {
-                Ok(IndexReader { rest, what, format })
+                Ok(RecordReader { rest, what, format })
             }
             Some((other, _)) => {
                 Err(corrupt(what, &format!("record format {other}, this build reads {OLDEST_FORMAT} to {FORMAT}")))
@@ -206,6 +210,35 @@ pub fn corrupt(what: &str, why: &str) -> WeirError {
     WeirError::new(SqlState::DATA_CORRUPTED, format!("the checkpointed index of {what} is corrupt: {why}"))
 }
 
+impl RecordWriter {
+    /// Adds `changes`: the one encoding of stored changes (the change log, a sink's outbox), the
+    /// ops, one byte each, then the rows in Arrow IPC.
+    pub fn changes(&mut self, changes: &ChangeBatch) -> Result<&mut Self> {
+        let ops: Vec<u8> = changes.ops.iter().map(|op| op.code()).collect();
+        self.bytes(&ops).bytes(&encode_ipc(&changes.data)?);
+        Ok(self)
+    }
+}
+
+impl RecordReader<'_> {
+    /// The changes [`RecordWriter::changes`] added.
+    pub fn changes(&mut self) -> Result<ChangeBatch> {
+        let what = self.what;
+        let corrupt = |why: &str| corrupt(what, why);
+        let ops = self
+            .bytes()?
+            .into_iter()
+            .map(|code| Op::from_code(code).ok_or_else(|| corrupt("an unknown change kind")))
+            .collect::<Result<Vec<_>>>()?;
+        let batches = decode_ipc(&self.bytes()?).map_err(|why| corrupt(&why))?;
+        let [data]: [RecordBatch; 1] = batches.try_into().map_err(|_| corrupt("not one batch of changes"))?;
+        if data.num_rows() != ops.len() {
+            return Err(corrupt("changes and their kinds differ in number"));
+        }
+        Ok(ChangeBatch::new(data, ops))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -215,8 +248,8 @@ mod tests {
         let mut map = BTreeMap::new();
         map.insert(-5, vec![b"a".to_vec(), vec![]]);
         map.insert(9, vec![vec![0xff; 40]]);
-        let record = IndexWriter::default().u64(7).opt_i64(Some(-1)).opt_i64(None).keys_by_time(&map).finish();
-        let mut r = IndexReader::new(&record, "test").unwrap();
+        let record = RecordWriter::default().u64(7).opt_i64(Some(-1)).opt_i64(None).keys_by_time(&map).finish();
+        let mut r = RecordReader::new(&record, "test").unwrap();
         assert_eq!(r.u64().unwrap(), 7);
         assert_eq!(r.opt_i64().unwrap(), Some(-1));
         assert_eq!(r.opt_i64().unwrap(), None);
@@ -225,7 +258,7 @@ mod tests {
         // Cut short, extended, another format: each an error, never a different index.
         for bad in [&record[..record.len() - 1], &[record.as_slice(), &[0]].concat()[..], &[FORMAT + 1, 0][..], &[][..]]
         {
-            let read = IndexReader::new(bad, "test").and_then(|mut r| {
+            let read = RecordReader::new(bad, "test").and_then(|mut r| {
                 r.u64()?;
                 r.opt_i64()?;
                 r.opt_i64()?;
