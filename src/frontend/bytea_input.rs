@@ -180,7 +180,7 @@ impl ScalarUDFImpl for ByteaIn {
             let one = ByteaIn::read(&array)?;
             return Ok(ColumnarValue::Scalar(datafusion::common::ScalarValue::try_from_array(&one, 0)?));
         }
-        let (_, arrays) = super::df_context::argument_arrays(&args.args)?;
+        let (_, arrays) = super::function_args::argument_arrays(&args.args)?;
         Ok(ColumnarValue::Array(ByteaIn::read(&arrays[0])?))
     }
 }

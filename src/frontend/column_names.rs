@@ -18,7 +18,7 @@ use std::sync::Arc;
 use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::sql::sqlparser::ast::{Expr, Ident, Query, SelectItem, SetExpr};
 
-use super::pg_catalog::normalize_type_name;
+use super::type_names::normalize_type_name;
 
 /// What Postgres calls a column it cannot name.
 const NO_NAME: &str = "?column?";

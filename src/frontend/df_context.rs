@@ -31,12 +31,10 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider;
 
 use super::pg_catalog::{self, WeirPgCatalog};
+use super::session::SERVER_VERSION;
 use crate::catalog::provider::WeirSchema;
 use crate::catalog::{Catalog, DEFAULT_SCHEMA};
 use crate::error::{Result, WeirError};
-
-/// The Postgres version Weir reports; clients use it to pick protocol features.
-pub const SERVER_VERSION: &str = "15.0";
 
 /// What `version()` returns.
 pub fn version_string() -> String {
@@ -44,22 +42,6 @@ pub fn version_string() -> String {
         "PostgreSQL {SERVER_VERSION} (Weir {}) on x86_64-pc-linux-gnu, a streaming database",
         env!("CARGO_PKG_VERSION")
     )
-}
-
-/// A scalar function's arguments as arrays of the batch's length (scalars repeated), with that
-/// length; what every function written here needs first.
-pub fn argument_arrays(
-    args: &[ColumnarValue],
-) -> datafusion::error::Result<(usize, Vec<datafusion::arrow::array::ArrayRef>)> {
-    let rows = args
-        .iter()
-        .find_map(|a| match a {
-            ColumnarValue::Array(a) => Some(a.len()),
-            ColumnarValue::Scalar(_) => None,
-        })
-        .unwrap_or(1);
-    let arrays = args.iter().map(|a| a.clone().into_array(rows)).collect::<datafusion::error::Result<Vec<_>>>()?;
-    Ok((rows, arrays))
 }
 
 /// Builds the template session state every session starts from.

@@ -219,7 +219,7 @@ impl ScalarUDFImpl for JsonFunction {
             return datafusion::functions_nested::array_has::array_has_all_udf().invoke_with_args(args);
         }
         let scalars = args.args.iter().all(|a| matches!(a, ColumnarValue::Scalar(_)));
-        let (rows, arrays) = super::df_context::argument_arrays(&args.args)?;
+        let (rows, arrays) = super::function_args::argument_arrays(&args.args)?;
         // As text: the JSON value, and the right-hand side of `@>` and `?` (paths and steps are
         // read from their own arrays).
         let as_text = if matches!(self.op, JsonOp::Contains | JsonOp::Exists) { 2 } else { 1 };

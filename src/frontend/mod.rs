@@ -13,6 +13,7 @@ pub mod column_names;
 pub mod column_origins;
 pub mod comparison_order;
 pub mod df_context;
+pub mod function_args;
 pub mod handler;
 pub mod int4_literals;
 pub mod interval_text;

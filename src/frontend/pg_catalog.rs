@@ -34,9 +34,10 @@ use datafusion::logical_expr::{create_udf, ColumnarValue, Expr, Volatility};
 use datafusion::physical_plan::{collect, ExecutionPlan};
 use datafusion::prelude::SessionContext;
 
-use super::df_context::argument_arrays;
+use super::function_args::argument_arrays;
 use crate::catalog::{Catalog, DEFAULT_SCHEMA};
 use crate::frontend::session::all_defaults;
+use crate::frontend::type_names::normalize_type_name;
 
 /// OIDs of Weir's primary-key indexes and constraints: far above the crate's dynamic range.
 const KEY_OID_BASE: i64 = 1_000_000_000;
@@ -999,28 +1000,6 @@ pub fn register_functions(ctx: &SessionContext, type_oids: HashMap<String, i32>,
             Ok(ColumnarValue::Array(Arc::new(list)))
         }),
     ));
-}
-
-/// `integer`, `pg_catalog.int4` and `INT4` all name `int4`.
-pub(crate) fn normalize_type_name(name: &str) -> String {
-    let n = name.trim().trim_start_matches("pg_catalog.").trim_matches('"').to_ascii_lowercase();
-    let base = match n.as_str() {
-        "integer" | "int" => "int4",
-        "smallint" => "int2",
-        "bigint" => "int8",
-        "real" => "float4",
-        "double precision" | "float" => "float8",
-        "boolean" => "bool",
-        "character varying" => "varchar",
-        "character" | "char" => "bpchar",
-        "timestamp without time zone" => "timestamp",
-        "timestamp with time zone" => "timestamptz",
-        "time without time zone" => "time",
-        "time with time zone" => "timetz",
-        "decimal" => "numeric",
-        other => other,
-    };
-    base.to_string()
 }
 
 /// The `typname -> oid` map of the crate's pg_type (arrays as `_int4` and `int4[]`).

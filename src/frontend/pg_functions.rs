@@ -15,7 +15,7 @@ use datafusion::arrow::datatypes::DataType;
 use datafusion::error::Result as DfResult;
 use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility};
 
-use super::df_context::argument_arrays;
+use super::function_args::argument_arrays;
 
 /// `format(formatstr, args...)`: `%s` an argument as text (NULL as nothing), `%I` as an
 /// identifier (quoted when it must be), `%L` as a literal (NULL as `NULL`), `%%` a percent sign;

@@ -11,8 +11,10 @@ use std::sync::Arc;
 
 use datafusion::prelude::SessionContext;
 
-use super::df_context::SERVER_VERSION;
 use crate::error::{Result, SqlState, WeirError};
+
+/// The Postgres version Weir reports; clients use it to pick protocol features.
+pub const SERVER_VERSION: &str = "15.0";
 
 /// A known setting: its canonical name, default, whether clients are told of changes, and
 /// whether users may change it.
@@ -428,7 +430,7 @@ fn lookup(values: &Values, user: &str, name: &str) -> Result<String> {
 /// `current_setting(name [, missing_ok])` and `set_config(name, value, is_local)` over this
 /// session's settings (set_config refuses TimeZone and client_encoding, which need SET).
 fn register_current_setting(ctx: &SessionContext, user: &str, values: &Values) {
-    use super::df_context::argument_arrays;
+    use super::function_args::argument_arrays;
     use datafusion::arrow::array::{Array, AsArray, StringArray};
     use datafusion::arrow::datatypes::DataType;
     use datafusion::logical_expr::expr_fn::SimpleScalarUDF;

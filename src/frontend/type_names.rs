@@ -73,3 +73,25 @@ mod tests {
         assert_eq!(rewritten("SELECT x::mytype"), "SELECT x::mytype");
     }
 }
+
+/// `integer`, `pg_catalog.int4` and `INT4` all name `int4`.
+pub fn normalize_type_name(name: &str) -> String {
+    let n = name.trim().trim_start_matches("pg_catalog.").trim_matches('"').to_ascii_lowercase();
+    let base = match n.as_str() {
+        "integer" | "int" => "int4",
+        "smallint" => "int2",
+        "bigint" => "int8",
+        "real" => "float4",
+        "double precision" | "float" => "float8",
+        "boolean" => "bool",
+        "character varying" => "varchar",
+        "character" | "char" => "bpchar",
+        "timestamp without time zone" => "timestamp",
+        "timestamp with time zone" => "timestamptz",
+        "time without time zone" => "time",
+        "time with time zone" => "timetz",
+        "decimal" => "numeric",
+        other => other,
+    };
+    base.to_string()
+}

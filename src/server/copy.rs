@@ -3,55 +3,47 @@
 //! header line when asked) or Postgres's binary format, then CopyDone and `COPY n`.
 //!
 //! COPY FROM STDIN: the statement (`frontend::handler::copy`) puts the connection
-//! in copy-in mode ([`start`]); the client's CopyData messages are buffered and stored a batch
+//! in copy-in mode ([`start`]); the client's CopyData messages (`copy_in`) are buffered and stored a batch
 //! at a time as whole records arrive; CopyDone stores the rest and reports `COPY n`. An error
 //! (a bad value, a row of the wrong width) ends the COPY at CopyDone with that error; rows of
 //! batches stored before it stay, as with a multi-statement load. CopyFail discards what is
 //! buffered.
 
-use std::fmt::Debug;
-
-use async_trait::async_trait;
-use futures::{Sink, SinkExt};
-use pgwire::api::copy::CopyHandler;
-use pgwire::api::results::{CopyResponse, Response, Tag};
-use pgwire::api::ClientInfo;
+use pgwire::api::results::{CopyResponse, Response};
 use pgwire::error::{PgWireError, PgWireResult};
-use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
-use pgwire::messages::PgWireBackendMessage;
+use pgwire::messages::copy::CopyData;
 
-use super::session::{reject, session_of};
-use super::WeirHandler;
-use crate::error::{SqlState, WeirError};
+use crate::error::WeirError;
 use crate::frontend::handler::copy::CopyIn;
 use crate::frontend::Frontend;
 
 /// Bytes buffered before the records in them are stored.
-const BATCH_BYTES: usize = 1 << 20;
+pub(super) const BATCH_BYTES: usize = 1 << 20;
 
 /// A COPY FROM STDIN under way on a connection.
 pub struct CopyInProgress {
     copy: CopyIn,
-    buffer: Vec<u8>,
-    rows: u64,
+    pub(super) buffer: Vec<u8>,
+    pub(super) rows: u64,
     header_skipped: bool,
     /// The binary format's header has been read.
     started: bool,
-    error: Option<WeirError>,
+    pub(super) error: Option<WeirError>,
 }
 
-/// Starts copy-in mode for `copy` on the connection of `cell`: the response announcing it.
-pub async fn start(cell: &super::session::SessionCell, copy: CopyIn) -> Response {
+/// Starts copy-in mode for `copy`: what the connection keeps while it lasts, and the response
+/// announcing it.
+pub fn start(copy: CopyIn) -> (CopyInProgress, Response) {
     let columns = copy.columns.len();
     let binary = copy.binary;
-    *cell.copy.lock().await =
-        Some(CopyInProgress { copy, buffer: Vec::new(), rows: 0, header_skipped: false, started: false, error: None });
-    Response::CopyIn(CopyResponse::new(i8::from(binary), columns, futures::stream::empty()))
+    let progress =
+        CopyInProgress { copy, buffer: Vec::new(), rows: 0, header_skipped: false, started: false, error: None };
+    (progress, Response::CopyIn(CopyResponse::new(i8::from(binary), columns, futures::stream::empty())))
 }
 
 impl CopyInProgress {
     /// Stores the whole records buffered (all of it `at_end`).
-    async fn load(&mut self, fe: &Frontend, at_end: bool) -> crate::error::Result<()> {
+    pub(super) async fn load(&mut self, fe: &Frontend, at_end: bool) -> crate::error::Result<()> {
         let (mut rows, used) = self.copy.parse(&self.buffer, at_end, &mut self.started)?;
         self.buffer.drain(..used);
         if self.copy.format.header && !self.header_skipped && !rows.is_empty() {
@@ -60,57 +52,6 @@ impl CopyInProgress {
         }
         self.rows += self.copy.insert(fe, rows).await?;
         Ok(())
-    }
-}
-
-#[async_trait]
-impl CopyHandler for WeirHandler {
-    async fn on_copy_data<C>(&self, client: &mut C, data: CopyData) -> PgWireResult<()>
-    where
-        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
-        C::Error: Debug,
-        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
-    {
-        let cell = session_of(self, client);
-        let mut copy = cell.copy.lock().await;
-        let Some(progress) = copy.as_mut().filter(|p| p.error.is_none()) else { return Ok(()) };
-        progress.buffer.extend_from_slice(&data.data);
-        if progress.buffer.len() >= BATCH_BYTES {
-            if let Err(e) = progress.load(&self.frontend, false).await {
-                progress.error = Some(e);
-            }
-        }
-        Ok(())
-    }
-
-    async fn on_copy_done<C>(&self, client: &mut C, _done: CopyDone) -> PgWireResult<()>
-    where
-        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
-        C::Error: Debug,
-        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
-    {
-        let cell = session_of(self, client);
-        let Some(mut progress) = cell.copy.lock().await.take() else {
-            return Err(reject(WeirError::new(SqlState("08P01"), "CopyDone without a COPY under way")));
-        };
-        if let Some(e) = progress.error.take() {
-            return Err(reject(e));
-        }
-        progress.load(&self.frontend, true).await.map_err(reject)?;
-        let tag = Tag::new("COPY").with_rows(progress.rows as usize);
-        client.send(PgWireBackendMessage::CommandComplete(tag.into())).await?;
-        Ok(())
-    }
-
-    async fn on_copy_fail<C>(&self, client: &mut C, fail: CopyFail) -> PgWireError
-    where
-        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
-        C::Error: Debug,
-        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
-    {
-        let cell = session_of(self, client);
-        cell.copy.lock().await.take();
-        reject(WeirError::new(SqlState::QUERY_CANCELED, format!("COPY from stdin failed: {}", fail.message)))
     }
 }
 

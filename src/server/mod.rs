@@ -13,6 +13,7 @@
 pub mod auth;
 pub mod cancel;
 pub mod copy;
+pub mod copy_in;
 pub mod encode;
 pub mod extended_query;
 pub mod session;

@@ -108,7 +108,9 @@ where
     // COPY FROM STDIN: the connection goes into copy-in mode; the data follows.
     if let Statement::Sql(copy @ ast::Statement::Copy { .. }) = &statement {
         let copy = crate::frontend::handler::copy::copy_in(frontend, copy).map_err(|e| fail(block, e))?;
-        return Ok(super::copy::start(cell, copy).await);
+        let (progress, response) = super::copy::start(copy);
+        *cell.copy.lock().await = Some(progress);
+        return Ok(response);
     }
     let started = Instant::now();
     let timeout = session.statement_timeout();
