@@ -31,15 +31,15 @@ use crate::error::{Result, WeirError};
 use crate::operators::eowc_buffer::EowcBuffer;
 use crate::operators::filter::Filter;
 use crate::operators::hash_agg::AggWindow;
-use crate::operators::hash_agg::{AggKind, AggSpec, HashAgg};
-use crate::operators::hash_join::{HashJoin, JoinWindow};
+use crate::operators::hash_agg::{AggKind, AggSpec, HashAgg, HashAggConfig};
+use crate::operators::hash_join::{HashJoin, HashJoinConfig, JoinWindow};
 use crate::operators::lookup_join::{LookupJoin, LookupKind};
 use crate::operators::no_watermark::NoWatermark;
 use crate::operators::operator::Operator;
 use crate::operators::project::Project;
 use crate::operators::session_assign::SessionAssign;
 use crate::operators::temporal_filter::{RowBound, TemporalFilter};
-use crate::operators::top_n::{RankOrder, TopN};
+use crate::operators::top_n::{RankOrder, TopN, TopNConfig};
 use crate::operators::union::Union;
 use crate::operators::window_assign::WindowAssign;
 use crate::state::keyed::{KeyedState, OperatorStateSettings};
@@ -90,7 +90,7 @@ struct Out {
     /// (they hold changes for the barrier), session windows (they re-assign rows as sessions
     /// merge), or a join (a row arriving on one side matches rows of a final window still held
     /// on the other). A windowed aggregate over such an input may finish final windows before
-    /// the barrier ([`HashAgg::with_prompt_input`]).
+    /// the barrier ([`HashAggConfig::prompt_input`]).
     prompt: bool,
 }
 
@@ -729,27 +729,15 @@ impl Builder<'_> {
                 }
                 let (groups, values) = (self.state_table()?, self.state_table()?);
                 let schema = Self::schema(plan);
+                let config = HashAggConfig {
+                    window,
+                    append_only_input: child.append_only,
+                    prompt_input: child.prompt,
+                    ..HashAggConfig::new(group_by.clone(), group_types, aggs, Arc::clone(&schema))
+                };
                 let ops = self.each(|shard| {
                     let state = (self.keyed(groups)?, self.keyed(values)?);
-                    let mut op = HashAgg::new(
-                        group_by.clone(),
-                        group_types.clone(),
-                        aggs.clone(),
-                        Arc::clone(&schema),
-                        state,
-                        &self.view,
-                    )?;
-                    if let Some(window) = window {
-                        op = op.with_window(window, shard);
-                    }
-                    if child.prompt {
-                        op = op.with_prompt_input();
-                    }
-                    if child.append_only {
-                        op = op.with_append_only_input()?;
-                    }
-                    // A global aggregate's one group lives in shard 0 (where all its rows go).
-                    Ok(Box::new(if shard == 0 { op } else { op.without_initial_group() }))
+                    Ok(Box::new(HashAgg::new(config.clone(), state, shard, &self.view)?))
                 })?;
                 let groups = a.group_expr.len();
                 let (needed, output) = if groups == 0 {
@@ -777,16 +765,10 @@ impl Builder<'_> {
                 let types: Vec<_> = input.schema().fields().iter().map(|f| f.data_type().clone()).collect();
                 let (groups, values) = (self.state_table()?, self.state_table()?);
                 let schema = Self::schema(plan);
-                let ops = self.each(|_| {
+                let config = HashAggConfig::new(keys.clone(), types, vec![], Arc::clone(&schema));
+                let ops = self.each(|shard| {
                     let state = (self.keyed(groups)?, self.keyed(values)?);
-                    Ok(Box::new(HashAgg::new(
-                        keys.clone(),
-                        types.clone(),
-                        vec![],
-                        Arc::clone(&schema),
-                        state,
-                        &self.view,
-                    )?))
+                    Ok(Box::new(HashAgg::new(config.clone(), state, shard, &self.view)?))
                 })?;
                 let all = Distribution::Hash((0..input.schema().fields().len()).collect());
                 let exchange = (child.distribution != all).then_some(keys);
@@ -854,24 +836,22 @@ impl Builder<'_> {
                     _ => None,
                 };
                 let (left_state, right_state) = (self.state_table()?, self.state_table()?);
-                let ops = self.each(|shard| {
-                    let join = HashJoin::new(
+                let config = HashJoinConfig {
+                    residual,
+                    nulls_match: j.null_equality == NullEquality::NullEqualsNull,
+                    append_only_inputs: [left.append_only, right.append_only],
+                    window,
+                    interval,
+                    ..HashJoinConfig::new(
                         j.join_type,
-                        (Self::schema(&j.left), left_keys.clone(), self.keyed(left_state)?),
-                        (Self::schema(&j.right), right_keys.clone(), self.keyed(right_state)?),
+                        (Self::schema(&j.left), left_keys.clone()),
+                        (Self::schema(&j.right), right_keys.clone()),
                         Self::schema(plan),
-                        residual.clone(),
-                        j.null_equality == NullEquality::NullEqualsNull,
-                        &self.view,
-                    )?;
-                    let mut join = join.with_append_only_inputs([left.append_only, right.append_only]);
-                    if let Some(w) = window {
-                        join = join.with_window(w);
-                    }
-                    if let Some(i) = interval {
-                        join = join.with_interval(i, shard);
-                    }
-                    Ok(Box::new(join))
+                    )
+                };
+                let ops = self.each(|shard| {
+                    let state = [self.keyed(left_state)?, self.keyed(right_state)?];
+                    Ok(Box::new(HashJoin::new(config.clone(), state, shard, &self.view)?))
                 })?;
                 let exchanges = vec![
                     (left_needed != Some(left.distribution)).then_some(left_keys),
@@ -1137,23 +1117,15 @@ impl Builder<'_> {
         let table = self.state_table()?;
         let schema = Self::schema(plan);
         let lateness = self.options.lateness;
-        let ops = self.each(|_| {
-            let mut op = TopN::new(
-                partition_by.clone(),
-                order_by.clone(),
-                limit,
-                Arc::clone(&schema),
-                self.keyed(table)?,
-                &self.view,
-            )?;
-            if child.append_only {
-                op = op.with_append_only_input();
-            }
-            if let Some((index, column)) = window {
-                op = op.with_window(index, column, lateness);
-            }
-            Ok(Box::new(op))
-        })?;
+        let config = TopNConfig {
+            partition_by: partition_by.clone(),
+            order_by,
+            limit,
+            schema,
+            window: window.map(|(index, column)| (index, column, lateness)),
+            append_only_input: child.append_only,
+        };
+        let ops = self.each(|_| Ok(Box::new(TopN::new(config.clone(), self.keyed(table)?, &self.view)?)))?;
         // A partition's rows meet in one shard; without PARTITION BY, all rows in shard 0.
         let (needed, output) = if params.partition_by.is_empty() {
             (Some(Distribution::Single), Distribution::Single)

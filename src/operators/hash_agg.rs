@@ -4,7 +4,7 @@
 //! Per group it keeps the number of input rows and one accumulator per aggregate, each able to
 //! take a row back: counts and sums subtract, and `min`, `max` and `count(DISTINCT)` keep every
 //! value with its multiplicity, so deleting the current extreme reveals the next one. Over an
-//! input that only inserts ([`HashAgg::with_append_only_input`]), `min` and `max` keep just the
+//! input that only inserts ([`HashAggConfig::append_only_input`]), `min` and `max` keep just the
 //! extreme so far, in the group's own state, and `count(DISTINCT)` writes a value only the
 //! first time it is seen. Changes
 //! are applied as they arrive; at each barrier every group touched in the epoch emits its
@@ -27,7 +27,7 @@
 //!   correction (`U-` / `U+`);
 //! - in either mode, once the watermark passes the end plus the allowed lateness, the group's
 //!   state is deleted (its row stays in the view): state is bounded by the open windows. Over
-//!   an input straight from window assignment ([`HashAgg::with_prompt_input`]: no change for a
+//!   an input straight from window assignment ([`HashAggConfig::prompt_input`]: no change for a
 //!   final window can come later), an epoch that has touched as many groups as the state cache
 //!   holds does this before its barrier too, emitting the final windows' rows early, so that
 //!   the touched groups held in memory are bounded by the open windows as well, however much
@@ -301,15 +301,52 @@ pub struct HashAgg {
 const GROUPS_IN_TABLE: u64 = 0;
 const GROUPS_IN_MEMORY: u64 = 1;
 
-impl HashAgg {
+/// What a [`HashAgg`] computes and what it may assume of its input, all given at once (by the
+/// stream plan's aggregate node).
+#[derive(Clone)]
+pub struct HashAggConfig {
+    pub group_by: Vec<Arc<dyn PhysicalExpr>>,
+    pub group_types: Vec<DataType>,
+    pub aggs: Vec<AggSpec>,
+    /// The output: the group columns, then one per aggregate.
+    pub schema: SchemaRef,
+    /// Grouped by a window bound: a windowed aggregate.
+    pub window: Option<AggWindow>,
+    /// The input only ever inserts rows: `min` and `max` keep the extreme so far in the group's
+    /// state instead of every value in the store.
+    pub append_only_input: bool,
+    /// No change for a window can reach a windowed aggregate after the watermark made the
+    /// window final (its rows come from window assignment, which drops late rows, through
+    /// projections, filters and unions), so a final window's groups may be finished before the
+    /// barrier ([`HashAgg::retire_final_windows`]).
+    pub prompt_input: bool,
+}
+
+impl HashAggConfig {
+    /// Plain grouping: no window, any input.
     pub fn new(
         group_by: Vec<Arc<dyn PhysicalExpr>>,
         group_types: Vec<DataType>,
         aggs: Vec<AggSpec>,
         schema: SchemaRef,
-        state: (KeyedState, KeyedState),
-        view: &str,
-    ) -> Result<HashAgg> {
+    ) -> HashAggConfig {
+        HashAggConfig {
+            group_by,
+            group_types,
+            aggs,
+            schema,
+            window: None,
+            append_only_input: false,
+            prompt_input: false,
+        }
+    }
+}
+
+impl HashAgg {
+    /// Shard `shard` of an aggregate configured by `config`, over its state tables (groups,
+    /// value multisets). A global aggregate's one group lives in shard 0, where all its rows go.
+    pub fn new(config: HashAggConfig, state: (KeyedState, KeyedState), shard: usize, view: &str) -> Result<HashAgg> {
+        let HashAggConfig { group_by, group_types, aggs, schema, window, append_only_input, prompt_input } = config;
         let group_codec = if group_types.is_empty() {
             None
         } else {
@@ -344,9 +381,9 @@ impl HashAgg {
             dirty: HashMap::default(),
             touched: Vec::new(),
             view: view.to_string(),
-            append_only_input: false,
-            window: None,
-            prompt_input: false,
+            append_only_input,
+            window,
+            prompt_input,
             watermark: None,
             open: KeysByTime::default(),
             closed: KeysByTime::default(),
@@ -355,7 +392,12 @@ impl HashAgg {
             retired: None,
             memory_limit: MEMORY_LIMIT_BYTES,
         };
-        if agg.group_codec.is_none() {
+        if agg.window.is_some() {
+            // Its groups' stored parts carry the shard number.
+            let (table, store) = agg.groups.table();
+            agg.in_memory = Some(ExpiringGroups::new(table, store, shard as u16, &agg.describe()));
+        }
+        if agg.group_codec.is_none() && shard == 0 {
             // The one group of a global aggregate exists from the start.
             let group = agg.load(&[])?;
             agg.dirty.insert(vec![], 0);
@@ -364,47 +406,10 @@ impl HashAgg {
         Ok(agg)
     }
 
-    /// Tells the aggregate that its input only ever inserts rows, so `min` and `max` keep the
-    /// extreme so far in the group's state instead of every value in the store.
-    pub fn with_append_only_input(mut self) -> Result<HashAgg> {
-        self.append_only_input = true;
-        if let Some(&at) = self.dirty.get(&[][..]) {
-            // The one group of a global aggregate, loaded before, in this representation.
-            self.touched[at] = self.load(&[])?;
-        }
-        Ok(self)
-    }
-
     /// Whether aggregate `i` keeps its values (with multiplicities) in the multiset table.
     fn keeps_values(&self, i: usize) -> bool {
         let kind = self.aggs[i].kind;
         kind.keeps_values() && !(self.append_only_input && matches!(kind, AggKind::Min | AggKind::Max))
-    }
-
-    /// Makes this a windowed aggregate, shard `shard` of its view (its groups' stored parts
-    /// carry the number).
-    pub fn with_window(mut self, window: AggWindow, shard: usize) -> HashAgg {
-        self.window = Some(window);
-        let (table, store) = self.groups.table();
-        self.in_memory = Some(ExpiringGroups::new(table, store, shard as u16, &self.describe()));
-        self
-    }
-
-    /// Tells a windowed aggregate that no change for a window can reach it after the watermark
-    /// made the window final (its rows come from window assignment, which drops late rows,
-    /// through projections, filters and unions: `Out::prompt` in `dataflow::build`), so a final
-    /// window's groups may be finished before the barrier ([`HashAgg::retire_final_windows`]).
-    pub fn with_prompt_input(mut self) -> HashAgg {
-        self.prompt_input = true;
-        self
-    }
-
-    /// For the shards of a global aggregate other than the first: they get no rows, and must
-    /// not emit the one group's row too.
-    pub fn without_initial_group(mut self) -> HashAgg {
-        self.dirty.clear();
-        self.touched.clear();
-        self
     }
 
     fn new_group(&self) -> Group {
@@ -1215,36 +1220,43 @@ mod tests {
     use datafusion::physical_expr::expressions::col;
 
     fn agg(store: &Arc<dyn StateStore>) -> HashAgg {
+        agg_with(store, false)
+    }
+
+    /// [`agg`], told whether its input only inserts.
+    fn agg_with(store: &Arc<dyn StateStore>, append_only_input: bool) -> HashAgg {
         let input = from_pretty("I I\n+ 1 1").schema();
         let schema = Arc::new(Schema::new(vec![
             Field::new("k", DataType::Int64, true),
             Field::new("n", DataType::Int64, true),
             Field::new("top", DataType::Int64, true),
         ]));
-        HashAgg::new(
-            vec![col("c0", &input).unwrap()],
-            vec![DataType::Int64],
-            vec![
-                AggSpec {
-                    kind: AggKind::CountRows,
-                    arg: None,
-                    arg_type: None,
-                    output_type: DataType::Int64,
-                    delimiter: None,
-                },
-                AggSpec {
-                    kind: AggKind::Max,
-                    arg: Some(col("c1", &input).unwrap()),
-                    arg_type: Some(DataType::Int64),
-                    output_type: DataType::Int64,
-                    delimiter: None,
-                },
-            ],
-            schema,
-            (KeyedState::new(1, Arc::clone(store), 4), KeyedState::new(2, Arc::clone(store), 4)),
-            "test",
-        )
-        .unwrap()
+        let config = HashAggConfig {
+            append_only_input,
+            ..HashAggConfig::new(
+                vec![col("c0", &input).unwrap()],
+                vec![DataType::Int64],
+                vec![
+                    AggSpec {
+                        kind: AggKind::CountRows,
+                        arg: None,
+                        arg_type: None,
+                        output_type: DataType::Int64,
+                        delimiter: None,
+                    },
+                    AggSpec {
+                        kind: AggKind::Max,
+                        arg: Some(col("c1", &input).unwrap()),
+                        arg_type: Some(DataType::Int64),
+                        output_type: DataType::Int64,
+                        delimiter: None,
+                    },
+                ],
+                schema,
+            )
+        };
+        let state = (KeyedState::new(1, Arc::clone(store), 4), KeyedState::new(2, Arc::clone(store), 4));
+        HashAgg::new(config, state, 0, "test").unwrap()
     }
 
     /// `count(*)` per window end (`c0`, seconds) and `c1` over an append-only input, through a
@@ -1263,34 +1275,27 @@ mod tests {
             output_type: DataType::Int64,
             delimiter: None,
         };
-        let a = HashAgg::new(
-            vec![col("c0", &input).unwrap(), col("c1", &input).unwrap()],
-            vec![input.field(0).data_type().clone(), DataType::Int64],
-            vec![count],
-            schema,
-            (
-                KeyedState::new(1, Arc::clone(store), 4).write_back().unwrap(),
-                KeyedState::new(2, Arc::clone(store), 4).write_back().unwrap(),
-            ),
-            "test",
-        )
-        .unwrap()
-        .with_window(
-            AggWindow {
+        let config = HashAggConfig {
+            window: Some(AggWindow {
                 group_index: 0,
                 column: crate::types::window::TimeColumn { close_offset: 0 },
                 lateness,
                 emit_on_close,
-            },
-            0,
-        )
-        .with_append_only_input()
-        .unwrap();
-        if prompt {
-            a.with_prompt_input()
-        } else {
-            a
-        }
+            }),
+            append_only_input: true,
+            prompt_input: prompt,
+            ..HashAggConfig::new(
+                vec![col("c0", &input).unwrap(), col("c1", &input).unwrap()],
+                vec![input.field(0).data_type().clone(), DataType::Int64],
+                vec![count],
+                schema,
+            )
+        };
+        let state = (
+            KeyedState::new(1, Arc::clone(store), 4).write_back().unwrap(),
+            KeyedState::new(2, Arc::clone(store), 4).write_back().unwrap(),
+        );
+        HashAgg::new(config, state, 0, "test").unwrap()
     }
 
     /// `sum(c1)` per `c0`, of decimals of 38 digits (`numeric(38, 0)`, as integer sums are planned).
@@ -1311,7 +1316,8 @@ mod tests {
             delimiter: None,
         };
         let state = (KeyedState::new(1, Arc::clone(store), 4), KeyedState::new(2, Arc::clone(store), 4));
-        HashAgg::new(vec![col("c0", &input).unwrap()], vec![DataType::Int64], vec![sum], schema, state, "test").unwrap()
+        let config = HashAggConfig::new(vec![col("c0", &input).unwrap()], vec![DataType::Int64], vec![sum], schema);
+        HashAgg::new(config, state, 0, "test").unwrap()
     }
 
     /// A total past its type's 38 digits is NULL for its group only, is stored wide and read back,
@@ -1384,7 +1390,7 @@ mod tests {
     #[test]
     fn max_over_an_append_only_input_keeps_the_extreme_in_the_group() {
         let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
-        let mut a = agg(&store).with_append_only_input().unwrap();
+        let mut a = agg_with(&store, true);
         let mut first: Vec<String> =
             step(&mut a, &store, "I I\n+ 1 10\n+ 1 30\n+ 2 .").lines().map(String::from).collect();
         first.sort();
@@ -1423,11 +1429,11 @@ mod tests {
             delimiter: None,
         };
         let state = (KeyedState::new(1, Arc::clone(&store), 4), KeyedState::new(2, Arc::clone(&store), 4));
-        let mut a =
-            HashAgg::new(vec![col("c0", &input).unwrap()], vec![DataType::Int64], vec![spec], schema, state, "t")
-                .unwrap()
-                .with_append_only_input()
-                .unwrap();
+        let config = HashAggConfig {
+            append_only_input: true,
+            ..HashAggConfig::new(vec![col("c0", &input).unwrap()], vec![DataType::Int64], vec![spec], schema)
+        };
+        let mut a = HashAgg::new(config, state, 0, "t").unwrap();
         assert_eq!(step(&mut a, &store, "I I\n+ 1 10\n+ 1 10\n+ 1 20\n+ 1 ."), "+ 1 2\n");
         // Values seen before, some only in the store by now, count once.
         for k in 2..30 {

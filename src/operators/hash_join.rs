@@ -6,12 +6,12 @@
 //! the NULL-padded rows right: a row whose key has no partner is emitted padded; when its first
 //! partner arrives the padded row is retracted, and when its last partner leaves it comes back.
 //! Rows with a NULL key never match, as in SQL, unless the join compares its keys with
-//! `IS NOT DISTINCT FROM` ([`HashJoin::new`]'s `nulls_match`): then NULL keys match each other.
+//! `IS NOT DISTINCT FROM` ([`HashJoinConfig::nulls_match`]): then NULL keys match each other.
 //!
 //! Each side's state is a [`KeyedState`] in the store (bounded cache), distributed by join key:
 //! `key ++ 0` holds how many rows the side has for the key, `key ++ 1 ++ row` each row's
 //! multiplicity (rows as arrow-row bytes), so a key's rows are one range read. A side whose
-//! input only ever inserts ([`HashJoin::with_append_only_inputs`]) stores each row once more
+//! input only ever inserts ([`HashJoinConfig::append_only_inputs`]) stores each row once more
 //! as `key ++ 1 ++ n -> row` (n numbering its rows, so a new row sorts last among its key's,
 //! and the state key stays short: compared in a few bytes, held inline), so adding a row
 //! reads nothing; in an inner join (no padding to keep right) it keeps no count either, and
@@ -110,8 +110,48 @@ impl JoinInterval {
     }
 }
 
-/// One input of the join: its columns, its key expressions and its state.
-pub type JoinInput = (SchemaRef, Vec<Arc<dyn PhysicalExpr>>, KeyedState);
+/// One input of the join: its columns and its key expressions.
+pub type JoinInput = (SchemaRef, Vec<Arc<dyn PhysicalExpr>>);
+
+/// What a [`HashJoin`] computes and what it may assume of its inputs, all given at once (by
+/// the stream plan's join node).
+#[derive(Clone)]
+pub struct HashJoinConfig {
+    pub join_type: JoinType,
+    /// The left input's keys equal the right input's, position by position.
+    pub left: JoinInput,
+    pub right: JoinInput,
+    pub schema: SchemaRef,
+    /// A condition on joined rows besides the key equalities (inner joins only).
+    pub residual: Option<Arc<dyn PhysicalExpr>>,
+    /// A NULL key equals a NULL key (`IS NOT DISTINCT FROM`); else it matches nothing.
+    pub nulls_match: bool,
+    /// Which inputs only ever insert rows (left, right).
+    pub append_only_inputs: [bool; 2],
+    /// Joined on a window bound: state is freed as windows become final.
+    pub window: Option<JoinWindow>,
+    /// A bound on the sides' times, under which rows that can no longer match are deleted as
+    /// the watermark moves (an inner join's append-only side without a window key keeps its
+    /// rows in memory).
+    pub interval: Option<JoinInterval>,
+}
+
+impl HashJoinConfig {
+    /// A join of inputs that may retract, without a window or a time bound.
+    pub fn new(join_type: JoinType, left: JoinInput, right: JoinInput, schema: SchemaRef) -> HashJoinConfig {
+        HashJoinConfig {
+            join_type,
+            left,
+            right,
+            schema,
+            residual: None,
+            nulls_match: false,
+            append_only_inputs: [false, false],
+            window: None,
+            interval: None,
+        }
+    }
+}
 
 struct Side {
     keys: Vec<Arc<dyn PhysicalExpr>>,
@@ -218,7 +258,7 @@ fn count_of(bytes: Option<Vec<u8>>) -> Result<i64> {
 }
 
 impl Side {
-    fn new((input, keys, state): JoinInput, padded: bool) -> Result<Side> {
+    fn new((input, keys): JoinInput, state: KeyedState, padded: bool) -> Result<Side> {
         let key_fields = keys.iter().map(|k| Ok(SortField::new(k.data_type(&input)?))).collect::<Result<Vec<_>>>()?;
         let row_codec = crate::state::table::row_codec(&input)?;
         let nulls: Vec<ArrayRef> = input.fields().iter().map(|f| new_null_array(f.data_type(), 1)).collect();
@@ -490,17 +530,20 @@ pub struct HashJoin {
 }
 
 impl HashJoin {
-    /// The left input's keys equal the right input's, position by position; with `nulls_match`
-    /// (`IS NOT DISTINCT FROM`) a NULL key equals a NULL key, else it matches nothing.
-    pub fn new(
-        join_type: JoinType,
-        left: JoinInput,
-        right: JoinInput,
-        schema: SchemaRef,
-        residual: Option<Arc<dyn PhysicalExpr>>,
-        nulls_match: bool,
-        view: &str,
-    ) -> Result<HashJoin> {
+    /// Shard `shard` of a join configured by `config`, over its sides' state tables (left,
+    /// right).
+    pub fn new(config: HashJoinConfig, state: [KeyedState; 2], shard: usize, view: &str) -> Result<HashJoin> {
+        let HashJoinConfig {
+            join_type,
+            left,
+            right,
+            schema,
+            residual,
+            nulls_match,
+            append_only_inputs,
+            window,
+            interval,
+        } = config;
         let (pad_left, pad_right) = match join_type {
             JoinType::Inner => (false, false),
             JoinType::Left => (true, false),
@@ -513,57 +556,44 @@ impl HashJoin {
         if join_type != JoinType::Inner && residual.is_some() {
             return Err(WeirError::unsupported("an outer join condition other than equalities is not supported yet"));
         }
-        Ok(HashJoin {
-            sides: [Side::new(left, pad_left)?, Side::new(right, pad_right)?],
+        let [left_state, right_state] = state;
+        let mut join = HashJoin {
+            sides: [Side::new(left, left_state, pad_left)?, Side::new(right, right_state, pad_right)?],
             join_type,
             nulls_match,
             schema,
             residual: residual.map(|r| Filter::new(r, view)),
             view: view.to_string(),
-            window: None,
+            window,
             interval: None,
             watermark: None,
             open: KeysByTime::default(),
             pace: WatermarkPace::default(),
-        })
-    }
-
-    /// Tells the join which of its inputs only ever insert rows (left, right).
-    pub fn with_append_only_inputs(mut self, append_only: [bool; 2]) -> HashJoin {
-        let inner = self.join_type == JoinType::Inner;
-        for (side, append_only) in self.sides.iter_mut().zip(append_only) {
+        };
+        let inner = join_type == JoinType::Inner;
+        for (side, append_only) in join.sides.iter_mut().zip(append_only_inputs) {
             side.append_only = append_only;
             side.counted = !(append_only && inner);
         }
-        self
-    }
-
-    /// Makes this a join on a window bound, whose state is freed as windows become final.
-    pub fn with_window(mut self, window: JoinWindow) -> HashJoin {
-        self.window = Some(window);
-        self
-    }
-
-    /// Gives the join a bound on its sides' times, under which rows that can no longer match
-    /// are deleted as the watermark moves (after [`HashJoin::with_append_only_inputs`] and
-    /// [`HashJoin::with_window`]: an inner join's append-only side without a window key keeps
-    /// its rows in memory, stored under this join's shard number `shard`).
-    pub fn with_interval(mut self, interval: JoinInterval, shard: usize) -> HashJoin {
-        let what = self.describe();
-        let windowed = self.window.is_some();
-        for (side, s) in self.sides.iter_mut().enumerate() {
-            if interval.expires(side) {
-                let expiry = if s.append_only && !s.counted && !windowed {
-                    let (table, store) = s.state.table();
-                    Expiry::InMemory(ExpiringRows::new(table, store, shard as u16, &what))
-                } else {
-                    Expiry::Stored(StateKeysByTime::default())
-                };
-                s.expiry = Some((interval.columns[side], expiry));
+        if let Some(interval) = interval {
+            let what = join.describe();
+            let windowed = join.window.is_some();
+            for (side, s) in join.sides.iter_mut().enumerate() {
+                if interval.expires(side) {
+                    // An append-only side without counts keeps its rows in memory, stored
+                    // under this join's shard number.
+                    let expiry = if s.append_only && !s.counted && !windowed {
+                        let (table, store) = s.state.table();
+                        Expiry::InMemory(ExpiringRows::new(table, store, shard as u16, &what))
+                    } else {
+                        Expiry::Stored(StateKeysByTime::default())
+                    };
+                    s.expiry = Some((interval.columns[side], expiry));
+                }
             }
+            join.interval = Some(interval);
         }
-        self.interval = Some(interval);
-        self
+        Ok(join)
     }
 
     /// The output row joining `this` (on side `this_side`) with `other`.
@@ -815,6 +845,16 @@ mod tests {
         types: &str,
         capacity: usize,
     ) -> HashJoin {
+        join_configured(store, types, capacity, |c| HashJoinConfig { join_type, ..c })
+    }
+
+    /// A join of two inputs of `types` on their first columns, as `configure` makes it.
+    fn join_configured(
+        store: &Arc<dyn StateStore>,
+        types: &str,
+        capacity: usize,
+        configure: impl FnOnce(HashJoinConfig) -> HashJoinConfig,
+    ) -> HashJoin {
         let table = |id| KeyedState::new(id, Arc::clone(store), capacity).write_back().unwrap();
         let side = from_pretty(&format!("{types}\n")).schema();
         let fields: Vec<Field> = side
@@ -824,16 +864,13 @@ mod tests {
             .enumerate()
             .map(|(i, f)| Field::new(format!("j{i}"), f.data_type().clone(), true))
             .collect();
-        HashJoin::new(
-            join_type,
-            (side.clone(), vec![col("c0", &side).unwrap()], table(1)),
-            (side.clone(), vec![col("c0", &side).unwrap()], table(2)),
+        let config = HashJoinConfig::new(
+            JoinType::Inner,
+            (side.clone(), vec![col("c0", &side).unwrap()]),
+            (side.clone(), vec![col("c0", &side).unwrap()]),
             Arc::new(Schema::new(fields)),
-            None,
-            false,
-            "test",
-        )
-        .unwrap()
+        );
+        HashJoin::new(configure(config), [table(1), table(2)], 0, "test").unwrap()
     }
 
     fn new_store() -> Arc<dyn StateStore> {
@@ -842,6 +879,15 @@ mod tests {
 
     fn left_join() -> HashJoin {
         join_on_first_column(&new_store(), JoinType::Left, "I T", 2)
+    }
+
+    /// A LEFT join whose inputs only insert as `append_only_inputs` says.
+    fn left_join_of(append_only_inputs: [bool; 2]) -> HashJoin {
+        join_configured(&new_store(), "I T", 2, |c| HashJoinConfig {
+            join_type: JoinType::Left,
+            append_only_inputs,
+            ..c
+        })
     }
 
     fn step(j: &mut HashJoin, input: usize, changes: &str) -> String {
@@ -863,7 +909,7 @@ mod tests {
 
     #[test]
     fn an_append_only_side_keeps_each_row_once_per_arrival() {
-        let mut j = left_join().with_append_only_inputs([true, false]);
+        let mut j = left_join_of([true, false]);
         // The same row twice, from the append-only side: two rows, two matches.
         assert_eq!(step(&mut j, 0, "I T\n+ 1 a\n+ 1 a"), "+ 1 a NULL NULL\n+ 1 a NULL NULL\n");
         assert_eq!(step(&mut j, 1, "I T\n+ 1 x"), "+ 1 a 1 x\n+ 1 a 1 x\n- 1 a NULL NULL\n- 1 a NULL NULL\n");
@@ -878,16 +924,17 @@ mod tests {
     /// joined on price, with left.date_time - right.window_end within [-10 s, 0] (the bound is
     /// not checked: the join has no residual condition, so expired rows would show).
     fn q7_like_join(store: &Arc<dyn StateStore>) -> HashJoin {
-        join_on_first_column(store, JoinType::Inner, "I S", 100).with_append_only_inputs([true, false]).with_interval(
-            JoinInterval {
+        join_configured(store, "I S", 100, |c| HashJoinConfig {
+            append_only_inputs: [true, false],
+            interval: Some(JoinInterval {
                 columns: [1, 1],
                 windows: [None, Some(TimeColumn { close_offset: 0 })],
                 lo: Some(-10 * S),
                 hi: Some(0),
                 lateness: 0,
-            },
-            0,
-        )
+            }),
+            ..c
+        })
     }
 
     #[test]
@@ -934,7 +981,11 @@ mod tests {
         {
             assert_restore_continues(
                 &|store| {
-                    Box::new(join_on_first_column(store, join_type, "I T", 2).with_append_only_inputs(append_only))
+                    Box::new(join_configured(store, "I T", 2, |c| HashJoinConfig {
+                        join_type,
+                        append_only_inputs: append_only,
+                        ..c
+                    }))
                 },
                 &[
                     &[Changes(0, "I T\n+ 1 a\n+ 1 a\n+ 2 b"), Changes(1, "I T\n+ 1 x")],
@@ -955,7 +1006,7 @@ mod tests {
         use crate::operators::operator::testing::{assert_restore_continues, Event::Changes, Event::Watermark};
         let window = JoinWindow { key_index: 0, column: TimeColumn { close_offset: 0 }, lateness: 0 };
         assert_restore_continues(
-            &|store| Box::new(join_on_first_column(store, JoinType::Inner, "S T", 4).with_window(window)),
+            &|store| Box::new(join_configured(store, "S T", 4, |c| HashJoinConfig { window: Some(window), ..c })),
             &[
                 &[Changes(0, "S T\n+ 10 a\n+ 20 b"), Changes(1, "S T\n+ 10 x")],
                 &[Changes(0, "S T\n+ 10 c"), Watermark(5 * S)],

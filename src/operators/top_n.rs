@@ -19,7 +19,7 @@
 //!   touches it: a row that ranks below them costs one comparison, and a partition no row
 //!   entered emits and writes nothing.
 //!
-//! Partitioned by a window bound ([`TopN::with_window`], "the top 10 of each window"): once
+//! Partitioned by a window bound ([`TopNConfig::window`], "the top 10 of each window"): once
 //! the watermark passes a window's close plus the allowed lateness, no row can reach its
 //! partitions any more, so their state is deleted (their rows stay in the view), and state is
 //! bounded by the open windows. Which partitions are open is indexed in memory by close time:
@@ -82,15 +82,26 @@ pub struct TopN {
     view: String,
 }
 
+/// What a [`TopN`] computes and what it may assume of its input, all given at once (by the
+/// stream plan's Top-N node).
+#[derive(Clone)]
+pub struct TopNConfig {
+    pub partition_by: Vec<(Arc<dyn PhysicalExpr>, DataType)>,
+    pub order_by: Vec<RankOrder>,
+    /// The most rows each partition outputs.
+    pub limit: usize,
+    /// The input's columns, then the row number.
+    pub schema: SchemaRef,
+    /// Partition expression `.0` is a window bound (`.1`): a window's partitions are deleted
+    /// once the watermark passes its close plus the allowed lateness (`.2`, nanoseconds).
+    pub window: Option<(usize, TimeColumn, i64)>,
+    /// The input only inserts rows: keep only each partition's first `limit`.
+    pub append_only_input: bool,
+}
+
 impl TopN {
-    pub fn new(
-        partition_by: Vec<(Arc<dyn PhysicalExpr>, DataType)>,
-        order_by: Vec<RankOrder>,
-        limit: usize,
-        schema: SchemaRef,
-        state: KeyedState,
-        view: &str,
-    ) -> Result<TopN> {
+    pub fn new(config: TopNConfig, state: KeyedState, view: &str) -> Result<TopN> {
+        let TopNConfig { partition_by, order_by, limit, schema, window, append_only_input } = config;
         let fields = schema.fields();
         if fields.is_empty() || fields[fields.len() - 1].data_type() != &DataType::UInt64 {
             return Err(WeirError::internal("a Top-N's last output column is its row number"));
@@ -115,20 +126,13 @@ impl TopN {
             row_codec: RowConverter::new(input_types.collect())?,
             schema,
             state,
-            append_only_input: false,
+            append_only_input,
             touched: HashMap::default(),
-            window: None,
+            window,
             open: KeysByTime::default(),
             watermark: None,
             view: view.to_string(),
         })
-    }
-
-    /// Partition expression `index` is a window bound (`column`): a window's partitions are
-    /// deleted once the watermark passes its close plus `lateness`.
-    pub fn with_window(mut self, index: usize, column: TimeColumn, lateness: i64) -> TopN {
-        self.window = Some((index, column, lateness));
-        self
     }
 
     /// Deletes the state of every partition whose window closed at or before `limit`.
@@ -141,12 +145,6 @@ impl TopN {
             }
         }
         Ok(())
-    }
-
-    /// The input only inserts rows: keep only each partition's first `limit`.
-    pub fn with_append_only_input(mut self) -> TopN {
-        self.append_only_input = true;
-        self
     }
 
     /// Encodes `exprs` over `batch` with `codec`, or None when there are none.
@@ -428,6 +426,16 @@ mod tests {
     /// Top `limit` of `c1` (an integer) descending per `c0`, over columns `types` (as
     /// `from_pretty`), its state in `state`.
     fn top_of(types: &str, state: KeyedState, limit: usize) -> TopN {
+        top_configured(types, state, limit, |c| c)
+    }
+
+    /// [`top_of`], as `configure` makes it.
+    fn top_configured(
+        types: &str,
+        state: KeyedState,
+        limit: usize,
+        configure: impl FnOnce(TopNConfig) -> TopNConfig,
+    ) -> TopN {
         let input = from_pretty(&format!("{types}\n")).schema();
         let schema = Arc::new(Schema::new(vec![
             Field::new("g", input.field(0).data_type().clone(), true),
@@ -440,7 +448,15 @@ mod tests {
             options: SortOptions { descending: true, nulls_first: false },
         };
         let partition = vec![(col("c0", &input).unwrap(), input.field(0).data_type().clone())];
-        TopN::new(partition, vec![order], limit, schema, state, "test").unwrap()
+        let config = TopNConfig {
+            partition_by: partition,
+            order_by: vec![order],
+            limit,
+            schema,
+            window: None,
+            append_only_input: false,
+        };
+        TopN::new(configure(config), state, "test").unwrap()
     }
 
     #[test]
@@ -467,10 +483,8 @@ mod tests {
     fn output_equals_top_rows_computed_from_scratch() {
         for append_only in [false, true] {
             let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
-            let mut t = top(&store, 3, 16);
-            if append_only {
-                t = t.with_append_only_input();
-            }
+            let state = KeyedState::new(1, Arc::clone(&store), 16);
+            let mut t = top_configured("I I", state, 3, |c| TopNConfig { append_only_input: append_only, ..c });
             let mut rows: Vec<(i64, i64)> = Vec::new();
             let mut view: std::collections::BTreeMap<String, i64> = Default::default();
             let mut seed = 42u64;
@@ -531,7 +545,12 @@ mod tests {
             ],
         );
         assert_restore_continues(
-            &|store| Box::new(top_of("I I", write_back_table(store), 2).with_append_only_input()),
+            &|store| {
+                Box::new(top_configured("I I", write_back_table(store), 2, |c| TopNConfig {
+                    append_only_input: true,
+                    ..c
+                }))
+            },
             &[
                 &[Changes(0, "I I\n+ 1 10\n+ 1 30\n+ 2 5")],
                 &[Changes(0, "I I\n+ 1 20\n+ 2 5")],
@@ -549,8 +568,11 @@ mod tests {
         const S: i64 = 1_000_000_000;
         for append_only in [false, true] {
             let make = |store: &Arc<dyn StateStore>| -> Box<dyn Operator> {
-                let t = top_of("S I", write_back_table(store), 2).with_window(0, TimeColumn { close_offset: 0 }, 0);
-                Box::new(if append_only { t.with_append_only_input() } else { t })
+                Box::new(top_configured("S I", write_back_table(store), 2, |c| TopNConfig {
+                    window: Some((0, TimeColumn { close_offset: 0 }, 0)),
+                    append_only_input: append_only,
+                    ..c
+                }))
             };
             assert_restore_continues(
                 &make,
