@@ -40,5 +40,6 @@ pub mod runtime;
 pub mod server;
 pub mod state;
 pub mod status;
+pub mod stream_plan;
 pub mod system;
 pub mod types;

@@ -52,6 +52,20 @@ struct Item {
     batch: ChangeBatch,
 }
 
+/// A view's graph, with what its job needs to feed it (built by `stream_plan::build`).
+pub struct Built {
+    pub graph: Graph,
+    /// The relation each graph input reads, in input order.
+    pub inputs: Vec<crate::state::keys::TableId>,
+    /// Per input: its watermark expression over the input's rows, if it declares one.
+    pub watermarks: Vec<Option<Arc<dyn PhysicalExpr>>>,
+    /// The columns of late rows (a windowed input's columns and its window), if the view
+    /// windows its input.
+    pub late_rows_schema: Option<datafusion::arrow::datatypes::SchemaRef>,
+    /// The view only ever inserts rows.
+    pub append_only: bool,
+}
+
 pub struct Graph {
     /// The view, for metrics and errors.
     view: String,

@@ -18,8 +18,8 @@ use std::time::Duration;
 use futures::FutureExt;
 use tokio::task::JoinHandle;
 
-use super::build::Built;
 use super::coordinator::{BarrierCoordinator, EpochBounds};
+use super::graph::Built;
 use super::job::{InputWatermark, ViewJob};
 use crate::catalog::{Catalog, Relation};
 use crate::error::{Result, WeirError};

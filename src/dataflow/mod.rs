@@ -13,12 +13,9 @@
 //! - [`manager`]: creates, starts (also after a restart) and drops views' jobs.
 //! - [`shard_pool`]: the threads a view's shards other than the first run on.
 
-pub mod build;
 pub mod clock;
 pub mod coordinator;
 pub mod graph;
 pub mod job;
-pub mod join_interval;
 pub mod manager;
 pub mod shard_pool;
-pub mod temporal_bounds;

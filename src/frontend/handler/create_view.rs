@@ -23,12 +23,14 @@ use datafusion::arrow::datatypes::{DataType, TimeUnit};
 use datafusion::common::ScalarValue;
 
 use crate::catalog::{RelationKind, TableOptions};
-use crate::dataflow::build::{build, Built, ViewOptions};
+use crate::dataflow::graph::Built;
 use crate::dataflow::manager::ViewStart;
 use crate::error::{Result, SqlState, WeirError};
 use crate::frontend::clauses::StreamingClauses;
 use crate::frontend::{Frontend, Session, StatementResult};
 use crate::state::keys::TableId;
+use crate::stream_plan::build;
+use crate::stream_plan::plan::ViewOptions;
 use crate::types::window::interval_nanos;
 
 /// Plans a view's query: its columns and its optimized logical plan.
@@ -47,7 +49,7 @@ pub async fn plan_view(
         crate::frontend::column_names::refuse_repeated(&names)?;
     }
     // now() in a view is the epoch's time, not the time of planning (ADR 13).
-    let logical = crate::dataflow::temporal_bounds::mark_now(logical)?;
+    let logical = crate::stream_plan::temporal_bounds::mark_now(logical)?;
     let optimized = crate::frontend::df_context::optimize_for_view(&state, &logical, rules)?;
     // Names as planned, types as the analyzer rules left them (an integer literal is int4).
     let fields: Vec<Field> = logical

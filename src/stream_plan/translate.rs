@@ -1,4 +1,5 @@
-//! From a DataFusion logical plan (optimized) to a view's operator [`Graph`].
+//! From a DataFusion logical plan (optimized) to a view's stream plan: one [`PlanNode`] per
+//! operator, children first, each with its [`Spec`] and the [`Properties`] of its output.
 //!
 //! Supported: table and view scans, projection, filter, equi-joins (inner with a residual
 //! condition; left, right and full outer), grouped and global aggregates (count, sum, avg,
@@ -6,12 +7,15 @@
 //! subquery aliases; ORDER BY is ignored (a view is a set of rows). Anything else is
 //! SQLSTATE 0A000, naming what is missing.
 //!
-//! Event time: a scan of `TUMBLE(...)` / `HOP(...)` reads its relation through a
-//! `WindowAssign`; each node's output columns that are window bounds are tracked
-//! ([`TimeColumn`]), so an aggregate grouped by one becomes a windowed aggregate, and
-//! `EMIT ON WINDOW CLOSE` either goes to those aggregates or, without one, to an
-//! `EowcBuffer` on top. For every input with a `WATERMARK`, [`Built::watermarks`] has the
-//! expression the job computes the view's watermark from.
+//! Event time: a scan of `TUMBLE(...)` / `HOP(...)` reads its relation through a window
+//! assigner; each node's output columns that are window bounds are tracked ([`TimeColumn`]),
+//! so an aggregate grouped by one becomes a windowed aggregate, and `EMIT ON WINDOW CLOSE`
+//! either goes to those aggregates or, without one, to a buffer on top. For every input with a
+//! `WATERMARK`, [`StreamPlan::watermarks`] has the expression the job computes the view's
+//! watermark from.
+//!
+//! Nodes say what they require of their inputs' distribution; they put no exchange
+//! (`distribution::enforce_distribution` does). Called by [`super::build`].
 
 use std::sync::Arc;
 
@@ -22,90 +26,45 @@ use datafusion::common::{DFSchema, NullEquality};
 use datafusion::logical_expr::{Aggregate, Distinct, Expr, ExprSchemable, JoinType, LogicalPlan};
 use datafusion::physical_expr::PhysicalExpr;
 
-use super::graph::Graph;
+use super::distribution::{Distribution, Requirement};
 use super::join_interval::{interval_nanos, join_interval};
+use super::plan::{PlanNode, Properties, StreamPlan, ViewOptions};
+use super::spec::Spec;
 use super::temporal_bounds::{self, uses_now};
 use crate::catalog::windowed::windowed_relation;
 use crate::catalog::{Catalog, RelationKind};
 use crate::error::{Result, WeirError};
-use crate::operators::eowc_buffer::EowcBuffer;
-use crate::operators::filter::Filter;
-use crate::operators::hash_agg::AggWindow;
-use crate::operators::hash_agg::{AggKind, AggSpec, HashAgg, HashAggConfig};
-use crate::operators::hash_join::{HashJoin, HashJoinConfig, JoinWindow};
-use crate::operators::lookup_join::{LookupJoin, LookupKind};
-use crate::operators::no_watermark::NoWatermark;
-use crate::operators::operator::Operator;
-use crate::operators::project::Project;
-use crate::operators::session_assign::SessionAssign;
-use crate::operators::temporal_filter::{RowBound, TemporalFilter};
-use crate::operators::top_n::{RankOrder, TopN, TopNConfig};
-use crate::operators::union::Union;
-use crate::operators::window_assign::WindowAssign;
-use crate::state::keyed::{KeyedState, OperatorStateSettings};
+use crate::operators::hash_agg::{AggKind, AggSpec, AggWindow, HashAggConfig};
+use crate::operators::hash_join::{HashJoinConfig, JoinWindow};
+use crate::operators::lookup_join::LookupKind;
+use crate::operators::top_n::{RankOrder, TopNConfig};
 use crate::state::keys::{operator_state_table, TableId, RUNTIME_STATE_TABLE};
-use crate::state::rows_by_time::RowsByTime;
 use crate::types::window::{TimeColumn, Windowing};
 
-pub struct Built {
-    pub graph: Graph,
-    /// The relation each graph input reads, in input order.
-    pub inputs: Vec<TableId>,
-    /// Per input: its watermark expression over the input's rows, if it declares one.
-    pub watermarks: Vec<Option<Arc<dyn PhysicalExpr>>>,
-    /// The columns of late rows (a windowed input's columns and its window), if the view
-    /// windows its input.
-    pub late_rows_schema: Option<SchemaRef>,
-    /// The view only ever inserts rows (see [`Out::append_only`]).
-    pub append_only: bool,
-}
-
-/// What a view's clauses ask of its operators: its event-time clauses, and the tables it joins
-/// `FOR SYSTEM_TIME AS OF PROCTIME()`.
-#[derive(Debug, Clone, Default)]
-pub struct ViewOptions {
-    pub emit_on_window_close: bool,
-    /// `ALLOW LATENESS`, nanoseconds.
-    pub lateness: i64,
-    /// `LATE ROWS TO`: late rows are kept for a table.
-    pub keep_late_rows: bool,
-    /// Tables read `FOR SYSTEM_TIME AS OF PROCTIME()`: joined by lookups, never followed.
-    pub lookups: Vec<TableId>,
-}
-
-/// A node's top, where its rows are, which of its output columns are window bounds, whether
-/// it only ever inserts rows, and whether its rows come out promptly.
+/// A node planned: its number and its output's properties.
 #[derive(Clone)]
 struct Out {
     node: usize,
-    distribution: Distribution,
-    times: Vec<Option<TimeColumn>>,
-    /// Only inserts come out: it reads append-only relations through operators that never
-    /// retract (projections, filters, window assignment, inner joins, unions, and aggregates
-    /// that emit each window once, on close, with no lateness).
-    append_only: bool,
-    /// No change for a window can come out after the watermark made the window final: every
-    /// row comes from window assignment (which drops late rows) through operators that pass
-    /// rows on as they come (projections, filters, unions). Not after an aggregate or a Top-N
-    /// (they hold changes for the barrier), session windows (they re-assign rows as sessions
-    /// merge), or a join (a row arriving on one side matches rows of a final window still held
-    /// on the other). A windowed aggregate over such an input may finish final windows before
-    /// the barrier ([`HashAggConfig::prompt_input`]).
-    prompt: bool,
+    props: Properties,
+}
+
+impl std::ops::Deref for Out {
+    type Target = Properties;
+    fn deref(&self) -> &Properties {
+        &self.props
+    }
 }
 
 struct Builder<'a> {
     state: &'a dyn Session,
     catalog: &'a Catalog,
-    view: String,
     view_id: TableId,
-    graph: Graph,
+    nodes: Vec<PlanNode>,
     inputs: Vec<TableId>,
     watermarks: Vec<Option<Arc<dyn PhysicalExpr>>>,
     late_rows_schema: Option<SchemaRef>,
     /// The next operator state table number of this view.
     next_state_table: u8,
-    operator_state: OperatorStateSettings,
     options: ViewOptions,
     /// Windowed aggregates built (they emit on window close themselves).
     windowed_aggregates: usize,
@@ -140,8 +99,6 @@ impl SharedPlan {
     }
 }
 
-type Ops = Vec<Box<dyn Operator>>;
-
 /// The table side of a lookup join ([`Builder::lookup_side`]).
 struct LookupSide {
     relation: Arc<crate::catalog::Relation>,
@@ -156,30 +113,23 @@ struct LookupSide {
     scan_schema: DFSchema,
 }
 
-/// Builds view `view_id`'s operators for `plan`; each operator state table caches at most
-/// as `operator_state` says.
-#[allow(clippy::too_many_arguments)]
-pub fn build(
+/// View `view_id`'s stream plan for `plan`, without exchanges yet.
+pub fn translate(
     plan: &LogicalPlan,
     state: &dyn Session,
     catalog: &Catalog,
-    view: &str,
     view_id: TableId,
-    operator_state: OperatorStateSettings,
-    parallelism: usize,
     options: &ViewOptions,
-) -> Result<Built> {
+) -> Result<StreamPlan> {
     let mut b = Builder {
         state,
         catalog,
-        view: view.to_string(),
         view_id,
-        graph: Graph::new(view, parallelism),
+        nodes: Vec::new(),
         inputs: Vec::new(),
         watermarks: Vec::new(),
         late_rows_schema: None,
         next_state_table: 0,
-        operator_state,
         options: options.clone(),
         windowed_aggregates: 0,
         assigners: 0,
@@ -196,26 +146,13 @@ pub fn build(
             "ALLOW LATENESS and LATE ROWS TO need a window: read a table through TUMBLE(...) or HOP(...)",
         ));
     }
-    Ok(Built {
-        graph: b.graph,
+    Ok(StreamPlan {
+        nodes: b.nodes,
         inputs: b.inputs,
         watermarks: b.watermarks,
         late_rows_schema: b.late_rows_schema,
         append_only,
     })
-}
-
-/// Where a node's output rows are among a view's shards; derived once per node while
-/// building, and used to put exchanges only where rows are not already where an operator needs
-/// them.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Distribution {
-    /// All in shard 0 (a view's inputs, a global aggregate).
-    Single,
-    /// In any shard.
-    Any,
-    /// Rows with equal values in these output columns are in one shard, `vnode % shards`.
-    Hash(Vec<usize>),
 }
 
 /// `schema` with every column nullable: what operators output (see [`Builder::schema`]).
@@ -245,9 +182,10 @@ fn column_index(expr: &Expr, schema: &DFSchema) -> Option<usize> {
     }
 }
 
-/// The distribution rows keyed by `keys` must have, when the keys are plain columns.
-fn hash_of(keys: &[Expr], schema: &DFSchema) -> Option<Distribution> {
-    keys.iter().map(|k| column_index(k, schema)).collect::<Option<Vec<_>>>().map(Distribution::Hash)
+/// The input columns `keys` are, when they are plain columns: rows hashed by exactly those
+/// columns need not move to be grouped by `keys`.
+fn hash_of(keys: &[Expr], schema: &DFSchema) -> Option<Vec<usize>> {
+    keys.iter().map(|k| column_index(k, schema)).collect::<Option<Vec<_>>>()
 }
 
 /// Whether an aggregate's group expressions are in canonical order (by name), or cannot be
@@ -358,21 +296,10 @@ impl Builder<'_> {
         };
         let table = self.state_table()?;
         let schema = Self::schema(plan);
-        let ops = self.each(|shard| {
-            let keyed = self.keyed(table)?;
-            Ok(Box::new(EowcBuffer::new(
-                column,
-                time,
-                Arc::clone(&schema),
-                keyed,
-                shard == 0,
-                judges_lateness,
-                &self.view,
-            )?))
-        })?;
-        // Every row to shard 0.
-        let exchange = (top.distribution != Distribution::Single).then_some(vec![]);
-        self.graph.add(ops, &[top.node], vec![exchange])?;
+        // Every row to shard 0 (the spec requires it).
+        let spec = Spec::EowcBuffer { column, time, schema, table, judges_lateness };
+        let props = Properties { distribution: Distribution::Single, ..top.props.clone() };
+        self.add(spec, &[top.node], props);
         Ok(())
     }
 
@@ -383,8 +310,7 @@ impl Builder<'_> {
         let mut out = child;
         if let Some(ordinary) = &split.ordinary {
             let predicate = self.physical(ordinary, input)?;
-            let ops = self.each(|_| Ok(Box::new(Filter::new(Arc::clone(&predicate), &self.view))))?;
-            out = Out { node: self.graph.add(ops, &[out.node], vec![None])?, ..out };
+            out = self.add(Spec::Filter { predicate }, &[out.node], out.props.clone());
         }
         if split.bounds.is_empty() {
             return Ok(out);
@@ -396,21 +322,11 @@ impl Builder<'_> {
             .collect::<Result<Vec<_>>>()?;
         let text = split.bounds.iter().map(|b| b.text.as_str()).collect::<Vec<_>>().join(" AND ");
         let schema = nullable(input);
-        let (entering, leaving) = (self.state_table()?, self.state_table()?);
-        let ops = self.each(|shard| {
-            let bounds = bounds.iter().map(|(value, offset, end)| RowBound {
-                value: Arc::clone(value),
-                offset: *offset,
-                end: *end,
-            });
-            // Each shard's rows under its own prefix of the two tables.
-            let prefix = (shard as u16).to_be_bytes().to_vec();
-            let tables =
-                (RowsByTime::new(self.keyed(entering)?, prefix.clone()), RowsByTime::new(self.keyed(leaving)?, prefix));
-            Ok(Box::new(TemporalFilter::new(bounds.collect(), text.clone(), Arc::clone(&schema), tables, &self.view)?))
-        })?;
+        let tables = (self.state_table()?, self.state_table()?);
+        let spec = Spec::TemporalFilter { bounds, text, schema, tables };
         // Rows leave as time passes: retractions, held to the barrier.
-        Ok(Out { node: self.graph.add(ops, &[out.node], vec![None])?, append_only: false, prompt: false, ..out })
+        let props = Properties { append_only: false, prompt: false, ..out.props.clone() };
+        Ok(self.add(spec, &[out.node], props))
     }
 
     /// The first output column of `plan` that is a relation's watermarked column, unchanged
@@ -430,16 +346,10 @@ impl Builder<'_> {
             .map(|column| (column, TimeColumn { close_offset: 0 }))
     }
 
-    /// A shard's access to state table `id` (write-back: it reaches the store at checkpoints).
-    fn keyed(&self, id: TableId) -> Result<KeyedState> {
-        let settings = self.operator_state;
-        let table = KeyedState::new(id, Arc::clone(self.catalog.store()), settings.cache_entries).write_back()?;
-        Ok(table.settle(settings.settling))
-    }
-
-    /// One operator per shard, made by `make(shard)`.
-    fn each(&self, mut make: impl FnMut(usize) -> Result<Box<dyn Operator>>) -> Result<Ops> {
-        (0..self.graph.parallelism()).map(&mut make).collect()
+    /// Adds a node computing `spec` over the nodes `inputs`, its output as `props` says.
+    fn add(&mut self, spec: Spec, inputs: &[usize], props: Properties) -> Out {
+        self.nodes.push(PlanNode { spec, inputs: inputs.to_vec(), out: props.clone() });
+        Out { node: self.nodes.len() - 1, props }
     }
 
     /// `expr` over rows of `input`, evaluated per row; `now()` has no value there (only a
@@ -466,14 +376,11 @@ impl Builder<'_> {
         relation: &Arc<crate::catalog::Relation>,
         indices: &[usize],
         schema: SchemaRef,
-    ) -> Result<usize> {
+        props: Properties,
+    ) -> Result<Out> {
         let source = relation.schema.clone();
         let exprs = columns(&source, indices);
-        let label = format!("Source {}", relation.def.name);
-        let ops = self.each(|_| {
-            Ok(Box::new(Project::new(exprs.clone(), Arc::clone(&schema), &self.view).with_label(label.clone())))
-        })?;
-        let leaf = self.graph.add_leaf(ops)?;
+        let leaf = self.add(Spec::Source { relation: Arc::clone(relation), exprs, schema }, &[], props);
         self.inputs.push(relation.def.id);
         let watermark = match &relation.def.watermark {
             Some(w) => {
@@ -491,23 +398,10 @@ impl Builder<'_> {
     /// `out` (rows of `input` columns) projected to the columns at `indices`, with where its
     /// rows are and its window columns following them.
     fn reproject(&mut self, out: Out, input: &SchemaRef, indices: &[usize], output: SchemaRef) -> Result<Out> {
-        let node = self.project(out.node, input, indices, output)?;
-        let distribution = match out.distribution {
-            Distribution::Hash(cols) => match cols.iter().map(|c| indices.iter().position(|i| i == c)).collect() {
-                Some(cols) => Distribution::Hash(cols),
-                None => Distribution::Any,
-            },
-            other => other,
-        };
+        let distribution = out.distribution.through_projection(|c| indices.iter().position(|&i| i == c));
         let times = indices.iter().map(|&i| out.times[i]).collect();
-        Ok(Out { node, distribution, times, append_only: out.append_only, prompt: out.prompt })
-    }
-
-    /// Projects node `child`'s rows (of `input` columns) to the columns at `indices`.
-    fn project(&mut self, child: usize, input: &SchemaRef, indices: &[usize], output: SchemaRef) -> Result<usize> {
-        let exprs = columns(input, indices);
-        let ops = self.each(|_| Ok(Box::new(Project::new(exprs.clone(), Arc::clone(&output), &self.view))))?;
-        self.graph.add(ops, &[child], vec![None])
+        let props = Properties { distribution, times, append_only: out.append_only, prompt: out.prompt };
+        Ok(self.add(Spec::Project { exprs: columns(input, indices), schema: output }, &[out.node], props))
     }
 
     /// Adds `plan`'s operators, or finds them built already for an equal subplan; returns its
@@ -533,16 +427,15 @@ impl Builder<'_> {
                     return Err(unsupported("LIMIT"));
                 }
                 let schema = Self::schema(plan);
-                let mut top;
-                let mut times;
-                let mut distribution = Distribution::Single;
-                let append_only;
-                let prompt;
-                match windowed_relation(&scan.source) {
+                // A view's inputs enter shard 0.
+                let read_as = |relation: &crate::catalog::Relation, columns: usize| Properties {
+                    distribution: Distribution::Single,
+                    times: vec![None; columns],
+                    append_only: relation.def.append_only,
+                    prompt: true,
+                };
+                let out = match windowed_relation(&scan.source) {
                     Some((relation, windowing)) => {
-                        // Sessions re-assign rows as they grow and merge.
-                        append_only = relation.def.append_only && matches!(windowing, Windowing::Fixed(_));
-                        prompt = matches!(windowing, Windowing::Fixed(_));
                         // Into the window go the columns the query reads and those the windows
                         // are computed from, or every column when late rows are kept (a
                         // LATE ROWS TO table has them all); then the scan's projection. HOP
@@ -560,12 +453,11 @@ impl Builder<'_> {
                             _ => (0..n).collect(),
                         };
                         let input = Arc::new(relation.schema.project(&read)?);
-                        let leaf = self.source(&relation, &read, Arc::clone(&input))?;
+                        let leaf = self.source(&relation, &read, Arc::clone(&input), read_as(&relation, read.len()))?;
                         // Windows close by the watermark only over the column it is declared for.
                         let by_watermark =
                             relation.def.watermark.as_ref().is_some_and(|w| w.column == windowing.time_column());
-                        let full;
-                        (top, full, distribution, times) =
+                        let (assigned, full) =
                             self.window_assign(leaf, &input, windowing.narrowed(&read), by_watermark)?;
                         // The scan's projection, over the narrowed input and the two window columns.
                         let at = |c: usize| {
@@ -581,9 +473,9 @@ impl Builder<'_> {
                             None => (0..n + 2).collect(),
                         };
                         if indices.len() != n + 2 || indices.iter().enumerate().any(|(i, &c)| i != c) {
-                            let out = Out { node: top, distribution, times, append_only, prompt };
-                            let out = self.reproject(out, &full, &indices, Arc::clone(&schema))?;
-                            (top, distribution, times) = (out.node, out.distribution, out.times);
+                            self.reproject(assigned, &full, &indices, Arc::clone(&schema))?
+                        } else {
+                            assigned
                         }
                     }
                     None => {
@@ -595,15 +487,11 @@ impl Builder<'_> {
                                  (\"{name}\" is read another way here)"
                             )));
                         }
-                        append_only = relation.def.append_only;
-                        prompt = true;
                         let indices: Vec<usize> =
                             scan.projection.clone().unwrap_or_else(|| (0..relation.schema.fields().len()).collect());
-                        top = self.source(&relation, &indices, Arc::clone(&schema))?;
-                        times = vec![None; indices.len()];
+                        self.source(&relation, &indices, Arc::clone(&schema), read_as(&relation, indices.len()))?
                     }
-                }
-                let out = Out { node: top, distribution, times, append_only, prompt };
+                };
                 match scan.filters.iter().cloned().reduce(|a, b| a.and(b)) {
                     Some(predicate) => self.filter(out, &predicate, scan.projected_schema.as_ref()),
                     None => Ok(out),
@@ -614,24 +502,11 @@ impl Builder<'_> {
                 let exprs = p.expr.iter().map(|e| self.physical(e, p.input.schema())).collect::<Result<Vec<_>>>()?;
                 // Where a column moves to, if it is passed on unchanged.
                 let moved = |c: usize| p.expr.iter().position(|e| column_index(e, p.input.schema()) == Some(c));
-                let distribution = match child.distribution {
-                    Distribution::Hash(cols) => match cols.iter().map(|&c| moved(c)).collect::<Option<Vec<_>>>() {
-                        Some(cols) => Distribution::Hash(cols),
-                        None => Distribution::Any,
-                    },
-                    other => other,
-                };
+                let distribution = child.distribution.through_projection(moved);
                 let times =
                     p.expr.iter().map(|e| column_index(e, p.input.schema()).and_then(|c| child.times[c])).collect();
-                let schema = Self::schema(plan);
-                let ops = self.each(|_| Ok(Box::new(Project::new(exprs.clone(), Arc::clone(&schema), &self.view))))?;
-                Ok(Out {
-                    node: self.graph.add(ops, &[child.node], vec![None])?,
-                    distribution,
-                    times,
-                    append_only: child.append_only,
-                    prompt: child.prompt,
-                })
+                let props = Properties { distribution, times, append_only: child.append_only, prompt: child.prompt };
+                Ok(self.add(Spec::Project { exprs, schema: Self::schema(plan) }, &[child.node], props))
             }
             LogicalPlan::Filter(f) => {
                 // A bound on a row number holds for the window below while this filter's input
@@ -727,58 +602,43 @@ impl Builder<'_> {
                 if window.is_some() {
                     self.windowed_aggregates += 1;
                 }
-                let (groups, values) = (self.state_table()?, self.state_table()?);
-                let schema = Self::schema(plan);
+                let tables = (self.state_table()?, self.state_table()?);
+                let groups = a.group_expr.len();
+                // A group's rows meet in one shard; a global aggregate's in shard 0.
+                let (input, distribution) = if groups == 0 {
+                    (Requirement::Single, Distribution::Single)
+                } else {
+                    let columns = hash_of(&a.group_expr, a.input.schema());
+                    (Requirement::hash(group_by.clone(), columns), Distribution::Hash((0..groups).collect()))
+                };
                 let config = HashAggConfig {
                     window,
                     append_only_input: child.append_only,
                     prompt_input: child.prompt,
-                    ..HashAggConfig::new(group_by.clone(), group_types, aggs, Arc::clone(&schema))
+                    ..HashAggConfig::new(group_by, group_types, aggs, Self::schema(plan))
                 };
-                let ops = self.each(|shard| {
-                    let state = (self.keyed(groups)?, self.keyed(values)?);
-                    Ok(Box::new(HashAgg::new(config.clone(), state, shard, &self.view)?))
-                })?;
-                let groups = a.group_expr.len();
-                let (needed, output) = if groups == 0 {
-                    (Some(Distribution::Single), Distribution::Single)
-                } else {
-                    (hash_of(&a.group_expr, a.input.schema()), Distribution::Hash((0..groups).collect()))
-                };
-                let exchange = (needed != Some(child.distribution)).then_some(group_by);
                 let mut times = group_times;
                 times.resize(a.schema.fields().len(), None);
                 // Each group is emitted once, when its window closes, and never corrected.
                 let append_only = child.append_only && window.is_some_and(|w| w.emit_on_close && w.lateness == 0);
-                Ok(Out {
-                    node: self.graph.add(ops, &[child.node], vec![exchange])?,
-                    distribution: output,
-                    times,
-                    append_only,
-                    prompt: false,
-                })
+                let props = Properties { distribution, times, append_only, prompt: false };
+                Ok(self.add(Spec::Aggregate { config, tables, input }, &[child.node], props))
             }
             LogicalPlan::Distinct(Distinct::All(input)) => {
                 let child = self.node(input)?;
                 let all: Vec<usize> = (0..input.schema().fields().len()).collect();
                 let keys = columns(input.schema().as_arrow(), &all);
                 let types: Vec<_> = input.schema().fields().iter().map(|f| f.data_type().clone()).collect();
-                let (groups, values) = (self.state_table()?, self.state_table()?);
-                let schema = Self::schema(plan);
-                let config = HashAggConfig::new(keys.clone(), types, vec![], Arc::clone(&schema));
-                let ops = self.each(|shard| {
-                    let state = (self.keyed(groups)?, self.keyed(values)?);
-                    Ok(Box::new(HashAgg::new(config.clone(), state, shard, &self.view)?))
-                })?;
-                let all = Distribution::Hash((0..input.schema().fields().len()).collect());
-                let exchange = (child.distribution != all).then_some(keys);
-                Ok(Out {
-                    node: self.graph.add(ops, &[child.node], vec![exchange])?,
-                    distribution: all,
-                    times: child.times,
+                let tables = (self.state_table()?, self.state_table()?);
+                let config = HashAggConfig::new(keys.clone(), types, vec![], Self::schema(plan));
+                let input = Requirement::hash(keys, Some(all.clone()));
+                let props = Properties {
+                    distribution: Distribution::Hash(all),
+                    times: child.times.clone(),
                     append_only: false,
                     prompt: false,
-                })
+                };
+                Ok(self.add(Spec::Aggregate { config, tables, input }, &[child.node], props))
             }
             LogicalPlan::Join(j) => {
                 if let Some(out) = self.lookup_join(j)? {
@@ -791,11 +651,11 @@ impl Builder<'_> {
                 let right = self.node(&j.right)?;
                 let left_on: Vec<Expr> = j.on.iter().map(|(l, _)| l.clone()).collect();
                 let right_on: Vec<Expr> = j.on.iter().map(|(_, r)| r.clone()).collect();
-                let (left_needed, right_needed) =
+                let (left_columns, right_columns) =
                     (hash_of(&left_on, j.left.schema()), hash_of(&right_on, j.right.schema()));
                 // Inner join rows are where their left key put them; outer joins pad keys with NULL.
-                let output = match (&left_needed, j.join_type) {
-                    (Some(needed), JoinType::Inner) => needed.clone(),
+                let output = match (&left_columns, j.join_type) {
+                    (Some(columns), JoinType::Inner) => Distribution::Hash(columns.clone()),
                     _ => Distribution::Any,
                 };
                 let left_keys =
@@ -835,7 +695,7 @@ impl Builder<'_> {
                     }
                     _ => None,
                 };
-                let (left_state, right_state) = (self.state_table()?, self.state_table()?);
+                let tables = (self.state_table()?, self.state_table()?);
                 let config = HashJoinConfig {
                     residual,
                     nulls_match: j.null_equality == NullEquality::NullEqualsNull,
@@ -849,31 +709,22 @@ impl Builder<'_> {
                         Self::schema(plan),
                     )
                 };
-                let ops = self.each(|shard| {
-                    let state = [self.keyed(left_state)?, self.keyed(right_state)?];
-                    Ok(Box::new(HashJoin::new(config.clone(), state, shard, &self.view)?))
-                })?;
-                let exchanges = vec![
-                    (left_needed != Some(left.distribution)).then_some(left_keys),
-                    (right_needed != Some(right.distribution)).then_some(right_keys),
-                ];
+                // A key's rows of either side meet in one shard.
+                let (left_input, right_input) =
+                    (Requirement::hash(left_keys, left_columns), Requirement::hash(right_keys, right_columns));
                 // Semi and anti joins output one side only.
                 let times = match j.join_type {
                     JoinType::Inner | JoinType::Left | JoinType::Right | JoinType::Full => {
-                        left.times.into_iter().chain(right.times).collect()
+                        left.times.iter().chain(&right.times).copied().collect()
                     }
                     _ => vec![None; j.schema.fields().len()],
                 };
                 // An inner join of rows that are never retracted never retracts a match.
                 let append_only = left.append_only && right.append_only && j.join_type == JoinType::Inner;
-                let out = Out {
-                    node: self.graph.add(ops, &[left.node, right.node], exchanges)?,
-                    distribution: output,
-                    times,
-                    append_only,
-                    // A new row on either side may match the other side's rows of a final window.
-                    prompt: false,
-                };
+                // A new row on either side may match the other side's rows of a final window.
+                let props = Properties { distribution: output, times, append_only, prompt: false };
+                let spec = Spec::Join { config, tables, left: left_input, right: right_input };
+                let out = self.add(spec, &[left.node, right.node], props);
                 match temporal {
                     Some(temporal) => self.filter(out, &temporal, &j.schema),
                     None => Ok(out),
@@ -896,10 +747,8 @@ impl Builder<'_> {
                 let nodes: Vec<usize> = children.iter().map(|c| c.node).collect();
                 let append_only = children.iter().all(|c| c.append_only);
                 let prompt = children.iter().all(|c| c.prompt);
-                let schema = Self::schema(plan);
-                let ops = self.each(|_| Ok(Box::new(Union::new(Arc::clone(&schema), nodes.len()))))?;
-                let none = vec![None; nodes.len()];
-                Ok(Out { node: self.graph.add(ops, &nodes, none)?, distribution: output, times, append_only, prompt })
+                let spec = Spec::Union { schema: Self::schema(plan), inputs: nodes.len() };
+                Ok(self.add(spec, &nodes, Properties { distribution: output, times, append_only, prompt }))
             }
             LogicalPlan::Window(w) => self.top_n(plan, w),
             LogicalPlan::SubqueryAlias(s) => self.node(&s.input),
@@ -988,34 +837,25 @@ impl Builder<'_> {
             Some(f) => Some(self.physical(&f, &side.scan_schema)?),
             None => None,
         };
-        let output = nullable(&j.schema);
-        let store = Arc::clone(self.catalog.store());
-        let ops = self.each(|_| {
-            Ok(Box::new(LookupJoin::new(
-                kind,
-                keys.clone(),
-                Arc::clone(table),
-                Arc::clone(&store),
-                (side.scan_columns.clone(), side.output.clone()),
-                table_filter.clone(),
-                residual.clone(),
-                Arc::clone(&output),
-                &self.view,
-            )))
-        })?;
-        let node = self.graph.add(ops, &[stream.node], vec![None])?;
+        let spec = Spec::LookupJoin {
+            kind,
+            keys,
+            table: Arc::clone(table),
+            columns: (side.scan_columns.clone(), side.output.clone()),
+            table_filter,
+            residual,
+            schema: nullable(&j.schema),
+        };
         let table_times = vec![None; side.output.len()];
         let times = if table_on_left {
-            table_times.into_iter().chain(stream.times).collect()
+            table_times.iter().chain(&stream.times).copied().collect()
         } else {
-            stream.times.into_iter().chain(table_times).collect()
+            stream.times.iter().chain(&table_times).copied().collect()
         };
         let width = if table_on_left { side.output.len() } else { 0 };
-        let distribution = match stream.distribution {
-            Distribution::Hash(cols) => Distribution::Hash(cols.into_iter().map(|c| c + width).collect()),
-            other => other,
-        };
-        Ok(Some(Out { node, distribution, times, append_only: true, prompt: stream.prompt }))
+        let distribution = stream.distribution.through_projection(|c| Some(c + width));
+        let props = Properties { distribution, times, append_only: true, prompt: stream.prompt };
+        Ok(Some(self.add(spec, &[stream.node], props)))
     }
 
     /// `plan` as the table side of a lookup join: a scan of a table read `FOR SYSTEM_TIME AS
@@ -1125,38 +965,31 @@ impl Builder<'_> {
             window: window.map(|(index, column)| (index, column, lateness)),
             append_only_input: child.append_only,
         };
-        let ops = self.each(|_| Ok(Box::new(TopN::new(config.clone(), self.keyed(table)?, &self.view)?)))?;
         // A partition's rows meet in one shard; without PARTITION BY, all rows in shard 0.
-        let (needed, output) = if params.partition_by.is_empty() {
-            (Some(Distribution::Single), Distribution::Single)
+        let (input, output) = if params.partition_by.is_empty() {
+            (Requirement::Single, Distribution::Single)
         } else {
-            let needed = hash_of(&params.partition_by, input);
-            (needed.clone(), needed.unwrap_or(Distribution::Any))
+            let columns = hash_of(&params.partition_by, input);
+            let keys = partition_by.iter().map(|(e, _)| Arc::clone(e)).collect();
+            (Requirement::hash(keys, columns.clone()), columns.map(Distribution::Hash).unwrap_or(Distribution::Any))
         };
-        let exchange = (needed != Some(child.distribution.clone()))
-            .then(|| partition_by.iter().map(|(e, _)| Arc::clone(e)).collect());
         let mut times = child.times.clone();
         times.push(None);
-        Ok(Out {
-            node: self.graph.add(ops, &[child.node], vec![exchange])?,
-            distribution: output,
-            times,
-            // Rows move between ranks as others come and go.
-            append_only: false,
-            prompt: false,
-        })
+        // Rows move between ranks as others come and go.
+        let props = Properties { distribution: output, times, append_only: false, prompt: false };
+        Ok(self.add(Spec::TopN { config, table, input }, &[child.node], props))
     }
 
-    /// The window assigner over node `leaf` (rows of `input`): returns its node, output schema,
-    /// distribution and window columns. Windows over a column the watermark is not declared for
-    /// (`by_watermark` false) are plain groups: no row is late, and no window closes.
+    /// The window assigner over `leaf` (rows of `input`): returns its node and output schema.
+    /// Windows over a column the watermark is not declared for (`by_watermark` false) are plain
+    /// groups: no row is late, and no window closes.
     fn window_assign(
         &mut self,
-        leaf: usize,
+        leaf: Out,
         input: &SchemaRef,
         windowing: Windowing,
         by_watermark: bool,
-    ) -> Result<(usize, SchemaRef, Distribution, Vec<Option<TimeColumn>>)> {
+    ) -> Result<(Out, SchemaRef)> {
         let schema = windowing.output_schema(input);
         self.assigners += 1;
         if self.options.keep_late_rows {
@@ -1169,14 +1002,7 @@ impl Builder<'_> {
             }
             self.late_rows_schema = Some(Arc::clone(&schema));
         }
-        let (lateness, keep) = (self.options.lateness, self.options.keep_late_rows);
-        let deaf = |op: Box<dyn Operator>| -> Box<dyn Operator> {
-            if by_watermark {
-                op
-            } else {
-                Box::new(NoWatermark(op))
-            }
-        };
+        let (lateness, keep_late) = (self.options.lateness, self.options.keep_late_rows);
         let n = input.fields().len();
         let mut times = vec![None; n + 2];
         match windowing {
@@ -1185,32 +1011,39 @@ impl Builder<'_> {
                     times[n] = Some(TimeColumn { close_offset: spec.size() });
                     times[n + 1] = Some(TimeColumn { close_offset: 0 });
                 }
-                let ops = self.each(|_| {
-                    Ok(deaf(Box::new(WindowAssign::new(spec.clone(), Arc::clone(&schema), lateness, keep, &self.view))))
-                })?;
-                Ok((self.graph.add(ops, &[leaf], vec![None])?, schema, Distribution::Single, times))
+                let props = Properties {
+                    distribution: Distribution::Single,
+                    times,
+                    append_only: leaf.append_only,
+                    prompt: true,
+                };
+                let spec = Spec::WindowAssign { spec, schema: Arc::clone(&schema), lateness, keep_late, by_watermark };
+                Ok((self.add(spec, &[leaf.node], props), schema))
             }
             Windowing::Session(spec) => {
                 // A session's end moves as rows arrive; only `window_end` tells when it closes.
                 if by_watermark {
                     times[n + 1] = Some(TimeColumn { close_offset: 0 });
                 }
-                let state = self.state_table()?;
-                let keys = columns(input, &spec.keys);
-                let distribution =
-                    if spec.keys.is_empty() { Distribution::Single } else { Distribution::Hash(spec.keys.clone()) };
-                let ops = self.each(|_| {
-                    Ok(deaf(Box::new(SessionAssign::new(
-                        spec.clone(),
-                        Arc::clone(&schema),
-                        lateness,
-                        keep,
-                        self.keyed(state)?,
-                        &self.view,
-                    )?)))
-                })?;
-                let exchange = (!spec.keys.is_empty()).then_some(keys);
-                Ok((self.graph.add(ops, &[leaf], vec![exchange])?, schema, distribution, times))
+                let table = self.state_table()?;
+                let (input, distribution) = if spec.keys.is_empty() {
+                    (Requirement::Any, Distribution::Single)
+                } else {
+                    let keys = columns(input, &spec.keys);
+                    (Requirement::hash(keys, Some(spec.keys.clone())), Distribution::Hash(spec.keys.clone()))
+                };
+                // Sessions re-assign rows as they grow and merge.
+                let props = Properties { distribution, times, append_only: false, prompt: false };
+                let spec = Spec::SessionAssign {
+                    spec,
+                    schema: Arc::clone(&schema),
+                    lateness,
+                    keep_late,
+                    by_watermark,
+                    table,
+                    input,
+                };
+                Ok((self.add(spec, &[leaf.node], props), schema))
             }
         }
     }
