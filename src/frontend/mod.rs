@@ -6,6 +6,7 @@
 //! [`StatementResult`]. The server never looks inside a statement: it parses through
 //! [`Frontend::parse`], then hands each statement here.
 
+pub mod ast_rewrites;
 pub mod bytea_input;
 pub mod checked_arithmetic;
 pub mod clauses;
