@@ -159,6 +159,57 @@ pub async fn handle(
         return Err(WeirError::unsupported("column DEFAULT values are not supported yet"));
     }
 
+    let TableShape { schema, primary_key, processing_time, replayed } = table_shape(&cmt, &clauses)?;
+    let is_source = clauses.source.is_some();
+    // `CREATE TABLE ... WITH (connector = ...)`: the connector's rows stored (and upserted by
+    // the primary key, if any), not read again from the connector.
+    let stored = clauses.table_with_connector;
+    let is_ctas = !matches!(cmt.input.as_ref(), LogicalPlan::EmptyRelation(_));
+    let append_only = check_kind(&clauses, &primary_key, is_ctas)?;
+    let watermark =
+        clauses.watermark.as_ref().map(|w| check_watermark(session, &schema, &w.column, &w.expr)).transpose()?;
+    let options = TableOptions { append_only, watermark, processing_time, connector: clauses.source.clone(), replayed };
+    // Columns keep their declared types (`VARCHAR(20)`): as written, or as the query of a
+    // CREATE TABLE AS takes them from other relations.
+    let schema = if is_ctas {
+        crate::frontend::column_origins::with_declared_types(&cmt.input, schema)
+    } else {
+        DeclaredType::declare(schema, |_, f| declared.iter().find(|(name, _)| name == f.name()).map(|(_, d)| *d))
+    };
+    let created =
+        fe.catalog().create_table_with(&name, &definition, schema, primary_key, options, cmt.if_not_exists)?;
+    // A failure from here on undoes this statement's creation by id (`undo_create`), so it can
+    // never drop a relation of the same name that it did not make.
+    if is_source {
+        if let Some(id) = created {
+            let relation = fe.catalog().by_id(id).ok_or_else(|| WeirError::internal("source vanished"))?;
+            if let Err(e) = fe.streaming().start_source(relation) {
+                let _ = fe.catalog().undo_create(id);
+                return Err(e);
+            }
+        }
+        return Ok(StatementResult::command(if stored { "CREATE TABLE" } else { "CREATE SOURCE" }));
+    }
+    if !is_ctas {
+        return Ok(StatementResult::command("CREATE TABLE"));
+    }
+    let Some(id) = created else {
+        return Ok(StatementResult::Command { tag: "SELECT".into(), rows: Some(0) });
+    };
+    fill(fe, session, &name, id, cmt.input.as_ref()).await
+}
+
+/// A new table's columns and keys as stored: primary key columns NOT NULL, a source's columns
+/// as its connector gives them (its processing-time column last).
+struct TableShape {
+    schema: Schema,
+    primary_key: Vec<usize>,
+    processing_time: Option<usize>,
+    /// A source whose connector produces its rows again (`catalog::replay`).
+    replayed: bool,
+}
+
+fn table_shape(cmt: &datafusion::logical_expr::CreateMemoryTable, clauses: &StreamingClauses) -> Result<TableShape> {
     let mut primary_key = Vec::new();
     for constraint in cmt.constraints.iter() {
         match constraint {
@@ -199,9 +250,6 @@ pub async fn handle(
         }
         None => None,
     };
-    let is_source = clauses.source.is_some();
-    // `CREATE TABLE ... WITH (connector = ...)`: the connector's rows stored (and upserted by
-    // the primary key, if any), not read again from the connector.
     let stored = clauses.table_with_connector;
     let mut processing_time = stamped.as_ref().map(|(index, _)| *index);
     let mut replayed = false;
@@ -226,13 +274,19 @@ pub async fn handle(
             .map(|name| schema.index_of(name).map_err(|_| WeirError::internal("a key column vanished")))
             .collect::<Result<Vec<usize>>>()?;
     }
-    let append_only = clauses.append_only || (is_source && primary_key.is_empty());
     let sort_fields: Vec<SortField> = schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
     if !RowConverter::supports_fields(&sort_fields) {
         return Err(WeirError::unsupported("a column type of this table cannot be stored yet"));
     }
+    Ok(TableShape { schema, primary_key, processing_time, replayed })
+}
 
-    let is_ctas = !matches!(cmt.input.as_ref(), LogicalPlan::EmptyRelation(_));
+/// Whether the table is append-only (declared, or a source without a key), after the checks of
+/// what its kind allows.
+fn check_kind(clauses: &StreamingClauses, primary_key: &[usize], is_ctas: bool) -> Result<bool> {
+    let is_source = clauses.source.is_some();
+    let stored = clauses.table_with_connector;
+    let append_only = clauses.append_only || (is_source && primary_key.is_empty());
     if is_source && is_ctas {
         return Err(WeirError::unsupported("a table fed by a connector takes no AS SELECT"));
     }
@@ -245,46 +299,24 @@ pub async fn handle(
             "an APPEND ONLY table cannot have a PRIMARY KEY (an insert would replace a row)",
         ));
     }
-    let watermark = match &clauses.watermark {
-        Some(w) => {
-            if !append_only {
-                return Err(WeirError::unsupported("WATERMARK FOR needs an APPEND ONLY table")
-                    .with_hint("Add APPEND ONLY after the column list."));
-            }
-            Some(check_watermark(session, &schema, &w.column, &w.expr)?)
-        }
-        None => None,
-    };
-    let options = TableOptions { append_only, watermark, processing_time, connector: clauses.source.clone(), replayed };
-    // Columns keep their declared types (`VARCHAR(20)`): as written, or as the query of a
-    // CREATE TABLE AS takes them from other relations.
-    let schema = if is_ctas {
-        crate::frontend::column_origins::with_declared_types(&cmt.input, schema)
-    } else {
-        DeclaredType::declare(schema, |_, f| declared.iter().find(|(name, _)| name == f.name()).map(|(_, d)| *d))
-    };
-    let created =
-        fe.catalog().create_table_with(&name, &definition, schema, primary_key, options, cmt.if_not_exists)?;
-    // A failure from here on undoes this statement's creation by id (`undo_create`), so it can
-    // never drop a relation of the same name that it did not make.
-    if is_source {
-        if let Some(id) = created {
-            let relation = fe.catalog().by_id(id).ok_or_else(|| WeirError::internal("source vanished"))?;
-            if let Err(e) = fe.streaming().start_source(relation) {
-                let _ = fe.catalog().undo_create(id);
-                return Err(e);
-            }
-        }
-        return Ok(StatementResult::command(if stored { "CREATE TABLE" } else { "CREATE SOURCE" }));
+    if clauses.watermark.is_some() && !append_only {
+        return Err(WeirError::unsupported("WATERMARK FOR needs an APPEND ONLY table")
+            .with_hint("Add APPEND ONLY after the column list."));
     }
-    if !is_ctas {
-        return Ok(StatementResult::command("CREATE TABLE"));
-    }
-    let Some(id) = created else {
-        return Ok(StatementResult::Command { tag: "SELECT".into(), rows: Some(0) });
-    };
-    let frame = session.ctx.execute_logical_plan(cmt.input.as_ref().clone()).await?;
-    let written = frame.write_table(&name, DataFrameWriteOptions::new()).await;
+    Ok(append_only)
+}
+
+/// CREATE TABLE AS: the query's rows into new table `id`, or no table if they could not be
+/// written (it is one statement).
+async fn fill(
+    fe: &Frontend,
+    session: &mut Session,
+    name: &str,
+    id: crate::state::keys::TableId,
+    input: &LogicalPlan,
+) -> Result<StatementResult> {
+    let frame = session.ctx.execute_logical_plan(input.clone()).await?;
+    let written = frame.write_table(name, DataFrameWriteOptions::new()).await;
     match written {
         Ok(batches) => {
             let rows = batches
