@@ -127,6 +127,9 @@ impl HeldWrites {
 
     /// Drops the entries in `[start, end)`.
     fn remove_range(&mut self, start: &[u8], end: &[u8]) {
+        if end <= start {
+            return;
+        }
         let covered: Vec<Vec<u8>> = self
             .entries
             .range::<[u8], _>((Bound::Included(start), Bound::Excluded(end)))
@@ -157,31 +160,26 @@ impl HeldWrites {
         }
     }
 
-    /// The greatest key in `range` that the held writes put.
-    pub fn last_key(&self, range: &KeyRange) -> Option<Vec<u8>> {
+    /// The held entries in `range`: none for an empty range (a read's conditions may make one,
+    /// `g BETWEEN 4 AND -1`, which `BTreeMap::range` would not take).
+    fn entries_in(&self, range: &KeyRange) -> std::collections::btree_map::Range<'_, Vec<u8>, Option<Value>> {
         let end = match &range.end {
+            Some(end) if end.as_slice() <= range.start.as_slice() => return self.entries.range(Vec::new()..Vec::new()),
             Some(end) => Bound::Excluded(end.as_slice()),
             None => Bound::Unbounded,
         };
-        self.entries
-            .range::<[u8], _>((Bound::Included(range.start.as_slice()), end))
-            .rev()
-            .find(|(_, v)| v.is_some())
-            .map(|(k, _)| k.clone())
+        self.entries.range::<[u8], _>((Bound::Included(range.start.as_slice()), end))
+    }
+
+    /// The greatest key in `range` that the held writes put.
+    pub fn last_key(&self, range: &KeyRange) -> Option<Vec<u8>> {
+        self.entries_in(range).rev().find(|(_, v)| v.is_some()).map(|(k, _)| k.clone())
     }
 
     /// The held entries of `range` and the range deletes, to merge with a scan of the store
     /// taken at the same moment.
     pub fn cursor(&self, range: &KeyRange) -> HeldCursor {
-        let end = match &range.end {
-            Some(end) => Bound::Excluded(end.as_slice()),
-            None => Bound::Unbounded,
-        };
-        let entries = self
-            .entries
-            .range::<[u8], _>((Bound::Included(range.start.as_slice()), end))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        let entries = self.entries_in(range).map(|(k, v)| (k.clone(), v.clone())).collect();
         let ranges = self
             .ranges
             .iter()
@@ -295,6 +293,20 @@ mod tests {
         }
         cursor.visit_below(None, &mut visit).unwrap();
         out
+    }
+
+    /// A read whose conditions leave an empty key range (`g BETWEEN 4 AND -1`) while writes
+    /// are held reads nothing, as it does from the store, instead of panicking.
+    #[test]
+    fn an_empty_range_reads_nothing_while_writes_are_held() {
+        let mut held = HeldWrites::new(5);
+        held.apply(vec![WriteOp::Put(b"c".to_vec(), b"1".to_vec().into())]);
+        let inverted = range(b"d", b"b");
+        assert_eq!(held.last_key(&inverted), None);
+        assert_eq!(merged(&held, &[(b"c", b"s")], &inverted), vec![]);
+        assert_eq!(merged(&held, &[], &range(b"c", b"c")), vec![]);
+        held.apply(vec![WriteOp::DeleteRange(b"d".to_vec(), b"b".to_vec())]);
+        assert_eq!(held.lookup(b"c"), Held::Value(b"1"));
     }
 
     #[test]
