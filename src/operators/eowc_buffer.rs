@@ -23,6 +23,7 @@ use crate::state::record::{RecordReader, RecordWriter};
 use crate::state::rows_by_time::{decode_changes, RowsByTime};
 use crate::state::store::WriteBatch;
 use crate::state::table::row_codec;
+use crate::types::event_time::EventTime;
 use crate::types::window::{close_times, TimeColumn};
 use crate::types::ChangeBatch;
 
@@ -33,7 +34,8 @@ pub struct EowcBuffer {
     rows: RowsByTime,
     codec: RowConverter,
     schema: SchemaRef,
-    watermark: Option<i64>,
+    /// The watermark (rows close at their time: no lateness).
+    event_time: EventTime,
     /// Only shard 0 holds rows (the others see none, and must not emit shard 0's).
     active: bool,
     /// Rows late when they arrive: Some where no window assigner upstream judged them.
@@ -55,7 +57,7 @@ impl EowcBuffer {
         let codec = row_codec(&schema)?;
         let rows = RowsByTime::new(state, vec![]);
         let late = judges_lateness.then(|| LateRows::new(false, view));
-        Ok(EowcBuffer { column, time, rows, codec, schema, watermark: None, active, late })
+        Ok(EowcBuffer { column, time, rows, codec, schema, event_time: EventTime::new(0), active, late })
     }
 }
 
@@ -67,7 +69,7 @@ impl Operator for EowcBuffer {
     fn apply(&mut self, _input: usize, batch: ChangeBatch) -> Result<Vec<ChangeBatch>> {
         let closes = close_times(batch.data.column(self.column), self.time)?;
         let rows = self.codec.convert_columns(batch.data.columns())?;
-        let final_through = self.watermark.filter(|_| self.late.is_some());
+        let final_through = self.event_time.final_through().filter(|_| self.late.is_some());
         let mut late = Vec::new();
         for (i, op) in batch.ops.iter().enumerate() {
             // A row without a window never closes.
@@ -85,10 +87,10 @@ impl Operator for EowcBuffer {
     }
 
     fn on_barrier(&mut self) -> Result<Vec<ChangeBatch>> {
-        let Some(watermark) = self.watermark.filter(|_| self.active) else {
+        let Some(final_through) = self.event_time.final_through().filter(|_| self.active) else {
             return Ok(vec![]);
         };
-        let taken = self.rows.take_through(watermark)?;
+        let taken = self.rows.take_through(final_through)?;
         Ok(decode_changes(&self.codec, &self.schema, taken, 1)?.into_iter().collect())
     }
 
@@ -111,7 +113,7 @@ impl Operator for EowcBuffer {
     }
 
     fn on_watermark(&mut self, watermark: i64) {
-        self.watermark = Some(watermark);
+        self.event_time.advance(watermark);
     }
 
     fn open_windows(&self) -> usize {
@@ -136,7 +138,7 @@ mod tests {
         let make = |store: &Arc<dyn StateStore>| -> Box<dyn Operator> {
             // (window end, value); rows close at their window end.
             let schema = from_pretty("S I\n").schema();
-            let state = KeyedState::new(1, Arc::clone(store), 4).write_back().unwrap();
+            let state = KeyedState::new(1, Arc::clone(store), 4).write_back(None).unwrap();
             Box::new(EowcBuffer::new(0, TimeColumn { close_offset: 0 }, schema, state, true, false, "test").unwrap())
         };
         assert_restore_continues(

@@ -60,12 +60,14 @@ use super::eval::evaluate;
 use super::operator::Operator;
 use crate::error::{Result, SqlState, WeirError};
 use crate::state::expiring_groups::ExpiringGroups;
-use crate::state::keyed::{decode_count, Flush, KeyedState};
+use crate::state::keyed::{Flush, KeyedState};
 use crate::state::keys_by_time::KeysByTime;
 use crate::state::record::{corrupt as corrupt_record, RecordReader, RecordWriter};
 use crate::state::store::WriteBatch;
+use crate::state::value::{decode_count, encode_count, ValueReader, ValueWriter};
 use crate::state::watermark_pace::WatermarkPace;
 use crate::state::MEMORY_LIMIT_BYTES;
+use crate::types::event_time::EventTime;
 use crate::types::window::{close_times, TimeColumn};
 use crate::types::{ChangeBatch, Op};
 
@@ -277,7 +279,8 @@ pub struct HashAgg {
     window: Option<AggWindow>,
     /// Its input holds no rows back for a barrier: final windows may finish mid-epoch.
     prompt_input: bool,
-    watermark: Option<i64>,
+    /// The watermark, and the window's allowed lateness.
+    time: EventTime,
     /// Windowed groups by close time: not yet emitted (`open`, or every group when emitting
     /// continuously) and emitted but still taking late rows (`closed`).
     open: KeysByTime,
@@ -384,7 +387,7 @@ impl HashAgg {
             append_only_input,
             window,
             prompt_input,
-            watermark: None,
+            time: EventTime::new(window.map_or(0, |w| w.lateness)),
             open: KeysByTime::default(),
             closed: KeysByTime::default(),
             pace: WatermarkPace::default(),
@@ -533,7 +536,7 @@ impl HashAgg {
                 return Err(WeirError::internal("an aggregate input derived as append-only retracted a row"));
             }
             if self.values.get(&key, group_key.len())?.is_none() {
-                self.values.put(&key, group_key.len(), 1i64.to_le_bytes().to_vec());
+                self.values.put(&key, group_key.len(), encode_count(1));
                 *n += 1;
             }
             return Ok(());
@@ -613,63 +616,60 @@ impl HashAgg {
         }
     }
 
+    /// A group as stored: its row count, each accumulator's fields, the row it emitted last.
     fn encode_group(&self, group: &Group) -> Result<Vec<u8>> {
-        let mut out = Vec::with_capacity(64);
-        out.extend_from_slice(&group.rows.to_le_bytes());
-        let bytes = |out: &mut Vec<u8>, b: &[u8]| {
-            out.extend_from_slice(&(b.len() as u32).to_le_bytes());
-            out.extend_from_slice(b);
-        };
+        let mut out = ValueWriter::with_capacity(64);
+        out.i64(group.rows);
         for (i, acc) in group.accs.iter().enumerate() {
             match acc {
-                Acc::Count(n) | Acc::Distinct(n) => out.extend_from_slice(&n.to_le_bytes()),
+                Acc::Count(n) | Acc::Distinct(n) => {
+                    out.i64(*n);
+                }
                 Acc::Sum { sum, values } => {
-                    out.extend_from_slice(&values.to_le_bytes());
+                    out.i64(*values);
                     // A total its output type holds is stored as that type (1), as before
                     // totals were kept wider; one it does not, as the wider type (2).
                     let narrow = sum.as_ref().map(|s| s.cast_to(&self.aggs[i].output_type));
                     match (sum, narrow) {
                         (Some(_), Some(Ok(narrow))) => {
-                            out.push(SUM_AS_OUTPUT);
-                            bytes(&mut out, &self.value_codecs[i].as_ref().expect("codec").encode(&narrow)?);
+                            out.u8(SUM_AS_OUTPUT)
+                                .bytes(&self.value_codecs[i].as_ref().expect("codec").encode(&narrow)?);
                         }
                         (Some(wide), _) => {
-                            out.push(SUM_WIDE);
-                            bytes(&mut out, &self.wide_codecs[i].as_ref().expect("codec").encode(wide)?);
+                            out.u8(SUM_WIDE).bytes(&self.wide_codecs[i].as_ref().expect("codec").encode(wide)?);
                         }
-                        (None, _) => out.push(0),
+                        (None, _) => {
+                            out.u8(0);
+                        }
                     }
                 }
                 Acc::Avg { sum, values } => {
-                    out.extend_from_slice(&sum.to_le_bytes());
-                    out.extend_from_slice(&values.to_le_bytes());
+                    out.f64(*sum).i64(*values);
                 }
                 Acc::Extreme => {}
                 Acc::Best(best) => match best {
                     Some(v) => {
-                        out.push(1);
-                        bytes(&mut out, &self.value_codecs[i].as_ref().expect("codec").encode(v)?);
+                        out.u8(1).bytes(&self.value_codecs[i].as_ref().expect("codec").encode(v)?);
                     }
-                    None => out.push(0),
+                    None => {
+                        out.u8(0);
+                    }
                 },
                 Acc::Bools { trues, falses } => {
-                    out.extend_from_slice(&trues.to_le_bytes());
-                    out.extend_from_slice(&falses.to_le_bytes());
+                    out.i64(*trues).i64(*falses);
                 }
             }
         }
         match &group.emitted {
-            Some(e) => {
-                out.push(1);
-                bytes(&mut out, e);
-            }
-            None => out.push(0),
-        }
-        Ok(out)
+            Some(e) => out.u8(1).bytes(e),
+            None => out.u8(0),
+        };
+        Ok(out.finish())
     }
 
+    /// The group [`HashAgg::encode_group`] stored.
     fn decode_group(&self, bytes: &[u8]) -> Result<Group> {
-        let mut r = Reader { bytes, at: 0 };
+        let mut r = ValueReader::new(bytes, "aggregate state");
         let rows = r.i64()?;
         let mut accs = Vec::with_capacity(self.aggs.len());
         for (i, spec) in self.aggs.iter().enumerate() {
@@ -688,9 +688,7 @@ impl HashAgg {
                     };
                     Acc::Sum { sum, values }
                 }
-                AggKind::Avg => {
-                    Acc::Avg { sum: f64::from_le_bytes(r.take(8)?.try_into().expect("8 bytes")), values: r.i64()? }
-                }
+                AggKind::Avg => Acc::Avg { sum: r.f64()?, values: r.i64()? },
                 AggKind::Min | AggKind::Max if self.append_only_input => Acc::Best(if r.u8()? == 1 {
                     Some(self.value_codecs[i].as_ref().expect("codec").decode(r.slice()?)?)
                 } else {
@@ -717,34 +715,6 @@ struct PreparedBatch<'a> {
     slot_keys: Vec<(&'a [u8], usize)>,
     /// Where each slot's group is in the arena of touched groups.
     at: Vec<usize>,
-}
-
-struct Reader<'a> {
-    bytes: &'a [u8],
-    at: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
-        let end = self.at + n;
-        let out = self.bytes.get(self.at..end).ok_or_else(corrupt)?;
-        self.at = end;
-        Ok(out)
-    }
-    fn i64(&mut self) -> Result<i64> {
-        Ok(i64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
-    }
-    fn u8(&mut self) -> Result<u8> {
-        Ok(self.take(1)?[0])
-    }
-    fn slice(&mut self) -> Result<&'a [u8]> {
-        let n = u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")) as usize;
-        self.take(n)
-    }
-}
-
-fn corrupt() -> WeirError {
-    WeirError::new(crate::error::SqlState::DATA_CORRUPTED, "aggregate state is corrupt")
 }
 
 impl Operator for HashAgg {
@@ -822,7 +792,7 @@ impl Operator for HashAgg {
             let indexed_at = self.close_of(key);
             let group = match (self.window, close, indexed_at) {
                 (Some(window), Some(close), None) => {
-                    let closed = !window.emit_on_close || self.watermark.is_some_and(|w| close <= w);
+                    let closed = !window.emit_on_close || self.time.watermark().is_some_and(|w| close <= w);
                     // A window that is already closed when its first row arrives (within the
                     // allowed lateness) emits at the next barrier like any closed window.
                     let index = if window.emit_on_close && closed { &mut self.closed } else { &mut self.open };
@@ -849,9 +819,9 @@ impl Operator for HashAgg {
         let dirty = self.take_dirty();
         match self.window {
             Some(window) => {
-                self.pace.observe(std::time::Instant::now(), self.watermark);
-                let watermark = self.watermark.unwrap_or(i64::MIN);
-                self.close_windows(dirty, watermark, watermark.saturating_sub(window.lateness), window)
+                self.pace.observe(std::time::Instant::now(), self.time.watermark());
+                let watermark = self.time.watermark().unwrap_or(i64::MIN);
+                self.close_windows(dirty, watermark, self.time.final_through().unwrap_or(i64::MIN), window)
             }
             None => self.emit(dirty),
         }
@@ -913,7 +883,7 @@ impl Operator for HashAgg {
     }
 
     fn on_watermark(&mut self, watermark: i64) {
-        self.watermark = Some(watermark);
+        self.time.advance(watermark);
     }
 
     fn open_windows(&self) -> usize {
@@ -1002,13 +972,12 @@ impl HashAgg {
     /// generator) then holds about the groups of the windows open at once, not of every window
     /// it saw. Their final rows are the same whenever they are emitted in the epoch.
     fn retire_final_windows(&mut self) -> Result<Vec<ChangeBatch>> {
-        let (Some(window), Some(watermark)) = (self.window, self.watermark) else {
+        let (Some(window), Some(final_through)) = (self.window, self.time.final_through()) else {
             return Ok(vec![]);
         };
         if !self.prompt_input || self.dirty.len() < self.groups.capacity() {
             return Ok(vec![]);
         }
-        let final_through = watermark.saturating_sub(window.lateness);
         let earliest = [self.open.earliest(), self.closed.earliest()].into_iter().flatten().min();
         if earliest.is_none_or(|close| close > final_through) {
             return Ok(vec![]);
@@ -1292,8 +1261,8 @@ mod tests {
             )
         };
         let state = (
-            KeyedState::new(1, Arc::clone(store), 4).write_back().unwrap(),
-            KeyedState::new(2, Arc::clone(store), 4).write_back().unwrap(),
+            KeyedState::new(1, Arc::clone(store), 4).write_back(None).unwrap(),
+            KeyedState::new(2, Arc::clone(store), 4).write_back(None).unwrap(),
         );
         HashAgg::new(config, state, 0, "test").unwrap()
     }

@@ -54,12 +54,14 @@ use super::operator::Operator;
 use crate::error::{Result, WeirError};
 use crate::state::entries_by_time::EntriesByTime;
 use crate::state::expiring_rows::ExpiringRows;
-use crate::state::keyed::{decode_count, Flush, KeyedState};
+use crate::state::keyed::{Flush, KeyedState};
 use crate::state::keys_by_time::KeysByTime;
 use crate::state::record::{corrupt, RecordReader, RecordWriter};
 use crate::state::store::WriteBatch;
+use crate::state::value::decode_count;
 use crate::state::watermark_pace::WatermarkPace;
 use crate::state::MEMORY_LIMIT_BYTES;
+use crate::types::event_time::EventTime;
 use crate::types::hash::HashMap;
 use crate::types::window::{close_times, to_nanos, TimeColumn};
 use crate::types::{ChangeBatch, Op};
@@ -94,13 +96,13 @@ impl JoinInterval {
     }
 
     /// Side `side`'s rows with a time below this can never pass the bound with a row still to
-    /// come on the other side, at watermark `watermark`; None when that side's rows never expire.
-    fn expired_below(&self, side: usize, watermark: i64) -> Option<i64> {
-        // The other side's rows still to come are in windows not final yet (a row for a window
-        // that closed at or before the watermark minus the lateness is late): their time is at
-        // least `floor`.
+    /// come on the other side, when windows closing through `final_through` are final
+    /// ([`EventTime::final_through`]); None when that side's rows never expire.
+    fn expired_below(&self, side: usize, final_through: i64) -> Option<i64> {
+        // The other side's rows still to come are in windows not final yet (a row for a final
+        // window is late): their time is at least `floor`.
         let close_offset = self.windows[1 - side]?.close_offset;
-        let floor = watermark.saturating_sub(self.lateness).saturating_add(1).saturating_sub(close_offset);
+        let floor = final_through.saturating_add(1).saturating_sub(close_offset);
         match side {
             // left >= right + lo >= floor + lo
             0 => Some(floor.saturating_add(self.lo?)),
@@ -521,7 +523,8 @@ pub struct HashJoin {
     view: String,
     window: Option<JoinWindow>,
     interval: Option<JoinInterval>,
-    watermark: Option<i64>,
+    /// The watermark, and the allowed lateness.
+    time: EventTime,
     /// Join keys by the close time of their window.
     open: KeysByTime,
     /// How fast the watermark moves (with a window), so that keys final before the next
@@ -566,7 +569,7 @@ impl HashJoin {
             view: view.to_string(),
             window,
             interval: None,
-            watermark: None,
+            time: EventTime::new(window.map(|w| w.lateness).or(interval.map(|i| i.lateness)).unwrap_or(0)),
             open: KeysByTime::default(),
             pace: WatermarkPace::default(),
         };
@@ -709,11 +712,10 @@ impl Operator for HashJoin {
 
     fn on_barrier(&mut self) -> Result<Vec<ChangeBatch>> {
         if self.window.is_some() {
-            self.pace.observe(std::time::Instant::now(), self.watermark);
+            self.pace.observe(std::time::Instant::now(), self.time.watermark());
         }
         // Keys whose window is final: nothing can join with them any more.
-        if let (Some(window), Some(watermark)) = (self.window, self.watermark) {
-            let final_through = watermark.saturating_sub(window.lateness);
+        if let (Some(_), Some(final_through)) = (self.window, self.time.final_through()) {
             for key in self.open.take_through(final_through).into_iter().flat_map(|(_, keys)| keys) {
                 for side in &mut self.sides {
                     side.forget(&key);
@@ -723,9 +725,9 @@ impl Operator for HashJoin {
             }
         }
         // Rows no partner still to come can pass the time bound with.
-        if let (Some(interval), Some(watermark)) = (self.interval, self.watermark) {
+        if let (Some(interval), Some(final_through)) = (self.interval, self.time.final_through()) {
             for (side, s) in self.sides.iter_mut().enumerate() {
-                if let Some(below) = interval.expired_below(side, watermark) {
+                if let Some(below) = interval.expired_below(side, final_through) {
                     // Append-only rows are stored once each, and only this deletes them.
                     s.expire(below, s.append_only && self.window.is_none())?;
                 }
@@ -782,7 +784,7 @@ impl Operator for HashJoin {
     }
 
     fn on_watermark(&mut self, watermark: i64) {
-        self.watermark = Some(watermark);
+        self.time.advance(watermark);
     }
 
     fn open_windows(&self) -> usize {
@@ -855,7 +857,7 @@ mod tests {
         capacity: usize,
         configure: impl FnOnce(HashJoinConfig) -> HashJoinConfig,
     ) -> HashJoin {
-        let table = |id| KeyedState::new(id, Arc::clone(store), capacity).write_back().unwrap();
+        let table = |id| KeyedState::new(id, Arc::clone(store), capacity).write_back(None).unwrap();
         let side = from_pretty(&format!("{types}\n")).schema();
         let fields: Vec<Field> = side
             .fields()

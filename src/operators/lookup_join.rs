@@ -15,7 +15,7 @@
 //! After a restart, the rows the change log replays into the view are joined with the table as
 //! it is then (processing time).
 //!
-//! Built by `dataflow::build` for a join one of whose sides scans a table named in
+//! Planned by `stream_plan::translate` for a join one of whose sides scans a table named in
 //! `FOR SYSTEM_TIME AS OF` (`frontend::system_time`).
 
 use std::sync::Arc;

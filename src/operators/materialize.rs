@@ -5,7 +5,7 @@
 //! netted per row, and written in the epoch's one write batch; the net changes are also what
 //! the view publishes to views built on it.
 //!
-//! An append-only view (one whose plan never retracts, see `dataflow::build`) is stored as
+//! An append-only view (one whose plan never retracts, see `stream_plan::translate`) is stored as
 //! segments instead: the epoch's rows are appended as they are, with fresh row ids, without
 //! reading anything back. The next row id is stored with them, so a view restored from a
 //! checkpoint never reuses an id (a segment is keyed by its first). A retraction reaching such a view is a planner bug and fails the

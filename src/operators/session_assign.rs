@@ -25,10 +25,12 @@ use datafusion::arrow::row::{RowConverter, SortField};
 use super::lateness::LateRows;
 use super::operator::Operator;
 use crate::error::Result;
-use crate::state::keyed::{decode_count, Flush, KeyedState};
+use crate::state::keyed::{Flush, KeyedState};
 use crate::state::keys_by_time::KeysByTime;
 use crate::state::record::{RecordReader, RecordWriter};
 use crate::state::store::WriteBatch;
+use crate::state::value::decode_count;
+use crate::types::event_time::EventTime;
 use crate::types::window::{from_nanos, time_from_key, time_key, to_nanos, SessionSpec};
 use crate::types::{ChangeBatch, Op};
 
@@ -36,8 +38,7 @@ pub struct SessionAssign {
     spec: SessionSpec,
     /// Input columns, `window_start`, `window_end`.
     schema: SchemaRef,
-    lateness: i64,
-    watermark: Option<i64>,
+    time: EventTime,
     late: LateRows,
     /// Encodes the key columns (None without keys: one key, empty).
     key_codec: Option<RowConverter>,
@@ -79,8 +80,7 @@ impl SessionAssign {
             row_codec: RowConverter::new(input)?,
             spec,
             schema,
-            lateness,
-            watermark: None,
+            time: EventTime::new(lateness),
             late,
             key_codec,
             state,
@@ -161,11 +161,11 @@ impl Operator for SessionAssign {
             batch.take(&with_time)?
         };
         let times: Vec<i64> = times.iter().flatten().collect();
-        let keep = match self.watermark {
+        let keep = match self.time.final_through() {
             None => None,
-            Some(watermark) => {
-                let (late, on_time): (Vec<u32>, Vec<u32>) = (0..batch.num_rows() as u32)
-                    .partition(|&i| times[i as usize] < watermark.saturating_sub(self.lateness));
+            Some(final_through) => {
+                let (late, on_time): (Vec<u32>, Vec<u32>) =
+                    (0..batch.num_rows() as u32).partition(|&i| times[i as usize] < final_through);
                 if late.is_empty() {
                     None
                 } else {
@@ -205,7 +205,7 @@ impl Operator for SessionAssign {
                     after.remove(&(t, row));
                     self.state.delete(&state_key, key.len());
                 } else {
-                    self.state.put(&state_key, key.len(), n.to_le_bytes().to_vec());
+                    self.state.put(&state_key, key.len(), crate::state::value::encode_count(n));
                 }
             }
             let new_sessions = self.sessions(&after);
@@ -254,8 +254,7 @@ impl Operator for SessionAssign {
 
     fn on_barrier(&mut self) -> Result<Vec<ChangeBatch>> {
         // Sessions final at this watermark leave the state.
-        let Some(watermark) = self.watermark else { return Ok(vec![]) };
-        let final_through = watermark.saturating_sub(self.lateness);
+        let Some(final_through) = self.time.final_through() else { return Ok(vec![]) };
         let bound = final_through.saturating_add(1);
         for key in self.by_end.take_through(final_through).into_iter().flat_map(|(_, keys)| keys) {
             let rows = self.load(&key)?;
@@ -285,7 +284,7 @@ impl Operator for SessionAssign {
     }
 
     fn on_watermark(&mut self, watermark: i64) {
-        self.watermark = Some(watermark);
+        self.time.advance(watermark);
     }
 
     fn take_late_rows(&mut self) -> Vec<RecordBatch> {
@@ -315,7 +314,7 @@ mod tests {
     fn sessions(store: &Arc<dyn StateStore>, lateness: i64) -> SessionAssign {
         let spec = SessionSpec::new(10 * S, 1, vec![0]).unwrap();
         let schema = Windowing::Session(spec.clone()).output_schema(&from_pretty("I S\n").schema());
-        let state = KeyedState::new(1, Arc::clone(store), 4).write_back().unwrap();
+        let state = KeyedState::new(1, Arc::clone(store), 4).write_back(None).unwrap();
         SessionAssign::new(spec, schema, lateness, true, state, "test").unwrap()
     }
 

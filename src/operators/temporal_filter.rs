@@ -2,7 +2,7 @@
 //! (`WHERE ts > now() - INTERVAL '1' HOUR`, ADR 13).
 //!
 //! Each row is in the view from `start` (inclusive) to `end` (exclusive), the latest of its
-//! start bounds and the earliest of its end bounds (`dataflow::temporal_bounds`); a NULL bound
+//! start bounds and the earliest of its end bounds (`stream_plan::temporal_bounds`); a NULL bound
 //! keeps it out. A change arriving is judged against the current `now()`: passed on if its
 //! row is in, held in `entering` (by start) if it is early, dropped if it is past its end. A row
 //! passed on with a finite end is held in `leaving` (by end). When an epoch's time comes
@@ -216,7 +216,8 @@ mod tests {
             RowBound { value: Arc::clone(&ts), offset: 10 * S, end: true },
             RowBound { value: ts, offset: 0, end: false },
         ];
-        let table = |id| RowsByTime::new(KeyedState::new(id, Arc::clone(store), 4).write_back().unwrap(), vec![0, 0]);
+        let table =
+            |id| RowsByTime::new(KeyedState::new(id, Arc::clone(store), 4).write_back(None).unwrap(), vec![0, 0]);
         TemporalFilter::new(bounds, "sliding".into(), schema, (table(1), table(2)), "v").unwrap()
     }
 

@@ -25,7 +25,7 @@
 //! bounded by the open windows. Which partitions are open is indexed in memory by close time:
 //! the index is the record the Top-N keeps with each checkpoint ([`Operator::save_record`]).
 //!
-//! Called by the dataflow builder (`dataflow::build`) for a `WindowAggr` of one `row_number()`
+//! Planned by `stream_plan::translate` for a `WindowAggr` of one `row_number()`
 //! under a filter that bounds it.
 
 use std::cmp::Ordering;
@@ -40,10 +40,13 @@ use datafusion::physical_expr::PhysicalExpr;
 use super::eval::evaluate;
 use super::operator::Operator;
 use crate::error::{Result, WeirError};
-use crate::state::keyed::{decode_count, Flush, KeyedState};
+use crate::state::keyed::{Flush, KeyedState};
 use crate::state::keys_by_time::KeysByTime;
 use crate::state::record::{RecordReader, RecordWriter};
 use crate::state::store::WriteBatch;
+use crate::state::value::decode_count;
+use crate::state::value::{ValueReader, ValueWriter};
+use crate::types::event_time::EventTime;
 use crate::types::hash::HashMap;
 use crate::types::window::{close_times, TimeColumn};
 use crate::types::{ChangeBatch, Op};
@@ -78,7 +81,8 @@ pub struct TopN {
     window: Option<(usize, TimeColumn, i64)>,
     /// The partitions of open windows, by close time.
     open: KeysByTime,
-    watermark: Option<i64>,
+    /// The watermark, and the window's allowed lateness.
+    time: EventTime,
     view: String,
 }
 
@@ -130,7 +134,7 @@ impl TopN {
             touched: HashMap::default(),
             window,
             open: KeysByTime::default(),
-            watermark: None,
+            time: EventTime::new(window.map_or(0, |(_, _, lateness)| lateness)),
             view: view.to_string(),
         })
     }
@@ -240,25 +244,21 @@ impl Ranked {
 
     /// A partition's rows as one state value: per row, `len(order) len(row) order row`.
     fn encode_list(rows: &[Ranked]) -> Vec<u8> {
-        let mut out = Vec::with_capacity(rows.iter().map(|r| 8 + r.bytes.len()).sum());
+        let mut out = ValueWriter::with_capacity(rows.iter().map(|r| 8 + r.bytes.len()).sum());
         for r in rows {
-            out.extend_from_slice(&(r.order_len as u32).to_le_bytes());
-            out.extend_from_slice(&((r.bytes.len() - r.order_len) as u32).to_le_bytes());
-            out.extend_from_slice(&r.bytes);
+            out.u32(r.order_len as u32).u32((r.bytes.len() - r.order_len) as u32).raw(&r.bytes);
         }
-        out
+        out.finish()
     }
 
-    fn decode_list(mut bytes: &[u8]) -> Result<Vec<Ranked>> {
-        let corrupt = || WeirError::internal("a Top-N partition's stored rows are corrupt");
+    fn decode_list(bytes: &[u8]) -> Result<Vec<Ranked>> {
+        let mut r = ValueReader::new(bytes, "a Top-N partition's stored rows");
         let mut rows = Vec::new();
-        while !bytes.is_empty() {
-            let header = bytes.get(..8).ok_or_else(corrupt)?;
-            let order_len = u32::from_le_bytes(header[..4].try_into().expect("4 bytes")) as usize;
-            let row_len = u32::from_le_bytes(header[4..].try_into().expect("4 bytes")) as usize;
-            let body = bytes.get(8..8 + order_len + row_len).ok_or_else(corrupt)?;
+        while !r.at_end() {
+            let order_len = r.u32()? as usize;
+            let row_len = r.u32()? as usize;
+            let body = r.take(order_len + row_len)?;
             rows.push(Ranked { bytes: body.to_vec(), order_len });
-            bytes = &bytes[8 + order_len + row_len..];
         }
         Ok(rows)
     }
@@ -365,8 +365,8 @@ impl Operator for TopN {
                 }
             }
         }
-        if let (Some((_, _, lateness)), Some(watermark)) = (self.window, self.watermark) {
-            self.forget_windows_before(watermark.saturating_sub(lateness))?;
+        if let (Some(_), Some(final_through)) = (self.window, self.time.final_through()) {
+            self.forget_windows_before(final_through)?;
         }
         if out.is_empty() {
             return Ok(vec![]);
@@ -400,7 +400,7 @@ impl Operator for TopN {
     }
 
     fn on_watermark(&mut self, watermark: i64) {
-        self.watermark = Some(watermark);
+        self.time.advance(watermark);
     }
 
     fn open_windows(&self) -> usize {
@@ -525,7 +525,7 @@ mod tests {
     }
     /// A write-back state table in `store`, as every operator's.
     fn write_back_table(store: &Arc<dyn StateStore>) -> KeyedState {
-        KeyedState::new(1, Arc::clone(store), 4).write_back().unwrap()
+        KeyedState::new(1, Arc::clone(store), 4).write_back(None).unwrap()
     }
 
     /// Restored from a checkpoint, a Top-N reads its partitions back from the store: a deleted

@@ -14,6 +14,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 use super::lateness::LateRows;
 use super::operator::Operator;
 use crate::error::Result;
+use crate::types::event_time::EventTime;
 use crate::types::window::{close_times, TimeColumn, WindowSpec};
 use crate::types::{ChangeBatch, Op};
 
@@ -21,22 +22,23 @@ pub struct WindowAssign {
     spec: WindowSpec,
     /// Input columns, `window_start`, `window_end`.
     schema: SchemaRef,
-    /// How long after its end a window still takes rows (nanoseconds).
-    lateness: i64,
-    watermark: Option<i64>,
+    /// The watermark, and how long after its end a window still takes rows.
+    time: EventTime,
     late: LateRows,
 }
 
 impl WindowAssign {
     pub fn new(spec: WindowSpec, schema: SchemaRef, lateness: i64, keep_late: bool, view: &str) -> WindowAssign {
-        WindowAssign { spec, schema, lateness, watermark: None, late: LateRows::new(keep_late, view) }
+        WindowAssign { spec, schema, time: EventTime::new(lateness), late: LateRows::new(keep_late, view) }
     }
 }
 
 impl Operator for WindowAssign {
     fn describe(&self) -> String {
-        let lateness =
-            if self.lateness > 0 { format!(", lateness {}s", self.lateness as f64 / 1e9) } else { String::new() };
+        let lateness = match self.time.lateness() {
+            0 => String::new(),
+            lateness => format!(", lateness {}s", lateness as f64 / 1e9),
+        };
         format!(
             "WindowAssign: {} on {}{lateness}",
             self.spec.describe(),
@@ -48,14 +50,13 @@ impl Operator for WindowAssign {
         let (data, origins) = self.spec.assign(&batch.data, &self.schema)?;
         let ops: Vec<Op> = origins.iter().map(|&o| batch.ops[o as usize]).collect();
         let windowed = ChangeBatch::new(data, ops);
-        let keep = match self.watermark {
+        let keep = match self.time.final_through() {
             None => None,
-            Some(watermark) => {
-                // Late: the window ended at or before the watermark minus the allowed lateness.
+            Some(final_through) => {
+                // Late: the window is final.
                 let end_column = windowed.data.num_columns() - 1;
                 let closes = close_times(windowed.data.column(end_column), TimeColumn { close_offset: 0 })?;
-                let final_before = watermark.saturating_sub(self.lateness);
-                let is_late = |c: &Option<i64>| c.is_some_and(|c| c <= final_before);
+                let is_late = |c: &Option<i64>| c.is_some_and(|c| c <= final_through);
                 if !closes.iter().any(is_late) {
                     None
                 } else {
@@ -73,7 +74,7 @@ impl Operator for WindowAssign {
     }
 
     fn on_watermark(&mut self, watermark: i64) {
-        self.watermark = Some(watermark);
+        self.time.advance(watermark);
     }
 
     fn take_late_rows(&mut self) -> Vec<RecordBatch> {

@@ -36,6 +36,7 @@ pub mod rocks;
 pub mod rows_by_time;
 pub mod store;
 pub mod table;
+pub mod value;
 pub mod watermark_pace;
 
 pub use store::{StateStore, WriteBatch};

@@ -20,9 +20,10 @@ use datafusion::arrow::compute::take_record_batch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::row::RowConverter;
 
-use super::keyed::{decode_count, Flush, KeyedState};
+use super::keyed::{Flush, KeyedState};
 use super::record::{RecordReader, RecordWriter};
 use super::store::{ScanControl, WriteBatch};
+use super::value::decode_count;
 use crate::error::Result;
 use crate::types::window::{time_from_key, time_key};
 use crate::types::{ChangeBatch, Op};
@@ -163,7 +164,7 @@ mod tests {
     #[test]
     fn rows_come_out_in_time_order_once_their_time_passes() {
         let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
-        let state = KeyedState::new(3, Arc::clone(&store), 16).write_back().unwrap();
+        let state = KeyedState::new(3, Arc::clone(&store), 16).write_back(None).unwrap();
         let mut rows = RowsByTime::new(state, vec![0, 1]);
         rows.add(20, b"b", 1).unwrap();
         rows.add(-5, b"a", 2).unwrap();
@@ -180,7 +181,7 @@ mod tests {
         let mut record = RecordWriter::default();
         rows.save(&mut record);
         let bytes = record.finish();
-        let state = KeyedState::new(3, Arc::clone(&store), 16).write_back().unwrap();
+        let state = KeyedState::new(3, Arc::clone(&store), 16).write_back(None).unwrap();
         let mut restored = RowsByTime::new(state, vec![0, 1]);
         let mut reader = RecordReader::new(&bytes, "test").unwrap();
         restored.restore(&mut reader).unwrap();
@@ -193,7 +194,7 @@ mod tests {
     #[test]
     fn rows_later_than_any_stored_are_counted_without_the_store_and_never_reach_it_if_gone() {
         let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
-        let state = KeyedState::new(3, Arc::clone(&store), 16).write_back().unwrap();
+        let state = KeyedState::new(3, Arc::clone(&store), 16).write_back(None).unwrap();
         let mut rows = RowsByTime::new(state, vec![]);
         rows.add(10, b"a", 1).unwrap();
         let mut wb = WriteBatch::default();

@@ -63,8 +63,9 @@ impl WatermarkPace {
         if flush.checkpoint {
             return None;
         }
-        let watermark = self.forecast(table.settling_horizon()?)?;
-        Some(watermark.saturating_sub(lateness))
+        let mut then = crate::types::event_time::EventTime::new(lateness);
+        then.advance(self.forecast(table.settling_horizon()?)?);
+        then.final_through()
     }
 }
 

@@ -45,8 +45,7 @@ impl Context<'_> {
     /// A shard's access to state table `id` (write-back: it reaches the store at checkpoints).
     fn keyed(&self, id: TableId) -> Result<KeyedState> {
         let settings = self.operator_state;
-        let table = KeyedState::new(id, Arc::clone(self.catalog.store()), settings.cache_entries).write_back()?;
-        Ok(table.settle(settings.settling))
+        KeyedState::new(id, Arc::clone(self.catalog.store()), settings.cache_entries).write_back(settings.settling)
     }
 
     /// Shard `shard`'s operator for `spec`.

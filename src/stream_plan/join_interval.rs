@@ -3,7 +3,7 @@
 //! b1.date_time`, where `b1.date_time` is a window bound, says `b.date_time - b1.date_time` is
 //! within `[-10 s, 0]`, so a bid whose window is final meets no future row and can be deleted.
 //!
-//! Called by `dataflow::build` for inner joins. Only conjuncts comparing a TIMESTAMP column of
+//! Called by `stream_plan::translate` for inner joins. Only conjuncts comparing a TIMESTAMP column of
 //! one side, plus or minus a constant interval, with one of the other side count; anything else
 //! in the condition stays a plain filter (this only adds state cleanup, never changes results).
 

@@ -16,7 +16,7 @@
 //! all operator state) keeps its writes in memory across epochs and sends them to the store at
 //! a checkpoint, or earlier when more than `capacity` are pending, or, when barriers come
 //! more often than checkpoints, once pending for two barrier intervals and not written since
-//! ([`KeyedState::settle`]: a checkpoint barrier then flushes little, and a key still
+//! ([`KeyedState::write_back`]: a checkpoint barrier then flushes little, and a key still
 //! changing, a running count, is not written at every settling, nor one its operator expects
 //! to drop before the next checkpoint, [`KeyedState::flush_keeping`]); a key written and deleted
 //! again before then, which the store is known not to hold, never reaches it. A write-back
@@ -38,22 +38,27 @@
 //! ([`KeyedState::first_with_prefix`]) or dropped as one ([`KeyedState::delete_prefix`]).
 //!
 //! Many operators keep multiplicities (a value's count in a multiset, a row's in a join side or
-//! a buffer): [`KeyedState::add_count`] and [`decode_count`] are the one encoding of them, an
-//! `i64` little-endian, absent meaning 0.
+//! a buffer): [`KeyedState::add_count`] keeps them in the one encoding of them
+//! (`state::value::encode_count`), absent meaning 0.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::ops::Bound;
 
 use smallvec::SmallVec;
 
-use crate::types::hash::{HashMap, HashSet};
+use crate::types::hash::HashMap;
 use std::sync::Arc;
 
-use super::keys::{prefix_end, TableId};
+mod pending;
+mod stored_keys;
+
+use self::pending::{flush_tag, write_stamp, InlineKey, Pending, Writes, NOT_IN_FLIGHT};
+use self::stored_keys::StoredKeys;
+use super::keys::TableId;
+use super::value::{decode_count, encode_count};
 
 use super::store::{ScanControl, StateStore, Visitor, WriteBatch};
-use crate::error::{Result, SqlState, WeirError};
-use crate::types::vnode::{vnode_of, VNODE_COUNT};
+use crate::error::Result;
+use crate::types::vnode::vnode_of;
 
 /// How a view's operator state tables keep their writes (one value per server).
 #[derive(Debug, Clone, Copy)]
@@ -83,7 +88,7 @@ impl OperatorStateSettings {
     }
 }
 
-/// When a write-back table's writes settle ([`KeyedState::settle`], ADR 18).
+/// When a write-back table's writes settle ([`KeyedState::write_back`], ADR 18).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Settling {
     /// Writes pending this long, and not written again for as long, go to the store at any
@@ -92,13 +97,6 @@ pub struct Settling {
     /// How often checkpoints come: state its operator expects to drop sooner need not settle
     /// ([`KeyedState::flush_keeping`]).
     pub checkpoint_interval: std::time::Duration,
-}
-
-/// A stored multiplicity; bytes of another length are a corrupt store (XX001).
-pub fn decode_count(bytes: &[u8]) -> Result<i64> {
-    let bytes: [u8; 8] =
-        bytes.try_into().map_err(|_| WeirError::new(SqlState::DATA_CORRUPTED, "a stored count is corrupt"))?;
-    Ok(i64::from_le_bytes(bytes))
 }
 
 /// What an operator's state flush is for ([`KeyedState::flush`]), as its view job knows.
@@ -119,57 +117,6 @@ impl Flush {
     pub const CHECKPOINT: Flush = Flush { checkpoint: true, landed: false };
 }
 
-/// A key (or part of one) held inline up to 32 bytes: most are shorter, and a map's search then
-/// compares bytes next to each other instead of following a pointer per entry.
-type InlineKey = SmallVec<[u8; 32]>;
-
-/// A write not yet in the store, or on its way there.
-#[derive(Debug, Clone)]
-struct Pending {
-    /// The value (None = delete).
-    value: Option<Vec<u8>>,
-    /// Whether the store may hold the key (unknown counts as yes); for a write in flight,
-    /// whether it will once the write is in.
-    maybe_stored: bool,
-    /// Handed to the store's batch at one of the last two flushes and unchanged since: kept
-    /// so that reads see it while that batch is written, and dropped at the second flush after
-    /// it, or the next one if told the batch is in (see [`KeyedState::flush`]). `NOT_IN_FLIGHT`, or the [`flush_tag`] of that flush. Not
-    /// counted in `pending_len`.
-    in_flight: u8,
-    /// The table's barrier count when the value was last written (its low 32 bits: see
-    /// [`barriers_since`]), so that settling passes over keys still being written.
-    written_at: u32,
-}
-
-const NOT_IN_FLIGHT: u8 = 0;
-
-/// A write's `written_at`: the low 32 bits of the table's barrier count `barriers` then.
-fn write_stamp(barriers: u64) -> u32 {
-    barriers as u32
-}
-
-/// Barriers from a write's `written_at` ([`write_stamp`]) to `barriers` (now): exact while
-/// fewer than 2^32 barriers passed since (years of 10 ms barriers), which a pending write
-/// never outlives, as checkpoints flush them.
-fn barriers_since(barriers: u64, written_at: u32) -> u64 {
-    u64::from(write_stamp(barriers).wrapping_sub(written_at))
-}
-
-/// Which of the two flushes whose batches may be in flight flush number `n` is: 1 or 2. The
-/// writes of flush `n - 2` have the tag of flush `n`.
-fn flush_tag(n: u64) -> u8 {
-    1 + (n % 2) as u8
-}
-
-/// One distribution prefix's pending writes, by the rest of the key in order: a sorted vector
-/// while there are few (most groups and join keys have one or two; one is held inline), a
-/// B-tree past that.
-#[derive(Debug)]
-enum Writes {
-    Few(SmallVec<[(InlineKey, Pending); 1]>),
-    Many(BTreeMap<InlineKey, Pending>),
-}
-
 /// Past this many stored keys a table whose tracked keys answered no lookup between two
 /// flushes that wrote (a join side that is only probed by prefix, rows added and expired) stops
 /// tracking them: keeping the set costs a hash update per flushed write, and what else it saves
@@ -179,199 +126,6 @@ const UNTRACKED_UNLESS_USED: usize = 4096;
 
 /// A pending map's allocation kept across a flush, in prefixes.
 const FEW_PREFIXES: usize = 1024;
-
-/// Past this many writes a prefix's vector becomes a B-tree.
-const FEW_WRITES: usize = 16;
-
-impl Writes {
-    fn get_mut(&mut self, rest: &[u8]) -> Option<&mut Pending> {
-        match self {
-            Writes::Few(v) => v.binary_search_by(|(k, _)| k.as_slice().cmp(rest)).ok().map(|i| &mut v[i].1),
-            Writes::Many(m) => m.get_mut(rest),
-        }
-    }
-
-    fn get(&self, rest: &[u8]) -> Option<&Pending> {
-        match self {
-            Writes::Few(v) => v.binary_search_by(|(k, _)| k.as_slice().cmp(rest)).ok().map(|i| &v[i].1),
-            Writes::Many(m) => m.get(rest),
-        }
-    }
-
-    fn insert(&mut self, rest: InlineKey, pending: Pending) {
-        match self {
-            Writes::Few(v) => match v.binary_search_by(|(k, _)| k.as_slice().cmp(&rest)) {
-                Ok(i) => v[i].1 = pending,
-                Err(_) if v.len() >= FEW_WRITES => {
-                    let mut many: BTreeMap<InlineKey, Pending> = std::mem::take(v).into_iter().collect();
-                    many.insert(rest, pending);
-                    *self = Writes::Many(many);
-                }
-                Err(i) => v.insert(i, (rest, pending)),
-            },
-            Writes::Many(m) => {
-                m.insert(rest, pending);
-            }
-        }
-    }
-
-    fn remove(&mut self, rest: &[u8]) {
-        match self {
-            Writes::Few(v) => {
-                if let Ok(i) = v.binary_search_by(|(k, _)| k.as_slice().cmp(rest)) {
-                    v.remove(i);
-                }
-            }
-            Writes::Many(m) => {
-                m.remove(rest);
-            }
-        }
-    }
-
-    /// The table's barrier count (now `barriers`) at the newest waiting write, if any waits.
-    fn last_written(&self, barriers: u64) -> Option<u64> {
-        let since = |p: &Pending| barriers_since(barriers, p.written_at);
-        let fewest = match self {
-            Writes::Few(v) => v.iter().map(|(_, p)| p).filter(|p| p.in_flight == NOT_IN_FLIGHT).map(since).min(),
-            Writes::Many(m) => m.values().filter(|p| p.in_flight == NOT_IN_FLIGHT).map(since).min(),
-        };
-        fewest.map(|n| barriers - n)
-    }
-
-    /// Whether any is waiting for a flush (not in flight).
-    fn any_waiting(&self) -> bool {
-        match self {
-            Writes::Few(v) => v.iter().any(|(_, p)| p.in_flight == NOT_IN_FLIGHT),
-            Writes::Many(m) => m.values().any(|p| p.in_flight == NOT_IN_FLIGHT),
-        }
-    }
-
-    /// How many are waiting for a flush (not in flight): what counts in `pending_len`.
-    fn waiting(&self) -> usize {
-        match self {
-            Writes::Few(v) => v.iter().filter(|(_, p)| p.in_flight == NOT_IN_FLIGHT).count(),
-            Writes::Many(m) => m.values().filter(|p| p.in_flight == NOT_IN_FLIGHT).count(),
-        }
-    }
-
-    fn is_empty(&self) -> bool {
-        match self {
-            Writes::Few(v) => v.is_empty(),
-            Writes::Many(m) => m.is_empty(),
-        }
-    }
-
-    /// The writes whose key rest starts with `start`, in order (either way).
-    fn starting_with<'a>(
-        &'a self,
-        start: &'a [u8],
-    ) -> Box<dyn DoubleEndedIterator<Item = (&'a InlineKey, &'a Pending)> + 'a> {
-        let end = prefix_end(start);
-        match self {
-            Writes::Few(v) => {
-                let first = v.partition_point(|(k, _)| k.as_slice() < start);
-                let last = match &end {
-                    Some(end) => v.partition_point(|(k, _)| k.as_slice() < end.as_slice()),
-                    None => v.len(),
-                };
-                Box::new(v[first..last].iter().map(|(k, p)| (k, p)))
-            }
-            Writes::Many(m) => {
-                let upper = match end {
-                    Some(end) => Bound::Excluded(end),
-                    None => Bound::Unbounded,
-                };
-                Box::new(m.range::<[u8], _>((Bound::Included(start), upper.as_ref().map(|e| e.as_slice()))))
-            }
-        }
-    }
-
-    /// Drops the writes whose key rest starts with `start`, which the store does not hold: those
-    /// waiting are forgotten, those in flight stay until their batch is in (and is forgotten by
-    /// [`KeyedState::forget_landed`], which updates the cache): a delete as it is, a put as a
-    /// delete waiting again. Returns how many fewer writes are waiting.
-    fn remove_starting_with(&mut self, start: &[u8]) -> isize {
-        let mut fewer = 0;
-        self.retain(|k, p| {
-            if !k.starts_with(start) {
-                return true;
-            }
-            if p.in_flight == NOT_IN_FLIGHT {
-                fewer += 1;
-                return false;
-            }
-            if p.value.is_some() {
-                p.value = None;
-                p.maybe_stored = true;
-                p.in_flight = NOT_IN_FLIGHT;
-                fewer -= 1;
-            }
-            true
-        });
-        fewer
-    }
-
-    /// Keeps the writes `f` says to keep (it may change them), visiting them in key order.
-    fn retain(&mut self, mut f: impl FnMut(&InlineKey, &mut Pending) -> bool) {
-        match self {
-            Writes::Few(v) => v.retain(|(k, p)| f(k, p)),
-            Writes::Many(m) => m.retain(|k, p| f(k, p)),
-        }
-    }
-}
-
-/// Which keys of a table the store holds.
-#[derive(Debug)]
-enum StoredKeys {
-    /// Exactly `keys` (logical keys, without table id and vnode; at most the table's capacity),
-    /// and how many of them are in each vnode, for questions about a prefix.
-    Exactly { keys: HashSet<Vec<u8>>, per_vnode: Box<[u32; VNODE_COUNT as usize]> },
-    /// Not tracked: any key may be stored.
-    Unknown,
-}
-
-impl StoredKeys {
-    fn none() -> StoredKeys {
-        StoredKeys::Exactly { keys: HashSet::default(), per_vnode: Box::new([0; VNODE_COUNT as usize]) }
-    }
-
-    /// Whether the store holds `key`: None when not tracked.
-    fn holds(&self, key: &[u8]) -> Option<bool> {
-        match self {
-            StoredKeys::Exactly { keys, .. } => Some(keys.contains(key)),
-            StoredKeys::Unknown => None,
-        }
-    }
-
-    /// Whether the store may hold a key starting with `prefix`, which begins with a whole
-    /// distribution prefix of `distribution_len` bytes: not if no stored key is in its vnode.
-    fn may_hold_prefix(&self, prefix: &[u8], distribution_len: usize) -> bool {
-        match self {
-            StoredKeys::Exactly { per_vnode, .. } => {
-                per_vnode[vnode_of(&prefix[..distribution_len.min(prefix.len())]) as usize] > 0
-            }
-            StoredKeys::Unknown => true,
-        }
-    }
-
-    /// Records a write of `key` (in `vnode`) reaching the store (`stored`: a put; else a
-    /// delete); past `limit` keys stops tracking.
-    fn record(&mut self, key: &[u8], vnode: u16, stored: bool, limit: usize) {
-        let StoredKeys::Exactly { keys, per_vnode } = self else { return };
-        if !stored {
-            if keys.remove(key) {
-                per_vnode[vnode as usize] -= 1;
-            }
-        } else if !keys.contains(key) {
-            if keys.len() >= limit {
-                *self = StoredKeys::Unknown;
-            } else {
-                keys.insert(key.to_vec());
-                per_vnode[vnode as usize] += 1;
-            }
-        }
-    }
-}
 
 pub struct KeyedState {
     table_id: TableId,
@@ -435,9 +189,12 @@ impl KeyedState {
     /// checkpoints. Which keys the store holds (a restored view's) is read once here, if they
     /// are at most [`UNTRACKED_UNLESS_USED`] (every shard's, as the shards share the table: a
     /// superset of this shard's, which is safe), so that a restore reads little; a table holding
-    /// more starts untracked.
-    pub fn write_back(mut self) -> Result<KeyedState> {
+    /// more starts untracked. With `settling`, writes pending long enough also go to the store
+    /// at barriers that are not checkpoints ([`Settling`], ADR 18).
+    pub fn write_back(mut self, settling: Option<Settling>) -> Result<KeyedState> {
         self.write_back = true;
+        self.settling = settling;
+        self.barrier_times = self.settling.iter().map(|_| (0, std::time::Instant::now())).collect();
         let mut stored = StoredKeys::none();
         let limit = self.capacity.min(UNTRACKED_UNLESS_USED);
         self.store.scan_prefix(&self.table_id.to_be_bytes(), &mut |k, _| {
@@ -590,7 +347,7 @@ impl KeyedState {
             None => 0,
         };
         let after = before + delta;
-        let value = (after != 0).then(|| after.to_le_bytes().to_vec());
+        let value = (after != 0).then(|| encode_count(after));
         self.write(key, distribution_len, value, stored);
         Ok((before, after))
     }
@@ -816,19 +573,6 @@ impl KeyedState {
         flushed
     }
 
-    /// Writes of a write-back table go to the store at any barrier once pending for
-    /// `settling.after` and not written again for as long (set when barriers come more often than
-    /// checkpoints: see ADR 18). State that outlives it is then written a little at every
-    /// barrier instead of all at the next checkpoint, whose barrier (and every change behind
-    /// it) would otherwise wait for all of it; state written and dropped within `age` still
-    /// never reaches the store, and a key still changing goes once, when it rests or with the
-    /// checkpoint, not at every barrier.
-    pub fn settle(mut self, settling: Option<Settling>) -> KeyedState {
-        self.settling = settling.filter(|_| self.write_back);
-        self.barrier_times = self.settling.iter().map(|_| (0, std::time::Instant::now())).collect();
-        self
-    }
-
     /// While this table settles its writes: how long until the next checkpoint at most (the
     /// checkpoint interval), the horizon over which its operator may say which state it will
     /// drop first ([`KeyedState::flush_keeping`]).
@@ -991,6 +735,7 @@ impl KeyedState {
 
 #[cfg(test)]
 mod tests {
+    use super::pending::barriers_since;
     use super::*;
     use crate::state::memory::MemoryStore;
 
@@ -1005,9 +750,8 @@ mod tests {
         let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
         let age = std::time::Duration::from_millis(20);
         let table = KeyedState::new(7, Arc::clone(&store), 1024)
-            .write_back()
-            .unwrap()
-            .settle(Some(Settling { after: age, checkpoint_interval: age * 10 }));
+            .write_back(Some(Settling { after: age, checkpoint_interval: age * 10 }))
+            .unwrap();
         (store, age, table)
     }
 
@@ -1036,7 +780,7 @@ mod tests {
         let keys = written_keys(&wb);
         assert_eq!(keys, vec![b"g3a".to_vec()], "g4a was written and dropped before reaching the store");
         // Without an age (barriers are checkpoints) a barrier writes nothing.
-        let mut plain = KeyedState::new(8, Arc::clone(&store), 1024).write_back().unwrap().settle(None);
+        let mut plain = KeyedState::new(8, Arc::clone(&store), 1024).write_back(None).unwrap();
         plain.put(b"g1a", 2, b"1".to_vec());
         std::thread::sleep(age);
         let mut wb = WriteBatch::default();
@@ -1111,7 +855,7 @@ mod tests {
     /// A write-back table (distribution prefix of one byte) whose `entries` are in the store.
     fn stored_write_back_table(entries: &[(&[u8], &[u8])]) -> (Arc<dyn StateStore>, KeyedState) {
         let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
-        let mut s = KeyedState::new(7, Arc::clone(&store), 16).write_back().unwrap();
+        let mut s = KeyedState::new(7, Arc::clone(&store), 16).write_back(None).unwrap();
         entries.iter().for_each(|(k, v)| s.put(k, 1, v.to_vec()));
         let mut wb = WriteBatch::default();
         s.flush(&mut wb, Flush::CHECKPOINT);
@@ -1226,7 +970,7 @@ mod tests {
     #[test]
     fn write_back_keeps_writes_in_memory_until_capacity_and_drops_what_never_reached_the_store() {
         let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
-        let mut s = KeyedState::new(7, Arc::clone(&store), 16).write_back().unwrap();
+        let mut s = KeyedState::new(7, Arc::clone(&store), 16).write_back(None).unwrap();
         let key = |i: usize| format!("k{i:02}").into_bytes();
         for i in 0..10 {
             s.put(&key(i), 1, vec![i as u8]);
@@ -1262,7 +1006,7 @@ mod tests {
     #[test]
     fn a_table_knows_its_few_stored_keys_across_checkpoints_and_restores() {
         let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
-        let mut s = KeyedState::new(7, Arc::clone(&store), 16).write_back().unwrap();
+        let mut s = KeyedState::new(7, Arc::clone(&store), 16).write_back(None).unwrap();
         s.put(b"a1", 1, vec![1]);
         s.put(b"b1", 1, vec![2]);
         let mut wb = WriteBatch::default();
@@ -1288,7 +1032,7 @@ mod tests {
         s.flush(&mut wb, Flush::CHECKPOINT);
         store.write(std::mem::take(&mut wb)).unwrap();
         // Reopened (a restore): the stored keys are read back, and still known exactly.
-        let mut restored = KeyedState::new(7, Arc::clone(&store), 16).write_back().unwrap();
+        let mut restored = KeyedState::new(7, Arc::clone(&store), 16).write_back(None).unwrap();
         assert_eq!(restored.get(b"a1", 1).unwrap(), Some(vec![1]));
         restored.put(b"d1", 1, vec![4]);
         restored.delete(b"d1", 1);
@@ -1309,14 +1053,14 @@ mod tests {
         restored.delete(&[b'k', 3], 1);
         restored.flush(&mut wb, Flush::CHECKPOINT);
         assert_eq!(wb.ops.len(), 1, "an untracked table's delete of a stored key reaches the store");
-        let reopened = KeyedState::new(7, Arc::clone(&store), 16).write_back().unwrap();
+        let reopened = KeyedState::new(7, Arc::clone(&store), 16).write_back(None).unwrap();
         assert!(matches!(reopened.stored, StoredKeys::Unknown), "40 stored keys are more than 16");
     }
 
     #[test]
     fn a_flush_into_a_full_cache_leaves_no_stale_value_behind() {
         let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
-        let mut s = KeyedState::new(7, Arc::clone(&store), 16).write_back().unwrap();
+        let mut s = KeyedState::new(7, Arc::clone(&store), 16).write_back(None).unwrap();
         let key = |i: u8| vec![b'k', i];
         for i in 0..16 {
             s.put(&key(i), 1, vec![0]);
@@ -1340,7 +1084,7 @@ mod tests {
     fn a_large_table_probed_only_by_prefix_stops_tracking_its_keys_but_an_idle_one_keeps_them() {
         let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
         let many = UNTRACKED_UNLESS_USED + 10;
-        let mut s = KeyedState::new(7, Arc::clone(&store), 2 * many).write_back().unwrap();
+        let mut s = KeyedState::new(7, Arc::clone(&store), 2 * many).write_back(None).unwrap();
         let key = |i: usize| (i as u32).to_be_bytes().to_vec();
         for i in 0..many {
             s.put(&key(i), 2, vec![1]);
@@ -1365,14 +1109,14 @@ mod tests {
         assert!(matches!(s.stored, StoredKeys::Unknown));
         assert_eq!(s.get(&key(1), 2).unwrap(), Some(vec![2]));
         // Reopened, a table this large starts untracked.
-        let reopened = KeyedState::new(7, Arc::clone(&store), 2 * many).write_back().unwrap();
+        let reopened = KeyedState::new(7, Arc::clone(&store), 2 * many).write_back(None).unwrap();
         assert!(matches!(reopened.stored, StoredKeys::Unknown));
     }
 
     #[test]
     fn a_prefix_sharing_a_vnode_with_a_stored_one_is_read_right() {
         let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
-        let mut s = KeyedState::new(7, Arc::clone(&store), 64).write_back().unwrap();
+        let mut s = KeyedState::new(7, Arc::clone(&store), 64).write_back(None).unwrap();
         // Two distribution prefixes in one vnode: one stored, one only pending.
         let a = [b'p', 0u8];
         let b = (1..=u8::MAX).map(|i| [b'q', i]).find(|b| vnode_of(b) == vnode_of(&a)).expect("a vnode twin");
@@ -1415,7 +1159,7 @@ mod tests {
                 checkpoint_interval: std::time::Duration::from_secs(1),
             });
             let open = |store: &Arc<dyn StateStore>| {
-                KeyedState::new(9, Arc::clone(store), capacity).write_back().unwrap().settle(settle)
+                KeyedState::new(9, Arc::clone(store), capacity).write_back(settle).unwrap()
             };
             let mut s = open(&store);
             // A flush's batch written only before the flush after next (a view job writes it
@@ -1518,7 +1262,7 @@ mod tests {
     #[test]
     fn an_ordered_scan_merges_pending_writes_and_stops_where_told() {
         let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
-        let mut s = KeyedState::new(7, Arc::clone(&store), 1000).write_back().unwrap();
+        let mut s = KeyedState::new(7, Arc::clone(&store), 1000).write_back(None).unwrap();
         for i in (0..30u8).step_by(2) {
             s.put(&[b'p', i], 1, vec![i]);
         }
@@ -1554,7 +1298,7 @@ mod tests {
     #[test]
     fn many_writes_under_one_prefix_stay_ordered_and_readable() {
         let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
-        let mut s = KeyedState::new(7, Arc::clone(&store), 1000).write_back().unwrap();
+        let mut s = KeyedState::new(7, Arc::clone(&store), 1000).write_back(None).unwrap();
         // Past FEW_WRITES the prefix's writes change representation; reads and scans agree.
         for i in (0..40u8).rev() {
             s.put(&[b'g', b'a', i], 2, vec![i]);
@@ -1575,7 +1319,7 @@ mod tests {
         let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
         for write_back in [true, false] {
             let s = KeyedState::new(8, Arc::clone(&store), 1000);
-            let mut s = if write_back { s.write_back().unwrap() } else { s };
+            let mut s = if write_back { s.write_back(None).unwrap() } else { s };
             // Few writes under one prefix, then many (a B-tree); 0xFF bytes at the range's end.
             for (sub, n) in [(b'a', 3u8), (b'b', 40), (0xFF, 2)] {
                 for i in (0..n).rev() {
