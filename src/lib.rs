@@ -5,15 +5,23 @@
 //!
 //! ```text
 //! psql / JDBC / BI tool
-//!   -> server/     pgwire session: startup and auth, simple + extended query protocol,
-//!                  Arrow -> Postgres encoding, the session's settings and transaction state
-//!   -> frontend/   parse (sqlparser, Postgres dialect), then one handler per statement kind;
-//!                  DataFusion plans and runs queries and DML (behind `frontend::df_context`)
-//!   -> catalog/    the durable list of relations, and the DataFusion TableProvider over them
-//!   -> state/      keyed state tables (memcomparable keys from arrow-row) over RocksDB
-//!   -> checkpoint/ snapshots of the store at checkpoint epochs, uploaded to an object store
+//!   -> server/       pgwire session: startup and auth, simple + extended query protocol,
+//!                    Arrow -> Postgres encoding, the session's settings and transaction state
+//!   -> frontend/     parse (sqlparser, Postgres dialect), then one handler per statement kind;
+//!                    DataFusion plans and runs queries and DML (behind `frontend::df_context`)
+//!   -> stream_plan/  a view's query as streaming operators: typed specs, every exchange put
+//!                    by one distribution pass, instantiated per shard
+//!   -> dataflow/     a view's graph of operators in shards, its job, epochs and barriers
+//!   -> operators/    one operator per file, over changes (Arrow batches with ops)
+//!   -> connectors/   sources and sinks
+//!   -> checkpoint/   snapshots of the store at checkpoint epochs, uploaded to an object store
+//!   -> catalog/      the durable list of relations, and the DataFusion TableProvider over them
+//!   -> state/        keyed state tables (memcomparable keys from arrow-row) over RocksDB
+//!   bottom floor:    types, config, error, runtime (where tasks run), status (what the
+//!                    running server reports), metrics, fault
 //! ```
 //!
+//! `python3 ../shared/tools/import-circles.py .` checks that imports point down (ADR 26).
 //! Cross-cutting pieces: [`config`] (flags, environment and TOML file), [`error`] (one error type
 //! whose kind maps to a SQLSTATE at the wire), [`metrics`] (the Prometheus registry and its
 //! `/metrics` endpoint), [`fault`] (crash points for tests).

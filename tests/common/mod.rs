@@ -36,30 +36,22 @@ impl TestServer {
     pub fn start_with(extra_args: &[&str]) -> TestServer {
         let temp = tempfile::tempdir().expect("tempdir");
         let data_dir = temp.path().join("data");
+        Self::start_in(data_dir, temp, extra_args)
+    }
+
+    /// Starts a server on an existing data directory, which the caller keeps.
+    pub fn start_on(data_dir: &Path, extra_args: &[&str]) -> TestServer {
+        Self::start_in(data_dir.to_path_buf(), tempfile::tempdir().expect("tempdir"), extra_args)
+    }
+
+    /// Starts a server on `data_dir`, its log in `temp` (kept as long as the server).
+    fn start_in(data_dir: PathBuf, temp: tempfile::TempDir, extra_args: &[&str]) -> TestServer {
         let log = temp.path().join("weir.log");
         let mut server = TestServer {
             child: None,
             port: 0,
             metrics_port: 0,
             data_dir,
-            _temp: Some(temp),
-            log,
-            extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
-            env: Vec::new(),
-        };
-        server.spawn();
-        server
-    }
-
-    /// Starts a server on an existing data directory, which the caller keeps.
-    pub fn start_on(data_dir: &Path, extra_args: &[&str]) -> TestServer {
-        let temp = tempfile::tempdir().expect("tempdir");
-        let log = temp.path().join("weir.log");
-        let mut server = TestServer {
-            child: None,
-            port: 0,
-            metrics_port: 0,
-            data_dir: data_dir.to_path_buf(),
             _temp: Some(temp),
             log,
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),

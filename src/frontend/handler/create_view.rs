@@ -1,6 +1,6 @@
 //! `CREATE MATERIALIZED VIEW [IF NOT EXISTS] name AS SELECT ...`.
 //!
-//! DataFusion plans and optimizes the query; `dataflow::build` turns the plan into operators;
+//! DataFusion plans and optimizes the query; `stream_plan::build` turns the plan into operators;
 //! the catalog records the view; the streaming manager backfills it from its inputs' current
 //! rows before this statement returns, then keeps it up to date. If any step fails the view
 //! does not exist afterwards.
