@@ -138,6 +138,25 @@ pub struct HashJoinConfig {
     pub interval: Option<JoinInterval>,
 }
 
+/// Which sides of a `join_type` join are padded with NULLs where a row has no partner (left,
+/// right); an error for a join this operator does not compute (with `residual`: a condition
+/// besides the key equalities, which only an inner join takes). The planner asks first.
+pub fn padding(join_type: JoinType, residual: bool) -> Result<(bool, bool)> {
+    let padding = match join_type {
+        JoinType::Inner => (false, false),
+        JoinType::Left => (true, false),
+        JoinType::Right => (false, true),
+        JoinType::Full => (true, true),
+        other => {
+            return Err(WeirError::unsupported(format!("{other} JOIN is not supported in a materialized view yet")))
+        }
+    };
+    if join_type != JoinType::Inner && residual {
+        return Err(WeirError::unsupported("an outer join condition other than equalities is not supported yet"));
+    }
+    Ok(padding)
+}
+
 impl HashJoinConfig {
     /// A join of inputs that may retract, without a window or a time bound.
     pub fn new(join_type: JoinType, left: JoinInput, right: JoinInput, schema: SchemaRef) -> HashJoinConfig {
@@ -547,18 +566,7 @@ impl HashJoin {
             window,
             interval,
         } = config;
-        let (pad_left, pad_right) = match join_type {
-            JoinType::Inner => (false, false),
-            JoinType::Left => (true, false),
-            JoinType::Right => (false, true),
-            JoinType::Full => (true, true),
-            other => {
-                return Err(WeirError::unsupported(format!("{other} JOIN is not supported in a materialized view yet")))
-            }
-        };
-        if join_type != JoinType::Inner && residual.is_some() {
-            return Err(WeirError::unsupported("an outer join condition other than equalities is not supported yet"));
-        }
+        let (pad_left, pad_right) = padding(join_type, residual.is_some())?;
         let [left_state, right_state] = state;
         let mut join = HashJoin {
             sides: [Side::new(left, left_state, pad_left)?, Side::new(right, right_state, pad_right)?],

@@ -252,7 +252,7 @@ impl Ranked {
     }
 
     fn decode_list(bytes: &[u8]) -> Result<Vec<Ranked>> {
-        let mut r = ValueReader::new(bytes, "a Top-N partition's stored rows");
+        let mut r = ValueReader::new(bytes, "a Top-N partition's list of rows");
         let mut rows = Vec::new();
         while !r.at_end() {
             let order_len = r.u32()? as usize;

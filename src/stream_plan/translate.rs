@@ -35,7 +35,7 @@ use crate::catalog::windowed::windowed_relation;
 use crate::catalog::{Catalog, RelationKind};
 use crate::error::{Result, WeirError};
 use crate::operators::hash_agg::{AggKind, AggSpec, AggWindow, HashAggConfig};
-use crate::operators::hash_join::{HashJoinConfig, JoinWindow};
+use crate::operators::hash_join::{padding, HashJoinConfig, JoinWindow};
 use crate::operators::lookup_join::LookupKind;
 use crate::operators::top_n::{RankOrder, TopNConfig};
 use crate::state::keys::{operator_state_table, TableId, RUNTIME_STATE_TABLE};
@@ -676,6 +676,8 @@ impl Builder<'_> {
                     (f, _) => (f.clone(), None),
                 };
                 let residual = condition.as_ref().map(|f| self.physical(f, &j.schema)).transpose()?;
+                // Refused here, in plan order, rather than when the operators are made.
+                padding(j.join_type, residual.is_some())?;
                 // Joined on a window bound of both sides: state is freed as windows become final.
                 let window = j.on.iter().enumerate().find_map(|(i, (l, r))| {
                     let l = column_index(l, j.left.schema()).and_then(|c| left.times[c])?;
