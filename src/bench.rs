@@ -87,13 +87,14 @@ impl Harness {
     ) -> Result<Harness> {
         let dir = std::env::temp_dir().join(format!("weir-bench-{}-{}", std::process::id(), rand_suffix()));
         let storage = StorageConfig::default();
+        let status = Arc::new(crate::status::Status::default());
         let prepared = match &checkpoints {
-            Some(config) => Some(crate::checkpoint::prepare(config, &storage, &dir).await?),
+            Some(config) => Some(crate::checkpoint::prepare(config, &storage, &dir, Arc::clone(&status)).await?),
             None => None,
         };
         let store = Arc::new(RocksStore::open(&dir.join("state"), &storage)?);
         crate::connectors::replay::register();
-        let catalog = Catalog::open(Arc::clone(&store) as Arc<dyn crate::state::store::StateStore>, "dev")?;
+        let catalog = Catalog::open(Arc::clone(&store) as Arc<dyn crate::state::store::StateStore>, "dev", status)?;
         let (catalog, checkpointer) = match prepared {
             Some(prepared) => (catalog, Some(prepared.checkpointer(store).0)),
             None => (catalog.without_change_log(), None),

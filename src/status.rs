@@ -4,10 +4,16 @@
 //! presents it as the `weir_catalog` relations (and it describes this process only, so it is
 //! not stored).
 //!
+//! One [`Status`] per server, made by the server at start and handed down: the catalog holds it
+//! (`Catalog::status`), so everything that reads the catalog can report; the checkpoint
+//! recovery, which runs before the catalog opens, is handed it too. An operator reports through
+//! its view's [`ViewStatus`]. Nothing here is a process global: two servers in one process (the
+//! unit tests) keep apart.
+//!
 //! A bottom-floor module: it imports only `types`, so anything may report to it.
 
-use std::collections::BTreeMap;
-use std::sync::LazyLock;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 
@@ -18,44 +24,11 @@ pub struct ErrorEntry {
     pub last_micros: i64,
 }
 
-pub static VIEW_ERRORS: LazyLock<Mutex<BTreeMap<(String, String), ErrorEntry>>> = LazyLock::new(Default::default);
-
-/// Records `count` failures of `message` in `view`.
-pub fn record_view_error(view: &str, message: &str, count: u64) {
-    let now = chrono::Utc::now().timestamp_micros();
-    let mut errors = VIEW_ERRORS.lock();
-    let entry =
-        errors.entry((view.to_string(), message.to_string())).or_insert(ErrorEntry { count: 0, last_micros: now });
-    entry.count += count;
-    entry.last_micros = now;
-}
-
 #[derive(Default)]
 pub struct EventTimeEntry {
     pub watermark_micros: Option<i64>,
     pub open_windows: u64,
     pub late_rows: u64,
-}
-
-pub static EVENT_TIME: LazyLock<Mutex<BTreeMap<String, EventTimeEntry>>> = LazyLock::new(Default::default);
-
-/// Counts `count` late row copies of `view`.
-pub fn record_late_rows(view: &str, count: u64) {
-    EVENT_TIME.lock().entry(view.to_string()).or_default().late_rows += count;
-}
-
-/// A view's watermark (nanoseconds) and open windows at its last commit.
-pub fn record_event_time(view: &str, watermark: Option<i64>, open_windows: usize) {
-    let mut all = EVENT_TIME.lock();
-    // Views without event time (no watermark, no windows, no late rows) are not listed.
-    if watermark.is_none() && open_windows == 0 && !all.contains_key(view) {
-        return;
-    }
-    let entry = all.entry(view.to_string()).or_default();
-    // Past every row (every input ended) is shown as NULL, like no watermark yet.
-    entry.watermark_micros =
-        watermark.filter(|w| *w != crate::types::window::PAST_EVERY_ROW).map(|w| w.div_euclid(1000));
-    entry.open_windows = open_windows as u64;
 }
 
 /// How many checkpoint records `weir_catalog.checkpoints` keeps.
@@ -99,30 +72,6 @@ impl CheckpointRecord {
     pub fn failed(epoch: u64, started_at_micros: i64, detail: String) -> CheckpointRecord {
         CheckpointRecord { detail, ..CheckpointRecord::new(epoch, "failed", started_at_micros) }
     }
-}
-
-pub static CHECKPOINTS: LazyLock<Mutex<std::collections::VecDeque<CheckpointRecord>>> = LazyLock::new(Default::default);
-
-/// Records what happened to a checkpoint; a record of the same epoch and an unfinished status
-/// (`uploading`) is replaced.
-pub fn record_checkpoint(record: CheckpointRecord) {
-    let mut all = CHECKPOINTS.lock();
-    all.retain(|r| !(r.epoch == record.epoch && r.status == "uploading"));
-    all.push_back(record);
-    while all.len() > CHECKPOINT_HISTORY {
-        all.pop_front();
-    }
-}
-
-/// A checkpoint was deleted by retention: it is no longer listed as complete.
-pub fn forget_checkpoint(epoch: u64) {
-    CHECKPOINTS.lock().retain(|r| !(r.epoch == epoch && r.status == "complete"));
-}
-
-/// Forgets the errors of a dropped view.
-pub fn forget_view(view: &str) {
-    VIEW_ERRORS.lock().retain(|(v, _), _| v != view);
-    EVENT_TIME.lock().remove(view);
 }
 
 /// What a sink is doing, for `weir_catalog.sinks`: the sink as a whole, from its shards'.
@@ -174,10 +123,6 @@ impl SinkStatus {
     }
 }
 
-/// Every running sink's status, by sink id: (name, status).
-pub static SINKS: std::sync::LazyLock<Mutex<std::collections::BTreeMap<u32, (String, SinkStatus)>>> =
-    std::sync::LazyLock::new(Default::default);
-
 /// What a source is doing, for `weir_catalog.sources`.
 #[derive(Debug, Clone, Default)]
 pub struct SourceStatus {
@@ -191,6 +136,137 @@ pub struct SourceStatus {
     pub error: Option<String>,
 }
 
-/// Every started source's status, by relation id.
-pub static SOURCES: std::sync::LazyLock<parking_lot::Mutex<std::collections::BTreeMap<u32, SourceStatus>>> =
-    std::sync::LazyLock::new(Default::default);
+/// What the running server reports about itself (see the module's doc).
+#[derive(Default)]
+pub struct Status {
+    /// Runtime errors inside views, by view and message.
+    pub view_errors: Mutex<BTreeMap<(String, String), ErrorEntry>>,
+    /// Each view with event time, as of its last commit.
+    pub event_time: Mutex<BTreeMap<String, EventTimeEntry>>,
+    /// The checkpoints listed at start and taken since, newest last (at most
+    /// [`CHECKPOINT_HISTORY`]).
+    pub checkpoints: Mutex<VecDeque<CheckpointRecord>>,
+    /// Every running sink's status, by sink id: (name, status).
+    pub sinks: Mutex<BTreeMap<u32, (String, SinkStatus)>>,
+    /// Every started source's status, by relation id.
+    pub sources: Mutex<BTreeMap<u32, SourceStatus>>,
+}
+
+impl Status {
+    /// Records `count` failures of `message` in `view`.
+    pub fn record_view_error(&self, view: &str, message: &str, count: u64) {
+        let now = chrono::Utc::now().timestamp_micros();
+        let mut errors = self.view_errors.lock();
+        let entry =
+            errors.entry((view.to_string(), message.to_string())).or_insert(ErrorEntry { count: 0, last_micros: now });
+        entry.count += count;
+        entry.last_micros = now;
+    }
+
+    /// Counts `count` late row copies of `view`.
+    pub fn record_late_rows(&self, view: &str, count: u64) {
+        self.event_time.lock().entry(view.to_string()).or_default().late_rows += count;
+    }
+
+    /// A view's watermark (nanoseconds) and open windows at its last commit.
+    pub fn record_event_time(&self, view: &str, watermark: Option<i64>, open_windows: usize) {
+        let mut all = self.event_time.lock();
+        // Views without event time (no watermark, no windows, no late rows) are not listed.
+        if watermark.is_none() && open_windows == 0 && !all.contains_key(view) {
+            return;
+        }
+        let entry = all.entry(view.to_string()).or_default();
+        // Past every row (every input ended) is shown as NULL, like no watermark yet.
+        entry.watermark_micros =
+            watermark.filter(|w| *w != crate::types::window::PAST_EVERY_ROW).map(|w| w.div_euclid(1000));
+        entry.open_windows = open_windows as u64;
+    }
+
+    /// Records what happened to a checkpoint; a record of the same epoch and an unfinished
+    /// status (`uploading`) is replaced.
+    pub fn record_checkpoint(&self, record: CheckpointRecord) {
+        let mut all = self.checkpoints.lock();
+        all.retain(|r| !(r.epoch == record.epoch && r.status == "uploading"));
+        all.push_back(record);
+        while all.len() > CHECKPOINT_HISTORY {
+            all.pop_front();
+        }
+    }
+
+    /// A checkpoint was deleted by retention: it is no longer listed as complete.
+    pub fn forget_checkpoint(&self, epoch: u64) {
+        self.checkpoints.lock().retain(|r| !(r.epoch == epoch && r.status == "complete"));
+    }
+
+    /// Forgets the errors and event time of a dropped view.
+    pub fn forget_view(&self, view: &str) {
+        self.view_errors.lock().retain(|(v, _), _| v != view);
+        self.event_time.lock().remove(view);
+    }
+}
+
+/// A view's name and the status its operators report to.
+#[derive(Clone)]
+pub struct ViewStatus {
+    name: Arc<str>,
+    status: Arc<Status>,
+}
+
+impl ViewStatus {
+    pub fn new(name: &str, status: Arc<Status>) -> ViewStatus {
+        ViewStatus { name: name.into(), status }
+    }
+
+    /// `count` rows of the view failed `message`.
+    pub fn error(&self, message: &str, count: u64) {
+        self.status.record_view_error(&self.name, message, count);
+    }
+
+    /// `count` row copies came too late for the view's windows.
+    pub fn late_rows(&self, count: u64) {
+        self.status.record_late_rows(&self.name, count);
+    }
+
+    /// The view's watermark (nanoseconds) and open windows at its last commit.
+    pub fn event_time(&self, watermark: Option<i64>, open_windows: usize) {
+        self.status.record_event_time(&self.name, watermark, open_windows);
+    }
+}
+
+impl std::ops::Deref for ViewStatus {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.name
+    }
+}
+
+impl std::fmt::Debug for ViewStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", &*self.name)
+    }
+}
+
+impl AsRef<str> for ViewStatus {
+    fn as_ref(&self) -> &str {
+        &self.name
+    }
+}
+
+impl std::fmt::Display for ViewStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.name)
+    }
+}
+
+impl From<&ViewStatus> for ViewStatus {
+    fn from(view: &ViewStatus) -> ViewStatus {
+        view.clone()
+    }
+}
+
+/// A view reporting to a status of its own (operators' unit tests).
+impl From<&str> for ViewStatus {
+    fn from(name: &str) -> ViewStatus {
+        ViewStatus::new(name, Arc::new(Status::default()))
+    }
+}

@@ -29,7 +29,7 @@ use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
 
 use crate::catalog::Catalog;
-use crate::status::{CHECKPOINTS, EVENT_TIME, SINKS, SOURCES, VIEW_ERRORS};
+use crate::status::Status;
 
 pub const SCHEMA: &str = "weir_catalog";
 
@@ -49,8 +49,8 @@ fn checkpoints_schema() -> SchemaRef {
     ]))
 }
 
-fn checkpoints_batch() -> DfResult<RecordBatch> {
-    let all = CHECKPOINTS.lock();
+fn checkpoints_batch(status: &Status) -> DfResult<RecordBatch> {
+    let all = status.checkpoints.lock();
     let epochs: UInt64Array = all.iter().map(|r| Some(r.epoch)).collect();
     let status: StringArray = all.iter().map(|r| Some(r.status.as_str())).collect();
     let started: TimestampMicrosecondArray = all.iter().map(|r| Some(r.started_at_micros)).collect();
@@ -87,8 +87,8 @@ fn event_time_schema() -> SchemaRef {
     ]))
 }
 
-fn event_time_batch() -> DfResult<RecordBatch> {
-    let all = EVENT_TIME.lock();
+fn event_time_batch(status: &Status) -> DfResult<RecordBatch> {
+    let all = status.event_time.lock();
     let views: StringArray = all.keys().map(|v| Some(v.as_str())).collect();
     let watermarks: TimestampMicrosecondArray = all.values().map(|e| e.watermark_micros).collect();
     let open: UInt64Array = all.values().map(|e| Some(e.open_windows)).collect();
@@ -99,8 +99,8 @@ fn event_time_batch() -> DfResult<RecordBatch> {
     )?)
 }
 
-fn view_errors_batch() -> DfResult<RecordBatch> {
-    let errors = VIEW_ERRORS.lock();
+fn view_errors_batch(status: &Status) -> DfResult<RecordBatch> {
+    let errors = status.view_errors.lock();
     let schema = view_errors_schema();
     let views: StringArray = errors.keys().map(|(v, _)| Some(v.as_str())).collect();
     let messages: StringArray = errors.keys().map(|(_, m)| Some(m.as_str())).collect();
@@ -163,8 +163,8 @@ fn sinks_schema() -> SchemaRef {
 
 /// Every running sink: running or retrying (any shard), the last checkpoint every shard
 /// delivered, its last error, its shards.
-fn sinks_batch() -> DfResult<RecordBatch> {
-    let all: Vec<(String, crate::status::SinkStatus)> = SINKS.lock().values().cloned().collect();
+fn sinks_batch(status: &Status) -> DfResult<RecordBatch> {
+    let all: Vec<(String, crate::status::SinkStatus)> = status.sinks.lock().values().cloned().collect();
     let names: StringArray = all.iter().map(|(n, _)| Some(n.as_str())).collect();
     let states: StringArray = all.iter().map(|(_, s)| Some(s.state())).collect();
     let delivered: UInt64Array = all.iter().map(|(_, s)| s.delivered()).collect();
@@ -188,8 +188,8 @@ fn sources_schema() -> SchemaRef {
 
 /// Every started source: running, retrying (and why), failed (and why) or finished, and the
 /// records it has read.
-fn sources_batch() -> DfResult<RecordBatch> {
-    let all: Vec<crate::status::SourceStatus> = SOURCES.lock().values().cloned().collect();
+fn sources_batch(status: &Status) -> DfResult<RecordBatch> {
+    let all: Vec<crate::status::SourceStatus> = status.sources.lock().values().cloned().collect();
     let names: StringArray = all.iter().map(|s| Some(s.name.as_str())).collect();
     let connectors: StringArray = all.iter().map(|s| Some(s.connector.as_str())).collect();
     let states: StringArray = all.iter().map(|s| Some(s.state.as_str())).collect();
@@ -228,12 +228,15 @@ impl SchemaProvider for SystemSchema {
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
         let table = |schema: SchemaRef, rows: RowsFn| Some(Arc::new(SystemTable { schema, rows }) as _);
+        // The running server's reports, read at scan time.
+        let status = Arc::clone(self.catalog.status());
+        let of = |batch: fn(&Status) -> DfResult<RecordBatch>| -> RowsFn { Arc::new(move || batch(&status)) };
         Ok(match name {
-            "view_errors" => table(view_errors_schema(), Arc::new(view_errors_batch)),
-            "event_time" => table(event_time_schema(), Arc::new(event_time_batch)),
-            "checkpoints" => table(checkpoints_schema(), Arc::new(checkpoints_batch)),
-            "sinks" => table(sinks_schema(), Arc::new(sinks_batch)),
-            "sources" => table(sources_schema(), Arc::new(sources_batch)),
+            "view_errors" => table(view_errors_schema(), of(view_errors_batch)),
+            "event_time" => table(event_time_schema(), of(event_time_batch)),
+            "checkpoints" => table(checkpoints_schema(), of(checkpoints_batch)),
+            "sinks" => table(sinks_schema(), of(sinks_batch)),
+            "sources" => table(sources_schema(), of(sources_batch)),
             "dead_letters" => {
                 let catalog = Arc::clone(&self.catalog);
                 table(dead_letters_schema(), Arc::new(move || dead_letters_batch(&catalog)))

@@ -373,6 +373,8 @@ pub struct Catalog {
     log_changes: std::sync::atomic::AtomicBool,
     /// Bumped by every change to the set of relations (what a cached plan was planned against).
     version: AtomicU64,
+    /// What the running server reports about itself, handed down to whoever reads the catalog.
+    status: Arc<crate::status::Status>,
 }
 
 struct Inner {
@@ -387,7 +389,8 @@ const FIRST_RELATION_ID: TableId = 1000;
 
 impl Catalog {
     /// Rebuilds the catalog from the store.
-    pub fn open(store: Arc<dyn StateStore>, database: &str) -> Result<Catalog> {
+    /// The catalog stored in `store`, for database `database`, its server reporting to `status`.
+    pub fn open(store: Arc<dyn StateStore>, database: &str, status: Arc<crate::status::Status>) -> Result<Catalog> {
         let defs = persist::load_relations(store.as_ref())?;
         let mut next_id = persist::load_next_id(store.as_ref())?.unwrap_or(FIRST_RELATION_ID);
         let mut by_name = BTreeMap::new();
@@ -422,7 +425,13 @@ impl Catalog {
             open_epoch: AtomicU64::new(0),
             log_changes: std::sync::atomic::AtomicBool::new(true),
             version: AtomicU64::new(0),
+            status,
         })
+    }
+
+    /// What the running server reports about itself (`weir_catalog`'s runtime relations).
+    pub fn status(&self) -> &Arc<crate::status::Status> {
+        &self.status
     }
 
     /// Every relation, and every relation made from now on, starts in `epoch` (the
@@ -836,7 +845,7 @@ mod tests {
     #[test]
     fn catalog_survives_reopen_and_ids_are_not_reused() {
         let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
-        let cat = Catalog::open(store.clone(), "dev").unwrap();
+        let cat = Catalog::open(store.clone(), "dev", Default::default()).unwrap();
         assert!(cat.create_table("a", "CREATE TABLE a (...)", schema(), vec![0], false).unwrap().is_some());
         assert!(cat.create_table("a", "", schema(), vec![0], true).unwrap().is_none());
         let err = cat.create_table("a", "", schema(), vec![0], false).unwrap_err();
@@ -845,7 +854,7 @@ mod tests {
         cat.drop_relation("a", false).unwrap();
         assert!(cat.create_table("b", "", schema(), vec![], false).unwrap().is_some());
 
-        let reopened = Catalog::open(store, "dev").unwrap();
+        let reopened = Catalog::open(store, "dev", Default::default()).unwrap();
         assert!(reopened.get("a").is_none());
         let b = reopened.get("b").unwrap();
         assert!(b.def.id > a_id);

@@ -29,7 +29,7 @@ use super::remote::Remote;
 use crate::config::CheckpointConfig;
 use crate::error::{Result, WeirError};
 use crate::state::store::StateStore;
-use crate::status::{self, CheckpointRecord};
+use crate::status::{CheckpointRecord, Status};
 use crate::types::Epoch;
 
 /// What the object store holds, as this store knows it.
@@ -58,6 +58,8 @@ pub struct Checkpointer {
     local_epoch: AtomicU64,
     /// The epoch of the snapshot being uploaded (0: none), kept locally until it is done.
     uploading: AtomicU64,
+    /// Where checkpoints are reported (`weir_catalog.checkpoints`).
+    status: Arc<Status>,
 }
 
 /// Local snapshots kept: the newest, and the one before in case the newest cannot be opened.
@@ -85,6 +87,7 @@ impl Checkpointer {
         incarnation: String,
         manifests: Vec<Manifest>,
         restored: Option<&Manifest>,
+        status: Arc<Status>,
     ) -> Arc<Checkpointer> {
         let mut manifests = manifests;
         manifests.sort_by_key(|m| m.epoch);
@@ -93,7 +96,7 @@ impl Checkpointer {
         let last = manifests.last().map(|m| m.epoch).unwrap_or(0);
         crate::metrics::CHECKPOINT_LAST_COMPLETE_EPOCH.set(last as i64);
         for m in &manifests {
-            status::record_checkpoint(CheckpointRecord {
+            status.record_checkpoint(CheckpointRecord {
                 files: m.files.len() as u64,
                 state_bytes: m.state_bytes(),
                 detail: "found in the object store at start".into(),
@@ -112,6 +115,7 @@ impl Checkpointer {
             busy: AtomicBool::new(false),
             local_epoch: AtomicU64::new(0),
             uploading: AtomicU64::new(0),
+            status,
         })
     }
 
@@ -126,7 +130,7 @@ impl Checkpointer {
     pub fn record_failure(&self, epoch: Epoch, why: String) {
         tracing::warn!(epoch, "checkpoint failed: {why}");
         crate::metrics::CHECKPOINTS_TOTAL.with_label_values(&["failed"]).inc();
-        status::record_checkpoint(CheckpointRecord::failed(epoch, now_micros(), why));
+        self.status.record_checkpoint(CheckpointRecord::failed(epoch, now_micros(), why));
     }
 
     /// The epoch of the newest local snapshot this process took.
@@ -164,7 +168,7 @@ impl Checkpointer {
         crate::metrics::CHECKPOINT_SNAPSHOT_SECONDS.observe(snapshot_started.elapsed().as_secs_f64());
         self.local_epoch.fetch_max(epoch, Ordering::SeqCst);
         if self.busy.swap(true, Ordering::SeqCst) {
-            status::record_checkpoint(CheckpointRecord {
+            self.status.record_checkpoint(CheckpointRecord {
                 detail: "local only: an upload was running".into(),
                 ..CheckpointRecord::new(epoch, "local", started_at)
             });
@@ -173,7 +177,7 @@ impl Checkpointer {
         }
         self.uploading.store(epoch, Ordering::SeqCst);
         self.remove_old_snapshots();
-        status::record_checkpoint(CheckpointRecord::new(epoch, "uploading", started_at));
+        self.status.record_checkpoint(CheckpointRecord::new(epoch, "uploading", started_at));
         let this = Arc::clone(&self);
         crate::runtime::spawn_upload(async move {
             let outcome = this.upload(epoch, &dir, catalog_version, started_at, injected_at).await;
@@ -193,7 +197,7 @@ impl Checkpointer {
                     }
                 }
             };
-            status::record_checkpoint(record);
+            this.status.record_checkpoint(record);
             this.uploading.store(0, Ordering::SeqCst);
             this.remove_old_snapshots();
             this.busy.store(false, Ordering::SeqCst);
@@ -255,7 +259,7 @@ impl Checkpointer {
         // start), never a manifest without its files.
         for old in &retention.manifests {
             self.remote.delete(&protocol::manifest_key(*old)).await?;
-            status::forget_checkpoint(*old);
+            self.status.forget_checkpoint(*old);
         }
         for object in &retention.objects {
             self.remote.delete(object).await?;

@@ -30,6 +30,7 @@ use crate::catalog::change_log::LogEntry;
 use crate::config::{CheckpointConfig, StorageConfig};
 use crate::error::Result;
 use crate::state::store::StateStore;
+use crate::status::Status;
 use crate::types::Epoch;
 
 /// What start-up learnt from the object store and the local checkpoints before the state
@@ -50,19 +51,27 @@ struct Found {
     incarnation: String,
     data_dir: PathBuf,
     config: CheckpointConfig,
+    status: Arc<Status>,
 }
 
 /// Reads the checkpoints in the object store; when the data directory holds no store, downloads
 /// the newest whole one into it; then restores the store from the newest local checkpoint.
 /// Call before opening the store.
-pub async fn prepare(config: &CheckpointConfig, storage: &StorageConfig, data_dir: &Path) -> Result<Prepared> {
+/// What it finds and restores is reported to `status`, which the checkpointer keeps.
+pub async fn prepare(
+    config: &CheckpointConfig,
+    storage: &StorageConfig,
+    data_dir: &Path,
+    status: Arc<Status>,
+) -> Result<Prepared> {
     let remote = Arc::new(remote::Remote::open(&config.url_for(data_dir), &config.s3)?);
     let (manifests, unreadable) = recovery::load_manifests(&remote).await?;
     let snapshots = data_dir.join("snapshots");
     let restored =
-        recovery::restore_if_empty(&data_dir.join("state"), &snapshots, &remote, &manifests, &unreadable).await?;
-    let (dir, storage_config) = (data_dir.to_path_buf(), storage.clone());
-    let local = tokio::task::spawn_blocking(move || recovery::restore_local(&dir, &storage_config))
+        recovery::restore_if_empty(&data_dir.join("state"), &snapshots, &remote, &manifests, &unreadable, &status)
+            .await?;
+    let (dir, storage_config, reported) = (data_dir.to_path_buf(), storage.clone(), Arc::clone(&status));
+    let local = tokio::task::spawn_blocking(move || recovery::restore_local(&dir, &storage_config, &reported))
         .await
         .map_err(|e| crate::error::WeirError::internal(e.to_string()))??;
     let remote_epochs = manifests.iter().map(|m| m.epoch).chain(unreadable.iter().map(|(e, _)| *e));
@@ -83,6 +92,7 @@ pub async fn prepare(config: &CheckpointConfig, storage: &StorageConfig, data_di
         lineage,
         data_dir: data_dir.to_path_buf(),
         config: config.clone(),
+        status,
     };
     Ok(Prepared { found, first_epoch, local })
 }
@@ -100,6 +110,7 @@ impl Prepared {
             found.incarnation,
             found.manifests,
             found.lineage.as_ref(),
+            found.status,
         );
         checkpointer.start_sweep();
         (checkpointer, self.local.replay)

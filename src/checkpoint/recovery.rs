@@ -22,7 +22,7 @@ use crate::config::StorageConfig;
 use crate::error::{Result, SqlState, WeirError};
 use crate::state::rocks::RocksStore;
 use crate::state::store::StateStore;
-use crate::status::{self, CheckpointRecord};
+use crate::status::{CheckpointRecord, Status};
 use crate::types::Epoch;
 
 /// The complete checkpoints in the object store, oldest first, and the reasons others could
@@ -58,6 +58,7 @@ pub async fn restore_if_empty(
     remote: &Remote,
     manifests: &[Manifest],
     unreadable: &[(u64, String)],
+    status: &Status,
 ) -> Result<Option<Restored>> {
     if state_dir.join("CURRENT").exists() || !super::checkpointer::list_snapshots(snapshots).is_empty() {
         return Ok(None);
@@ -88,7 +89,7 @@ pub async fn restore_if_empty(
                     detail.push_str(&format!(" after skipping {}", reasons.join("; ")));
                 }
                 tracing::info!(epoch, seconds, "{detail}");
-                status::record_checkpoint(CheckpointRecord {
+                status.record_checkpoint(CheckpointRecord {
                     detail,
                     files: manifest.files.len() as u64,
                     state_bytes: manifest.state_bytes(),
@@ -98,7 +99,7 @@ pub async fn restore_if_empty(
             }
             Err(why) => {
                 tracing::warn!(epoch, "checkpoint cannot be restored, falling back to the previous one: {why}");
-                status::record_checkpoint(CheckpointRecord::failed(
+                status.record_checkpoint(CheckpointRecord::failed(
                     epoch,
                     chrono::Utc::now().timestamp_micros(),
                     format!("not restorable: {why}"),
@@ -157,7 +158,7 @@ pub struct LocalRestore {
 /// old store (the restore runs again) or the whole new one (the marker finishes the swap).
 /// A snapshot that cannot be opened is passed over for the one before; if none opens, the
 /// server refuses to start and deletes nothing.
-pub fn restore_local(data_dir: &Path, storage: &StorageConfig) -> Result<LocalRestore> {
+pub fn restore_local(data_dir: &Path, storage: &StorageConfig, status: &Status) -> Result<LocalRestore> {
     let started = Instant::now();
     let state = data_dir.join("state");
     let staging = data_dir.join("state.restoring");
@@ -214,7 +215,7 @@ pub fn restore_local(data_dir: &Path, storage: &StorageConfig) -> Result<LocalRe
                     detail.push_str(&format!("; passed over {}", reasons.join("; ")));
                 }
                 tracing::info!(epoch, seconds, "{detail}");
-                status::record_checkpoint(CheckpointRecord {
+                status.record_checkpoint(CheckpointRecord {
                     detail,
                     ..CheckpointRecord::new(epoch, "restored", chrono::Utc::now().timestamp_micros())
                 });

@@ -54,7 +54,7 @@ mod tests {
     async fn a_replayed_source_stores_offsets_and_reads_its_rows_again() {
         register();
         let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
-        let catalog = Arc::new(Catalog::open(Arc::clone(&store), "dev").unwrap());
+        let catalog = Arc::new(Catalog::open(Arc::clone(&store), "dev", Default::default()).unwrap());
         let options = ConnectorOptions(
             [
                 ("connector", "nexmark"),

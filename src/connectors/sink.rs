@@ -34,7 +34,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::status::{ShardStatus, SinkStatus};
+use crate::status::{ShardStatus, SinkStatus, Status};
 use tokio::sync::watch;
 
 use crate::catalog::changes::ChangeReceiver;
@@ -131,8 +131,8 @@ pub fn net_by_key<K: std::hash::Hash + Eq + Clone, R>(
     netted
 }
 
-fn set_status(sink: &Relation, update: impl FnOnce(&mut SinkStatus)) {
-    let mut all = crate::status::SINKS.lock();
+fn set_status(status: &Status, sink: &Relation, update: impl FnOnce(&mut SinkStatus)) {
+    let mut all = status.sinks.lock();
     let entry = all.entry(sink.def.id).or_insert_with(|| (sink.def.name.clone(), SinkStatus::default()));
     if entry.1.shards.len() < shards_of(sink) {
         entry.1.shards.resize(shards_of(sink), ShardStatus { state: "running".into(), ..Default::default() });
@@ -142,8 +142,8 @@ fn set_status(sink: &Relation, update: impl FnOnce(&mut SinkStatus)) {
     crate::metrics::SINK_CHECKPOINTS_PENDING.with_label_values(&[&sink.def.name]).set(pending as i64);
 }
 
-fn set_shard_status(sink: &Relation, shard: u16, update: impl FnOnce(&mut ShardStatus)) {
-    set_status(sink, |s| update(&mut s.shards[shard as usize]));
+fn set_shard_status(status: &Status, sink: &Relation, shard: u16, update: impl FnOnce(&mut ShardStatus)) {
+    set_status(status, sink, |s| update(&mut s.shards[shard as usize]));
 }
 
 /// Most shards a sink may have.
@@ -182,8 +182,8 @@ pub fn shards_of(sink: &Relation) -> usize {
 }
 
 /// Forgets a dropped sink's status.
-pub fn forget(sink: u32) {
-    crate::status::SINKS.lock().remove(&sink);
+pub fn forget(status: &Status, sink: u32) {
+    status.sinks.lock().remove(&sink);
 }
 
 /// The key of part `part` of outbox group `group` of shard `shard`.
@@ -320,6 +320,8 @@ pub fn undelivered(store: &dyn StateStore, sink: &Relation) -> Result<usize> {
 /// checkpoint interval.
 pub struct SinkJob {
     sink: Arc<Relation>,
+    /// Where the sink's state is reported (`weir_catalog.sinks`).
+    status: Arc<Status>,
     input: ChangeReceiver,
     store: Arc<dyn StateStore>,
     committed: watch::Sender<Epoch>,
@@ -360,6 +362,7 @@ impl SinkJob {
         store: Arc<dyn StateStore>,
         committed: watch::Sender<Epoch>,
         group: Epoch,
+        status: Arc<Status>,
     ) -> Result<SinkJob> {
         let key = match sink.def.connector.as_ref().and_then(|o| o.get("primary_key")) {
             Some(names) => key_columns(names, &sink.def.schema)?,
@@ -378,6 +381,7 @@ impl SinkJob {
             key_shards: KeyShards::for_types(&key_types)?,
             next_unkeyed: 0,
             open_groups,
+            status,
             spill_failed: false,
         })
     }
@@ -401,7 +405,7 @@ impl SinkJob {
                     if let Err(e) = self.spill(None).await {
                         // Kept in memory until the checkpoint, which tries again.
                         tracing::error!(sink = %self.sink.def.name, "writing the outbox failed: {e}");
-                        set_status(&self.sink, |s| s.outbox_error = Some(e.message.clone()));
+                        set_status(&self.status, &self.sink, |s| s.outbox_error = Some(e.message.clone()));
                         self.spill_failed = true;
                     }
                 }
@@ -427,7 +431,7 @@ impl SinkJob {
                             open.next_part = 0;
                         }
                         if self.spill_failed {
-                            set_status(&self.sink, |s| s.outbox_error = None);
+                            set_status(&self.status, &self.sink, |s| s.outbox_error = None);
                         }
                         self.spill_failed = false;
                     }
@@ -578,6 +582,7 @@ pub async fn deliver(
     mut closed: watch::Receiver<Epoch>,
     mut checkpointed: watch::Receiver<Epoch>,
     restored: Epoch,
+    status: Arc<Status>,
 ) {
     let name = sink.def.name.clone();
     let mut backoff = Duration::from_millis(200);
@@ -586,7 +591,7 @@ pub async fn deliver(
     let mut sent: Option<(Epoch, usize)> = None;
     // The sink job still closes groups (its sender not dropped).
     let mut job_running = true;
-    set_shard_status(&sink, shard, |s| s.state = "running".into());
+    set_shard_status(&status, &sink, shard, |s| s.state = "running".into());
     loop {
         let taken = restored.max(*checkpointed.borrow());
         let whole = taken.max(*closed.borrow());
@@ -598,7 +603,7 @@ pub async fn deliver(
             let mut marker = marker;
             let groups = groups(store.as_ref(), &sink, shard, whole)?;
             let mut pending = groups.iter().filter(|g| marker.is_none_or(|m| **g > m)).count();
-            set_shard_status(&sink, shard, |s| s.pending_groups = pending);
+            set_shard_status(&status, &sink, shard, |s| s.pending_groups = pending);
             for group in groups {
                 if marker.is_none_or(|m| group > m) {
                     if sent.is_none_or(|(g, _)| g != group) {
@@ -628,7 +633,7 @@ pub async fn deliver(
                     pending -= 1;
                     marker = Some(group);
                     delivered = Some(marker);
-                    set_shard_status(&sink, shard, |s| {
+                    set_shard_status(&status, &sink, shard, |s| {
                         s.delivered = marker;
                         s.pending_groups = pending;
                     });
@@ -646,7 +651,7 @@ pub async fn deliver(
         match attempt {
             Ok(()) => {
                 backoff = Duration::from_millis(200);
-                set_shard_status(&sink, shard, |s| {
+                set_shard_status(&status, &sink, shard, |s| {
                     s.state = "running".into();
                     s.error = None;
                 });
@@ -666,7 +671,7 @@ pub async fn deliver(
                     writer.abort();
                 }
                 delivered = None;
-                set_shard_status(&sink, shard, |s| {
+                set_shard_status(&status, &sink, shard, |s| {
                     s.state = "retrying".into();
                     s.error = Some(e.message.clone());
                 });
@@ -770,6 +775,7 @@ mod tests {
             closed.clone(),
             checkpointed,
             restored,
+            Default::default(),
         ))
     }
 
@@ -795,7 +801,7 @@ mod tests {
     ) -> (Arc<dyn StateStore>, crate::catalog::Catalog, Arc<Relation>, Arc<Relation>, ChangeReceiver) {
         use datafusion::arrow::datatypes::{DataType, Field, Schema};
         let store: Arc<dyn StateStore> = Arc::new(crate::state::memory::MemoryStore::new());
-        let catalog = crate::catalog::Catalog::open(Arc::clone(&store), "dev").unwrap();
+        let catalog = crate::catalog::Catalog::open(Arc::clone(&store), "dev", Default::default()).unwrap();
         let schema = Schema::new(columns.iter().map(|c| Field::new(*c, DataType::Int64, false)).collect::<Vec<_>>());
         let view = catalog.create_table("t", "", schema, vec![], false).unwrap().unwrap();
         let view = catalog.by_id(view).unwrap();
@@ -818,7 +824,8 @@ mod tests {
 
         let (store, catalog, view, sink, input) = sink_of_table(&["v"], Default::default(), 1).await;
         let (committed, _) = watch::channel(10);
-        let job = SinkJob::new(Arc::clone(&sink), input, Arc::clone(&store), committed, 11).unwrap();
+        let job =
+            SinkJob::new(Arc::clone(&sink), input, Arc::clone(&store), committed, 11, Default::default()).unwrap();
         let closed = job.closed_groups();
         let running = tokio::spawn(job.run());
         let rows = |from: i64, n: i64| {
@@ -916,7 +923,7 @@ mod tests {
         let (store, catalog, view, sink, input) = sink_of_table(&["k", "v"], options, 3).await;
         assert_eq!(shards_of(&sink), 3);
         let (committed, _) = watch::channel(0);
-        let job = SinkJob::new(Arc::clone(&sink), input, Arc::clone(&store), committed, 1).unwrap();
+        let job = SinkJob::new(Arc::clone(&sink), input, Arc::clone(&store), committed, 1, Default::default()).unwrap();
         let closed = job.closed_groups();
         let running = tokio::spawn(job.run());
         // Keys 0..30, each changed three times (v = round), over two checkpoint intervals.
@@ -972,8 +979,7 @@ mod tests {
 
     /// A sink's status from its shards': retrying while any shard is; delivered through the
     /// oldest group of the shards still holding changes, else the newest delivered (a shard
-    /// without changes is not behind). (Tested apart from the deliverers: `STATUS` is shared by
-    /// every test of the process.)
+    /// without changes is not behind).
     #[test]
     fn a_sinks_status_follows_its_shards() {
         let shard = |state: &str, delivered: Option<Epoch>, pending_groups: usize| ShardStatus {

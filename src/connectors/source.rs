@@ -33,7 +33,7 @@ use crate::catalog::rows;
 use crate::catalog::{persist, Catalog, Relation};
 use crate::error::Result;
 use crate::state::store::WriteBatch;
-use crate::status::SourceStatus;
+use crate::status::{SourceStatus, Status};
 use crate::types::window::now_nanos;
 
 /// What a reader produced.
@@ -111,15 +111,15 @@ impl BadData {
 
 /// Updates a running source's status (none once [`forget`] ran: a dropped source's task may
 /// still finish a read).
-fn set_status(relation: &Relation, records: u64, state: &str, error: Option<String>) {
-    if let Some(status) = crate::status::SOURCES.lock().get_mut(&relation.def.id) {
+fn set_status(status: &Status, relation: &Relation, records: u64, state: &str, error: Option<String>) {
+    if let Some(status) = status.sources.lock().get_mut(&relation.def.id) {
         (status.records, status.state, status.error) = (records, state.to_string(), error);
     }
 }
 
 /// Forgets a dropped source's status.
-pub fn forget(source: u32) {
-    crate::status::SOURCES.lock().remove(&source);
+pub fn forget(status: &Status, source: u32) {
+    status.sources.lock().remove(&source);
 }
 
 fn offset_key(relation: &Relation) -> Vec<u8> {
@@ -210,7 +210,8 @@ pub fn start(
     let writer = Writer::new(&catalog, Arc::clone(&relation));
     let name = relation.def.name.clone();
     let connector = relation.def.connector.as_ref().and_then(|o| o.get("connector")).unwrap_or_default();
-    crate::status::SOURCES.lock().insert(
+    let status = Arc::clone(catalog.status());
+    status.sources.lock().insert(
         relation.def.id,
         SourceStatus {
             name: name.clone(),
@@ -223,7 +224,7 @@ pub fn start(
     Ok(crate::runtime::spawn(async move {
         let failed = |position: &Position, why: String| {
             tracing::error!(source = %name, "source stopped: {why}");
-            set_status(&relation, position.records, "failed", Some(why));
+            set_status(&status, &relation, position.records, "failed", Some(why));
         };
         let mut retrying = false;
         loop {
@@ -248,14 +249,14 @@ pub fn start(
                     }
                     retrying = true;
                     crate::metrics::SOURCE_RETRIES_TOTAL.with_label_values(&[&name]).inc();
-                    set_status(&writer.relation, position.records, "retrying", Some(why));
+                    set_status(&status, &writer.relation, position.records, "retrying", Some(why));
                     tokio::time::sleep(pause).await;
                     continue;
                 }
                 Ok(Chunk::Done) => {
                     tracing::info!(source = %name, records = position.records, "source finished");
                     writer.finish().await;
-                    set_status(&writer.relation, position.records, "finished", None);
+                    set_status(&status, &writer.relation, position.records, "finished", None);
                     return;
                 }
                 Err(e) => return failed(&position, e.message),
@@ -269,7 +270,7 @@ pub fn start(
                 retrying = false;
                 tracing::info!(source = %name, "source reading again");
             }
-            set_status(&writer.relation, position.records, "running", None);
+            set_status(&status, &writer.relation, position.records, "running", None);
         }
     }))
 }

@@ -25,6 +25,7 @@ use crate::operators::eval::evaluate;
 use crate::operators::operator::Operator;
 use crate::state::keyed::Flush;
 use crate::state::store::WriteBatch;
+use crate::status::ViewStatus;
 use crate::types::key_shards::KeyShards;
 use crate::types::ChangeBatch;
 
@@ -67,8 +68,8 @@ pub struct Built {
 }
 
 pub struct Graph {
-    /// The view, for metrics and errors.
-    view: String,
+    /// The view, for metrics and errors, and where its operators report.
+    view: ViewStatus,
     nodes: Vec<Node>,
     /// The threads shards other than the first run on (declared, so dropped, before the
     /// operators they run).
@@ -80,14 +81,19 @@ pub struct Graph {
 }
 
 impl Graph {
-    pub fn new(view: &str, parallelism: usize) -> Graph {
+    pub fn new(view: ViewStatus, parallelism: usize) -> Graph {
         Graph {
-            view: view.to_string(),
+            view,
             nodes: Vec::new(),
             pool: ShardPool::new(parallelism.max(1)),
             shards: (0..parallelism.max(1)).map(|_| Vec::new()).collect(),
             leaves: Vec::new(),
         }
+    }
+
+    /// The view, and where it reports.
+    pub fn view(&self) -> &ViewStatus {
+        &self.view
     }
 
     pub fn parallelism(&self) -> usize {
@@ -112,7 +118,7 @@ impl Graph {
             self.nodes[child].parents.push((index, slot));
         }
         let name = format!("{index}:{}", ops[0].describe().split(':').next().unwrap_or("operator"));
-        let counter = |direction: &str| metrics::OPERATOR_ROWS.with_label_values(&[&self.view, &name, direction]);
+        let counter = |direction: &str| metrics::OPERATOR_ROWS.with_label_values(&[&*self.view, &name, direction]);
         let (rows_in, rows_out) = (counter("in"), counter("out"));
         let partition =
             exchanges.into_iter().map(|e| e.map(|keys| Partitioner { keys, shards: KeyShards::default() })).collect();
@@ -325,7 +331,7 @@ impl Graph {
 
 impl Partitioner {
     /// `batch`'s rows grouped by the shard their key belongs to.
-    fn split(&mut self, batch: &ChangeBatch, shards: usize, view: &str) -> Result<Vec<(usize, ChangeBatch)>> {
+    fn split(&mut self, batch: &ChangeBatch, shards: usize, view: &ViewStatus) -> Result<Vec<(usize, ChangeBatch)>> {
         let keys: Vec<ArrayRef> = self.keys.iter().map(|k| evaluate(k, &batch.data, view)).collect::<Result<_>>()?;
         self.shards.split(batch, &keys, shards)
     }

@@ -66,6 +66,7 @@ use crate::state::keyed::Flush;
 use crate::state::keys::{operator_state_table, table_prefix, RUNTIME_STATE_TABLE};
 use crate::state::record::{RecordReader, RecordWriter};
 use crate::state::store::{stop_after_refused_write, ScanControl, StateStore, WriteBatch};
+use crate::status::ViewStatus;
 use crate::types::window::{instant_column, now_nanos, to_nanos, PAST_EVERY_ROW};
 use crate::types::{Barrier, BarrierKind, ChangeBatch, Epoch, Message};
 
@@ -130,7 +131,7 @@ pub struct ViewJob {
 impl ViewJob {
     /// Takes the rows of `batch`, from input `input`, into that input's watermark.
     fn observe(&mut self, input: usize, batch: &ChangeBatch) {
-        let view = &self.relation.def.name;
+        let view = self.graph.view();
         let Some(w) = self.watermarks.get_mut(input).and_then(|w| w.as_mut()) else { return };
         w.last_data = Instant::now();
         let max = evaluate(&w.expr, &batch.data, view)
@@ -140,7 +141,7 @@ impl ViewJob {
             Ok(Some(m)) => {
                 if w.max.is_none_or(|current| m > current) {
                     w.max = Some(m);
-                    metrics::SOURCE_WATERMARK_SECONDS.with_label_values(&[view, &w.source]).set(m as f64 / 1e9);
+                    metrics::SOURCE_WATERMARK_SECONDS.with_label_values(&[&**view, &w.source]).set(m as f64 / 1e9);
                 }
             }
             Ok(None) => {}
@@ -327,7 +328,7 @@ impl ViewJob {
                 // The view had stopped: it stays stopped after a restart.
                 Some((b'x', [])) => {
                     let why = String::from_utf8_lossy(&value).into_owned();
-                    crate::status::record_view_error(&self.relation.def.name, &why, 1);
+                    self.graph.view().error(&why, 1);
                     tracing::error!(view = %self.relation.def.name, "the view stays stopped: {why}");
                     self.stopped = Some(why);
                 }
@@ -509,7 +510,7 @@ impl ViewJob {
         }
         let view = self.relation.def.name.as_str();
         let open_windows = self.graph.open_windows();
-        crate::status::record_event_time(view, self.watermark, open_windows);
+        self.graph.view().event_time(self.watermark, open_windows);
         if let Some(w) = self.watermark.filter(|w| *w != PAST_EVERY_ROW) {
             let lag = chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX).saturating_sub(w);
             metrics::WATERMARK_LAG_SECONDS.with_label_values(&[view]).set(lag as f64 / 1e9);
@@ -544,7 +545,7 @@ impl ViewJob {
     /// have handed it state they now count as stored, so the process stops
     /// ([`stop_after_refused_write`]).
     fn fail_stop(&self, epoch: Epoch, e: &WeirError) -> ! {
-        refused_write(&self.relation.def.name, epoch, e)
+        refused_write(self.graph.view(), epoch, e)
     }
 
     /// Writes the operators' state of `epoch` (`state`) on a blocking thread while the job goes
@@ -561,7 +562,7 @@ impl ViewJob {
         let previous = self.state_writes.back().map(|(_, write)| write.clone());
         let store = Arc::clone(&self.store);
         let committed = Arc::clone(&self.committed);
-        let view = self.relation.def.name.clone();
+        let view = self.graph.view().clone();
         let write = async move {
             if let Some(previous) = previous {
                 let landed = previous.await;
@@ -657,19 +658,19 @@ impl ViewJob {
     }
 
     fn report(&self, e: &WeirError) {
-        report(&self.relation.def.name, e)
+        report(self.graph.view(), e)
     }
 }
 
 /// Counts and logs a failure of view `view`.
-fn report(view: &str, e: &WeirError) {
+fn report(view: &ViewStatus, e: &WeirError) {
     metrics::VIEW_ERRORS_TOTAL.with_label_values(&[view]).inc();
-    crate::status::record_view_error(view, &e.message, 1);
+    view.error(&e.message, 1);
     tracing::error!(view = %view, "view failed to apply changes: {e}");
 }
 
 /// The store refused view `view`'s write of `epoch` (see [`ViewJob::fail_stop`]).
-fn refused_write(view: &str, epoch: Epoch, e: &WeirError) -> ! {
+fn refused_write(view: &ViewStatus, epoch: Epoch, e: &WeirError) -> ! {
     report(view, e);
     stop_after_refused_write(&format!("view \"{view}\"'s epoch {epoch}"), e)
 }

@@ -203,6 +203,7 @@ impl Streaming {
             return Err(e);
         }
         let name = job.relation.def.name.clone();
+        let status = Arc::clone(self.catalog.status());
         let handle = crate::runtime::spawn(async move {
             // A bug that panics inside a view stops that view, visibly, and nothing else.
             if let Err(panic) = std::panic::AssertUnwindSafe(job.run()).catch_unwind().await {
@@ -213,7 +214,7 @@ impl Streaming {
                 let message =
                     format!("view stopped after an internal error: {}", what.unwrap_or_else(|| "panic".into()));
                 tracing::error!(view = %name, "{message}");
-                crate::status::record_view_error(&name, &message, 1);
+                status.record_view_error(&name, &message, 1);
                 crate::metrics::VIEW_ERRORS_TOTAL.with_label_values(&[&name]).inc();
             }
         });
@@ -239,7 +240,7 @@ impl Streaming {
         if let Some(handle) = self.sources.lock().remove(&id) {
             handle.abort();
         }
-        crate::connectors::source::forget(id);
+        crate::connectors::source::forget(self.catalog.status(), id);
     }
 
     /// Starts sink `sink`: its job follows its view (a new sink: the view's rows first), and
@@ -299,7 +300,14 @@ impl Streaming {
         // with the view's rows).
         let group = *committed.borrow() + 1;
         let store = Arc::clone(self.catalog.store());
-        let job = crate::connectors::sink::SinkJob::new(Arc::clone(&sink), input, Arc::clone(&store), committed, group);
+        let job = crate::connectors::sink::SinkJob::new(
+            Arc::clone(&sink),
+            input,
+            Arc::clone(&store),
+            committed,
+            group,
+            Arc::clone(self.catalog.status()),
+        );
         let mut job = match job {
             Ok(job) => job,
             Err(e) => {
@@ -331,6 +339,7 @@ impl Streaming {
                     closed.clone(),
                     self.coordinator.checkpointed(),
                     restored,
+                    Arc::clone(self.catalog.status()),
                 ))
             })
             .collect();
@@ -344,7 +353,7 @@ impl Streaming {
             deliverer.abort();
         }
         self.stop_view(id).await;
-        crate::connectors::sink::forget(id);
+        crate::connectors::sink::forget(self.catalog.status(), id);
     }
 
     /// Forgets a view's or sink's job whose start was abandoned midway (its CREATE cancelled,
@@ -359,7 +368,7 @@ impl Streaming {
             job.abort();
         }
         self.coordinator.stop_job(id);
-        crate::connectors::sink::forget(id);
+        crate::connectors::sink::forget(self.catalog.status(), id);
         let catalog = Arc::clone(&self.catalog);
         crate::runtime::spawn(async move { catalog.changes.unsubscribe_job(id).await });
     }

@@ -277,7 +277,7 @@ mod tests {
     async fn the_replayed_log_comes_before_the_first_barrier() {
         const ENTRIES: usize = crate::catalog::changes::CHANNEL_CAPACITY + 100;
         let store = Arc::new(MemoryStore::new());
-        let catalog = Arc::new(Catalog::open(store, "dev").unwrap());
+        let catalog = Arc::new(Catalog::open(store, "dev", Default::default()).unwrap());
         let schema = Schema::new(vec![Field::new("a", DataType::Int64, true)]);
         catalog.create_table_with("t", "", schema, vec![], TableOptions::default(), false).unwrap();
         let t = catalog.get("t").unwrap();

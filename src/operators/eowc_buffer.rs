@@ -23,6 +23,7 @@ use crate::state::record::{RecordReader, RecordWriter};
 use crate::state::rows_by_time::{decode_changes, RowsByTime};
 use crate::state::store::WriteBatch;
 use crate::state::table::row_codec;
+use crate::status::ViewStatus;
 use crate::types::event_time::EventTime;
 use crate::types::window::{close_times, TimeColumn};
 use crate::types::ChangeBatch;
@@ -52,7 +53,7 @@ impl EowcBuffer {
         state: KeyedState,
         active: bool,
         judges_lateness: bool,
-        view: &str,
+        view: impl Into<ViewStatus>,
     ) -> Result<EowcBuffer> {
         let codec = row_codec(&schema)?;
         let rows = RowsByTime::new(state, vec![]);

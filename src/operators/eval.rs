@@ -14,8 +14,9 @@ use datafusion::physical_expr::PhysicalExpr;
 
 use crate::error::{Result, WeirError};
 use crate::metrics;
+use crate::status::ViewStatus;
 
-pub fn evaluate(expr: &Arc<dyn PhysicalExpr>, batch: &RecordBatch, view: &str) -> Result<ArrayRef> {
+pub fn evaluate(expr: &Arc<dyn PhysicalExpr>, batch: &RecordBatch, view: &ViewStatus) -> Result<ArrayRef> {
     match expr.evaluate(batch).and_then(|v| v.into_array(batch.num_rows())) {
         Ok(array) => Ok(array),
         Err(first) => {
@@ -34,8 +35,8 @@ pub fn evaluate(expr: &Arc<dyn PhysicalExpr>, batch: &RecordBatch, view: &str) -
             }
             let message = WeirError::from(first).message;
             metrics::VIEW_ERRORS_TOTAL.with_label_values(&[view]).inc_by(failures.max(1));
-            crate::status::record_view_error(view, &message, failures.max(1));
-            tracing::warn!(view, rows = failures, "expression failed, the rows get NULL: {message}");
+            view.error(&message, failures.max(1));
+            tracing::warn!(view = %view, rows = failures, "expression failed, the rows get NULL: {message}");
             if pieces.is_empty() {
                 return Ok(new_null_array(&data_type, 0));
             }

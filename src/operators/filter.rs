@@ -10,16 +10,17 @@ use datafusion::physical_expr::PhysicalExpr;
 use super::eval::evaluate;
 use super::operator::Operator;
 use crate::error::Result;
+use crate::status::ViewStatus;
 use crate::types::ChangeBatch;
 
 pub struct Filter {
     predicate: Arc<dyn PhysicalExpr>,
-    view: String,
+    view: ViewStatus,
 }
 
 impl Filter {
-    pub fn new(predicate: Arc<dyn PhysicalExpr>, view: &str) -> Filter {
-        Filter { predicate, view: view.to_string() }
+    pub fn new(predicate: Arc<dyn PhysicalExpr>, view: impl Into<ViewStatus>) -> Filter {
+        Filter { predicate, view: view.into() }
     }
 }
 

@@ -67,6 +67,7 @@ use crate::state::store::WriteBatch;
 use crate::state::value::{decode_count, encode_count, ValueReader, ValueWriter};
 use crate::state::watermark_pace::WatermarkPace;
 use crate::state::MEMORY_LIMIT_BYTES;
+use crate::status::ViewStatus;
 use crate::types::event_time::EventTime;
 use crate::types::window::{close_times, TimeColumn};
 use crate::types::{ChangeBatch, Op};
@@ -273,7 +274,7 @@ pub struct HashAgg {
     /// Groups touched in this epoch: where each is in `touched`, in the order first touched.
     dirty: HashMap<Vec<u8>, usize>,
     touched: Vec<Group>,
-    view: String,
+    view: ViewStatus,
     /// The input only ever inserts: min and max keep their extreme, not a value multiset.
     append_only_input: bool,
     window: Option<AggWindow>,
@@ -348,7 +349,12 @@ impl HashAggConfig {
 impl HashAgg {
     /// Shard `shard` of an aggregate configured by `config`, over its state tables (groups,
     /// value multisets). A global aggregate's one group lives in shard 0, where all its rows go.
-    pub fn new(config: HashAggConfig, state: (KeyedState, KeyedState), shard: usize, view: &str) -> Result<HashAgg> {
+    pub fn new(
+        config: HashAggConfig,
+        state: (KeyedState, KeyedState),
+        shard: usize,
+        view: impl Into<ViewStatus>,
+    ) -> Result<HashAgg> {
         let HashAggConfig { group_by, group_types, aggs, schema, window, append_only_input, prompt_input } = config;
         let group_codec = if group_types.is_empty() {
             None
@@ -383,7 +389,7 @@ impl HashAgg {
             values: state.1,
             dirty: HashMap::default(),
             touched: Vec::new(),
-            view: view.to_string(),
+            view: view.into(),
             append_only_input,
             window,
             prompt_input,
@@ -609,7 +615,7 @@ impl HashAgg {
             (Err(e), AggKind::Sum) => {
                 let message = format!("sum out of range for type {}: {e}", spec.output_type);
                 crate::metrics::VIEW_ERRORS_TOTAL.with_label_values(&[&self.view]).inc();
-                crate::status::record_view_error(&self.view, &message, 1);
+                self.view.error(&message, 1);
                 Ok(ScalarValue::try_from(&spec.output_type)?)
             }
             (Err(e), _) => Err(e.into()),

@@ -61,6 +61,7 @@ use crate::state::store::WriteBatch;
 use crate::state::value::decode_count;
 use crate::state::watermark_pace::WatermarkPace;
 use crate::state::MEMORY_LIMIT_BYTES;
+use crate::status::ViewStatus;
 use crate::types::event_time::EventTime;
 use crate::types::hash::HashMap;
 use crate::types::window::{close_times, to_nanos, TimeColumn};
@@ -539,7 +540,7 @@ pub struct HashJoin {
     nulls_match: bool,
     schema: SchemaRef,
     residual: Option<Filter>,
-    view: String,
+    view: ViewStatus,
     window: Option<JoinWindow>,
     interval: Option<JoinInterval>,
     /// The watermark, and the allowed lateness.
@@ -554,7 +555,13 @@ pub struct HashJoin {
 impl HashJoin {
     /// Shard `shard` of a join configured by `config`, over its sides' state tables (left,
     /// right).
-    pub fn new(config: HashJoinConfig, state: [KeyedState; 2], shard: usize, view: &str) -> Result<HashJoin> {
+    pub fn new(
+        config: HashJoinConfig,
+        state: [KeyedState; 2],
+        shard: usize,
+        view: impl Into<ViewStatus>,
+    ) -> Result<HashJoin> {
+        let view: ViewStatus = view.into();
         let HashJoinConfig {
             join_type,
             left,
@@ -573,8 +580,8 @@ impl HashJoin {
             join_type,
             nulls_match,
             schema,
-            residual: residual.map(|r| Filter::new(r, view)),
-            view: view.to_string(),
+            residual: residual.map(|r| Filter::new(r, view.clone())),
+            view,
             window,
             interval: None,
             time: EventTime::new(window.map(|w| w.lateness).or(interval.map(|i| i.lateness)).unwrap_or(0)),

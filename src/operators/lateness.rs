@@ -10,18 +10,19 @@ use datafusion::arrow::array::RecordBatch;
 
 use crate::error::Result;
 use crate::metrics;
+use crate::status::ViewStatus;
 use crate::types::ChangeBatch;
 
 pub struct LateRows {
     /// Whether late rows are kept for a `LATE ROWS TO` table.
     keep: bool,
     kept: Vec<RecordBatch>,
-    view: String,
+    view: ViewStatus,
 }
 
 impl LateRows {
-    pub fn new(keep: bool, view: &str) -> LateRows {
-        LateRows { keep, kept: Vec::new(), view: view.to_string() }
+    pub fn new(keep: bool, view: impl Into<ViewStatus>) -> LateRows {
+        LateRows { keep, kept: Vec::new(), view: view.into() }
     }
 
     /// Takes the rows of `late` (with their windows, as the assigner outputs them): counts
@@ -31,7 +32,7 @@ impl LateRows {
             return Ok(());
         }
         metrics::LATE_ROWS_TOTAL.with_label_values(&[&self.view]).inc_by(late.num_rows() as u64);
-        crate::status::record_late_rows(&self.view, late.num_rows() as u64);
+        self.view.late_rows(late.num_rows() as u64);
         let inserted: Vec<u32> = (0..late.num_rows() as u32).filter(|&i| late.ops[i as usize].sign() > 0).collect();
         let inserted = late.take(&inserted)?;
         if self.keep && inserted.num_rows() > 0 {

@@ -32,6 +32,7 @@ use super::operator::Operator;
 use crate::catalog::Relation;
 use crate::error::Result;
 use crate::state::store::StateStore;
+use crate::status::ViewStatus;
 use crate::types::ChangeBatch;
 
 /// Which side the table is on, and whether rows without a partner stay.
@@ -59,7 +60,7 @@ pub struct LookupJoin {
     /// Over the joined rows.
     residual: Option<Arc<dyn PhysicalExpr>>,
     output: SchemaRef,
-    view: String,
+    view: ViewStatus,
 }
 
 impl LookupJoin {
@@ -73,21 +74,10 @@ impl LookupJoin {
         table_filter: Option<Arc<dyn PhysicalExpr>>,
         residual: Option<Arc<dyn PhysicalExpr>>,
         output: SchemaRef,
-        view: &str,
+        view: impl Into<ViewStatus>,
     ) -> LookupJoin {
         let key_types = table.def.primary_key.iter().map(|&c| table.schema.field(c).data_type().clone()).collect();
-        LookupJoin {
-            kind,
-            keys,
-            key_types,
-            table,
-            store,
-            columns,
-            table_filter,
-            residual,
-            output,
-            view: view.to_string(),
-        }
+        LookupJoin { kind, keys, key_types, table, store, columns, table_filter, residual, output, view: view.into() }
     }
 
     /// For each stream row, the index of its partner among the returned table rows (the

@@ -93,7 +93,7 @@ mod tests {
 
     fn view_with(append_only: bool) -> (Arc<Catalog>, Materialize) {
         let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
-        let catalog = Arc::new(Catalog::open(Arc::clone(&store), "dev").unwrap());
+        let catalog = Arc::new(Catalog::open(Arc::clone(&store), "dev", Default::default()).unwrap());
         let schema = from_pretty("I T\n+ 1 a").schema().as_ref().clone();
         catalog.create_view("v", "CREATE MATERIALIZED VIEW v AS ...", schema, vec![], 1, append_only, 3).unwrap();
         let relation = catalog.get("v").unwrap();
@@ -148,7 +148,7 @@ mod tests {
         let (catalog, mut m) = view_with(true);
         epoch(&mut m, &catalog, "I T\n+ 1 a\n+ 2 b");
         // A restart: the catalog and the view's writer are made again over the same store.
-        let reopened = Arc::new(Catalog::open(Arc::clone(catalog.store()), "dev").unwrap());
+        let reopened = Arc::new(Catalog::open(Arc::clone(catalog.store()), "dev", Default::default()).unwrap());
         let mut m = Materialize::new(reopened.get("v").unwrap(), Arc::clone(catalog.store()));
         epoch(&mut m, &reopened, "I T\n+ 3 c");
         assert_eq!(rows(&reopened), vec!["+ 1 a", "+ 2 b", "+ 3 c"]);

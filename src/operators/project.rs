@@ -9,19 +9,20 @@ use datafusion::physical_expr::PhysicalExpr;
 use super::eval::evaluate;
 use super::operator::Operator;
 use crate::error::Result;
+use crate::status::ViewStatus;
 use crate::types::ChangeBatch;
 
 pub struct Project {
     exprs: Vec<Arc<dyn PhysicalExpr>>,
     schema: SchemaRef,
-    view: String,
+    view: ViewStatus,
     /// What EXPLAIN calls it (a view's inputs are projections of their relations).
     label: String,
 }
 
 impl Project {
-    pub fn new(exprs: Vec<Arc<dyn PhysicalExpr>>, schema: SchemaRef, view: &str) -> Project {
-        Project { exprs, schema, view: view.to_string(), label: "Project".into() }
+    pub fn new(exprs: Vec<Arc<dyn PhysicalExpr>>, schema: SchemaRef, view: impl Into<ViewStatus>) -> Project {
+        Project { exprs, schema, view: view.into(), label: "Project".into() }
     }
 
     pub fn with_label(mut self, label: String) -> Project {

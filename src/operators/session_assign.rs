@@ -30,6 +30,7 @@ use crate::state::keys_by_time::KeysByTime;
 use crate::state::record::{RecordReader, RecordWriter};
 use crate::state::store::WriteBatch;
 use crate::state::value::decode_count;
+use crate::status::ViewStatus;
 use crate::types::event_time::EventTime;
 use crate::types::window::{from_nanos, time_from_key, time_key, to_nanos, SessionSpec};
 use crate::types::{ChangeBatch, Op};
@@ -59,7 +60,7 @@ impl SessionAssign {
         lateness: i64,
         keep_late: bool,
         state: KeyedState,
-        view: &str,
+        view: impl Into<ViewStatus>,
     ) -> Result<SessionAssign> {
         let n = schema.fields().len() - 2;
         let input: Vec<SortField> =

@@ -28,6 +28,7 @@ use crate::state::record::{RecordReader, RecordWriter};
 use crate::state::rows_by_time::{decode_changes, RowsByTime, TakenRows};
 use crate::state::store::WriteBatch;
 use crate::state::table::row_codec;
+use crate::status::ViewStatus;
 use crate::types::window::{time_from_key, time_key, to_nanos};
 use crate::types::ChangeBatch;
 
@@ -53,7 +54,7 @@ pub struct TemporalFilter {
     entering: RowsByTime,
     /// Rows in, with a finite end, by end.
     leaving: RowsByTime,
-    view: String,
+    view: ViewStatus,
 }
 
 impl TemporalFilter {
@@ -62,7 +63,7 @@ impl TemporalFilter {
         text: String,
         schema: SchemaRef,
         (entering, leaving): (RowsByTime, RowsByTime),
-        view: &str,
+        view: impl Into<ViewStatus>,
     ) -> Result<TemporalFilter> {
         let codec = row_codec(&schema)?;
         Ok(TemporalFilter { bounds, text, codec, schema, now: None, next: None, entering, leaving, view: view.into() })

@@ -46,6 +46,7 @@ use crate::state::record::{RecordReader, RecordWriter};
 use crate::state::store::WriteBatch;
 use crate::state::value::decode_count;
 use crate::state::value::{ValueReader, ValueWriter};
+use crate::status::ViewStatus;
 use crate::types::event_time::EventTime;
 use crate::types::hash::HashMap;
 use crate::types::window::{close_times, TimeColumn};
@@ -83,7 +84,7 @@ pub struct TopN {
     open: KeysByTime,
     /// The watermark, and the window's allowed lateness.
     time: EventTime,
-    view: String,
+    view: ViewStatus,
 }
 
 /// What a [`TopN`] computes and what it may assume of its input, all given at once (by the
@@ -104,7 +105,7 @@ pub struct TopNConfig {
 }
 
 impl TopN {
-    pub fn new(config: TopNConfig, state: KeyedState, view: &str) -> Result<TopN> {
+    pub fn new(config: TopNConfig, state: KeyedState, view: impl Into<ViewStatus>) -> Result<TopN> {
         let TopNConfig { partition_by, order_by, limit, schema, window, append_only_input } = config;
         let fields = schema.fields();
         if fields.is_empty() || fields[fields.len() - 1].data_type() != &DataType::UInt64 {
@@ -135,7 +136,7 @@ impl TopN {
             window,
             open: KeysByTime::default(),
             time: EventTime::new(window.map_or(0, |(_, _, lateness)| lateness)),
-            view: view.to_string(),
+            view: view.into(),
         })
     }
 

@@ -14,6 +14,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 use super::lateness::LateRows;
 use super::operator::Operator;
 use crate::error::Result;
+use crate::status::ViewStatus;
 use crate::types::event_time::EventTime;
 use crate::types::window::{close_times, TimeColumn, WindowSpec};
 use crate::types::{ChangeBatch, Op};
@@ -28,7 +29,13 @@ pub struct WindowAssign {
 }
 
 impl WindowAssign {
-    pub fn new(spec: WindowSpec, schema: SchemaRef, lateness: i64, keep_late: bool, view: &str) -> WindowAssign {
+    pub fn new(
+        spec: WindowSpec,
+        schema: SchemaRef,
+        lateness: i64,
+        keep_late: bool,
+        view: impl Into<ViewStatus>,
+    ) -> WindowAssign {
         WindowAssign { spec, schema, time: EventTime::new(lateness), late: LateRows::new(keep_late, view) }
     }
 }

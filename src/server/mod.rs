@@ -158,7 +158,10 @@ pub async fn run(config: Config) -> Result<()> {
     // empty data directory), with every acknowledged write after it.
     // Views, sources and sinks run on this runtime, also those a session starts.
     crate::runtime::set_current();
-    let prepared = crate::checkpoint::prepare(&config.checkpoint, &config.storage, &config.data_dir).await?;
+    // What the server reports about itself (weir_catalog), handed down through the catalog.
+    let status = Arc::new(crate::status::Status::default());
+    let prepared =
+        crate::checkpoint::prepare(&config.checkpoint, &config.storage, &config.data_dir, Arc::clone(&status)).await?;
     let first_epoch = prepared.first_epoch;
     let store = Arc::new(RocksStore::open(&config.data_dir.join("state"), &config.storage)?);
     let (checkpointer, replay) = prepared.checkpointer(Arc::clone(&store) as Arc<dyn StateStore>);
@@ -171,7 +174,7 @@ pub async fn run(config: Config) -> Result<()> {
         }
     });
     crate::connectors::replay::register();
-    let catalog = Arc::new(Catalog::open(store, &config.database)?);
+    let catalog = Arc::new(Catalog::open(store, &config.database, status)?);
     info!(relations = catalog.relations().len(), data_dir = %config.data_dir.display(), "catalog loaded");
     let streaming = Streaming::new(
         Arc::clone(&catalog),

@@ -33,11 +33,13 @@ use crate::operators::window_assign::WindowAssign;
 use crate::state::keyed::{KeyedState, OperatorStateSettings};
 use crate::state::keys::TableId;
 use crate::state::rows_by_time::RowsByTime;
+use crate::status::ViewStatus;
 
 /// What every operator of the view is made with.
 pub struct Context<'a> {
     pub catalog: &'a Catalog,
-    pub view: &'a str,
+    /// The view, and where its operators report (the catalog's status).
+    pub view: ViewStatus,
     pub operator_state: OperatorStateSettings,
 }
 
@@ -50,7 +52,7 @@ impl Context<'_> {
 
     /// Shard `shard`'s operator for `spec`.
     fn operator(&self, spec: &Spec, shard: usize) -> Result<Box<dyn Operator>> {
-        let view = self.view;
+        let view = &self.view;
         // Windows over a column without a watermark never hear of one.
         let deaf = |op: Box<dyn Operator>, by_watermark: bool| -> Box<dyn Operator> {
             if by_watermark {
@@ -134,7 +136,7 @@ impl Context<'_> {
 
 /// The graph running `plan` in `parallelism` shards.
 pub fn instantiate(plan: &StreamPlan, context: &Context, parallelism: usize) -> Result<Graph> {
-    let mut graph = Graph::new(context.view, parallelism);
+    let mut graph = Graph::new(context.view.clone(), parallelism);
     // Each plan node's graph node (None for exchanges).
     let mut at: Vec<Option<usize>> = vec![None; plan.nodes.len()];
     for (index, node) in plan.nodes.iter().enumerate() {

@@ -52,6 +52,7 @@ pub fn build(
 ) -> Result<Built> {
     let mut stream = translate::translate(plan, state, catalog, view_id, options)?;
     enforce::enforce_distribution(&mut stream);
+    let view = crate::status::ViewStatus::new(view, std::sync::Arc::clone(catalog.status()));
     let context = instantiate::Context { catalog, view, operator_state };
     let graph: Graph = instantiate::instantiate(&stream, &context, parallelism)?;
     Ok(Built {

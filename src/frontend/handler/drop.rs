@@ -107,7 +107,7 @@ async fn drop_named(
         match relation.def.kind {
             RelationKind::MaterializedView => {
                 fe.streaming().stop_view(relation.def.id).await;
-                crate::status::forget_view(&relation.def.name);
+                fe.catalog().status().forget_view(&relation.def.name);
             }
             RelationKind::Sink => fe.streaming().stop_sink(relation.def.id).await,
             RelationKind::Table if relation.def.connector.is_some() => fe.streaming().stop_source(relation.def.id),
