@@ -53,27 +53,6 @@ fn known_name(data_type: &DataType) -> Option<DataType> {
     Some(DataType::Array(ArrayElemTypeDef::SquareBracket(Box::new(element), None)))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn rewritten(sql: &str) -> String {
-        let mut statement = Parser::parse_sql(&PostgreSqlDialect {}, sql).unwrap().remove(0);
-        rewrite_type_names(&mut statement);
-        statement.to_string()
-    }
-
-    #[test]
-    fn array_typnames_become_arrays() {
-        assert_eq!(rewritten("SELECT $1::_int4"), "SELECT $1::INT4[]");
-        assert_eq!(rewritten("SELECT '{1,2}'::_int8"), "SELECT ARRAY[1, 2]::INT8[]");
-        assert_eq!(rewritten("SELECT CAST(x AS pg_catalog._text)"), "SELECT CAST(x AS TEXT[])");
-        // Unknown element types and other custom names are left for the planner to refuse.
-        assert_eq!(rewritten("SELECT x::_nosuchtype"), "SELECT x::_nosuchtype");
-        assert_eq!(rewritten("SELECT x::mytype"), "SELECT x::mytype");
-    }
-}
-
 /// `integer`, `pg_catalog.int4` and `INT4` all name `int4`.
 pub fn normalize_type_name(name: &str) -> String {
     let n = name.trim().trim_start_matches("pg_catalog.").trim_matches('"').to_ascii_lowercase();
@@ -94,4 +73,25 @@ pub fn normalize_type_name(name: &str) -> String {
         other => other,
     };
     base.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rewritten(sql: &str) -> String {
+        let mut statement = Parser::parse_sql(&PostgreSqlDialect {}, sql).unwrap().remove(0);
+        rewrite_type_names(&mut statement);
+        statement.to_string()
+    }
+
+    #[test]
+    fn array_typnames_become_arrays() {
+        assert_eq!(rewritten("SELECT $1::_int4"), "SELECT $1::INT4[]");
+        assert_eq!(rewritten("SELECT '{1,2}'::_int8"), "SELECT ARRAY[1, 2]::INT8[]");
+        assert_eq!(rewritten("SELECT CAST(x AS pg_catalog._text)"), "SELECT CAST(x AS TEXT[])");
+        // Unknown element types and other custom names are left for the planner to refuse.
+        assert_eq!(rewritten("SELECT x::_nosuchtype"), "SELECT x::_nosuchtype");
+        assert_eq!(rewritten("SELECT x::mytype"), "SELECT x::mytype");
+    }
 }

@@ -72,7 +72,6 @@ use crate::types::{ChangeBatch, Op};
 pub struct JoinWindow {
     pub key_index: usize,
     pub column: TimeColumn,
-    pub lateness: i64,
 }
 
 /// A bound on the sides' times from the residual condition: `left - right` is within
@@ -86,7 +85,6 @@ pub struct JoinInterval {
     pub windows: [Option<TimeColumn>; 2],
     pub lo: Option<i64>,
     pub hi: Option<i64>,
-    pub lateness: i64,
 }
 
 impl JoinInterval {
@@ -137,6 +135,9 @@ pub struct HashJoinConfig {
     /// the watermark moves (an inner join's append-only side without a window key keeps its
     /// rows in memory).
     pub interval: Option<JoinInterval>,
+    /// How long after its close a window still takes rows (nanoseconds): when the window's
+    /// keys and the interval's rows are final.
+    pub lateness: i64,
 }
 
 /// Which sides of a `join_type` join are padded with NULLs where a row has no partner (left,
@@ -171,6 +172,7 @@ impl HashJoinConfig {
             append_only_inputs: [false, false],
             window: None,
             interval: None,
+            lateness: 0,
         }
     }
 }
@@ -572,6 +574,7 @@ impl HashJoin {
             append_only_inputs,
             window,
             interval,
+            lateness,
         } = config;
         let (pad_left, pad_right) = padding(join_type, residual.is_some())?;
         let [left_state, right_state] = state;
@@ -584,7 +587,7 @@ impl HashJoin {
             view,
             window,
             interval: None,
-            time: EventTime::new(window.map(|w| w.lateness).or(interval.map(|i| i.lateness)).unwrap_or(0)),
+            time: EventTime::new(lateness),
             open: KeysByTime::default(),
             pace: WatermarkPace::default(),
         };
@@ -754,7 +757,7 @@ impl Operator for HashJoin {
     /// A key whose window will be final before the next checkpoint at the watermark's pace is
     /// not settled between checkpoints: it would be written to the store only to be deleted.
     fn flush_state(&mut self, wb: &mut WriteBatch, flush: Flush) {
-        let lateness = self.window.map(|w| w.lateness);
+        let lateness = self.window.map(|_| self.time.lateness());
         let through = lateness.and_then(|l| self.pace.final_by_next_checkpoint(&self.sides[0].state, flush, l));
         let open = &self.open;
         let expires_first = |key: &[u8]| open.due_by(key, through);
@@ -948,7 +951,6 @@ mod tests {
                 windows: [None, Some(TimeColumn { close_offset: 0 })],
                 lo: Some(-10 * S),
                 hi: Some(0),
-                lateness: 0,
             }),
             ..c
         })
@@ -1021,7 +1023,7 @@ mod tests {
     #[test]
     fn a_restored_windowed_join_forgets_the_windows_it_had() {
         use crate::operators::operator::testing::{assert_restore_continues, Event::Changes, Event::Watermark};
-        let window = JoinWindow { key_index: 0, column: TimeColumn { close_offset: 0 }, lateness: 0 };
+        let window = JoinWindow { key_index: 0, column: TimeColumn { close_offset: 0 } };
         assert_restore_continues(
             &|store| Box::new(join_configured(store, "S T", 4, |c| HashJoinConfig { window: Some(window), ..c })),
             &[

@@ -25,7 +25,6 @@ pub fn join_interval(
     schema: &DFSchema,
     left_width: usize,
     times: &[Option<TimeColumn>],
-    lateness: i64,
 ) -> Option<JoinInterval> {
     // Bounds on left - right, by (left column, right column).
     let mut found: Vec<JoinInterval> = Vec::new();
@@ -35,7 +34,7 @@ pub fn join_interval(
             Some(at) => &mut found[at],
             None => {
                 let windows = [times[l], times[left_width + r]];
-                found.push(JoinInterval { columns: [l, r], windows, lo: None, hi: None, lateness });
+                found.push(JoinInterval { columns: [l, r], windows, lo: None, hi: None });
                 found.last_mut().expect("pushed")
             }
         };
@@ -137,26 +136,26 @@ mod tests {
             .gt(col("b1.date_time") - ten_seconds())
             .and(col("b.date_time").lt_eq(col("b1.date_time")))
             .and(col("b.price").gt(lit(1i64)));
-        let interval = join_interval(&filter, &schema, 2, &[None, None, window], 0).unwrap();
+        let interval = join_interval(&filter, &schema, 2, &[None, None, window]).unwrap();
         assert_eq!(interval.columns, [1, 0]);
         assert_eq!((interval.lo, interval.hi), (Some(-10 * S), Some(0)));
         // Written the other way round, the same bound.
         let flipped = (col("b1.date_time") - ten_seconds())
             .lt(col("b.date_time"))
             .and(col("b1.date_time").gt_eq(col("b.date_time")));
-        assert_eq!(join_interval(&flipped, &schema, 2, &[None, None, window], 0), Some(interval));
+        assert_eq!(join_interval(&flipped, &schema, 2, &[None, None, window]), Some(interval));
     }
 
     #[test]
     fn no_window_bound_no_expiry() {
         let schema = schema();
         let filter = col("b.date_time").gt(col("b1.date_time") - ten_seconds());
-        assert_eq!(join_interval(&filter, &schema, 2, &[None, None, None], 0), None);
+        assert_eq!(join_interval(&filter, &schema, 2, &[None, None, None]), None);
         // The left side is the window: a lower bound alone expires nothing on the right.
         let window = Some(TimeColumn { close_offset: 0 });
-        assert_eq!(join_interval(&filter, &schema, 2, &[None, window, None], 0), None);
+        assert_eq!(join_interval(&filter, &schema, 2, &[None, window, None]), None);
         // A month is not a fixed length.
         let month = col("b.date_time").gt(col("b1.date_time") - lit(ScalarValue::new_interval_mdn(1, 0, 0)));
-        assert_eq!(join_interval(&month, &schema, 2, &[None, None, window], 0), None);
+        assert_eq!(join_interval(&month, &schema, 2, &[None, None, window]), None);
     }
 }

@@ -21,7 +21,7 @@ use crate::types::window::{SessionSpec, TimeColumn, WindowSpec};
 
 /// A bound of a temporal filter: its value expression, offset (nanoseconds) and whether it
 /// ends the row's span (else starts it).
-pub type Bound = (Arc<dyn PhysicalExpr>, i64, bool);
+pub type TemporalBound = (Arc<dyn PhysicalExpr>, i64, bool);
 
 /// One node's operator, as planned.
 pub enum Spec {
@@ -40,7 +40,7 @@ pub enum Spec {
     },
     /// Conditions comparing with `now()`: rows enter and leave as time passes.
     TemporalFilter {
-        bounds: Vec<Bound>,
+        bounds: Vec<TemporalBound>,
         text: String,
         schema: SchemaRef,
         tables: (TableId, TableId),

@@ -685,7 +685,6 @@ impl Builder<'_> {
                     Some(JoinWindow {
                         key_index: i,
                         column: TimeColumn { close_offset: l.close_offset.max(r.close_offset) },
-                        lateness: self.options.lateness,
                     })
                 });
                 // A residual bound on the sides' times: rows no future partner can meet are freed.
@@ -693,7 +692,7 @@ impl Builder<'_> {
                     (Some(filter), JoinType::Inner) => {
                         let times: Vec<Option<TimeColumn>> = left.times.iter().chain(&right.times).copied().collect();
                         let left_width = j.left.schema().fields().len();
-                        join_interval(filter, &j.schema, left_width, &times, self.options.lateness)
+                        join_interval(filter, &j.schema, left_width, &times)
                     }
                     _ => None,
                 };
@@ -704,6 +703,7 @@ impl Builder<'_> {
                     append_only_inputs: [left.append_only, right.append_only],
                     window,
                     interval,
+                    lateness: self.options.lateness,
                     ..HashJoinConfig::new(
                         j.join_type,
                         (Self::schema(&j.left), left_keys.clone()),
