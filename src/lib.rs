@@ -13,8 +13,8 @@
 //!                    by one distribution pass, instantiated per shard
 //!   -> dataflow/     a view's graph of operators in shards, its job, epochs and barriers
 //!   -> operators/    one operator per file, over changes (Arrow batches with ops)
-//!   -> connectors/   sources and sinks
 //!   -> checkpoint/   snapshots of the store at checkpoint epochs, uploaded to an object store
+//!   -> connectors/   sources and sinks
 //!   -> catalog/      the durable list of relations, and the DataFusion TableProvider over them
 //!   -> state/        keyed state tables (memcomparable keys from arrow-row) over RocksDB
 //!   bottom floor:    types, config, error, runtime (where tasks run), status (what the
