@@ -26,6 +26,7 @@ use crate::operators::operator::Operator;
 use crate::state::keyed::Flush;
 use crate::state::store::WriteBatch;
 use crate::status::ViewStatus;
+use crate::types::clock::Clock;
 use crate::types::key_shards::KeyShards;
 use crate::types::ChangeBatch;
 
@@ -78,6 +79,8 @@ pub struct Graph {
     shards: Vec<Vec<Box<dyn Operator>>>,
     /// The leaf node reading each of the view's inputs.
     leaves: Vec<usize>,
+    /// The view's watermark and the epoch's time, handed to every operator call: the one copy.
+    clock: Clock,
 }
 
 impl Graph {
@@ -88,6 +91,7 @@ impl Graph {
             pool: ShardPool::new(parallelism.max(1)),
             shards: (0..parallelism.max(1)).map(|_| Vec::new()).collect(),
             leaves: Vec::new(),
+            clock: Clock::default(),
         }
     }
 
@@ -150,7 +154,9 @@ impl Graph {
         let mut out = Vec::new();
         for node in 0..self.nodes.len() {
             let everyone: Vec<()> = vec![(); self.shards.len()];
-            let produced = on_each_shard(&mut self.pool, &mut self.shards, everyone, |ops, ()| ops[node].on_barrier())?;
+            let clock = self.clock;
+            let produced =
+                on_each_shard(&mut self.pool, &mut self.shards, everyone, |ops, ()| ops[node].on_barrier(&clock))?;
             let mut pending = Vec::new();
             for (shard, batches) in produced.into_iter().enumerate() {
                 for batch in batches {
@@ -177,10 +183,11 @@ impl Graph {
                 self.nodes[item.node].rows_in.inc_by(item.batch.num_rows() as u64);
                 per_shard[item.shard].push(item);
             }
+            let clock = self.clock;
             let produced = on_each_shard(&mut self.pool, &mut self.shards, per_shard, |ops, items| {
                 let mut produced = Vec::new();
                 for item in items {
-                    for batch in ops[item.node].apply(item.slot, item.batch)? {
+                    for batch in ops[item.node].apply(item.slot, item.batch, &clock)? {
                         produced.push((item.node, batch));
                     }
                 }
@@ -253,24 +260,16 @@ impl Graph {
         op.restore_record(record)
     }
 
-    /// The epoch about to end has time `now` (`now()` in the view): every operator of every
-    /// shard learns it before the barrier.
+    /// The epoch about to end has time `now` (`now()` in the view): the operators' calls from
+    /// here on, its barrier's first, carry it.
     pub fn epoch_time(&mut self, now: i64) {
-        for shard in &mut self.shards {
-            for op in shard.iter_mut() {
-                op.on_epoch_time(now);
-            }
-        }
+        self.clock.now = Some(now);
     }
 
-    /// The view's watermark advanced: every operator of every shard learns it (changes are
+    /// The view's watermark advanced: the operators' calls from here on carry it (changes are
     /// applied to completion before, so it follows exactly the data before it).
     pub fn watermark(&mut self, watermark: i64) {
-        for shard in &mut self.shards {
-            for op in shard.iter_mut() {
-                op.on_watermark(watermark);
-            }
-        }
+        self.clock.watermark = Some(watermark);
     }
 
     /// Rows that arrived too late for their windows since the last call.

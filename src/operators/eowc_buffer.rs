@@ -24,7 +24,7 @@ use crate::state::rows_by_time::{decode_changes, RowsByTime};
 use crate::state::store::WriteBatch;
 use crate::state::table::row_codec;
 use crate::status::ViewStatus;
-use crate::types::event_time::EventTime;
+use crate::types::clock::Clock;
 use crate::types::window::{close_times, TimeColumn};
 use crate::types::ChangeBatch;
 
@@ -35,8 +35,6 @@ pub struct EowcBuffer {
     rows: RowsByTime,
     codec: RowConverter,
     schema: SchemaRef,
-    /// The watermark (rows close at their time: no lateness).
-    event_time: EventTime,
     /// Only shard 0 holds rows (the others see none, and must not emit shard 0's).
     active: bool,
     /// Rows late when they arrive: Some where no window assigner upstream judged them.
@@ -58,7 +56,7 @@ impl EowcBuffer {
         let codec = row_codec(&schema)?;
         let rows = RowsByTime::new(state, vec![]);
         let late = judges_lateness.then(|| LateRows::new(false, view));
-        Ok(EowcBuffer { column, time, rows, codec, schema, event_time: EventTime::new(0), active, late })
+        Ok(EowcBuffer { column, time, rows, codec, schema, active, late })
     }
 }
 
@@ -67,10 +65,11 @@ impl Operator for EowcBuffer {
         format!("EmitOnWindowClose: by {}", self.schema.field(self.column).name())
     }
 
-    fn apply(&mut self, _input: usize, batch: ChangeBatch) -> Result<Vec<ChangeBatch>> {
+    fn apply(&mut self, _input: usize, batch: ChangeBatch, clock: &Clock) -> Result<Vec<ChangeBatch>> {
         let closes = close_times(batch.data.column(self.column), self.time)?;
         let rows = self.codec.convert_columns(batch.data.columns())?;
-        let final_through = self.event_time.final_through().filter(|_| self.late.is_some());
+        // Rows close at their time: no lateness.
+        let final_through = clock.final_through(0).filter(|_| self.late.is_some());
         let mut late = Vec::new();
         for (i, op) in batch.ops.iter().enumerate() {
             // A row without a window never closes.
@@ -87,8 +86,8 @@ impl Operator for EowcBuffer {
         Ok(vec![])
     }
 
-    fn on_barrier(&mut self) -> Result<Vec<ChangeBatch>> {
-        let Some(final_through) = self.event_time.final_through().filter(|_| self.active) else {
+    fn on_barrier(&mut self, clock: &Clock) -> Result<Vec<ChangeBatch>> {
+        let Some(final_through) = clock.final_through(0).filter(|_| self.active) else {
             return Ok(vec![]);
         };
         let taken = self.rows.take_through(final_through)?;
@@ -111,10 +110,6 @@ impl Operator for EowcBuffer {
         let mut record = RecordReader::new(record, &what)?;
         self.rows.restore(&mut record)?;
         record.finish()
-    }
-
-    fn on_watermark(&mut self, watermark: i64) {
-        self.event_time.advance(watermark);
     }
 
     fn open_windows(&self) -> usize {

@@ -11,6 +11,7 @@ use super::eval::evaluate;
 use super::operator::Operator;
 use crate::error::Result;
 use crate::status::ViewStatus;
+use crate::types::clock::Clock;
 use crate::types::ChangeBatch;
 
 pub struct Filter {
@@ -29,7 +30,7 @@ impl Operator for Filter {
         format!("Filter: {}", self.predicate)
     }
 
-    fn apply(&mut self, _input: usize, batch: ChangeBatch) -> Result<Vec<ChangeBatch>> {
+    fn apply(&mut self, _input: usize, batch: ChangeBatch, _clock: &Clock) -> Result<Vec<ChangeBatch>> {
         let mask = evaluate(&self.predicate, &batch.data, &self.view)?;
         let mask = mask.as_boolean();
         let keep: Vec<u32> = (0..mask.len()).filter(|&i| mask.is_valid(i) && mask.value(i)).map(|i| i as u32).collect();

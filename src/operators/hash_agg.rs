@@ -68,7 +68,7 @@ use crate::state::value::{decode_count, encode_count, ValueReader, ValueWriter};
 use crate::state::watermark_pace::WatermarkPace;
 use crate::state::MEMORY_LIMIT_BYTES;
 use crate::status::ViewStatus;
-use crate::types::event_time::EventTime;
+use crate::types::clock::Clock;
 use crate::types::window::{close_times, TimeColumn};
 use crate::types::{ChangeBatch, Op};
 
@@ -280,8 +280,6 @@ pub struct HashAgg {
     window: Option<AggWindow>,
     /// Its input holds no rows back for a barrier: final windows may finish mid-epoch.
     prompt_input: bool,
-    /// The watermark, and the window's allowed lateness.
-    time: EventTime,
     /// Windowed groups by close time: not yet emitted (`open`, or every group when emitting
     /// continuously) and emitted but still taking late rows (`closed`).
     open: KeysByTime,
@@ -393,7 +391,6 @@ impl HashAgg {
             append_only_input,
             window,
             prompt_input,
-            time: EventTime::new(window.map_or(0, |w| w.lateness)),
             open: KeysByTime::default(),
             closed: KeysByTime::default(),
             pace: WatermarkPace::default(),
@@ -743,7 +740,7 @@ impl Operator for HashAgg {
         format!("HashAgg: group by [{}], [{}]{window}", keys.join(", "), aggs.join(", "))
     }
 
-    fn apply(&mut self, _input: usize, batch: ChangeBatch) -> Result<Vec<ChangeBatch>> {
+    fn apply(&mut self, _input: usize, batch: ChangeBatch, clock: &Clock) -> Result<Vec<ChangeBatch>> {
         let keys = self.group_by.iter().map(|e| evaluate(e, &batch.data, &self.view)).collect::<Result<Vec<_>>>()?;
         let encoded = match &self.group_codec {
             Some(codec) => Some(codec.convert_columns(&keys)?),
@@ -798,7 +795,7 @@ impl Operator for HashAgg {
             let indexed_at = self.close_of(key);
             let group = match (self.window, close, indexed_at) {
                 (Some(window), Some(close), None) => {
-                    let closed = !window.emit_on_close || self.time.watermark().is_some_and(|w| close <= w);
+                    let closed = !window.emit_on_close || clock.watermark.is_some_and(|w| close <= w);
                     // A window that is already closed when its first row arrives (within the
                     // allowed lateness) emits at the next barrier like any closed window.
                     let index = if window.emit_on_close && closed { &mut self.closed } else { &mut self.open };
@@ -818,16 +815,17 @@ impl Operator for HashAgg {
         self.touched = touched;
         applied?;
         // After the batch: changes it brings for windows now final are in their groups.
-        self.retire_final_windows()
+        self.retire_final_windows(clock)
     }
 
-    fn on_barrier(&mut self) -> Result<Vec<ChangeBatch>> {
+    fn on_barrier(&mut self, clock: &Clock) -> Result<Vec<ChangeBatch>> {
         let dirty = self.take_dirty();
         match self.window {
             Some(window) => {
-                self.pace.observe(std::time::Instant::now(), self.time.watermark());
-                let watermark = self.time.watermark().unwrap_or(i64::MIN);
-                self.close_windows(dirty, watermark, self.time.final_through().unwrap_or(i64::MIN), window)
+                self.pace.observe(std::time::Instant::now(), clock.watermark);
+                let watermark = clock.watermark.unwrap_or(i64::MIN);
+                let final_through = clock.final_through(window.lateness).unwrap_or(i64::MIN);
+                self.close_windows(dirty, watermark, final_through, window)
             }
             None => self.emit(dirty),
         }
@@ -886,10 +884,6 @@ impl Operator for HashAgg {
             (held, _) => return Err(corrupt_record(&what, &format!("groups held in an unknown way ({held})"))),
         }
         record.finish()
-    }
-
-    fn on_watermark(&mut self, watermark: i64) {
-        self.time.advance(watermark);
     }
 
     fn open_windows(&self) -> usize {
@@ -977,10 +971,9 @@ impl HashAgg {
     /// the barrier. An epoch spanning many windows of event time (a replay, a backlog, a fast
     /// generator) then holds about the groups of the windows open at once, not of every window
     /// it saw. Their final rows are the same whenever they are emitted in the epoch.
-    fn retire_final_windows(&mut self) -> Result<Vec<ChangeBatch>> {
-        let (Some(window), Some(final_through)) = (self.window, self.time.final_through()) else {
-            return Ok(vec![]);
-        };
+    fn retire_final_windows(&mut self, clock: &Clock) -> Result<Vec<ChangeBatch>> {
+        let Some(window) = self.window else { return Ok(vec![]) };
+        let Some(final_through) = clock.final_through(window.lateness) else { return Ok(vec![]) };
         if !self.prompt_input || self.dirty.len() < self.groups.capacity() {
             return Ok(vec![]);
         }
@@ -1187,7 +1180,7 @@ impl HashAgg {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::operators::operator::testing::step;
+    use crate::operators::operator::testing::{step, step_at};
     use crate::state::memory::MemoryStore;
     use crate::state::store::StateStore;
     use crate::types::change_batch::from_pretty;
@@ -1330,16 +1323,17 @@ mod tests {
             rows
         };
         let mut a = decimal_sum(&store);
-        a.apply(0, batch(vec![1, 1, 2], vec![nines, 5, 7], vec![Op::Insert; 3])).unwrap();
-        let out = sums(a.on_barrier().unwrap());
+        let clock = Clock::default();
+        a.apply(0, batch(vec![1, 1, 2], vec![nines, 5, 7], vec![Op::Insert; 3]), &clock).unwrap();
+        let out = sums(a.on_barrier(&clock).unwrap());
         assert_eq!(out, vec!["Insert 1 NULL", "Insert 2 7"]);
         let mut wb = WriteBatch::default();
         a.flush_state(&mut wb, Flush::CHECKPOINT);
         store.write(wb).unwrap();
         // Restored: the wide total is read back, and the group comes back when the row leaves.
         let mut b = decimal_sum(&store);
-        b.apply(0, batch(vec![1], vec![5], vec![Op::Delete])).unwrap();
-        let out = sums(b.on_barrier().unwrap());
+        b.apply(0, batch(vec![1], vec![5], vec![Op::Delete]), &clock).unwrap();
+        let out = sums(b.on_barrier(&clock).unwrap());
         assert_eq!(out, vec![format!("UpdateDelete 1 NULL"), format!("UpdateInsert 1 {nines}")]);
     }
 
@@ -1387,7 +1381,7 @@ mod tests {
         assert_eq!(step(&mut a, &store, "I I\n+ 1 5"), "U- 1 3 30\nU+ 1 4 30\n");
         assert_eq!(step(&mut a, &store, "I I\n+ 1 50"), "U- 1 4 30\nU+ 1 5 50\n");
         // A retraction is a bug upstream, reported as one.
-        assert!(a.apply(0, from_pretty("I I\n- 1 50")).is_err());
+        assert!(a.apply(0, from_pretty("I I\n- 1 50"), &Clock::default()).is_err());
     }
 
     #[test]
@@ -1415,7 +1409,7 @@ mod tests {
             step(&mut a, &store, &format!("I I\n+ {k} {k}"));
         }
         assert_eq!(step(&mut a, &store, "I I\n+ 1 20\n+ 1 30"), "U- 1 2\nU+ 1 3\n");
-        assert!(a.apply(0, from_pretty("I I\n- 1 30")).is_err());
+        assert!(a.apply(0, from_pretty("I I\n- 1 30"), &Clock::default()).is_err());
     }
 
     /// A windowed aggregate over a prompt input finishes final windows mid-epoch once it has
@@ -1439,19 +1433,20 @@ mod tests {
                 };
                 // Three epochs of 40 seconds of event time each; 5 s windows, 7 keys, rows
                 // twice; the watermark one second behind.
+                let mut clock = Clock::default();
                 for epoch in 0..3 {
                     for second in epoch * 40..(epoch + 1) * 40 {
                         let end = (second / 5 + 1) * 5;
                         let rows: String = (0..7).map(|k| format!("\n+ {end} {k}\n+ {end} {k}")).collect();
-                        let out = a.apply(0, from_pretty(&format!("S I{rows}"))).unwrap();
+                        let out = a.apply(0, from_pretty(&format!("S I{rows}")), &clock).unwrap();
                         if prompt {
                             finished_early += out.len();
                             assert!(a.dirty.len() <= 16 + 7 + 35, "{} groups touched", a.dirty.len());
                         }
                         add(out);
-                        a.on_watermark((second - 1) * S);
+                        clock.watermark = Some((second - 1) * S);
                     }
-                    add(a.on_barrier().unwrap());
+                    add(a.on_barrier(&clock).unwrap());
                     let mut wb = WriteBatch::default();
                     a.flush_state(&mut wb, Flush::EPOCH);
                     store.write(wb).unwrap();
@@ -1526,12 +1521,10 @@ mod tests {
         checkpoint(&mut a, &store);
         let parts = stored(&store).len();
         assert!((2..=2 * crate::state::expiring_groups::PARTS).contains(&parts), "{parts} values stored");
-        a.on_watermark(6 * S);
-        step(&mut a, &store, "S I\n+ 10 1");
+        step_at(&mut a, &store, &Clock::at_watermark(6 * S), "S I\n+ 10 1");
         checkpoint(&mut a, &store);
         assert!(stored(&store).len() < parts, "window 5's parts are gone");
-        a.on_watermark(11 * S);
-        step(&mut a, &store, "S I");
+        step_at(&mut a, &store, &Clock::at_watermark(11 * S), "S I");
         checkpoint(&mut a, &store);
         assert!(stored(&store).is_empty() && a.memory_bytes() == 0);
     }
@@ -1564,15 +1557,16 @@ mod tests {
                 let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
                 let mut a = make(&store);
                 let mut outs = Vec::new();
+                let mut clock = Clock::default();
                 for events in epochs {
                     for event in events.iter() {
                         match event {
-                            Changes(_, text) => outs.extend(a.apply(0, from_pretty(text)).unwrap()),
-                            Watermark(w) => a.on_watermark(*w),
+                            Changes(_, text) => outs.extend(a.apply(0, from_pretty(text), &clock).unwrap()),
+                            Watermark(w) => clock.watermark = Some(*w),
                             _ => unreachable!(),
                         }
                     }
-                    outs.extend(a.on_barrier().unwrap());
+                    outs.extend(a.on_barrier(&clock).unwrap());
                     checkpoint(a.as_mut(), &store);
                 }
                 (outs.iter().map(|b| b.to_pretty()).collect::<String>(), a)
@@ -1595,10 +1589,9 @@ mod tests {
             let mut c = windowed_count(&other, emit_on_close, 2 * S, false);
             step(&mut c, &other, "S I\n+ 25 1\n+ 25 2");
             assert_eq!(step(&mut b, &store, "S I\n+ 25 1"), step(&mut c, &other, "S I\n+ 25 1"));
-            b.on_watermark(30 * S);
-            c.on_watermark(30 * S);
-            let closed = step(&mut b, &store, "S I");
-            assert_eq!(closed, step(&mut c, &other, "S I"));
+            let later = Clock::at_watermark(30 * S);
+            let closed = step_at(&mut b, &store, &later, "S I");
+            assert_eq!(closed, step_at(&mut c, &other, &later, "S I"));
             assert_eq!(closed.is_empty(), !emit_on_close);
         }
     }

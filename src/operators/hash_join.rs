@@ -62,7 +62,7 @@ use crate::state::value::decode_count;
 use crate::state::watermark_pace::WatermarkPace;
 use crate::state::MEMORY_LIMIT_BYTES;
 use crate::status::ViewStatus;
-use crate::types::event_time::EventTime;
+use crate::types::clock::Clock;
 use crate::types::hash::HashMap;
 use crate::types::window::{close_times, to_nanos, TimeColumn};
 use crate::types::{ChangeBatch, Op};
@@ -96,7 +96,7 @@ impl JoinInterval {
 
     /// Side `side`'s rows with a time below this can never pass the bound with a row still to
     /// come on the other side, when windows closing through `final_through` are final
-    /// ([`EventTime::final_through`]); None when that side's rows never expire.
+    /// ([`Clock::final_through`]); None when that side's rows never expire.
     fn expired_below(&self, side: usize, final_through: i64) -> Option<i64> {
         // The other side's rows still to come are in windows not final yet (a row for a final
         // window is late): their time is at least `floor`.
@@ -545,8 +545,8 @@ pub struct HashJoin {
     view: ViewStatus,
     window: Option<JoinWindow>,
     interval: Option<JoinInterval>,
-    /// The watermark, and the allowed lateness.
-    time: EventTime,
+    /// How long after its close a window still takes rows (nanoseconds).
+    lateness: i64,
     /// Join keys by the close time of their window.
     open: KeysByTime,
     /// How fast the watermark moves (with a window), so that keys final before the next
@@ -587,7 +587,7 @@ impl HashJoin {
             view,
             window,
             interval: None,
-            time: EventTime::new(lateness),
+            lateness,
             open: KeysByTime::default(),
             pace: WatermarkPace::default(),
         };
@@ -664,7 +664,7 @@ impl Operator for HashJoin {
         )
     }
 
-    fn apply(&mut self, input: usize, batch: ChangeBatch) -> Result<Vec<ChangeBatch>> {
+    fn apply(&mut self, input: usize, batch: ChangeBatch, clock: &Clock) -> Result<Vec<ChangeBatch>> {
         let (this, other) = if input == 0 { (0, 1) } else { (1, 0) };
         let key_arrays =
             self.sides[this].keys.iter().map(|k| evaluate(k, &batch.data, &self.view)).collect::<Result<Vec<_>>>()?;
@@ -723,17 +723,18 @@ impl Operator for HashJoin {
         }
         let joined = self.to_batch(pairs)?;
         match &mut self.residual {
-            Some(filter) => filter.apply(0, joined),
+            Some(filter) => filter.apply(0, joined, clock),
             None => Ok(vec![joined]),
         }
     }
 
-    fn on_barrier(&mut self) -> Result<Vec<ChangeBatch>> {
+    fn on_barrier(&mut self, clock: &Clock) -> Result<Vec<ChangeBatch>> {
         if self.window.is_some() {
-            self.pace.observe(std::time::Instant::now(), self.time.watermark());
+            self.pace.observe(std::time::Instant::now(), clock.watermark);
         }
+        let final_through = clock.final_through(self.lateness);
         // Keys whose window is final: nothing can join with them any more.
-        if let (Some(_), Some(final_through)) = (self.window, self.time.final_through()) {
+        if let (Some(_), Some(final_through)) = (self.window, final_through) {
             for key in self.open.take_through(final_through).into_iter().flat_map(|(_, keys)| keys) {
                 for side in &mut self.sides {
                     side.forget(&key);
@@ -743,7 +744,7 @@ impl Operator for HashJoin {
             }
         }
         // Rows no partner still to come can pass the time bound with.
-        if let (Some(interval), Some(final_through)) = (self.interval, self.time.final_through()) {
+        if let (Some(interval), Some(final_through)) = (self.interval, final_through) {
             for (side, s) in self.sides.iter_mut().enumerate() {
                 if let Some(below) = interval.expired_below(side, final_through) {
                     // Append-only rows are stored once each, and only this deletes them.
@@ -757,7 +758,7 @@ impl Operator for HashJoin {
     /// A key whose window will be final before the next checkpoint at the watermark's pace is
     /// not settled between checkpoints: it would be written to the store only to be deleted.
     fn flush_state(&mut self, wb: &mut WriteBatch, flush: Flush) {
-        let lateness = self.window.map(|_| self.time.lateness());
+        let lateness = self.window.map(|_| self.lateness);
         let through = lateness.and_then(|l| self.pace.final_by_next_checkpoint(&self.sides[0].state, flush, l));
         let open = &self.open;
         let expires_first = |key: &[u8]| open.due_by(key, through);
@@ -799,10 +800,6 @@ impl Operator for HashJoin {
             side.restore_record(&mut record, &what)?;
         }
         record.finish()
-    }
-
-    fn on_watermark(&mut self, watermark: i64) {
-        self.time.advance(watermark);
     }
 
     fn open_windows(&self) -> usize {
@@ -911,7 +908,7 @@ mod tests {
     }
 
     fn step(j: &mut HashJoin, input: usize, changes: &str) -> String {
-        j.apply(input, from_pretty(changes)).unwrap().iter().map(|b| b.to_pretty()).collect()
+        j.apply(input, from_pretty(changes), &Clock::default()).unwrap().iter().map(|b| b.to_pretty()).collect()
     }
 
     #[test]
@@ -935,7 +932,7 @@ mod tests {
         assert_eq!(step(&mut j, 1, "I T\n+ 1 x"), "+ 1 a 1 x\n+ 1 a 1 x\n- 1 a NULL NULL\n- 1 a NULL NULL\n");
         assert_eq!(step(&mut j, 1, "I T\n- 1 x"), "- 1 a 1 x\n- 1 a 1 x\n+ 1 a NULL NULL\n+ 1 a NULL NULL\n");
         // A retraction on it is a bug upstream, reported as one.
-        assert!(j.apply(0, from_pretty("I T\n- 1 a")).is_err());
+        assert!(j.apply(0, from_pretty("I T\n- 1 a"), &Clock::default()).is_err());
     }
 
     const S: i64 = 1_000_000_000;
@@ -978,13 +975,11 @@ mod tests {
         assert_eq!(stored(&mut j), 3);
         // Watermark 12 s: windows ending at or before 12 s are final, so every right row still
         // to come ends after 12 s and meets only left rows after 2 s.
-        j.on_watermark(12 * S);
-        j.on_barrier().unwrap();
+        j.on_barrier(&Clock::at_watermark(12 * S)).unwrap();
         assert_eq!(stored(&mut j), 2);
         // The rows kept still join.
         assert_eq!(step(&mut j, 1, "I S\n+ 7 20"), "+ 7 1970-01-01T00:00:15 7 1970-01-01T00:00:20\n");
-        j.on_watermark(30 * S);
-        j.on_barrier().unwrap();
+        j.on_barrier(&Clock::at_watermark(30 * S)).unwrap();
         assert_eq!(stored(&mut j), 0);
         // The right side's rows never expire: the left side's times are no window bound.
         assert_eq!(stored_on(&mut j, 1), 1);
@@ -1081,7 +1076,7 @@ mod tests {
         for events in Q7_LIKE_EPOCHS {
             for event in *events {
                 if let crate::operators::operator::testing::Event::Changes(input, text) = event {
-                    j.apply(*input, from_pretty(text)).unwrap();
+                    j.apply(*input, from_pretty(text), &Clock::default()).unwrap();
                 }
             }
         }
@@ -1128,18 +1123,17 @@ mod tests {
         let mut new = q7_like_join(&store);
         restore(&mut new, Some(record));
         for (watermark, probe) in [(12 * S, probes[0]), (14 * S, probes[1])] {
-            never_stopped.on_watermark(watermark);
-            new.on_watermark(watermark);
+            let clock = Clock::at_watermark(watermark);
             let mut expected: Vec<String> =
-                never_stopped.apply(1, from_pretty(probe)).unwrap().iter().map(|b| b.to_pretty()).collect();
+                never_stopped.apply(1, from_pretty(probe), &clock).unwrap().iter().map(|b| b.to_pretty()).collect();
             let mut got: Vec<String> =
-                new.apply(1, from_pretty(probe)).unwrap().iter().map(|b| b.to_pretty()).collect();
+                new.apply(1, from_pretty(probe), &clock).unwrap().iter().map(|b| b.to_pretty()).collect();
             expected.sort();
             got.sort();
             assert_eq!(got, expected);
             assert!(!got.is_empty());
-            never_stopped.on_barrier().unwrap();
-            new.on_barrier().unwrap();
+            never_stopped.on_barrier(&clock).unwrap();
+            new.on_barrier(&clock).unwrap();
         }
         checkpoint(&mut new, &store);
         // The left side's table (id 1) holds its segment and nothing else.

@@ -33,6 +33,7 @@ use crate::catalog::Relation;
 use crate::error::Result;
 use crate::state::store::StateStore;
 use crate::status::ViewStatus;
+use crate::types::clock::Clock;
 use crate::types::ChangeBatch;
 
 /// Which side the table is on, and whether rows without a partner stay.
@@ -154,7 +155,7 @@ impl Operator for LookupJoin {
         format!("LookupJoin: {kind}, {} by ({})", self.table.def.name, keys.join(", "))
     }
 
-    fn apply(&mut self, _input: usize, batch: ChangeBatch) -> Result<Vec<ChangeBatch>> {
+    fn apply(&mut self, _input: usize, batch: ChangeBatch, _clock: &Clock) -> Result<Vec<ChangeBatch>> {
         if batch.is_empty() {
             return Ok(vec![]);
         }

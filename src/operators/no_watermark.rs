@@ -12,6 +12,7 @@ use super::operator::Operator;
 use crate::error::Result;
 use crate::state::keyed::Flush;
 use crate::state::store::WriteBatch;
+use crate::types::clock::Clock;
 use crate::types::ChangeBatch;
 
 pub struct NoWatermark(pub Box<dyn Operator>);
@@ -21,12 +22,12 @@ impl Operator for NoWatermark {
         format!("{} (not by the watermark)", self.0.describe())
     }
 
-    fn apply(&mut self, input: usize, batch: ChangeBatch) -> Result<Vec<ChangeBatch>> {
-        self.0.apply(input, batch)
+    fn apply(&mut self, input: usize, batch: ChangeBatch, clock: &Clock) -> Result<Vec<ChangeBatch>> {
+        self.0.apply(input, batch, &clock.without_watermark())
     }
 
-    fn on_barrier(&mut self) -> Result<Vec<ChangeBatch>> {
-        self.0.on_barrier()
+    fn on_barrier(&mut self, clock: &Clock) -> Result<Vec<ChangeBatch>> {
+        self.0.on_barrier(&clock.without_watermark())
     }
 
     fn flush_state(&mut self, wb: &mut WriteBatch, flush: Flush) {
@@ -40,8 +41,6 @@ impl Operator for NoWatermark {
     fn restore_record(&mut self, record: &[u8]) -> Result<()> {
         self.0.restore_record(record)
     }
-
-    fn on_watermark(&mut self, _watermark: i64) {}
 
     fn take_late_rows(&mut self) -> Vec<RecordBatch> {
         self.0.take_late_rows()

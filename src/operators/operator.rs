@@ -5,6 +5,10 @@
 //! before parents, passing what each returns to its parent. Operators never see channels,
 //! barriers or the store: they only turn changes into changes.
 //!
+//! Time comes with every call as a [`Clock`] (the view's watermark, the epoch's `now()`): the
+//! runtime keeps the one copy, moves the watermark as the data before it is applied (mid-epoch
+//! too) and sets `now()` before each barrier; an operator keeps no copy of either.
+//!
 //! Checkpoints (ADR 11): at a checkpoint barrier [`Operator::flush_state`] is told so and must
 //! put every write it still holds in memory into the batch, and the runtime stores what
 //! [`Operator::save_record`] returns next to the operator's state. After a restart the runtime
@@ -15,6 +19,7 @@
 use crate::error::Result;
 use crate::state::keyed::Flush;
 use crate::state::store::WriteBatch;
+use crate::types::clock::Clock;
 use crate::types::ChangeBatch;
 
 pub trait Operator: Send {
@@ -22,12 +27,14 @@ pub trait Operator: Send {
     fn describe(&self) -> String;
 
     /// Takes changes on input `input` (0 for single-input operators) and returns the changes
-    /// of this operator's output they cause now.
-    fn apply(&mut self, input: usize, batch: ChangeBatch) -> Result<Vec<ChangeBatch>>;
+    /// of this operator's output they cause now; `clock` is the time they arrive at (a row for
+    /// a window final by its watermark is late).
+    fn apply(&mut self, input: usize, batch: ChangeBatch, clock: &Clock) -> Result<Vec<ChangeBatch>>;
 
-    /// The epoch is complete: returns output changes held back until now (aggregates emit
-    /// their groups' new values once per epoch).
-    fn on_barrier(&mut self) -> Result<Vec<ChangeBatch>> {
+    /// The epoch is complete at `clock` (its `now()` set): returns output changes held back
+    /// until now (aggregates emit their groups' new values once per epoch, windows the
+    /// watermark made final close).
+    fn on_barrier(&mut self, _clock: &Clock) -> Result<Vec<ChangeBatch>> {
         Ok(vec![])
     }
 
@@ -48,16 +55,6 @@ pub trait Operator: Send {
     fn restore_record(&mut self, _record: &[u8]) -> Result<()> {
         Ok(())
     }
-
-    /// The view's event-time watermark advanced to `watermark` (nanoseconds): no more rows with
-    /// an event time below it are expected. Arrives after the data it follows; monotone.
-    fn on_watermark(&mut self, _watermark: i64) {}
-
-    /// The epoch being ended has time `now` (nanoseconds since 1970 UTC): `now()` in the view
-    /// (a temporal filter). Called before [`Operator::on_barrier`] at every barrier, and before
-    /// a new view's first rows; it never goes back for one operator, though the clock may be
-    /// pinned back (an operator keeps the latest time it was given).
-    fn on_epoch_time(&mut self, _now: i64) {}
 
     /// Rows that arrived after their window could no longer change, since the last call
     /// (input columns, then `window_start`, `window_end`); the runtime stores and counts them.
@@ -84,6 +81,7 @@ pub(crate) mod testing {
 
     use super::Operator;
     use crate::state::keyed::Flush;
+    use crate::types::clock::Clock;
     use crate::state::memory::MemoryStore;
     use crate::state::store::{ScanControl, StateStore, WriteBatch};
     use crate::types::change_batch::from_pretty;
@@ -91,8 +89,13 @@ pub(crate) mod testing {
     /// One epoch: applies `input` (`from_pretty` text) on input 0, runs the barrier, commits the
     /// operator's state to `store`; returns the output as `to_pretty` text.
     pub fn step(op: &mut dyn Operator, store: &Arc<dyn StateStore>, input: &str) -> String {
-        op.apply(0, from_pretty(input)).unwrap();
-        let out: String = op.on_barrier().unwrap().iter().map(|b| b.to_pretty()).collect();
+        step_at(op, store, &Clock::default(), input)
+    }
+
+    /// [`step`] with the runtime's clock at `clock`.
+    pub fn step_at(op: &mut dyn Operator, store: &Arc<dyn StateStore>, clock: &Clock, input: &str) -> String {
+        op.apply(0, from_pretty(input), clock).unwrap();
+        let out: String = op.on_barrier(clock).unwrap().iter().map(|b| b.to_pretty()).collect();
         let mut wb = WriteBatch::default();
         op.flush_state(&mut wb, Flush { checkpoint: false, landed: true });
         store.write(wb).unwrap();
@@ -145,14 +148,14 @@ pub(crate) mod testing {
     struct Running {
         op: Box<dyn Operator>,
         store: Arc<dyn StateStore>,
-        /// The view's watermark as last pushed.
-        watermark: Option<i64>,
+        /// The runtime's clock, as last set.
+        clock: Clock,
     }
 
     impl Running {
         fn new(make: &MakeOperator<'_>) -> Running {
             let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
-            Running { op: make(&store), store, watermark: None }
+            Running { op: make(&store), store, clock: Clock::default() }
         }
 
         /// One epoch, then its barrier, whose state changes are committed as the runtime does.
@@ -160,15 +163,14 @@ pub(crate) mod testing {
             let mut out = Vec::new();
             for event in events {
                 match event {
-                    Event::Changes(input, text) => out.extend(self.op.apply(*input, from_pretty(text)).unwrap()),
-                    Event::Watermark(w) => {
-                        self.watermark = Some(*w);
-                        self.op.on_watermark(*w);
+                    Event::Changes(input, text) => {
+                        out.extend(self.op.apply(*input, from_pretty(text), &self.clock).unwrap())
                     }
-                    Event::Time(now) => self.op.on_epoch_time(*now),
+                    Event::Watermark(w) => self.clock.watermark = Some(*w),
+                    Event::Time(now) => self.clock.now = Some(*now),
                 }
             }
-            out.extend(self.op.on_barrier().unwrap());
+            out.extend(self.op.on_barrier(&self.clock).unwrap());
             let mut wb = WriteBatch::default();
             self.op.flush_state(&mut wb, Flush { checkpoint: false, landed: true });
             self.store.write(wb).unwrap();
@@ -180,17 +182,15 @@ pub(crate) mod testing {
         }
 
         /// Drops the operator after a checkpoint and builds a fresh one over its state, as a
-        /// restart does: the record restored, then the view's watermark pushed again.
+        /// restart does: the record restored; the runtime's clock has the view's watermark (kept
+        /// in the view's checkpoint) and no time until the next barrier.
         fn restart(self, make: &MakeOperator<'_>) -> Running {
-            let Running { mut op, store, watermark } = self;
+            let Running { mut op, store, clock } = self;
             let record = checkpoint(op.as_mut(), &store);
             drop(op);
             let mut op = make(&store);
             restore(op.as_mut(), record);
-            if let Some(w) = watermark {
-                op.on_watermark(w);
-            }
-            Running { op, store, watermark }
+            Running { op, store, clock: Clock { now: None, ..clock } }
         }
 
         /// Everything the store holds after a checkpoint: the operator's whole state.

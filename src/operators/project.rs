@@ -10,6 +10,7 @@ use super::eval::evaluate;
 use super::operator::Operator;
 use crate::error::Result;
 use crate::status::ViewStatus;
+use crate::types::clock::Clock;
 use crate::types::ChangeBatch;
 
 pub struct Project {
@@ -37,7 +38,7 @@ impl Operator for Project {
         format!("{}: {}", self.label, exprs.join(", "))
     }
 
-    fn apply(&mut self, _input: usize, batch: ChangeBatch) -> Result<Vec<ChangeBatch>> {
+    fn apply(&mut self, _input: usize, batch: ChangeBatch, _clock: &Clock) -> Result<Vec<ChangeBatch>> {
         let columns = self.exprs.iter().map(|e| evaluate(e, &batch.data, &self.view)).collect::<Result<Vec<_>>>()?;
         let options = datafusion::arrow::array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
         let data = RecordBatch::try_new_with_options(Arc::clone(&self.schema), columns, &options)?;

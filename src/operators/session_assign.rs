@@ -31,7 +31,7 @@ use crate::state::record::{RecordReader, RecordWriter};
 use crate::state::store::WriteBatch;
 use crate::state::value::decode_count;
 use crate::status::ViewStatus;
-use crate::types::event_time::EventTime;
+use crate::types::clock::Clock;
 use crate::types::window::{from_nanos, time_from_key, time_key, to_nanos, SessionSpec};
 use crate::types::{ChangeBatch, Op};
 
@@ -39,7 +39,8 @@ pub struct SessionAssign {
     spec: SessionSpec,
     /// Input columns, `window_start`, `window_end`.
     schema: SchemaRef,
-    time: EventTime,
+    /// How long after its end a session still takes rows (nanoseconds).
+    lateness: i64,
     late: LateRows,
     /// Encodes the key columns (None without keys: one key, empty).
     key_codec: Option<RowConverter>,
@@ -81,7 +82,7 @@ impl SessionAssign {
             row_codec: RowConverter::new(input)?,
             spec,
             schema,
-            time: EventTime::new(lateness),
+            lateness,
             late,
             key_codec,
             state,
@@ -152,7 +153,7 @@ impl Operator for SessionAssign {
         self.description.clone()
     }
 
-    fn apply(&mut self, _input: usize, batch: ChangeBatch) -> Result<Vec<ChangeBatch>> {
+    fn apply(&mut self, _input: usize, batch: ChangeBatch, clock: &Clock) -> Result<Vec<ChangeBatch>> {
         let times = to_nanos(batch.data.column(self.spec.time_column))?;
         // Rows without a time have no session.
         let batch = if times.null_count() == 0 {
@@ -162,7 +163,7 @@ impl Operator for SessionAssign {
             batch.take(&with_time)?
         };
         let times: Vec<i64> = times.iter().flatten().collect();
-        let keep = match self.time.final_through() {
+        let keep = match clock.final_through(self.lateness) {
             None => None,
             Some(final_through) => {
                 let (late, on_time): (Vec<u32>, Vec<u32>) =
@@ -253,9 +254,9 @@ impl Operator for SessionAssign {
         Ok(vec![ChangeBatch::new(data, out.iter().map(|o| o.3).collect())])
     }
 
-    fn on_barrier(&mut self) -> Result<Vec<ChangeBatch>> {
+    fn on_barrier(&mut self, clock: &Clock) -> Result<Vec<ChangeBatch>> {
         // Sessions final at this watermark leave the state.
-        let Some(final_through) = self.time.final_through() else { return Ok(vec![]) };
+        let Some(final_through) = clock.final_through(self.lateness) else { return Ok(vec![]) };
         let bound = final_through.saturating_add(1);
         for key in self.by_end.take_through(final_through).into_iter().flat_map(|(_, keys)| keys) {
             let rows = self.load(&key)?;
@@ -282,10 +283,6 @@ impl Operator for SessionAssign {
         let mut record = RecordReader::new(record, &self.description)?;
         self.by_end = KeysByTime::read(&mut record)?;
         record.finish()
-    }
-
-    fn on_watermark(&mut self, watermark: i64) {
-        self.time.advance(watermark);
     }
 
     fn take_late_rows(&mut self) -> Vec<RecordBatch> {

@@ -5,8 +5,8 @@
 //! start bounds and the earliest of its end bounds (`stream_plan::temporal_bounds`); a NULL bound
 //! keeps it out. A change arriving is judged against the current `now()`: passed on if its
 //! row is in, held in `entering` (by start) if it is early, dropped if it is past its end. A row
-//! passed on with a finite end is held in `leaving` (by end). When an epoch's time comes
-//! ([`Operator::on_epoch_time`]), the barrier retracts the rows whose end it reached and emits
+//! passed on with a finite end is held in `leaving` (by end). At each barrier the epoch's time
+//! (the [`Clock`]'s `now`) moves the filter on: it retracts the rows whose end it reached and emits
 //! those whose start it reached, so at every commit the output is what the batch query gives
 //! at that epoch's `now()`, and the work is proportional to the rows that enter or leave, not
 //! to the rows held. Both indexes are [`RowsByTime`] tables; `now()` and their counts go into
@@ -29,6 +29,7 @@ use crate::state::rows_by_time::{decode_changes, RowsByTime, TakenRows};
 use crate::state::store::WriteBatch;
 use crate::state::table::row_codec;
 use crate::status::ViewStatus;
+use crate::types::clock::Clock;
 use crate::types::window::{time_from_key, time_key, to_nanos};
 use crate::types::ChangeBatch;
 
@@ -46,10 +47,9 @@ pub struct TemporalFilter {
     text: String,
     codec: RowConverter,
     schema: SchemaRef,
-    /// The epoch time changes are judged against (None before the first).
+    /// The epoch time changes are judged against: the latest the filter moved to at a barrier
+    /// (None before the first).
     now: Option<i64>,
-    /// The time of the epoch being ended, applied at its barrier.
-    next: Option<i64>,
     /// Rows not in yet, by start; each row's bytes follow its end (`time_key`).
     entering: RowsByTime,
     /// Rows in, with a finite end, by end.
@@ -66,7 +66,7 @@ impl TemporalFilter {
         view: impl Into<ViewStatus>,
     ) -> Result<TemporalFilter> {
         let codec = row_codec(&schema)?;
-        Ok(TemporalFilter { bounds, text, codec, schema, now: None, next: None, entering, leaving, view: view.into() })
+        Ok(TemporalFilter { bounds, text, codec, schema, now: None, entering, leaving, view: view.into() })
     }
 
     /// Each row's `[start, end)`, None where a bound is NULL.
@@ -123,9 +123,9 @@ impl Operator for TemporalFilter {
         format!("TemporalFilter: {}", self.text)
     }
 
-    fn apply(&mut self, _input: usize, batch: ChangeBatch) -> Result<Vec<ChangeBatch>> {
+    fn apply(&mut self, _input: usize, batch: ChangeBatch, clock: &Clock) -> Result<Vec<ChangeBatch>> {
         // A new view's first rows come after its first time (its backfill).
-        let now = self.now.or(self.next).unwrap_or(i64::MIN);
+        let now = self.now.or(clock.now).unwrap_or(i64::MIN);
         let spans = self.spans(&batch)?;
         let rows = self.codec.convert_columns(batch.data.columns())?;
         let mut keep = Vec::new();
@@ -156,16 +156,11 @@ impl Operator for TemporalFilter {
         Ok(vec![batch.take(&keep)?])
     }
 
-    fn on_epoch_time(&mut self, now: i64) {
-        if self.now.is_none_or(|current| now > current) {
-            self.next = Some(self.next.map_or(now, |n| n.max(now)));
-        }
-    }
-
-    fn on_barrier(&mut self) -> Result<Vec<ChangeBatch>> {
-        match self.next.take() {
-            Some(next) => self.advance(next),
-            None => Ok(vec![]),
+    fn on_barrier(&mut self, clock: &Clock) -> Result<Vec<ChangeBatch>> {
+        match clock.now {
+            // The clock may be pinned back: the filter never goes back.
+            Some(now) if self.now.is_none_or(|current| now > current) => self.advance(now),
+            _ => Ok(vec![]),
         }
     }
 
@@ -227,20 +222,22 @@ mod tests {
         from_pretty(&format!("S I\n{rows}")).to_pretty()
     }
 
+    fn at(now: i64) -> Clock {
+        Clock { watermark: None, now: Some(now * S) }
+    }
+
     fn barrier(f: &mut TemporalFilter, now: i64) -> Vec<String> {
-        f.on_epoch_time(now * S);
-        f.on_barrier().unwrap().iter().map(|b| b.to_pretty()).collect()
+        f.on_barrier(&at(now)).unwrap().iter().map(|b| b.to_pretty()).collect()
     }
 
     #[test]
     fn rows_enter_at_their_start_and_leave_at_their_end() {
         let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
         let mut f = sliding(&store);
-        f.on_epoch_time(100 * S);
         // At 100 s: 95 is in, 105 is early, 80 is past; 99 comes and goes.
-        let out = f.apply(0, from_pretty("S I\n+ 95 1\n+ 105 2\n+ 80 3\n+ 99 4")).unwrap();
+        let out = f.apply(0, from_pretty("S I\n+ 95 1\n+ 105 2\n+ 80 3\n+ 99 4"), &at(100)).unwrap();
         assert_eq!(out[0].to_pretty(), pretty("+ 95 1\n+ 99 4"));
-        f.apply(0, from_pretty("S I\n- 99 4")).unwrap();
+        f.apply(0, from_pretty("S I\n- 99 4"), &at(100)).unwrap();
         assert!(barrier(&mut f, 100).is_empty());
         assert_eq!(f.open_windows(), 2);
         // At 106 s: 95 leaves (its end, 105 s, passed); 105 enters.
@@ -248,7 +245,7 @@ mod tests {
         // The clock pinned back changes nothing.
         assert!(barrier(&mut f, 50).is_empty());
         // Past both ends at once: a row that had not entered never shows.
-        f.apply(0, from_pretty("S I\n+ 110 5")).unwrap();
+        f.apply(0, from_pretty("S I\n+ 110 5"), &at(50)).unwrap();
         assert_eq!(barrier(&mut f, 200), vec![pretty("- 105 2")]);
         assert_eq!(f.open_windows(), 0);
     }

@@ -47,7 +47,7 @@ use crate::state::store::WriteBatch;
 use crate::state::value::decode_count;
 use crate::state::value::{ValueReader, ValueWriter};
 use crate::status::ViewStatus;
-use crate::types::event_time::EventTime;
+use crate::types::clock::Clock;
 use crate::types::hash::HashMap;
 use crate::types::window::{close_times, TimeColumn};
 use crate::types::{ChangeBatch, Op};
@@ -82,8 +82,6 @@ pub struct TopN {
     window: Option<(usize, TimeColumn, i64)>,
     /// The partitions of open windows, by close time.
     open: KeysByTime,
-    /// The watermark, and the window's allowed lateness.
-    time: EventTime,
     view: ViewStatus,
 }
 
@@ -135,7 +133,6 @@ impl TopN {
             touched: HashMap::default(),
             window,
             open: KeysByTime::default(),
-            time: EventTime::new(window.map_or(0, |(_, _, lateness)| lateness)),
             view: view.into(),
         })
     }
@@ -286,7 +283,7 @@ impl Operator for TopN {
         )
     }
 
-    fn apply(&mut self, _input: usize, batch: ChangeBatch) -> Result<Vec<ChangeBatch>> {
+    fn apply(&mut self, _input: usize, batch: ChangeBatch, _clock: &Clock) -> Result<Vec<ChangeBatch>> {
         if batch.is_empty() {
             return Ok(vec![]);
         }
@@ -337,7 +334,7 @@ impl Operator for TopN {
         Ok(vec![])
     }
 
-    fn on_barrier(&mut self) -> Result<Vec<ChangeBatch>> {
+    fn on_barrier(&mut self, clock: &Clock) -> Result<Vec<ChangeBatch>> {
         let mut touched: Vec<(Vec<u8>, Touched)> = std::mem::take(&mut self.touched).into_iter().collect();
         touched.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         // The output, as (row, rank, op).
@@ -366,7 +363,7 @@ impl Operator for TopN {
                 }
             }
         }
-        if let (Some(_), Some(final_through)) = (self.window, self.time.final_through()) {
+        if let Some(final_through) = self.window.and_then(|(_, _, lateness)| clock.final_through(lateness)) {
             self.forget_windows_before(final_through)?;
         }
         if out.is_empty() {
@@ -398,10 +395,6 @@ impl Operator for TopN {
         let mut record = RecordReader::new(record, &what)?;
         self.open = KeysByTime::read(&mut record)?;
         record.finish()
-    }
-
-    fn on_watermark(&mut self, watermark: i64) {
-        self.time.advance(watermark);
     }
 
     fn open_windows(&self) -> usize {
@@ -475,7 +468,7 @@ mod tests {
         // Changes that cancel within an epoch emit nothing.
         assert_eq!(step(&mut t, &store, "I I\n+ 1 99\n- 1 99"), "");
         // A delete of a row never inserted is a bug upstream, reported as one.
-        assert!(t.apply(0, from_pretty("I I\n- 3 1")).is_err());
+        assert!(t.apply(0, from_pretty("I I\n- 3 1"), &Clock::default()).is_err());
     }
 
     /// Random inserts and deletes, through a tiny cache (so state comes back from the store), in

@@ -7,6 +7,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 
 use super::operator::Operator;
 use crate::error::Result;
+use crate::types::clock::Clock;
 use crate::types::ChangeBatch;
 
 pub struct Union {
@@ -25,7 +26,7 @@ impl Operator for Union {
         format!("Union: {} inputs", self.inputs)
     }
 
-    fn apply(&mut self, _input: usize, batch: ChangeBatch) -> Result<Vec<ChangeBatch>> {
+    fn apply(&mut self, _input: usize, batch: ChangeBatch, _clock: &Clock) -> Result<Vec<ChangeBatch>> {
         let data = RecordBatch::try_new(Arc::clone(&self.schema), batch.data.columns().to_vec())?;
         Ok(vec![batch.with_data(data)])
     }

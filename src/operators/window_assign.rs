@@ -15,7 +15,7 @@ use super::lateness::LateRows;
 use super::operator::Operator;
 use crate::error::Result;
 use crate::status::ViewStatus;
-use crate::types::event_time::EventTime;
+use crate::types::clock::Clock;
 use crate::types::window::{close_times, TimeColumn, WindowSpec};
 use crate::types::{ChangeBatch, Op};
 
@@ -23,8 +23,8 @@ pub struct WindowAssign {
     spec: WindowSpec,
     /// Input columns, `window_start`, `window_end`.
     schema: SchemaRef,
-    /// The watermark, and how long after its end a window still takes rows.
-    time: EventTime,
+    /// How long after its end a window still takes rows (nanoseconds).
+    lateness: i64,
     late: LateRows,
 }
 
@@ -36,13 +36,13 @@ impl WindowAssign {
         keep_late: bool,
         view: impl Into<ViewStatus>,
     ) -> WindowAssign {
-        WindowAssign { spec, schema, time: EventTime::new(lateness), late: LateRows::new(keep_late, view) }
+        WindowAssign { spec, schema, lateness, late: LateRows::new(keep_late, view) }
     }
 }
 
 impl Operator for WindowAssign {
     fn describe(&self) -> String {
-        let lateness = match self.time.lateness() {
+        let lateness = match self.lateness {
             0 => String::new(),
             lateness => format!(", lateness {}s", lateness as f64 / 1e9),
         };
@@ -53,11 +53,11 @@ impl Operator for WindowAssign {
         )
     }
 
-    fn apply(&mut self, _input: usize, batch: ChangeBatch) -> Result<Vec<ChangeBatch>> {
+    fn apply(&mut self, _input: usize, batch: ChangeBatch, clock: &Clock) -> Result<Vec<ChangeBatch>> {
         let (data, origins) = self.spec.assign(&batch.data, &self.schema)?;
         let ops: Vec<Op> = origins.iter().map(|&o| batch.ops[o as usize]).collect();
         let windowed = ChangeBatch::new(data, ops);
-        let keep = match self.time.final_through() {
+        let keep = match clock.final_through(self.lateness) {
             None => None,
             Some(final_through) => {
                 // Late: the window is final.
@@ -78,10 +78,6 @@ impl Operator for WindowAssign {
             Some(keep) if keep.len() < windowed.num_rows() => Ok(vec![windowed.take(&keep)?]),
             _ => Ok(vec![windowed]),
         }
-    }
-
-    fn on_watermark(&mut self, watermark: i64) {
-        self.time.advance(watermark);
     }
 
     fn take_late_rows(&mut self) -> Vec<RecordBatch> {
@@ -119,10 +115,9 @@ mod tests {
     #[test]
     fn late_rows_are_diverted() {
         let mut a = assigner();
-        assert_eq!(a.apply(0, rows(&[1, 12])).unwrap()[0].num_rows(), 2);
-        a.on_watermark(20 * S);
+        assert_eq!(a.apply(0, rows(&[1, 12]), &Clock::default()).unwrap()[0].num_rows(), 2);
         // 5 s is in [0, 10): closed; 25 s is not.
-        let out = a.apply(0, rows(&[5, 25])).unwrap();
+        let out = a.apply(0, rows(&[5, 25]), &Clock::at_watermark(20 * S)).unwrap();
         assert_eq!(out[0].num_rows(), 1);
         let late = a.take_late_rows();
         assert_eq!(late.iter().map(|b| b.num_rows()).sum::<usize>(), 1);

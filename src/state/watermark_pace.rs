@@ -63,9 +63,7 @@ impl WatermarkPace {
         if flush.checkpoint {
             return None;
         }
-        let mut then = crate::types::event_time::EventTime::new(lateness);
-        then.advance(self.forecast(table.settling_horizon()?)?);
-        then.final_through()
+        crate::types::clock::Clock::at_watermark(self.forecast(table.settling_horizon()?)?).final_through(lateness)
     }
 }
 

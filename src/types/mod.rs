@@ -3,7 +3,7 @@
 //! ([`window`]), which shard owns a key ([`key_shards`]) and PostgreSQL's names of Arrow types ([`pg_type`]).
 
 pub mod change_batch;
-pub mod event_time;
+pub mod clock;
 pub mod hash;
 pub mod json;
 pub mod key_shards;
