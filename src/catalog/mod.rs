@@ -604,6 +604,7 @@ impl Catalog {
         def.append_only = append_only;
         def.int4_literals = true;
         def.planner_revision = planner_revision;
+        def.state_format = crate::state::value::StateFormat::CURRENT.number();
         if append_only {
             def.layout = Layout::Segments;
         }
@@ -658,6 +659,7 @@ impl Catalog {
             layout: Layout::Rows,
             int4_literals: false,
             planner_revision: 0,
+            state_format: 0,
             index: None,
         }
     }

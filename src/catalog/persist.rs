@@ -96,6 +96,11 @@ pub struct RelationDef {
     /// with, so its columns and stored state agree.
     #[serde(default)]
     pub planner_revision: u32,
+    /// The format a materialized view's operator state is written in
+    /// (`state::value::StateFormat`): 0 before formats were recorded, which is format 1. The
+    /// view keeps it for life; its operators read and write that format.
+    #[serde(default)]
+    pub state_format: u32,
     /// An index's columns and relation (kind [`RelationKind::Index`]).
     #[serde(default)]
     pub index: Option<IndexDef>,

@@ -153,6 +153,9 @@ impl Frontend {
                     _ => return Err(crate::error::WeirError::internal("view definition is not a statement")),
                 };
                 let options = handler::create_view::view_options(self, &session, &statement, &clauses).await?;
+                // Its state stays in the format it was written in.
+                let state_format = crate::state::value::StateFormat::recorded(relation.def.state_format)?;
+                let options = crate::stream_plan::plan::ViewOptions { state_format, ..options };
                 let (planned, logical) =
                     handler::create_view::plan_view(&session, &statement, df_context::PlanningRules::of(&relation.def))
                         .await?;

@@ -11,6 +11,11 @@
 //! change once (`U-` old row, `U+` new row; `-` when its last row left, `+` when it appeared).
 //! An aggregate without GROUP BY has one group that always exists, as in SQL.
 //!
+//! `avg` and a floating-point `sum` keep their sum exactly ([`ExactSum`]), so rows taken back
+//! leave exactly the sum of the rows still there, whatever the order (a running `f64` total
+//! would keep the rounding errors of rows long gone). Views whose state is in the first format
+//! ([`StateFormat::FIRST`], made before this) keep their running `f64` totals.
+//!
 //! State is in the store ([`KeyedState`], bounded cache): table 0 holds each group's counters
 //! and last emitted row, keyed by the group key; table 1 the value multisets, keyed by group
 //! key, aggregate and value (memcomparable, so the first and last entries are min and max).
@@ -64,10 +69,11 @@ use crate::state::keyed::{Flush, KeyedState};
 use crate::state::keys_by_time::KeysByTime;
 use crate::state::record::{corrupt as corrupt_record, RecordReader, RecordWriter};
 use crate::state::store::WriteBatch;
-use crate::state::value::{decode_count, encode_count, ValueReader, ValueWriter};
+use crate::state::value::{decode_count, encode_count, StateFormat, ValueReader, ValueWriter};
 use crate::state::watermark_pace::WatermarkPace;
 use crate::state::MEMORY_LIMIT_BYTES;
 use crate::status::ViewStatus;
+use crate::types::exact_sum::ExactSum;
 use crate::types::clock::Clock;
 use crate::types::window::{close_times, TimeColumn};
 use crate::types::{ChangeBatch, Op};
@@ -147,8 +153,20 @@ enum Acc {
         sum: Option<ScalarValue>,
         values: i64,
     },
+    /// `avg`: the exact sum of its values and how many there are.
     Avg {
+        sum: ExactSum,
+        values: i64,
+    },
+    /// `avg` in a view of the first state format: a running `f64` sum.
+    AvgRounded {
         sum: f64,
+        values: i64,
+    },
+    /// `sum` over floating-point values: kept exactly (not in the first state format, whose
+    /// views keep a running total in [`Acc::Sum`]).
+    FloatSum {
+        sum: ExactSum,
         values: i64,
     },
     /// min / max: everything is in the multiset.
@@ -232,6 +250,14 @@ fn integer_value(v: &ScalarValue) -> Option<i128> {
     })
 }
 
+/// A numeric value as `f64` (an `avg`'s or a floating-point `sum`'s argument).
+fn float_value(v: &ScalarValue) -> Result<f64> {
+    match v.cast_to(&DataType::Float64)? {
+        ScalarValue::Float64(Some(f)) => Ok(f),
+        _ => Err(WeirError::internal("avg or sum of a non-numeric value")),
+    }
+}
+
 /// The type a sum's running total is kept in: wide enough that adding rows does not overflow
 /// where the output type would (an integer sum in 38 digits, a decimal one in 76).
 fn running_sum_type(output: &DataType) -> DataType {
@@ -280,6 +306,8 @@ pub struct HashAgg {
     window: Option<AggWindow>,
     /// Its input holds no rows back for a barrier: final windows may finish mid-epoch.
     prompt_input: bool,
+    /// `avg` and floating-point `sum` keep exact sums (the view's state format has them).
+    exact_sums: bool,
     /// Windowed groups by close time: not yet emitted (`open`, or every group when emitting
     /// continuously) and emitted but still taking late rows (`closed`).
     open: KeysByTime,
@@ -322,6 +350,8 @@ pub struct HashAggConfig {
     /// projections, filters and unions), so a final window's groups may be finished before the
     /// barrier ([`HashAgg::retire_final_windows`]).
     pub prompt_input: bool,
+    /// The format the view's state is written in (recorded with the view).
+    pub state_format: StateFormat,
 }
 
 impl HashAggConfig {
@@ -340,6 +370,7 @@ impl HashAggConfig {
             window: None,
             append_only_input: false,
             prompt_input: false,
+            state_format: StateFormat::CURRENT,
         }
     }
 }
@@ -353,7 +384,8 @@ impl HashAgg {
         shard: usize,
         view: impl Into<ViewStatus>,
     ) -> Result<HashAgg> {
-        let HashAggConfig { group_by, group_types, aggs, schema, window, append_only_input, prompt_input } = config;
+        let HashAggConfig { group_by, group_types, aggs, schema, window, append_only_input, prompt_input, state_format } =
+            config;
         let group_codec = if group_types.is_empty() {
             None
         } else {
@@ -391,6 +423,7 @@ impl HashAgg {
             append_only_input,
             window,
             prompt_input,
+            exact_sums: state_format >= StateFormat::EXACT_SUMS,
             open: KeysByTime::default(),
             closed: KeysByTime::default(),
             pace: WatermarkPace::default(),
@@ -424,8 +457,12 @@ impl HashAgg {
             .iter()
             .map(|a| match a.kind {
                 AggKind::CountRows | AggKind::Count => Acc::Count(0),
+                AggKind::Sum if self.exact_sums && a.output_type.is_floating() => {
+                    Acc::FloatSum { sum: ExactSum::default(), values: 0 }
+                }
                 AggKind::Sum => Acc::Sum { sum: None, values: 0 },
-                AggKind::Avg => Acc::Avg { sum: 0.0, values: 0 },
+                AggKind::Avg if self.exact_sums => Acc::Avg { sum: ExactSum::default(), values: 0 },
+                AggKind::Avg => Acc::AvgRounded { sum: 0.0, values: 0 },
                 AggKind::Min | AggKind::Max if self.append_only_input => Acc::Best(None),
                 AggKind::Min | AggKind::Max | AggKind::StringAgg => Acc::Extreme,
                 AggKind::CountDistinct => Acc::Distinct(0),
@@ -485,12 +522,18 @@ impl HashAgg {
                     *values += sign;
                 }
             }
-            Acc::Avg { sum, values } => {
+            Acc::Avg { sum, values } | Acc::FloatSum { sum, values } => {
                 if let Some(v) = value {
-                    let ScalarValue::Float64(Some(f)) = v.cast_to(&DataType::Float64)? else {
-                        return Err(WeirError::internal("avg of a non-numeric value"));
-                    };
-                    *sum += sign as f64 * f;
+                    match integer_value(&v) {
+                        Some(i) => sum.add_i128(i, sign),
+                        None => sum.add_f64(float_value(&v)?, sign),
+                    }
+                    *values += sign;
+                }
+            }
+            Acc::AvgRounded { sum, values } => {
+                if let Some(v) = value {
+                    *sum += sign as f64 * float_value(&v)?;
                     *values += sign;
                 }
             }
@@ -559,13 +602,12 @@ impl HashAgg {
                 Some(s) if *values > 0 => s.clone(),
                 _ => ScalarValue::Null,
             },
-            Acc::Avg { sum, values } => {
-                if *values == 0 {
-                    ScalarValue::Null
-                } else {
-                    ScalarValue::Float64(Some(sum / *values as f64))
-                }
+            Acc::Avg { values: 0, .. } | Acc::AvgRounded { values: 0, .. } | Acc::FloatSum { values: 0, .. } => {
+                ScalarValue::Null
             }
+            Acc::Avg { sum, values } => ScalarValue::Float64(Some(sum.to_f64() / *values as f64)),
+            Acc::AvgRounded { sum, values } => ScalarValue::Float64(Some(sum / *values as f64)),
+            Acc::FloatSum { sum, .. } => ScalarValue::Float64(Some(sum.to_f64())).cast_to(&spec.output_type)?,
             Acc::Distinct(n) => ScalarValue::Int64(Some(*n)),
             Acc::Bools { trues, falses } => {
                 if trues + falses == 0 {
@@ -646,7 +688,10 @@ impl HashAgg {
                         }
                     }
                 }
-                Acc::Avg { sum, values } => {
+                Acc::Avg { sum, values } | Acc::FloatSum { sum, values } => {
+                    out.exact_sum(sum).i64(*values);
+                }
+                Acc::AvgRounded { sum, values } => {
                     out.f64(*sum).i64(*values);
                 }
                 Acc::Extreme => {}
@@ -679,6 +724,10 @@ impl HashAgg {
             accs.push(match spec.kind {
                 AggKind::CountRows | AggKind::Count => Acc::Count(r.i64()?),
                 AggKind::CountDistinct => Acc::Distinct(r.i64()?),
+                AggKind::Sum if self.exact_sums && spec.output_type.is_floating() => {
+                    let sum = r.exact_sum()?;
+                    Acc::FloatSum { sum, values: r.i64()? }
+                }
                 AggKind::Sum => {
                     let values = r.i64()?;
                     let wide = running_sum_type(&spec.output_type);
@@ -691,7 +740,11 @@ impl HashAgg {
                     };
                     Acc::Sum { sum, values }
                 }
-                AggKind::Avg => Acc::Avg { sum: r.f64()?, values: r.i64()? },
+                AggKind::Avg if self.exact_sums => {
+                    let sum = r.exact_sum()?;
+                    Acc::Avg { sum, values: r.i64()? }
+                }
+                AggKind::Avg => Acc::AvgRounded { sum: r.f64()?, values: r.i64()? },
                 AggKind::Min | AggKind::Max if self.append_only_input => Acc::Best(if r.u8()? == 1 {
                     Some(self.value_codecs[i].as_ref().expect("codec").decode(r.slice()?)?)
                 } else {
@@ -1225,6 +1278,52 @@ mod tests {
         };
         let state = (KeyedState::new(1, Arc::clone(store), 4), KeyedState::new(2, Arc::clone(store), 4));
         HashAgg::new(config, state, 0, "test").unwrap()
+    }
+
+    /// `avg(c1)` and `sum(c1)` per `c0` over floats, its state in `format`.
+    fn float_sums(store: &Arc<dyn StateStore>, format: StateFormat) -> HashAgg {
+        let input = from_pretty("I F\n+ 1 1").schema();
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int64, true),
+            Field::new("mean", DataType::Float64, true),
+            Field::new("total", DataType::Float64, true),
+        ]));
+        let over_c1 = |kind| AggSpec {
+            kind,
+            arg: Some(col("c1", &input).unwrap()),
+            arg_type: Some(DataType::Float64),
+            output_type: DataType::Float64,
+            delimiter: None,
+        };
+        let config = HashAggConfig {
+            state_format: format,
+            ..HashAggConfig::new(
+                vec![col("c0", &input).unwrap()],
+                vec![DataType::Int64],
+                vec![over_c1(AggKind::Avg), over_c1(AggKind::Sum)],
+                schema,
+            )
+        };
+        let state = (KeyedState::new(1, Arc::clone(store), 4), KeyedState::new(2, Arc::clone(store), 4));
+        HashAgg::new(config, state, 0, "test").unwrap()
+    }
+
+    /// Exact sums leave exactly the rows still there; a view of the first state format keeps
+    /// its running float totals (its stored state has them) and reads them back.
+    #[test]
+    fn float_sums_are_exact_and_first_format_views_keep_their_totals() {
+        for (format, left) in [(StateFormat::CURRENT, "1.0 1.0"), (StateFormat::FIRST, "0.0 0.0")] {
+            let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+            let mut a = float_sums(&store, format);
+            step(&mut a, &store, "I F\n+ 1 1e17\n+ 1 1");
+            let mut wb = WriteBatch::default();
+            a.flush_state(&mut wb, Flush::CHECKPOINT);
+            store.write(wb).unwrap();
+            // Restored over its stored state, in its format.
+            let mut b = float_sums(&store, format);
+            let out = step(&mut b, &store, "I F\n- 1 1e17");
+            assert_eq!(out.lines().last().unwrap(), format!("U+ 1 {left}"), "{format:?}");
+        }
     }
 
     /// `count(*)` per window end (`c0`, seconds) and `c1` over an append-only input, through a

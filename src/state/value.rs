@@ -4,15 +4,61 @@
 //! their `u32` length, in the order the operator writes them; a value cut short is corrupt
 //! (XX001, naming whose), never read as something else.
 //!
-//! These bytes are on disk in users' data directories and checkpoints. The encoding is the one
-//! every release so far wrote (format 1, untagged: a value's layout is its operator's); a
-//! change to a layout must come with a reader of the old one, chosen by the format the view's
-//! state was written in, and a fixture in `tests/fixtures/upgrade/` proving it (ADR 26).
+//! These bytes are on disk in users' data directories and checkpoints. Values are untagged (a
+//! value's layout is its operator's), so the format is the view's: each view records the
+//! [`StateFormat`] its state is written in (`RelationDef::state_format`), and its operators
+//! read and write that one for as long as the view lives, while new views take the current
+//! one. A change to a layout is a new format with the old one's reader kept, and a fixture in
+//! `tests/fixtures/upgrade/` proving it (ADR 26).
 //!
 //! Rows themselves are encoded with arrow-row (`state::table::row_codec`); checkpoint records
 //! with `state::record`.
 
 use crate::error::{Result, SqlState, WeirError};
+use crate::types::exact_sum::ExactSum;
+
+/// The format of a view's operator state values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct StateFormat(u32);
+
+impl StateFormat {
+    /// Every release before formats were recorded: `avg` keeps a floating-point running sum,
+    /// and so does `sum` over floating-point values (a value taken away may leave a rounding
+    /// error behind: `1e17 + 1 - 1e17` is 0).
+    pub const FIRST: StateFormat = StateFormat(1);
+    /// `avg` and floating-point `sum` keep their sum exactly ([`ExactSum`]).
+    pub const EXACT_SUMS: StateFormat = StateFormat(2);
+    /// The format new views write.
+    pub const CURRENT: StateFormat = StateFormat::EXACT_SUMS;
+
+    /// The format a view recorded (0: recorded before formats were, the first); a format this
+    /// release does not know (written by a newer one) is an error naming it.
+    pub fn recorded(number: u32) -> Result<StateFormat> {
+        match number {
+            0 => Ok(StateFormat::FIRST),
+            n if n <= StateFormat::CURRENT.0 => Ok(StateFormat(n)),
+            n => Err(WeirError::new(
+                SqlState::FEATURE_NOT_SUPPORTED,
+                format!(
+                    "the view's state is in format {n}, written by a newer release of Weir; this one reads formats up to {}",
+                    StateFormat::CURRENT.0
+                ),
+            )),
+        }
+    }
+
+    /// The number recorded with the view.
+    pub fn number(self) -> u32 {
+        self.0
+    }
+}
+
+/// New views write the current format.
+impl Default for StateFormat {
+    fn default() -> StateFormat {
+        StateFormat::CURRENT
+    }
+}
 
 /// Builds one value.
 #[derive(Default)]
@@ -54,6 +100,17 @@ impl ValueWriter {
     pub fn raw(&mut self, v: &[u8]) -> &mut Self {
         self.bytes.extend_from_slice(v);
         self
+    }
+
+    /// An exact sum: its lowest limb's index, how many limbs, the limbs, then its counts of
+    /// +inf, -inf and NaN.
+    pub fn exact_sum(&mut self, v: &ExactSum) -> &mut Self {
+        let (lowest, limbs, pos_inf, neg_inf, nan) = v.parts();
+        self.u32(lowest).u32(limbs.len() as u32);
+        limbs.iter().for_each(|&l| {
+            self.i64(l);
+        });
+        self.i64(pos_inf).i64(neg_inf).i64(nan)
     }
 
     pub fn finish(self) -> Vec<u8> {
@@ -108,6 +165,18 @@ impl<'a> ValueReader<'a> {
         self.take(n)
     }
 
+    /// An exact sum [`ValueWriter::exact_sum`] wrote.
+    pub fn exact_sum(&mut self) -> Result<ExactSum> {
+        let lowest = self.u32()?;
+        let n = self.u32()? as usize;
+        if n > self.bytes.len() / 8 {
+            return Err(self.corrupt());
+        }
+        let limbs = (0..n).map(|_| self.i64()).collect::<Result<Vec<i64>>>()?;
+        let parts = (lowest, limbs, self.i64()?, self.i64()?, self.i64()?);
+        ExactSum::from_parts(parts).ok_or_else(|| self.corrupt())
+    }
+
     /// Whether every byte has been read.
     pub fn at_end(&self) -> bool {
         self.at == self.bytes.len()
@@ -146,5 +215,24 @@ mod tests {
         assert_eq!(err.state, SqlState::DATA_CORRUPTED);
         assert_eq!(decode_count(&encode_count(42)).unwrap(), 42);
         assert!(decode_count(&[1, 2]).is_err());
+    }
+
+    #[test]
+    fn exact_sums_read_back_and_formats_are_known_or_refused() {
+        let mut sum = ExactSum::default();
+        sum.add_f64(1e17, 1);
+        sum.add_f64(0.125, 1);
+        sum.add_f64(f64::INFINITY, 1);
+        sum.add_f64(f64::INFINITY, -1);
+        let mut w = ValueWriter::default();
+        w.exact_sum(&sum).u8(5);
+        let bytes = w.finish();
+        let mut r = ValueReader::new(&bytes, "a test value");
+        assert_eq!((r.exact_sum().unwrap(), r.u8().unwrap()), (sum, 5));
+        assert!(ValueReader::new(&bytes[..bytes.len() - 2], "a test value").exact_sum().is_err());
+        assert_eq!(StateFormat::recorded(0).unwrap(), StateFormat::FIRST);
+        assert_eq!(StateFormat::recorded(2).unwrap(), StateFormat::EXACT_SUMS);
+        let newer = StateFormat::recorded(StateFormat::CURRENT.number() + 1).unwrap_err();
+        assert!(newer.message.contains("newer release"), "{}", newer.message);
     }
 }

@@ -10,10 +10,11 @@ use datafusion::physical_expr::PhysicalExpr;
 use super::distribution::Distribution;
 use super::spec::Spec;
 use crate::state::keys::TableId;
+use crate::state::value::StateFormat;
 use crate::types::window::TimeColumn;
 
-/// What a view's clauses ask of its operators: its event-time clauses, and the tables it joins
-/// `FOR SYSTEM_TIME AS OF PROCTIME()`.
+/// What a view asks of its operators: its event-time clauses, the tables it joins
+/// `FOR SYSTEM_TIME AS OF PROCTIME()`, and the format its state is in.
 #[derive(Debug, Clone, Default)]
 pub struct ViewOptions {
     pub emit_on_window_close: bool,
@@ -23,6 +24,9 @@ pub struct ViewOptions {
     pub keep_late_rows: bool,
     /// Tables read `FOR SYSTEM_TIME AS OF PROCTIME()`: joined by lookups, never followed.
     pub lookups: Vec<TableId>,
+    /// The format the view's operator state is written in: the current one for a new view,
+    /// the one it recorded for a view restored (`RelationDef::state_format`).
+    pub state_format: StateFormat,
 }
 
 /// What a node's output rows are like.

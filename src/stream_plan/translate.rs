@@ -615,6 +615,7 @@ impl Builder<'_> {
                     window,
                     append_only_input: child.append_only,
                     prompt_input: child.prompt,
+                    state_format: self.options.state_format,
                     ..HashAggConfig::new(group_by, group_types, aggs, Self::schema(plan))
                 };
                 let mut times = group_times;
@@ -630,7 +631,10 @@ impl Builder<'_> {
                 let keys = columns(input.schema().as_arrow(), &all);
                 let types: Vec<_> = input.schema().fields().iter().map(|f| f.data_type().clone()).collect();
                 let tables = (self.state_table()?, self.state_table()?);
-                let config = HashAggConfig::new(keys.clone(), types, vec![], Self::schema(plan));
+                let config = HashAggConfig {
+                    state_format: self.options.state_format,
+                    ..HashAggConfig::new(keys.clone(), types, vec![], Self::schema(plan))
+                };
                 let input = Requirement::hash(keys, Some(all.clone()));
                 let props = Properties {
                     distribution: Distribution::Hash(all),

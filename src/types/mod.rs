@@ -4,6 +4,7 @@
 
 pub mod change_batch;
 pub mod clock;
+pub mod exact_sum;
 pub mod hash;
 pub mod json;
 pub mod key_shards;

@@ -164,6 +164,8 @@ pub async fn view_options(
         lateness,
         keep_late_rows: clauses.late_rows_to.is_some(),
         lookups,
+        // A view restored replaces it with the one it recorded.
+        state_format: crate::state::value::StateFormat::CURRENT,
     })
 }
 
