@@ -18,6 +18,7 @@ use datafusion::arrow::row::RowConverter;
 use super::lateness::LateRows;
 use super::operator::Operator;
 use crate::error::Result;
+use crate::state::expiry::Expiry;
 use crate::state::keyed::{Flush, KeyedState};
 use crate::state::record::{RecordReader, RecordWriter};
 use crate::state::rows_by_time::{decode_changes, RowsByTime};
@@ -27,6 +28,10 @@ use crate::status::ViewStatus;
 use crate::types::clock::Clock;
 use crate::types::window::{close_times, TimeColumn};
 use crate::types::ChangeBatch;
+
+/// A row leaves the buffer, emitted, once the watermark reaches its window's close: no
+/// lateness (a correction within the view's lateness is the aggregate's or assigner's).
+const ROWS_CLOSE_AT_THEIR_TIME: Expiry = Expiry::new(0);
 
 pub struct EowcBuffer {
     /// The column telling when a row's window closes.
@@ -68,8 +73,7 @@ impl Operator for EowcBuffer {
     fn apply(&mut self, _input: usize, batch: ChangeBatch, clock: &Clock) -> Result<Vec<ChangeBatch>> {
         let closes = close_times(batch.data.column(self.column), self.time)?;
         let rows = self.codec.convert_columns(batch.data.columns())?;
-        // Rows close at their time: no lateness.
-        let final_through = clock.final_through(0).filter(|_| self.late.is_some());
+        let final_through = ROWS_CLOSE_AT_THEIR_TIME.final_through(clock).filter(|_| self.late.is_some());
         let mut late = Vec::new();
         for (i, op) in batch.ops.iter().enumerate() {
             // A row without a window never closes.
@@ -87,10 +91,10 @@ impl Operator for EowcBuffer {
     }
 
     fn on_barrier(&mut self, clock: &Clock) -> Result<Vec<ChangeBatch>> {
-        let Some(final_through) = clock.final_through(0).filter(|_| self.active) else {
+        if !self.active {
             return Ok(vec![]);
-        };
-        let taken = self.rows.take_through(final_through)?;
+        }
+        let Some(taken) = ROWS_CLOSE_AT_THEIR_TIME.expire(clock, &mut self.rows)? else { return Ok(vec![]) };
         Ok(decode_changes(&self.codec, &self.schema, taken, 1)?.into_iter().collect())
     }
 

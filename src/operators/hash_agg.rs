@@ -65,6 +65,7 @@ use super::eval::evaluate;
 use super::operator::Operator;
 use crate::error::{Result, SqlState, WeirError};
 use crate::state::expiring_groups::ExpiringGroups;
+use crate::state::expiry::{Expiring, Expiry};
 use crate::state::keyed::{Flush, KeyedState};
 use crate::state::keys_by_time::KeysByTime;
 use crate::state::record::{corrupt as corrupt_record, RecordReader, RecordWriter};
@@ -87,6 +88,13 @@ pub struct AggWindow {
     /// Nanoseconds after its close that a window keeps its state and takes late rows.
     pub lateness: i64,
     pub emit_on_close: bool,
+}
+
+impl AggWindow {
+    /// When a window's groups are final and leave.
+    fn expiry(&self) -> Expiry {
+        Expiry::new(self.lateness)
+    }
 }
 
 /// What an aggregate computes.
@@ -877,7 +885,7 @@ impl Operator for HashAgg {
             Some(window) => {
                 self.pace.observe(std::time::Instant::now(), clock.watermark);
                 let watermark = clock.watermark.unwrap_or(i64::MIN);
-                let final_through = clock.final_through(window.lateness).unwrap_or(i64::MIN);
+                let final_through = window.expiry().final_through(clock).unwrap_or(i64::MIN);
                 self.close_windows(dirty, watermark, final_through, window)
             }
             None => self.emit(dirty),
@@ -996,7 +1004,7 @@ impl HashAgg {
         let out = if window.emit_on_close {
             let (mut emit, held): (Vec<_>, Vec<_>) =
                 dirty.into_iter().partition(|(k, _)| self.close_of(k).is_some_and(|close| close <= watermark));
-            let newly_closed = self.open.take_through(watermark);
+            let newly_closed = self.open.expire_through(watermark)?;
             for (key, group) in held {
                 self.store_group(&key, &group)?;
             }
@@ -1014,7 +1022,7 @@ impl HashAgg {
         } else {
             self.emit(dirty)?
         };
-        self.forget_windows_before(final_through)?;
+        self.forget_windows_through(final_through)?;
         Ok(out)
     }
 
@@ -1026,7 +1034,7 @@ impl HashAgg {
     /// it saw. Their final rows are the same whenever they are emitted in the epoch.
     fn retire_final_windows(&mut self, clock: &Clock) -> Result<Vec<ChangeBatch>> {
         let Some(window) = self.window else { return Ok(vec![]) };
-        let Some(final_through) = clock.final_through(window.lateness) else { return Ok(vec![]) };
+        let Some(final_through) = window.expiry().final_through(clock) else { return Ok(vec![]) };
         if !self.prompt_input || self.dirty.len() < self.groups.capacity() {
             return Ok(vec![]);
         }
@@ -1079,15 +1087,15 @@ impl HashAgg {
         Ok(())
     }
 
-    /// Deletes the state of every window that closed at or before `limit`: nothing can change
+    /// Deletes the state of every window that closed at or before `through`: nothing can change
     /// them any more (later rows for them are late, and left out before they get here).
-    fn forget_windows_before(&mut self, limit: i64) -> Result<()> {
+    fn forget_windows_through(&mut self, through: i64) -> Result<()> {
         let mut done = Vec::new();
         for index in [&mut self.open, &mut self.closed] {
-            done.extend(index.take_through(limit).into_iter().flat_map(|(_, keys)| keys));
+            done.extend(index.expire_through(through)?.into_iter().flat_map(|(_, keys)| keys));
         }
         if let Some(in_memory) = &mut self.in_memory {
-            in_memory.take_through(limit);
+            in_memory.expire_through(through)?;
         }
         for key in done {
             if self.in_memory.is_none() {

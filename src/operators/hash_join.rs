@@ -54,6 +54,7 @@ use super::operator::Operator;
 use crate::error::{Result, WeirError};
 use crate::state::entries_by_time::EntriesByTime;
 use crate::state::expiring_rows::ExpiringRows;
+use crate::state::expiry::{Expiring, Expiry};
 use crate::state::keyed::{Flush, KeyedState};
 use crate::state::keys_by_time::KeysByTime;
 use crate::state::record::{corrupt, RecordReader, RecordWriter};
@@ -94,20 +95,21 @@ impl JoinInterval {
         self.windows[1 - side].is_some() && [self.lo, self.hi][side].is_some()
     }
 
-    /// Side `side`'s rows with a time below this can never pass the bound with a row still to
-    /// come on the other side, when windows closing through `final_through` are final
-    /// ([`Clock::final_through`]); None when that side's rows never expire.
-    fn expired_below(&self, side: usize, final_through: i64) -> Option<i64> {
+    /// Side `side`'s rows with a time at or before this can never pass the bound with a row
+    /// still to come on the other side, when windows closing through `final_through` are final
+    /// ([`Expiry::final_through`]); None when that side's rows never expire.
+    fn expired_through(&self, side: usize, final_through: i64) -> Option<i64> {
         // The other side's rows still to come are in windows not final yet (a row for a final
         // window is late): their time is at least `floor`.
         let close_offset = self.windows[1 - side]?.close_offset;
         let floor = final_through.saturating_add(1).saturating_sub(close_offset);
-        match side {
+        let lowest_kept = match side {
             // left >= right + lo >= floor + lo
-            0 => Some(floor.saturating_add(self.lo?)),
+            0 => floor.saturating_add(self.lo?),
             // right >= left - hi >= floor - hi
-            _ => Some(floor.saturating_sub(self.hi?)),
-        }
+            _ => floor.saturating_sub(self.hi?),
+        };
+        Some(lowest_kept.saturating_sub(1))
     }
 }
 
@@ -200,7 +202,7 @@ struct Side {
     counted: bool,
     /// With a [`JoinInterval`] under which this side's rows expire: its time column, and how
     /// its rows are found by time.
-    expiry: Option<(usize, Expiry)>,
+    timed: Option<(usize, TimedRows)>,
     /// The key range of segments this side kept before it gave its rows to its table, to
     /// delete at the next flush.
     retired: Option<(Vec<u8>, Vec<u8>)>,
@@ -209,7 +211,7 @@ struct Side {
 }
 
 /// How a side whose rows expire by time keeps them.
-enum Expiry {
+enum TimedRows {
     /// In its state table, with the state keys of its rows by their time (`key_len` with each),
     /// to delete them by.
     Stored(StateKeysByTime),
@@ -239,9 +241,9 @@ impl StateKeysByTime {
         self.0.push(time).bytes(stored).u64(key_len as u64);
     }
 
-    /// Takes out the rows whose time is below `below`, in time order.
-    fn take_below(&mut self, below: i64) -> StateKeysByTime {
-        StateKeysByTime(self.0.take_below(below))
+    /// Takes out the rows whose time is at or before `through`, in time order.
+    fn expire_through(&mut self, through: i64) -> StateKeysByTime {
+        StateKeysByTime(self.0.expire_through(through).expect("an index in memory"))
     }
 
     /// Each row's time, state key and join key length, in time order.
@@ -299,7 +301,7 @@ impl Side {
             append_only: false,
             next_row: 0,
             counted: true,
-            expiry: None,
+            timed: None,
             retired: None,
             memory_limit: MEMORY_LIMIT_BYTES,
         })
@@ -329,7 +331,7 @@ impl Side {
 
     /// This side's rows with join key `key`, with multiplicities.
     fn matches(&mut self, key: &[u8]) -> Result<Vec<(Vec<u8>, i64)>> {
-        if let Some((_, Expiry::InMemory(rows))) = &self.expiry {
+        if let Some((_, TimedRows::InMemory(rows))) = &self.timed {
             return Ok(rows.rows(key));
         }
         if let Some(rows) = self.rows_cache.get(key) {
@@ -366,7 +368,7 @@ impl Side {
         if self.append_only && sign < 0 {
             return Err(WeirError::internal("a join input derived as append-only retracted a row"));
         }
-        if let Some((_, Expiry::InMemory(rows))) = &mut self.expiry {
+        if let Some((_, TimedRows::InMemory(rows))) = &mut self.timed {
             if let Some(time) = time {
                 rows.add(time, key, row);
             }
@@ -403,7 +405,7 @@ impl Side {
                 self.forget(key);
             }
         }
-        if let (Some((_, Expiry::Stored(by_time))), Some(time), true) = (&mut self.expiry, time, sign > 0) {
+        if let (Some((_, TimedRows::Stored(by_time))), Some(time), true) = (&mut self.timed, time, sign > 0) {
             by_time.add(time, &stored, key.len());
         }
         Ok(())
@@ -412,14 +414,14 @@ impl Side {
     /// Gives the rows this side keeps in memory to its state table, numbered as an append-only
     /// side's, with their rows by time; its stored segments go at the next flush.
     fn rows_to_table(&mut self) {
-        let Some((column, Expiry::InMemory(rows))) = self.expiry.take() else { return };
+        let Some((column, TimedRows::InMemory(rows))) = self.timed.take() else { return };
         self.retired = Some(rows.stored_range());
         let mut by_time = StateKeysByTime::default();
         for (time, key, row) in rows.into_live_rows() {
             let numbered = self.put_numbered(&key, row);
             by_time.add(time, &numbered, key.len());
         }
-        self.expiry = Some((column, Expiry::Stored(by_time)));
+        self.timed = Some((column, TimedRows::Stored(by_time)));
     }
 
     /// Stores an append-only side's row under its key and the side's next row number; returns
@@ -431,16 +433,14 @@ impl Side {
         numbered
     }
 
-    /// Deletes this side's rows whose time is below `below` (see [`Side::expiry`]). `present`:
-    /// each is certainly still stored, once (an append-only side with nothing else deleting).
-    fn expire(&mut self, below: i64, present: bool) -> Result<()> {
-        let expired = match &mut self.expiry {
+    /// Deletes this side's rows whose time is at or before `through` (see [`Side::timed`]).
+    /// `present`: each is certainly still stored, once (an append-only side with nothing else
+    /// deleting).
+    fn expire_through(&mut self, through: i64, present: bool) -> Result<()> {
+        let expired = match &mut self.timed {
             None => return Ok(()),
-            Some((_, Expiry::InMemory(rows))) => {
-                rows.expire(below);
-                return Ok(());
-            }
-            Some((_, Expiry::Stored(by_time))) => by_time.take_below(below),
+            Some((_, TimedRows::InMemory(rows))) => return rows.expire_through(through),
+            Some((_, TimedRows::Stored(by_time))) => by_time.expire_through(through),
         };
         for row in expired.rows() {
             let (_, stored, key_len) = row?;
@@ -478,7 +478,7 @@ impl Side {
             wb.delete_range(start, end);
         }
         self.state.flush_keeping(wb, flush, expires_first);
-        if let Some((_, Expiry::InMemory(rows))) = &mut self.expiry {
+        if let Some((_, TimedRows::InMemory(rows))) = &mut self.timed {
             rows.flush(wb, flush);
         }
     }
@@ -488,9 +488,9 @@ impl Side {
     /// in memory need.
     fn save_record(&self, record: &mut RecordWriter) {
         record.u64(self.next_row);
-        match &self.expiry {
-            Some((_, Expiry::Stored(rows))) => rows.write(record.u64(ROWS_BY_TIME)),
-            Some((_, Expiry::InMemory(rows))) => rows.save(record.u64(SEGMENTS)),
+        match &self.timed {
+            Some((_, TimedRows::Stored(rows))) => rows.write(record.u64(ROWS_BY_TIME)),
+            Some((_, TimedRows::InMemory(rows))) => rows.save(record.u64(SEGMENTS)),
             None => StateKeysByTime::default().write(record.u64(ROWS_BY_TIME)),
         }
     }
@@ -503,8 +503,8 @@ impl Side {
         self.next_row = record.u64()?;
         let kind = if record.format() >= 2 { record.u64()? } else { ROWS_BY_TIME };
         if kind == SEGMENTS {
-            return match &mut self.expiry {
-                Some((_, Expiry::InMemory(rows))) => rows.restore(record),
+            return match &mut self.timed {
+                Some((_, TimedRows::InMemory(rows))) => rows.restore(record),
                 _ => Err(corrupt(what, "rows in memory segments for a side that keeps them in its table")),
             };
         }
@@ -512,12 +512,12 @@ impl Side {
             return Err(corrupt(what, &format!("a join side's rows held in an unknown way ({kind})")));
         }
         let by_time = StateKeysByTime::read(record, what)?;
-        match &mut self.expiry {
-            Some((_, Expiry::Stored(stored))) => *stored = by_time,
-            Some((column, Expiry::InMemory(_))) if by_time.0.len() > ROWS_MOVED_INTO_MEMORY => {
-                self.expiry = Some((*column, Expiry::Stored(by_time)));
+        match &mut self.timed {
+            Some((_, TimedRows::Stored(stored))) => *stored = by_time,
+            Some((column, TimedRows::InMemory(_))) if by_time.0.len() > ROWS_MOVED_INTO_MEMORY => {
+                self.timed = Some((*column, TimedRows::Stored(by_time)));
             }
-            Some((_, Expiry::InMemory(kept))) => {
+            Some((_, TimedRows::InMemory(kept))) => {
                 for row in by_time.rows() {
                     let (time, stored, key_len) = row?;
                     let Some(row) = self.state.get(stored, key_len)? else { continue };
@@ -545,8 +545,9 @@ pub struct HashJoin {
     view: ViewStatus,
     window: Option<JoinWindow>,
     interval: Option<JoinInterval>,
-    /// How long after its close a window still takes rows (nanoseconds).
-    lateness: i64,
+    /// How long after its close a window's keys, and rows an interval bounds, are kept (the
+    /// allowed lateness).
+    expiry: Expiry,
     /// Join keys by the close time of their window.
     open: KeysByTime,
     /// How fast the watermark moves (with a window), so that keys final before the next
@@ -587,7 +588,7 @@ impl HashJoin {
             view,
             window,
             interval: None,
-            lateness,
+            expiry: Expiry::new(lateness),
             open: KeysByTime::default(),
             pace: WatermarkPace::default(),
         };
@@ -603,13 +604,13 @@ impl HashJoin {
                 if interval.expires(side) {
                     // An append-only side without counts keeps its rows in memory, stored
                     // under this join's shard number.
-                    let expiry = if s.append_only && !s.counted && !windowed {
+                    let timed = if s.append_only && !s.counted && !windowed {
                         let (table, store) = s.state.table();
-                        Expiry::InMemory(ExpiringRows::new(table, store, shard as u16, &what))
+                        TimedRows::InMemory(ExpiringRows::new(table, store, shard as u16, &what))
                     } else {
-                        Expiry::Stored(StateKeysByTime::default())
+                        TimedRows::Stored(StateKeysByTime::default())
                     };
-                    s.expiry = Some((interval.columns[side], expiry));
+                    s.timed = Some((interval.columns[side], timed));
                 }
             }
             join.interval = Some(interval);
@@ -649,9 +650,9 @@ impl Operator for HashJoin {
         let expiring: Vec<String> = ["left", "right"]
             .into_iter()
             .zip(&self.sides)
-            .filter_map(|(name, side)| match &side.expiry {
-                Some((_, Expiry::InMemory(_))) => Some(format!("{name} rows expire by time (in memory)")),
-                Some((_, Expiry::Stored(_))) => Some(format!("{name} rows expire by time")),
+            .filter_map(|(name, side)| match &side.timed {
+                Some((_, TimedRows::InMemory(_))) => Some(format!("{name} rows expire by time (in memory)")),
+                Some((_, TimedRows::Stored(_))) => Some(format!("{name} rows expire by time")),
                 None => None,
             })
             .collect();
@@ -674,7 +675,7 @@ impl Operator for HashJoin {
             Some(w) => Some(close_times(&key_arrays[w.key_index], w.column)?),
             None => None,
         };
-        let times = match &self.sides[this].expiry {
+        let times = match &self.sides[this].timed {
             Some((column, _)) => Some(to_nanos(batch.data.column(*column))?),
             None => None,
         };
@@ -732,10 +733,10 @@ impl Operator for HashJoin {
         if self.window.is_some() {
             self.pace.observe(std::time::Instant::now(), clock.watermark);
         }
-        let final_through = clock.final_through(self.lateness);
+        let final_through = self.expiry.final_through(clock);
         // Keys whose window is final: nothing can join with them any more.
         if let (Some(_), Some(final_through)) = (self.window, final_through) {
-            for key in self.open.take_through(final_through).into_iter().flat_map(|(_, keys)| keys) {
+            for key in self.open.expire_through(final_through)?.into_iter().flat_map(|(_, keys)| keys) {
                 for side in &mut self.sides {
                     side.forget(&key);
                     // The key's rows (tag 1) and count (tag 0): everything under it.
@@ -746,9 +747,9 @@ impl Operator for HashJoin {
         // Rows no partner still to come can pass the time bound with.
         if let (Some(interval), Some(final_through)) = (self.interval, final_through) {
             for (side, s) in self.sides.iter_mut().enumerate() {
-                if let Some(below) = interval.expired_below(side, final_through) {
+                if let Some(through) = interval.expired_through(side, final_through) {
                     // Append-only rows are stored once each, and only this deletes them.
-                    s.expire(below, s.append_only && self.window.is_none())?;
+                    s.expire_through(through, s.append_only && self.window.is_none())?;
                 }
             }
         }
@@ -758,7 +759,7 @@ impl Operator for HashJoin {
     /// A key whose window will be final before the next checkpoint at the watermark's pace is
     /// not settled between checkpoints: it would be written to the store only to be deleted.
     fn flush_state(&mut self, wb: &mut WriteBatch, flush: Flush) {
-        let lateness = self.window.map(|_| self.lateness);
+        let lateness = self.window.map(|_| self.expiry.lateness());
         let through = lateness.and_then(|l| self.pace.final_by_next_checkpoint(&self.sides[0].state, flush, l));
         let open = &self.open;
         let expires_first = |key: &[u8]| open.due_by(key, through);
@@ -770,7 +771,7 @@ impl Operator for HashJoin {
     /// The keys by close time, then each side's next row number and rows by time; None for a
     /// join that keeps none of these (no window, no expiring or numbered rows).
     fn save_record(&self) -> Option<Vec<u8>> {
-        let sides_keep_any = self.sides.iter().any(|s| s.append_only || s.expiry.is_some());
+        let sides_keep_any = self.sides.iter().any(|s| s.append_only || s.timed.is_some());
         if self.window.is_none() && !sides_keep_any {
             return None;
         }
@@ -779,8 +780,8 @@ impl Operator for HashJoin {
         let rows: usize = self
             .sides
             .iter()
-            .filter_map(|s| match &s.expiry {
-                Some((_, Expiry::Stored(rows))) => Some(rows.0.record_len()),
+            .filter_map(|s| match &s.timed {
+                Some((_, TimedRows::Stored(rows))) => Some(rows.0.record_len()),
                 _ => None,
             })
             .sum();
@@ -809,8 +810,8 @@ impl Operator for HashJoin {
     fn memory_bytes(&self) -> usize {
         self.sides
             .iter()
-            .map(|side| match &side.expiry {
-                Some((_, Expiry::InMemory(rows))) => rows.bytes_held(),
+            .map(|side| match &side.timed {
+                Some((_, TimedRows::InMemory(rows))) => rows.bytes_held(),
                 _ => 0,
             })
             .sum()
@@ -843,7 +844,7 @@ mod tests {
         let mut again = RecordWriter::default();
         back.write(&mut again);
         assert_eq!(again.finish(), record);
-        let taken = back.take_below(30);
+        let taken = back.expire_through(29);
         let rows: Vec<(i64, &[u8], usize)> = taken.rows().collect::<Result<_>>().unwrap();
         assert_eq!(rows, vec![(10, &b"k1#1"[..], 2), (10, b"k1#22", 2), (20, b"", 0)]);
         assert!(!back.0.is_empty());
@@ -1036,8 +1037,8 @@ mod tests {
     fn q7_like_join_stored(store: &Arc<dyn StateStore>) -> HashJoin {
         let mut j = q7_like_join(store);
         for side in &mut j.sides {
-            if let Some((column, Expiry::InMemory(_))) = side.expiry {
-                side.expiry = Some((column, Expiry::Stored(StateKeysByTime::default())));
+            if let Some((column, TimedRows::InMemory(_))) = side.timed {
+                side.timed = Some((column, TimedRows::Stored(StateKeysByTime::default())));
             }
         }
         j

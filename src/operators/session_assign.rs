@@ -25,6 +25,7 @@ use datafusion::arrow::row::{RowConverter, SortField};
 use super::lateness::LateRows;
 use super::operator::Operator;
 use crate::error::Result;
+use crate::state::expiry::{Expiring, Expiry};
 use crate::state::keyed::{Flush, KeyedState};
 use crate::state::keys_by_time::KeysByTime;
 use crate::state::record::{RecordReader, RecordWriter};
@@ -39,8 +40,8 @@ pub struct SessionAssign {
     spec: SessionSpec,
     /// Input columns, `window_start`, `window_end`.
     schema: SchemaRef,
-    /// How long after its end a session still takes rows (nanoseconds).
-    lateness: i64,
+    /// How long after its end a session still takes rows, and its state is kept.
+    expiry: Expiry,
     late: LateRows,
     /// Encodes the key columns (None without keys: one key, empty).
     key_codec: Option<RowConverter>,
@@ -82,7 +83,7 @@ impl SessionAssign {
             row_codec: RowConverter::new(input)?,
             spec,
             schema,
-            lateness,
+            expiry: Expiry::new(lateness),
             late,
             key_codec,
             state,
@@ -163,7 +164,7 @@ impl Operator for SessionAssign {
             batch.take(&with_time)?
         };
         let times: Vec<i64> = times.iter().flatten().collect();
-        let keep = match clock.final_through(self.lateness) {
+        let keep = match self.expiry.final_through(clock) {
             None => None,
             Some(final_through) => {
                 let (late, on_time): (Vec<u32>, Vec<u32>) =
@@ -256,9 +257,9 @@ impl Operator for SessionAssign {
 
     fn on_barrier(&mut self, clock: &Clock) -> Result<Vec<ChangeBatch>> {
         // Sessions final at this watermark leave the state.
-        let Some(final_through) = clock.final_through(self.lateness) else { return Ok(vec![]) };
+        let Some(final_through) = self.expiry.final_through(clock) else { return Ok(vec![]) };
         let bound = final_through.saturating_add(1);
-        for key in self.by_end.take_through(final_through).into_iter().flat_map(|(_, keys)| keys) {
+        for key in self.by_end.expire_through(final_through)?.into_iter().flat_map(|(_, keys)| keys) {
             let rows = self.load(&key)?;
             let sessions = self.sessions(&rows);
             for (t, row) in rows.keys() {

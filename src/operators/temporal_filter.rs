@@ -23,6 +23,7 @@ use datafusion::physical_expr::PhysicalExpr;
 use super::eval::evaluate;
 use super::operator::Operator;
 use crate::error::Result;
+use crate::state::expiry::Expiring;
 use crate::state::keyed::Flush;
 use crate::state::record::{RecordReader, RecordWriter};
 use crate::state::rows_by_time::{decode_changes, RowsByTime, TakenRows};
@@ -90,9 +91,9 @@ impl TemporalFilter {
     /// Moves the time to `now`: rows whose end it reached leave, rows whose start it reached
     /// enter (unless their end is reached too).
     fn advance(&mut self, now: i64) -> Result<Vec<ChangeBatch>> {
-        let left = self.leaving.take_through(now)?;
+        let left = self.leaving.expire_through(now)?;
         let mut entered: TakenRows = Vec::new();
-        for (_, bytes, count) in self.entering.take_through(now)? {
+        for (_, bytes, count) in self.entering.expire_through(now)? {
             let end = time_from_key(&bytes);
             if end > now {
                 let row = bytes[8..].to_vec();

@@ -40,6 +40,7 @@ use datafusion::physical_expr::PhysicalExpr;
 use super::eval::evaluate;
 use super::operator::Operator;
 use crate::error::{Result, WeirError};
+use crate::state::expiry::Expiry;
 use crate::state::keyed::{Flush, KeyedState};
 use crate::state::keys_by_time::KeysByTime;
 use crate::state::record::{RecordReader, RecordWriter};
@@ -137,9 +138,12 @@ impl TopN {
         })
     }
 
-    /// Deletes the state of every partition whose window closed at or before `limit`.
-    fn forget_windows_before(&mut self, limit: i64) -> Result<()> {
-        for partition in self.open.take_through(limit).into_iter().flat_map(|(_, keys)| keys) {
+    /// Deletes the state of every partition whose window `clock` made final (its close plus
+    /// the allowed lateness reached).
+    fn forget_final_windows(&mut self, clock: &Clock) -> Result<()> {
+        let Some((_, _, lateness)) = self.window else { return Ok(()) };
+        let Some(final_windows) = Expiry::new(lateness).expire(clock, &mut self.open)? else { return Ok(()) };
+        for partition in final_windows.into_iter().flat_map(|(_, keys)| keys) {
             if self.append_only_input {
                 self.state.delete(&partition, partition.len());
             } else {
@@ -363,9 +367,7 @@ impl Operator for TopN {
                 }
             }
         }
-        if let Some(final_through) = self.window.and_then(|(_, _, lateness)| clock.final_through(lateness)) {
-            self.forget_windows_before(final_through)?;
-        }
+        self.forget_final_windows(clock)?;
         if out.is_empty() {
             return Ok(vec![]);
         }

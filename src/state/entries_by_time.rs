@@ -1,5 +1,5 @@
 //! [`EntriesByTime`]: entries indexed by an event time, several per time in the order they
-//! came, taken out below a bound that only grows. Each time's entries are one encoded list
+//! came, taken out through a bound that only grows. Each time's entries are one encoded list
 //! ([`RecordWriter::fragment`]) with their count, so taking a time out, or copying the index
 //! into a checkpoint record, moves one buffer instead of visiting every entry. What an entry
 //! holds is its user's: a time-bounded join's rows by time (`operators::hash_join`: each row's
@@ -11,7 +11,9 @@
 
 use std::collections::BTreeMap;
 
+use super::expiry::Expiring;
 use super::record::{RecordReader, RecordWriter};
+use crate::error::Result;
 
 #[derive(Default)]
 pub struct EntriesByTime(BTreeMap<i64, (u64, RecordWriter)>);
@@ -22,12 +24,6 @@ impl EntriesByTime {
         let (count, entries) = self.0.entry(time).or_insert_with(|| (0, RecordWriter::fragment()));
         *count += 1;
         entries
-    }
-
-    /// Takes out the entries whose time is below `below`.
-    pub fn take_below(&mut self, below: i64) -> EntriesByTime {
-        let keep = self.0.split_off(&below);
-        EntriesByTime(std::mem::replace(&mut self.0, keep))
     }
 
     /// Each time, in order, with how many entries it has and a reader over them (`what`
@@ -60,5 +56,15 @@ impl EntriesByTime {
         for (&time, (count, entries)) in &self.0 {
             record.i64(time).u64(*count).raw(entries.as_bytes());
         }
+    }
+}
+
+/// The entries whose time is at or before the bound leave, as an index of their own.
+impl Expiring for EntriesByTime {
+    type Expired = EntriesByTime;
+
+    fn expire_through(&mut self, through: i64) -> Result<EntriesByTime> {
+        let keep = self.0.split_off(&through.saturating_add(1));
+        Ok(EntriesByTime(std::mem::replace(&mut self.0, keep)))
     }
 }

@@ -6,7 +6,7 @@
 //! checkpoint writes each time's values changed since the last one as one store value per
 //! *part* (the keys hashed into [`PARTS`] parts, so a window touched at a few keys rewrites a
 //! sixteenth of it): `[0xff][shard][time][part]` in the owner's table, under one vnode. A time
-//! that is done ([`ExpiringGroups::take_through`]) leaves memory at once and the store at the
+//! that is done ([`Expiring::expire_through`]) leaves memory at once and the store at the
 //! next checkpoint, by one delete per part written. So a group costs no store operation of its
 //! own, however often it changes, and a window costs a few writes per checkpoint it is open at
 //! and a few deletes when it is done, instead of a put per group settled and a tombstone per
@@ -31,6 +31,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::expiry::Expiring;
 use super::keyed::Flush;
 use super::keys::{ShardKeys, TableId};
 use super::record::{corrupt, RecordReader, RecordWriter};
@@ -129,18 +130,6 @@ impl ExpiringGroups {
         if let Some(old) = at.values.remove(key) {
             self.bytes -= entry_bytes(key, &old);
             at.changed |= 1 << part_of(key);
-        }
-    }
-
-    /// Drops the values of every time at or before `limit`: they leave the store at the next
-    /// checkpoint.
-    pub fn take_through(&mut self, limit: i64) {
-        let keep = self.by_time.split_off(&limit.saturating_add(1));
-        for (time, at) in std::mem::replace(&mut self.by_time, keep) {
-            self.bytes -= at.values.iter().map(|(k, v)| entry_bytes(k, v)).sum::<usize>();
-            if at.stored != 0 {
-                self.done.push((time, at.stored));
-            }
         }
     }
 
@@ -249,6 +238,23 @@ impl ExpiringGroups {
     }
 }
 
+/// The values of every time at or before the bound leave memory, and the store at the next
+/// checkpoint.
+impl Expiring for ExpiringGroups {
+    type Expired = ();
+
+    fn expire_through(&mut self, through: i64) -> Result<()> {
+        let keep = self.by_time.split_off(&through.saturating_add(1));
+        for (time, at) in std::mem::replace(&mut self.by_time, keep) {
+            self.bytes -= at.values.iter().map(|(k, v)| entry_bytes(k, v)).sum::<usize>();
+            if at.stored != 0 {
+                self.done.push((time, at.stored));
+            }
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -311,7 +317,7 @@ mod tests {
         // One key changed: one part rewritten. A time done: its parts deleted.
         let mut groups = back;
         groups.put(20, &7u32.to_be_bytes(), b"again".to_vec());
-        groups.take_through(-20);
+        groups.expire_through(-20).unwrap();
         assert_eq!(checkpoint(&mut groups, &store), 1 + PARTS);
         assert_eq!(stored(&store), 2 * PARTS);
         let back = restored(&store).unwrap();
@@ -325,7 +331,7 @@ mod tests {
         assert_eq!(checkpoint(&mut groups, &store), 1);
         assert_eq!(stored(&store), 2 * PARTS - 1);
         assert!(same(&restored(&store).unwrap(), &groups));
-        groups.take_through(i64::MAX);
+        groups.expire_through(i64::MAX).unwrap();
         assert_eq!((groups.len(), groups.bytes_held()), (0, 0));
         checkpoint(&mut groups, &store);
         assert_eq!(stored(&store), 0);

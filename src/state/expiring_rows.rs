@@ -38,6 +38,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::entries_by_time::EntriesByTime;
+use super::expiry::Expiring;
 use super::keyed::Flush;
 use super::keys::{ShardKeys, TableId};
 use super::record::{corrupt, RecordReader, RecordWriter};
@@ -233,8 +234,8 @@ impl ExpiringRows {
     }
 
     /// Takes out the rows whose time is below `below` (a bound lower than an earlier one
-    /// changes nothing).
-    pub fn expire(&mut self, below: i64) {
+    /// changes nothing). The bound is kept as "below" since it is in checkpoint records.
+    fn expire_below(&mut self, below: i64) {
         if below <= self.expired_below {
             return;
         }
@@ -262,7 +263,7 @@ impl ExpiringRows {
 
     /// Takes the rows below `below` out of the index, key by key.
     fn expire_by_key(&mut self, below: i64) {
-        let expired = self.keys_by_time.take_below(below);
+        let expired = self.keys_by_time.expire_through(below.saturating_sub(1)).expect("an index in memory");
         // Each key once, however many of its rows expire (a hot key's list is read once).
         let mut keys: Vec<&[u8]> = Vec::new();
         for (_, count, mut reader) in expired.lists(&self.what) {
@@ -347,6 +348,17 @@ impl ExpiringRows {
     }
 }
 
+/// The rows whose time is at or before the bound leave memory; their segments leave the store
+/// at the next checkpoint once all their rows have.
+impl Expiring for ExpiringRows {
+    type Expired = ();
+
+    fn expire_through(&mut self, through: i64) -> Result<()> {
+        self.expire_below(through.saturating_add(1));
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -391,7 +403,7 @@ mod tests {
         let mut wb = WriteBatch::default();
         rows.flush(&mut wb, Flush::EPOCH);
         assert!(wb.is_empty());
-        rows.expire(n / 2);
+        rows.expire_through(n / 2 - 1).unwrap();
         assert_eq!(rows.len(), (n - n / 2) as usize);
         assert_eq!(rows.rows(&[2])[0].0, row(n / 2 + (2 + 3 - (n / 2) % 3) % 3));
         let record = checkpoint(&mut rows, &store);
@@ -407,7 +419,7 @@ mod tests {
         for i in n..n + 10 {
             rows.add(i, &[9], &row(i));
         }
-        rows.expire(n + 5);
+        rows.expire_through(n + 4).unwrap();
         let record = checkpoint(&mut rows, &store);
         assert_eq!(stored(&store), 1);
         let back = restored(&store, &record).unwrap();
@@ -429,7 +441,7 @@ mod tests {
         checkpoint(&mut rows, &store);
         rows.add(n, &[1], b"open");
         assert!(stored(&store) >= 2);
-        rows.expire(n + 1);
+        rows.expire_through(n).unwrap();
         assert!(rows.is_empty());
         assert_eq!(rows.bytes_held(), ExpiringRows::new(7, Arc::clone(&store), 1, "test").bytes_held());
         assert!((0..5u8).all(|k| rows.rows(&[k]).is_empty()));
@@ -448,7 +460,7 @@ mod tests {
         for i in 0..100_000i64 {
             rows.add(i, &i.to_be_bytes()[6..], &[0u8; 50]);
             if i % 1000 == 0 {
-                rows.expire(i - 5000);
+                rows.expire_through(i - 5001).unwrap();
             }
         }
         assert!(rows.sealed.len() <= 3, "{} segments kept", rows.sealed.len());

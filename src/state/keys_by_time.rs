@@ -3,7 +3,7 @@
 //! join's keys, a windowed Top-N's partitions, a session assigner's keys).
 //!
 //! Each key has one time (its window's close, its earliest session's end); the operator takes
-//! the keys whose time the watermark has passed ([`KeysByTime::take_through`]) and deletes or
+//! the keys whose time the watermark has passed ([`Expiring::expire_through`]) and deletes or
 //! emits their state. The index lives in memory, next to the state tables, and is kept at every
 //! checkpoint as part of the operator's record ([`KeysByTime::write`], [`KeysByTime::read`]),
 //! written in a fixed order so the same index is the same bytes. Memory: one entry per key
@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 
+use super::expiry::Expiring;
 use super::record::{RecordReader, RecordWriter};
 use crate::error::Result;
 use crate::types::hash::{HashMap, HashSet};
@@ -73,22 +74,6 @@ impl KeysByTime {
         self.time_of.is_empty()
     }
 
-    /// Takes the keys whose time is at or before `limit` out of the index, by time.
-    pub fn take_through(&mut self, limit: i64) -> Vec<(i64, Vec<Vec<u8>>)> {
-        let keep = self.by_time.split_off(&limit.saturating_add(1));
-        let taken = std::mem::replace(&mut self.by_time, keep);
-        taken
-            .into_iter()
-            .map(|(time, keys)| {
-                let mut keys: Vec<Vec<u8>> = keys.into_iter().collect();
-                keys.sort_unstable();
-                for key in &keys {
-                    self.time_of.remove(key);
-                }
-                (time, keys)
-            })
-            .collect()
-    }
 
     /// Adds the index to a checkpoint record.
     pub fn write(&self, record: &mut RecordWriter) {
@@ -116,6 +101,28 @@ impl KeysByTime {
     }
 }
 
+/// The keys whose time is at or before the bound leave the index, by time, each time's keys
+/// sorted.
+impl Expiring for KeysByTime {
+    type Expired = Vec<(i64, Vec<Vec<u8>>)>;
+
+    fn expire_through(&mut self, through: i64) -> Result<Self::Expired> {
+        let keep = self.by_time.split_off(&through.saturating_add(1));
+        let taken = std::mem::replace(&mut self.by_time, keep);
+        Ok(taken
+            .into_iter()
+            .map(|(time, keys)| {
+                let mut keys: Vec<Vec<u8>> = keys.into_iter().collect();
+                keys.sort_unstable();
+                for key in &keys {
+                    self.time_of.remove(key);
+                }
+                (time, keys)
+            })
+            .collect())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,8 +143,8 @@ mod tests {
         let mut reader = RecordReader::new(&bytes, "test").unwrap();
         let mut restored = KeysByTime::read(&mut reader).unwrap();
         reader.finish().unwrap();
-        assert_eq!(restored.take_through(9), vec![(5, vec![b"b".to_vec()])]);
-        assert_eq!(restored.take_through(10), vec![(10, vec![b"a".to_vec()])]);
+        assert_eq!(restored.expire_through(9).unwrap(), vec![(5, vec![b"b".to_vec()])]);
+        assert_eq!(restored.expire_through(10).unwrap(), vec![(10, vec![b"a".to_vec()])]);
         assert!(restored.is_empty() && !restored.contains(b"a"));
     }
 }

@@ -10,13 +10,17 @@
 //!   columns (arrow-row), the form in which table rows and operator state are stored, or, for
 //!   relations that only grow, appended as Arrow IPC segments.
 //! - [`keyed`]: [`KeyedState`](keyed::KeyedState), an operator's state table with a write-back
-//!   cache; [`keys_by_time`] and [`rows_by_time`], the shared indexes of state that waits for a
-//!   time (the watermark, `now()`); [`record`], the records operators checkpoint;
-//!   [`watermark_pace`], which of that state will be gone by the next checkpoint.
-//! - [`expiring_rows`]: rows that only arrive and leave by time, kept in memory and checkpointed
-//!   as segments (a time-bounded join's append-only side); [`expiring_groups`]: values that
-//!   leave together at one time, kept in memory and checkpointed a few per time (a windowed
-//!   aggregate's groups).
+//!   cache; [`record`], the records operators checkpoint; [`value`], the one encoding of state
+//!   values that are not rows, in the format the view recorded.
+//! - State that ends with time: [`expiry`], the one contract ([`Expiring`](expiry::Expiring):
+//!   everything through a time leaves) and the one rule ([`Expiry`](expiry::Expiry): the
+//!   watermark less the operator's lateness); the stores that keep it: [`keys_by_time`] and
+//!   [`entries_by_time`] (indexes of keys and entries by time), [`rows_by_time`] (rows waiting
+//!   in a state table for the watermark or `now()`), [`expiring_rows`] (rows that only arrive,
+//!   kept in memory and checkpointed as segments: a time-bounded join's append-only side) and
+//!   [`expiring_groups`] (values that leave together at one time, kept in memory and
+//!   checkpointed a few per time: a windowed aggregate's groups); [`watermark_pace`], which of
+//!   that state will be gone by the next checkpoint.
 //! - [`multiset`]: rows kept with their multiplicity (a view's rows, an index's entries).
 //! - [`keys`]: the key layout shared by all of the above (table id, vnode, key bytes).
 //!
@@ -25,6 +29,7 @@
 pub mod entries_by_time;
 pub mod expiring_groups;
 pub mod expiring_rows;
+pub mod expiry;
 pub mod held_writes;
 pub mod keyed;
 pub mod keys;

@@ -5,7 +5,7 @@
 //!
 //! A row waiting until time `t` is the key `[prefix][time_key(t)][row]` of one state table,
 //! whose value is its multiplicity ([`KeyedState::add_count`]); keys sort by time, so
-//! [`RowsByTime::take_through`] reads only the rows it takes (plus one), however many wait for
+//! [`Expiring::expire_through`] reads only the rows it takes (plus one), however many wait for
 //! later. `prefix` keeps apart the rows of operators sharing a table (a shard's number). How
 //! many distinct rows wait is counted in memory, so a clock tick with none waiting reads
 //! nothing; the count goes into the operator's checkpoint record ([`RowsByTime::save`]).
@@ -20,6 +20,7 @@ use datafusion::arrow::compute::take_record_batch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::row::RowConverter;
 
+use super::expiry::Expiring;
 use super::keyed::{Flush, KeyedState};
 use super::record::{RecordReader, RecordWriter};
 use super::store::{ScanControl, WriteBatch};
@@ -72,29 +73,6 @@ impl RowsByTime {
         Ok(())
     }
 
-    /// Takes out every row waiting until `limit` or earlier, in time order.
-    pub fn take_through(&mut self, limit: i64) -> Result<TakenRows> {
-        if self.waiting == 0 {
-            return Ok(vec![]);
-        }
-        let mut taken: Vec<(Vec<u8>, i64)> = Vec::new();
-        let skip = self.prefix.len();
-        self.state.scan_prefix_while(&self.prefix, skip, &mut |key, value| {
-            if time_from_key(&key[skip..]) > limit {
-                return Ok(ScanControl::Stop);
-            }
-            taken.push((key.to_vec(), decode_count(value)?));
-            Ok(ScanControl::Continue)
-        })?;
-        let mut rows = Vec::with_capacity(taken.len());
-        for (key, count) in taken {
-            self.state.delete(&key, skip);
-            self.waiting = self.waiting.saturating_sub(1);
-            rows.push((time_from_key(&key[skip..]), key[skip + 8..].to_vec(), count));
-        }
-        Ok(rows)
-    }
-
     /// Distinct rows waiting.
     pub fn waiting(&self) -> usize {
         self.waiting
@@ -122,6 +100,33 @@ impl RowsByTime {
         self.stored_through = if record.at_end() { i64::MAX } else { record.i64()? };
         self.latest = self.stored_through;
         Ok(())
+    }
+}
+
+/// Every row waiting until the bound or earlier leaves, in time order.
+impl Expiring for RowsByTime {
+    type Expired = TakenRows;
+
+    fn expire_through(&mut self, through: i64) -> Result<TakenRows> {
+        if self.waiting == 0 {
+            return Ok(vec![]);
+        }
+        let mut taken: Vec<(Vec<u8>, i64)> = Vec::new();
+        let skip = self.prefix.len();
+        self.state.scan_prefix_while(&self.prefix, skip, &mut |key, value| {
+            if time_from_key(&key[skip..]) > through {
+                return Ok(ScanControl::Stop);
+            }
+            taken.push((key.to_vec(), decode_count(value)?));
+            Ok(ScanControl::Continue)
+        })?;
+        let mut rows = Vec::with_capacity(taken.len());
+        for (key, count) in taken {
+            self.state.delete(&key, skip);
+            self.waiting = self.waiting.saturating_sub(1);
+            rows.push((time_from_key(&key[skip..]), key[skip + 8..].to_vec(), count));
+        }
+        Ok(rows)
     }
 }
 
@@ -172,8 +177,8 @@ mod tests {
         rows.add(20, b"c", -1).unwrap();
         rows.add(30, b"d", 1).unwrap();
         assert_eq!(rows.waiting(), 3);
-        assert_eq!(rows.take_through(-6).unwrap(), vec![]);
-        assert_eq!(rows.take_through(20).unwrap(), vec![(-5, b"a".to_vec(), 2), (20, b"b".to_vec(), 1)]);
+        assert_eq!(rows.expire_through(-6).unwrap(), vec![]);
+        assert_eq!(rows.expire_through(20).unwrap(), vec![(-5, b"a".to_vec(), 2), (20, b"b".to_vec(), 1)]);
         // Stored at a checkpoint, then read back from the store by a restored copy.
         let mut wb = WriteBatch::default();
         rows.flush(&mut wb, Flush::CHECKPOINT);
@@ -187,7 +192,7 @@ mod tests {
         restored.restore(&mut reader).unwrap();
         assert_eq!(restored.waiting(), 1);
         restored.add(25, b"e", -1).unwrap();
-        assert_eq!(restored.take_through(i64::MAX).unwrap(), vec![(25, b"e".to_vec(), -1), (30, b"d".to_vec(), 1)]);
+        assert_eq!(restored.expire_through(i64::MAX).unwrap(), vec![(25, b"e".to_vec(), -1), (30, b"d".to_vec(), 1)]);
         assert_eq!(restored.waiting(), 0);
     }
 
@@ -212,6 +217,6 @@ mod tests {
         let written: Vec<Vec<u8>> = wb.ops.iter().map(|op| op.key()[6 + 8..].to_vec()).collect();
         assert_eq!(written, vec![b"a".to_vec(), b"b".to_vec()], "c never reaches the store");
         store.write(wb).unwrap();
-        assert_eq!(rows.take_through(100).unwrap(), vec![(10, b"a".to_vec(), 2), (20, b"b".to_vec(), 2)]);
+        assert_eq!(rows.expire_through(100).unwrap(), vec![(10, b"a".to_vec(), 2), (20, b"b".to_vec(), 2)]);
     }
 }
