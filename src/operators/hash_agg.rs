@@ -67,6 +67,7 @@ use crate::error::{Result, SqlState, WeirError};
 use crate::state::expiring_groups::ExpiringGroups;
 use crate::state::expiry::{Expiring, Expiry};
 use crate::state::keyed::{Flush, KeyedState};
+use crate::state::keys::{KeyRef, StateKey};
 use crate::state::keys_by_time::KeysByTime;
 use crate::state::record::{corrupt as corrupt_record, RecordReader, RecordWriter};
 use crate::state::store::WriteBatch;
@@ -74,8 +75,8 @@ use crate::state::value::{decode_count, encode_count, StateFormat, ValueReader, 
 use crate::state::watermark_pace::WatermarkPace;
 use crate::state::MEMORY_LIMIT_BYTES;
 use crate::status::ViewStatus;
-use crate::types::exact_sum::ExactSum;
 use crate::types::clock::Clock;
+use crate::types::exact_sum::ExactSum;
 use crate::types::window::{close_times, TimeColumn};
 use crate::types::{ChangeBatch, Op};
 
@@ -392,8 +393,16 @@ impl HashAgg {
         shard: usize,
         view: impl Into<ViewStatus>,
     ) -> Result<HashAgg> {
-        let HashAggConfig { group_by, group_types, aggs, schema, window, append_only_input, prompt_input, state_format } =
-            config;
+        let HashAggConfig {
+            group_by,
+            group_types,
+            aggs,
+            schema,
+            window,
+            append_only_input,
+            prompt_input,
+            state_format,
+        } = config;
         let group_codec = if group_types.is_empty() {
             None
         } else {
@@ -495,18 +504,15 @@ impl HashAgg {
                 None => Ok(self.new_group()),
             };
         }
-        match self.groups.get(key, key.len())? {
+        match self.groups.get(KeyRef::whole(key))? {
             Some(bytes) => self.decode_group(&bytes),
             None => Ok(self.new_group()),
         }
     }
 
-    fn multiset_key(group: &[u8], agg: usize, value: &[u8]) -> Vec<u8> {
-        let mut k = Vec::with_capacity(group.len() + 1 + value.len());
-        k.extend_from_slice(group);
-        k.push(agg as u8);
-        k.extend_from_slice(value);
-        k
+    /// Aggregate `agg`'s multiset under group `group`: its values follow.
+    fn multiset_prefix(group: &[u8], agg: usize, extra: usize) -> StateKey {
+        StateKey::under(group, 1 + extra).then(&[agg as u8])
     }
 
     /// Adds (`sign` 1) or takes back (`sign` -1) row `row`'s value of aggregate `i` (`arg`
@@ -583,19 +589,20 @@ impl HashAgg {
         value: &[u8],
         delta: i64,
     ) -> Result<()> {
-        let key = Self::multiset_key(group_key, i, value);
+        let key = Self::multiset_prefix(group_key, i, value.len()).then(value);
+        let key = key.key();
         if let (true, Acc::Distinct(n)) = (self.append_only_input, &mut group.accs[i]) {
             // Values only arrive: a value seen before changes nothing, so its count is not kept.
             if delta < 0 {
                 return Err(WeirError::internal("an aggregate input derived as append-only retracted a row"));
             }
-            if self.values.get(&key, group_key.len())?.is_none() {
-                self.values.put(&key, group_key.len(), encode_count(1));
+            if self.values.get(key)?.is_none() {
+                self.values.put(key, encode_count(1));
                 *n += 1;
             }
             return Ok(());
         }
-        let (before, after) = self.values.add_count(&key, group_key.len(), delta)?;
+        let (before, after) = self.values.add_count(key, delta)?;
         if let Acc::Distinct(n) = &mut group.accs[i] {
             *n += (after > 0) as i64 - (before > 0) as i64;
         }
@@ -627,13 +634,12 @@ impl HashAgg {
                 }
             }
             Acc::Extreme if spec.kind == AggKind::StringAgg => {
-                let mut prefix = group_key.to_vec();
-                prefix.push(i as u8);
+                let prefix = Self::multiset_prefix(group_key, i, 0);
                 let codec = self.value_codecs[i].as_ref().expect("codec");
                 let mut parts = Vec::new();
-                for (k, count) in self.values.scan_prefix(&prefix, group_key.len())? {
+                for (k, count) in self.values.scan_prefix(prefix.key())? {
                     let count = decode_count(&count)?;
-                    let value = codec.decode(&k[prefix.len()..])?.cast_to(&DataType::Utf8)?.to_string();
+                    let value = codec.decode(&k[prefix.bytes().len()..])?.cast_to(&DataType::Utf8)?.to_string();
                     parts.extend(std::iter::repeat_n(value, count.max(0) as usize));
                 }
                 if parts.is_empty() {
@@ -644,10 +650,9 @@ impl HashAgg {
             }
             Acc::Best(best) => best.clone().unwrap_or(ScalarValue::Null),
             Acc::Extreme => {
-                let mut prefix = group_key.to_vec();
-                prefix.push(i as u8);
-                match self.values.first_with_prefix(&prefix, group_key.len(), spec.kind == AggKind::Max)? {
-                    Some((k, _)) => self.value_codecs[i].as_ref().expect("codec").decode(&k[prefix.len()..])?,
+                let prefix = Self::multiset_prefix(group_key, i, 0);
+                match self.values.first_with_prefix(prefix.key(), spec.kind == AggKind::Max)? {
+                    Some((k, _)) => self.value_codecs[i].as_ref().expect("codec").decode(&k[prefix.bytes().len()..])?,
                     None => ScalarValue::Null,
                 }
             }
@@ -1075,13 +1080,13 @@ impl HashAgg {
         }
         if group.rows == 0 && self.group_codec.is_some() {
             if !group.unstored {
-                self.groups.delete(key, key.len());
+                self.groups.delete(KeyRef::whole(key));
             }
         } else {
             let encoded = self.encode_group(group)?;
             match group.unstored {
-                true => self.groups.put_new(key, key.len(), encoded),
-                false => self.groups.put(key, key.len(), encoded),
+                true => self.groups.put_new(KeyRef::whole(key), encoded),
+                false => self.groups.put(KeyRef::whole(key), encoded),
             }
         }
         Ok(())
@@ -1099,13 +1104,11 @@ impl HashAgg {
         }
         for key in done {
             if self.in_memory.is_none() {
-                self.groups.delete(&key, key.len());
+                self.groups.delete(KeyRef::whole(&key));
             }
             for i in 0..self.aggs.len() {
                 if self.keeps_values(i) {
-                    let mut prefix = key.clone();
-                    prefix.push(i as u8);
-                    self.values.delete_prefix(&prefix, key.len())?;
+                    self.values.delete_prefix(Self::multiset_prefix(&key, i, 0).key())?;
                 }
             }
         }
@@ -1123,7 +1126,7 @@ impl HashAgg {
         );
         self.retired = Some(in_memory.stored_range());
         for (_, key, value) in in_memory.into_entries() {
-            self.groups.put(&key, key.len(), value);
+            self.groups.put(KeyRef::whole(&key), value);
         }
     }
 

@@ -56,6 +56,7 @@ use crate::state::entries_by_time::EntriesByTime;
 use crate::state::expiring_rows::ExpiringRows;
 use crate::state::expiry::{Expiring, Expiry};
 use crate::state::keyed::{Flush, KeyedState};
+use crate::state::keys::{KeyRef, StateKey};
 use crate::state::keys_by_time::KeysByTime;
 use crate::state::record::{corrupt, RecordReader, RecordWriter};
 use crate::state::store::WriteBatch;
@@ -237,8 +238,8 @@ const ROWS_MOVED_INTO_MEMORY: u64 = 100_000;
 struct StateKeysByTime(EntriesByTime);
 
 impl StateKeysByTime {
-    fn add(&mut self, time: i64, stored: &[u8], key_len: usize) {
-        self.0.push(time).bytes(stored).u64(key_len as u64);
+    fn add(&mut self, time: i64, stored: KeyRef<'_>) {
+        self.0.push(time).bytes(stored.bytes()).u64(stored.distribution_len() as u64);
     }
 
     /// Takes out the rows whose time is at or before `through`, in time order.
@@ -247,9 +248,12 @@ impl StateKeysByTime {
     }
 
     /// Each row's time, state key and join key length, in time order.
-    fn rows(&self) -> impl Iterator<Item = Result<(i64, &[u8], usize)>> {
+    fn rows(&self) -> impl Iterator<Item = Result<(i64, KeyRef<'_>)>> {
         self.0.lists("a join's rows by time").flat_map(|(time, count, mut reader)| {
-            (0..count).map(move |_| Ok((time, reader.slice()?, reader.u64()? as usize)))
+            (0..count).map(move |_| {
+                let stored = reader.slice()?;
+                Ok((time, KeyRef::with_distribution(stored, reader.u64()? as usize)))
+            })
         })
     }
 
@@ -267,7 +271,9 @@ impl StateKeysByTime {
             for _ in 0..record.u64()? {
                 let stored = record.slice()?;
                 match usize::try_from(record.u64()?) {
-                    Ok(key_len) if key_len <= stored.len() => by_time.add(time, stored, key_len),
+                    Ok(key_len) if key_len <= stored.len() => {
+                        by_time.add(time, KeyRef::with_distribution(stored, key_len))
+                    }
                     _ => return Err(corrupt(what, "a join key longer than its row's state key")),
                 }
             }
@@ -307,17 +313,13 @@ impl Side {
         })
     }
 
-    fn tagged(key: &[u8], tag: u8, rest: &[u8]) -> Vec<u8> {
-        let mut k = Vec::with_capacity(key.len() + 1 + rest.len());
-        k.extend_from_slice(key);
-        k.push(tag);
-        k.extend_from_slice(rest);
-        k
+    fn tagged(key: &[u8], tag: u8, rest: &[u8]) -> StateKey {
+        StateKey::under(key, 1 + rest.len()).then(&[tag]).then(rest)
     }
 
     /// How many rows this side has with join key `key` (a counted side).
     fn partners(&mut self, key: &[u8]) -> Result<i64> {
-        count_of(self.state.get(&Self::tagged(key, 0, &[]), key.len())?)
+        count_of(self.state.get(Self::tagged(key, 0, &[]).key())?)
     }
 
     /// This side's rows with join key `key`, with multiplicities; a counted side reads its
@@ -340,12 +342,12 @@ impl Side {
         let prefix = Self::tagged(key, 1, &[]);
         let rows = self
             .state
-            .scan_prefix(&prefix, key.len())?
+            .scan_prefix(prefix.key())?
             .into_iter()
             .map(|(k, v)| match self.append_only {
                 // `key ++ 1 ++ n -> row`, once.
                 true => Ok((v, 1)),
-                false => Ok((k[prefix.len()..].to_vec(), count_of(Some(v))?)),
+                false => Ok((k[prefix.bytes().len()..].to_vec(), count_of(Some(v))?)),
             })
             .collect::<Result<Vec<_>>>()?;
         if rows.len() <= CACHED_ROWS_PER_KEY {
@@ -381,11 +383,11 @@ impl Side {
             self.put_numbered(key, row.to_vec())
         } else {
             let stored = Self::tagged(key, 1, row);
-            self.state.add_count(&stored, key.len(), sign)?;
+            self.state.add_count(stored.key(), sign)?;
             stored
         };
         if self.counted {
-            self.state.add_count(&Self::tagged(key, 0, &[]), key.len(), sign)?;
+            self.state.add_count(Self::tagged(key, 0, &[]).key(), sign)?;
         }
         if let Some(rows) = self.rows_cache.get_mut(key) {
             match rows.iter().position(|(r, _)| r == row) {
@@ -406,7 +408,7 @@ impl Side {
             }
         }
         if let (Some((_, TimedRows::Stored(by_time))), Some(time), true) = (&mut self.timed, time, sign > 0) {
-            by_time.add(time, &stored, key.len());
+            by_time.add(time, stored.key());
         }
         Ok(())
     }
@@ -419,17 +421,17 @@ impl Side {
         let mut by_time = StateKeysByTime::default();
         for (time, key, row) in rows.into_live_rows() {
             let numbered = self.put_numbered(&key, row);
-            by_time.add(time, &numbered, key.len());
+            by_time.add(time, numbered.key());
         }
         self.timed = Some((column, TimedRows::Stored(by_time)));
     }
 
     /// Stores an append-only side's row under its key and the side's next row number; returns
     /// the state key.
-    fn put_numbered(&mut self, key: &[u8], row: Vec<u8>) -> Vec<u8> {
+    fn put_numbered(&mut self, key: &[u8], row: Vec<u8>) -> StateKey {
         let numbered = Self::tagged(key, 1, &self.next_row.to_be_bytes());
         self.next_row += 1;
-        self.state.put_new(&numbered, key.len(), row);
+        self.state.put_new(numbered.key(), row);
         numbered
     }
 
@@ -443,19 +445,19 @@ impl Side {
             Some((_, TimedRows::Stored(by_time))) => by_time.expire_through(through),
         };
         for row in expired.rows() {
-            let (_, stored, key_len) = row?;
+            let (_, stored) = row?;
             let count = match (present, self.append_only) {
                 (true, _) => 1,
-                (false, true) => self.state.get(stored, key_len)?.is_some() as i64,
-                (false, false) => count_of(self.state.get(stored, key_len)?)?,
+                (false, true) => self.state.get(stored)?.is_some() as i64,
+                (false, false) => count_of(self.state.get(stored)?)?,
             };
             if count == 0 {
                 continue;
             }
-            self.state.delete(stored, key_len);
-            let key = &stored[..key_len];
+            self.state.delete(stored);
+            let key = stored.distribution();
             if self.counted {
-                self.state.add_count(&Self::tagged(key, 0, &[]), key_len, -count)?;
+                self.state.add_count(Self::tagged(key, 0, &[]).key(), -count)?;
             }
             self.forget(key);
         }
@@ -519,10 +521,10 @@ impl Side {
             }
             Some((_, TimedRows::InMemory(kept))) => {
                 for row in by_time.rows() {
-                    let (time, stored, key_len) = row?;
-                    let Some(row) = self.state.get(stored, key_len)? else { continue };
-                    self.state.delete(stored, key_len);
-                    kept.add(time, &stored[..key_len], &row);
+                    let (time, stored) = row?;
+                    let Some(row) = self.state.get(stored)? else { continue };
+                    self.state.delete(stored);
+                    kept.add(time, stored.distribution(), &row);
                 }
             }
             None if by_time.0.is_empty() => {}
@@ -740,7 +742,7 @@ impl Operator for HashJoin {
                 for side in &mut self.sides {
                     side.forget(&key);
                     // The key's rows (tag 1) and count (tag 0): everything under it.
-                    side.state.delete_prefix(&key, key.len())?;
+                    side.state.delete_prefix(KeyRef::whole(&key))?;
                 }
             }
         }
@@ -833,7 +835,7 @@ mod tests {
     fn rows_by_time_round_trip_through_a_record_and_expire_in_order() {
         let mut rows = StateKeysByTime::default();
         for (time, stored, key_len) in [(30, &b"k3#1"[..], 2), (10, b"k1#1", 2), (10, b"k1#22", 2), (20, b"", 0)] {
-            rows.add(time, stored, key_len);
+            rows.add(time, KeyRef::with_distribution(stored, key_len));
         }
         let mut record = RecordWriter::default();
         rows.write(&mut record);
@@ -845,8 +847,9 @@ mod tests {
         back.write(&mut again);
         assert_eq!(again.finish(), record);
         let taken = back.expire_through(29);
-        let rows: Vec<(i64, &[u8], usize)> = taken.rows().collect::<Result<_>>().unwrap();
-        assert_eq!(rows, vec![(10, &b"k1#1"[..], 2), (10, b"k1#22", 2), (20, b"", 0)]);
+        let rows: Vec<(i64, KeyRef)> = taken.rows().collect::<Result<_>>().unwrap();
+        let expected = [(10, &b"k1#1"[..], 2), (10, b"k1#22", 2), (20, b"", 0)];
+        assert_eq!(rows, expected.map(|(time, stored, key_len)| (time, KeyRef::with_distribution(stored, key_len))));
         assert!(!back.0.is_empty());
         // A join key longer than its state key is a corrupt record, not a bad delete later.
         let mut bad = RecordWriter::default();

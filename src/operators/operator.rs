@@ -81,10 +81,10 @@ pub(crate) mod testing {
 
     use super::Operator;
     use crate::state::keyed::Flush;
-    use crate::types::clock::Clock;
     use crate::state::memory::MemoryStore;
     use crate::state::store::{ScanControl, StateStore, WriteBatch};
     use crate::types::change_batch::from_pretty;
+    use crate::types::clock::Clock;
 
     /// One epoch: applies `input` (`from_pretty` text) on input 0, runs the barrier, commits the
     /// operator's state to `store`; returns the output as `to_pretty` text.

@@ -27,6 +27,7 @@ use super::operator::Operator;
 use crate::error::Result;
 use crate::state::expiry::{Expiring, Expiry};
 use crate::state::keyed::{Flush, KeyedState};
+use crate::state::keys::{KeyRef, StateKey};
 use crate::state::keys_by_time::KeysByTime;
 use crate::state::record::{RecordReader, RecordWriter};
 use crate::state::store::WriteBatch;
@@ -122,7 +123,7 @@ impl SessionAssign {
 
     fn load(&self, key: &[u8]) -> Result<Rows> {
         let mut rows = Rows::new();
-        for (k, v) in self.state.scan_prefix(key, key.len())? {
+        for (k, v) in self.state.scan_prefix(KeyRef::whole(key))? {
             let rest = &k[key.len()..];
             let count = decode_count(&v)?;
             rows.insert((time_from_key(rest), rest[8..].to_vec()), count);
@@ -140,12 +141,8 @@ impl SessionAssign {
         self.by_end.set(key, earliest);
     }
 
-    fn state_key(key: &[u8], t: i64, row: &[u8]) -> Vec<u8> {
-        let mut k = Vec::with_capacity(key.len() + 8 + row.len());
-        k.extend_from_slice(key);
-        k.extend_from_slice(&time_key(t));
-        k.extend_from_slice(row);
-        k
+    fn state_key(key: &[u8], t: i64, row: &[u8]) -> StateKey {
+        StateKey::under(key, 8 + row.len()).then(&time_key(t)).then(row)
     }
 }
 
@@ -206,9 +203,9 @@ impl Operator for SessionAssign {
                 let state_key = Self::state_key(&key, t, &row);
                 if n == 0 {
                     after.remove(&(t, row));
-                    self.state.delete(&state_key, key.len());
+                    self.state.delete(state_key.key());
                 } else {
-                    self.state.put(&state_key, key.len(), crate::state::value::encode_count(n));
+                    self.state.put(state_key.key(), crate::state::value::encode_count(n));
                 }
             }
             let new_sessions = self.sessions(&after);
@@ -264,7 +261,7 @@ impl Operator for SessionAssign {
             let sessions = self.sessions(&rows);
             for (t, row) in rows.keys() {
                 if SessionSpec::session_of(&sessions, *t).1 < bound {
-                    self.state.delete(&Self::state_key(&key, *t, row), key.len());
+                    self.state.delete(Self::state_key(&key, *t, row).key());
                 }
             }
             let remaining = sessions.iter().find(|s| s.1 >= bound).map(|s| s.1);

@@ -42,6 +42,7 @@ use super::operator::Operator;
 use crate::error::{Result, WeirError};
 use crate::state::expiry::Expiry;
 use crate::state::keyed::{Flush, KeyedState};
+use crate::state::keys::KeyRef;
 use crate::state::keys_by_time::KeysByTime;
 use crate::state::record::{RecordReader, RecordWriter};
 use crate::state::store::WriteBatch;
@@ -145,9 +146,9 @@ impl TopN {
         let Some(final_windows) = Expiry::new(lateness).expire(clock, &mut self.open)? else { return Ok(()) };
         for partition in final_windows.into_iter().flat_map(|(_, keys)| keys) {
             if self.append_only_input {
-                self.state.delete(&partition, partition.len());
+                self.state.delete(KeyRef::whole(&partition));
             } else {
-                self.state.delete_prefix(&partition, partition.len())?;
+                self.state.delete_prefix(KeyRef::whole(&partition))?;
             }
         }
         Ok(())
@@ -168,14 +169,14 @@ impl TopN {
     /// A partition's first `limit` rows now, in rank order.
     fn leaders(&mut self, partition: &[u8]) -> Result<Vec<Ranked>> {
         if self.append_only_input {
-            return match self.state.get(partition, partition.len())? {
+            return match self.state.get(KeyRef::whole(partition))? {
                 Some(bytes) => Ranked::decode_list(&bytes),
                 None => Ok(vec![]),
             };
         }
         // The multiset layout: the first `limit` keys hold the first `limit` rows or more.
         let mut rows = Vec::with_capacity(self.limit);
-        for (key, count) in self.state.first_n_with_prefix(partition, partition.len(), self.limit)? {
+        for (key, count) in self.state.first_n_with_prefix(KeyRef::whole(partition), self.limit)? {
             for _ in 0..decode_count(&count)?.max(0) {
                 if rows.len() == self.limit {
                     return Ok(rows);
@@ -330,7 +331,7 @@ impl Operator for TopN {
             key.extend_from_slice(order);
             key.extend_from_slice(row);
             key.extend_from_slice(&(row.len() as u32).to_be_bytes());
-            let (_, after) = self.state.add_count(&key, partition.len(), op.sign())?;
+            let (_, after) = self.state.add_count(KeyRef::with_distribution(&key, partition.len()), op.sign())?;
             if after < 0 {
                 return Err(WeirError::internal("Top-N: a row was deleted that was never inserted"));
             }
@@ -349,7 +350,7 @@ impl Operator for TopN {
                 Touched::Leaders { changed: false, .. } => continue,
                 Touched::Leaders { now, changed: true } => {
                     let before = self.leaders(&partition)?;
-                    self.state.put(&partition, partition.len(), Ranked::encode_list(&now));
+                    self.state.put(KeyRef::whole(&partition), Ranked::encode_list(&now));
                     (before, now)
                 }
             };

@@ -14,6 +14,90 @@
 
 use crate::types::vnode::vnode_of;
 
+/// A key of an operator state table ([`KeyedState`](super::keyed::KeyedState)), with its layout:
+/// its first bytes are its *distribution* (a group's key, a join key, a Top-N partition, a
+/// shard's prefix), which picks its vnode and keeps together the writes sharing it; the rest
+/// (an aggregate's value, a row, a time) follows. Made by naming the parts ([`StateKey`]) or a
+/// key that is all distribution ([`KeyRef::whole`]), so a key cannot meet a table with a length
+/// of some other key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyRef<'a> {
+    bytes: &'a [u8],
+    distribution_len: usize,
+}
+
+impl<'a> KeyRef<'a> {
+    /// A key that is all distribution.
+    pub fn whole(bytes: &'a [u8]) -> KeyRef<'a> {
+        KeyRef { bytes, distribution_len: bytes.len() }
+    }
+
+    /// A key whose first `distribution_len` bytes are its distribution: built in a buffer the
+    /// caller reuses, or read back with its length (a join's record of its rows' keys); a
+    /// length past the key is the whole key.
+    pub fn with_distribution(bytes: &'a [u8], distribution_len: usize) -> KeyRef<'a> {
+        KeyRef { bytes, distribution_len: distribution_len.min(bytes.len()) }
+    }
+
+    pub fn bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+
+    /// The distribution, then the rest.
+    pub fn split(&self) -> (&'a [u8], &'a [u8]) {
+        self.bytes.split_at(self.distribution_len)
+    }
+
+    pub fn distribution(&self) -> &'a [u8] {
+        &self.bytes[..self.distribution_len]
+    }
+
+    /// How long the distribution is (for the state table's own bookkeeping).
+    pub fn distribution_len(&self) -> usize {
+        self.distribution_len
+    }
+
+    /// `other`, another key's bytes, under this key's distribution (a key found by a prefix
+    /// scan under it).
+    pub fn sibling(&self, other: &'a [u8]) -> KeyRef<'a> {
+        KeyRef::with_distribution(other, self.distribution_len)
+    }
+}
+
+/// An owned [`KeyRef`]: built from its distribution, then the rest appended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateKey {
+    bytes: Vec<u8>,
+    distribution_len: usize,
+}
+
+impl StateKey {
+    /// The key `distribution`, ready for the rest (`extra` bytes of it expected).
+    pub fn under(distribution: &[u8], extra: usize) -> StateKey {
+        let mut bytes = Vec::with_capacity(distribution.len() + extra);
+        bytes.extend_from_slice(distribution);
+        StateKey { bytes, distribution_len: distribution.len() }
+    }
+
+    /// Appends `rest` to the key.
+    pub fn then(mut self, rest: &[u8]) -> StateKey {
+        self.bytes.extend_from_slice(rest);
+        self
+    }
+
+    pub fn key(&self) -> KeyRef<'_> {
+        KeyRef { bytes: &self.bytes, distribution_len: self.distribution_len }
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.bytes
+    }
+}
+
 /// Table id of the metadata keyspace.
 pub const META_TABLE_ID: u32 = 0;
 

@@ -74,7 +74,6 @@ impl KeysByTime {
         self.time_of.is_empty()
     }
 
-
     /// Adds the index to a checkpoint record.
     pub fn write(&self, record: &mut RecordWriter) {
         let sorted: BTreeMap<i64, Vec<Vec<u8>>> = self

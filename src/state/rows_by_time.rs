@@ -22,6 +22,7 @@ use datafusion::arrow::row::RowConverter;
 
 use super::expiry::Expiring;
 use super::keyed::{Flush, KeyedState};
+use super::keys::{KeyRef, StateKey};
 use super::record::{RecordReader, RecordWriter};
 use super::store::{ScanControl, WriteBatch};
 use super::value::decode_count;
@@ -48,12 +49,9 @@ impl RowsByTime {
         RowsByTime { state, prefix, waiting: 0, latest: i64::MIN, stored_through: i64::MAX }
     }
 
-    fn key(&self, time: i64, row: &[u8]) -> Vec<u8> {
-        let mut key = Vec::with_capacity(self.prefix.len() + 8 + row.len());
-        key.extend_from_slice(&self.prefix);
-        key.extend_from_slice(&time_key(time));
-        key.extend_from_slice(row);
-        key
+    /// A row's key: under the prefix (the distribution), its time, then the row.
+    fn key(&self, time: i64, row: &[u8]) -> StateKey {
+        StateKey::under(&self.prefix, 8 + row.len()).then(&time_key(time)).then(row)
     }
 
     /// Adds `delta` to how many times `row` waits until `time`.
@@ -61,9 +59,9 @@ impl RowsByTime {
         let key = self.key(time, row);
         self.latest = self.latest.max(time);
         let (before, after) = if time > self.stored_through {
-            self.state.add_count_unstored(&key, self.prefix.len(), delta)?
+            self.state.add_count_unstored(key.key(), delta)?
         } else {
-            self.state.add_count(&key, self.prefix.len(), delta)?
+            self.state.add_count(key.key(), delta)?
         };
         if after == 0 {
             self.waiting = self.waiting.saturating_sub(1);
@@ -113,7 +111,8 @@ impl Expiring for RowsByTime {
         }
         let mut taken: Vec<(Vec<u8>, i64)> = Vec::new();
         let skip = self.prefix.len();
-        self.state.scan_prefix_while(&self.prefix, skip, &mut |key, value| {
+        let prefix = KeyRef::whole(&self.prefix);
+        self.state.scan_prefix_while(prefix, &mut |key, value| {
             if time_from_key(&key[skip..]) > through {
                 return Ok(ScanControl::Stop);
             }
@@ -122,7 +121,7 @@ impl Expiring for RowsByTime {
         })?;
         let mut rows = Vec::with_capacity(taken.len());
         for (key, count) in taken {
-            self.state.delete(&key, skip);
+            self.state.delete(prefix.sibling(&key));
             self.waiting = self.waiting.saturating_sub(1);
             rows.push((time_from_key(&key[skip..]), key[skip + 8..].to_vec(), count));
         }

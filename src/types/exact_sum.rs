@@ -94,7 +94,14 @@ impl ExactSum {
         let wide = (magnitude as u128) << (at % LIMB_BITS);
         // At most 64 + 31 bits: three limbs.
         let chunks = [(wide & 0xffff_ffff) as i64, ((wide >> 32) & 0xffff_ffff) as i64, (wide >> 64) as i64];
-        let last = first + if chunks[2] != 0 { 2 } else if chunks[1] != 0 { 1 } else { 0 };
+        let last = first
+            + if chunks[2] != 0 {
+                2
+            } else if chunks[1] != 0 {
+                1
+            } else {
+                0
+            };
         self.cover(first, last);
         let base = first - self.lowest as usize;
         for (i, chunk) in chunks.iter().enumerate().take(last - first + 1) {

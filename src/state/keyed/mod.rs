@@ -53,7 +53,7 @@ mod stored_keys;
 
 use self::pending::{flush_tag, write_stamp, InlineKey, Pending, Writes, NOT_IN_FLIGHT};
 use self::stored_keys::StoredKeys;
-use super::keys::TableId;
+use super::keys::{KeyRef, TableId};
 use super::value::{decode_count, encode_count};
 
 use super::store::{ScanControl, StateStore, Visitor, WriteBatch};
@@ -233,7 +233,8 @@ impl KeyedState {
         self.pending.get(prefix)?.get(rest)
     }
 
-    pub fn get(&mut self, key: &[u8], distribution_len: usize) -> Result<Option<Vec<u8>>> {
+    pub fn get(&mut self, key: KeyRef<'_>) -> Result<Option<Vec<u8>>> {
+        let (key, distribution_len) = (key.bytes(), key.distribution_len());
         if let Some(p) = self.pending_write(key, distribution_len) {
             return Ok(p.value.clone());
         }
@@ -249,18 +250,18 @@ impl KeyedState {
         Ok(v)
     }
 
-    pub fn put(&mut self, key: &[u8], distribution_len: usize, value: Vec<u8>) {
-        self.write(key, distribution_len, Some(value), None);
+    pub fn put(&mut self, key: KeyRef<'_>, value: Vec<u8>) {
+        self.write(key.bytes(), key.distribution_len(), Some(value), None);
     }
 
     /// Puts a key the store cannot hold (the caller made it new, as a join numbers its rows), so
     /// no lookup asks whether it is stored, and deleting it before a spill reaches no store.
-    pub fn put_new(&mut self, key: &[u8], distribution_len: usize, value: Vec<u8>) {
-        self.write(key, distribution_len, Some(value), Some(false));
+    pub fn put_new(&mut self, key: KeyRef<'_>, value: Vec<u8>) {
+        self.write(key.bytes(), key.distribution_len(), Some(value), Some(false));
     }
 
-    pub fn delete(&mut self, key: &[u8], distribution_len: usize) {
-        self.write(key, distribution_len, None, None);
+    pub fn delete(&mut self, key: KeyRef<'_>) {
+        self.write(key.bytes(), key.distribution_len(), None, None);
     }
 
     /// Puts (`Some`) or deletes (`None`) `key`'s value, in `pending`. `stored` is whether the
@@ -321,15 +322,16 @@ impl KeyedState {
 
     /// Adds `delta` to the multiplicity stored under `key` (deleting it when it reaches 0);
     /// returns it before and after.
-    pub fn add_count(&mut self, key: &[u8], distribution_len: usize, delta: i64) -> Result<(i64, i64)> {
-        let before = self.get(key, distribution_len)?;
-        self.set_count(key, distribution_len, before, delta, None)
+    pub fn add_count(&mut self, key: KeyRef<'_>, delta: i64) -> Result<(i64, i64)> {
+        let before = self.get(key)?;
+        self.set_count(key.bytes(), key.distribution_len(), before, delta, None)
     }
 
     /// [`KeyedState::add_count`] for a key the store cannot hold (the caller knows: its time is
     /// past every time that has reached the store), so nothing is read from the store, and a
     /// key added and taken away again before a flush never reaches it.
-    pub fn add_count_unstored(&mut self, key: &[u8], distribution_len: usize, delta: i64) -> Result<(i64, i64)> {
+    pub fn add_count_unstored(&mut self, key: KeyRef<'_>, delta: i64) -> Result<(i64, i64)> {
+        let (key, distribution_len) = (key.bytes(), key.distribution_len());
         let before = self.pending_write(key, distribution_len).and_then(|p| p.value.clone());
         self.set_count(key, distribution_len, before, delta, Some(false))
     }
@@ -358,9 +360,10 @@ impl KeyedState {
         stored.holds(key).unwrap_or_else(|| cache.get(key).is_none_or(|v| v.is_some()))
     }
 
-    /// Every entry whose key starts with `prefix` (which begins with a whole distribution
-    /// prefix of `distribution_len` bytes), in key order, this epoch's writes included.
-    pub fn scan_prefix(&self, prefix: &[u8], distribution_len: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    /// Every entry whose key starts with `prefix` (which begins with a whole distribution), in
+    /// key order, this epoch's writes included.
+    pub fn scan_prefix(&self, prefix: KeyRef<'_>) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let (prefix, distribution_len) = (prefix.bytes(), prefix.distribution_len());
         let full = self.full_key(prefix, distribution_len);
         let mut merged: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
         if self.stored.may_hold_prefix(prefix, distribution_len) {
@@ -385,7 +388,8 @@ impl KeyedState {
     /// Visits the entries whose key starts with `prefix` (as in [`KeyedState::scan_prefix`]) in
     /// key order, this epoch's writes included, until `visit` says stop: reading an index kept
     /// in time order up to a time costs the entries read, not the table.
-    pub fn scan_prefix_while(&self, prefix: &[u8], distribution_len: usize, visit: &mut Visitor<'_>) -> Result<()> {
+    pub fn scan_prefix_while(&self, prefix: KeyRef<'_>, visit: &mut Visitor<'_>) -> Result<()> {
+        let (prefix, distribution_len) = (prefix.bytes(), prefix.distribution_len());
         let (distribution, rest) = prefix.split_at(distribution_len.min(prefix.len()));
         let mut pending = self.pending.get(distribution).map(|inner| inner.starting_with(rest).peekable());
         let whole = |rest: &[u8]| [distribution, rest].concat();
@@ -428,14 +432,11 @@ impl KeyedState {
 
     /// The first (`last` false) or last entry whose key starts with `prefix` (as in
     /// [`KeyedState::scan_prefix`]): a multiset's minimum or maximum.
-    pub fn first_with_prefix(
-        &self,
-        prefix: &[u8],
-        distribution_len: usize,
-        last: bool,
-    ) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+    pub fn first_with_prefix(&self, prefix: KeyRef<'_>, last: bool) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        let whole_prefix = prefix;
+        let (prefix, distribution_len) = (prefix.bytes(), prefix.distribution_len());
         if self.stored.may_hold_prefix(prefix, distribution_len) {
-            let mut all = self.scan_prefix(prefix, distribution_len)?;
+            let mut all = self.scan_prefix(whole_prefix)?;
             return Ok(if last { all.pop() } else { all.into_iter().next() });
         }
         // Nothing under the prefix is stored: its pending writes are all there is (deletes among
@@ -451,12 +452,8 @@ impl KeyedState {
 
     /// The first `n` entries whose key starts with `prefix` (as in [`KeyedState::scan_prefix`]),
     /// in key order: a Top-N's leaders, read without scanning the rest of a large prefix.
-    pub fn first_n_with_prefix(
-        &self,
-        prefix: &[u8],
-        distribution_len: usize,
-        n: usize,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    pub fn first_n_with_prefix(&self, prefix: KeyRef<'_>, n: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let (prefix, distribution_len) = (prefix.bytes(), prefix.distribution_len());
         let (distribution, rest) = prefix.split_at(distribution_len.min(prefix.len()));
         let inner = self.pending.get(distribution);
         let join = |k: &InlineKey| [distribution, k.as_slice()].concat();
@@ -489,13 +486,14 @@ impl KeyedState {
     }
 
     /// Deletes every entry whose key starts with `prefix` (as in [`KeyedState::scan_prefix`]).
-    pub fn delete_prefix(&mut self, prefix: &[u8], distribution_len: usize) -> Result<()> {
-        if self.stored.may_hold_prefix(prefix, distribution_len) {
-            for (key, _) in self.scan_prefix(prefix, distribution_len)? {
-                self.delete(&key, distribution_len);
+    pub fn delete_prefix(&mut self, prefix: KeyRef<'_>) -> Result<()> {
+        if self.stored.may_hold_prefix(prefix.bytes(), prefix.distribution_len()) {
+            for (key, _) in self.scan_prefix(prefix)? {
+                self.delete(prefix.sibling(&key));
             }
             return Ok(());
         }
+        let (prefix, distribution_len) = (prefix.bytes(), prefix.distribution_len());
         // Nothing under the prefix is stored: forgetting its waiting writes is deleting them
         // (those in flight stay until forgotten: see `Writes::remove_starting_with`).
         let (distribution, rest) = prefix.split_at(distribution_len.min(prefix.len()));
@@ -737,7 +735,13 @@ impl KeyedState {
 mod tests {
     use super::pending::barriers_since;
     use super::*;
+
     use crate::state::memory::MemoryStore;
+
+    /// Key `bytes` whose first `distribution_len` bytes are its distribution.
+    fn k(bytes: &[u8], distribution_len: usize) -> KeyRef<'_> {
+        KeyRef::with_distribution(bytes, distribution_len)
+    }
 
     /// The keys `wb` writes or deletes, without table id and vnode, in its order.
     fn written_keys(wb: &WriteBatch) -> Vec<Vec<u8>> {
@@ -760,28 +764,28 @@ mod tests {
     #[test]
     fn write_back_writes_settle_into_the_store_after_their_age() {
         let (store, age, mut s) = settling_table();
-        s.put(b"g1a", 2, b"1".to_vec());
-        s.put(b"g2a", 2, b"2".to_vec());
+        s.put(k(b"g1a", 2), b"1".to_vec());
+        s.put(k(b"g2a", 2), b"2".to_vec());
         let mut wb = WriteBatch::default();
         assert!(!s.flush(&mut wb, Flush::EPOCH), "nothing is old enough yet");
         std::thread::sleep(age * 2);
-        s.put(b"g3a", 2, b"3".to_vec());
-        s.put(b"g4a", 2, b"4".to_vec());
-        s.delete(b"g4a", 2);
+        s.put(k(b"g3a", 2), b"3".to_vec());
+        s.put(k(b"g4a", 2), b"4".to_vec());
+        s.delete(k(b"g4a", 2));
         let mut wb = WriteBatch::default();
         assert!(s.flush(&mut wb, Flush::EPOCH), "the writes made before the first barrier settle");
         let mut keys = written_keys(&wb);
         keys.sort();
         assert_eq!(keys, vec![b"g1a".to_vec(), b"g2a".to_vec()]);
         store.write(wb).unwrap();
-        assert_eq!(s.get(b"g3a", 2).unwrap(), Some(b"3".to_vec()), "a younger write is still read from memory");
+        assert_eq!(s.get(k(b"g3a", 2)).unwrap(), Some(b"3".to_vec()), "a younger write is still read from memory");
         let mut wb = WriteBatch::default();
         assert!(s.flush(&mut wb, Flush::CHECKPOINT), "a checkpoint takes everything");
         let keys = written_keys(&wb);
         assert_eq!(keys, vec![b"g3a".to_vec()], "g4a was written and dropped before reaching the store");
         // Without an age (barriers are checkpoints) a barrier writes nothing.
         let mut plain = KeyedState::new(8, Arc::clone(&store), 1024).write_back(None).unwrap();
-        plain.put(b"g1a", 2, b"1".to_vec());
+        plain.put(k(b"g1a", 2), b"1".to_vec());
         std::thread::sleep(age);
         let mut wb = WriteBatch::default();
         assert!(!plain.flush(&mut wb, Flush::EPOCH) && !plain.flush(&mut wb, Flush::EPOCH) && wb.is_empty());
@@ -793,9 +797,9 @@ mod tests {
     fn write_back_writes_expiring_first_do_not_settle() {
         let (_, age, mut s) = settling_table();
         assert_eq!(s.settling_horizon(), Some(age * 10), "the checkpoint interval");
-        s.put(b"g1a", 2, b"1".to_vec());
-        s.put(b"g2a", 2, b"2".to_vec());
-        s.put(b"g3a", 2, b"3".to_vec());
+        s.put(k(b"g1a", 2), b"1".to_vec());
+        s.put(k(b"g2a", 2), b"2".to_vec());
+        s.put(k(b"g3a", 2), b"3".to_vec());
         let expires_first = |prefix: &[u8]| prefix != b"g1";
         let mut wb = WriteBatch::default();
         assert!(!s.flush_keeping(&mut wb, Flush::EPOCH, &expires_first), "nothing is old enough yet");
@@ -805,11 +809,11 @@ mod tests {
         let keys = written_keys(&wb);
         assert_eq!(keys, vec![b"g1a".to_vec()], "only the prefix not expiring first settles");
         // g2 is dropped as expected; g3 outlives the guess.
-        s.delete(b"g2a", 2);
+        s.delete(k(b"g2a", 2));
         std::thread::sleep(age * 2);
         let mut wb = WriteBatch::default();
         assert!(!s.flush_keeping(&mut wb, Flush::EPOCH, &expires_first) && wb.is_empty(), "still expected to go");
-        assert_eq!(s.get(b"g3a", 2).unwrap(), Some(b"3".to_vec()), "read from memory meanwhile");
+        assert_eq!(s.get(k(b"g3a", 2)).unwrap(), Some(b"3".to_vec()), "read from memory meanwhile");
         let mut wb = WriteBatch::default();
         assert!(s.flush_keeping(&mut wb, Flush::CHECKPOINT, &expires_first), "a checkpoint takes everything");
         let keys = written_keys(&wb);
@@ -821,12 +825,12 @@ mod tests {
     #[test]
     fn write_back_writes_still_changing_do_not_settle() {
         let (_, age, mut s) = settling_table();
-        s.put(b"g1a", 2, b"1".to_vec());
+        s.put(k(b"g1a", 2), b"1".to_vec());
         let mut wb = WriteBatch::default();
         assert!(!s.flush(&mut wb, Flush::EPOCH), "nothing is old enough yet");
         std::thread::sleep(age * 2);
-        s.put(b"g1a", 2, b"2".to_vec());
-        s.put(b"g2a", 2, b"3".to_vec());
+        s.put(k(b"g1a", 2), b"2".to_vec());
+        s.put(k(b"g2a", 2), b"3".to_vec());
         let mut wb = WriteBatch::default();
         assert!(!s.flush(&mut wb, Flush::EPOCH) && wb.is_empty(), "g1a was written again since: it does not settle");
         std::thread::sleep(age * 2);
@@ -856,7 +860,7 @@ mod tests {
     fn stored_write_back_table(entries: &[(&[u8], &[u8])]) -> (Arc<dyn StateStore>, KeyedState) {
         let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
         let mut s = KeyedState::new(7, Arc::clone(&store), 16).write_back(None).unwrap();
-        entries.iter().for_each(|(k, v)| s.put(k, 1, v.to_vec()));
+        entries.iter().for_each(|(key, v)| s.put(k(key, 1), v.to_vec()));
         let mut wb = WriteBatch::default();
         s.flush(&mut wb, Flush::CHECKPOINT);
         store.write(wb).unwrap();
@@ -868,24 +872,24 @@ mod tests {
     #[test]
     fn a_key_deleted_in_flight_and_written_again_stays_deleted_until_the_batch_is_in() {
         let (store, mut s) = stored_write_back_table(&[(b"ga", b"old"), (b"gb", b"b")]);
-        s.delete(b"ga", 1);
+        s.delete(k(b"ga", 1));
         let mut in_flight = WriteBatch::default();
         s.flush(&mut in_flight, Flush::CHECKPOINT);
-        s.put(b"ga", 1, b"new".to_vec());
-        s.delete(b"ga", 1);
+        s.put(k(b"ga", 1), b"new".to_vec());
+        s.delete(k(b"ga", 1));
         let only_b = vec![(b"gb".to_vec(), b"b".to_vec())];
         for _ in 0..2 {
-            assert_eq!(s.get(b"ga", 1).unwrap(), None);
-            assert_eq!(s.scan_prefix(b"g", 1).unwrap(), only_b);
-            assert_eq!(s.first_with_prefix(b"g", 1, false).unwrap(), only_b.first().cloned());
-            assert_eq!(s.first_n_with_prefix(b"g", 1, 2).unwrap(), only_b);
+            assert_eq!(s.get(k(b"ga", 1)).unwrap(), None);
+            assert_eq!(s.scan_prefix(k(b"g", 1)).unwrap(), only_b);
+            assert_eq!(s.first_with_prefix(k(b"g", 1), false).unwrap(), only_b.first().cloned());
+            assert_eq!(s.first_n_with_prefix(k(b"g", 1), 2).unwrap(), only_b);
         }
         store.write(in_flight).unwrap();
         let mut wb = WriteBatch::default();
         s.flush(&mut wb, Flush::CHECKPOINT);
         store.write(wb).unwrap();
-        assert_eq!(s.get(b"ga", 1).unwrap(), None);
-        assert_eq!(s.scan_prefix(b"g", 1).unwrap(), only_b);
+        assert_eq!(s.get(k(b"ga", 1)).unwrap(), None);
+        assert_eq!(s.scan_prefix(k(b"g", 1)).unwrap(), only_b);
     }
 
     /// A stored key read (so cached) and deleted, then its prefix dropped while the delete is
@@ -900,22 +904,22 @@ mod tests {
             s.flush(&mut wb, Flush::CHECKPOINT);
             s.flush(&mut wb, Flush::CHECKPOINT);
             assert!(wb.is_empty());
-            assert_eq!(s.get(b"ga", 1).unwrap(), Some(b"old".to_vec()));
-            s.delete(b"ga", 1);
+            assert_eq!(s.get(k(b"ga", 1)).unwrap(), Some(b"old".to_vec()));
+            s.delete(k(b"ga", 1));
             let mut in_flight = WriteBatch::default();
             s.flush(&mut in_flight, Flush::CHECKPOINT);
             if written_again {
-                s.put(b"ga", 1, b"new".to_vec());
+                s.put(k(b"ga", 1), b"new".to_vec());
             }
-            s.delete_prefix(b"g", 1).unwrap();
-            assert_eq!(s.get(b"ga", 1).unwrap(), None, "written again: {written_again}");
+            s.delete_prefix(k(b"g", 1)).unwrap();
+            assert_eq!(s.get(k(b"ga", 1)).unwrap(), None, "written again: {written_again}");
             store.write(in_flight).unwrap();
             for landed in [false, true, false] {
                 let mut wb = WriteBatch::default();
                 s.flush(&mut wb, Flush { checkpoint: true, landed });
                 store.write(wb).unwrap();
-                assert_eq!(s.get(b"ga", 1).unwrap(), None, "written again: {written_again}");
-                assert_eq!(s.scan_prefix(b"g", 1).unwrap(), vec![]);
+                assert_eq!(s.get(k(b"ga", 1)).unwrap(), None, "written again: {written_again}");
+                assert_eq!(s.scan_prefix(k(b"g", 1)).unwrap(), vec![]);
             }
         }
     }
@@ -926,45 +930,45 @@ mod tests {
     #[test]
     fn a_delete_stays_visible_while_two_flushes_are_in_flight() {
         let (store, mut s) = stored_write_back_table(&[(b"ga", b"old")]);
-        s.delete(b"ga", 1);
+        s.delete(k(b"ga", 1));
         let mut first = WriteBatch::default();
         s.flush(&mut first, Flush::CHECKPOINT);
-        s.put(b"gb", 1, b"b".to_vec());
+        s.put(k(b"gb", 1), b"b".to_vec());
         let mut second = WriteBatch::default();
         s.flush(&mut second, Flush::CHECKPOINT);
         let keys = written_keys(&second);
         assert_eq!(keys, vec![b"gb".to_vec()], "the delete in flight is not written again");
         let only_b = vec![(b"gb".to_vec(), b"b".to_vec())];
-        assert_eq!(s.get(b"ga", 1).unwrap(), None, "not the store's older value");
-        assert_eq!(s.scan_prefix(b"g", 1).unwrap(), only_b);
+        assert_eq!(s.get(k(b"ga", 1)).unwrap(), None, "not the store's older value");
+        assert_eq!(s.scan_prefix(k(b"g", 1)).unwrap(), only_b);
         store.write(first).unwrap();
         store.write(second).unwrap();
         let mut wb = WriteBatch::default();
         s.flush(&mut wb, Flush::CHECKPOINT);
         assert!(wb.is_empty());
-        assert_eq!(s.get(b"ga", 1).unwrap(), None);
-        assert_eq!(s.scan_prefix(b"g", 1).unwrap(), only_b);
+        assert_eq!(s.get(k(b"ga", 1)).unwrap(), None);
+        assert_eq!(s.scan_prefix(k(b"g", 1)).unwrap(), only_b);
     }
 
     #[test]
     fn reads_see_pending_writes_and_flush_commits_them() {
         let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
         let mut s = KeyedState::new(7, Arc::clone(&store), 16);
-        s.put(b"g1a", 2, b"1".to_vec());
-        s.put(b"g1b", 2, b"2".to_vec());
-        s.put(b"g2a", 2, b"3".to_vec());
-        assert_eq!(s.get(b"g1a", 2).unwrap(), Some(b"1".to_vec()));
+        s.put(k(b"g1a", 2), b"1".to_vec());
+        s.put(k(b"g1b", 2), b"2".to_vec());
+        s.put(k(b"g2a", 2), b"3".to_vec());
+        assert_eq!(s.get(k(b"g1a", 2)).unwrap(), Some(b"1".to_vec()));
         let mut wb = WriteBatch::default();
         s.flush(&mut wb, Flush::EPOCH);
         store.write(wb).unwrap();
-        s.delete(b"g1a", 2);
-        s.put(b"g1c", 2, b"4".to_vec());
-        let keys: Vec<Vec<u8>> = s.scan_prefix(b"g1", 2).unwrap().into_iter().map(|(k, _)| k).collect();
+        s.delete(k(b"g1a", 2));
+        s.put(k(b"g1c", 2), b"4".to_vec());
+        let keys: Vec<Vec<u8>> = s.scan_prefix(k(b"g1", 2)).unwrap().into_iter().map(|(k, _)| k).collect();
         assert_eq!(keys, vec![b"g1b".to_vec(), b"g1c".to_vec()]);
         // A fresh reader sees only what was flushed.
         let mut other = KeyedState::new(7, store, 16);
-        assert_eq!(other.get(b"g1a", 2).unwrap(), Some(b"1".to_vec()));
-        assert_eq!(other.get(b"g1c", 2).unwrap(), None);
+        assert_eq!(other.get(k(b"g1a", 2)).unwrap(), Some(b"1".to_vec()));
+        assert_eq!(other.get(k(b"g1c", 2)).unwrap(), None);
     }
 
     #[test]
@@ -973,29 +977,29 @@ mod tests {
         let mut s = KeyedState::new(7, Arc::clone(&store), 16).write_back(None).unwrap();
         let key = |i: usize| format!("k{i:02}").into_bytes();
         for i in 0..10 {
-            s.put(&key(i), 1, vec![i as u8]);
+            s.put(k(&key(i), 1), vec![i as u8]);
         }
         let mut wb = WriteBatch::default();
         s.flush(&mut wb, Flush::EPOCH);
         assert!(wb.is_empty(), "10 pending writes fit in memory");
-        assert_eq!(s.get(&key(3), 1).unwrap(), Some(vec![3]));
-        assert_eq!(s.scan_prefix(b"k0", 1).unwrap().len(), 10);
+        assert_eq!(s.get(k(&key(3), 1)).unwrap(), Some(vec![3]));
+        assert_eq!(s.scan_prefix(k(b"k0", 1)).unwrap().len(), 10);
         // Past the budget every pending write goes to the store.
         for i in 10..17 {
-            s.put(&key(i), 1, vec![i as u8]);
+            s.put(k(&key(i), 1), vec![i as u8]);
         }
         s.flush(&mut wb, Flush::EPOCH);
         assert_eq!(wb.ops.len(), 17);
         store.write(std::mem::take(&mut wb)).unwrap();
         // A key put as new and deleted before a flush never reaches the store; a stored key's
         // delete does.
-        s.put_new(b"made", 1, vec![1]);
-        s.delete(b"made", 1);
-        s.delete(&key(0), 1);
-        assert_eq!(s.get(&key(0), 1).unwrap(), None);
-        assert_eq!(s.get(b"made", 1).unwrap(), None);
+        s.put_new(k(b"made", 1), vec![1]);
+        s.delete(k(b"made", 1));
+        s.delete(k(&key(0), 1));
+        assert_eq!(s.get(k(&key(0), 1)).unwrap(), None);
+        assert_eq!(s.get(k(b"made", 1)).unwrap(), None);
         for i in 0..16 {
-            s.put(format!("x{i:02}").as_bytes(), 1, vec![0]);
+            s.put(k(format!("x{i:02}").as_bytes(), 1), vec![0]);
         }
         s.flush(&mut wb, Flush::EPOCH);
         let keys = written_keys(&wb);
@@ -1007,50 +1011,50 @@ mod tests {
     fn a_table_knows_its_few_stored_keys_across_checkpoints_and_restores() {
         let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
         let mut s = KeyedState::new(7, Arc::clone(&store), 16).write_back(None).unwrap();
-        s.put(b"a1", 1, vec![1]);
-        s.put(b"b1", 1, vec![2]);
+        s.put(k(b"a1", 1), vec![1]);
+        s.put(k(b"b1", 1), vec![2]);
         let mut wb = WriteBatch::default();
         s.flush(&mut wb, Flush::CHECKPOINT);
         store.write(std::mem::take(&mut wb)).unwrap();
         // After a checkpoint flush: a key never stored is absent without asking, and written
         // and deleted again before the next flush it never reaches the store.
-        assert_eq!(s.get(b"c1", 1).unwrap(), None);
-        s.put(b"c1", 1, vec![3]);
-        s.delete(b"c1", 1);
-        s.delete(b"b1", 1);
-        assert_eq!(s.first_with_prefix(b"c", 1, false).unwrap(), None);
+        assert_eq!(s.get(k(b"c1", 1)).unwrap(), None);
+        s.put(k(b"c1", 1), vec![3]);
+        s.delete(k(b"c1", 1));
+        s.delete(k(b"b1", 1));
+        assert_eq!(s.first_with_prefix(k(b"c", 1), false).unwrap(), None);
         s.flush(&mut wb, Flush::CHECKPOINT);
         let keys = written_keys(&wb);
         assert_eq!(keys, vec![b"b1".to_vec()], "only the stored key's delete");
         store.write(std::mem::take(&mut wb)).unwrap();
         // A stored key read (so cached), then deleted and flushed, reads absent after.
-        assert_eq!(s.get(b"a1", 1).unwrap(), Some(vec![1]));
-        s.delete(b"a1", 1);
+        assert_eq!(s.get(k(b"a1", 1)).unwrap(), Some(vec![1]));
+        s.delete(k(b"a1", 1));
         s.flush(&mut wb, Flush::CHECKPOINT);
-        assert_eq!(s.get(b"a1", 1).unwrap(), None);
-        s.put(b"a1", 1, vec![1]);
+        assert_eq!(s.get(k(b"a1", 1)).unwrap(), None);
+        s.put(k(b"a1", 1), vec![1]);
         s.flush(&mut wb, Flush::CHECKPOINT);
         store.write(std::mem::take(&mut wb)).unwrap();
         // Reopened (a restore): the stored keys are read back, and still known exactly.
         let mut restored = KeyedState::new(7, Arc::clone(&store), 16).write_back(None).unwrap();
-        assert_eq!(restored.get(b"a1", 1).unwrap(), Some(vec![1]));
-        restored.put(b"d1", 1, vec![4]);
-        restored.delete(b"d1", 1);
-        restored.delete(b"a1", 1);
+        assert_eq!(restored.get(k(b"a1", 1)).unwrap(), Some(vec![1]));
+        restored.put(k(b"d1", 1), vec![4]);
+        restored.delete(k(b"d1", 1));
+        restored.delete(k(b"a1", 1));
         restored.flush(&mut wb, Flush::CHECKPOINT);
         let keys = written_keys(&wb);
         assert_eq!(keys, vec![b"a1".to_vec()]);
         store.write(std::mem::take(&mut wb)).unwrap();
         // Past capacity stored keys it stops tracking them, and reads stay right.
         for i in 0..40u8 {
-            restored.put(&[b'k', i], 1, vec![i]);
+            restored.put(k(&[b'k', i], 1), vec![i]);
         }
         restored.flush(&mut wb, Flush::CHECKPOINT);
         store.write(std::mem::take(&mut wb)).unwrap();
         assert!(matches!(restored.stored, StoredKeys::Unknown));
-        assert_eq!(restored.get(&[b'k', 39], 1).unwrap(), Some(vec![39]));
-        assert_eq!(restored.scan_prefix(b"k", 1).unwrap().len(), 40);
-        restored.delete(&[b'k', 3], 1);
+        assert_eq!(restored.get(k(&[b'k', 39], 1)).unwrap(), Some(vec![39]));
+        assert_eq!(restored.scan_prefix(k(b"k", 1)).unwrap().len(), 40);
+        restored.delete(k(&[b'k', 3], 1));
         restored.flush(&mut wb, Flush::CHECKPOINT);
         assert_eq!(wb.ops.len(), 1, "an untracked table's delete of a stored key reaches the store");
         let reopened = KeyedState::new(7, Arc::clone(&store), 16).write_back(None).unwrap();
@@ -1063,7 +1067,7 @@ mod tests {
         let mut s = KeyedState::new(7, Arc::clone(&store), 16).write_back(None).unwrap();
         let key = |i: u8| vec![b'k', i];
         for i in 0..16 {
-            s.put(&key(i), 1, vec![0]);
+            s.put(k(&key(i), 1), vec![0]);
         }
         let mut wb = WriteBatch::default();
         s.flush(&mut wb, Flush::CHECKPOINT);
@@ -1071,12 +1075,12 @@ mod tests {
         // The cache holds the 16 values flushed; new values of all of them, flushed into it
         // while it is full, replace them.
         for i in 0..16 {
-            s.put(&key(i), 1, vec![1]);
+            s.put(k(&key(i), 1), vec![1]);
         }
         s.flush(&mut wb, Flush::CHECKPOINT);
         store.write(wb).unwrap();
         for i in 0..16 {
-            assert_eq!(s.get(&key(i), 1).unwrap(), Some(vec![1]), "key {i}");
+            assert_eq!(s.get(k(&key(i), 1)).unwrap(), Some(vec![1]), "key {i}");
         }
     }
 
@@ -1087,9 +1091,9 @@ mod tests {
         let mut s = KeyedState::new(7, Arc::clone(&store), 2 * many).write_back(None).unwrap();
         let key = |i: usize| (i as u32).to_be_bytes().to_vec();
         for i in 0..many {
-            s.put(&key(i), 2, vec![1]);
+            s.put(k(&key(i), 2), vec![1]);
         }
-        assert_eq!(s.get(&key(many + 1), 2).unwrap(), None);
+        assert_eq!(s.get(k(&key(many + 1), 2)).unwrap(), None);
         let mut wb = WriteBatch::default();
         s.flush(&mut wb, Flush::CHECKPOINT);
         store.write(std::mem::take(&mut wb)).unwrap();
@@ -1098,16 +1102,16 @@ mod tests {
         s.flush(&mut wb, Flush::CHECKPOINT);
         assert!(matches!(s.stored, StoredKeys::Exactly { .. }));
         // An interval with a lookup answered absent keeps them tracked ...
-        assert_eq!(s.get(&key(many + 1), 2).unwrap(), None);
-        s.put(&key(0), 2, vec![2]);
+        assert_eq!(s.get(k(&key(many + 1), 2)).unwrap(), None);
+        s.put(k(&key(0), 2), vec![2]);
         s.flush(&mut wb, Flush::CHECKPOINT);
         assert!(matches!(s.stored, StoredKeys::Exactly { .. }));
         // ... one that wrote and answered none ends the tracking.
-        s.put(&key(1), 2, vec![2]);
+        s.put(k(&key(1), 2), vec![2]);
         s.flush(&mut wb, Flush::CHECKPOINT);
         store.write(std::mem::take(&mut wb)).unwrap();
         assert!(matches!(s.stored, StoredKeys::Unknown));
-        assert_eq!(s.get(&key(1), 2).unwrap(), Some(vec![2]));
+        assert_eq!(s.get(k(&key(1), 2)).unwrap(), Some(vec![2]));
         // Reopened, a table this large starts untracked.
         let reopened = KeyedState::new(7, Arc::clone(&store), 2 * many).write_back(None).unwrap();
         assert!(matches!(reopened.stored, StoredKeys::Unknown));
@@ -1120,18 +1124,18 @@ mod tests {
         // Two distribution prefixes in one vnode: one stored, one only pending.
         let a = [b'p', 0u8];
         let b = (1..=u8::MAX).map(|i| [b'q', i]).find(|b| vnode_of(b) == vnode_of(&a)).expect("a vnode twin");
-        s.put(&[a[0], a[1], 1], 2, vec![1]);
+        s.put(k(&[a[0], a[1], 1], 2), vec![1]);
         let mut wb = WriteBatch::default();
         s.flush(&mut wb, Flush::CHECKPOINT);
         store.write(std::mem::take(&mut wb)).unwrap();
-        s.put(&[b[0], b[1], 2], 2, vec![2]);
-        s.put(&[b[0], b[1], 3], 2, vec![3]);
-        s.delete(&[b[0], b[1], 3], 2);
-        assert_eq!(s.scan_prefix(&b, 2).unwrap(), vec![(vec![b[0], b[1], 2], vec![2])]);
-        assert_eq!(s.first_with_prefix(&b, 2, true).unwrap(), Some((vec![b[0], b[1], 2], vec![2])));
-        assert_eq!(s.first_n_with_prefix(&a, 2, 5).unwrap(), vec![(vec![a[0], a[1], 1], vec![1])]);
-        s.delete_prefix(&b, 2).unwrap();
-        s.delete_prefix(&a, 2).unwrap();
+        s.put(k(&[b[0], b[1], 2], 2), vec![2]);
+        s.put(k(&[b[0], b[1], 3], 2), vec![3]);
+        s.delete(k(&[b[0], b[1], 3], 2));
+        assert_eq!(s.scan_prefix(k(&b, 2)).unwrap(), vec![(vec![b[0], b[1], 2], vec![2])]);
+        assert_eq!(s.first_with_prefix(k(&b, 2), true).unwrap(), Some((vec![b[0], b[1], 2], vec![2])));
+        assert_eq!(s.first_n_with_prefix(k(&a, 2), 5).unwrap(), vec![(vec![a[0], a[1], 1], vec![1])]);
+        s.delete_prefix(k(&b, 2)).unwrap();
+        s.delete_prefix(k(&a, 2)).unwrap();
         s.flush(&mut wb, Flush::CHECKPOINT);
         let keys = written_keys(&wb);
         assert_eq!(keys, vec![vec![a[0], a[1], 1]], "only the stored key needs a tombstone");
@@ -1175,14 +1179,14 @@ mod tests {
                 match next(100) {
                     0..=34 => {
                         let value = vec![next(250) as u8];
-                        s.put(&key, 1, value.clone());
+                        s.put(k(&key, 1), value.clone());
                         model.insert(key, value);
                     }
                     35..=44 => {
                         // A key made new by the caller (a join's numbered row).
                         fresh += 1;
                         let key = [&[prefix, 1][..], &fresh.to_be_bytes()].concat();
-                        s.put_new(&key, 1, vec![7]);
+                        s.put_new(k(&key, 1), vec![7]);
                         model.insert(key, vec![7]);
                     }
                     45..=64 => {
@@ -1190,26 +1194,26 @@ mod tests {
                             Some(k) if next(2) == 0 => k.clone(),
                             _ => key,
                         };
-                        s.delete(&key, 1);
+                        s.delete(k(&key, 1));
                         model.remove(&key);
                     }
-                    65..=76 => assert_eq!(s.get(&key, 1).unwrap(), model.get(&key).cloned(), "{what}"),
+                    65..=76 => assert_eq!(s.get(k(&key, 1)).unwrap(), model.get(&key).cloned(), "{what}"),
                     77..=84 => {
                         let want: Vec<_> =
                             model.iter().filter(|(k, _)| k[0] == prefix).map(|(k, v)| (k.clone(), v.clone())).collect();
-                        assert_eq!(s.scan_prefix(&[prefix], 1).unwrap(), want, "{what}");
+                        assert_eq!(s.scan_prefix(k(&[prefix], 1)).unwrap(), want, "{what}");
                         let last = next(2) == 0;
                         let edge = if last { want.last() } else { want.first() };
-                        assert_eq!(s.first_with_prefix(&[prefix], 1, last).unwrap().as_ref(), edge, "{what}");
+                        assert_eq!(s.first_with_prefix(k(&[prefix], 1), last).unwrap().as_ref(), edge, "{what}");
                         assert_eq!(
-                            s.first_n_with_prefix(&[prefix], 1, 3).unwrap(),
+                            s.first_n_with_prefix(k(&[prefix], 1), 3).unwrap(),
                             want.iter().take(3).cloned().collect::<Vec<_>>(),
                             "{what}"
                         );
                     }
                     85..=87 => {
                         let sub = [prefix, next(2) as u8];
-                        s.delete_prefix(&sub, 1).unwrap();
+                        s.delete_prefix(k(&sub, 1)).unwrap();
                         model.retain(|k, _| !k.starts_with(&sub));
                     }
                     88..=96 => {
@@ -1264,24 +1268,24 @@ mod tests {
         let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
         let mut s = KeyedState::new(7, Arc::clone(&store), 1000).write_back(None).unwrap();
         for i in (0..30u8).step_by(2) {
-            s.put(&[b'p', i], 1, vec![i]);
+            s.put(k(&[b'p', i], 1), vec![i]);
         }
         let mut wb = WriteBatch::default();
         s.flush(&mut wb, Flush::CHECKPOINT);
         store.write(wb).unwrap();
         // Pending: odd keys put, some stored keys deleted, one stored key replaced.
         for i in (1..30u8).step_by(2) {
-            s.put(&[b'p', i], 1, vec![i]);
+            s.put(k(&[b'p', i], 1), vec![i]);
         }
         for i in [0u8, 4, 28] {
-            s.delete(&[b'p', i], 1);
+            s.delete(k(&[b'p', i], 1));
         }
-        s.put(&[b'p', 6], 1, vec![66]);
-        s.put(&[b'q', 0], 1, vec![0]);
-        let all = s.scan_prefix(b"p", 1).unwrap();
+        s.put(k(&[b'p', 6], 1), vec![66]);
+        s.put(k(&[b'q', 0], 1), vec![0]);
+        let all = s.scan_prefix(k(b"p", 1)).unwrap();
         for limit in [0usize, 1, 5, all.len(), all.len() + 3] {
             let mut seen = Vec::new();
-            s.scan_prefix_while(b"p", 1, &mut |k, v| {
+            s.scan_prefix_while(k(b"p", 1), &mut |k, v| {
                 if seen.len() == limit {
                     return Ok(ScanControl::Stop);
                 }
@@ -1301,17 +1305,17 @@ mod tests {
         let mut s = KeyedState::new(7, Arc::clone(&store), 1000).write_back(None).unwrap();
         // Past FEW_WRITES the prefix's writes change representation; reads and scans agree.
         for i in (0..40u8).rev() {
-            s.put(&[b'g', b'a', i], 2, vec![i]);
-            s.put(&[b'g', b'b', i], 2, vec![i]);
+            s.put(k(&[b'g', b'a', i], 2), vec![i]);
+            s.put(k(&[b'g', b'b', i], 2), vec![i]);
         }
         for i in (0..40u8).filter(|i| i % 3 == 0) {
-            s.delete(&[b'g', b'a', i], 2);
+            s.delete(k(&[b'g', b'a', i], 2));
         }
-        assert_eq!(s.get(&[b'g', b'a', 4], 2).unwrap(), Some(vec![4]));
-        assert_eq!(s.get(&[b'g', b'a', 3], 2).unwrap(), None);
-        let scanned: Vec<u8> = s.scan_prefix(b"ga", 2).unwrap().into_iter().map(|(k, _)| k[2]).collect();
+        assert_eq!(s.get(k(&[b'g', b'a', 4], 2)).unwrap(), Some(vec![4]));
+        assert_eq!(s.get(k(&[b'g', b'a', 3], 2)).unwrap(), None);
+        let scanned: Vec<u8> = s.scan_prefix(k(b"ga", 2)).unwrap().into_iter().map(|(k, _)| k[2]).collect();
         assert_eq!(scanned, (0..40u8).filter(|i| i % 3 != 0).collect::<Vec<_>>());
-        assert_eq!(s.scan_prefix(b"gb", 2).unwrap().len(), 40);
+        assert_eq!(s.scan_prefix(k(b"gb", 2)).unwrap().len(), 40);
     }
 
     #[test]
@@ -1323,7 +1327,7 @@ mod tests {
             // Few writes under one prefix, then many (a B-tree); 0xFF bytes at the range's end.
             for (sub, n) in [(b'a', 3u8), (b'b', 40), (0xFF, 2)] {
                 for i in (0..n).rev() {
-                    s.put(&[b'g', sub, i, 0xFF], 1, vec![i]);
+                    s.put(k(&[b'g', sub, i, 0xFF], 1), vec![i]);
                 }
             }
             let mut wb = WriteBatch::default();
@@ -1332,38 +1336,38 @@ mod tests {
                 store.write(std::mem::take(&mut wb)).unwrap();
             }
             for sub in [b'a', b'b', 0xFF] {
-                let all = s.scan_prefix(&[b'g', sub], 1).unwrap();
-                assert_eq!(s.first_with_prefix(&[b'g', sub], 1, false).unwrap().as_ref(), all.first());
-                assert_eq!(s.first_with_prefix(&[b'g', sub], 1, true).unwrap().as_ref(), all.last());
+                let all = s.scan_prefix(k(&[b'g', sub], 1)).unwrap();
+                assert_eq!(s.first_with_prefix(k(&[b'g', sub], 1), false).unwrap().as_ref(), all.first());
+                assert_eq!(s.first_with_prefix(k(&[b'g', sub], 1), true).unwrap().as_ref(), all.last());
                 for n in [0, 1, 2, 5, 100] {
                     let first: Vec<_> = all.iter().take(n).cloned().collect();
-                    assert_eq!(s.first_n_with_prefix(&[b'g', sub], 1, n).unwrap(), first);
+                    assert_eq!(s.first_n_with_prefix(k(&[b'g', sub], 1), n).unwrap(), first);
                 }
             }
             // Pending deletes and puts over stored entries: the first n still agree with a scan.
             if !write_back {
                 for i in [0u8, 1, 5, 7] {
-                    s.delete(&[b'g', b'b', i, 0xFF], 1);
+                    s.delete(k(&[b'g', b'b', i, 0xFF], 1));
                 }
-                s.put(&[b'g', b'b', 2, 0], 1, vec![9]);
-                let all = s.scan_prefix(b"gb", 1).unwrap();
+                s.put(k(&[b'g', b'b', 2, 0], 1), vec![9]);
+                let all = s.scan_prefix(k(b"gb", 1)).unwrap();
                 for n in [1, 3, 6] {
-                    assert_eq!(s.first_n_with_prefix(b"gb", 1, n).unwrap(), all[..n].to_vec());
+                    assert_eq!(s.first_n_with_prefix(k(b"gb", 1), n).unwrap(), all[..n].to_vec());
                 }
                 for i in [0u8, 1, 5, 7] {
-                    s.put(&[b'g', b'b', i, 0xFF], 1, vec![i]);
+                    s.put(k(&[b'g', b'b', i, 0xFF], 1), vec![i]);
                 }
-                s.delete(&[b'g', b'b', 2, 0], 1);
+                s.delete(k(&[b'g', b'b', 2, 0], 1));
             }
-            assert_eq!(s.first_n_with_prefix(b"gc", 1, 3).unwrap(), vec![]);
-            assert_eq!(s.first_with_prefix(b"gc", 1, true).unwrap(), None);
-            s.delete_prefix(b"gb", 1).unwrap();
-            s.delete_prefix(&[b'g', 0xFF], 1).unwrap();
-            assert!(s.scan_prefix(b"gb", 1).unwrap().is_empty());
-            assert_eq!(s.scan_prefix(b"g", 1).unwrap().len(), 3, "write_back {write_back}");
-            assert_eq!(s.first_with_prefix(b"g", 1, true).unwrap().unwrap().0, vec![b'g', b'a', 2, 0xFF]);
-            s.delete_prefix(b"g", 1).unwrap();
-            assert!(s.scan_prefix(b"g", 1).unwrap().is_empty());
+            assert_eq!(s.first_n_with_prefix(k(b"gc", 1), 3).unwrap(), vec![]);
+            assert_eq!(s.first_with_prefix(k(b"gc", 1), true).unwrap(), None);
+            s.delete_prefix(k(b"gb", 1)).unwrap();
+            s.delete_prefix(k(&[b'g', 0xFF], 1)).unwrap();
+            assert!(s.scan_prefix(k(b"gb", 1)).unwrap().is_empty());
+            assert_eq!(s.scan_prefix(k(b"g", 1)).unwrap().len(), 3, "write_back {write_back}");
+            assert_eq!(s.first_with_prefix(k(b"g", 1), true).unwrap().unwrap().0, vec![b'g', b'a', 2, 0xFF]);
+            s.delete_prefix(k(b"g", 1)).unwrap();
+            assert!(s.scan_prefix(k(b"g", 1)).unwrap().is_empty());
             // Stored: a tombstone per stored key, and one for the key put and deleted above.
             assert_eq!(s.pending_len, if write_back { 0 } else { 46 });
             s.flush(&mut wb, Flush::EPOCH);
