@@ -12,8 +12,9 @@
 //! state (and, at a checkpoint, the runtime records) is written off the job's thread while the
 //! job goes on with the next epoch's changes: the operators keep reading what they flushed
 //! for two more flushes (`KeyedState::flush`), so one epoch's state may still be on its way
-//! while the next is committed; the job waits for it before it flushes them a second time, and
-//! tells them when every write is in already (`Flush::landed`), so they forget it sooner.
+//! while the next is committed. The job's writes on their way (`state::in_flight::InFlight`)
+//! are its only source of the `Flush` the operators flush with: it waits for the write before
+//! last first, and says when every write is in already, so they forget it sooner.
 //! State writes go in in epoch order, and the epoch counts committed (`committed`, which
 //! checkpoints wait for) once both of its writes are in. A barrier's time on the job's thread
 //! is then the operators' work, not the store's (ADR 19).
@@ -43,7 +44,6 @@
 //! to the view's `LATE ROWS TO` table (with the view's name and their arrival time) and
 //! published to that table's subscribers like an INSERT.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 
 use futures::future::select_all;
@@ -62,6 +62,7 @@ use crate::error::{Result, SqlState, WeirError};
 use crate::metrics;
 use crate::operators::eval::evaluate;
 use crate::operators::materialize::Materialize;
+use crate::state::in_flight::{InFlight, Landed, NotLanded};
 use crate::state::keyed::Flush;
 use crate::state::keys::{operator_state_table, table_prefix, RUNTIME_STATE_TABLE};
 use crate::state::record::{RecordReader, RecordWriter};
@@ -89,19 +90,6 @@ impl InputWatermark {
     }
 }
 
-/// An operator state write in flight ([`ViewJob::write_state`]), as it comes out.
-pub type StateWrite = futures::future::Shared<futures::future::BoxFuture<'static, Landed>>;
-
-/// How an operator state write ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Landed {
-    In,
-    /// The runtime is shutting down: it was not written (nor will any later one be).
-    Cancelled,
-    /// It panicked: its state is not in.
-    Failed(String),
-}
-
 pub struct ViewJob {
     pub relation: Arc<Relation>,
     pub graph: Graph,
@@ -112,8 +100,8 @@ pub struct ViewJob {
     /// The last epoch whose rows and operator state are in the store.
     pub committed: Arc<watch::Sender<Epoch>>,
     /// The operator state writes in flight, off the job's thread, oldest first: at most two
-    /// ([`ViewJob::write_state`]).
-    pub state_writes: VecDeque<(Epoch, StateWrite)>,
+    /// ([`ViewJob::write_state`]); the maker of each barrier's `Flush`.
+    pub state_writes: InFlight,
     /// Per input, its watermark if it declares one.
     pub watermarks: Vec<Option<InputWatermark>>,
     /// The view's watermark (nanoseconds), as last pushed into the graph.
@@ -272,7 +260,8 @@ impl ViewJob {
     async fn commit_backfill(&mut self, locked: &Arc<tokio::sync::OwnedMutexGuard<()>>) -> Result<()> {
         let mut wb = WriteBatch { skip_wal: true, ..Default::default() };
         // The backfill's earlier commits were each awaited.
-        let out = self.graph.barrier(&mut wb, Flush { checkpoint: false, landed: self.state_writes.is_empty() })?;
+        let flush = self.next_flush(false).await?;
+        let out = self.graph.barrier(&mut wb, flush)?;
         out.into_iter().for_each(|b| self.materialize.apply(b));
         let (view_wb, changes) = self.materialize.barrier()?;
         wb.ops.extend(view_wb.ops);
@@ -441,25 +430,20 @@ impl ViewJob {
 
     async fn commit(&mut self, barrier: Barrier) -> Result<()> {
         let epoch = barrier.epoch;
+        let checkpoint = barrier.kind == BarrierKind::Checkpoint;
         // The operators flush again below: what they flushed before last must be in the store
-        // first (what they flushed last may still be on its way). Writes already in are landed
-        // too, so that the operators are told when none is on its way and forget them sooner.
-        self.land_state_writes(1).await?;
-        if self.state_writes.front().is_some_and(|(_, write)| write.clone().now_or_never().is_some()) {
-            self.land_state_writes(0).await?;
-        }
+        // first (what they flushed last may still be on its way).
+        let flush = self.next_flush(checkpoint).await?;
         // Held commits past their bound: wait here, holding no lock, for the snapshot.
         while !self.store.has_room(epoch) {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         // Inputs may have gone idle since the last rows.
         self.advance_watermark();
-        let checkpoint = barrier.kind == BarrierKind::Checkpoint;
         self.graph.epoch_time(barrier.now);
         // Tagged with its epoch: while a checkpoint's snapshot is awaited, the store holds the
         // commits of later epochs in memory (ADR 18).
         let mut state = WriteBatch { skip_wal: true, epoch: Some(epoch), ..Default::default() };
-        let flush = Flush { checkpoint, landed: self.state_writes.is_empty() };
         let out = self.graph.barrier(&mut state, flush)?;
         out.into_iter().for_each(|b| self.materialize.apply(b));
         if checkpoint {
@@ -559,7 +543,7 @@ impl ViewJob {
             self.committed.send_replace(epoch);
             return;
         }
-        let previous = self.state_writes.back().map(|(_, write)| write.clone());
+        let previous = self.state_writes.last().cloned();
         let store = Arc::clone(&self.store);
         let committed = Arc::clone(&self.committed);
         let view = self.graph.view().clone();
@@ -596,7 +580,7 @@ impl ViewJob {
                 Err(e) => Landed::Failed(e.to_string()),
             }
         };
-        self.state_writes.push_back((epoch, landed.boxed().shared()));
+        self.state_writes.push(epoch, landed.boxed().shared());
     }
 
     /// Waits until at most `keep` operator state writes are in flight. A write the runtime
@@ -604,19 +588,26 @@ impl ViewJob {
     /// the store refused ([`ViewJob::fail_stop`]): its state is not in, and the view must not
     /// go on (nor stop alone, reporting later epochs committed without it).
     async fn land_state_writes(&mut self, keep: usize) -> Result<()> {
-        while self.state_writes.len() > keep {
-            let (epoch, write) = self.state_writes.pop_front().expect("a write in flight");
-            match write.await {
-                Landed::In => {}
-                Landed::Cancelled => {
-                    return Err(WeirError::new(SqlState::ADMIN_SHUTDOWN, "the server is shutting down"))
-                }
-                Landed::Failed(e) => {
-                    self.fail_stop(epoch, &WeirError::internal(format!("the operator state write failed: {e}")))
-                }
+        let landed = self.state_writes.land(keep).await;
+        landed.map_err(|not_in| self.not_landed(not_in))
+    }
+
+    /// The flush of the next barrier, from the writes on their way ([`InFlight::next_flush`]);
+    /// a write that did not land ends it as [`ViewJob::land_state_writes`] says.
+    async fn next_flush(&mut self, checkpoint: bool) -> Result<Flush> {
+        let flush = self.state_writes.next_flush(checkpoint).await;
+        flush.map_err(|not_in| self.not_landed(not_in))
+    }
+
+    /// A state write that did not land: cancelled, the runtime is going away (`57P01`); one
+    /// that failed stops the process.
+    fn not_landed(&self, not_in: NotLanded) -> WeirError {
+        match not_in {
+            NotLanded::Failed(epoch, e) => {
+                self.fail_stop(epoch, &WeirError::internal(format!("the operator state write failed: {e}")))
             }
+            NotLanded::Cancelled(_) => WeirError::new(SqlState::ADMIN_SHUTDOWN, "the server is shutting down"),
         }
-        Ok(())
     }
 
     /// A commit failed in the view's own work (an operator, its rows, its late rows), after the

@@ -97,7 +97,7 @@ pub(crate) mod testing {
         op.apply(0, from_pretty(input), clock).unwrap();
         let out: String = op.on_barrier(clock).unwrap().iter().map(|b| b.to_pretty()).collect();
         let mut wb = WriteBatch::default();
-        op.flush_state(&mut wb, Flush { checkpoint: false, landed: true });
+        op.flush_state(&mut wb, Flush::EPOCH_AFTER_WRITES);
         store.write(wb).unwrap();
         out
     }
@@ -105,7 +105,7 @@ pub(crate) mod testing {
     /// A checkpoint of `op`: its state flushed whole into `store` and its checkpoint record.
     pub fn checkpoint(op: &mut dyn Operator, store: &Arc<dyn StateStore>) -> Option<Vec<u8>> {
         let mut wb = WriteBatch::default();
-        op.flush_state(&mut wb, Flush { checkpoint: true, landed: true });
+        op.flush_state(&mut wb, Flush::CHECKPOINT_AFTER_WRITES);
         store.write(wb).unwrap();
         op.save_record()
     }
@@ -172,7 +172,7 @@ pub(crate) mod testing {
             }
             out.extend(self.op.on_barrier(&self.clock).unwrap());
             let mut wb = WriteBatch::default();
-            self.op.flush_state(&mut wb, Flush { checkpoint: false, landed: true });
+            self.op.flush_state(&mut wb, Flush::EPOCH_AFTER_WRITES);
             self.store.write(wb).unwrap();
             let mut changes: Vec<String> =
                 out.iter().flat_map(|b| b.to_pretty().lines().map(String::from).collect::<Vec<_>>()).collect();

@@ -31,6 +31,7 @@ pub mod expiring_groups;
 pub mod expiring_rows;
 pub mod expiry;
 pub mod held_writes;
+pub mod in_flight;
 pub mod keyed;
 pub mod keys;
 pub mod keys_by_time;

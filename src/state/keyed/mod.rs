@@ -3,12 +3,15 @@
 //!
 //! Keys are stored as `[table id][vnode][key]`, where the vnode is the hash of the key's
 //! *distribution prefix* (the join key, the group key), so that every entry sharing that prefix
-//! sits together in one vnode and [`KeyedState::scan_prefix`] is one range read.
+//! sits together in one vnode and [`KeyedState::scan_prefix`] is one range read. A key comes
+//! with its layout ([`KeyRef`]: which of its bytes are the distribution).
 //!
 //! Writes stay in `pending` until [`KeyedState::flush`] puts them into an epoch's write batch;
 //! reads see them, and keep seeing them (in flight) for two more flushes, or one when the flush
-//! is told the batch is in ([`Flush::landed`]: forgotten at the next), so the batch may be
-//! written while the operator goes on, and the next epoch's flushed before it is in. The cache
+//! is told the batch is in (`Flush::landed`: forgotten at the next), so the batch may be
+//! written while the operator goes on, and the next epoch's flushed before it is in. A view
+//! job gets its `Flush` only from its writes on their way ([`InFlight`](super::in_flight::InFlight)),
+//! which lands the batch before last first: the rule this relies on is kept by a type. The cache
 //! takes a write's value when it is forgotten; a key written again while in flight leaves the
 //! cache, so that it never holds a value older than the store's for a key with no pending
 //! write. Operator state is restored from checkpoints (ADR 11), so it needs to be in
@@ -99,7 +102,9 @@ pub struct Settling {
     pub checkpoint_interval: std::time::Duration,
 }
 
-/// What an operator's state flush is for ([`KeyedState::flush`]), as its view job knows.
+/// What an operator's state flush is for ([`KeyedState::flush`]), as its view job knows. A
+/// job gets one only from its [`InFlight`](super::in_flight::InFlight) writes, which keep the
+/// rule that makes `landed` and forgetting at the flush after next true.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Flush {
     /// A checkpoint barrier: every write still held in memory goes to the store.
@@ -107,7 +112,7 @@ pub struct Flush {
     /// Every batch the earlier flushes handed out is in the store now, so the writes they put
     /// in it may be forgotten at this flush (else at the flush after next: they may still be
     /// on their way).
-    pub landed: bool,
+    pub(in crate::state) landed: bool,
 }
 
 impl Flush {
@@ -115,6 +120,10 @@ impl Flush {
     pub const EPOCH: Flush = Flush { checkpoint: false, landed: false };
     /// A checkpoint barrier, with earlier batches perhaps still on their way.
     pub const CHECKPOINT: Flush = Flush { checkpoint: true, landed: false };
+    /// An epoch's barrier by a caller that writes each batch before the next flush (tests).
+    pub const EPOCH_AFTER_WRITES: Flush = Flush { checkpoint: false, landed: true };
+    /// A checkpoint barrier by a caller that writes each batch before the next flush (tests).
+    pub const CHECKPOINT_AFTER_WRITES: Flush = Flush { checkpoint: true, landed: true };
 }
 
 /// Past this many stored keys a table whose tracked keys answered no lookup between two
