@@ -1,4 +1,5 @@
-//! Prometheus metrics: the registry, the server's own metrics, and the `/metrics` HTTP endpoint
+//! Prometheus metrics: the registry, the server's own metrics, and the HTTP endpoint serving them
+//! (`/metrics`) with the health probes (`/healthz`, `/readyz`)
 //! (`--metrics-listen`). Each layer registers what it measures here, in one place, so the list
 //! below is the list of what Weir exports (documented in docs/operations.md).
 
@@ -373,8 +374,13 @@ pub fn render() -> String {
     String::from_utf8(buf).expect("utf-8 metrics")
 }
 
-/// Serves `GET /metrics` on `addr` until the process ends.
-pub async fn serve(addr: SocketAddr) -> std::io::Result<()> {
+/// Whether the server should be sent queries, or why not (`/readyz`).
+pub type Readiness = std::sync::Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+
+/// Serves on `addr` until the process ends: `GET /metrics` (Prometheus text), `/healthz` (200
+/// while the process answers: a liveness probe) and `/readyz` (200 when `readiness` says so,
+/// else 503 with the reason: a readiness probe, a load balancer's check).
+pub async fn serve(addr: SocketAddr, readiness: Readiness) -> std::io::Result<()> {
     let listener = TcpListener::bind(addr).await?;
     info!(%addr, "metrics endpoint listening");
     tokio::spawn(async move {
@@ -382,16 +388,30 @@ pub async fn serve(addr: SocketAddr) -> std::io::Result<()> {
             let Ok((stream, _)) = listener.accept().await else {
                 continue;
             };
+            let readiness = std::sync::Arc::clone(&readiness);
             tokio::spawn(async move {
-                let service = hyper::service::service_fn(|req: Request<hyper::body::Incoming>| async move {
-                    let response = if req.uri().path() == "/metrics" {
-                        Response::builder()
-                            .header("content-type", "text/plain; version=0.0.4")
-                            .body(Full::new(Bytes::from(render())))
-                    } else {
-                        Response::builder().status(404).body(Full::new(Bytes::from_static(b"see /metrics\n")))
-                    };
-                    Ok::<_, Infallible>(response.expect("valid response"))
+                let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                    let readiness = std::sync::Arc::clone(&readiness);
+                    async move {
+                        let text = |status: u16, body: String| {
+                            Response::builder()
+                                .status(status)
+                                .header("content-type", "text/plain")
+                                .body(Full::new(Bytes::from(body)))
+                        };
+                        let response = match req.uri().path() {
+                            "/metrics" => Response::builder()
+                                .header("content-type", "text/plain; version=0.0.4")
+                                .body(Full::new(Bytes::from(render()))),
+                            "/healthz" => text(200, "ok\n".into()),
+                            "/readyz" => match readiness() {
+                                Ok(()) => text(200, "ready\n".into()),
+                                Err(why) => text(503, format!("not ready: {why}\n")),
+                            },
+                            _ => text(404, "see /metrics, /healthz, /readyz\n".into()),
+                        };
+                        Ok::<_, Infallible>(response.expect("valid response"))
+                    }
                 });
                 if let Err(e) =
                     hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await

@@ -1,6 +1,7 @@
-//! What the running server reports about itself, kept in memory while it runs: runtime errors
-//! inside views, each view's event time, the checkpoints taken and restored, and each source's
-//! and sink's state. The operators, the checkpointer and the connectors record here; `system`
+//! What the running server reports about itself, kept in memory while it runs: whether it is
+//! ready to serve ([`Status::readiness`], the metrics port's `/readyz`), runtime errors inside
+//! views, each view's event time, the checkpoints taken and restored, and each source's and
+//! sink's state. The operators, the checkpointer and the connectors record here; `system`
 //! presents it as the `weir_catalog` relations (and it describes this process only, so it is
 //! not stored).
 //!
@@ -13,6 +14,7 @@
 //! A bottom-floor module: it imports only `types`, so anything may report to it.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -136,9 +138,23 @@ pub struct SourceStatus {
     pub error: Option<String>,
 }
 
+/// Where the server is in its life, for readiness.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Phase {
+    /// Restoring from its checkpoint, opening its catalog, restarting its views.
+    Starting = 0,
+    /// Listening, every view restored.
+    Serving = 1,
+    /// Told to stop: taking its last checkpoint and closing.
+    Stopping = 2,
+}
+
 /// What the running server reports about itself (see the module's doc).
 #[derive(Default)]
 pub struct Status {
+    /// The [`Phase`] (as its number).
+    phase: AtomicU8,
     /// Runtime errors inside views, by view and message.
     pub view_errors: Mutex<BTreeMap<(String, String), ErrorEntry>>,
     /// Each view with event time, as of its last commit.
@@ -153,6 +169,29 @@ pub struct Status {
 }
 
 impl Status {
+    pub fn set_phase(&self, phase: Phase) {
+        self.phase.store(phase as u8, Ordering::SeqCst);
+    }
+
+    /// Whether the server should be sent queries: it serves, and its checkpoint store took the
+    /// last checkpoint it finished uploading (a store it cannot reach means no recovery point
+    /// newer than the last one there). Else why not.
+    pub fn readiness(&self) -> std::result::Result<(), String> {
+        match self.phase.load(Ordering::SeqCst) {
+            p if p == Phase::Starting as u8 => return Err("starting: restoring from the checkpoint".into()),
+            p if p == Phase::Stopping as u8 => return Err("stopping".into()),
+            _ => {}
+        }
+        let checkpoints = self.checkpoints.lock();
+        let last_upload = checkpoints.iter().rev().find(|c| c.status == "complete" || c.status == "failed");
+        match last_upload {
+            Some(failed) if failed.status == "failed" => {
+                Err(format!("the checkpoint store did not take checkpoint {}: {}", failed.epoch, failed.detail))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Records `count` failures of `message` in `view`.
     pub fn record_view_error(&self, view: &str, message: &str, count: u64) {
         let now = chrono::Utc::now().timestamp_micros();

@@ -415,3 +415,42 @@ async fn a_finished_source_is_checkpointed_at_once() {
     let read_again = metrics.lines().find(|l| l.starts_with("weir_source_rows_total{source=\"bid\"}"));
     assert!(read_again.is_none_or(|l| l.ends_with(" 0")), "{read_again:?}");
 }
+
+/// The metrics port's probes: `/healthz` answers while the process runs; `/readyz` says ready
+/// once the server serves, not ready (503, with the reason) while its checkpoint store does not
+/// take its checkpoints, and ready again once one is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_follows_the_checkpoint_store() {
+    let store = tempfile::tempdir().unwrap();
+    let url = store.path().join("checkpoints");
+    let url = url.to_str().unwrap().to_string();
+    let server = TestServer::start_with(&["--checkpoint-url", &url, "--checkpoint-interval", "200ms"]);
+    let c = server.connect().await;
+    c.batch_execute("SET implicit_flush = true; CREATE TABLE t (x INT); INSERT INTO t VALUES (1);").await.unwrap();
+    complete_checkpoint_after(&c, server_now(&c).await).await;
+    assert!(server.http_get("/healthz").starts_with("HTTP/1.1 200"), "{}", server.http_get("/healthz"));
+    let ready = server.http_get("/readyz");
+    assert!(ready.starts_with("HTTP/1.1 200") && ready.ends_with("ready\n"), "{ready}");
+    // The store's place taken by a file: uploads fail, and the server says it is not ready.
+    std::fs::rename(&url, store.path().join("moved")).unwrap();
+    std::fs::write(&url, b"not a directory").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let not_ready = loop {
+        let answer = server.http_get("/readyz");
+        if answer.starts_with("HTTP/1.1 503") {
+            break answer;
+        }
+        assert!(Instant::now() < deadline, "still ready with its checkpoint store gone: {answer}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(not_ready.contains("not ready: the checkpoint store did not take checkpoint"), "{not_ready}");
+    // Alive all along, and its queries still answer.
+    assert!(server.http_get("/healthz").starts_with("HTTP/1.1 200"));
+    assert_eq!(count(&c, "t").await, 1);
+    // The store back: the next checkpoint is taken, and the server is ready again.
+    std::fs::remove_file(&url).unwrap();
+    std::fs::rename(store.path().join("moved"), &url).unwrap();
+    complete_checkpoint_after(&c, server_now(&c).await).await;
+    let ready = server.http_get("/readyz");
+    assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
+}

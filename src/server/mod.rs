@@ -160,11 +160,18 @@ pub async fn run(config: Config) -> Result<()> {
     crate::runtime::set_current();
     // What the server reports about itself (weir_catalog), handed down through the catalog.
     let status = Arc::new(crate::status::Status::default());
+    // Up before recovery: alive while it restores, and not ready until it serves.
+    if let Some(addr) = config.metrics_listen {
+        let ready = Arc::clone(&status);
+        let readiness: metrics::Readiness = Arc::new(move || ready.readiness());
+        metrics::serve(addr, readiness).await.map_err(|e| WeirError::io(format!("metrics endpoint {addr}: {e}")))?;
+    }
     let prepared =
         crate::checkpoint::prepare(&config.checkpoint, &config.storage, &config.data_dir, Arc::clone(&status)).await?;
     let first_epoch = prepared.first_epoch;
     let store = Arc::new(RocksStore::open(&config.data_dir.join("state"), &config.storage)?);
     let (checkpointer, replay) = prepared.checkpointer(Arc::clone(&store) as Arc<dyn StateStore>);
+    let phase = Arc::clone(&status);
     let sized = Arc::clone(&store);
     let stopping = Arc::clone(&store);
     tokio::spawn(async move {
@@ -188,12 +195,10 @@ pub async fn run(config: Config) -> Result<()> {
     let handlers = Arc::new(Handlers::new(frontend, &config));
     let tls = tls_acceptor(&config)?;
 
-    if let Some(addr) = config.metrics_listen {
-        metrics::serve(addr).await.map_err(|e| WeirError::io(format!("metrics endpoint {addr}: {e}")))?;
-    }
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|e| WeirError::io(format!("cannot listen on {}: {e}", config.listen)))?;
+    phase.set_phase(crate::status::Phase::Serving);
     info!(addr = %config.listen, tls = tls.is_some(), "Weir is ready: psql -h {} -p {} -d {} -U root", config.listen.ip(), config.listen.port(), config.database);
 
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
@@ -238,6 +243,8 @@ pub async fn run(config: Config) -> Result<()> {
             _ = terminate.recv() => { info!("terminated, shutting down"); break; }
         }
     }
+    // Load balancers stop sending queries while the last checkpoint is taken.
+    phase.set_phase(crate::status::Phase::Stopping);
     // A last checkpoint: the next start restores it with nothing to replay. Sessions still
     // run meanwhile: a statement under way is wholly in it (it holds its table's lock or the
     // DDL gate, which the checkpoint waits for) or wholly after it, in the change log.

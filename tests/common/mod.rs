@@ -138,9 +138,14 @@ impl TestServer {
 
     /// The whole HTTP response of `GET /metrics` (status line, headers, Prometheus text).
     pub fn metrics_text(&self) -> String {
+        self.http_get("/metrics")
+    }
+
+    /// The whole HTTP response of `GET path` on the metrics port (status line, headers, body).
+    pub fn http_get(&self, path: &str) -> String {
         use std::io::{Read, Write};
         let mut s = std::net::TcpStream::connect(("127.0.0.1", self.metrics_port)).unwrap();
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").unwrap();
+        write!(s, "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").unwrap();
         let mut body = String::new();
         s.read_to_string(&mut body).unwrap();
         body
