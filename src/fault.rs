@@ -21,7 +21,9 @@
 //! [`delay`] points neither abort nor fail: every pass waits there, so a test can widen a
 //! window a race would need:
 //! - `view.slow_commit`: each view commit waits half a second before its write (a restart's
-//!   replay of the change log reaching the views late).
+//!   replay of the change log reaching the views late);
+//! - `checkpoint.slow_upload`: each checkpoint upload waits half a second before its first file
+//!   (an object store far away, at a clean stop).
 //!
 //! Called by the sink runtime, its writers and the view jobs; read by the crash tests
 //! (`tests/end_to_end.rs`, `tests/checkpoint.rs`, `tests/restart.rs`).

@@ -454,3 +454,38 @@ async fn readiness_follows_the_checkpoint_store() {
     let ready = server.http_get("/readyz");
     assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
 }
+
+/// SIGTERM: the last checkpoint is taken and reaches the checkpoint store before the process
+/// exits, and the stop logs no error: a server on a new, empty data directory restores the rows
+/// written just before it (no periodic checkpoint came in between).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_stop_uploads_its_last_checkpoint() {
+    let store = tempfile::tempdir().unwrap();
+    let url = store.path().join("checkpoints");
+    let url = url.to_str().unwrap().to_string();
+    let mut server = TestServer::start_with(&["--checkpoint-url", &url, "--checkpoint-interval", "3600s"]);
+    // Uploads slowed down, as to an object store far away: the stop must wait for its own.
+    server.env = vec![("WEIR_FAULT".into(), "checkpoint.slow_upload".into())];
+    server.kill();
+    server.start_again();
+    {
+        let c = server.connect().await;
+        c.batch_execute(
+            "SET implicit_flush = true;
+             CREATE TABLE t (x INT);
+             CREATE MATERIALIZED VIEW n AS SELECT count(*) AS rows FROM t;
+             INSERT INTO t SELECT * FROM generate_series(1, 5000);",
+        )
+        .await
+        .unwrap();
+    }
+    server.stop();
+    let log = server.log_text();
+    assert!(log.contains("checkpoint taken at shutdown and uploaded"), "{log}");
+    let errors: Vec<&str> = log.lines().filter(|l| l.contains("ERROR")).collect();
+    assert!(errors.is_empty(), "a clean stop logged errors: {errors:?}");
+    let fresh = TestServer::start_with(&["--checkpoint-url", &url]);
+    let c = fresh.connect().await;
+    assert_eq!(count(&c, "t").await, 5000);
+    assert_eq!(c.query_one("SELECT rows FROM n", &[]).await.unwrap().get::<_, i64>(0), 5000);
+}

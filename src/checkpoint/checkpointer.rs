@@ -126,6 +126,25 @@ impl Checkpointer {
         (wanted || since_last >= self.interval) && !self.busy.load(Ordering::SeqCst)
     }
 
+    /// Waits until no upload (or sweep) runs, for at most the checkpoint timeout; whether none
+    /// does. At shutdown: an upload under way would leave the last checkpoint local only, and
+    /// the last one must reach the object store before the process ends.
+    pub async fn wait_idle(&self) -> bool {
+        let deadline = Instant::now() + self.timeout;
+        while self.busy.load(Ordering::SeqCst) {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        true
+    }
+
+    /// The newest checkpoint in the object store (0: none).
+    pub fn uploaded_epoch(&self) -> Epoch {
+        self.uploaded.lock().manifests.last().map_or(0, |m| m.epoch)
+    }
+
     /// Records checkpoint `epoch` as failed before its snapshot was taken.
     pub fn record_failure(&self, epoch: Epoch, why: String) {
         tracing::warn!(epoch, "checkpoint failed: {why}");
@@ -215,6 +234,9 @@ impl Checkpointer {
         started_at: i64,
         injected_at: Instant,
     ) -> Result<CheckpointRecord> {
+        if let Some(wait) = crate::fault::delay("checkpoint.slow_upload") {
+            tokio::time::sleep(wait).await;
+        }
         let files = list_files(dir)?;
         let plan = {
             let uploaded = self.uploaded.lock();

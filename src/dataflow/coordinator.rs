@@ -82,6 +82,17 @@ pub struct BarrierCoordinator {
     closed: parking_lot::Mutex<Option<tokio::sync::OwnedRwLockWriteGuard<()>>>,
 }
 
+/// How the checkpoint at a clean stop ended ([`BarrierCoordinator::last_checkpoint`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LastCheckpoint {
+    /// In the object store (or no checkpoints are configured): any data directory restores it.
+    Uploaded,
+    /// Taken, but its upload did not finish in time: this data directory restores it.
+    LocalOnly,
+    /// Not taken: the next start replays the writes since the last one.
+    Failed,
+}
+
 impl BarrierCoordinator {
     /// A coordinator whose epochs continue after `first_epoch` (the highest epoch a checkpoint
     /// in the object store names, so checkpoint epochs only grow across restarts).
@@ -175,9 +186,23 @@ impl BarrierCoordinator {
     }
 
     /// The checkpoint at a clean stop: after it no checkpoint starts (the DDL gate stays held),
-    /// so nothing is held in memory when the store is persisted. False if it failed.
-    pub async fn last_checkpoint(&self) -> bool {
-        self.checkpoint_now_then(true).await
+    /// so nothing is held in memory when the store is persisted. An upload under way finishes
+    /// first (else the last checkpoint would stay local only), and the last checkpoint's upload
+    /// is waited for, each for at most the checkpoint timeout.
+    pub async fn last_checkpoint(&self) -> LastCheckpoint {
+        if let Some(checkpointer) = &self.checkpointer {
+            checkpointer.wait_idle().await;
+        }
+        if !self.checkpoint_now_then(true).await {
+            return LastCheckpoint::Failed;
+        }
+        let Some(checkpointer) = &self.checkpointer else { return LastCheckpoint::Uploaded };
+        let uploaded = checkpointer.wait_idle().await && checkpointer.uploaded_epoch() >= checkpointer.local_epoch();
+        if uploaded {
+            LastCheckpoint::Uploaded
+        } else {
+            LastCheckpoint::LocalOnly
+        }
     }
 
     async fn checkpoint_now_then(&self, close: bool) -> bool {

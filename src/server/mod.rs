@@ -34,7 +34,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::catalog::Catalog;
 use crate::config::{AuthConfig, Config};
-use crate::dataflow::coordinator::EpochBounds;
+use crate::dataflow::coordinator::{EpochBounds, LastCheckpoint};
 use crate::dataflow::manager::Streaming;
 use crate::error::{Result, WeirError};
 use crate::frontend::Frontend;
@@ -248,10 +248,15 @@ pub async fn run(config: Config) -> Result<()> {
     // A last checkpoint: the next start restores it with nothing to replay. Sessions still
     // run meanwhile: a statement under way is wholly in it (it holds its table's lock or the
     // DDL gate, which the checkpoint waits for) or wholly after it, in the change log.
-    if streaming.coordinator.last_checkpoint().await {
-        info!("checkpoint taken at shutdown");
-    } else {
-        warn!("the checkpoint at shutdown failed: the next start replays the writes since the last one");
+    match streaming.coordinator.last_checkpoint().await {
+        LastCheckpoint::Uploaded => info!("checkpoint taken at shutdown and uploaded"),
+        LastCheckpoint::LocalOnly => warn!(
+            "checkpoint taken at shutdown, kept locally: its upload did not finish within the checkpoint timeout \
+             (this data directory restores it; a new one restores the last uploaded)"
+        ),
+        LastCheckpoint::Failed => {
+            warn!("the checkpoint at shutdown failed: the next start replays the writes since the last one")
+        }
     }
     match tokio::task::spawn_blocking(move || stopping.persist()).await {
         Ok(Ok(())) => info!("state flushed"),
