@@ -43,11 +43,6 @@ impl<'a> KeyRef<'a> {
         self.bytes
     }
 
-    /// The distribution, then the rest.
-    pub fn split(&self) -> (&'a [u8], &'a [u8]) {
-        self.bytes.split_at(self.distribution_len)
-    }
-
     pub fn distribution(&self) -> &'a [u8] {
         &self.bytes[..self.distribution_len]
     }
@@ -91,10 +86,6 @@ impl StateKey {
 
     pub fn bytes(&self) -> &[u8] {
         &self.bytes
-    }
-
-    pub fn into_bytes(self) -> Vec<u8> {
-        self.bytes
     }
 }
 
