@@ -104,7 +104,8 @@ pub struct Settling {
 
 /// What an operator's state flush is for ([`KeyedState::flush`]), as its view job knows. A
 /// job gets one only from its [`InFlight`](super::in_flight::InFlight) writes, which keep the
-/// rule that makes `landed` and forgetting at the flush after next true.
+/// rule that makes `landed` and forgetting at the flush after next true; the constants below
+/// exist for tests only, so no other code can make one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Flush {
     /// A checkpoint barrier: every write still held in memory goes to the store.
@@ -117,12 +118,16 @@ pub struct Flush {
 
 impl Flush {
     /// An epoch's barrier, with earlier batches perhaps still on their way.
+    #[cfg(test)]
     pub const EPOCH: Flush = Flush { checkpoint: false, landed: false };
     /// A checkpoint barrier, with earlier batches perhaps still on their way.
+    #[cfg(test)]
     pub const CHECKPOINT: Flush = Flush { checkpoint: true, landed: false };
     /// An epoch's barrier by a caller that writes each batch before the next flush (tests).
+    #[cfg(test)]
     pub const EPOCH_AFTER_WRITES: Flush = Flush { checkpoint: false, landed: true };
     /// A checkpoint barrier by a caller that writes each batch before the next flush (tests).
+    #[cfg(test)]
     pub const CHECKPOINT_AFTER_WRITES: Flush = Flush { checkpoint: true, landed: true };
 }
 
