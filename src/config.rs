@@ -158,6 +158,12 @@ pub struct FileConfig {
     /// Checkpoints: where, how often, how many kept.
     #[serde(default)]
     pub checkpoint: CheckpointConfig,
+    /// Milliseconds a stop waits for statements under way, and then for sinks to deliver its
+    /// last checkpoint (each; default 10000).
+    pub drain_timeout_ms: Option<u64>,
+    /// Milliseconds a whole stop may take before the server stops at once, as a kill would
+    /// (default 60000).
+    pub shutdown_timeout_ms: Option<u64>,
 }
 
 /// How often views commit an epoch unless configured (ADR 23): fresh views, with checkpoints
@@ -186,6 +192,11 @@ pub struct Config {
     /// How long an input without rows holds back the watermark of the views reading it.
     pub watermark_idle_timeout: std::time::Duration,
     pub checkpoint: CheckpointConfig,
+    /// How long a stop waits for statements under way, and then for sinks to deliver its last
+    /// checkpoint (each).
+    pub drain_timeout: std::time::Duration,
+    /// How long a whole stop may take; then the server stops at once (safe, as kill -9 is).
+    pub shutdown_timeout: std::time::Duration,
 }
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:4566";
@@ -206,6 +217,8 @@ pub struct Overrides {
     pub checkpoint_url: Option<String>,
     pub checkpoint_interval_ms: Option<u64>,
     pub checkpoint_keep: Option<usize>,
+    pub drain_timeout_ms: Option<u64>,
+    pub shutdown_timeout_ms: Option<u64>,
 }
 
 impl Config {
@@ -257,6 +270,12 @@ impl Config {
                 overrides.watermark_idle_timeout_ms.or(file_cfg.watermark_idle_timeout_ms).unwrap_or(10_000).max(1),
             ),
             checkpoint,
+            drain_timeout: std::time::Duration::from_millis(
+                overrides.drain_timeout_ms.or(file_cfg.drain_timeout_ms).unwrap_or(10_000),
+            ),
+            shutdown_timeout: std::time::Duration::from_millis(
+                overrides.shutdown_timeout_ms.or(file_cfg.shutdown_timeout_ms).unwrap_or(60_000).max(1),
+            ),
         };
         if config.auth.method != AuthMethod::Trust && config.auth.users.is_empty() {
             return Err(WeirError::new(

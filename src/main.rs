@@ -140,6 +140,14 @@ struct ServeArgs {
     /// Complete checkpoints kept in the object store [default: 3]
     #[arg(long, env = "WEIR_CHECKPOINT_KEEP", value_name = "N")]
     checkpoint_keep: Option<usize>,
+    /// How long a stop (SIGTERM) waits for statements under way, then for sinks to deliver its
+    /// last checkpoint, each [default: 10s]
+    #[arg(long, env = "WEIR_DRAIN_TIMEOUT", value_name = "DURATION", value_parser = parse_interval_or_off)]
+    drain_timeout: Option<std::time::Duration>,
+    /// How long a whole stop may take before the server stops at once, as a second SIGTERM
+    /// does [default: 60s]
+    #[arg(long, env = "WEIR_SHUTDOWN_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
+    shutdown_timeout: Option<std::time::Duration>,
 }
 
 /// jemalloc rather than glibc's malloc: under the streaming workload (batches allocated on one
@@ -259,6 +267,8 @@ fn main() -> std::process::ExitCode {
         checkpoint_url: args.checkpoint_url,
         checkpoint_interval_ms: args.checkpoint_interval.map(|d| d.as_millis() as u64),
         checkpoint_keep: args.checkpoint_keep,
+        drain_timeout_ms: args.drain_timeout.map(|d| d.as_millis() as u64),
+        shutdown_timeout_ms: args.shutdown_timeout.map(|d| d.as_millis() as u64),
     };
     let config = match Config::resolve(args.config.as_deref(), overrides) {
         Ok(c) => c,

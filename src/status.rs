@@ -95,6 +95,9 @@ pub struct ShardStatus {
     pub error: Option<String>,
     /// Checkpoints whose changes the shard holds and has not delivered.
     pub pending_groups: usize,
+    /// Every change of checkpoints through this epoch is delivered (a clean stop waits for
+    /// its last checkpoint's).
+    pub caught_up: Epoch,
 }
 
 impl SinkStatus {
@@ -190,6 +193,17 @@ impl Status {
             }
             _ => Ok(()),
         }
+    }
+
+    /// The sinks with a shard that has not delivered every change of checkpoints through
+    /// `epoch`.
+    pub fn sinks_behind(&self, epoch: Epoch) -> Vec<String> {
+        let sinks = self.sinks.lock();
+        sinks
+            .values()
+            .filter(|(_, s)| s.shards.iter().any(|shard| shard.caught_up < epoch))
+            .map(|(name, _)| name.clone())
+            .collect()
     }
 
     /// Records `count` failures of `message` in `view`.

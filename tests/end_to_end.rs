@@ -176,3 +176,114 @@ async fn kafka_to_a_view_to_kafka_and_postgres_exactly_once_through_crashes() {
     let states = rows(&c, "SELECT sink_name, state FROM weir_catalog.sinks").await;
     assert_eq!(states, ["expensive_to_kafka|running", "expensive_to_pg|running", "to_kafka|running", "to_pg|running"]);
 }
+
+/// The same pipeline stopped with SIGTERM ten times while bids keep coming, and started again
+/// each time (a rolling restart): every stop exits 0 with no error logged, its sinks deliver
+/// its last checkpoint before it exits, and the next start restores that checkpoint with no
+/// logged write to replay (rows a table took just before the stop are in it). Afterwards the
+/// view, the upsert topic and table hold the view's query over every bid, and the append-only
+/// topic and table each expensive bid once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipeline_stopped_with_sigterm_ten_times_delivers_exactly_once() {
+    let input = topic("term_bids", 4).await;
+    let output = topic("term_per_auction", 2).await;
+    let raw = topic("term_expensive", 3).await;
+    let (pg, jdbc) = postgres_database("term").await;
+    pg.batch_execute(
+        "CREATE TABLE per_auction (auction BIGINT PRIMARY KEY, n BIGINT, top BIGINT);
+         CREATE TABLE expensive (id BIGINT, price BIGINT);
+         CREATE TABLE noted (n BIGINT PRIMARY KEY, total BIGINT);",
+    )
+    .await
+    .unwrap();
+    let servers = kafka_bootstrap();
+    let mut server = TestServer::start_with(&["--checkpoint-interval", "200ms", "--barrier-interval-ms", "50"]);
+    let mut c = server.connect().await;
+    c.batch_execute(&format!(
+        "CREATE SOURCE bids (id BIGINT, auction BIGINT, price BIGINT) WITH (connector = 'kafka', topic = '{input}', \
+           properties.bootstrap.server = '{servers}', kafka.max.chunk.size = '64') FORMAT PLAIN ENCODE JSON;
+         CREATE MATERIALIZED VIEW per_auction AS SELECT auction, count(*) AS n, max(price) AS top FROM bids \
+           GROUP BY auction HAVING count(*) % 4 <> 0;
+         CREATE SINK to_kafka FROM per_auction WITH (connector = 'kafka', topic = '{output}', \
+           properties.bootstrap.server = '{servers}', primary_key = 'auction') FORMAT UPSERT ENCODE JSON;
+         CREATE SINK to_pg FROM per_auction WITH (connector = 'jdbc', jdbc.url = '{jdbc}', \
+           table.name = 'per_auction', primary_key = 'auction');
+         CREATE SINK expensive_to_kafka AS SELECT id, price FROM bids WHERE price > 500 WITH (connector = 'kafka', \
+           topic = '{raw}', properties.bootstrap.server = '{servers}') FORMAT PLAIN ENCODE JSON;
+         CREATE SINK expensive_to_pg AS SELECT id, price FROM bids WHERE price > 500 WITH (connector = 'jdbc', \
+           jdbc.url = '{jdbc}', table.name = 'expensive');
+         CREATE TABLE notes (x BIGINT);
+         CREATE MATERIALIZED VIEW noted AS SELECT 1::BIGINT AS n, sum(x) AS total FROM notes;
+         CREATE SINK noted_to_pg FROM noted WITH (connector = 'jdbc', jdbc.url = '{jdbc}', table.name = 'noted', \
+           primary_key = 'n');"
+    ))
+    .await
+    .unwrap();
+    let p = producer(None);
+    let mut rng = Rng(0x5167_e2e);
+    let mut sent = 0i64;
+    let mut noted = 0i64;
+    for round in 0..10 {
+        let batch: Vec<(i32, String)> = (sent..sent + 150).map(message).collect();
+        send(&p, &input, &batch);
+        sent += 150;
+        tokio::time::sleep(Duration::from_millis(rng.below(400) as u64)).await;
+        // Rows written just before the stop: its last checkpoint must hold them.
+        c.batch_execute(&format!("INSERT INTO notes SELECT * FROM generate_series({}, {})", noted + 1, noted + 100))
+            .await
+            .unwrap();
+        noted += 100;
+        let log_before = server.log_text().len();
+        let status = server.stop().expect("the server ran");
+        let log = server.log_text()[log_before..].to_string();
+        assert!(status.success(), "round {round}: a clean stop exits 0 ({status}):\n{log}");
+        let errors: Vec<&str> = log.lines().filter(|l| l.contains("ERROR") || l.contains("WARN")).collect();
+        assert!(errors.is_empty(), "round {round}: the stop logged {errors:?}");
+        assert!(log.contains("checkpoint taken at shutdown and uploaded"), "round {round}:\n{log}");
+        assert!(log.contains("sinks delivered the last checkpoint"), "round {round}:\n{log}");
+        // Delivered before the process exited: the table's sink holds every row written.
+        let total = (noted * (noted + 1) / 2).to_string();
+        assert_eq!(rows(&pg, "SELECT total FROM noted").await, [total], "round {round}: delivered at the stop");
+        server.start_again();
+        let log = server.log_text()[log_before..].to_string();
+        assert!(log.contains("restored at start; 0 logged writes after it"), "round {round}: a replay:\n{log}");
+        c = server.connect().await;
+    }
+    let want = expected(sent);
+    let total = noted * (noted + 1) / 2;
+    let want_ids = expensive(sent);
+    let topic_ids = || {
+        sorted_ids(
+            consume_all(&raw)
+                .into_iter()
+                .map(|(_, v)| serde_json::from_str::<serde_json::Value>(&v.unwrap()).unwrap()["id"].to_string()),
+        )
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        c.batch_execute("FLUSH").await.unwrap();
+        let view = rows(&c, "SELECT auction, n, top FROM per_auction").await;
+        let (kafka, table) = (
+            upsert_rows(&output, &["auction", "n", "top"]),
+            rows(&pg, "SELECT auction, n, top FROM per_auction").await,
+        );
+        let (kafka_ids, table_ids) = (topic_ids(), sorted_ids(rows(&pg, "SELECT id FROM expensive").await));
+        let noted = rows(&pg, "SELECT total FROM noted").await;
+        let done = view == want
+            && kafka == want
+            && table == want
+            && kafka_ids == want_ids
+            && table_ids == want_ids
+            && noted == [total.to_string()];
+        if done || Instant::now() > deadline {
+            assert_eq!(view, want, "the view is its query over every bid");
+            assert_eq!(kafka, want, "the upsert topic holds the view");
+            assert_eq!(table, want, "the Postgres table holds the view");
+            assert_eq!(kafka_ids, want_ids, "the PLAIN topic has each expensive bid once");
+            assert_eq!(table_ids, want_ids, "the append-only table has each expensive bid once");
+            assert_eq!(noted, [total.to_string()], "the table's rows, through its sink");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}

@@ -147,6 +147,87 @@ async fn a_clean_stop_keeps_a_sources_rows_as_stored() {
     assert_eq!(vec![row.get::<_, String>(0), row.get::<_, String>(1)], before);
 }
 
+/// Rows `from..to` of table `t` in COPY's text format.
+fn copy_rows(from: i64, to: i64) -> bytes::Bytes {
+    (from..to).map(|i| format!("{i}\n")).collect::<String>().into()
+}
+
+/// SIGTERM lets a statement under way finish (here a COPY whose data is still coming): the
+/// server takes no new connection meanwhile, then takes its last checkpoint and exits 0, and
+/// the next start has every row with nothing to replay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_lets_the_statements_under_way_finish() {
+    use futures::SinkExt;
+    let mut server = TestServer::start();
+    let c = server.connect().await;
+    c.batch_execute("CREATE TABLE t (x BIGINT); CREATE MATERIALIZED VIEW n AS SELECT count(*) AS rows FROM t;")
+        .await
+        .unwrap();
+    let other = server.connect().await;
+    let copy = c.copy_in("COPY t FROM STDIN").await.unwrap();
+    futures::pin_mut!(copy);
+    copy.send(copy_rows(0, 1000)).await.unwrap();
+    server.terminate();
+    // It stops listening at once, and waits for the COPY.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", server.port)).is_ok() {
+        assert!(std::time::Instant::now() < deadline, "the server still takes connections");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(server.exit_status(std::time::Duration::from_millis(500)).is_none(), "it waits for the COPY");
+    // Another session's next statement is refused, as Postgres refuses one at a shutdown.
+    let refused = other.simple_query("SELECT 1").await.unwrap_err();
+    assert_eq!(refused.code().map(|c| c.code()), Some("57P01"), "{refused}");
+    copy.send(copy_rows(1000, 3000)).await.unwrap();
+    assert_eq!(copy.finish().await.unwrap(), 3000);
+    let status = server.exit_status(std::time::Duration::from_secs(60)).expect("the server stops");
+    let log = server.log_text();
+    assert!(status.success(), "a clean stop exits 0 ({status}):\n{log}");
+    assert!(log.contains("letting the statements under way finish"), "{log}");
+    assert!(!log.lines().any(|l| l.contains("ERROR")), "a clean stop logged errors:\n{log}");
+    server.start_again();
+    let log = server.log_text();
+    assert!(log.contains("restored at start; 0 logged writes after it"), "nothing to replay:\n{log}");
+    let c = server.connect().await;
+    assert_eq!(c.query_one("SELECT count(*) FROM t", &[]).await.unwrap().get::<_, i64>(0), 3000);
+    assert_eq!(c.query_one("SELECT rows FROM n", &[]).await.unwrap().get::<_, i64>(0), 3000);
+}
+
+/// A stop that cannot finish (a COPY that never ends) ends at once at a second SIGTERM or at
+/// the shutdown timeout, exiting 1; it is as safe as kill -9: every acknowledged row is there
+/// after the next start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_sigterm_or_the_shutdown_timeout_stops_at_once() {
+    use futures::SinkExt;
+    for second_sigterm in [true, false] {
+        let timeout = if second_sigterm { "600s" } else { "2s" };
+        let mut server = TestServer::start_with(&["--drain-timeout", "600s", "--shutdown-timeout", timeout]);
+        let c = server.connect().await;
+        c.batch_execute("CREATE TABLE t (x BIGINT); INSERT INTO t SELECT * FROM generate_series(1, 500);")
+            .await
+            .unwrap();
+        let copy = c.copy_in("COPY t FROM STDIN").await.unwrap();
+        futures::pin_mut!(copy);
+        copy.send(copy_rows(0, 10)).await.unwrap();
+        let stopping = std::time::Instant::now();
+        server.terminate();
+        if second_sigterm {
+            assert!(server.exit_status(std::time::Duration::from_secs(1)).is_none(), "it waits for the COPY");
+            server.terminate();
+        }
+        let status = server.exit_status(std::time::Duration::from_secs(30)).expect("the server stops");
+        let log = server.log_text();
+        assert_eq!(status.code(), Some(1), "{log}");
+        let why = if second_sigterm { "terminated again" } else { "the stop took longer than the shutdown timeout" };
+        assert!(log.lines().any(|l| l.contains(why) && l.contains("stopping at once")), "{log}");
+        assert!(stopping.elapsed() < std::time::Duration::from_secs(20));
+        drop(copy);
+        server.start_again();
+        let c = server.connect().await;
+        assert_eq!(c.query_one("SELECT count(*) FROM t", &[]).await.unwrap().get::<_, i64>(0), 500);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_create_leaves_the_relation_it_collided_with_across_a_restart() {
     let mut server = TestServer::start();

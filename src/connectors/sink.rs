@@ -651,9 +651,11 @@ pub async fn deliver(
         match attempt {
             Ok(()) => {
                 backoff = Duration::from_millis(200);
+                // Groups go in order, and the attempt stops only at one newer than `taken`.
                 set_shard_status(&status, &sink, shard, |s| {
                     s.state = "running".into();
                     s.error = None;
+                    s.caught_up = taken;
                 });
                 // The next group whole, or the next checkpoint taken. The job gone (its
                 // sender dropped), only checkpoints are left to wait for.
@@ -987,6 +989,7 @@ mod tests {
             delivered,
             error: (state == "retrying").then(|| "down".to_string()),
             pending_groups,
+            caught_up: 0,
         };
         let status = |shards| SinkStatus { shards, outbox_error: None };
         let caught_up =

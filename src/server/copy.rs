@@ -29,15 +29,24 @@ pub struct CopyInProgress {
     /// The binary format's header has been read.
     started: bool,
     pub(super) error: Option<WeirError>,
+    /// The COPY is a statement under way until its CopyDone or CopyFail.
+    _running: super::drain::Running,
 }
 
 /// Starts copy-in mode for `copy`: what the connection keeps while it lasts, and the response
 /// announcing it.
-pub fn start(copy: CopyIn) -> (CopyInProgress, Response) {
+pub fn start(copy: CopyIn, running: super::drain::Running) -> (CopyInProgress, Response) {
     let columns = copy.columns.len();
     let binary = copy.binary;
-    let progress =
-        CopyInProgress { copy, buffer: Vec::new(), rows: 0, header_skipped: false, started: false, error: None };
+    let progress = CopyInProgress {
+        copy,
+        buffer: Vec::new(),
+        rows: 0,
+        header_skipped: false,
+        started: false,
+        error: None,
+        _running: running,
+    };
     (progress, Response::CopyIn(CopyResponse::new(i8::from(binary), columns, futures::stream::empty())))
 }
 

@@ -206,16 +206,7 @@ impl ExtendedQueryHandler for WeirHandler {
             None
         };
         let mut block = Block::from_status(client.transaction_status());
-        run_statement(
-            &self.frontend,
-            &cell,
-            &mut session,
-            client,
-            &mut block,
-            statement,
-            params,
-            &portal.result_column_format,
-        )
-        .await
+        run_statement(self, &cell, &mut session, client, &mut block, statement, params, &portal.result_column_format)
+            .await
     }
 }

@@ -6,6 +6,7 @@
 //! - [`session`]: per-connection session state and transaction-block rules.
 //! - [`encode`]: results to wire messages.
 //! - [`copy`]: COPY FROM STDIN's data.
+//! - [`drain`]: statements under way, which a stop lets finish.
 //!
 //! A connection's failure (protocol garbage, an abrupt disconnect, a panic in a statement)
 //! closes that connection only; the accept loop and every other session carry on.
@@ -14,6 +15,7 @@ pub mod auth;
 pub mod cancel;
 pub mod copy;
 pub mod copy_in;
+pub mod drain;
 pub mod encode;
 pub mod extended_query;
 pub mod session;
@@ -46,6 +48,7 @@ use crate::state::StateStore;
 pub struct WeirHandler {
     pub frontend: Arc<Frontend>,
     pub cancels: Arc<cancel::CancelRegistry>,
+    pub drain: Arc<drain::Drain>,
     query_parser: Arc<extended_query::WeirQueryParser>,
 }
 
@@ -65,6 +68,7 @@ impl Handlers {
         Handlers {
             query: Arc::new(WeirHandler {
                 cancels: Arc::clone(&cancels),
+                drain: Arc::default(),
                 query_parser: Arc::new(extended_query::WeirQueryParser { frontend: Arc::clone(&frontend) }),
                 frontend,
             }),
@@ -152,7 +156,82 @@ fn tls_acceptor(config: &Config) -> Result<Option<TlsAcceptor>> {
     Ok(Some(TlsAcceptor::from(Arc::new(server))))
 }
 
-/// Opens the data directory and serves until SIGINT or SIGTERM.
+/// A clean stop, step by step: statements under way finish (no new one starts), a last
+/// checkpoint is taken and uploaded, sinks deliver it, and the store is flushed. Each wait is
+/// bounded (`drain` for statements and for sinks, the checkpoint timeout for the checkpoint);
+/// the caller bounds the whole.
+async fn stop(
+    drain: &drain::Drain,
+    streaming: &Streaming,
+    status: &crate::status::Status,
+    store: Arc<RocksStore>,
+    drain_timeout: std::time::Duration,
+) {
+    drain.close();
+    let running = drain.running();
+    if running > 0 {
+        info!(running, "letting the statements under way finish");
+        if tokio::time::timeout(drain_timeout, drain.finished()).await.is_err() {
+            warn!(
+                running = drain.running(),
+                "statements still under way after the drain timeout ({drain_timeout:?}): \
+                 they end with the server and are not in its last checkpoint"
+            );
+        }
+    }
+    // A last checkpoint: the next start restores it with nothing to replay. A statement still
+    // under way is wholly in it (it holds its table's lock or the DDL gate, which the
+    // checkpoint waits for) or wholly after it, in the change log.
+    let taken = match streaming.coordinator.last_checkpoint().await {
+        LastCheckpoint::Uploaded => {
+            info!("checkpoint taken at shutdown and uploaded");
+            true
+        }
+        LastCheckpoint::LocalOnly => {
+            warn!(
+                "checkpoint taken at shutdown, kept locally: its upload did not finish within the checkpoint \
+                 timeout (this data directory restores it; a new one restores the last uploaded)"
+            );
+            true
+        }
+        LastCheckpoint::Failed => {
+            warn!("the checkpoint at shutdown failed: the next start replays the writes since the last one");
+            false
+        }
+    };
+    if taken {
+        let epoch = *streaming.coordinator.checkpointed().borrow();
+        let delivered = async {
+            while !status.sinks_behind(epoch).is_empty() {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        };
+        if tokio::time::timeout(drain_timeout, delivered).await.is_err() {
+            warn!(
+                sinks = ?status.sinks_behind(epoch),
+                "sinks did not deliver the last checkpoint within the drain timeout ({drain_timeout:?}): the \
+                 next start delivers it"
+            );
+        } else {
+            info!(epoch, "sinks delivered the last checkpoint");
+        }
+    }
+    match tokio::task::spawn_blocking(move || store.persist()).await {
+        Ok(Ok(())) => info!("state flushed"),
+        Ok(Err(e)) => warn!("flushing state at shutdown failed: {e}"),
+        Err(e) => warn!("flushing state at shutdown failed: {e}"),
+    }
+}
+
+/// Ends the process now, with no destructor or shutdown code run, as kill -9 would: the
+/// next start recovers from the last checkpoint and the change log, as after a crash.
+fn stop_at_once(why: &str) -> ! {
+    error!("{why}: stopping at once (the next start recovers as after a crash)");
+    // SAFETY: _exit ends the process; nothing runs after it.
+    unsafe { libc::_exit(1) }
+}
+
+/// Opens the data directory and serves until SIGINT or SIGTERM (see [`stop`]).
 pub async fn run(config: Config) -> Result<()> {
     // Before the store opens: it is put back at the newest checkpoint (downloaded first into an
     // empty data directory), with every acknowledged write after it.
@@ -243,25 +322,17 @@ pub async fn run(config: Config) -> Result<()> {
             _ = terminate.recv() => { info!("terminated, shutting down"); break; }
         }
     }
-    // Load balancers stop sending queries while the last checkpoint is taken.
+    // No new connections; load balancers stop sending queries (not ready).
+    drop(listener);
     phase.set_phase(crate::status::Phase::Stopping);
-    // A last checkpoint: the next start restores it with nothing to replay. Sessions still
-    // run meanwhile: a statement under way is wholly in it (it holds its table's lock or the
-    // DDL gate, which the checkpoint waits for) or wholly after it, in the change log.
-    match streaming.coordinator.last_checkpoint().await {
-        LastCheckpoint::Uploaded => info!("checkpoint taken at shutdown and uploaded"),
-        LastCheckpoint::LocalOnly => warn!(
-            "checkpoint taken at shutdown, kept locally: its upload did not finish within the checkpoint timeout \
-             (this data directory restores it; a new one restores the last uploaded)"
-        ),
-        LastCheckpoint::Failed => {
-            warn!("the checkpoint at shutdown failed: the next start replays the writes since the last one")
+    let stop = stop(&handlers.query.drain, &streaming, &phase, stopping, config.drain_timeout);
+    tokio::select! {
+        () = stop => {}
+        () = tokio::time::sleep(config.shutdown_timeout) => {
+            stop_at_once(&format!("the stop took longer than the shutdown timeout ({:?})", config.shutdown_timeout))
         }
-    }
-    match tokio::task::spawn_blocking(move || stopping.persist()).await {
-        Ok(Ok(())) => info!("state flushed"),
-        Ok(Err(e)) => warn!("flushing state at shutdown failed: {e}"),
-        Err(e) => warn!("flushing state at shutdown failed: {e}"),
+        _ = tokio::signal::ctrl_c() => stop_at_once("interrupted again"),
+        _ = terminate.recv() => stop_at_once("terminated again"),
     }
     // Sessions end here (a runtime cannot be dropped inside another's task).
     serving.shutdown_background();

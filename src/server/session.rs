@@ -25,7 +25,7 @@ use super::cancel::{cancellable, CancelSignal};
 use super::encode::into_response;
 use super::WeirHandler;
 use crate::error::{SqlState, WeirError};
-use crate::frontend::{Frontend, Session, Statement, StatementResult};
+use crate::frontend::{Session, Statement, StatementResult};
 use crate::metrics;
 
 /// The per-connection session, in the connection's extension map.
@@ -68,7 +68,7 @@ impl Block {
 /// (25P02 otherwise) and COMMIT reports ROLLBACK. Updates `block`.
 #[allow(clippy::too_many_arguments)]
 pub async fn run_statement<C>(
-    frontend: &Frontend,
+    handler: &WeirHandler,
     cell: &SessionCell,
     session: &mut Session,
     client: &mut C,
@@ -93,6 +93,8 @@ where
             ),
         ));
     }
+    let running = handler.drain.enter().map_err(|e| fail(block, e))?;
+    let frontend = &handler.frontend;
     tracing::debug!(statement = %statement, "run");
     // COPY ... TO STDOUT runs its query as any statement; its rows then go out as copy data.
     let mut copy_out = None;
@@ -108,7 +110,7 @@ where
     // COPY FROM STDIN: the connection goes into copy-in mode; the data follows.
     if let Statement::Sql(copy @ ast::Statement::Copy { .. }) = &statement {
         let copy = crate::frontend::handler::copy::copy_in(frontend, copy).map_err(|e| fail(block, e))?;
-        let (progress, response) = super::copy::start(copy);
+        let (progress, response) = super::copy::start(copy, running);
         *cell.copy.lock().await = Some(progress);
         return Ok(response);
     }
@@ -144,7 +146,7 @@ where
             StatementResult::TransactionEnd { tag }
         }
         StatementResult::Rows { schema, stream } => {
-            let stream = cancellable(stream, &cell.cancel, deadline);
+            let stream = super::drain::holding(cancellable(stream, &cell.cancel, deadline), running);
             if let Some(out) = &copy_out {
                 return super::copy::copy_out(out, schema, stream, zone);
             }

@@ -34,17 +34,8 @@ impl SimpleQueryHandler for WeirHandler {
         let mut block = Block::from_status(client.transaction_status());
         let mut responses = Vec::with_capacity(statements.len());
         for statement in statements {
-            match run_statement(
-                &self.frontend,
-                &cell,
-                &mut session,
-                client,
-                &mut block,
-                statement,
-                None,
-                &Format::UnifiedText,
-            )
-            .await
+            match run_statement(self, &cell, &mut session, client, &mut block, statement, None, &Format::UnifiedText)
+                .await
             {
                 Ok(r) => responses.push(r),
                 Err(PgWireError::UserError(info)) => {

@@ -179,25 +179,35 @@ impl TestServer {
     /// Waits up to `timeout` for the server to exit on its own (a fault point firing); true if
     /// it did.
     pub fn wait_exit(&mut self, timeout: Duration) -> bool {
+        self.exit_status(timeout).is_some()
+    }
+
+    /// Waits up to `timeout` for the server to exit; how it exited, if it did.
+    pub fn exit_status(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
         let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
             if let Some(child) = self.child.as_mut() {
-                if let Ok(Some(_)) = child.try_wait() {
+                if let Ok(Some(status)) = child.try_wait() {
                     self.child = None;
-                    return true;
+                    return Some(status);
                 }
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        false
+        None
     }
 
-    /// SIGTERM, and waits for the server to exit (its shutdown code runs).
-    pub fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
-            let _ = child.wait();
-        }
+    /// Sends SIGTERM and returns at once: the server goes on stopping.
+    pub fn terminate(&self) {
+        let pid = self.pid().to_string();
+        Command::new("kill").arg("-TERM").arg(pid).status().expect("kill");
+    }
+
+    /// SIGTERM, and waits for the server to exit (its shutdown code runs); how it exited.
+    pub fn stop(&mut self) -> Option<std::process::ExitStatus> {
+        let mut child = self.child.take()?;
+        let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+        child.wait().ok()
     }
 
     /// Starts the server again on the same data directory (after `kill` or `stop`).
