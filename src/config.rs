@@ -139,6 +139,8 @@ pub struct FileConfig {
     pub data_dir: Option<PathBuf>,
     pub metrics_listen: Option<String>,
     pub log: Option<String>,
+    /// `text` (the default) or `json`.
+    pub log_format: Option<String>,
     pub database: Option<String>,
     #[serde(default)]
     pub auth: AuthConfig,
@@ -177,6 +179,7 @@ pub struct Config {
     pub data_dir: PathBuf,
     pub metrics_listen: Option<SocketAddr>,
     pub log: String,
+    pub log_format: LogFormat,
     /// The one database this server serves (what `psql -d` should name; others are refused).
     pub database: String,
     pub auth: AuthConfig,
@@ -199,6 +202,29 @@ pub struct Config {
     pub shutdown_timeout: std::time::Duration,
 }
 
+/// How log lines are written: for people, or one JSON object a line for a log pipeline (each
+/// with the view, source or sink it concerns, from the span its task runs in).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+impl std::str::FromStr for LogFormat {
+    type Err = WeirError;
+    fn from_str(text: &str) -> Result<LogFormat> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "text" => Ok(LogFormat::Text),
+            "json" => Ok(LogFormat::Json),
+            other => Err(WeirError::new(
+                crate::error::SqlState("F0000"),
+                format!("log format must be text or json, not {other:?}"),
+            )),
+        }
+    }
+}
+
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:4566";
 pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9464";
 pub const DEFAULT_DATA_DIR: &str = "./weir-data";
@@ -212,6 +238,7 @@ pub struct Overrides {
     pub data_dir: Option<PathBuf>,
     pub metrics_listen: Option<String>,
     pub log: Option<String>,
+    pub log_format: Option<String>,
     pub barrier_interval_ms: Option<u64>,
     pub watermark_idle_timeout_ms: Option<u64>,
     pub checkpoint_url: Option<String>,
@@ -253,6 +280,7 @@ impl Config {
                 Some(parse_addr("metrics-listen", &metrics)?)
             },
             log: overrides.log.or(file_cfg.log).unwrap_or_else(|| "info".into()),
+            log_format: overrides.log_format.or(file_cfg.log_format).as_deref().unwrap_or("text").parse()?,
             database: file_cfg.database.unwrap_or_else(|| DEFAULT_DATABASE.into()),
             auth: file_cfg.auth,
             tls: file_cfg.tls,

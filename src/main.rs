@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
-use weir::config::{Config, Overrides};
+use weir::config::{Config, LogFormat, Overrides};
 
 #[derive(Parser, Debug)]
 #[command(name = "weir", version, about = "Weir: a streaming SQL database speaking the Postgres wire protocol")]
@@ -123,6 +123,10 @@ struct ServeArgs {
     /// Log filter, e.g. "info" or "weir=debug" [default: info]
     #[arg(long, env = "WEIR_LOG", value_name = "FILTER")]
     log: Option<String>,
+    /// Log lines as `text` or `json` (one object a line, with the view, source or sink each
+    /// concerns) [default: text]
+    #[arg(long, env = "WEIR_LOG_FORMAT", value_name = "FORMAT")]
+    log_format: Option<String>,
     /// Milliseconds between barriers: how often views commit their changes [default: 100]
     #[arg(long, env = "WEIR_BARRIER_INTERVAL_MS", value_name = "MS")]
     barrier_interval_ms: Option<u64>,
@@ -262,6 +266,7 @@ fn main() -> std::process::ExitCode {
         data_dir: args.data_dir,
         metrics_listen: args.metrics_listen,
         log: args.log,
+        log_format: args.log_format,
         barrier_interval_ms: args.barrier_interval_ms,
         watermark_idle_timeout_ms: args.watermark_idle_timeout_ms,
         checkpoint_url: args.checkpoint_url,
@@ -277,10 +282,17 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_new(&config.log).unwrap_or_else(|_| EnvFilter::new("info")))
-        .with_target(false)
-        .init();
+    let filter = EnvFilter::try_new(&config.log).unwrap_or_else(|_| EnvFilter::new("info"));
+    match config.log_format {
+        LogFormat::Text => tracing_subscriber::fmt().with_env_filter(filter).with_target(false).init(),
+        LogFormat::Json => tracing_subscriber::fmt()
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .with_span_list(false)
+            .with_env_filter(filter)
+            .init(),
+    }
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("weir").build().expect("tokio runtime");
     match runtime.block_on(weir::server::run(config)) {

@@ -221,56 +221,60 @@ pub fn start(
             error: None,
         },
     );
-    Ok(crate::runtime::spawn(async move {
-        let failed = |position: &Position, why: String| {
-            tracing::error!(source = %name, "source stopped: {why}");
-            set_status(&status, &relation, position.records, "failed", Some(why));
-        };
-        let mut retrying = false;
-        loop {
-            let read_at = std::time::Instant::now();
-            let chunk = tokio::task::block_in_place(|| reader.read(&position));
-            let (rows, next) = match chunk {
-                Ok(Chunk::Rows(batch, next)) => ((batch, None), next),
-                Ok(Chunk::Keyed { upserts, deleted, position: next }) => ((upserts, Some(deleted)), next),
-                Ok(Chunk::Wait(pause)) => {
-                    // No timer for no pause (a reader whose read waited already): a source
-                    // stopped while reading must not make one as the runtime shuts down.
-                    if pause.is_zero() {
-                        tokio::task::yield_now().await;
-                    } else {
-                        tokio::time::sleep(pause).await;
-                    }
-                    continue;
-                }
-                Ok(Chunk::Retry(pause, why)) => {
-                    if !retrying {
-                        tracing::warn!(source = %name, "source cannot read, retrying every {pause:?}: {why}");
-                    }
-                    retrying = true;
-                    crate::metrics::SOURCE_RETRIES_TOTAL.with_label_values(&[&name]).inc();
-                    set_status(&status, &writer.relation, position.records, "retrying", Some(why));
-                    tokio::time::sleep(pause).await;
-                    continue;
-                }
-                Ok(Chunk::Done) => {
-                    tracing::info!(source = %name, records = position.records, "source finished");
-                    writer.finish().await;
-                    set_status(&status, &writer.relation, position.records, "finished", None);
-                    return;
-                }
-                Err(e) => return failed(&position, e.message),
+    let span = tracing::info_span!("source", source = %name);
+    Ok(crate::runtime::spawn(tracing::Instrument::instrument(
+        async move {
+            let failed = |position: &Position, why: String| {
+                tracing::error!(source = %name, "source stopped: {why}");
+                set_status(&status, &relation, position.records, "failed", Some(why));
             };
-            let dead = reader.take_dead_letters();
-            if let Err(why) = store_chunk(&writer, rows, dead, bad_data, (&position, &next), read_at).await {
-                return failed(&position, why);
+            let mut retrying = false;
+            loop {
+                let read_at = std::time::Instant::now();
+                let chunk = tokio::task::block_in_place(|| reader.read(&position));
+                let (rows, next) = match chunk {
+                    Ok(Chunk::Rows(batch, next)) => ((batch, None), next),
+                    Ok(Chunk::Keyed { upserts, deleted, position: next }) => ((upserts, Some(deleted)), next),
+                    Ok(Chunk::Wait(pause)) => {
+                        // No timer for no pause (a reader whose read waited already): a source
+                        // stopped while reading must not make one as the runtime shuts down.
+                        if pause.is_zero() {
+                            tokio::task::yield_now().await;
+                        } else {
+                            tokio::time::sleep(pause).await;
+                        }
+                        continue;
+                    }
+                    Ok(Chunk::Retry(pause, why)) => {
+                        if !retrying {
+                            tracing::warn!(source = %name, "source cannot read, retrying every {pause:?}: {why}");
+                        }
+                        retrying = true;
+                        crate::metrics::SOURCE_RETRIES_TOTAL.with_label_values(&[&name]).inc();
+                        set_status(&status, &writer.relation, position.records, "retrying", Some(why));
+                        tokio::time::sleep(pause).await;
+                        continue;
+                    }
+                    Ok(Chunk::Done) => {
+                        tracing::info!(source = %name, records = position.records, "source finished");
+                        writer.finish().await;
+                        set_status(&status, &writer.relation, position.records, "finished", None);
+                        return;
+                    }
+                    Err(e) => return failed(&position, e.message),
+                };
+                let dead = reader.take_dead_letters();
+                if let Err(why) = store_chunk(&writer, rows, dead, bad_data, (&position, &next), read_at).await {
+                    return failed(&position, why);
+                }
+                position = next;
+                if retrying {
+                    retrying = false;
+                    tracing::info!(source = %name, "source reading again");
+                }
+                set_status(&status, &writer.relation, position.records, "running", None);
             }
-            position = next;
-            if retrying {
-                retrying = false;
-                tracing::info!(source = %name, "source reading again");
-            }
-            set_status(&status, &writer.relation, position.records, "running", None);
-        }
-    }))
+        },
+        span,
+    )))
 }

@@ -204,20 +204,24 @@ impl Streaming {
         }
         let name = job.relation.def.name.clone();
         let status = Arc::clone(self.catalog.status());
-        let handle = crate::runtime::spawn(async move {
-            // A bug that panics inside a view stops that view, visibly, and nothing else.
-            if let Err(panic) = std::panic::AssertUnwindSafe(job.run()).catch_unwind().await {
-                let what = panic
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()));
-                let message =
-                    format!("view stopped after an internal error: {}", what.unwrap_or_else(|| "panic".into()));
-                tracing::error!(view = %name, "{message}");
-                status.record_view_error(&name, &message, 1);
-                crate::metrics::VIEW_ERRORS_TOTAL.with_label_values(&[&name]).inc();
-            }
-        });
+        let span = tracing::info_span!("view", view = %name);
+        let handle = crate::runtime::spawn(tracing::Instrument::instrument(
+            async move {
+                // A bug that panics inside a view stops that view, visibly, and nothing else.
+                if let Err(panic) = std::panic::AssertUnwindSafe(job.run()).catch_unwind().await {
+                    let what = panic
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()));
+                    let message =
+                        format!("view stopped after an internal error: {}", what.unwrap_or_else(|| "panic".into()));
+                    tracing::error!(view = %name, "{message}");
+                    status.record_view_error(&name, &message, 1);
+                    crate::metrics::VIEW_ERRORS_TOTAL.with_label_values(&[&name]).inc();
+                }
+            },
+            span,
+        ));
         self.jobs.lock().insert(id, handle);
         Ok(())
     }
@@ -326,12 +330,13 @@ impl Streaming {
             }
         }
         let closed = job.closed_groups();
-        self.jobs.lock().insert(id, crate::runtime::spawn(job.run()));
+        let span = tracing::info_span!("sink", sink = %sink.def.name);
+        self.jobs.lock().insert(id, crate::runtime::spawn(tracing::Instrument::instrument(job.run(), span.clone())));
         let deliverers = writers
             .into_iter()
             .zip(0..)
             .map(|(writer, shard)| {
-                crate::runtime::spawn(crate::connectors::sink::deliver(
+                let deliver = crate::connectors::sink::deliver(
                     Arc::clone(&sink),
                     shard,
                     Arc::clone(&store),
@@ -340,7 +345,8 @@ impl Streaming {
                     self.coordinator.checkpointed(),
                     restored,
                     Arc::clone(self.catalog.status()),
-                ))
+                );
+                crate::runtime::spawn(tracing::Instrument::instrument(deliver, span.clone()))
             })
             .collect();
         self.deliverers.lock().insert(id, deliverers);

@@ -26,13 +26,16 @@ pub use source::KafkaReader;
 
 /// The client context of Weir's consumers: librdkafka's errors go to the log as warnings (the
 /// reader retries; its state shows in metrics), except a partition's end, which is news, not
-/// an error (`enable.partition.eof` reports it so a reader knows it is caught up).
-pub struct QuietContext;
+/// an error (`enable.partition.eof` reports it so a reader knows it is caught up). Its
+/// warnings name the topic: librdkafka calls from its own threads, outside the source's span.
+pub struct QuietContext {
+    pub topic: String,
+}
 
 impl ClientContext for QuietContext {
     fn error(&self, error: KafkaError, reason: &str) {
         if error.rdkafka_error_code() != Some(RDKafkaErrorCode::PartitionEOF) {
-            tracing::warn!(target: "librdkafka", "librdkafka: {error}: {reason}");
+            tracing::warn!(target: "librdkafka", topic = %self.topic, "librdkafka: {error}: {reason}");
         }
     }
 }

@@ -262,7 +262,9 @@ impl KafkaReader {
     }
 
     fn consumer(&self) -> Result<QuietConsumer> {
-        self.config.create_with_context(QuietContext).map_err(|e| unreachable_broker(&self.topic, &e))
+        self.config
+            .create_with_context(QuietContext { topic: self.topic.clone() })
+            .map_err(|e| unreachable_broker(&self.topic, &e))
     }
 
     /// The topic's partitions now.
