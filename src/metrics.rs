@@ -17,7 +17,23 @@ use tracing::{info, warn};
 
 pub static REGISTRY: LazyLock<Registry> = LazyLock::new(|| Registry::new_custom(None, None).expect("registry"));
 
+/// Every registered family's name, help and type (`counter`, ...), for [`render`].
+static DECLARED: LazyLock<parking_lot::Mutex<Vec<(String, String, &'static str)>>> = LazyLock::new(Default::default);
+
 fn register<T: prometheus::core::Collector + Clone + 'static>(metric: T) -> T {
+    use prometheus::proto::MetricType;
+    for family in metric.collect() {
+        let kind = match family.get_field_type() {
+            MetricType::COUNTER => "counter",
+            MetricType::GAUGE => "gauge",
+            MetricType::HISTOGRAM => "histogram",
+            MetricType::SUMMARY => "summary",
+            MetricType::UNTYPED => "untyped",
+        };
+        // HELP text escapes as the exposition format asks.
+        let help = family.help().replace('\\', "\\\\").replace('\n', "\\n");
+        DECLARED.lock().push((family.name().to_string(), help, kind));
+    }
     REGISTRY.register(Box::new(metric.clone())).expect("metric registered once");
     metric
 }
@@ -359,19 +375,29 @@ pub static KAFKA_SOURCE_LAG: LazyLock<prometheus::IntGaugeVec> = LazyLock::new(|
     )
 });
 
-/// The text exposition of every registered metric.
+/// The text exposition of every metric. A family with no sample yet (a per-view counter
+/// before the first view) is listed by its HELP and TYPE lines, so dashboards and alerts find
+/// every name Weir exports from the start.
 pub fn render() -> String {
-    // Touch the statics so that every metric is listed even before its first use.
-    let _ = (&*CONNECTIONS_TOTAL, &*CONNECTIONS_ACTIVE, &*STATEMENTS_TOTAL, &*ERRORS_TOTAL, &*STATEMENT_SECONDS);
-    let _ = (&*VIEW_ERRORS_TOTAL, &*OPERATOR_ROWS, &*BARRIER_LATENCY_SECONDS, &*VIEW_EPOCH, &*STATE_BYTES);
-    let _ = (&*EARLY_BARRIERS_TOTAL, &*PLANS_TOTAL);
-    let _ =
-        (&*CHECKPOINTS_TOTAL, &*CHECKPOINT_SECONDS, &*CHECKPOINT_ALIGNMENT_SECONDS, &*CHECKPOINT_UPLOADED_BYTES_TOTAL);
-    let _ = &*CHECKPOINT_SNAPSHOT_SECONDS;
-    let _ = (&*CHECKPOINT_LAST_COMPLETE_EPOCH, &*RECOVERY_SECONDS);
+    // Touch the statics so that every metric is registered even before its first use.
+    let _ = (&*CONNECTIONS_TOTAL, &*CONNECTIONS_ACTIVE, &*STATEMENTS_TOTAL, &*PLANS_TOTAL, &*ERRORS_TOTAL);
+    let _ = (&*VIEW_ERRORS_TOTAL, &*OPERATOR_ROWS, &*GROUPS_FINISHED_EARLY_TOTAL, &*EARLY_BARRIERS_TOTAL);
+    let _ = (&*BARRIER_LATENCY_SECONDS, &*VIEW_FRESHNESS_SECONDS, &*VIEW_EPOCH, &*VIEW_WATERMARK_SECONDS);
+    let _ = (&*SOURCE_WATERMARK_SECONDS, &*WATERMARK_LAG_SECONDS, &*LATE_ROWS_TOTAL, &*OPERATOR_MEMORY_BYTES);
+    let _ = (&*OPEN_WINDOWS, &*SOURCE_ROWS_TOTAL, &*SOURCE_DEAD_LETTERS_TOTAL, &*SOURCE_RETRIES_TOTAL, &*STATE_BYTES);
+    let _ = (&*STATEMENT_SECONDS, &*CHECKPOINTS_TOTAL, &*CHECKPOINT_SECONDS, &*CHECKPOINT_ALIGNMENT_SECONDS);
+    let _ = (&*CHECKPOINT_SNAPSHOT_SECONDS, &*CHECKPOINT_HELD_BYTES, &*CHECKPOINT_UPLOADED_BYTES_TOTAL);
+    let _ = (&*CHECKPOINT_LAST_COMPLETE_EPOCH, &*RECOVERY_SECONDS, &*SINK_CHECKPOINTS_DELIVERED_TOTAL);
+    let _ = (&*SINK_ROWS_TOTAL, &*SINK_DELIVERIES_TOTAL, &*SINK_CHECKPOINTS_PENDING, &*KAFKA_SOURCE_LAG);
+    let families = REGISTRY.gather();
     let mut buf = Vec::new();
-    TextEncoder::new().encode(&REGISTRY.gather(), &mut buf).expect("text encoding");
-    String::from_utf8(buf).expect("utf-8 metrics")
+    TextEncoder::new().encode(&families, &mut buf).expect("text encoding");
+    let mut text = String::from_utf8(buf).expect("utf-8 metrics");
+    let sampled: std::collections::HashSet<&str> = families.iter().map(|f| f.name()).collect();
+    for (name, help, kind) in DECLARED.lock().iter().filter(|(name, ..)| !sampled.contains(name.as_str())) {
+        text.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
+    }
+    text
 }
 
 /// Whether the server should be sent queries, or why not (`/readyz`).
