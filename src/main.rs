@@ -20,11 +20,54 @@ struct Cli {
 enum Command {
     /// Run the server (the default).
     Serve(ServeArgs),
+    /// Look into the checkpoint store: list, verify, or restore a checkpoint into a new data
+    /// directory (a backup's restore). Safe beside a running server.
+    Checkpoint {
+        #[command(subcommand)]
+        what: CheckpointCommand,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
     /// Measure throughput on this machine.
     Bench {
         #[command(subcommand)]
         what: BenchCommand,
     },
+}
+
+#[derive(Subcommand, Debug)]
+enum CheckpointCommand {
+    /// The checkpoints in the store, oldest first.
+    List,
+    /// Read every file of a checkpoint (of all, without --epoch) and check it against its
+    /// manifest; exits 1 if one is broken.
+    Verify {
+        #[arg(long)]
+        epoch: Option<u64>,
+    },
+    /// Download a checkpoint (the newest, without --epoch) into a new data directory; a server
+    /// started on it restores that checkpoint.
+    Restore {
+        #[arg(long)]
+        epoch: Option<u64>,
+        /// The new data directory (it must hold no store).
+        #[arg(long, value_name = "DIR")]
+        to: PathBuf,
+    },
+}
+
+/// Which checkpoint store: as the server would find it.
+#[derive(clap::Args, Debug, Clone, Default)]
+struct StoreArgs {
+    /// The store's URL, as `weir --checkpoint-url` [default: DATA_DIR/checkpoints]
+    #[arg(long, global = true, env = "WEIR_CHECKPOINT_URL", value_name = "URL")]
+    checkpoint_url: Option<String>,
+    /// The server's data directory (for the default store)
+    #[arg(long, global = true, env = "WEIR_DATA_DIR", value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// The server's TOML config file (for [checkpoint] and its S3 settings)
+    #[arg(long, global = true, env = "WEIR_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -209,6 +252,7 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let args = match cli.command {
         Some(Command::Serve(args)) => args,
+        Some(Command::Checkpoint { what, store }) => return run_checkpoint(what, store),
         Some(Command::Bench { what: BenchCommand::Streaming { rows, batch, parallelism, scenarios } }) => {
             let options = weir::bench::BenchOptions { rows, batch: batch.max(1), parallelism, scenarios };
             return run_bench(weir::bench::run(options));
@@ -300,6 +344,46 @@ fn main() -> std::process::ExitCode {
         Err(e) => {
             tracing::error!("{e}");
             eprintln!("weir: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// `weir checkpoint ...`: prints what it found; exits 1 when it fails or finds a checkpoint
+/// broken, 2 for a bad configuration.
+fn run_checkpoint(what: CheckpointCommand, store: StoreArgs) -> std::process::ExitCode {
+    use weir::checkpoint::admin;
+    let overrides = Overrides { data_dir: store.data_dir, checkpoint_url: store.checkpoint_url, ..Default::default() };
+    let config = match Config::resolve(store.config.as_deref(), overrides) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("weir: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    tracing_subscriber::fmt().with_env_filter(EnvFilter::new("warn")).with_writer(std::io::stderr).init();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    let (checkpoint, data_dir) = (&config.checkpoint, &config.data_dir);
+    let result = runtime.block_on(async {
+        match what {
+            CheckpointCommand::List => admin::list(checkpoint, data_dir).await.map(|out| (out, true)),
+            CheckpointCommand::Verify { epoch } => admin::verify(checkpoint, data_dir, epoch).await,
+            CheckpointCommand::Restore { epoch, to } => {
+                admin::restore(checkpoint, data_dir, epoch, &to).await.map(|out| (out, true))
+            }
+        }
+    });
+    match result {
+        Ok((out, whole)) => {
+            print!("{out}");
+            if whole {
+                std::process::ExitCode::SUCCESS
+            } else {
+                std::process::ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("weir checkpoint: {e}");
             std::process::ExitCode::FAILURE
         }
     }

@@ -8,13 +8,15 @@
 //! - [`checkpointer`]: takes a snapshot when the coordinator has every view at the epoch, and
 //!   uploads it in the background;
 //! - [`recovery`]: reads the checkpoints at start, downloads one into an empty data directory,
-//!   and restores the store from the newest local checkpoint.
+//!   and restores the store from the newest local checkpoint;
+//! - [`admin`]: `weir checkpoint list | verify | restore`, for operators.
 //!
 //! Who calls it: `server::run` calls [`prepare`] before opening the store and
 //! [`Prepared::checkpointer`] after; `dataflow::coordinator` calls the checkpointer at every
 //! checkpoint barrier. Checkpoints cannot be turned off: a restart restores from them. An
 //! interval of 0 takes them only when DDL completes and at a clean stop.
 
+pub mod admin;
 pub mod checkpointer;
 pub mod manifest;
 pub mod protocol;

@@ -71,17 +71,13 @@ pub async fn restore_if_empty(
     }
     let mut reasons = Vec::new();
     for epoch in protocol::recovery_order(all) {
-        let target = snapshots.join(super::checkpointer::snapshot_name(epoch));
-        let staging = target.with_extension("tmp");
         let outcome = match by_epoch.get(&epoch) {
-            Some(manifest) => download(remote, manifest, &staging).await,
+            Some(manifest) => download_snapshot(remote, manifest, snapshots).await,
             None => Err(unreadable.iter().find(|(e, _)| *e == epoch).map(|(_, why)| why.clone()).unwrap_or_default()),
         };
         match outcome {
             Ok(()) => {
                 let _ = std::fs::remove_dir_all(state_dir);
-                std::fs::rename(&staging, &target)
-                    .map_err(|e| WeirError::io(format!("cannot move the downloaded checkpoint into place: {e}")))?;
                 let manifest = (*by_epoch[&epoch]).clone();
                 let seconds = started.elapsed().as_secs_f64();
                 let mut detail = format!("downloaded into an empty data directory from {}", remote.url);
@@ -105,7 +101,6 @@ pub async fn restore_if_empty(
                     format!("not restorable: {why}"),
                 ));
                 reasons.push(format!("checkpoint {epoch} ({why})"));
-                let _ = std::fs::remove_dir_all(&staging);
             }
         }
     }
@@ -116,22 +111,52 @@ pub async fn restore_if_empty(
     .with_hint("Nothing was deleted. Point --checkpoint-url elsewhere, or repair the object store."))
 }
 
-/// Downloads every file of `manifest` into a fresh `dir`, checking sizes and checksums.
-async fn download(remote: &Remote, manifest: &Manifest, dir: &Path) -> std::result::Result<(), String> {
-    let _ = std::fs::remove_dir_all(dir);
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+/// Downloads `manifest`'s checkpoint as the local snapshot of its epoch in `snapshots` (a
+/// directory beside it first, moved into place once every file checks out; removed if one does
+/// not), where the next start restores the store from it.
+pub async fn download_snapshot(
+    remote: &Remote,
+    manifest: &Manifest,
+    snapshots: &Path,
+) -> std::result::Result<(), String> {
+    let target = snapshots.join(super::checkpointer::snapshot_name(manifest.epoch));
+    let staging = target.with_extension("tmp");
+    if let Err(why) = download(remote, manifest, Some(&staging)).await {
+        let _ = std::fs::remove_dir_all(&staging);
+        return Err(why);
+    }
+    std::fs::rename(&staging, &target).map_err(|e| format!("cannot move the downloaded checkpoint into place: {e}"))
+}
+
+/// Reads every file of `manifest` from the object store, checking sizes and checksums, and
+/// writes them into a fresh `dir` if given (else only checks them: `weir checkpoint verify`).
+pub async fn download(remote: &Remote, manifest: &Manifest, dir: Option<&Path>) -> std::result::Result<(), String> {
+    if let Some(dir) = dir {
+        let _ = std::fs::remove_dir_all(dir);
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
     for entry in &manifest.files {
         let mut stream = remote.get_stream(&entry.object).await.map_err(|e| e.message)?;
-        let path = dir.join(&entry.name);
-        let mut file = tokio::fs::File::create(&path).await.map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut file = match dir {
+            Some(dir) => {
+                let path = dir.join(&entry.name);
+                let file = tokio::fs::File::create(&path).await.map_err(|e| format!("{}: {e}", path.display()))?;
+                Some((file, path))
+            }
+            None => None,
+        };
         let mut crc = crc32fast::Hasher::new();
         let mut size = 0u64;
         while let Some(chunk) = stream.try_next().await.map_err(|e| format!("{}: {e}", entry.object))? {
             crc.update(&chunk);
             size += chunk.len() as u64;
-            file.write_all(&chunk).await.map_err(|e| format!("{}: {e}", path.display()))?;
+            if let Some((file, path)) = file.as_mut() {
+                file.write_all(&chunk).await.map_err(|e| format!("{}: {e}", path.display()))?;
+            }
         }
-        file.flush().await.map_err(|e| format!("{}: {e}", path.display()))?;
+        if let Some((file, path)) = file.as_mut() {
+            file.flush().await.map_err(|e| format!("{}: {e}", path.display()))?;
+        }
         protocol::verify(entry, size, crc.finalize())?;
     }
     Ok(())
