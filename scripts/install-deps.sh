@@ -28,6 +28,11 @@ if [ "$what" = test ]; then
   python3 -c 'import venv, ensurepip' 2>/dev/null || need_deb python3-venv
   command -v node >/dev/null || need_deb nodejs
   command -v npm >/dev/null || need_deb npm
+  # The container image's test (tests/operations.rs, scripts/container-image.sh).
+  need_deb podman
+  need_deb runc
+  need_deb mmdebstrap
+  need_deb uidmap
 fi
 
 if [ ${#apt_missing[@]} -gt 0 ]; then
@@ -61,6 +66,17 @@ if [ "$what" = test ]; then
     rm -rf "$WEIR_TEST_VENV_LATEST"
     make_venv "$WEIR_TEST_VENV_LATEST" 'psycopg[binary]' 'SQLAlchemy' 'asyncpg'
     date +%F > "$latest_stamp"
+  fi
+fi
+
+if [ "$what" = test ]; then
+  # Podman on this kind of machine needs runc and no default ulimits.
+  conf=/etc/containers/containers.conf
+  if [ ! -e "$conf" ]; then
+    $SUDO mkdir -p /etc/containers
+    printf '[containers]\ndefault_ulimits = []\n[engine]\nruntime = "runc"\n' | $SUDO tee "$conf" >/dev/null
+  elif ! grep -q '^default_ulimits = \[\]' "$conf"; then
+    echo "warning: $conf has no 'default_ulimits = []' under [containers]: podman may fail to start containers" >&2
   fi
 fi
 

@@ -28,6 +28,14 @@ enum Command {
         #[command(flatten)]
         store: StoreArgs,
     },
+    /// Exit 0 if the server on this machine is ready (its /readyz answers 200), else 1: a
+    /// container's HEALTHCHECK.
+    Ready {
+        /// The server's metrics address [default: WEIR_METRICS_LISTEN, or 127.0.0.1:9464; a
+        /// wildcard host is asked on loopback]
+        #[arg(long, value_name = "HOST:PORT")]
+        metrics: Option<String>,
+    },
     /// Measure throughput on this machine.
     Bench {
         #[command(subcommand)]
@@ -253,6 +261,7 @@ fn main() -> std::process::ExitCode {
     let args = match cli.command {
         Some(Command::Serve(args)) => args,
         Some(Command::Checkpoint { what, store }) => return run_checkpoint(what, store),
+        Some(Command::Ready { metrics }) => return run_ready(metrics),
         Some(Command::Bench { what: BenchCommand::Streaming { rows, batch, parallelism, scenarios } }) => {
             let options = weir::bench::BenchOptions { rows, batch: batch.max(1), parallelism, scenarios };
             return run_bench(weir::bench::run(options));
@@ -328,7 +337,12 @@ fn main() -> std::process::ExitCode {
     };
     let filter = EnvFilter::try_new(&config.log).unwrap_or_else(|_| EnvFilter::new("info"));
     match config.log_format {
-        LogFormat::Text => tracing_subscriber::fmt().with_env_filter(filter).with_target(false).init(),
+        // Colours only for a terminal, not for a container's or a supervisor's log.
+        LogFormat::Text => tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_target(false)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+            .init(),
         LogFormat::Json => tracing_subscriber::fmt()
             .json()
             .flatten_event(true)
@@ -344,6 +358,35 @@ fn main() -> std::process::ExitCode {
         Err(e) => {
             tracing::error!("{e}");
             eprintln!("weir: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// `weir ready`: asks the metrics port's /readyz.
+fn run_ready(metrics: Option<String>) -> std::process::ExitCode {
+    let text = metrics
+        .or_else(|| std::env::var("WEIR_METRICS_LISTEN").ok())
+        .unwrap_or_else(|| weir::config::DEFAULT_METRICS_LISTEN.to_string());
+    let addr = match std::net::ToSocketAddrs::to_socket_addrs(&text).ok().and_then(|mut a| a.next()) {
+        Some(mut addr) => {
+            if addr.ip().is_unspecified() {
+                addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+            }
+            addr
+        }
+        None => {
+            eprintln!("weir ready: not a HOST:PORT address: {text}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    match weir::metrics::probe_ready(addr) {
+        Ok(body) => {
+            println!("{body}");
+            std::process::ExitCode::SUCCESS
+        }
+        Err(why) => {
+            eprintln!("weir ready: {why}");
             std::process::ExitCode::FAILURE
         }
     }

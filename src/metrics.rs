@@ -449,3 +449,21 @@ pub async fn serve(addr: SocketAddr, readiness: Readiness) -> std::io::Result<()
     });
     Ok(())
 }
+
+/// Asks a server's metrics port whether it is ready (`GET /readyz`), as a container's
+/// HEALTHCHECK does with `weir ready`: Ok with the body when it answers 200, else why not.
+/// A blocking client of a few lines: the image has no curl.
+pub fn probe_ready(addr: SocketAddr) -> Result<String, String> {
+    use std::io::{Read, Write};
+    let timeout = std::time::Duration::from_secs(3);
+    let mut stream = std::net::TcpStream::connect_timeout(&addr, timeout).map_err(|e| format!("{addr}: {e}"))?;
+    let _ = stream.set_read_timeout(Some(timeout));
+    write!(stream, "GET /readyz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").map_err(|e| e.to_string())?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).map_err(|e| format!("{addr}: {e}"))?;
+    let body = response.split_once("\r\n\r\n").map_or("", |(_, body)| body).trim().to_string();
+    match response.split_whitespace().nth(1) {
+        Some("200") => Ok(body),
+        _ => Err(if body.is_empty() { response } else { body }),
+    }
+}

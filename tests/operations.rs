@@ -209,3 +209,107 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     files.sort();
     files
 }
+
+/// `podman` with the runtime this machine needs, and what it printed (its exit checked).
+fn podman(args: &[&str]) -> String {
+    let out = std::process::Command::new("podman").arg("--runtime").arg("/usr/sbin/runc").args(args).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(out.status.success(), "podman {args:?}: {}{text}", String::from_utf8_lossy(&out.stderr));
+    text
+}
+
+/// The container image (deploy/Dockerfile, built by scripts/container-image.sh on a Debian base
+/// made here) runs Weir as a non-root user: it becomes healthy, takes a view over psql, stops
+/// cleanly at SIGTERM (exit 0), and a new container on the same volume serves the view.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_container_image_serves_and_keeps_its_volume_across_a_stop() {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/container-image.sh");
+    let tag = format!("localhost/weir:test-{}", std::process::id());
+    let built = std::process::Command::new(script).arg(env!("CARGO_BIN_EXE_weir")).arg(&tag).output().unwrap();
+    assert!(built.status.success(), "{}", String::from_utf8_lossy(&built.stderr));
+    let volume = format!("weir-test-{}", std::process::id());
+    podman(&["volume", "create", &volume]);
+    let _cleanup = Containers { volume: volume.clone(), tag: tag.clone() };
+    let (port, metrics) = (common::free_port(), common::free_port());
+    // Host networking: the machine's loopback, without a container network to set up.
+    let run = |name: &str| {
+        podman(&[
+            "run",
+            "-d",
+            "--name",
+            name,
+            "--network",
+            "host",
+            "-e",
+            &format!("WEIR_LISTEN=127.0.0.1:{port}"),
+            "-e",
+            &format!("WEIR_METRICS_LISTEN=127.0.0.1:{metrics}"),
+            "-v",
+            &format!("{volume}:/var/lib/weir"),
+            &tag,
+        ])
+    };
+    let conn = format!("host=127.0.0.1 port={port} user=weir dbname=dev");
+    let connect = || async {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            match tokio_postgres::connect(&conn, tokio_postgres::NoTls).await {
+                Ok((client, connection)) => {
+                    tokio::spawn(connection);
+                    return client;
+                }
+                Err(e) if std::time::Instant::now() > deadline => panic!("the container does not serve: {e}"),
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(200)).await,
+            }
+        }
+    };
+    let (first, second) = (format!("{volume}-1"), format!("{volume}-2"));
+    run(&first);
+    let c = connect().await;
+    c.batch_execute(
+        "CREATE TABLE t (k INT, x INT);
+         CREATE MATERIALIZED VIEW per_k AS SELECT k, sum(x) AS total FROM t GROUP BY k;
+         INSERT INTO t SELECT i % 3, i FROM generate_series(1, 300) AS s(i);
+         FLUSH;",
+    )
+    .await
+    .unwrap();
+    let want = common::rows(&c, "SELECT k, total FROM per_k").await;
+    assert_eq!(want, ["0|15150", "1|14950", "2|15050"]);
+    // The image's HEALTHCHECK (`weir ready`) passes, and Weir runs as the image's own user.
+    podman(&["healthcheck", "run", &first]);
+    assert_eq!(podman(&["exec", &first, "id", "-un"]), "weir");
+    podman(&["stop", "-t", "75", &first]);
+    assert_eq!(podman(&["inspect", &first, "--format", "{{.State.ExitCode}}"]), "0");
+    let logs = podman(&["logs", &first]);
+    assert!(!logs.contains('\u{1b}'), "no colours in a container's log");
+    run(&second);
+    let c = connect().await;
+    assert_eq!(common::rows(&c, "SELECT k, total FROM per_k").await, want);
+}
+
+/// Removes a test's containers (named after its volume), volume and image, passed or failed.
+struct Containers {
+    volume: String,
+    tag: String,
+}
+
+impl Drop for Containers {
+    fn drop(&mut self) {
+        let podman = || {
+            let mut c = std::process::Command::new("podman");
+            c.arg("--runtime")
+                .arg("/usr/sbin/runc")
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null());
+            c
+        };
+        for n in 1..=2 {
+            let _ = podman().args(["rm", "-f", &format!("{}-{n}", self.volume)]).status();
+        }
+        let _ = podman().args(["volume", "rm", "-f", &self.volume]).status();
+        let _ = podman().args(["rmi", "-f", &self.tag]).status();
+        // The build's intermediate stage (the binary's), left untagged.
+        let _ = podman().args(["image", "prune", "-f"]).status();
+    }
+}
