@@ -59,7 +59,7 @@ if [ "$what" = test ]; then
     echo "$*" > "$stamp"
   }
   make_venv "$WEIR_TEST_VENV" 'psycopg[binary]==3.2.13' 'SQLAlchemy==2.0.58' 'asyncpg==0.30.0' \
-    'moto[server]==5.2.1' 'noida-db==0.2.3'
+    'moto[server]==5.2.1' 'noida-db==0.2.3' 'kubernetes-validate==1.37.0'
   # The current releases, looked up again once a day.
   latest_stamp="$WEIR_TEST_VENV_LATEST/.weir-day"
   if [ "$(cat "$latest_stamp" 2>/dev/null)" != "$(date +%F)" ]; then

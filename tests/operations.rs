@@ -313,3 +313,24 @@ impl Drop for Containers {
         let _ = podman().args(["image", "prune", "-f"]).status();
     }
 }
+
+/// deploy/kubernetes validates against Kubernetes' schema and its pieces agree
+/// (scripts/check-kubernetes.py), and its weir.toml is a configuration this build accepts.
+#[test]
+fn the_kubernetes_manifests_are_valid_and_agree_with_each_other() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let venv = std::env::var("WEIR_TEST_VENV").unwrap_or_else(|_| "/var/tmp/weir-test-venv".into());
+    let out = std::process::Command::new(format!("{venv}/bin/python"))
+        .arg(root.join("scripts/check-kubernetes.py"))
+        .arg(root.join("deploy/kubernetes"))
+        .output()
+        .expect("the test virtual environment (scripts/install-deps.sh test)");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{text}");
+    let config = weir::config::Config::resolve(Some(&root.join("deploy/kubernetes/weir.toml")), Default::default())
+        .unwrap_or_else(|e| panic!("deploy/kubernetes/weir.toml: {e}"));
+    assert_eq!(config.data_dir, std::path::PathBuf::from("/var/lib/weir"));
+    assert_eq!(config.log_format, weir::config::LogFormat::Json);
+    // The example config files too.
+    weir::config::Config::resolve(Some(&root.join("deploy/weir.toml")), Default::default()).unwrap();
+}
