@@ -334,3 +334,82 @@ fn the_kubernetes_manifests_are_valid_and_agree_with_each_other() {
     // The example config files too.
     weir::config::Config::resolve(Some(&root.join("deploy/weir.toml")), Default::default()).unwrap();
 }
+
+/// Runs `sql` (an example's text) with psql as its comment says, stopping at the first error;
+/// what psql printed (unaligned, `|` between values).
+fn psql_file(server: &TestServer, name: &str, sql: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join(name);
+    std::fs::write(&file, sql).unwrap();
+    let port = server.port.to_string();
+    let out = std::process::Command::new("psql")
+        .args(["-X", "-A", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p", &port, "-U", "root", "-d", "dev", "-f"])
+        .arg(&file)
+        .output()
+        .expect("psql (scripts/install-deps.sh test)");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "sql/{name} failed:\n{text}");
+    text
+}
+
+/// Every example in sql/ (the Nexmark queries have their own test, tests/oracle.rs) runs with
+/// psql as its comment says, and shows what its comments promise; the Kafka pipeline's against
+/// the test broker and PostgreSQL (topics and database its own), until rows reach both sinks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_sql_example_runs_as_its_comment_says() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("sql");
+    let mut examples: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".sql"))
+        .collect();
+    examples.sort();
+    assert_eq!(examples, ["kafka_pipeline.sql", "quickstart.sql", "revenue.sql", "windows.sql"], "a new example?");
+    let server = TestServer::start();
+    let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap();
+
+    let out = psql_file(&server, "quickstart.sql", &read("quickstart.sql"));
+    assert!(out.contains("a|2|8\nb|1|7.5\n"), "the view after the last insert:\n{out}");
+    // Twice, as a user trying it again would (IF NOT EXISTS).
+    psql_file(&server, "quickstart.sql", &read("quickstart.sql"));
+
+    let out = psql_file(&server, "revenue.sql", &read("revenue.sql"));
+    assert!(out.contains("eu|2|1100|700\nus|1|90|90\n"), "{out}");
+    assert!(out.contains("emea|1|400|400\nus|1|90|90\n"), "after the delete and the move:\n{out}");
+    assert!(out.contains("Exchange") || out.contains("exchange"), "EXPLAIN shows the plan:\n{out}");
+
+    let out = psql_file(&server, "windows.sql", &read("windows.sql"));
+    assert!(out.contains("1|14|5|2026-01-01 00:00:02|per_10s|2026-01-01 00:00:00"), "the late row kept:\n{out}");
+
+    // The pipeline, on topics and a database of its own, on a server of its own (its `bids` is
+    // a source; windows.sql's a table).
+    let server = TestServer::start();
+    let (bids, per_auction) =
+        (common::kafka::topic("ex_bids", 4).await, common::kafka::topic("ex_per_auction", 4).await);
+    let (pg, jdbc) = common::postgres_database("example").await;
+    let servers = common::kafka_bootstrap();
+    let sql = read("kafka_pipeline.sql")
+        .replace("topic = 'bids'", &format!("topic = '{bids}'"))
+        .replace("topic = 'per_auction'", &format!("topic = '{per_auction}'"))
+        .replace("'127.0.0.1:9092'", &format!("'{servers}'"))
+        .replace("jdbc:postgresql://127.0.0.1:5433/analytics?user=postgres", &jdbc);
+    assert_ne!(sql, read("kafka_pipeline.sql"));
+    psql_file(&server, "kafka_pipeline.sql", &sql);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    loop {
+        let windows = pg.query("SELECT count(*) FROM per_auction", &[]).await.map(|r| r[0].get::<_, i64>(0));
+        if windows.as_ref().is_ok_and(|n| *n > 0) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no window reached PostgreSQL: {windows:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    let c = server.connect().await;
+    let states = common::rows(&c, "SELECT sink_name, state FROM weir_catalog.sinks").await;
+    assert_eq!(
+        states,
+        ["bids_to_kafka|running", "expensive|running", "to_kafka|running", "to_pg|running"],
+        "every sink runs"
+    );
+}
