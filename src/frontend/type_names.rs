@@ -1,7 +1,14 @@
 //! Postgres type names DataFusion's SQL planner does not know, rewritten in the parsed statement
-//! to names it does: an array type by its `pg_type.typname` (`_int4`, `_text`: what drivers
-//! such as asyncpg write in casts, `$1::_int4`) becomes `int4[]`. Only in casts, where clients
-//! write them. Called by the parser (`frontend::parser`) on every statement.
+//! to names it does:
+//! - an array type by its `pg_type.typname` (`_int4`, `_text`: what drivers such as asyncpg
+//!   write in casts, `$1::_int4`) becomes `int4[]`, in casts, where clients write them;
+//! - the SQL standard's spellings that pg_dump, Hibernate and other tools write
+//!   (`CHARACTER VARYING(n)`, `CHAR VARYING`, `CHARACTER(n)`, `DEC(p, s)`, `TIME(p)`, `name`)
+//!   become the planner's (`VARCHAR(n)`, `CHAR(n)`, `DECIMAL(p, s)`, `TIME`, `TEXT`), in
+//!   casts, column definitions and PREPARE's parameter types. The declared type (`VARCHAR(20)`'s
+//!   20) is the same either way.
+//!
+//! Called by the parser (`frontend::parser`) on every statement.
 
 use std::ops::ControlFlow;
 
@@ -20,14 +27,45 @@ pub fn rewrite_type_names(statement: &mut ast::Statement) {
                 *data_type = known;
                 renamed = true;
             }
+            respell(data_type);
         }
         ControlFlow::<()>::Continue(())
     });
+    match statement {
+        ast::Statement::CreateTable(create) => create.columns.iter_mut().for_each(|c| respell(&mut c.data_type)),
+        ast::Statement::Prepare { data_types, .. } => data_types.iter_mut().for_each(respell),
+        _ => {}
+    }
     if renamed {
         use datafusion_pg_catalog::sql::rules::{FixArrayLiteral, SqlStatementRewriteRule};
         let taken = std::mem::replace(statement, ast::Statement::Commit { chain: false, end: false, modifier: None });
         *statement = FixArrayLiteral.rewrite(taken);
     }
+}
+
+/// `data_type` (an array's elements too) in the planner's spelling, where the SQL standard's
+/// differs.
+fn respell(data_type: &mut DataType) {
+    let planner = match data_type {
+        DataType::CharacterVarying(length) | DataType::CharVarying(length) => DataType::Varchar(*length),
+        DataType::Character(length) => DataType::Char(*length),
+        DataType::Dec(info) => DataType::Decimal(*info),
+        // Times are kept to the microsecond whatever the precision asked.
+        DataType::Time(Some(_), zone) => DataType::Time(None, zone.clone()),
+        DataType::Custom(name, modifiers)
+            if modifiers.is_empty()
+                && name.0.len() == 1
+                && name.0[0].as_ident().is_some_and(|i| i.value.eq_ignore_ascii_case("name")) =>
+        {
+            DataType::Text
+        }
+        DataType::Array(ArrayElemTypeDef::SquareBracket(element, _) | ArrayElemTypeDef::AngleBracket(element)) => {
+            respell(element);
+            return;
+        }
+        _ => return,
+    };
+    *data_type = planner;
 }
 
 /// `data_type` under a name the planner knows, if it has another one.
@@ -93,5 +131,18 @@ mod tests {
         // Unknown element types and other custom names are left for the planner to refuse.
         assert_eq!(rewritten("SELECT x::_nosuchtype"), "SELECT x::_nosuchtype");
         assert_eq!(rewritten("SELECT x::mytype"), "SELECT x::mytype");
+    }
+
+    #[test]
+    fn standard_spellings_become_the_planners() {
+        assert_eq!(
+            rewritten("CREATE TABLE t (a CHARACTER VARYING(10), b CHAR VARYING, c CHARACTER(3), d DEC(10,2), e TIME(3), f name, g CHARACTER VARYING[])"),
+            "CREATE TABLE t (a VARCHAR(10), b VARCHAR, c CHAR(3), d DECIMAL(10,2), e TIME, f TEXT, g VARCHAR[])"
+        );
+        assert_eq!(
+            rewritten("SELECT CAST(x AS CHARACTER VARYING(5)), y::character(2)"),
+            "SELECT CAST(x AS VARCHAR(5)), y::CHAR(2)"
+        );
+        assert_eq!(rewritten("PREPARE p (CHARACTER VARYING) AS SELECT $1"), "PREPARE p (VARCHAR) AS SELECT $1");
     }
 }
