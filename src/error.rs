@@ -35,6 +35,11 @@ impl SqlState {
     pub const NOT_NULL_VIOLATION: SqlState = SqlState("23502");
     pub const UNIQUE_VIOLATION: SqlState = SqlState("23505");
     pub const IN_FAILED_TRANSACTION: SqlState = SqlState("25P02");
+    pub const ACTIVE_SQL_TRANSACTION: SqlState = SqlState("25001");
+    pub const NO_ACTIVE_SQL_TRANSACTION: SqlState = SqlState("25P01");
+    pub const INVALID_SAVEPOINT: SqlState = SqlState("3B001");
+    pub const SERIALIZATION_FAILURE: SqlState = SqlState("40001");
+    pub const DEADLOCK_DETECTED: SqlState = SqlState("40P01");
     pub const FEATURE_NOT_SUPPORTED: SqlState = SqlState("0A000");
     pub const UNDEFINED_PARAMETER: SqlState = SqlState("42704");
     /// The same code, as Postgres raises it for a missing index (or other object).

@@ -10,7 +10,9 @@
 //! are serialised. After the commit, still under the lock, the statement's changes go to the
 //! table's subscribers (materialized views), so they see every committed change once, in
 //! commit order. The table's indexes are kept up to date in the same write batch
-//! ([`super::index::maintain`]).
+//! ([`super::index::maintain`]). Inside a transaction block the statement writes into the
+//! transaction instead, under the table's writer lock, which the transaction keeps until it
+//! ends; its COMMIT does the rest ([`super::transaction`]).
 
 use std::fmt;
 use std::sync::Arc;
@@ -38,6 +40,7 @@ use super::changes::ChangeHub;
 use super::index::{self, IndexRead};
 use super::key_access::KeyAccess;
 use super::rows::{check_not_null, fit_declared_types, to_stored};
+use super::transaction::Transaction;
 use super::{Catalog, Relation};
 use crate::error::{Result, SqlState, WeirError};
 use crate::state::store::{StateStore, WriteBatch};
@@ -175,10 +178,21 @@ pub fn filter_mask(filters: &[Arc<dyn PhysicalExpr>], batch: &RecordBatch) -> Df
 /// has committed. The statement's write batch also holds its [`change_log`] entry.
 pub struct Writer {
     pub relation: Arc<Relation>,
+    /// The store, or the transaction's view of it.
     store: Arc<dyn StateStore>,
     changes: Arc<ChangeHub>,
     /// Whether statements are logged ([`Catalog::logs_changes`]).
     log_changes: bool,
+    /// The transaction a user's statement writes in: its writes go there until COMMIT.
+    transaction: Option<Arc<Transaction>>,
+}
+
+/// The locks a user's statement writes under: the table's writer lock and write lock for
+/// the statement, or, in a transaction, its writer lock until the transaction ends (which the
+/// transaction holds).
+enum StatementLocks {
+    Own(#[allow(dead_code)] tokio::sync::OwnedMutexGuard<()>, #[allow(dead_code)] tokio::sync::OwnedMutexGuard<()>),
+    InTransaction,
 }
 
 /// Which stored rows a DELETE or UPDATE reads: those its conditions allow by the table's key
@@ -226,12 +240,29 @@ fn candidates(relation: &Relation, store: &dyn StateStore, access: Candidates) -
 
 impl Writer {
     pub fn new(catalog: &Catalog, relation: Arc<Relation>) -> Writer {
+        Writer::within(catalog, relation, None)
+    }
+
+    /// A writer of a user's statement, in `transaction` if the session has one open.
+    pub fn within(catalog: &Catalog, relation: Arc<Relation>, transaction: Option<Arc<Transaction>>) -> Writer {
         Writer {
+            store: transaction.as_ref().map_or_else(|| Arc::clone(catalog.store()), |t| t.store()),
             relation,
-            store: Arc::clone(catalog.store()),
             changes: Arc::clone(&catalog.changes),
             log_changes: catalog.logs_changes(),
+            transaction,
         }
+    }
+
+    /// Takes what a user's statement writes under ([`StatementLocks`]).
+    async fn lock_for_statement(&self) -> Result<StatementLocks> {
+        if let Some(transaction) = &self.transaction {
+            transaction.lock(&self.relation).await?;
+            return Ok(StatementLocks::InTransaction);
+        }
+        let writers = Arc::clone(&self.relation.writers).lock_owned().await;
+        let write = Arc::clone(&self.relation.write_lock).lock_owned().await;
+        Ok(StatementLocks::Own(writers, write))
     }
 
     fn user_columns(&self, stored: &RecordBatch) -> Result<RecordBatch> {
@@ -241,7 +272,7 @@ impl Writer {
 
     /// INSERT: stores every row of `input`, upserting on the primary key.
     pub async fn insert(&self, mut input: SendableRecordBatchStream) -> Result<u64> {
-        let _guard = self.relation.write_lock.lock().await;
+        let _locks = self.lock_for_statement().await?;
         let mut batches = Vec::new();
         while let Some(batch) = input.next().await {
             batches.push(batch?);
@@ -309,7 +340,8 @@ impl Writer {
         since: Option<std::time::Instant>,
         removed: Option<RecordBatch>,
     ) -> Result<u64> {
-        let listening = self.changes.has_subscribers(self.relation.def.id).await;
+        // A transaction's changes are kept for COMMIT, when a view may listen that does not now.
+        let listening = self.transaction.is_some() || self.changes.has_subscribers(self.relation.def.id).await;
         // Indexes are kept from the changes, as views are.
         let indexed = index::has_indexes(&self.relation);
         let mut count = 0u64;
@@ -402,7 +434,7 @@ impl Writer {
     /// DELETE: every row matching `filters`. `access`: the stored rows that can match (the
     /// filters narrow the key), the only ones read.
     pub async fn delete(&self, filters: Vec<Arc<dyn PhysicalExpr>>, access: Candidates) -> Result<u64> {
-        let _guard = self.relation.write_lock.lock().await;
+        let _locks = self.lock_for_statement().await?;
         let relation = Arc::clone(&self.relation);
         let store = Arc::clone(&self.store);
         let (wb, doomed) = tokio::task::spawn_blocking(move || -> Result<(WriteBatch, Vec<RecordBatch>)> {
@@ -434,7 +466,7 @@ impl Writer {
         filters: Vec<Arc<dyn PhysicalExpr>>,
         access: Candidates,
     ) -> Result<u64> {
-        let _guard = self.relation.write_lock.lock().await;
+        let _locks = self.lock_for_statement().await?;
         let rel = Arc::clone(&self.relation);
         let st = Arc::clone(&self.store);
         let (wb, pairs) =
@@ -517,6 +549,14 @@ impl Writer {
         since: Option<std::time::Instant>,
     ) -> Result<()> {
         if wb.is_empty() && matches!(logged, LoggedChanges::None) {
+            return Ok(());
+        }
+        if let Some(transaction) = &self.transaction {
+            // Into the transaction's overlay; logged and published at its COMMIT.
+            self.store.write(wb)?;
+            if let Some(changes) = changes {
+                transaction.record(&self.relation, changes);
+            }
             return Ok(());
         }
         if self.log_changes {

@@ -22,6 +22,7 @@ pub mod provider;
 pub mod replay;
 pub mod rows;
 pub mod scan;
+pub mod transaction;
 pub mod windowed;
 
 use std::collections::BTreeMap;
@@ -69,8 +70,12 @@ pub struct Relation {
     /// Where its rows are (stored columns: the user's, then the hidden row id if any).
     pub table: Arc<StateTable>,
     /// Serialises writers of this relation, so a read-modify-write (UPDATE, DELETE) sees no
-    /// concurrent change.
+    /// concurrent change; barriers take it too (briefly). Held by a statement while it writes.
     pub write_lock: Arc<tokio::sync::Mutex<()>>,
+    /// Taken before `write_lock` by users' INSERT, UPDATE, DELETE, TRUNCATE and COPY: for the
+    /// statement, or by a transaction from its first write to the table until it ends
+    /// ([`transaction`]), so a second writer waits and no update is lost.
+    pub writers: Arc<tokio::sync::Mutex<()>>,
     /// A materialized view's operator state writes in flight each hold it shared (a view job
     /// writes them off its thread, possibly after the job is gone); what deletes the view's
     /// state (DROP, an unfinished CREATE undone) takes it exclusively first.
@@ -375,6 +380,8 @@ pub struct Catalog {
     version: AtomicU64,
     /// What the running server reports about itself, handed down to whoever reads the catalog.
     status: Arc<crate::status::Status>,
+    /// Who holds and waits for the writer locks transactions take (deadlocks).
+    pub writer_locks: transaction::WriterLocks,
 }
 
 struct Inner {
@@ -426,6 +433,7 @@ impl Catalog {
             log_changes: std::sync::atomic::AtomicBool::new(true),
             version: AtomicU64::new(0),
             status,
+            writer_locks: Default::default(),
         })
     }
 
@@ -480,6 +488,7 @@ impl Catalog {
             schema,
             def,
             write_lock: Arc::new(tokio::sync::Mutex::new(())),
+            writers: Arc::new(tokio::sync::Mutex::new(())),
             state_writes: Arc::new(tokio::sync::RwLock::new(())),
             next_row_id: AtomicU64::new(next_row_id),
             open_epoch: AtomicU64::new(open_epoch),

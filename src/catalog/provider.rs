@@ -192,8 +192,10 @@ impl RelationTable {
         })
     }
 
-    fn writer(&self) -> dml::Writer {
-        dml::Writer::new(&self.catalog, Arc::clone(&self.relation))
+    /// A writer of this table for a statement of the session `state` belongs to (in its
+    /// transaction, if one is open).
+    fn writer(&self, state: &dyn Session) -> dml::Writer {
+        dml::Writer::within(&self.catalog, Arc::clone(&self.relation), transaction(state))
     }
 
     fn df_schema(&self) -> DfResult<DFSchema> {
@@ -208,6 +210,11 @@ impl RelationTable {
         let schema = self.df_schema()?;
         exprs.into_iter().map(|e| state.create_physical_expr(e, &schema)).collect()
     }
+}
+
+/// The transaction the session of `state` has open, if any.
+pub fn transaction(state: &dyn Session) -> Option<Arc<super::transaction::Transaction>> {
+    state.config().get_extension::<super::transaction::TransactionSlot>()?.current()
 }
 
 /// `plan` through the session's physical optimizer rules.
@@ -258,7 +265,7 @@ impl TableProvider for RelationTable {
 
     async fn scan(
         &self,
-        _state: &dyn Session,
+        state: &dyn Session,
         projection: Option<&Vec<usize>>,
         filters: &[Expr],
         limit: Option<usize>,
@@ -268,7 +275,8 @@ impl TableProvider for RelationTable {
             Some(columns) => columns.clone(),
             None => (0..self.relation.schema.fields().len()).collect(),
         };
-        let store = Arc::clone(self.catalog.store());
+        // Inside a transaction, its own writes over the store.
+        let store = transaction(state).map_or_else(|| Arc::clone(self.catalog.store()), |t| t.store());
         // DataFusion passes a limit only when every row read counts towards it (no condition
         // left to apply): the first rows are enough.
         let scan = match index::choose(&self.relation, filters, &needed, &access)? {
@@ -291,7 +299,7 @@ impl TableProvider for RelationTable {
         // The input runs inside DmlExec, a leaf the physical optimizer does not look into:
         // optimize it here (a join's partition mode is chosen there, for one).
         let input = optimize_physical(state, input)?;
-        let writer = self.writer();
+        let writer = self.writer(state);
         Ok(DmlExec::new(
             format!("insert into {}", self.relation.def.name),
             Box::new(move |ctx| {
@@ -307,7 +315,7 @@ impl TableProvider for RelationTable {
         self.changeable("DELETE FROM")?;
         let keys = self.candidates(&filters)?;
         let filters = self.physical(state, filters)?;
-        let writer = self.writer();
+        let writer = self.writer(state);
         Ok(DmlExec::new(
             format!("delete from {}", self.relation.def.name),
             Box::new(move |_| Box::pin(async move { Ok(writer.delete(filters, keys).await?) })),
@@ -337,16 +345,16 @@ impl TableProvider for RelationTable {
             }
             planned.push((index, self.physical(state, vec![expr])?.remove(0)));
         }
-        let writer = self.writer();
+        let writer = self.writer(state);
         Ok(DmlExec::new(
             format!("update {}", self.relation.def.name),
             Box::new(move |_| Box::pin(async move { Ok(writer.update(planned, filters, keys).await?) })),
         ))
     }
 
-    async fn truncate(&self, _state: &dyn Session) -> DfResult<Arc<dyn ExecutionPlan>> {
+    async fn truncate(&self, state: &dyn Session) -> DfResult<Arc<dyn ExecutionPlan>> {
         self.changeable("TRUNCATE")?;
-        let writer = self.writer();
+        let writer = self.writer(state);
         Ok(DmlExec::new(
             format!("truncate {}", self.relation.def.name),
             Box::new(move |_| {

@@ -271,7 +271,9 @@ pub fn state_for_dml(state: &SessionState) -> SessionState {
 
 /// A session's own context, started from the template, knowing who its user is.
 pub fn session_context(template: &SessionState, user: &str) -> SessionContext {
-    let state = SessionStateBuilder::new_from_existing(template.clone()).build();
+    let mut state = SessionStateBuilder::new_from_existing(template.clone()).build();
+    // The session's own transaction slot, where the table providers find its open transaction.
+    state.config_mut().set_extension(Arc::new(crate::catalog::transaction::TransactionSlot::default()));
     let ctx = SessionContext::new_with_state(state);
     for name in ["current_user", "session_user", "user", "current_role"] {
         let user = user.to_string();

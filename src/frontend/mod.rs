@@ -213,6 +213,7 @@ impl Frontend {
         if !ddl {
             return self.run(session, statement, params).await;
         }
+        handler::transaction::refuse_ddl_after_writes(session)?;
         let result = {
             let _gate = self.streaming.coordinator.ddl_gate.read().await;
             self.run(session, statement, params).await

@@ -194,7 +194,13 @@ impl PointLookup {
 
     /// The rows for `params`, or None when the Execute must take the normal path (a value that
     /// is not exactly one of its column's, an index dropped since).
-    pub fn run(&self, params: Option<&ParamValues>) -> Result<Option<RecordBatch>> {
+    /// `transaction`: the session's open transaction's view of the store, read instead.
+    pub fn run(
+        &self,
+        params: Option<&ParamValues>,
+        transaction: Option<Arc<dyn StateStore>>,
+    ) -> Result<Option<RecordBatch>> {
+        let store = transaction.unwrap_or_else(|| Arc::clone(&self.store));
         let no_rows = || Ok(Some(RecordBatch::new_empty(Arc::clone(&self.schema))));
         let scanned = match &self.source {
             Source::Key(key) => {
@@ -207,7 +213,7 @@ impl PointLookup {
                     }
                 }
                 let arrays = values.iter().map(|v| v.to_array()).collect::<std::result::Result<Vec<_>, _>>()?;
-                self.relation.rows_with_keys(self.store.as_ref(), &arrays)?.project(&self.scanned)?
+                self.relation.rows_with_keys(store.as_ref(), &arrays)?.project(&self.scanned)?
             }
             Source::Index { index, values: sources, columns } => {
                 let Some(index) =
@@ -228,7 +234,7 @@ impl PointLookup {
                 // The index's columns under the relation's scanned schema.
                 let schema = Arc::new(self.relation.schema.project(&self.scanned)?);
                 let mut batches = Vec::new();
-                index.stream_rows(self.store.as_ref(), Some(std::slice::from_ref(&range)), None, &mut |rows| {
+                index.stream_rows(store.as_ref(), Some(std::slice::from_ref(&range)), None, &mut |rows| {
                     batches.push(rows.project(columns)?.with_schema(Arc::clone(&schema))?);
                     Ok(ScanControl::Continue)
                 })?;

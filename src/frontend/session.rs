@@ -244,13 +244,23 @@ pub struct Session {
     pub plans: super::plan_cache::PlanCache,
     /// Statements kept by SQL `PREPARE`, by name (`handler::prepare`).
     pub prepared: std::collections::HashMap<String, super::handler::prepare::Prepared>,
+    /// The open transaction block's writes, if any (`handler::transaction`); the same slot
+    /// the DataFusion context carries to the table providers.
+    pub transaction: Arc<crate::catalog::transaction::TransactionSlot>,
 }
 
 impl Session {
     pub fn new(user: String, database: String, ctx: SessionContext) -> Session {
         let values: Values = Arc::default();
         register_current_setting(&ctx, &user, &values);
+        let transaction = ctx
+            .state_ref()
+            .read()
+            .config()
+            .get_extension::<crate::catalog::transaction::TransactionSlot>()
+            .unwrap_or_default();
         Session {
+            transaction,
             user,
             database,
             ctx,

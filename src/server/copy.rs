@@ -31,11 +31,17 @@ pub struct CopyInProgress {
     pub(super) error: Option<WeirError>,
     /// The COPY is a statement under way until its CopyDone or CopyFail.
     _running: super::drain::Running,
+    /// The session's open transaction, which the rows go into.
+    transaction: Option<std::sync::Arc<crate::catalog::transaction::Transaction>>,
 }
 
 /// Starts copy-in mode for `copy`: what the connection keeps while it lasts, and the response
 /// announcing it.
-pub fn start(copy: CopyIn, running: super::drain::Running) -> (CopyInProgress, Response) {
+pub fn start(
+    copy: CopyIn,
+    running: super::drain::Running,
+    transaction: Option<std::sync::Arc<crate::catalog::transaction::Transaction>>,
+) -> (CopyInProgress, Response) {
     let columns = copy.columns.len();
     let binary = copy.binary;
     let progress = CopyInProgress {
@@ -46,6 +52,7 @@ pub fn start(copy: CopyIn, running: super::drain::Running) -> (CopyInProgress, R
         started: false,
         error: None,
         _running: running,
+        transaction,
     };
     (progress, Response::CopyIn(CopyResponse::new(i8::from(binary), columns, futures::stream::empty())))
 }
@@ -59,7 +66,7 @@ impl CopyInProgress {
             rows.remove(0);
             self.header_skipped = true;
         }
-        self.rows += self.copy.insert(fe, rows).await?;
+        self.rows += self.copy.insert(fe, rows, self.transaction.clone()).await?;
         Ok(())
     }
 }

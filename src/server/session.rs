@@ -93,6 +93,15 @@ where
             ),
         ));
     }
+    // In a failed block COMMIT rolls back, as in Postgres.
+    let statement = match statement {
+        Statement::Sql(ast::Statement::Commit { .. }) if *block == Block::Failed => {
+            Statement::Sql(ast::Statement::Rollback { chain: false, savepoint: None })
+        }
+        other => other,
+    };
+    let commits = matches!(statement, Statement::Sql(ast::Statement::Commit { .. }));
+    let to_savepoint = matches!(statement, Statement::Sql(ast::Statement::Rollback { savepoint: Some(_), .. }));
     let running = handler.drain.enter().map_err(|e| fail(block, e))?;
     let frontend = &handler.frontend;
     tracing::debug!(statement = %statement, "run");
@@ -110,7 +119,7 @@ where
     // COPY FROM STDIN: the connection goes into copy-in mode; the data follows.
     if let Statement::Sql(copy @ ast::Statement::Copy { .. }) = &statement {
         let copy = crate::frontend::handler::copy::copy_in(frontend, copy).map_err(|e| fail(block, e))?;
-        let (progress, response) = super::copy::start(copy, running);
+        let (progress, response) = super::copy::start(copy, running, session.transaction.current());
         *cell.copy.lock().await = Some(progress);
         return Ok(response);
     }
@@ -130,8 +139,17 @@ where
     }
     let result = match result {
         Ok(r) => r,
+        // A COMMIT that fails has rolled the transaction back: the block is over.
+        Err(e) if commits => {
+            *block = Block::Idle;
+            return Err(reject(e));
+        }
         Err(e) => return Err(fail(block, e)),
     };
+    // ROLLBACK TO SAVEPOINT leaves a failed block usable again.
+    if to_savepoint {
+        *block = Block::InBlock;
+    }
     metrics::STATEMENTS_TOTAL.with_label_values(&["ok"]).inc();
     // A timestamptz goes out as text in the session's time zone, as in Postgres.
     let zone = session.ctx.state().config().options().execution.time_zone.clone();

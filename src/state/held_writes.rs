@@ -17,7 +17,8 @@
 //! they shadow is copied in here too ([`HeldWrites::apply_direct`]), so neither a read nor the
 //! final batch puts an older held value over it.
 //!
-//! Callers: [`super::rocks::RocksStore`], which owns one while a cut is open.
+//! Callers: [`super::rocks::RocksStore`], which owns one while a cut is open, and
+//! [`super::overlay::Overlay`] (a transaction's writes, not yet made).
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -35,7 +36,7 @@ pub enum Held<'a> {
     NotHeld,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct HeldWrites {
     /// The checkpoint epoch whose snapshot is awaited: writes of later epochs are held.
     pub cut: Epoch,
@@ -201,7 +202,6 @@ impl HeldWrites {
     }
 
     /// The held writes as one batch: their net effect.
-    #[cfg(test)]
     pub fn into_batch(self) -> super::store::WriteBatch {
         let mut wb = super::store::WriteBatch { skip_wal: true, ..Default::default() };
         self.ranges().for_each(|(start, end)| wb.delete_range(start.to_vec(), end.to_vec()));

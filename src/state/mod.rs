@@ -5,6 +5,8 @@
 //! - [`rocks`]: the RocksDB implementation used by the server.
 //! - [`held_writes`]: view commits made while a checkpoint's snapshot is awaited, held in
 //!   memory (ADR 18).
+//! - [`overlay`]: a store as a transaction sees it: its writes in memory over the store's
+//!   entries, until COMMIT writes them in one batch.
 //! - [`memory`]: an in-memory implementation for unit tests.
 //! - [`table`]: [`StateTable`](table::StateTable), rows of one relation keyed by memcomparable key
 //!   columns (arrow-row), the form in which table rows and operator state are stored, or, for
@@ -37,6 +39,7 @@ pub mod keys;
 pub mod keys_by_time;
 pub mod memory;
 pub mod multiset;
+pub mod overlay;
 pub mod record;
 pub mod rocks;
 pub mod rows_by_time;

@@ -53,6 +53,18 @@ public class JdbcCheck {
                 check(n == 3, "setFetchSize(1) gave " + n);
             }
             c.commit();
+            // With autocommit off, rollback() undoes what the block wrote and commit() keeps it.
+            try (Statement s = c.createStatement()) {
+                s.executeUpdate("INSERT INTO j VALUES (100, 'rolled back', 1)");
+                c.rollback();
+                s.executeUpdate("INSERT INTO j VALUES (101, 'committed', 1)");
+                c.commit();
+                try (ResultSet r = s.executeQuery("SELECT count(*) FROM j WHERE id >= 100")) {
+                    check(r.next() && r.getLong(1) == 1, "rollback then commit");
+                }
+                s.executeUpdate("DELETE FROM j WHERE id >= 100");
+                c.commit();
+            }
             c.setAutoCommit(true);
             DatabaseMetaData md = c.getMetaData();
             check(md.getDatabaseProductName().equals("PostgreSQL"), "product " + md.getDatabaseProductName());

@@ -85,4 +85,17 @@ with psycopg.connect(url, autocommit=True) as conn:
     # Type introspection, as psycopg's TypeInfo does it.
     info = psycopg.types.TypeInfo.fetch(conn, "int8")
     assert info is not None and info.oid == 20, info
+# A connection without autocommit, as applications open them: rollback() undoes the block's
+# writes, commit() keeps them, and another connection sees them only after the commit.
+with psycopg.connect(url) as conn, psycopg.connect(url, autocommit=True) as other:
+    conn.execute("INSERT INTO py VALUES (5000, 'rolled back', 1, NULL, NULL)")
+    conn.execute("UPDATE py SET name = 'changed' WHERE id = 1")
+    assert conn.execute("SELECT count(*) FROM py WHERE id = 5000").fetchone() == (1,)
+    assert other.execute("SELECT count(*) FROM py WHERE id = 5000").fetchone() == (0,)
+    conn.rollback()
+    assert conn.execute("SELECT name FROM py WHERE id = 1").fetchone() == ("n1",)
+    conn.execute("INSERT INTO py VALUES (5001, 'committed', 1, NULL, NULL)")
+    assert other.execute("SELECT count(*) FROM py WHERE id = 5001").fetchone() == (0,)
+    conn.commit()
+    assert other.execute("SELECT count(*) FROM py WHERE id >= 5000").fetchone() == (1,)
 print("psycopg ok")

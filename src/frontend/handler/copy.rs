@@ -383,7 +383,13 @@ impl CopyIn {
     }
 
     /// Stores `rows` (as [`CopyIn::parse`] gave them) in the table; returns how many.
-    pub async fn insert(&self, fe: &Frontend, rows: Vec<Vec<Option<String>>>) -> Result<u64> {
+    /// Stores `rows` (in `transaction` when the session has one open).
+    pub async fn insert(
+        &self,
+        fe: &Frontend,
+        rows: Vec<Vec<Option<String>>>,
+        transaction: Option<Arc<crate::catalog::transaction::Transaction>>,
+    ) -> Result<u64> {
         if rows.is_empty() {
             return Ok(0);
         }
@@ -420,7 +426,7 @@ impl CopyIn {
             })?;
         }
         let batch = RecordBatch::try_new(Arc::new(Schema::clone(&schema)), columns)?;
-        let writer = crate::catalog::dml::Writer::new(fe.catalog(), Arc::clone(&self.relation));
+        let writer = crate::catalog::dml::Writer::within(fe.catalog(), Arc::clone(&self.relation), transaction);
         let stream = datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(
             batch.schema(),
             futures::stream::iter(vec![Ok(batch)]),

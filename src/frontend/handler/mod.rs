@@ -87,7 +87,7 @@ pub async fn execute(
         | Statement::ReleaseSavepoint { .. }
         | Statement::StartTransaction { .. }
         | Statement::Commit { .. }
-        | Statement::Rollback { .. } => transaction::handle(statement),
+        | Statement::Rollback { .. } => transaction::handle(fe, session, statement).await,
         Statement::Reset(reset) => set::reset(fe, session, reset.reset),
         Statement::Discard { object_type } => set::discard(fe, session, object_type),
         Statement::Prepare { name, data_types, statement } => prepare::prepare(session, &name, &data_types, &statement),

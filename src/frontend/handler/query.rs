@@ -148,7 +148,8 @@ pub async fn handle(
         }
     };
     if let Some(lookup) = cached.lookup.as_ref().filter(|_| tag.is_none()) {
-        if let Some(rows) = lookup.run(params.as_ref())? {
+        let transaction = session.transaction.current().map(|t| t.store());
+        if let Some(rows) = lookup.run(params.as_ref(), transaction)? {
             crate::metrics::PLANS_TOTAL.with_label_values(&["lookup"]).inc();
             return crate::frontend::handler::rows(rows).map(|result| match result {
                 StatementResult::Rows { schema, stream } => {
