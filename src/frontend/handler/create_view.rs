@@ -236,6 +236,41 @@ fn indent(text: &str) -> String {
     text.lines().map(|l| format!("  {l}")).collect::<Vec<_>>().join("\n")
 }
 
+/// `CREATE MATERIALIZED VIEW v (a, b) AS query` as `... v AS SELECT * FROM (query) AS v (a, b, ...)`:
+/// the list names the query's first columns, the others keep their names, as in Postgres
+/// (more names than columns: 42601). The view is then planned, stored and restored as any
+/// other.
+async fn name_columns(session: &Session, statement: Statement) -> Result<Statement> {
+    let Statement::CreateView(mut view) = statement else { unreachable!("dispatched on CreateView") };
+    let given: Vec<String> = view.columns.iter().map(|c| c.name.value.clone()).collect();
+    view.columns.clear();
+    let unnamed = Statement::CreateView(view);
+    let (schema, _) = plan_view(session, &unnamed, crate::frontend::df_context::PlanningRules::CURRENT).await?;
+    if given.len() > schema.fields().len() {
+        return Err(WeirError::new(
+            SqlState::SYNTAX_ERROR,
+            "CREATE MATERIALIZED VIEW specifies more column names than columns",
+        ));
+    }
+    let kept = schema.fields().iter().skip(given.len()).map(|f| f.name().clone());
+    let names: Vec<String> = given.into_iter().chain(kept).collect();
+    let Statement::CreateView(mut view) = unnamed else { unreachable!() };
+    let quoted = |n: &str| format!("\"{}\"", n.replace('"', "\"\""));
+    let alias = view.name.0.last().and_then(|p| p.as_ident()).map_or_else(|| "v".to_string(), |i| i.value.clone());
+    let columns = names.iter().map(|n| quoted(n)).collect::<Vec<_>>().join(", ");
+    let sql = format!("SELECT * FROM ({}) AS {} ({columns})", view.query, quoted(&alias));
+    let mut parsed = datafusion::sql::sqlparser::parser::Parser::parse_sql(
+        &datafusion::sql::sqlparser::dialect::PostgreSqlDialect {},
+        &sql,
+    )
+    .map_err(|e| WeirError::internal(format!("naming the view's columns: {e}")))?;
+    let Some(Statement::Query(query)) = parsed.pop() else {
+        return Err(WeirError::internal("naming the view's columns did not give a query"));
+    };
+    view.query = query;
+    Ok(Statement::CreateView(view))
+}
+
 pub async fn handle(
     fe: &Frontend,
     session: &mut Session,
@@ -249,9 +284,8 @@ pub async fn handle(
     if view.or_replace {
         return Err(WeirError::unsupported("CREATE OR REPLACE MATERIALIZED VIEW is not supported; DROP it first"));
     }
-    if !view.columns.is_empty() {
-        return Err(WeirError::unsupported("a column list after the view name is not supported; name columns with AS"));
-    }
+    let statement = if view.columns.is_empty() { statement } else { name_columns(session, statement).await? };
+    let Statement::CreateView(view) = &statement else { unreachable!("still a CreateView") };
     let name = relation_name(&view.name)?;
     if view.if_not_exists && fe.catalog().get(&name).is_some() {
         return Ok(StatementResult::command("CREATE MATERIALIZED VIEW"));
