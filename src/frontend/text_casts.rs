@@ -7,7 +7,8 @@
 //! disagree with what the same value reads as in a result, and with Postgres. After type
 //! coercion, this rule replaces each such cast with a call of [`pg_text`](crate::types::pg_text),
 //! keeping the expression's name. The other way, a cast of text to an interval reads every
-//! form Postgres reads (so `iv::text::interval` gives `iv` back). A view made before the rule existed is planned without it
+//! form Postgres reads (so `iv::text::interval` gives `iv` back), and text to a timestamp reads
+//! a time of day without seconds (`2020-04-15 12:02`). A view made before the rule existed is planned without it
 //! (`PlanningRules::postgres_text_casts`), so its stored rows and new ones agree. Registered by
 //! `df_context::template_state`.
 
@@ -48,13 +49,18 @@ impl AnalyzerRule for PostgresTextCasts {
 fn postgres_text(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
     // Text read as an interval: Postgres's forms too (`1 day 02:00:00`, what `pg_text` writes),
     // which DataFusion's cast does not read, made the form it does by `interval_text`.
+    // Text read as a timestamp: Postgres's forms without seconds too (`2020-04-15 12:02`).
     if let Expr::Cast(Cast { expr, field, .. }) | Expr::TryCast(TryCast { expr, field, .. }) = &e {
-        if matches!(field.data_type(), DataType::Interval(_))
-            && inner_is_text(expr, schema)
-            && !matches!(expr.as_ref(), Expr::ScalarFunction(f) if f.name() == INTERVAL_TEXT.name())
-        {
+        let normalizer = match field.data_type() {
+            DataType::Interval(_) => Some(&INTERVAL_TEXT),
+            DataType::Timestamp(_, _) => Some(&TIMESTAMP_TEXT),
+            _ => None,
+        };
+        if let Some(normalizer) = normalizer.filter(|n| {
+            inner_is_text(expr, schema) && !matches!(expr.as_ref(), Expr::ScalarFunction(f) if f.name() == n.name())
+        }) {
             let normalized =
-                Expr::ScalarFunction(ScalarFunction::new_udf(Arc::clone(&INTERVAL_TEXT), vec![expr.as_ref().clone()]));
+                Expr::ScalarFunction(ScalarFunction::new_udf(Arc::clone(normalizer), vec![expr.as_ref().clone()]));
             let rebuilt = match &e {
                 Expr::Cast(_) => Expr::Cast(Cast::new(Box::new(normalized), field.data_type().clone())),
                 _ => Expr::TryCast(TryCast::new(Box::new(normalized), field.data_type().clone())),
@@ -110,6 +116,49 @@ static INTERVAL_TEXT: LazyLock<Arc<ScalarUDF>> = LazyLock::new(|| {
             .collect())
     })
 });
+
+/// `timestamp_text(text)`: timestamp text in the forms Postgres reads that DataFusion's cast
+/// does not (a time of day without seconds), in one it reads; other text is left as it is.
+static TIMESTAMP_TEXT: LazyLock<Arc<ScalarUDF>> = LazyLock::new(|| {
+    TextFunction::udf("timestamp_text", |array, _| {
+        use datafusion::arrow::array::{Array, StringArray};
+        let array = datafusion::arrow::compute::cast(array, &DataType::Utf8)?;
+        let text = array.as_any().downcast_ref::<StringArray>().expect("cast to Utf8");
+        Ok(text.iter().map(|v| v.map(|v| with_seconds(v).unwrap_or_else(|| v.to_string()))).collect())
+    })
+});
+
+/// `2020-04-15 12:02` (or with `T`, and a zone or offset after) as `2020-04-15 12:02:00`; None
+/// when the text is not a date and an hour and minute without seconds.
+pub fn with_seconds(text: &str) -> Option<String> {
+    let t = text.trim();
+    let b = t.as_bytes();
+    let digits = |r: std::ops::Range<usize>| b.get(r.clone()).is_some_and(|d| d.iter().all(u8::is_ascii_digit));
+    // YYYY-MM-DD, a space or T, H or HH, :, MM
+    if !(digits(0..4) && b.get(4) == Some(&b'-') && digits(5..7) && b.get(7) == Some(&b'-') && digits(8..10)) {
+        return None;
+    }
+    if !matches!(b.get(10), Some(b' ' | b'T')) {
+        return None;
+    }
+    let hour_len = if digits(11..13) {
+        2
+    } else if digits(11..12) {
+        1
+    } else {
+        return None;
+    };
+    let colon = 11 + hour_len;
+    if b.get(colon) != Some(&b':') || !digits(colon + 1..colon + 3) {
+        return None;
+    }
+    let end = colon + 3;
+    // Seconds already there (or more digits): not this form.
+    if matches!(b.get(end), Some(b':' | b'0'..=b'9')) {
+        return None;
+    }
+    Some(format!("{}:00{}", &t[..end], &t[end..]))
+}
 
 /// `pg_text(value)`: the value as Postgres writes it as text.
 static PG_TEXT: LazyLock<Arc<ScalarUDF>> = LazyLock::new(|| {
@@ -176,5 +225,20 @@ impl ScalarUDFImpl for TextFunction {
         } else {
             ColumnarValue::Array(text)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_seconds;
+
+    #[test]
+    fn a_time_without_seconds_gets_them() {
+        assert_eq!(with_seconds("2020-04-15 12:02").as_deref(), Some("2020-04-15 12:02:00"));
+        assert_eq!(with_seconds("2020-04-15T9:05+02").as_deref(), Some("2020-04-15T9:05:00+02"));
+        assert_eq!(with_seconds(" 2020-04-15 12:02 UTC").as_deref(), Some("2020-04-15 12:02:00 UTC"));
+        assert_eq!(with_seconds("2020-04-15 12:02:03"), None);
+        assert_eq!(with_seconds("2020-04-15"), None);
+        assert_eq!(with_seconds("12:02"), None);
     }
 }

@@ -405,6 +405,9 @@ impl CopyIn {
                 .iter()
                 .map(|r| match (&r[position], field.data_type()) {
                     (Some(v), DataType::Interval(_)) => Some(interval_text::normalize(v).unwrap_or_else(|| v.clone())),
+                    (Some(v), DataType::Timestamp(_, _)) => {
+                        Some(crate::frontend::text_casts::with_seconds(v).unwrap_or_else(|| v.clone()))
+                    }
                     (v, _) => v.clone(),
                 })
                 .collect();
