@@ -79,6 +79,12 @@ pub async fn template_state(catalog: Arc<Catalog>) -> Result<SessionState> {
         .with_analyzer_rule(Arc::new(super::postgres_intervals::PostgresIntervals))
         .with_analyzer_rule(Arc::new(super::numeric_arithmetic::PostgresNumeric))
         .build();
+    let mut state = state;
+    // `interval * 2` and the like, which DataFusion's planner refuses.
+    datafusion::logical_expr::registry::FunctionRegistry::register_expr_planner(
+        &mut state,
+        Arc::new(super::interval_arithmetic::IntervalArithmetic),
+    )?;
     let ctx = SessionContext::new_with_state(state);
 
     let db_catalog = Arc::new(MemoryCatalogProvider::new());

@@ -17,6 +17,7 @@ pub mod df_context;
 pub mod function_args;
 pub mod handler;
 pub mod int4_literals;
+pub mod interval_arithmetic;
 pub mod interval_text;
 pub mod json_functions;
 pub mod keep_names;
