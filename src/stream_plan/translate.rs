@@ -424,7 +424,9 @@ impl Builder<'_> {
         match plan {
             LogicalPlan::TableScan(scan) => {
                 if scan.fetch.is_some() {
-                    return Err(unsupported("LIMIT"));
+                    return Err(WeirError::unsupported(
+                        "LIMIT in a materialized view needs ORDER BY: which rows it keeps must not depend on chance",
+                    ));
                 }
                 let schema = Self::schema(plan);
                 // A view's inputs enter shard 0.
@@ -759,6 +761,26 @@ impl Builder<'_> {
             LogicalPlan::Window(w) => self.top_n(plan, w),
             LogicalPlan::SubqueryAlias(s) => self.node(&s.input),
             LogicalPlan::Sort(s) if s.fetch.is_none() => self.node(&s.input),
+            // ORDER BY ... LIMIT n: a Top-N over all rows.
+            LogicalPlan::Sort(s) => self.limit(plan, &s.expr, &s.input, 0, s.fetch.unwrap_or(0)),
+            LogicalPlan::Limit(l) => {
+                use datafusion::logical_expr::{FetchType, SkipType};
+                let skip = match l.get_skip_type()? {
+                    SkipType::Literal(n) => n,
+                    SkipType::UnsupportedExpr => return Err(unsupported("an OFFSET that is not a constant")),
+                };
+                let fetch = match l.get_fetch_type()? {
+                    FetchType::Literal(Some(n)) => n,
+                    FetchType::Literal(None) => return Err(unsupported("OFFSET without LIMIT")),
+                    FetchType::UnsupportedExpr => return Err(unsupported("a LIMIT that is not a constant")),
+                };
+                match l.input.as_ref() {
+                    LogicalPlan::Sort(s) => self.limit(plan, &s.expr, &s.input, skip, fetch),
+                    _ => Err(WeirError::unsupported(
+                        "LIMIT in a materialized view needs ORDER BY: which rows it keeps must not depend on chance",
+                    )),
+                }
+            }
             other => Err(unsupported(other.display().to_string().split(':').next().unwrap_or("this plan"))),
         }
     }
@@ -984,6 +1006,64 @@ impl Builder<'_> {
         // Rows move between ranks as others come and go.
         let props = Properties { distribution: output, times, append_only: false, prompt: false };
         Ok(self.add(Spec::TopN { config, table, input }, &[child.node], props))
+    }
+
+    /// `ORDER BY order LIMIT fetch OFFSET skip` over `input`: a Top-N of all rows (one shard),
+    /// its rows ranked by `order` and ties by the whole row (so which of equal rows it keeps
+    /// does not depend on their arrival), the first `skip` dropped, the row number too.
+    fn limit(
+        &mut self,
+        plan: &LogicalPlan,
+        order: &[datafusion::logical_expr::SortExpr],
+        input: &Arc<LogicalPlan>,
+        skip: usize,
+        fetch: usize,
+    ) -> Result<Out> {
+        let child = self.node(input)?;
+        let in_schema = input.schema();
+        let order_by = order
+            .iter()
+            .map(|s| {
+                Ok(RankOrder {
+                    expr: self.physical(&s.expr, in_schema)?,
+                    data_type: s.expr.get_type(in_schema)?,
+                    options: SortOptions { descending: !s.asc, nulls_first: s.nulls_first },
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let width = in_schema.fields().len();
+        let mut fields: Vec<datafusion::arrow::datatypes::FieldRef> =
+            in_schema.inner().fields().iter().cloned().collect();
+        fields.push(Arc::new(datafusion::arrow::datatypes::Field::new(
+            "__weir_rank",
+            datafusion::arrow::datatypes::DataType::UInt64,
+            false,
+        )));
+        let ranked = Arc::new(datafusion::arrow::datatypes::Schema::new(fields));
+        let config = TopNConfig {
+            partition_by: vec![],
+            order_by,
+            limit: skip.saturating_add(fetch),
+            schema: Arc::clone(&ranked),
+            window: None,
+            append_only_input: child.append_only,
+        };
+        let table = self.state_table()?;
+        let mut times = child.times.clone();
+        times.push(None);
+        let props = Properties { distribution: Distribution::Single, times, append_only: false, prompt: false };
+        let mut out = self.add(Spec::TopN { config, table, input: Requirement::Single }, &[child.node], props);
+        if skip > 0 {
+            use datafusion::physical_expr::expressions::{BinaryExpr, Column, Literal};
+            let predicate: Arc<dyn PhysicalExpr> = Arc::new(BinaryExpr::new(
+                Arc::new(Column::new("__weir_rank", width)),
+                datafusion::logical_expr::Operator::Gt,
+                Arc::new(Literal::new(datafusion::common::ScalarValue::UInt64(Some(skip as u64)))),
+            ));
+            out = self.add(Spec::Filter { predicate }, &[out.node], out.props.clone());
+        }
+        let indices: Vec<usize> = (0..width).collect();
+        self.reproject(out, &ranked, &indices, Self::schema(plan))
     }
 
     /// The window assigner over `leaf` (rows of `input`): returns its node and output schema.
