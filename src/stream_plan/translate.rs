@@ -541,6 +541,7 @@ impl Builder<'_> {
                     .collect();
                 self.reproject(out, &canonical_schema, &indices, Self::schema(plan))
             }
+            LogicalPlan::Aggregate(a) if distinct_on_form(a).is_some() => self.distinct_on(plan, a),
             LogicalPlan::Aggregate(a) => {
                 let child = self.node(&a.input)?;
                 let group_types =
@@ -1008,6 +1009,66 @@ impl Builder<'_> {
         Ok(self.add(Spec::TopN { config, table, input }, &[child.node], props))
     }
 
+    /// `SELECT DISTINCT ON (k) ... ORDER BY k, o`, which DataFusion plans as an aggregate of
+    /// `first_value(c ORDER BY o)` per column grouped by `k` ([`distinct_on_form`]): a Top-1 per
+    /// partition `k` ranked by `o` (ties by the whole row), projected to the group and the
+    /// columns, so the row kept changes as rows come and go.
+    fn distinct_on(&mut self, plan: &LogicalPlan, a: &Aggregate) -> Result<Out> {
+        let (order, columns) = distinct_on_form(a).expect("matched as DISTINCT ON");
+        let child = self.node(&a.input)?;
+        let in_schema = a.input.schema();
+        let partition_by = a
+            .group_expr
+            .iter()
+            .map(|e| Ok((self.physical(e, in_schema)?, e.get_type(in_schema)?)))
+            .collect::<Result<Vec<_>>>()?;
+        let order_by = order
+            .iter()
+            .map(|s| {
+                Ok(RankOrder {
+                    expr: self.physical(&s.expr, in_schema)?,
+                    data_type: s.expr.get_type(in_schema)?,
+                    options: SortOptions { descending: !s.asc, nulls_first: s.nulls_first },
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let groups: Vec<usize> = a
+            .group_expr
+            .iter()
+            .map(|e| column_index(e, in_schema))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| unsupported("DISTINCT ON an expression that is not a column"))?;
+        let window = groups.iter().enumerate().find_map(|(i, &c)| child.times[c].map(|column| (i, column)));
+        let width = in_schema.fields().len();
+        let mut fields: Vec<datafusion::arrow::datatypes::FieldRef> =
+            in_schema.inner().fields().iter().cloned().collect();
+        fields.push(Arc::new(datafusion::arrow::datatypes::Field::new(
+            "__weir_rank",
+            datafusion::arrow::datatypes::DataType::UInt64,
+            false,
+        )));
+        let ranked = Arc::new(datafusion::arrow::datatypes::Schema::new(fields));
+        let config = TopNConfig {
+            partition_by: partition_by.clone(),
+            order_by,
+            limit: 1,
+            schema: Arc::clone(&ranked),
+            window: window.map(|(index, column)| (index, column, self.options.lateness)),
+            append_only_input: child.append_only,
+        };
+        let table = self.state_table()?;
+        let hashed = hash_of(&a.group_expr, in_schema);
+        let keys = partition_by.iter().map(|(e, _)| Arc::clone(e)).collect();
+        let distribution = hashed.clone().map(Distribution::Hash).unwrap_or(Distribution::Any);
+        let mut times = child.times.clone();
+        times.push(None);
+        let props = Properties { distribution, times, append_only: false, prompt: false };
+        let out = self.add(Spec::TopN { config, table, input: Requirement::hash(keys, hashed) }, &[child.node], props);
+        debug_assert!(columns.iter().all(|&c| c < width));
+        let indices: Vec<usize> = groups.into_iter().chain(columns).collect();
+        self.reproject(out, &ranked, &indices, Self::schema(plan))
+    }
+
     /// `ORDER BY order LIMIT fetch OFFSET skip` over `input`: a Top-N of all rows (one shard),
     /// its rows ranked by `order` and ties by the whole row (so which of equal rows it keeps
     /// does not depend on their arrival), the first `skip` dropped, the row number too.
@@ -1173,6 +1234,31 @@ fn fixed_intervals_as_durations(expr: Expr, input: &DFSchema) -> Result<Expr> {
         Ok(Transformed::yes(shifted))
     })?;
     Ok(rewritten.data)
+}
+
+/// Whether `a` is how DataFusion plans `DISTINCT ON`: every aggregate `first_value(column ORDER
+/// BY o)` with one and the same `o`, grouped by at least one expression; then `o` and the
+/// aggregated columns (indices into the input).
+fn distinct_on_form(a: &Aggregate) -> Option<(Vec<datafusion::logical_expr::SortExpr>, Vec<usize>)> {
+    if a.group_expr.is_empty() || a.aggr_expr.is_empty() {
+        return None;
+    }
+    let mut order: Option<&Vec<datafusion::logical_expr::SortExpr>> = None;
+    let mut columns = Vec::new();
+    for expr in &a.aggr_expr {
+        let Expr::AggregateFunction(f) = unalias(expr) else { return None };
+        let params = &f.params;
+        if f.func.name() != "first_value" || params.filter.is_some() || params.distinct || params.order_by.is_empty() {
+            return None;
+        }
+        if order.is_some_and(|o| *o != params.order_by) {
+            return None;
+        }
+        order = Some(&params.order_by);
+        let [arg] = params.args.as_slice() else { return None };
+        columns.push(column_index(arg, a.input.schema())?);
+    }
+    Some((order?.clone(), columns))
 }
 
 #[cfg(test)]
