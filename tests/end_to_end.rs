@@ -58,36 +58,68 @@ fn sorted_ids(ids: impl IntoIterator<Item = String>) -> Vec<i64> {
     out
 }
 
+/// The pipeline both tests run, on topics and a database of their own: bids from a 4-partition
+/// topic; `per_auction`, a view that inserts and deletes groups, to an upsert topic and a
+/// Postgres table; the expensive bids, a query over the source, to a PLAIN topic and an
+/// append-only table.
+struct Pipeline {
+    /// Its sinks' transactional ids start with it: two servers on one broker need their own.
+    prefix: String,
+    input: String,
+    output: String,
+    raw: String,
+    pg: tokio_postgres::Client,
+    jdbc: String,
+}
+
+impl Pipeline {
+    async fn new(name: &str) -> Pipeline {
+        let input = topic(&format!("{name}_bids"), 4).await;
+        let output = topic(&format!("{name}_per_auction"), 2).await;
+        let raw = topic(&format!("{name}_expensive"), 3).await;
+        let (pg, jdbc) = postgres_database(name).await;
+        pg.batch_execute(
+            "CREATE TABLE per_auction (auction BIGINT PRIMARY KEY, n BIGINT, top BIGINT);
+             CREATE TABLE expensive (id BIGINT, price BIGINT);",
+        )
+        .await
+        .unwrap();
+        let prefix = format!("{name}-{}", std::process::id());
+        Pipeline { prefix, input, output, raw, pg, jdbc }
+    }
+
+    /// Its source, view and sinks.
+    fn sql(&self) -> String {
+        let (input, output, raw, jdbc, servers) = (&self.input, &self.output, &self.raw, &self.jdbc, kafka_bootstrap());
+        let prefix = &self.prefix;
+        format!(
+            "CREATE SOURCE bids (id BIGINT, auction BIGINT, price BIGINT) WITH (connector = 'kafka', topic = '{input}', \
+               properties.bootstrap.server = '{servers}', kafka.max.chunk.size = '64') FORMAT PLAIN ENCODE JSON;
+             CREATE MATERIALIZED VIEW per_auction AS SELECT auction, count(*) AS n, max(price) AS top FROM bids \
+               GROUP BY auction HAVING count(*) % 4 <> 0;
+             CREATE SINK to_kafka FROM per_auction WITH (connector = 'kafka', topic = '{output}', \
+               properties.bootstrap.server = '{servers}', primary_key = 'auction', transactional.id.prefix = '{prefix}') \
+               FORMAT UPSERT ENCODE JSON;
+             CREATE SINK to_pg FROM per_auction WITH (connector = 'jdbc', jdbc.url = '{jdbc}', \
+               table.name = 'per_auction', primary_key = 'auction');
+             CREATE SINK expensive_to_kafka AS SELECT id, price FROM bids WHERE price > 500 WITH (connector = 'kafka', \
+               topic = '{raw}', properties.bootstrap.server = '{servers}', transactional.id.prefix = '{prefix}') \
+               FORMAT PLAIN ENCODE JSON;
+             CREATE SINK expensive_to_pg AS SELECT id, price FROM bids WHERE price > 500 WITH (connector = 'jdbc', \
+               jdbc.url = '{jdbc}', table.name = 'expensive');"
+        )
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_to_a_view_to_kafka_and_postgres_exactly_once_through_crashes() {
-    let input = topic("e2e_bids", 4).await;
-    let output = topic("e2e_per_auction", 2).await;
-    let (pg, jdbc) = postgres_database("e2e").await;
-    let raw = topic("e2e_expensive", 3).await;
-    pg.batch_execute(
-        "CREATE TABLE per_auction (auction BIGINT PRIMARY KEY, n BIGINT, top BIGINT);
-         CREATE TABLE expensive (id BIGINT, price BIGINT);",
-    )
-    .await
-    .unwrap();
-    let servers = kafka_bootstrap();
+    let pipeline = Pipeline::new("e2e").await;
+    let (output, raw, pg, input) = (&pipeline.output, &pipeline.raw, &pipeline.pg, &pipeline.input);
     let mut server = TestServer::start_with(&["--checkpoint-interval", "200ms", "--barrier-interval-ms", "50"]);
     let mut c = server.connect().await;
-    c.batch_execute(&format!(
-        "CREATE SOURCE bids (id BIGINT, auction BIGINT, price BIGINT) WITH (connector = 'kafka', topic = '{input}', \
-           properties.bootstrap.server = '{servers}', kafka.max.chunk.size = '64') FORMAT PLAIN ENCODE JSON;
-         CREATE MATERIALIZED VIEW per_auction AS SELECT auction, count(*) AS n, max(price) AS top FROM bids \
-           GROUP BY auction HAVING count(*) % 4 <> 0;
-         CREATE MATERIALIZED VIEW bid_ids AS SELECT id FROM bids;
-         CREATE SINK to_kafka FROM per_auction WITH (connector = 'kafka', topic = '{output}', \
-           properties.bootstrap.server = '{servers}', primary_key = 'auction') FORMAT UPSERT ENCODE JSON;
-         CREATE SINK to_pg FROM per_auction WITH (connector = 'jdbc', jdbc.url = '{jdbc}', \
-           table.name = 'per_auction', primary_key = 'auction');
-         CREATE SINK expensive_to_kafka AS SELECT id, price FROM bids WHERE price > 500 WITH (connector = 'kafka',            topic = '{raw}', properties.bootstrap.server = '{servers}') FORMAT PLAIN ENCODE JSON;
-         CREATE SINK expensive_to_pg AS SELECT id, price FROM bids WHERE price > 500 WITH (connector = 'jdbc',            jdbc.url = '{jdbc}', table.name = 'expensive');"
-    ))
-    .await
-    .unwrap();
+    c.batch_execute(&format!("{}\n CREATE MATERIALIZED VIEW bid_ids AS SELECT id FROM bids;", pipeline.sql()))
+        .await
+        .unwrap();
     let p = producer(None);
     let mut rng = Rng(0x05ee_de2e);
     let mut sent = 0i64;
@@ -185,37 +217,19 @@ async fn kafka_to_a_view_to_kafka_and_postgres_exactly_once_through_crashes() {
 /// topic and table each expensive bid once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pipeline_stopped_with_sigterm_ten_times_delivers_exactly_once() {
-    let input = topic("term_bids", 4).await;
-    let output = topic("term_per_auction", 2).await;
-    let raw = topic("term_expensive", 3).await;
-    let (pg, jdbc) = postgres_database("term").await;
-    pg.batch_execute(
-        "CREATE TABLE per_auction (auction BIGINT PRIMARY KEY, n BIGINT, top BIGINT);
-         CREATE TABLE expensive (id BIGINT, price BIGINT);
-         CREATE TABLE noted (n BIGINT PRIMARY KEY, total BIGINT);",
-    )
-    .await
-    .unwrap();
-    let servers = kafka_bootstrap();
+    let pipeline = Pipeline::new("term").await;
+    let (output, raw, pg, input, jdbc) =
+        (&pipeline.output, &pipeline.raw, &pipeline.pg, &pipeline.input, &pipeline.jdbc);
+    pg.batch_execute("CREATE TABLE noted (n BIGINT PRIMARY KEY, total BIGINT);").await.unwrap();
     let mut server = TestServer::start_with(&["--checkpoint-interval", "200ms", "--barrier-interval-ms", "50"]);
     let mut c = server.connect().await;
     c.batch_execute(&format!(
-        "CREATE SOURCE bids (id BIGINT, auction BIGINT, price BIGINT) WITH (connector = 'kafka', topic = '{input}', \
-           properties.bootstrap.server = '{servers}', kafka.max.chunk.size = '64') FORMAT PLAIN ENCODE JSON;
-         CREATE MATERIALIZED VIEW per_auction AS SELECT auction, count(*) AS n, max(price) AS top FROM bids \
-           GROUP BY auction HAVING count(*) % 4 <> 0;
-         CREATE SINK to_kafka FROM per_auction WITH (connector = 'kafka', topic = '{output}', \
-           properties.bootstrap.server = '{servers}', primary_key = 'auction') FORMAT UPSERT ENCODE JSON;
-         CREATE SINK to_pg FROM per_auction WITH (connector = 'jdbc', jdbc.url = '{jdbc}', \
-           table.name = 'per_auction', primary_key = 'auction');
-         CREATE SINK expensive_to_kafka AS SELECT id, price FROM bids WHERE price > 500 WITH (connector = 'kafka', \
-           topic = '{raw}', properties.bootstrap.server = '{servers}') FORMAT PLAIN ENCODE JSON;
-         CREATE SINK expensive_to_pg AS SELECT id, price FROM bids WHERE price > 500 WITH (connector = 'jdbc', \
-           jdbc.url = '{jdbc}', table.name = 'expensive');
+        "{}
          CREATE TABLE notes (x BIGINT);
          CREATE MATERIALIZED VIEW noted AS SELECT 1::BIGINT AS n, sum(x) AS total FROM notes;
          CREATE SINK noted_to_pg FROM noted WITH (connector = 'jdbc', jdbc.url = '{jdbc}', table.name = 'noted', \
-           primary_key = 'n');"
+           primary_key = 'n');",
+        pipeline.sql()
     ))
     .await
     .unwrap();

@@ -150,7 +150,15 @@ async fn a_checkpoint_is_listed_verified_and_restored_into_a_new_data_directory(
     )
     .await
     .unwrap();
-    let with_first = complete_epochs(&url).last().cloned().unwrap();
+    // The checkpoint the last DDL completed with holds the first rows; it is uploaded in the
+    // background: wait until the store lists it.
+    let taken: i64 = c.query_one("SELECT max(epoch)::BIGINT FROM weir_catalog.checkpoints", &[]).await.unwrap().get(0);
+    let with_first = taken.to_string();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !complete_epochs(&url).contains(&with_first) {
+        assert!(std::time::Instant::now() < deadline, "checkpoint {with_first} is not uploaded");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
     c.batch_execute("INSERT INTO t SELECT i % 7, i FROM generate_series(1001, 3000) AS s(i);").await.unwrap();
     server.stop();
     let epochs = complete_epochs(&url);

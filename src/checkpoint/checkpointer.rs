@@ -58,8 +58,20 @@ pub struct Checkpointer {
     local_epoch: AtomicU64,
     /// The epoch of the snapshot being uploaded (0: none), kept locally until it is done.
     uploading: AtomicU64,
+    /// The newest snapshot, when it was kept local only because an upload was running: what
+    /// [`Checkpointer::upload_pending`] uploads at a clean stop.
+    pending: Mutex<Option<PendingUpload>>,
     /// Where checkpoints are reported (`weir_catalog.checkpoints`).
     status: Arc<Status>,
+}
+
+/// A local snapshot not uploaded: its epoch and what its manifest and record need.
+#[derive(Clone, Copy)]
+struct PendingUpload {
+    epoch: Epoch,
+    catalog_version: u64,
+    started_at: i64,
+    injected_at: Instant,
 }
 
 /// Local snapshots kept: the newest, and the one before in case the newest cannot be opened.
@@ -115,6 +127,7 @@ impl Checkpointer {
             busy: AtomicBool::new(false),
             local_epoch: AtomicU64::new(0),
             uploading: AtomicU64::new(0),
+            pending: Mutex::new(None),
             status,
         })
     }
@@ -186,14 +199,37 @@ impl Checkpointer {
         .map_err(|e| WeirError::internal(e.to_string()))??;
         crate::metrics::CHECKPOINT_SNAPSHOT_SECONDS.observe(snapshot_started.elapsed().as_secs_f64());
         self.local_epoch.fetch_max(epoch, Ordering::SeqCst);
+        let upload = PendingUpload { epoch, catalog_version, started_at, injected_at };
         if self.busy.swap(true, Ordering::SeqCst) {
             self.status.record_checkpoint(CheckpointRecord {
                 detail: "local only: an upload was running".into(),
                 ..CheckpointRecord::new(epoch, "local", started_at)
             });
+            *self.pending.lock() = Some(upload);
             self.remove_old_snapshots();
             return Ok(());
         }
+        *self.pending.lock() = None;
+        self.start_upload(upload);
+        Ok(())
+    }
+
+    /// At a clean stop: starts uploading the newest snapshot if it was kept local only (an
+    /// upload was running when it was taken) and no upload runs now; whether it did.
+    pub fn upload_pending(self: &Arc<Self>) -> bool {
+        let Some(upload) = *self.pending.lock() else { return false };
+        if upload.epoch != self.local_epoch() || self.busy.swap(true, Ordering::SeqCst) {
+            return false;
+        }
+        *self.pending.lock() = None;
+        Arc::clone(self).start_upload(upload);
+        true
+    }
+
+    /// Uploads snapshot `upload.epoch` in the background (the upload slot, `busy`, is taken).
+    fn start_upload(self: Arc<Self>, upload: PendingUpload) {
+        let PendingUpload { epoch, catalog_version, started_at, injected_at } = upload;
+        let dir = self.snapshots.join(snapshot_name(epoch));
         self.uploading.store(epoch, Ordering::SeqCst);
         self.remove_old_snapshots();
         self.status.record_checkpoint(CheckpointRecord::new(epoch, "uploading", started_at));
@@ -221,7 +257,6 @@ impl Checkpointer {
             this.remove_old_snapshots();
             this.busy.store(false, Ordering::SeqCst);
         });
-        Ok(())
     }
 
     /// Uploads snapshot `dir` of `epoch`, writes its manifest, applies retention. Its duration

@@ -197,7 +197,13 @@ impl BarrierCoordinator {
             return LastCheckpoint::Failed;
         }
         let Some(checkpointer) = &self.checkpointer else { return LastCheckpoint::Uploaded };
-        let uploaded = checkpointer.wait_idle().await && checkpointer.uploaded_epoch() >= checkpointer.local_epoch();
+        // A periodic checkpoint's upload may have started between the wait above and this
+        // one's snapshot, which then stayed local: it goes up once that upload is done.
+        let mut idle = checkpointer.wait_idle().await;
+        if idle && checkpointer.upload_pending() {
+            idle = checkpointer.wait_idle().await;
+        }
+        let uploaded = idle && checkpointer.uploaded_epoch() >= checkpointer.local_epoch();
         if uploaded {
             LastCheckpoint::Uploaded
         } else {

@@ -966,17 +966,7 @@ impl Builder<'_> {
             .iter()
             .map(|e| Ok((self.physical(e, input)?, e.get_type(input)?)))
             .collect::<Result<Vec<_>>>()?;
-        let order_by = params
-            .order_by
-            .iter()
-            .map(|s| {
-                Ok(RankOrder {
-                    expr: self.physical(&s.expr, input)?,
-                    data_type: s.expr.get_type(input)?,
-                    options: SortOptions { descending: !s.asc, nulls_first: s.nulls_first },
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let order_by = self.rank_orders(&params.order_by, input)?;
         // Partitioned by a window bound: a window's partitions are freed once it is final.
         let window = params
             .partition_by
@@ -1022,16 +1012,7 @@ impl Builder<'_> {
             .iter()
             .map(|e| Ok((self.physical(e, in_schema)?, e.get_type(in_schema)?)))
             .collect::<Result<Vec<_>>>()?;
-        let order_by = order
-            .iter()
-            .map(|s| {
-                Ok(RankOrder {
-                    expr: self.physical(&s.expr, in_schema)?,
-                    data_type: s.expr.get_type(in_schema)?,
-                    options: SortOptions { descending: !s.asc, nulls_first: s.nulls_first },
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let order_by = self.rank_orders(&order, in_schema)?;
         let groups: Vec<usize> = a
             .group_expr
             .iter()
@@ -1040,14 +1021,7 @@ impl Builder<'_> {
             .ok_or_else(|| unsupported("DISTINCT ON an expression that is not a column"))?;
         let window = groups.iter().enumerate().find_map(|(i, &c)| child.times[c].map(|column| (i, column)));
         let width = in_schema.fields().len();
-        let mut fields: Vec<datafusion::arrow::datatypes::FieldRef> =
-            in_schema.inner().fields().iter().cloned().collect();
-        fields.push(Arc::new(datafusion::arrow::datatypes::Field::new(
-            "__weir_rank",
-            datafusion::arrow::datatypes::DataType::UInt64,
-            false,
-        )));
-        let ranked = Arc::new(datafusion::arrow::datatypes::Schema::new(fields));
+        let ranked = ranked_schema(in_schema);
         let config = TopNConfig {
             partition_by: partition_by.clone(),
             order_by,
@@ -1069,6 +1043,24 @@ impl Builder<'_> {
         self.reproject(out, &ranked, &indices, Self::schema(plan))
     }
 
+    /// A Top-N's `ORDER BY` keys over rows of `schema`.
+    fn rank_orders(
+        &mut self,
+        order: &[datafusion::logical_expr::SortExpr],
+        schema: &datafusion::common::DFSchemaRef,
+    ) -> Result<Vec<RankOrder>> {
+        order
+            .iter()
+            .map(|s| {
+                Ok(RankOrder {
+                    expr: self.physical(&s.expr, schema)?,
+                    data_type: s.expr.get_type(schema)?,
+                    options: SortOptions { descending: !s.asc, nulls_first: s.nulls_first },
+                })
+            })
+            .collect()
+    }
+
     /// `ORDER BY order LIMIT fetch OFFSET skip` over `input`: a Top-N of all rows (one shard),
     /// its rows ranked by `order` and ties by the whole row (so which of equal rows it keeps
     /// does not depend on their arrival), the first `skip` dropped, the row number too.
@@ -1082,25 +1074,9 @@ impl Builder<'_> {
     ) -> Result<Out> {
         let child = self.node(input)?;
         let in_schema = input.schema();
-        let order_by = order
-            .iter()
-            .map(|s| {
-                Ok(RankOrder {
-                    expr: self.physical(&s.expr, in_schema)?,
-                    data_type: s.expr.get_type(in_schema)?,
-                    options: SortOptions { descending: !s.asc, nulls_first: s.nulls_first },
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let order_by = self.rank_orders(order, in_schema)?;
         let width = in_schema.fields().len();
-        let mut fields: Vec<datafusion::arrow::datatypes::FieldRef> =
-            in_schema.inner().fields().iter().cloned().collect();
-        fields.push(Arc::new(datafusion::arrow::datatypes::Field::new(
-            "__weir_rank",
-            datafusion::arrow::datatypes::DataType::UInt64,
-            false,
-        )));
-        let ranked = Arc::new(datafusion::arrow::datatypes::Schema::new(fields));
+        let ranked = ranked_schema(in_schema);
         let config = TopNConfig {
             partition_by: vec![],
             order_by,
@@ -1234,6 +1210,18 @@ fn fixed_intervals_as_durations(expr: Expr, input: &DFSchema) -> Result<Expr> {
         Ok(Transformed::yes(shifted))
     })?;
     Ok(rewritten.data)
+}
+
+/// A Top-N's output when it stands for `LIMIT` or `DISTINCT ON`: the input's columns, then the
+/// rank (which the plan drops after it).
+fn ranked_schema(input: &datafusion::common::DFSchemaRef) -> SchemaRef {
+    let mut fields: Vec<datafusion::arrow::datatypes::FieldRef> = input.inner().fields().iter().cloned().collect();
+    fields.push(Arc::new(datafusion::arrow::datatypes::Field::new(
+        "__weir_rank",
+        datafusion::arrow::datatypes::DataType::UInt64,
+        false,
+    )));
+    Arc::new(datafusion::arrow::datatypes::Schema::new(fields))
 }
 
 /// Whether `a` is how DataFusion plans `DISTINCT ON`: every aggregate `first_value(column ORDER
