@@ -88,6 +88,15 @@ impl Pipeline {
         Pipeline { prefix, input, output, raw, pg, jdbc }
     }
 
+    /// The ids a `read_committed` consumer reads from the PLAIN topic, sorted.
+    fn expensive_in_topic(&self) -> Vec<i64> {
+        sorted_ids(
+            consume_all(&self.raw)
+                .into_iter()
+                .map(|(_, v)| serde_json::from_str::<serde_json::Value>(&v.unwrap()).unwrap()["id"].to_string()),
+        )
+    }
+
     /// Its source, view and sinks.
     fn sql(&self) -> String {
         let (input, output, raw, jdbc, servers) = (&self.input, &self.output, &self.raw, &self.jdbc, kafka_bootstrap());
@@ -175,13 +184,7 @@ async fn kafka_to_a_view_to_kafka_and_postgres_exactly_once_through_crashes() {
     // Every sink catches up: the keyed ones hold the view, the append-only ones each
     // expensive bid exactly once.
     let want_ids = expensive(sent);
-    let topic_ids = || {
-        sorted_ids(
-            consume_all(&raw)
-                .into_iter()
-                .map(|(_, v)| serde_json::from_str::<serde_json::Value>(&v.unwrap()).unwrap()["id"].to_string()),
-        )
-    };
+    let topic_ids = || pipeline.expensive_in_topic();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let (kafka, table) = (
@@ -266,13 +269,7 @@ async fn a_pipeline_stopped_with_sigterm_ten_times_delivers_exactly_once() {
     let want = expected(sent);
     let total = noted * (noted + 1) / 2;
     let want_ids = expensive(sent);
-    let topic_ids = || {
-        sorted_ids(
-            consume_all(&raw)
-                .into_iter()
-                .map(|(_, v)| serde_json::from_str::<serde_json::Value>(&v.unwrap()).unwrap()["id"].to_string()),
-        )
-    };
+    let topic_ids = || pipeline.expensive_in_topic();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         c.batch_execute("FLUSH").await.unwrap();
