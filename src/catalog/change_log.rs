@@ -69,8 +69,8 @@ pub struct LogEntry {
     pub changes: LoggedChanges,
 }
 
-/// Orders entries of one relation within an epoch (unique within a process; entries of
-/// another process are in other epochs, which only grow across restarts).
+/// Orders entries within an epoch, across relations: commit order (unique within a process;
+/// entries of another process are in other epochs, which only grow across restarts).
 static SEQUENCE: AtomicU64 = AtomicU64::new(0);
 
 fn key(epoch: Epoch, relation: TableId, sequence: u64) -> Vec<u8> {
@@ -148,7 +148,15 @@ pub fn read_after(store: &dyn StateStore, epoch: Epoch) -> Result<Vec<LogEntry>>
         }
         Ok(ScanControl::Continue)
     })?;
+    // In commit order: a transaction's entry carries writes to tables other than its own, so
+    // key order (epoch, table, sequence) could apply an earlier write over a later one.
+    entries.sort_by_key(|e| (e.epoch, sequence_of(&e.key)));
     Ok(entries)
+}
+
+/// The process-wide sequence number at the end of an entry's key.
+fn sequence_of(key: &[u8]) -> u64 {
+    key.len().checked_sub(8).and_then(|at| key[at..].try_into().ok()).map_or(0, u64::from_be_bytes)
 }
 
 /// Writes `entry` (its statement's writes and the entry itself) into `store` if `store` does

@@ -76,8 +76,14 @@ struct Inner {
 struct Written {
     relation: Arc<Relation>,
     changes: ChangeBatch,
-    /// The relation's indexes when the statement kept them: COMMIT fails if they changed.
-    indexes: usize,
+    /// The relation's indexes when the statement kept them, and whether each was whole:
+    /// COMMIT fails if they changed or one was still being built.
+    indexes: Vec<(TableId, bool)>,
+}
+
+/// `relation`'s indexes and whether each is whole (readable).
+fn index_state(relation: &Relation) -> Vec<(TableId, bool)> {
+    relation.indexes().iter().map(|i| (i.def.id, i.readable_index())).collect()
 }
 
 struct Savepoint {
@@ -123,7 +129,7 @@ impl Transaction {
         if changes.is_empty() {
             return;
         }
-        let indexes = relation.indexes().len();
+        let indexes = index_state(relation);
         self.inner.lock().written.push(Written { relation: Arc::clone(relation), changes, indexes });
     }
 
@@ -168,20 +174,6 @@ impl Transaction {
         for w in &written {
             relations.entry(w.relation.def.id).or_insert_with(|| Arc::clone(&w.relation));
         }
-        for w in &written {
-            let live = self.catalog.by_id(w.relation.def.id);
-            if !live.as_ref().is_some_and(|l| Arc::ptr_eq(l, &w.relation)) || w.relation.indexes().len() != w.indexes {
-                self.end();
-                return Err(WeirError::new(
-                    SqlState::SERIALIZATION_FAILURE,
-                    format!(
-                        "could not commit: table \"{}\" was dropped or its indexes changed during the transaction",
-                        w.relation.def.name
-                    ),
-                )
-                .with_hint("The transaction was rolled back; run it again."));
-            }
-        }
         // Every written table's write lock, in id order (as every commit takes them), at one
         // epoch: a barrier that passed some of them and not yet the others is let through.
         let guards = loop {
@@ -197,7 +189,30 @@ impl Transaction {
             drop(guards);
             tokio::task::yield_now().await;
         };
+        // Under the locks: no table was dropped and no index changed since the statements ran
+        // (an index built meanwhile would miss their rows).
+        for w in &written {
+            let live = self.catalog.by_id(w.relation.def.id);
+            let same = live.as_ref().is_some_and(|l| Arc::ptr_eq(l, &w.relation));
+            if !same || index_state(&w.relation) != w.indexes || w.indexes.iter().any(|(_, whole)| !whole) {
+                drop(guards);
+                self.end();
+                return Err(WeirError::new(
+                    SqlState::SERIALIZATION_FAILURE,
+                    format!(
+                        "could not commit: table \"{}\" was dropped or its indexes changed during the transaction",
+                        w.relation.def.name
+                    ),
+                )
+                .with_hint("The transaction was rolled back; run it again."));
+            }
+        }
         let mut batch = self.overlay.take_batch();
+        // The hidden row-id counters as they are now (a view's late rows may have moved one
+        // since the statements ran): never back.
+        for relation in relations.values().filter(|r| r.has_hidden_row_id()) {
+            relation.persist_row_id(&mut batch);
+        }
         if self.catalog.logs_changes() {
             // One entry per table: the first holds every write of the transaction.
             let mut logged = WriteBatch::default();

@@ -215,10 +215,15 @@ impl Frontend {
             return self.run(session, statement, params).await;
         }
         handler::transaction::refuse_ddl_after_writes(session)?;
+        // DDL commits on its own: what it writes (CREATE TABLE AS's rows) is not the block's.
+        let block = session.transaction.take();
         let result = {
             let _gate = self.streaming.coordinator.ddl_gate.read().await;
             self.run(session, statement, params).await
         };
+        if let Some(block) = block {
+            session.transaction.set(block);
+        }
         if result.is_ok() && !self.streaming.checkpoint_now().await {
             tracing::warn!("the checkpoint completing a DDL statement failed: see weir_catalog.checkpoints");
         }
@@ -241,7 +246,8 @@ impl Frontend {
             }
             Statement::Sink(sink) => handler::execute_sink(self, session, sink).await,
             Statement::Sql(statement) => {
-                let writes = handler::writes_rows(&statement);
+                let writes = handler::writes_rows(&statement)
+                    || matches!(statement, datafusion::sql::sqlparser::ast::Statement::Commit { .. });
                 let result = handler::execute(self, session, statement, params).await?;
                 if writes && session.implicit_flush() {
                     self.streaming.flush().await;

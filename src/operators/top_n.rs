@@ -175,7 +175,7 @@ impl TopN {
             };
         }
         // The multiset layout: the first `limit` keys hold the first `limit` rows or more.
-        let mut rows = Vec::with_capacity(self.limit);
+        let mut rows = Vec::with_capacity(self.limit.min(1024));
         for (key, count) in self.state.first_n_with_prefix(KeyRef::whole(partition), self.limit)? {
             for _ in 0..decode_count(&count)?.max(0) {
                 if rows.len() == self.limit {

@@ -49,6 +49,13 @@ impl Drain {
         Ok(running)
     }
 
+    /// A token for a statement that ends a transaction block, let through after a stop began
+    /// (it releases what the block holds).
+    pub fn track(self: &Arc<Self>) -> Running {
+        self.running.fetch_add(1, Ordering::SeqCst);
+        Running(Arc::clone(self))
+    }
+
     /// No statement starts from now on.
     pub fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);

@@ -102,7 +102,8 @@ where
     };
     let commits = matches!(statement, Statement::Sql(ast::Statement::Commit { .. }));
     let to_savepoint = matches!(statement, Statement::Sql(ast::Statement::Rollback { savepoint: Some(_), .. }));
-    let running = handler.drain.enter().map_err(|e| fail(block, e))?;
+    // Ending a block is let through a stop: it releases what the block holds.
+    let running = if ends_block { handler.drain.track() } else { handler.drain.enter().map_err(|e| fail(block, e))? };
     let frontend = &handler.frontend;
     tracing::debug!(statement = %statement, "run");
     // COPY ... TO STDOUT runs its query as any statement; its rows then go out as copy data.
@@ -124,7 +125,9 @@ where
         return Ok(response);
     }
     let started = Instant::now();
-    let timeout = session.statement_timeout();
+    // A COMMIT is not cut short: its write, once started, completes, and the client must not
+    // be told it failed.
+    let timeout = if commits { None } else { session.statement_timeout() };
     let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
     let result = match timeout {
         Some(t) => match tokio::time::timeout(t, frontend.execute(session, statement, params)).await {

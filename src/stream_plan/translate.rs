@@ -776,7 +776,11 @@ impl Builder<'_> {
                     FetchType::UnsupportedExpr => return Err(unsupported("a LIMIT that is not a constant")),
                 };
                 match l.input.as_ref() {
-                    LogicalPlan::Sort(s) => self.limit(plan, &s.expr, &s.input, skip, fetch),
+                    // A fetch the optimizer pushed into the sort bounds the rows too.
+                    LogicalPlan::Sort(s) => {
+                        let fetch = s.fetch.map_or(fetch, |f| fetch.min(f.saturating_sub(skip)));
+                        self.limit(plan, &s.expr, &s.input, skip, fetch)
+                    }
                     _ => Err(WeirError::unsupported(
                         "LIMIT in a materialized view needs ORDER BY: which rows it keeps must not depend on chance",
                     )),
