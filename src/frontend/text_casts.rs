@@ -105,28 +105,21 @@ fn inner_is_text(e: &Expr, schema: &DFSchema) -> bool {
 
 /// `interval_text(text)`: interval text in any form Postgres reads, in the one DataFusion's
 /// cast reads (`frontend::interval_text`); text it cannot read is left for the cast's error.
-static INTERVAL_TEXT: LazyLock<Arc<ScalarUDF>> = LazyLock::new(|| {
-    TextFunction::udf("interval_text", |array, _| {
-        use datafusion::arrow::array::{Array, StringArray};
-        let array = datafusion::arrow::compute::cast(array, &DataType::Utf8)?;
-        let text = array.as_any().downcast_ref::<StringArray>().expect("cast to Utf8");
-        Ok(text
-            .iter()
-            .map(|v| v.map(|v| super::interval_text::normalize(v).unwrap_or_else(|| v.to_string())))
-            .collect())
-    })
-});
+static INTERVAL_TEXT: LazyLock<Arc<ScalarUDF>> =
+    LazyLock::new(|| TextFunction::udf("interval_text", |array, _| normalized(array, super::interval_text::normalize)));
+
+/// Each text of `array` as `normalize` rewrites it, or as it is where it does not.
+fn normalized(array: &ArrayRef, normalize: fn(&str) -> Option<String>) -> Result<StringArray> {
+    use datafusion::arrow::array::Array;
+    let array = datafusion::arrow::compute::cast(array, &DataType::Utf8)?;
+    let text = array.as_any().downcast_ref::<StringArray>().expect("cast to Utf8");
+    Ok(text.iter().map(|v| v.map(|v| normalize(v).unwrap_or_else(|| v.to_string()))).collect())
+}
 
 /// `timestamp_text(text)`: timestamp text in the forms Postgres reads that DataFusion's cast
 /// does not (a time of day without seconds), in one it reads; other text is left as it is.
-static TIMESTAMP_TEXT: LazyLock<Arc<ScalarUDF>> = LazyLock::new(|| {
-    TextFunction::udf("timestamp_text", |array, _| {
-        use datafusion::arrow::array::{Array, StringArray};
-        let array = datafusion::arrow::compute::cast(array, &DataType::Utf8)?;
-        let text = array.as_any().downcast_ref::<StringArray>().expect("cast to Utf8");
-        Ok(text.iter().map(|v| v.map(|v| with_seconds(v).unwrap_or_else(|| v.to_string()))).collect())
-    })
-});
+static TIMESTAMP_TEXT: LazyLock<Arc<ScalarUDF>> =
+    LazyLock::new(|| TextFunction::udf("timestamp_text", |array, _| normalized(array, with_seconds)));
 
 /// `2020-04-15 12:02` (or with `T`, and a zone or offset after) as `2020-04-15 12:02:00`; None
 /// when the text is not a date and an hour and minute without seconds.

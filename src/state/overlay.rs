@@ -152,17 +152,7 @@ mod tests {
     use super::*;
     use crate::state::memory::MemoryStore;
 
-    fn entries(store: &dyn StateStore, start: &[u8], end: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
-        let mut out = Vec::new();
-        let range = KeyRange { start: start.to_vec(), end: Some(end.to_vec()) };
-        store
-            .scan_ranges(&[range], &mut |k, v| {
-                out.push((k.to_vec(), v.to_vec()));
-                Ok(ScanControl::Continue)
-            })
-            .unwrap();
-        out
-    }
+    use crate::state::store::entries_in as entries;
 
     fn kv(k: &str, v: &str) -> (Vec<u8>, Vec<u8>) {
         (k.as_bytes().to_vec(), v.as_bytes().to_vec())

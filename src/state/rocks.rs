@@ -373,15 +373,7 @@ mod tests {
     }
 
     fn scan(store: &RocksStore, start: &[u8], end: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
-        let mut out = Vec::new();
-        let range = KeyRange { start: start.to_vec(), end: Some(end.to_vec()) };
-        store
-            .scan_ranges(&[range], &mut |k, v| {
-                out.push((k.to_vec(), v.to_vec()));
-                Ok(ScanControl::Continue)
-            })
-            .unwrap();
-        out
+        crate::state::store::entries_in(store, start, end)
     }
 
     /// A snapshot taken while commits after the cut are held holds the store exactly at the

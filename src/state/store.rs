@@ -219,6 +219,20 @@ pub trait StateStore: Send + Sync + 'static {
     }
 }
 
+/// Every entry of `[start, end)` in `store`, in key order (tests of the stores).
+#[cfg(test)]
+pub fn entries_in(store: &dyn StateStore, start: &[u8], end: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut out = Vec::new();
+    let range = KeyRange { start: start.to_vec(), end: Some(end.to_vec()) };
+    store
+        .scan_ranges(&[range], &mut |k, v| {
+            out.push((k.to_vec(), v.to_vec()));
+            Ok(ScanControl::Continue)
+        })
+        .unwrap();
+    out
+}
+
 /// The store refused a write that what runs in memory now counts as done (a view's epoch, the
 /// commits held during a snapshot, a sink's outbox at a checkpoint): going on would give wrong
 /// answers, or deliver wrong output, without a sign. The process stops, as after a crash, and
