@@ -229,7 +229,8 @@ impl PlanningRules {
 /// Optimizes a materialized view's plan: DataFusion's rules, except `eliminate_join`, which
 /// turns an inner join whose other side is unique on the key into a semi join. That is the same
 /// result, but a semi join with a condition on the other side's columns needs a different
-/// incremental operator than the inner join Weir maintains; the inner join is kept.
+/// incremental operator than the inner join Weir maintains; the inner join is kept. Scalar
+/// subqueries become joins, correlated or not.
 pub fn optimize_for_view(
     state: &SessionState,
     plan: &datafusion::logical_expr::LogicalPlan,
@@ -244,7 +245,12 @@ pub fn optimize_for_view(
             || (!planning.postgres_numeric && name == super::numeric_arithmetic::PostgresNumeric.name())
     };
     let analyzers = state.analyzer().rules.iter().filter(|r| !left_out(r.name())).cloned().collect();
+    // A scalar subquery becomes a join with its one row, which a view maintains, also when it
+    // is not correlated (DataFusion would run those once, before the query).
+    let mut config = state.config().clone();
+    config.options_mut().optimizer.enable_physical_uncorrelated_scalar_subquery = false;
     let view_state = SessionStateBuilder::new_from_existing(state.clone())
+        .with_config(config)
         .with_optimizer_rules(rules)
         .with_analyzer_rules(analyzers);
     let optimized = view_state.build().optimize(plan)?;

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, AsArray};
+use datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::physical_expr::PhysicalExpr;
 
 use super::eval::evaluate;
@@ -25,15 +25,23 @@ impl Filter {
     }
 }
 
+impl Filter {
+    /// Whether each row of `data` passes (a NULL condition does not).
+    pub fn passes(&self, data: &RecordBatch) -> Result<Vec<bool>> {
+        let mask = evaluate(&self.predicate, data, &self.view)?;
+        let mask = mask.as_boolean();
+        Ok((0..mask.len()).map(|i| mask.is_valid(i) && mask.value(i)).collect())
+    }
+}
+
 impl Operator for Filter {
     fn describe(&self) -> String {
         format!("Filter: {}", self.predicate)
     }
 
     fn apply(&mut self, _input: usize, batch: ChangeBatch, _clock: &Clock) -> Result<Vec<ChangeBatch>> {
-        let mask = evaluate(&self.predicate, &batch.data, &self.view)?;
-        let mask = mask.as_boolean();
-        let keep: Vec<u32> = (0..mask.len()).filter(|&i| mask.is_valid(i) && mask.value(i)).map(|i| i as u32).collect();
+        let passes = self.passes(&batch.data)?;
+        let keep: Vec<u32> = (0..passes.len()).filter(|&i| passes[i]).map(|i| i as u32).collect();
         if keep.len() == batch.num_rows() {
             return Ok(vec![batch]);
         }

@@ -1,12 +1,21 @@
-//! Equi-join of two changelogs: inner, left, right and full outer, with an optional residual
-//! condition for inner joins.
+//! Equi-join of two changelogs: inner, left, right and full outer, semi and anti, each with an
+//! optional residual condition besides the key equalities. Without any equality (a scalar
+//! subquery's row joined to every row, `a.x < b.y`) the planner gives both sides one constant
+//! key, in one shard.
 //!
 //! A change on one side is joined with the other side's current rows and emitted with the
-//! change's op, so `Δ(L ⋈ R) = ΔL ⋈ R + L ⋈ ΔR` holds change by change. Outer joins also keep
-//! the NULL-padded rows right: a row whose key has no partner is emitted padded; when its first
-//! partner arrives the padded row is retracted, and when its last partner leaves it comes back.
+//! change's op, so `Δ(L ⋈ R) = ΔL ⋈ R + L ⋈ ΔR` holds change by change. A row's *degree* is
+//! how many partners it has (rows of the other side with its key that pass the residual), and
+//! what a side's rows show alone follows it ([`Alone`]): an outer join's preserved side shows a
+//! row NULL-padded while its degree is 0, an anti join's side shows it as it is while its degree
+//! is 0, a semi join's side shows it once while its degree is above 0. So when a row's first
+//! partner arrives its padded (or anti) row is retracted, or its semi row inserted, and when its
+//! last partner leaves that is undone. Without a residual a row's degree is the other side's
+//! row count for its key (`key ++ 0`); with one, a side whose rows show alone keeps each row's
+//! degree (`key ++ 2 ++ row`), as RisingWave's degree tables do.
 //! Rows with a NULL key never match, as in SQL, unless the join compares its keys with
 //! `IS NOT DISTINCT FROM` ([`HashJoinConfig::nulls_match`]): then NULL keys match each other.
+//! (`NOT IN`'s NULL rules are the planner's: an anti join and a check of the other side.)
 //!
 //! Each side's state is a [`KeyedState`] in the store (bounded cache), distributed by join key:
 //! `key ++ 0` holds how many rows the side has for the key, `key ++ 1 ++ row` each row's
@@ -60,7 +69,7 @@ use crate::state::keys::{KeyRef, StateKey};
 use crate::state::keys_by_time::KeysByTime;
 use crate::state::record::{corrupt, RecordReader, RecordWriter};
 use crate::state::store::WriteBatch;
-use crate::state::value::decode_count;
+use crate::state::value::{decode_count, encode_count};
 use crate::state::watermark_pace::WatermarkPace;
 use crate::state::MEMORY_LIMIT_BYTES;
 use crate::status::ViewStatus;
@@ -126,7 +135,8 @@ pub struct HashJoinConfig {
     pub left: JoinInput,
     pub right: JoinInput,
     pub schema: SchemaRef,
-    /// A condition on joined rows besides the key equalities (inner joins only).
+    /// A condition on joined rows besides the key equalities, over the left input's columns
+    /// then the right's (whatever the join outputs).
     pub residual: Option<Arc<dyn PhysicalExpr>>,
     /// A NULL key equals a NULL key (`IS NOT DISTINCT FROM`); else it matches nothing.
     pub nulls_match: bool,
@@ -143,23 +153,49 @@ pub struct HashJoinConfig {
     pub lateness: i64,
 }
 
-/// Which sides of a `join_type` join are padded with NULLs where a row has no partner (left,
-/// right); an error for a join this operator does not compute (with `residual`: a condition
-/// besides the key equalities, which only an inner join takes). The planner asks first.
-pub fn padding(join_type: JoinType, residual: bool) -> Result<(bool, bool)> {
-    let padding = match join_type {
-        JoinType::Inner => (false, false),
-        JoinType::Left => (true, false),
-        JoinType::Right => (false, true),
-        JoinType::Full => (true, true),
+/// What a side's rows show alone, without a partner to pair with, by their degree (how many
+/// partners they have).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Alone {
+    /// Nothing: an inner join's sides, a semi or anti join's other side.
+    Hidden,
+    /// NULL-padded while they have no partner: an outer join's preserved side.
+    Padded,
+    /// As they are while they have no partner: an anti join's side.
+    Unmatched,
+    /// As they are, once, while they have a partner: a semi join's side.
+    Matched,
+}
+
+impl Alone {
+    /// Whether a row with `degree` partners shows alone.
+    fn shows(self, degree: i64) -> bool {
+        match self {
+            Alone::Hidden => false,
+            Alone::Padded | Alone::Unmatched => degree == 0,
+            Alone::Matched => degree > 0,
+        }
+    }
+}
+
+/// What a `join_type` join shows of each side's rows alone (left, right), and whether it outputs
+/// the pairs of matched rows; an error for a join this operator does not compute. The planner
+/// asks first.
+pub fn shape(join_type: JoinType) -> Result<([Alone; 2], bool)> {
+    use Alone::*;
+    Ok(match join_type {
+        JoinType::Inner => ([Hidden, Hidden], true),
+        JoinType::Left => ([Padded, Hidden], true),
+        JoinType::Right => ([Hidden, Padded], true),
+        JoinType::Full => ([Padded, Padded], true),
+        JoinType::LeftSemi => ([Matched, Hidden], false),
+        JoinType::RightSemi => ([Hidden, Matched], false),
+        JoinType::LeftAnti => ([Unmatched, Hidden], false),
+        JoinType::RightAnti => ([Hidden, Unmatched], false),
         other => {
             return Err(WeirError::unsupported(format!("{other} JOIN is not supported in a materialized view yet")))
         }
-    };
-    if join_type != JoinType::Inner && residual {
-        return Err(WeirError::unsupported("an outer join condition other than equalities is not supported yet"));
-    }
-    Ok(padding)
+    })
 }
 
 impl HashJoinConfig {
@@ -187,8 +223,11 @@ struct Side {
     /// The encoding of a row of NULLs, for padding.
     null_row: Vec<u8>,
     state: KeyedState,
-    /// Whether this side's rows without a partner appear NULL-padded (LEFT for the left side).
-    padded: bool,
+    /// What this side's rows show alone (padded for LEFT's left side).
+    alone: Alone,
+    /// Keeps each row's degree (`key ++ 2 ++ row`): its rows show alone and the join has a
+    /// residual, so the other side's count for the key is not their degree.
+    degrees: bool,
     /// The rows of join keys read recently, kept up to date with this side's changes, so a key
     /// the other side hits often (a hot auction) is one range read, not one per hit. Keys with
     /// more than [`CACHED_ROWS_PER_KEY`] rows are not kept; at most the state's cache capacity
@@ -290,7 +329,7 @@ fn count_of(bytes: Option<Vec<u8>>) -> Result<i64> {
 }
 
 impl Side {
-    fn new((input, keys): JoinInput, state: KeyedState, padded: bool) -> Result<Side> {
+    fn new((input, keys): JoinInput, state: KeyedState, alone: Alone) -> Result<Side> {
         let key_fields = keys.iter().map(|k| Ok(SortField::new(k.data_type(&input)?))).collect::<Result<Vec<_>>>()?;
         let row_codec = crate::state::table::row_codec(&input)?;
         let nulls: Vec<ArrayRef> = input.fields().iter().map(|f| new_null_array(f.data_type(), 1)).collect();
@@ -301,7 +340,8 @@ impl Side {
             row_codec,
             null_row,
             state,
-            padded,
+            alone,
+            degrees: false,
             rows_cache: HashMap::default(),
             cached_rows: 0,
             append_only: false,
@@ -363,10 +403,10 @@ impl Side {
         Ok(rows)
     }
 
-    /// Adds (`sign` 1) or removes (`sign` -1) one row with join key `key` and, if this side's
-    /// rows expire, time `time` (None: NULL, which never passes the time bound, so a row kept
-    /// in memory is not kept at all).
-    fn update(&mut self, key: &[u8], row: &[u8], sign: i64, time: Option<i64>) -> Result<()> {
+    /// Adds (`sign` 1) or removes (`sign` -1) one row with join key `key`, `degree` partners
+    /// and, if this side's rows expire, time `time` (None: NULL, which never passes the time
+    /// bound, so a row kept in memory is not kept at all).
+    fn update(&mut self, key: &[u8], row: &[u8], sign: i64, degree: i64, time: Option<i64>) -> Result<()> {
         if self.append_only && sign < 0 {
             return Err(WeirError::internal("a join input derived as append-only retracted a row"));
         }
@@ -383,7 +423,15 @@ impl Side {
             self.put_numbered(key, row.to_vec())
         } else {
             let stored = Self::tagged(key, 1, row);
-            self.state.add_count(stored.key(), sign)?;
+            let (before, after) = self.state.add_count(stored.key(), sign)?;
+            // Every copy of a row has the same partners: its degree is kept while it is there.
+            if self.degrees && (before == 0) != (after == 0) {
+                let degree_key = Self::tagged(key, 2, row);
+                match after == 0 || degree == 0 {
+                    true => self.state.delete(degree_key.key()),
+                    false => self.state.put(degree_key.key(), encode_count(degree)),
+                }
+            }
             stored
         };
         if self.counted {
@@ -411,6 +459,12 @@ impl Side {
             by_time.add(time, stored.key());
         }
         Ok(())
+    }
+
+    /// Adds `delta` to the degree of this side's row `row` (key `key`); returns it before and
+    /// after.
+    fn add_degree(&mut self, key: &[u8], row: &[u8], delta: i64) -> Result<(i64, i64)> {
+        self.state.add_count(Self::tagged(key, 2, row).key(), delta)
     }
 
     /// Gives the rows this side keeps in memory to its state table, numbered as an append-only
@@ -540,10 +594,20 @@ type Pair = (Vec<u8>, Vec<u8>, Op);
 pub struct HashJoin {
     sides: [Side; 2],
     join_type: JoinType,
+    /// Outputs the pairs of matched rows (not a semi or anti join).
+    pairs: bool,
+    /// The side whose rows alone are the output (a semi or anti join's).
+    output: Option<usize>,
     /// NULL keys match each other (`IS NOT DISTINCT FROM`).
     nulls_match: bool,
     schema: SchemaRef,
+    /// The residual condition, over a pair's columns (left then right).
     residual: Option<Filter>,
+    /// A pair's columns, as the residual reads them.
+    pair_schema: SchemaRef,
+    /// The residual is asked of each candidate pair before the rows' degrees are known (a side
+    /// shows its rows alone); an inner join filters the pairs it outputs instead.
+    residual_first: bool,
     view: ViewStatus,
     window: Option<JoinWindow>,
     interval: Option<JoinInterval>,
@@ -579,14 +643,25 @@ impl HashJoin {
             interval,
             lateness,
         } = config;
-        let (pad_left, pad_right) = padding(join_type, residual.is_some())?;
+        let ([left_alone, right_alone], pairs) = shape(join_type)?;
         let [left_state, right_state] = state;
+        let fields: Vec<_> = left.0.fields().iter().chain(right.0.fields().iter()).cloned().collect();
+        let pair_schema = Arc::new(datafusion::arrow::datatypes::Schema::new(fields));
+        let output = match pairs {
+            true => None,
+            false => Some(if left_alone == Alone::Hidden { 1 } else { 0 }),
+        };
+        let residual_first = residual.is_some() && (left_alone != Alone::Hidden || right_alone != Alone::Hidden);
         let mut join = HashJoin {
-            sides: [Side::new(left, left_state, pad_left)?, Side::new(right, right_state, pad_right)?],
+            sides: [Side::new(left, left_state, left_alone)?, Side::new(right, right_state, right_alone)?],
             join_type,
+            pairs,
+            output,
             nulls_match,
             schema,
             residual: residual.map(|r| Filter::new(r, view.clone())),
+            pair_schema,
+            residual_first,
             view,
             window,
             interval: None,
@@ -596,8 +671,10 @@ impl HashJoin {
         };
         let inner = join_type == JoinType::Inner;
         for (side, append_only) in join.sides.iter_mut().zip(append_only_inputs) {
-            side.append_only = append_only;
-            side.counted = !(append_only && inner);
+            side.degrees = residual_first && side.alone != Alone::Hidden;
+            // A row's degree is kept by its multiplicity, which a numbered row has not.
+            side.append_only = append_only && !side.degrees;
+            side.counted = !(side.append_only && inner);
         }
         if let Some(interval) = interval {
             let what = join.describe();
@@ -629,15 +706,55 @@ impl HashJoin {
         }
     }
 
+    /// The output row showing side `side`'s row `row` alone: padded with the other side's
+    /// NULLs (a semi or anti join's output takes this side's columns only, [`HashJoin::to_batch`]).
+    fn alone(&self, side: usize, row: &[u8], op: Op) -> Pair {
+        Self::pair(side, row, &self.sides[1 - side].null_row, op)
+    }
+
+    /// Side `side`'s rows, decoded into columns.
+    fn decode<'a>(&self, side: usize, rows: impl Iterator<Item = &'a [u8]>) -> Result<Vec<ArrayRef>> {
+        let codec = &self.sides[side].row_codec;
+        let parser = codec.parser();
+        Ok(codec.convert_rows(rows.map(|r| parser.parse(r)))?)
+    }
+
     fn to_batch(&self, pairs: Vec<Pair>) -> Result<ChangeBatch> {
-        let decode = |side: &Side, rows: Vec<&[u8]>| -> Result<Vec<ArrayRef>> {
-            let parser = side.row_codec.parser();
-            Ok(side.row_codec.convert_rows(rows.into_iter().map(|r| parser.parse(r)))?)
+        let columns = match self.output {
+            Some(0) => self.decode(0, pairs.iter().map(|p| p.0.as_slice()))?,
+            Some(_) => self.decode(1, pairs.iter().map(|p| p.1.as_slice()))?,
+            None => {
+                let left = self.decode(0, pairs.iter().map(|p| p.0.as_slice()))?;
+                [left, self.decode(1, pairs.iter().map(|p| p.1.as_slice()))?].concat()
+            }
         };
-        let left = decode(&self.sides[0], pairs.iter().map(|p| p.0.as_slice()).collect())?;
-        let right = decode(&self.sides[1], pairs.iter().map(|p| p.1.as_slice()).collect())?;
         let ops = pairs.iter().map(|p| p.2).collect();
-        Ok(ChangeBatch::new(RecordBatch::try_new(Arc::clone(&self.schema), [left, right].concat())?, ops))
+        Ok(ChangeBatch::new(RecordBatch::try_new(Arc::clone(&self.schema), columns)?, ops))
+    }
+
+    /// Whether each candidate pair passes the residual: row `i` of `rows` (side `this`) with
+    /// each of `partners[i]`, in that order.
+    fn residual_passes(
+        &self,
+        this: usize,
+        rows: &datafusion::arrow::row::Rows,
+        partners: &[Vec<(Vec<u8>, i64)>],
+    ) -> Result<Vec<bool>> {
+        let Some(residual) = &self.residual else { return Ok(vec![]) };
+        let candidates: Vec<Pair> = partners
+            .iter()
+            .enumerate()
+            .flat_map(|(i, others)| {
+                others.iter().map(move |(other, _)| Self::pair(this, rows.row(i).as_ref(), other, Op::Insert))
+            })
+            .collect();
+        if candidates.is_empty() {
+            return Ok(vec![]);
+        }
+        let left = self.decode(0, candidates.iter().map(|p| p.0.as_slice()))?;
+        let columns = [left, self.decode(1, candidates.iter().map(|p| p.1.as_slice()))?].concat();
+        let batch = RecordBatch::try_new(Arc::clone(&self.pair_schema), columns)?;
+        residual.passes(&batch)
     }
 }
 
@@ -681,14 +798,31 @@ impl Operator for HashJoin {
             Some((column, _)) => Some(to_nanos(batch.data.column(*column))?),
             None => None,
         };
+        let null_key = |i: usize| !self.nulls_match && key_arrays.iter().any(|k| k.is_null(i));
+        // The other side does not change while this batch is applied: each row's partners
+        // are read first, so that the residual is asked of them all at once. A semi or anti
+        // join without a residual needs only their count, and their rows when they flip.
+        let counts_only = !self.pairs && !self.residual_first;
+        let mut partners = Vec::with_capacity(batch.num_rows());
+        for i in 0..batch.num_rows() {
+            partners.push(match null_key(i) || counts_only {
+                true => vec![],
+                false => self.sides[other].partner_rows(keys.row(i).as_ref())?,
+            });
+        }
+        let passes = match self.residual_first {
+            true => Some(self.residual_passes(this, &rows, &partners)?),
+            false => None,
+        };
+        let mut candidate = 0;
         let mut pairs: Vec<Pair> = Vec::new();
         for (i, op) in batch.ops.iter().enumerate() {
             let row = rows.row(i).as_ref().to_vec();
             let sign = op.sign();
-            if !self.nulls_match && key_arrays.iter().any(|k| k.is_null(i)) {
-                // Never matches: only an outer join shows it, padded.
-                if self.sides[this].padded {
-                    pairs.push(Self::pair(this, &row, &self.sides[other].null_row, *op));
+            if null_key(i) {
+                // Never matches: only a side that shows unmatched rows shows it.
+                if self.sides[this].alone.shows(0) {
+                    pairs.push(self.alone(this, &row, *op));
                 }
                 continue;
             }
@@ -696,38 +830,72 @@ impl Operator for HashJoin {
             if let Some(close) = closes.as_ref().and_then(|c| c[i]) {
                 self.open.insert(&key, close);
             }
-            let other_rows = self.sides[other].partner_rows(&key)?;
-            // Our own count matters only when it can change the other side's padding.
-            let mine_before = if self.sides[other].padded { self.sides[this].partners(&key)? } else { 0 };
-            if !other_rows.is_empty() {
-                for (other_row, count) in &other_rows {
+            let mut matched = std::mem::take(&mut partners[i]);
+            if let Some(passes) = &passes {
+                let from = candidate;
+                candidate += matched.len();
+                let mut pass = passes[from..candidate].iter();
+                matched.retain(|_| *pass.next().expect("one verdict per candidate"));
+            }
+            let degree: i64 = match counts_only {
+                true => self.sides[other].partners(&key)?,
+                false => matched.iter().map(|(_, count)| count).sum(),
+            };
+            if self.pairs {
+                for (other_row, count) in &matched {
                     for _ in 0..*count {
                         pairs.push(Self::pair(this, &row, other_row, *op));
                     }
                 }
-            } else if self.sides[this].padded {
-                pairs.push(Self::pair(this, &row, &self.sides[other].null_row, *op));
             }
-            // The other side's rows lose their padding with our first row, regain it with our last.
-            let mine_after = mine_before + sign;
-            if self.sides[other].padded && (mine_before == 0) != (mine_after == 0) {
-                let padding_op = if mine_after == 0 { Op::Insert } else { Op::Delete };
-                for (other_row, count) in &other_rows {
-                    for _ in 0..*count {
-                        pairs.push(Self::pair(other, other_row, &self.sides[this].null_row, padding_op));
+            if self.sides[this].alone.shows(degree) {
+                pairs.push(self.alone(this, &row, *op));
+            }
+            // The other side's partners of this row may start or stop showing alone: with the
+            // first partner they gain, or the last they lose.
+            let other_alone = self.sides[other].alone;
+            if other_alone != Alone::Hidden {
+                let flip = |before: i64, after: i64| {
+                    (other_alone.shows(before) != other_alone.shows(after)).then_some(if other_alone.shows(after) {
+                        Op::Insert
+                    } else {
+                        Op::Delete
+                    })
+                };
+                if self.sides[other].degrees {
+                    for (other_row, count) in &matched {
+                        let (before, after) = self.sides[other].add_degree(&key, other_row, sign)?;
+                        if let Some(op) = flip(before, after) {
+                            for _ in 0..*count {
+                                pairs.push(self.alone(other, other_row, op));
+                            }
+                        }
+                    }
+                } else {
+                    let mine_before = self.sides[this].partners(&key)?;
+                    if let Some(op) = flip(mine_before, mine_before + sign) {
+                        if counts_only {
+                            matched = self.sides[other].partner_rows(&key)?;
+                        }
+                        for (other_row, count) in &matched {
+                            for _ in 0..*count {
+                                pairs.push(self.alone(other, other_row, op));
+                            }
+                        }
                     }
                 }
             }
             let time = times.as_ref().and_then(|t| t.is_valid(i).then(|| t.value(i)));
-            self.sides[this].update(&key, &row, sign, time)?;
+            self.sides[this].update(&key, &row, sign, degree, time)?;
         }
         if pairs.is_empty() {
             return Ok(vec![]);
         }
         let joined = self.to_batch(pairs)?;
-        match &mut self.residual {
-            Some(filter) => filter.apply(0, joined, clock),
-            None => Ok(vec![joined]),
+        match (&mut self.residual, self.residual_first) {
+            // An inner join's pairs are filtered as they leave.
+            (Some(filter), false) => filter.apply(0, joined, clock),
+            _ => Ok(vec![joined]),
         }
     }
 

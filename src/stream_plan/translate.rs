@@ -23,7 +23,7 @@ use datafusion::arrow::compute::SortOptions;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::Session;
 use datafusion::common::{DFSchema, NullEquality};
-use datafusion::logical_expr::{Aggregate, Distinct, Expr, ExprSchemable, JoinType, LogicalPlan};
+use datafusion::logical_expr::{lit, Aggregate, Distinct, Expr, ExprSchemable, JoinType, LogicalPlan};
 use datafusion::physical_expr::PhysicalExpr;
 
 use super::distribution::{Distribution, Requirement};
@@ -35,7 +35,7 @@ use crate::catalog::windowed::windowed_relation;
 use crate::catalog::{Catalog, RelationKind};
 use crate::error::{Result, WeirError};
 use crate::operators::hash_agg::{AggKind, AggSpec, AggWindow, HashAggConfig};
-use crate::operators::hash_join::{padding, HashJoinConfig, JoinWindow};
+use crate::operators::hash_join::{shape, HashJoinConfig, JoinWindow};
 use crate::operators::lookup_join::LookupKind;
 use crate::operators::top_n::{RankOrder, TopNConfig};
 use crate::state::keys::{operator_state_table, TableId, RUNTIME_STATE_TABLE};
@@ -651,24 +651,37 @@ impl Builder<'_> {
                 if let Some(out) = self.lookup_join(j)? {
                     return Ok(out);
                 }
-                if j.on.is_empty() {
-                    return Err(unsupported("a join without an equality condition"));
+                if j.null_aware {
+                    return self.not_in(j);
                 }
+                // Refused here, in plan order, rather than when the operators are made.
+                shape(j.join_type)?;
                 let left = self.node(&j.left)?;
                 let right = self.node(&j.right)?;
-                let left_on: Vec<Expr> = j.on.iter().map(|(l, _)| l.clone()).collect();
-                let right_on: Vec<Expr> = j.on.iter().map(|(_, r)| r.clone()).collect();
+                // Without an equality every row meets every row of the other side: one constant
+                // key, in one shard (a scalar subquery's one row, a condition like `a.x < b.y`).
+                let constant = j.on.is_empty();
+                let on = match constant {
+                    true => vec![(lit(true), lit(true))],
+                    false => j.on.clone(),
+                };
+                let left_on: Vec<Expr> = on.iter().map(|(l, _)| l.clone()).collect();
+                let right_on: Vec<Expr> = on.iter().map(|(_, r)| r.clone()).collect();
                 let (left_columns, right_columns) =
                     (hash_of(&left_on, j.left.schema()), hash_of(&right_on, j.right.schema()));
-                // Inner join rows are where their left key put them; outer joins pad keys with NULL.
+                // Inner and left semi or anti join rows are where their left key put them; outer
+                // joins pad keys with NULL.
                 let output = match (&left_columns, j.join_type) {
-                    (Some(columns), JoinType::Inner) => Distribution::Hash(columns.clone()),
+                    _ if constant => Distribution::Single,
+                    (Some(columns), JoinType::Inner | JoinType::LeftSemi | JoinType::LeftAnti) => {
+                        Distribution::Hash(columns.clone())
+                    }
                     _ => Distribution::Any,
                 };
                 let left_keys =
-                    j.on.iter().map(|(l, _)| self.physical(l, j.left.schema())).collect::<Result<Vec<_>>>()?;
+                    on.iter().map(|(l, _)| self.physical(l, j.left.schema())).collect::<Result<Vec<_>>>()?;
                 let right_keys =
-                    j.on.iter().map(|(_, r)| self.physical(r, j.right.schema())).collect::<Result<Vec<_>>>()?;
+                    on.iter().map(|(_, r)| self.physical(r, j.right.schema())).collect::<Result<Vec<_>>>()?;
                 // Comparisons with now() in an inner join's condition filter its output instead.
                 let (condition, temporal) = match (&j.filter, j.join_type) {
                     (Some(f), JoinType::Inner) if uses_now(f) => {
@@ -682,9 +695,9 @@ impl Builder<'_> {
                     }
                     (f, _) => (f.clone(), None),
                 };
-                let residual = condition.as_ref().map(|f| self.physical(f, &j.schema)).transpose()?;
-                // Refused here, in plan order, rather than when the operators are made.
-                padding(j.join_type, residual.is_some())?;
+                // The residual reads a pair of rows, left then right, whatever the join outputs.
+                let pair = j.left.schema().join(j.right.schema())?;
+                let residual = condition.as_ref().map(|f| self.physical(f, &pair)).transpose()?;
                 // Joined on a window bound of both sides: state is freed as windows become final.
                 let window = j.on.iter().enumerate().find_map(|(i, (l, r))| {
                     let l = column_index(l, j.left.schema()).and_then(|c| left.times[c])?;
@@ -719,8 +732,10 @@ impl Builder<'_> {
                     )
                 };
                 // A key's rows of either side meet in one shard.
-                let (left_input, right_input) =
-                    (Requirement::hash(left_keys, left_columns), Requirement::hash(right_keys, right_columns));
+                let (left_input, right_input) = match constant {
+                    true => (Requirement::Single, Requirement::Single),
+                    false => (Requirement::hash(left_keys, left_columns), Requirement::hash(right_keys, right_columns)),
+                };
                 // Semi and anti joins output one side only.
                 let times = match j.join_type {
                     JoinType::Inner | JoinType::Left | JoinType::Right | JoinType::Full => {
@@ -788,6 +803,44 @@ impl Builder<'_> {
             }
             other => Err(unsupported(other.display().to_string().split(':').next().unwrap_or("this plan"))),
         }
+    }
+
+    /// `x NOT IN (SELECT y ...)`, DataFusion's null-aware anti join: no row at all once the
+    /// subquery has a NULL `y`, and a row whose `x` is NULL only while the subquery has no rows.
+    /// Built as an ordinary anti join, left-joined to one row of two flags about the subquery
+    /// (`bool_or(y IS NULL)`, `bool_or(true)`: they change only when they flip) and filtered
+    /// by them, then projected back to the left columns.
+    fn not_in(&mut self, j: &datafusion::logical_expr::Join) -> Result<Out> {
+        use datafusion::functions_aggregate::expr_fn::bool_or;
+        use datafusion::logical_expr::{col, LogicalPlanBuilder};
+        let [(left_key, right_key)] = j.on.as_slice() else {
+            return Err(unsupported("NOT IN over several columns"));
+        };
+        let anti = datafusion::logical_expr::Join { null_aware: false, ..j.clone() };
+        let (has_null, nonempty) = ("__weir_subquery_has_null", "__weir_subquery_has_rows");
+        let flags = LogicalPlanBuilder::from(j.right.as_ref().clone())
+            .aggregate(
+                Vec::<Expr>::new(),
+                vec![bool_or(right_key.clone().is_null()).alias(has_null), bool_or(lit(true)).alias(nonempty)],
+            )?
+            .build()?;
+        // Both flags are NULL until the subquery's first row; `IS NOT TRUE` counts that as false.
+        let keep = col(has_null).is_not_true().and(left_key.clone().is_not_null().or(col(nonempty).is_not_true()));
+        let with_flags = datafusion::logical_expr::Join::try_new(
+            Arc::new(LogicalPlan::Join(anti)),
+            Arc::new(flags),
+            vec![],
+            None,
+            JoinType::Left,
+            datafusion::logical_expr::JoinConstraint::On,
+            NullEquality::NullEqualsNothing,
+            false,
+        )?;
+        let plan = LogicalPlanBuilder::from(LogicalPlan::Join(with_flags))
+            .filter(keep)?
+            .project(j.left.schema().columns().into_iter().map(Expr::Column))?
+            .build()?;
+        self.node(&plan)
     }
 
     /// A join one of whose sides reads a table `FOR SYSTEM_TIME AS OF PROCTIME()`: the other
