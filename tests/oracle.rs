@@ -6,13 +6,13 @@ mod common;
 
 use common::workload::{
     check_event_time_views, check_these_views, create_tables, random_events, random_statement, EVENT_TABLE,
-    EVENT_TIME_VIEWS, SUBQUERY_VIEWS, VIEWS,
+    EVENT_TIME_VIEWS, LATER_VIEWS, VIEWS,
 };
 use common::{rows, Rng, TestServer};
 
 async fn setup(client: &tokio_postgres::Client, parallelism: usize) {
     create_tables(client, parallelism, "(1, 1, 10), (2, 1, 20), (3, 2, 30)", "(1, 15), (2, 5)").await;
-    for (name, query) in VIEWS.iter().chain(SUBQUERY_VIEWS) {
+    for (name, query) in VIEWS.iter().chain(LATER_VIEWS) {
         client.batch_execute(&format!("CREATE MATERIALIZED VIEW {name} AS {query}")).await.unwrap();
     }
 }
@@ -20,7 +20,7 @@ async fn setup(client: &tokio_postgres::Client, parallelism: usize) {
 /// Every view [`setup`] made equals its query.
 async fn check_views(client: &tokio_postgres::Client, context: &str) {
     check_these_views(client, VIEWS, context).await;
-    check_these_views(client, SUBQUERY_VIEWS, context).await;
+    check_these_views(client, LATER_VIEWS, context).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -63,13 +63,13 @@ async fn views_after_sigkill_equal_views_that_never_stopped() {
     let before = {
         let client = server.connect().await;
         let mut all = Vec::new();
-        for (name, _) in VIEWS.iter().chain(SUBQUERY_VIEWS) {
+        for (name, _) in VIEWS.iter().chain(LATER_VIEWS) {
             all.push(rows(&client, &format!("SELECT * FROM {name}")).await);
         }
         all
     };
     let client = server.sigkill_and_reconnect().await;
-    for ((name, _), expected) in VIEWS.iter().chain(SUBQUERY_VIEWS).zip(&before) {
+    for ((name, _), expected) in VIEWS.iter().chain(LATER_VIEWS).zip(&before) {
         assert_eq!(&rows(&client, &format!("SELECT * FROM {name}")).await, expected, "view {name} after restart");
     }
     // And they keep following changes.

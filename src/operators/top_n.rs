@@ -1,11 +1,14 @@
-//! Streaming Top-N: `ROW_NUMBER() OVER (PARTITION BY p ORDER BY o) AS rn ... WHERE rn <= N`.
+//! Streaming Top-N: `ROW_NUMBER() OVER (PARTITION BY p ORDER BY o) AS rn ... WHERE rn <= N`,
+//! and the same with `RANK()` or `DENSE_RANK()` ([`Ranking`]).
 //!
 //! Keeps, per partition, its rows in the order of `o` (ties broken by the whole row, so the
-//! answer is deterministic), and outputs each partition's first `N` rows with their row number
-//! (the input's columns, then `rn`). Changes are applied as they arrive; at each barrier every
+//! answer is deterministic), and outputs each partition's rows ranked `N` or better with their
+//! rank (the input's columns, then `rn`): the first `N` by row number; by `RANK()` (rows equal
+//! in `o` share a rank, the next rank skips) every row tied with the `N`-th too; by
+//! `DENSE_RANK()` (no skips) the rows of the first `N` distinct values of `o`. Changes are applied as they arrive; at each barrier every
 //! partition touched in the epoch compares its first `N` rows with those it output before (read
 //! at its first touch in the epoch) and emits the rows whose place changed: `U-` / `U+` where a
-//! rank's row changed, `-` or `+` where a rank appeared or went. So a row entering the top 10 at
+//! place's row or rank changed, `-` or `+` where a place appeared or went. So a row entering the top 10 at
 //! rank 3 moves the rows below it down one rank each, as SQL's `rn` says; a query that does not
 //! select `rn` sees most of these cancel out.
 //!
@@ -15,7 +18,7 @@
 //!   `partition ++ order ++ row ++ len(row)` -> the row's multiplicity, so a partition's rows
 //!   are one prefix in rank order and a row is read back from its key's tail;
 //! - over an append-only input a row that falls below rank `N` can never come back, so a
-//!   partition is one entry, `partition` -> its first `N` rows, held in memory while the epoch
+//!   partition is one entry, `partition` -> its rows ranked `N` or better, held in memory while the epoch
 //!   touches it: a row that ranks below them costs one comparison, and a partition no row
 //!   entered emits and writes nothing.
 //!
@@ -25,8 +28,8 @@
 //! bounded by the open windows. Which partitions are open is indexed in memory by close time:
 //! the index is the record the Top-N keeps with each checkpoint ([`Operator::save_record`]).
 //!
-//! Planned by `stream_plan::translate` for a `WindowAggr` of one `row_number()`
-//! under a filter that bounds it.
+//! Planned by `stream_plan::translate` for a `WindowAggr` of one `row_number()`, `rank()` or
+//! `dense_rank()` under a filter that bounds it.
 
 use std::cmp::Ordering;
 use std::sync::Arc;
@@ -45,7 +48,7 @@ use crate::state::keyed::{Flush, KeyedState};
 use crate::state::keys::KeyRef;
 use crate::state::keys_by_time::KeysByTime;
 use crate::state::record::{RecordReader, RecordWriter};
-use crate::state::store::WriteBatch;
+use crate::state::store::{ScanControl, WriteBatch};
 use crate::state::value::decode_count;
 use crate::state::value::{ValueReader, ValueWriter};
 use crate::status::ViewStatus;
@@ -53,6 +56,75 @@ use crate::types::clock::Clock;
 use crate::types::hash::HashMap;
 use crate::types::window::{close_times, TimeColumn};
 use crate::types::{ChangeBatch, Op};
+
+/// Which rank a Top-N gives its rows, and bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ranking {
+    /// 1, 2, 3, ... whatever the ties (ties ranked by the whole row).
+    RowNumber,
+    /// Rows equal in the order share a rank; the next rank skips as many (1, 1, 3).
+    Rank,
+    /// Rows equal in the order share a rank; the next is one more (1, 1, 2).
+    DenseRank,
+}
+
+impl Ranking {
+    /// The window function this ranking is, by DataFusion's name.
+    pub fn from_name(name: &str) -> Option<Ranking> {
+        match name {
+            "row_number" => Some(Ranking::RowNumber),
+            "rank" => Some(Ranking::Rank),
+            "dense_rank" => Some(Ranking::DenseRank),
+            _ => None,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Ranking::RowNumber => "row_number",
+            Ranking::Rank => "rank",
+            Ranking::DenseRank => "dense_rank",
+        }
+    }
+}
+
+/// Ranks rows given in rank order, one at a time, by their order keys.
+struct Ranker {
+    ranking: Ranking,
+    /// Rows seen, distinct orders seen, and the last row's order and rank.
+    rows: u64,
+    distinct: u64,
+    last: Option<(Vec<u8>, u64)>,
+}
+
+impl Ranker {
+    fn new(ranking: Ranking) -> Ranker {
+        Ranker { ranking, rows: 0, distinct: 0, last: None }
+    }
+
+    /// The rank of the next row, whose order key is `order`.
+    fn next(&mut self, order: &[u8]) -> u64 {
+        self.rows += 1;
+        let tie = self.last.as_ref().filter(|(last, _)| last.as_slice() == order).map(|(_, rank)| *rank);
+        if tie.is_none() {
+            self.distinct += 1;
+        }
+        let rank = match (self.ranking, tie) {
+            (Ranking::RowNumber, _) => self.rows,
+            (_, Some(rank)) => rank,
+            (Ranking::Rank, None) => self.rows,
+            (Ranking::DenseRank, None) => self.distinct,
+        };
+        self.last = Some((order.to_vec(), rank));
+        rank
+    }
+}
+
+/// The ranks of `rows`, given in rank order.
+fn ranks(rows: &[Ranked], ranking: Ranking) -> Vec<u64> {
+    let mut ranker = Ranker::new(ranking);
+    rows.iter().map(|r| ranker.next(r.order())).collect()
+}
 
 /// One `ORDER BY` key of the window: an expression over the input and its direction.
 #[derive(Clone)]
@@ -65,7 +137,8 @@ pub struct RankOrder {
 pub struct TopN {
     partition_by: Vec<Arc<dyn PhysicalExpr>>,
     order_by: Vec<RankOrder>,
-    /// The most rows each partition outputs.
+    ranking: Ranking,
+    /// The worst rank a partition outputs.
     limit: usize,
     /// Memcomparable encodings of a row's partition (None without PARTITION BY), its order
     /// (None without ORDER BY) and the whole row.
@@ -93,7 +166,8 @@ pub struct TopN {
 pub struct TopNConfig {
     pub partition_by: Vec<(Arc<dyn PhysicalExpr>, DataType)>,
     pub order_by: Vec<RankOrder>,
-    /// The most rows each partition outputs.
+    pub ranking: Ranking,
+    /// The worst rank a partition outputs.
     pub limit: usize,
     /// The input's columns, then the row number.
     pub schema: SchemaRef,
@@ -106,7 +180,7 @@ pub struct TopNConfig {
 
 impl TopN {
     pub fn new(config: TopNConfig, state: KeyedState, view: impl Into<ViewStatus>) -> Result<TopN> {
-        let TopNConfig { partition_by, order_by, limit, schema, window, append_only_input } = config;
+        let TopNConfig { partition_by, order_by, ranking, limit, schema, window, append_only_input } = config;
         let fields = schema.fields();
         if fields.is_empty() || fields[fields.len() - 1].data_type() != &DataType::UInt64 {
             return Err(WeirError::internal("a Top-N's last output column is its row number"));
@@ -125,6 +199,7 @@ impl TopN {
         Ok(TopN {
             partition_by: partition_by.into_iter().map(|(e, _)| e).collect(),
             order_by,
+            ranking,
             limit,
             partition_codec,
             order_codec,
@@ -166,7 +241,7 @@ impl TopN {
         Ok(Some(codec.convert_columns(&columns)?))
     }
 
-    /// A partition's first `limit` rows now, in rank order.
+    /// A partition's rows ranked `limit` or better now, in rank order.
     fn leaders(&mut self, partition: &[u8]) -> Result<Vec<Ranked>> {
         if self.append_only_input {
             return match self.state.get(KeyRef::whole(partition))? {
@@ -174,16 +249,32 @@ impl TopN {
                 None => Ok(vec![]),
             };
         }
-        // The multiset layout: the first `limit` keys hold the first `limit` rows or more.
         let mut rows = Vec::with_capacity(self.limit.min(1024));
-        for (key, count) in self.state.first_n_with_prefix(KeyRef::whole(partition), self.limit)? {
-            for _ in 0..decode_count(&count)?.max(0) {
-                if rows.len() == self.limit {
-                    return Ok(rows);
+        if self.ranking == Ranking::RowNumber {
+            // The multiset layout: the first `limit` keys hold the first `limit` rows or more.
+            for (key, count) in self.state.first_n_with_prefix(KeyRef::whole(partition), self.limit)? {
+                for _ in 0..decode_count(&count)?.max(0) {
+                    if rows.len() == self.limit {
+                        return Ok(rows);
+                    }
+                    rows.push(Ranked::from_key(&key, partition.len()));
                 }
-                rows.push(Ranked::from_key(&key, partition.len()));
             }
+            return Ok(rows);
         }
+        // Ties may pass any number of rows: read in order until a rank is past the limit.
+        let mut ranker = Ranker::new(self.ranking);
+        let limit = self.limit as u64;
+        self.state.scan_prefix_while(KeyRef::whole(partition), &mut |key, count| {
+            let row = Ranked::from_key(key, partition.len());
+            for _ in 0..decode_count(count)?.max(0) {
+                if ranker.next(row.order()) > limit {
+                    return Ok(ScanControl::Stop);
+                }
+                rows.push(Ranked { bytes: row.bytes.clone(), order_len: row.order_len });
+            }
+            Ok(ScanControl::Continue)
+        })?;
         Ok(rows)
     }
 
@@ -230,6 +321,10 @@ impl Ranked {
 
     fn row(&self) -> &[u8] {
         &self.bytes[self.order_len..]
+    }
+
+    fn order(&self) -> &[u8] {
+        &self.bytes[..self.order_len]
     }
 
     /// The rank of this row against `(order, row)`.
@@ -280,7 +375,8 @@ impl Operator for TopN {
             })
             .collect();
         format!(
-            "TopN: row_number() <= {} partition by [{}] order by [{}]{}",
+            "TopN: {}() <= {} partition by [{}] order by [{}]{}",
+            self.ranking.name(),
             self.limit,
             partition.join(", "),
             order.join(", "),
@@ -301,7 +397,7 @@ impl Operator for TopN {
             }
             None => None,
         };
-        let (append_only, limit) = (self.append_only_input, self.limit);
+        let (append_only, limit, ranking) = (self.append_only_input, self.limit, self.ranking);
         let mut key = Vec::new();
         for (i, op) in batch.ops.iter().enumerate() {
             let partition = partitions.as_ref().map_or(&[][..], |p| p.row(i).data());
@@ -316,14 +412,24 @@ impl Operator for TopN {
                 let Touched::Leaders { now, changed } = touched else {
                     return Err(WeirError::internal("Top-N: an append-only partition without its rows"));
                 };
-                // A row that ranks after the last of a full list never enters.
-                if now.len() >= limit && now.last().is_none_or(|l| l.cmp_with(order, row).is_le()) {
+                if ranking == Ranking::RowNumber {
+                    // A row that ranks after the last of a full list never enters.
+                    if now.len() >= limit && now.last().is_none_or(|l| l.cmp_with(order, row).is_le()) {
+                        continue;
+                    }
+                    let at = now.partition_point(|l| l.cmp_with(order, row).is_le());
+                    now.insert(at, Ranked::new(order, row));
+                    now.truncate(limit);
+                    *changed = true;
                     continue;
                 }
+                // By rank: in, then every row past the limit out. If the new row is out, so
+                // is nothing else (a row after it ranks no better and was in).
                 let at = now.partition_point(|l| l.cmp_with(order, row).is_le());
                 now.insert(at, Ranked::new(order, row));
-                now.truncate(limit);
-                *changed = true;
+                let kept = ranks(now, ranking).iter().take_while(|&&r| r <= limit as u64).count();
+                now.truncate(kept);
+                *changed |= at < kept;
                 continue;
             }
             key.clear();
@@ -354,17 +460,21 @@ impl Operator for TopN {
                     (before, now)
                 }
             };
-            for rank in 0..before.len().max(after.len()) {
-                let (old, new) = (before.get(rank).map(Ranked::row), after.get(rank).map(Ranked::row));
+            // Place by place: where the row or its rank changed, the old one goes and the new
+            // one comes.
+            let (ranks_before, ranks_after) = (ranks(&before, self.ranking), ranks(&after, self.ranking));
+            for place in 0..before.len().max(after.len()) {
+                let old = before.get(place).map(|r| (r.row(), ranks_before[place]));
+                let new = after.get(place).map(|r| (r.row(), ranks_after[place]));
                 if old == new {
                     continue;
                 }
                 let both = old.is_some() && new.is_some();
-                if let Some(old) = old {
-                    out.push((old.to_vec(), rank as u64 + 1, if both { Op::UpdateDelete } else { Op::Delete }));
+                if let Some((old, rank)) = old {
+                    out.push((old.to_vec(), rank, if both { Op::UpdateDelete } else { Op::Delete }));
                 }
-                if let Some(new) = new {
-                    out.push((new.to_vec(), rank as u64 + 1, if both { Op::UpdateInsert } else { Op::Insert }));
+                if let Some((new, rank)) = new {
+                    out.push((new.to_vec(), rank, if both { Op::UpdateInsert } else { Op::Insert }));
                 }
             }
         }
@@ -446,6 +556,7 @@ mod tests {
         };
         let partition = vec![(col("c0", &input).unwrap(), input.field(0).data_type().clone())];
         let config = TopNConfig {
+            ranking: Ranking::RowNumber,
             partition_by: partition,
             order_by: vec![order],
             limit,

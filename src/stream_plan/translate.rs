@@ -37,7 +37,7 @@ use crate::error::{Result, WeirError};
 use crate::operators::hash_agg::{AggKind, AggSpec, AggWindow, HashAggConfig};
 use crate::operators::hash_join::{shape, HashJoinConfig, JoinWindow};
 use crate::operators::lookup_join::LookupKind;
-use crate::operators::top_n::{RankOrder, TopNConfig};
+use crate::operators::top_n::{RankOrder, Ranking, TopNConfig};
 use crate::state::keys::{operator_state_table, TableId, RUNTIME_STATE_TABLE};
 use crate::types::window::{TimeColumn, Windowing};
 
@@ -253,7 +253,7 @@ fn rank_bound(filter: &datafusion::logical_expr::Filter) -> Option<(LogicalPlan,
                 LogicalPlan::Window(w) => {
                     let first = w.input.schema().fields().len();
                     if c >= first
-                        && matches!(unalias(w.window_expr.get(c - first)?), Expr::WindowFunction(f) if f.fun.name() == "row_number")
+                        && matches!(unalias(w.window_expr.get(c - first)?), Expr::WindowFunction(f) if Ranking::from_name(f.fun.name()).is_some())
                     {
                         return Some((plan.clone(), limit));
                     }
@@ -1000,17 +1000,19 @@ impl Builder<'_> {
             return Err(unsupported(&format!("the window expression {expr}")));
         };
         let name = f.fun.name().to_string();
-        if name != "row_number" {
+        let Some(ranking) = Ranking::from_name(&name) else {
             return Err(WeirError::unsupported(format!(
                 "the window function {name}() is not supported in a materialized view yet \
-                 (ROW_NUMBER() bounded by an outer filter, WHERE rn <= N, is)"
+                 (ROW_NUMBER(), RANK() or DENSE_RANK() bounded by an outer filter, WHERE rn <= N, is)"
             )));
-        }
+        };
         let Some(&limit) = self.rank_limits.get(plan) else {
-            return Err(WeirError::unsupported(
-                "ROW_NUMBER() in a materialized view needs a bound on it in the outer query, as in \
-                 SELECT * FROM (SELECT ..., ROW_NUMBER() OVER (...) AS rn FROM t) WHERE rn <= 10 (a streaming Top-N)",
-            ));
+            return Err(WeirError::unsupported(format!(
+                "{}() in a materialized view needs a bound on it in the outer query, as in \
+                 SELECT * FROM (SELECT ..., {}() OVER (...) AS rn FROM t) WHERE rn <= 10 (a streaming Top-N)",
+                name.to_uppercase(),
+                name.to_uppercase()
+            )));
         };
         let params = &f.params;
         if params.filter.is_some() || params.distinct {
@@ -1036,6 +1038,7 @@ impl Builder<'_> {
         let config = TopNConfig {
             partition_by: partition_by.clone(),
             order_by,
+            ranking,
             limit,
             schema,
             window: window.map(|(index, column)| (index, column, lateness)),
@@ -1082,6 +1085,7 @@ impl Builder<'_> {
         let config = TopNConfig {
             partition_by: partition_by.clone(),
             order_by,
+            ranking: Ranking::RowNumber,
             limit: 1,
             schema: Arc::clone(&ranked),
             window: window.map(|(index, column)| (index, column, self.options.lateness)),
@@ -1137,6 +1141,7 @@ impl Builder<'_> {
         let config = TopNConfig {
             partition_by: vec![],
             order_by,
+            ranking: Ranking::RowNumber,
             limit: skip.saturating_add(fetch),
             schema: Arc::clone(&ranked),
             window: None,

@@ -31,9 +31,10 @@ pub const VIEWS: &[(&str, &str)] = &[
     ("per_b", "SELECT b.k AS bk, count(a.k) AS n, sum(a.v) AS s FROM b LEFT JOIN a ON a.g = b.k GROUP BY b.k"),
 ];
 
-/// Views of subqueries, set operations and joins on other conditions than equalities, over the
-/// same tables: a list of their own, which the upgrade fixtures of earlier releases lack.
-pub const SUBQUERY_VIEWS: &[(&str, &str)] = &[
+/// Views of what views learnt after the upgrade fixtures of earlier releases were made (which
+/// lack them), over the same tables: subqueries, set operations, joins on other conditions than
+/// equalities, ranks.
+pub const LATER_VIEWS: &[(&str, &str)] = &[
     // Semi and anti joins (bag's x is sometimes NULL).
     ("semi", "SELECT a.k, a.v FROM a WHERE EXISTS (SELECT 1 FROM b WHERE b.k = a.g)"),
     ("anti", "SELECT a.k, a.g FROM a WHERE NOT EXISTS (SELECT 1 FROM b WHERE b.k = a.g)"),
@@ -52,6 +53,12 @@ pub const SUBQUERY_VIEWS: &[(&str, &str)] = &[
     ("theta", "SELECT a.k, b.k AS bk FROM a JOIN b ON a.v < b.w - 20"),
     ("left_residual", "SELECT a.k, a.v, b.w FROM a LEFT JOIN b ON a.g = b.k AND b.w > a.v / 3"),
     ("full_residual", "SELECT a.k, b.k AS bk FROM a FULL JOIN b ON a.g = b.k AND a.v < b.w * 3"),
+    // Top-N by RANK() and DENSE_RANK(): ties share a rank, so more rows than N may pass.
+    (
+        "ranked",
+        "SELECT * FROM (SELECT k, g, v, RANK() OVER (PARTITION BY g ORDER BY v % 10) AS r FROM a) t WHERE r <= 2",
+    ),
+    ("dense_ranked", "SELECT * FROM (SELECT k, v, DENSE_RANK() OVER (ORDER BY v % 7 DESC) AS r FROM a) t WHERE r <= 3"),
 ];
 
 pub fn random_statement(rng: &mut Rng) -> String {
