@@ -123,6 +123,9 @@ pub async fn template_state(catalog: Arc<Catalog>) -> Result<SessionState> {
         Volatility::Stable,
         Arc::new(move |_| Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(version.clone()))))),
     ));
+    // PostgreSQL's `variance` is the sample variance, DataFusion's `var`.
+    let var_samp = datafusion::functions_aggregate::variance::var_samp_udaf();
+    ctx.register_udaf(var_samp.as_ref().clone().with_aliases(["variance"]));
     // Plain views are planned with this state (every function and schema registered above).
     let planner_state = ctx.state();
     public.set_view_planner(Arc::new(move |relation| {

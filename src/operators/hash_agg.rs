@@ -115,6 +115,16 @@ pub enum AggKind {
     BoolOr,
     /// `string_agg(x, delimiter [ORDER BY x])`: the values in ascending order.
     StringAgg,
+    /// `var_samp` / `var`, `var_pop`, `stddev_samp` / `stddev`, `stddev_pop`.
+    Variance {
+        population: bool,
+        root: bool,
+    },
+    /// `bit_and`, `bit_or`: over the distinct values kept in the multiset.
+    BitAnd,
+    BitOr,
+    /// `bit_xor`: a running xor (each value is its own inverse).
+    BitXor,
 }
 
 impl AggKind {
@@ -132,13 +142,31 @@ impl AggKind {
             ("bool_and", true, _) => AggKind::BoolAnd,
             ("bool_or", true, _) => AggKind::BoolOr,
             ("string_agg", true, false) => AggKind::StringAgg,
+            ("var" | "var_samp" | "var_sample" | "variance", true, false) => {
+                AggKind::Variance { population: false, root: false }
+            }
+            ("var_pop" | "var_population", true, false) => AggKind::Variance { population: true, root: false },
+            ("stddev" | "stddev_samp", true, false) => AggKind::Variance { population: false, root: true },
+            ("stddev_pop", true, false) => AggKind::Variance { population: true, root: true },
+            // Equal values do not change an AND or an OR.
+            ("bit_and", true, _) => AggKind::BitAnd,
+            ("bit_or", true, _) => AggKind::BitOr,
+            ("bit_xor", true, false) => AggKind::BitXor,
             _ => return None,
         })
     }
 
     /// Whether the aggregate keeps its values (with multiplicities) in the multiset table.
     fn keeps_values(self) -> bool {
-        matches!(self, AggKind::Min | AggKind::Max | AggKind::CountDistinct | AggKind::StringAgg)
+        matches!(
+            self,
+            AggKind::Min
+                | AggKind::Max
+                | AggKind::CountDistinct
+                | AggKind::StringAgg
+                | AggKind::BitAnd
+                | AggKind::BitOr
+        )
     }
 }
 
@@ -186,6 +214,17 @@ enum Acc {
     Bools {
         trues: i64,
         falses: i64,
+    },
+    /// Variance and standard deviation: the exact sums of the values and of their squares.
+    Moments {
+        sum: ExactSum,
+        squares: ExactSum,
+        values: i64,
+    },
+    /// `bit_xor`: the xor of the values so far.
+    Xor {
+        bits: i64,
+        values: i64,
     },
 }
 
@@ -481,9 +520,13 @@ impl HashAgg {
                 AggKind::Avg if self.exact_sums => Acc::Avg { sum: ExactSum::default(), values: 0 },
                 AggKind::Avg => Acc::AvgRounded { sum: 0.0, values: 0 },
                 AggKind::Min | AggKind::Max if self.append_only_input => Acc::Best(None),
-                AggKind::Min | AggKind::Max | AggKind::StringAgg => Acc::Extreme,
+                AggKind::Min | AggKind::Max | AggKind::StringAgg | AggKind::BitAnd | AggKind::BitOr => Acc::Extreme,
                 AggKind::CountDistinct => Acc::Distinct(0),
                 AggKind::BoolAnd | AggKind::BoolOr => Acc::Bools { trues: 0, falses: 0 },
+                AggKind::Variance { .. } => {
+                    Acc::Moments { sum: ExactSum::default(), squares: ExactSum::default(), values: 0 }
+                }
+                AggKind::BitXor => Acc::Xor { bits: 0, values: 0 },
             })
             .collect();
         Group { rows: 0, accs, emitted: None, unstored: false }
@@ -556,6 +599,29 @@ impl HashAgg {
                 Some(ScalarValue::Boolean(Some(false))) => *falses += sign,
                 _ => {}
             },
+            Acc::Moments { sum, squares, values } => {
+                if let Some(v) = value {
+                    match integer_value(&v) {
+                        // |v| < 2^64: its square fits in an i128.
+                        Some(i) => {
+                            sum.add_i128(i, sign);
+                            squares.add_i128(i * i, sign);
+                        }
+                        None => {
+                            let f = float_value(&v)?;
+                            sum.add_f64(f, sign);
+                            squares.add_f64(f * f, sign);
+                        }
+                    }
+                    *values += sign;
+                }
+            }
+            Acc::Xor { bits, values } => {
+                if let Some(v) = value {
+                    *bits ^= bits_of(&v)?;
+                    *values += sign;
+                }
+            }
             Acc::Best(best) => {
                 if let Some(v) = value {
                     if sign < 0 {
@@ -649,6 +715,35 @@ impl HashAgg {
                 }
             }
             Acc::Best(best) => best.clone().unwrap_or(ScalarValue::Null),
+            Acc::Extreme if matches!(spec.kind, AggKind::BitAnd | AggKind::BitOr) => {
+                let prefix = Self::multiset_prefix(group_key, i, 0);
+                let codec = self.value_codecs[i].as_ref().expect("codec");
+                let mut folded: Option<i64> = None;
+                for (k, count) in self.values.scan_prefix(prefix.key())? {
+                    if decode_count(&count)? <= 0 {
+                        continue;
+                    }
+                    let bits = bits_of(&codec.decode(&k[prefix.bytes().len()..])?)?;
+                    folded = Some(match (folded, spec.kind) {
+                        (None, _) => bits,
+                        (Some(f), AggKind::BitAnd) => f & bits,
+                        (Some(f), _) => f | bits,
+                    });
+                }
+                folded.map_or(ScalarValue::Null, |f| ScalarValue::Int64(Some(f)))
+            }
+            Acc::Xor { values: 0, .. } => ScalarValue::Null,
+            Acc::Xor { bits, .. } => ScalarValue::Int64(Some(*bits)),
+            Acc::Moments { sum, squares, values } => {
+                let AggKind::Variance { population, root } = spec.kind else {
+                    return Err(WeirError::internal("moments kept for an aggregate that is no variance"));
+                };
+                match variance(sum, squares, *values, population) {
+                    Some(v) if root => ScalarValue::Float64(Some(v.sqrt())),
+                    Some(v) => ScalarValue::Float64(Some(v)),
+                    None => ScalarValue::Null,
+                }
+            }
             Acc::Extreme => {
                 let prefix = Self::multiset_prefix(group_key, i, 0);
                 match self.values.first_with_prefix(prefix.key(), spec.kind == AggKind::Max)? {
@@ -719,6 +814,12 @@ impl HashAgg {
                 Acc::Bools { trues, falses } => {
                     out.i64(*trues).i64(*falses);
                 }
+                Acc::Moments { sum, squares, values } => {
+                    out.exact_sum(sum).exact_sum(squares).i64(*values);
+                }
+                Acc::Xor { bits, values } => {
+                    out.i64(*bits).i64(*values);
+                }
             }
         }
         match &group.emitted {
@@ -763,12 +864,46 @@ impl HashAgg {
                 } else {
                     None
                 }),
-                AggKind::Min | AggKind::Max | AggKind::StringAgg => Acc::Extreme,
+                AggKind::Min | AggKind::Max | AggKind::StringAgg | AggKind::BitAnd | AggKind::BitOr => Acc::Extreme,
                 AggKind::BoolAnd | AggKind::BoolOr => Acc::Bools { trues: r.i64()?, falses: r.i64()? },
+                AggKind::Variance { .. } => {
+                    let (sum, squares) = (r.exact_sum()?, r.exact_sum()?);
+                    Acc::Moments { sum, squares, values: r.i64()? }
+                }
+                AggKind::BitXor => Acc::Xor { bits: r.i64()?, values: r.i64()? },
             });
         }
         let emitted = if r.u8()? == 1 { Some(r.slice()?.to_vec()) } else { None };
         Ok(Group { rows, accs, emitted, unstored: false })
+    }
+}
+
+/// The variance of `values` numbers with sum `sum` and sum of squares `squares`: of the
+/// population, or of a sample (None for fewer than two). Exact while the sums are integers
+/// that `n * squares - sum^2` holds in an i128; else from their nearest f64s.
+fn variance(sum: &ExactSum, squares: &ExactSum, values: i64, population: bool) -> Option<f64> {
+    let n = values;
+    let divisor = if population { n } else { n - 1 };
+    if n <= 0 || divisor <= 0 {
+        return None;
+    }
+    let exact = sum.to_i128().zip(squares.to_i128()).and_then(|(s, q)| {
+        let scaled = (n as i128).checked_mul(q)?.checked_sub(s.checked_mul(s)?)?;
+        Some(scaled as f64 / (n as f64 * divisor as f64))
+    });
+    let variance = exact.unwrap_or_else(|| {
+        let (s, q) = (sum.to_f64(), squares.to_f64());
+        (q - s * s / n as f64) / divisor as f64
+    });
+    // Rounding must not make it negative.
+    Some(variance.max(0.0))
+}
+
+/// An integer value's bits, for `bit_and`, `bit_or` and `bit_xor`.
+fn bits_of(value: &ScalarValue) -> Result<i64> {
+    match value.cast_to(&DataType::Int64)? {
+        ScalarValue::Int64(Some(bits)) => Ok(bits),
+        other => Err(WeirError::internal(format!("a bitwise aggregate of {other:?}"))),
     }
 }
 

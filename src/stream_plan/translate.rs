@@ -568,8 +568,8 @@ impl Builder<'_> {
                     let ordered_by_arg = params.order_by.len() == 1
                         && params.order_by[0].asc
                         && params.args.first().is_some_and(|a| *a == params.order_by[0].expr);
-                    if params.filter.is_some() || !(params.order_by.is_empty() || ordered_by_arg) {
-                        return Err(unsupported("FILTER or ORDER BY inside an aggregate"));
+                    if !(params.order_by.is_empty() || ordered_by_arg) {
+                        return Err(unsupported("ORDER BY inside an aggregate other than string_agg(x, d ORDER BY x)"));
                     }
                     let kind = AggKind::from_name(f.func.name(), !params.args.is_empty(), params.distinct).ok_or_else(
                         || {
@@ -577,8 +577,18 @@ impl Builder<'_> {
                             unsupported(&format!("the aggregate {}({distinct}...)", f.func.name()))
                         },
                     )?;
-                    let arg = params.args.first().map(|e| self.physical(e, a.input.schema())).transpose()?;
-                    let arg_type = params.args.first().map(|e| e.get_type(a.input.schema())).transpose()?;
+                    // `agg(x) FILTER (WHERE c)` is `agg(CASE WHEN c THEN x END)`: every aggregate
+                    // Weir keeps skips NULL values, and `count(*)` counts `CASE WHEN c THEN 1 END`.
+                    let (kind, value) = match &params.filter {
+                        None => (kind, params.args.first().cloned()),
+                        Some(condition) => {
+                            let value = params.args.first().cloned().unwrap_or(lit(1i64));
+                            let kind = if kind == AggKind::CountRows { AggKind::Count } else { kind };
+                            (kind, Some(datafusion::logical_expr::when(condition.as_ref().clone(), value).end()?))
+                        }
+                    };
+                    let arg = value.as_ref().map(|e| self.physical(e, a.input.schema())).transpose()?;
+                    let arg_type = value.as_ref().map(|e| e.get_type(a.input.schema())).transpose()?;
                     let delimiter = match (kind, params.args.get(1)) {
                         (AggKind::StringAgg, Some(Expr::Literal(v, _))) => Some(v.to_string()),
                         (AggKind::StringAgg, _) => {

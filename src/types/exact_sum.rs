@@ -192,6 +192,36 @@ impl ExactSum {
         }
     }
 
+    /// The sum as an i128, when it is a finite integer that one holds.
+    pub fn to_i128(&self) -> Option<i128> {
+        if self.nan != 0 || self.pos_inf != 0 || self.neg_inf != 0 {
+            return None;
+        }
+        let mut normalized = self.clone();
+        normalized.normalize();
+        let mut value: i128 = 0;
+        for (i, &limb) in normalized.limbs.iter().enumerate() {
+            if limb == 0 {
+                continue;
+            }
+            // Limb `i` weighs 2^(32 (lowest + i) - ONE_AT).
+            let shift = (LIMB_BITS * (normalized.lowest as usize + i)) as i64 - ONE_AT as i64;
+            let part = if shift >= 0 {
+                let shift = u32::try_from(shift).ok().filter(|&s| s < 127)?;
+                (limb as i128).checked_mul(1i128.checked_shl(shift)?)?
+            } else {
+                // Below the units: an integer sum has no bits there.
+                let shift = u32::try_from(-shift).ok()?;
+                if shift >= 64 || limb & ((1i64 << shift) - 1) != 0 {
+                    return None;
+                }
+                (limb >> shift) as i128
+            };
+            value = value.checked_add(part)?;
+        }
+        Some(value)
+    }
+
     /// The sum's parts, for storing it.
     pub fn parts(&self) -> ExactSumParts {
         let mut normalized = self.clone();
@@ -233,6 +263,25 @@ mod tests {
         let mut sum = ExactSum::default();
         values.iter().for_each(|&v| sum.add_f64(v, 1));
         sum
+    }
+
+    /// An integer sum reads back as its i128 exactly, negative and past 2^64 too; a fraction,
+    /// an infinity or a sum past i128 does not.
+    #[test]
+    fn integer_sums_read_back_as_i128() {
+        let mut sum = ExactSum::default();
+        sum.add_i128(i64::MAX as i128 * i64::MAX as i128, 1);
+        sum.add_i128(-7, 1);
+        assert_eq!(sum.to_i128(), Some(i64::MAX as i128 * i64::MAX as i128 - 7));
+        let mut negative = ExactSum::default();
+        negative.add_i128(-12345678901234567890123, 1);
+        negative.add_f64(3.0, 1);
+        assert_eq!(negative.to_i128(), Some(-12345678901234567890120));
+        assert_eq!(sum_of(&[0.5, 1.0]).to_i128(), None);
+        assert_eq!(sum_of(&[0.5, 0.5, -3.0]).to_i128(), Some(-2));
+        assert_eq!(sum_of(&[f64::INFINITY]).to_i128(), None);
+        assert_eq!(sum_of(&[1e300]).to_i128(), None);
+        assert_eq!(ExactSum::default().to_i128(), Some(0));
     }
 
     #[test]

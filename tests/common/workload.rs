@@ -59,6 +59,13 @@ pub const LATER_VIEWS: &[(&str, &str)] = &[
         "SELECT * FROM (SELECT k, g, v, RANK() OVER (PARTITION BY g ORDER BY v % 10) AS r FROM a) t WHERE r <= 2",
     ),
     ("dense_ranked", "SELECT * FROM (SELECT k, v, DENSE_RANK() OVER (ORDER BY v % 7 DESC) AS r FROM a) t WHERE r <= 3"),
+    // Aggregates with FILTER, the second moments and the bitwise ones.
+    (
+        "spread",
+        "SELECT g, count(*) FILTER (WHERE v > 50) AS big, sum(v) FILTER (WHERE v % 2 = 0) AS even_sum, \
+         round(stddev(v), 6) AS sd, round(var_pop(v), 6) AS vp, bit_and(v) AS ba, bit_or(v) AS bo, bit_xor(v) AS bx \
+         FROM a GROUP BY g",
+    ),
 ];
 
 pub fn random_statement(rng: &mut Rng) -> String {
