@@ -22,7 +22,7 @@ use std::sync::Arc;
 use datafusion::arrow::compute::SortOptions;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::Session;
-use datafusion::common::{DFSchema, NullEquality};
+use datafusion::common::{DFSchema, NullEquality, ScalarValue};
 use datafusion::logical_expr::{lit, Aggregate, Distinct, Expr, ExprSchemable, JoinType, LogicalPlan};
 use datafusion::physical_expr::PhysicalExpr;
 
@@ -542,6 +542,9 @@ impl Builder<'_> {
                 self.reproject(out, &canonical_schema, &indices, Self::schema(plan))
             }
             LogicalPlan::Aggregate(a) if distinct_on_form(a).is_some() => self.distinct_on(plan, a),
+            LogicalPlan::Aggregate(a) if matches!(a.group_expr.as_slice(), [Expr::GroupingSet(_)]) => {
+                self.grouping_sets(a)
+            }
             LogicalPlan::Aggregate(a) => {
                 let child = self.node(&a.input)?;
                 let group_types =
@@ -813,6 +816,61 @@ impl Builder<'_> {
             }
             other => Err(unsupported(other.display().to_string().split(':').next().unwrap_or("this plan"))),
         }
+    }
+
+    /// `GROUP BY GROUPING SETS (...)`, `ROLLUP (...)` or `CUBE (...)`: one aggregate per
+    /// grouping set, each projected to the whole aggregate's columns (NULL for an expression
+    /// the set does not group by, and the set's `__grouping_id`, which `grouping()` reads), all
+    /// in one union. Each set's groups are kept as a plain GROUP BY's are.
+    fn grouping_sets(&mut self, a: &Aggregate) -> Result<Out> {
+        use datafusion::logical_expr::{GroupingSet, Projection, Union};
+        let [Expr::GroupingSet(grouping)] = a.group_expr.as_slice() else {
+            return Err(WeirError::internal("grouping sets without a grouping set"));
+        };
+        let distinct: Vec<Expr> = grouping.distinct_expr().into_iter().cloned().collect();
+        let sets: Vec<Vec<Expr>> = match grouping {
+            GroupingSet::Rollup(exprs) => (0..=exprs.len()).map(|n| exprs[..n].to_vec()).collect(),
+            GroupingSet::Cube(exprs) => (0..1u64 << exprs.len())
+                .map(|mask| {
+                    exprs.iter().enumerate().filter(|(i, _)| mask & (1 << i) != 0).map(|(_, e)| e.clone()).collect()
+                })
+                .collect(),
+            GroupingSet::GroupingSets(sets) => sets.clone(),
+        };
+        let n = distinct.len();
+        let id_field = a.schema.field(n);
+        let mut seen: Vec<u64> = Vec::new();
+        let mut branches = Vec::with_capacity(sets.len());
+        for set in sets {
+            // The id: a bit per expression the set leaves NULL (the first the highest), and
+            // above them how many equal sets came before.
+            let mask = distinct
+                .iter()
+                .enumerate()
+                .filter(|(_, e)| !set.contains(e))
+                .fold(0u64, |mask, (i, _)| mask | 1 << (n - 1 - i));
+            let ordinal = seen.iter().filter(|&&m| m == mask).count() as u64;
+            seen.push(mask);
+            let id = ScalarValue::UInt64(Some(mask | ordinal << n)).cast_to(id_field.data_type())?;
+            let branch = Aggregate::try_new(Arc::clone(&a.input), set.clone(), a.aggr_expr.clone())?;
+            let columns = branch.schema.columns();
+            let mut exprs = Vec::with_capacity(a.schema.fields().len());
+            for (i, e) in distinct.iter().enumerate() {
+                let name = a.schema.field(i).name();
+                exprs.push(match set.iter().position(|s| s == e) {
+                    Some(at) => Expr::Column(columns[at].clone()).alias(name),
+                    None => lit(ScalarValue::try_from(a.schema.field(i).data_type())?).alias(name),
+                });
+            }
+            exprs.push(lit(id).alias(id_field.name()));
+            for (j, column) in columns[set.len()..].iter().enumerate() {
+                exprs.push(Expr::Column(column.clone()).alias(a.schema.field(n + 1 + j).name()));
+            }
+            let projection = Projection::try_new(exprs, Arc::new(LogicalPlan::Aggregate(branch)))?;
+            branches.push(Arc::new(LogicalPlan::Projection(projection)));
+        }
+        let union = Union { inputs: branches, schema: Arc::clone(&a.schema) };
+        self.node(&LogicalPlan::Union(union))
     }
 
     /// `x NOT IN (SELECT y ...)`, DataFusion's null-aware anti join: no row at all once the

@@ -66,6 +66,10 @@ pub const LATER_VIEWS: &[(&str, &str)] = &[
          round(stddev(v), 6) AS sd, round(var_pop(v), 6) AS vp, bit_and(v) AS ba, bit_or(v) AS bo, bit_xor(v) AS bx \
          FROM a GROUP BY g",
     ),
+    // GROUPING SETS, ROLLUP and CUBE, with grouping().
+    ("rolled", "SELECT g, k, sum(v) AS s, count(*) AS n, grouping(g) AS gg FROM a GROUP BY ROLLUP (g, k)"),
+    ("cubed", "SELECT g, v % 2 AS odd, max(v) AS hi FROM a GROUP BY CUBE (g, v % 2)"),
+    ("grouping_sets", "SELECT g, k % 2 AS m, count(*) AS n FROM a GROUP BY GROUPING SETS ((g), (k % 2), ())"),
 ];
 
 pub fn random_statement(rng: &mut Rng) -> String {
