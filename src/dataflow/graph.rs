@@ -79,6 +79,8 @@ pub struct Graph {
     shards: Vec<Vec<Box<dyn Operator>>>,
     /// The leaf node reading each of the view's inputs.
     leaves: Vec<usize>,
+    /// Leaves of rows the query gives itself, with their rows: entered once, at the backfill.
+    constants: Vec<(usize, datafusion::arrow::array::RecordBatch)>,
     /// The view's watermark and the epoch's time, handed to every operator call: the one copy.
     clock: Clock,
 }
@@ -91,6 +93,7 @@ impl Graph {
             pool: ShardPool::new(parallelism.max(1)),
             shards: (0..parallelism.max(1)).map(|_| Vec::new()).collect(),
             leaves: Vec::new(),
+            constants: Vec::new(),
             clock: Clock::default(),
         }
     }
@@ -141,6 +144,32 @@ impl Graph {
     }
 
     /// Pushes changes of input `input` through; returns the root's output.
+    /// Adds a leaf of constant rows (`rows`, entered by [`Graph::push_constants`]); returns its
+    /// index.
+    pub fn add_constant(
+        &mut self,
+        ops: Vec<Box<dyn Operator>>,
+        rows: datafusion::arrow::array::RecordBatch,
+    ) -> Result<usize> {
+        let index = self.add(ops, &[], vec![])?;
+        self.constants.push((index, rows));
+        Ok(index)
+    }
+
+    /// Enters every constant leaf's rows, in shard 0: once in a view's life, at its backfill
+    /// (a view restored from a checkpoint has their effects in its state already).
+    pub fn push_constants(&mut self) -> Result<Vec<ChangeBatch>> {
+        let items = self
+            .constants
+            .iter()
+            .filter(|(_, rows)| rows.num_rows() > 0)
+            .map(|(node, rows)| Item { shard: 0, node: *node, slot: 0, batch: ChangeBatch::inserts(rows.clone()) })
+            .collect();
+        let mut out = Vec::new();
+        self.run(items, &mut out)?;
+        Ok(out)
+    }
+
     pub fn push(&mut self, input: usize, batch: ChangeBatch) -> Result<Vec<ChangeBatch>> {
         let mut out = Vec::new();
         let node = self.leaves[input];

@@ -242,6 +242,9 @@ impl ViewJob {
                 }
             }
         }
+        // Rows the query gives itself (`VALUES`), once.
+        let out = self.graph.push_constants()?;
+        out.into_iter().for_each(|b| self.materialize.apply(b));
         // The watermark only after every existing row: they all count as on time.
         for (input, _) in ended.iter().enumerate().filter(|(_, ended)| **ended) {
             self.input_ended(input);

@@ -66,6 +66,13 @@ impl Context<'_> {
                 Project::new(exprs.clone(), Arc::clone(schema), view)
                     .with_label(format!("Source {}", relation.def.name)),
             ),
+            Spec::Constant { rows } => {
+                let schema = rows.schema();
+                let exprs = (0..schema.fields().len())
+                    .map(|i| Ok(datafusion::physical_expr::expressions::col(schema.field(i).name(), &schema)?))
+                    .collect::<Result<Vec<_>>>()?;
+                Box::new(Project::new(exprs, schema, view).with_label(format!("Values ({} rows)", rows.num_rows())))
+            }
             Spec::Project { exprs, schema } => Box::new(Project::new(exprs.clone(), Arc::clone(schema), view)),
             Spec::Filter { predicate } => Box::new(Filter::new(Arc::clone(predicate), view)),
             Spec::TemporalFilter { bounds, text, schema, tables } => {
@@ -146,6 +153,10 @@ pub fn instantiate(plan: &StreamPlan, context: &Context, parallelism: usize) -> 
         let ops = (0..graph.parallelism()).map(|shard| context.operator(&node.spec, shard)).collect::<Result<_>>()?;
         if matches!(node.spec, Spec::Source { .. }) {
             at[index] = Some(graph.add_leaf(ops)?);
+            continue;
+        }
+        if let Spec::Constant { rows } = &node.spec {
+            at[index] = Some(graph.add_constant(ops, rows.clone())?);
             continue;
         }
         let mut children = Vec::new();

@@ -31,6 +31,11 @@ pub enum Spec {
         exprs: Vec<Arc<dyn PhysicalExpr>>,
         schema: SchemaRef,
     },
+    /// Rows the query itself gives (`VALUES`, `SELECT 1`, a condition that is never true): a
+    /// leaf that enters them once, when the view is made.
+    Constant {
+        rows: datafusion::arrow::array::RecordBatch,
+    },
     Project {
         exprs: Vec<Arc<dyn PhysicalExpr>>,
         schema: SchemaRef,

@@ -788,6 +788,11 @@ impl Builder<'_> {
                 Ok(self.add(spec, &nodes, Properties { distribution: output, times, append_only, prompt }))
             }
             LogicalPlan::Window(w) => self.top_n(plan, w),
+            LogicalPlan::Values(v) => {
+                let rows = v.values.iter().map(|row| row.as_slice()).collect::<Vec<_>>();
+                self.constant(plan, &rows, v.values.len())
+            }
+            LogicalPlan::EmptyRelation(e) => self.constant(plan, &[], e.produce_one_row as usize),
             LogicalPlan::SubqueryAlias(s) => self.node(&s.input),
             LogicalPlan::Sort(s) if s.fetch.is_none() => self.node(&s.input),
             // ORDER BY ... LIMIT n: a Top-N over all rows.
@@ -816,6 +821,43 @@ impl Builder<'_> {
             }
             other => Err(unsupported(other.display().to_string().split(':').next().unwrap_or("this plan"))),
         }
+    }
+
+    /// A leaf of `count` rows the query gives itself: `rows` (one expression per column, no
+    /// column reads anything), or as many rows of no column (`SELECT 1` reads one such row).
+    fn constant(&mut self, plan: &LogicalPlan, rows: &[&[Expr]], count: usize) -> Result<Out> {
+        use datafusion::arrow::array::{RecordBatch, RecordBatchOptions};
+        let schema = Self::schema(plan);
+        let one = RecordBatch::try_new_with_options(
+            Arc::new(datafusion::arrow::datatypes::Schema::empty()),
+            vec![],
+            &RecordBatchOptions::new().with_row_count(Some(1)),
+        )?;
+        let no_columns = DFSchema::empty();
+        let mut columns = Vec::with_capacity(schema.fields().len());
+        for (c, field) in schema.fields().iter().enumerate() {
+            let values = rows
+                .iter()
+                .map(|row| {
+                    let expr = self.physical(&row[c], &no_columns)?;
+                    let value = expr.evaluate(&one)?.into_array(1)?;
+                    Ok(ScalarValue::try_from_array(&value, 0)?.cast_to(field.data_type())?)
+                })
+                .collect::<Result<Vec<_>>>()?;
+            columns.push(match values.is_empty() {
+                true => datafusion::arrow::array::new_empty_array(field.data_type()),
+                false => ScalarValue::iter_to_array(values)?,
+            });
+        }
+        let options = RecordBatchOptions::new().with_row_count(Some(count));
+        let rows = RecordBatch::try_new_with_options(Arc::clone(&schema), columns, &options)?;
+        let props = Properties {
+            distribution: Distribution::Single,
+            times: vec![None; schema.fields().len()],
+            append_only: true,
+            prompt: true,
+        };
+        Ok(self.add(Spec::Constant { rows }, &[], props))
     }
 
     /// `GROUP BY GROUPING SETS (...)`, `ROLLUP (...)` or `CUBE (...)`: one aggregate per

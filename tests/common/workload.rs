@@ -70,6 +70,13 @@ pub const LATER_VIEWS: &[(&str, &str)] = &[
     ("rolled", "SELECT g, k, sum(v) AS s, count(*) AS n, grouping(g) AS gg FROM a GROUP BY ROLLUP (g, k)"),
     ("cubed", "SELECT g, v % 2 AS odd, max(v) AS hi FROM a GROUP BY CUBE (g, v % 2)"),
     ("grouping_sets", "SELECT g, k % 2 AS m, count(*) AS n FROM a GROUP BY GROUPING SETS ((g), (k % 2), ())"),
+    // Rows the query gives itself: VALUES, and a condition that is never true.
+    (
+        "labelled",
+        "SELECT a.k, v.label FROM a JOIN (VALUES (1, 'one'), (2, 'two'), (NULL, 'none')) AS v(g, label) ON a.g = v.g",
+    ),
+    ("with_constants", "SELECT g FROM a UNION ALL VALUES (100), (NULL)"),
+    ("never", "SELECT k, count(*) AS n FROM a WHERE 1 = 0 GROUP BY k"),
 ];
 
 pub fn random_statement(rng: &mut Rng) -> String {
