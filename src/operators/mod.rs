@@ -32,4 +32,5 @@ pub mod session_assign;
 pub mod temporal_filter;
 pub mod top_n;
 pub mod union;
+pub mod unnest;
 pub mod window_assign;

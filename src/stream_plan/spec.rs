@@ -16,6 +16,7 @@ use crate::operators::hash_agg::HashAggConfig;
 use crate::operators::hash_join::HashJoinConfig;
 use crate::operators::lookup_join::LookupKind;
 use crate::operators::top_n::TopNConfig;
+use crate::operators::unnest::UnnestConfig;
 use crate::state::keys::TableId;
 use crate::types::window::{SessionSpec, TimeColumn, WindowSpec};
 
@@ -102,6 +103,8 @@ pub enum Spec {
         schema: SchemaRef,
         inputs: usize,
     },
+    /// Each row as one row per element of its list columns.
+    Unnest(UnnestConfig),
     /// `EMIT ON WINDOW CLOSE` without a windowed aggregate: rows held until their time closes.
     EowcBuffer {
         column: usize,

@@ -38,6 +38,7 @@ use crate::operators::hash_agg::{AggKind, AggSpec, AggWindow, HashAggConfig};
 use crate::operators::hash_join::{shape, HashJoinConfig, JoinWindow};
 use crate::operators::lookup_join::LookupKind;
 use crate::operators::top_n::{RankOrder, Ranking, TopNConfig};
+use crate::operators::unnest::UnnestConfig;
 use crate::state::keys::{operator_state_table, TableId, RUNTIME_STATE_TABLE};
 use crate::types::window::{TimeColumn, Windowing};
 
@@ -788,6 +789,30 @@ impl Builder<'_> {
                 Ok(self.add(spec, &nodes, Properties { distribution: output, times, append_only, prompt }))
             }
             LogicalPlan::Window(w) => self.top_n(plan, w),
+            LogicalPlan::Unnest(u) => {
+                if !u.struct_type_columns.is_empty() || u.list_type_columns.iter().any(|(_, l)| l.depth != 1) {
+                    return Err(unsupported("unnest of structs or of nested lists more than one level"));
+                }
+                let child = self.node(&u.input)?;
+                let schema = Self::schema(plan);
+                let columns: Vec<(usize, bool)> = u
+                    .dependency_indices
+                    .iter()
+                    .enumerate()
+                    .map(|(o, &c)| {
+                        let name = u.schema.field(o).name();
+                        let list = u.list_type_columns.iter().any(|(i, l)| *i == c && &l.output_column.name == name);
+                        (c, list)
+                    })
+                    .collect();
+                // A column passed on keeps where its rows are and whether it bounds a window.
+                let moved = |c: usize| columns.iter().position(|&(i, list)| i == c && !list);
+                let distribution = child.distribution.through_projection(moved);
+                let times = columns.iter().map(|&(c, list)| if list { None } else { child.times[c] }).collect();
+                let props = Properties { distribution, times, append_only: child.append_only, prompt: child.prompt };
+                let config = UnnestConfig { columns, null_handling: u.options.null_handling, schema };
+                Ok(self.add(Spec::Unnest(config), &[child.node], props))
+            }
             LogicalPlan::Values(v) => {
                 let rows = v.values.iter().map(|row| row.as_slice()).collect::<Vec<_>>();
                 self.constant(plan, &rows, v.values.len())

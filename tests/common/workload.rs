@@ -77,6 +77,9 @@ pub const LATER_VIEWS: &[(&str, &str)] = &[
     ),
     ("with_constants", "SELECT g FROM a UNION ALL VALUES (100), (NULL)"),
     ("never", "SELECT k, count(*) AS n FROM a WHERE 1 = 0 GROUP BY k"),
+    // Set-returning functions in the select list.
+    ("series", "SELECT k, generate_series(1, v % 4) AS i FROM a"),
+    ("unnested", "SELECT k, unnest(ARRAY[g, v]) AS x FROM a"),
 ];
 
 pub fn random_statement(rng: &mut Rng) -> String {
