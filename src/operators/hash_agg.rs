@@ -125,6 +125,11 @@ pub enum AggKind {
     BitOr,
     /// `bit_xor`: a running xor (each value is its own inverse).
     BitXor,
+    /// `array_agg(x [ORDER BY x])`: the values in ascending order, NULLs (kept) last.
+    ArrayAgg,
+    /// `percentile_cont(f) WITHIN GROUP (ORDER BY x)` and `median(x)` (f = 0.5): interpolated
+    /// between the values around position `f * (n - 1)` (the fraction's f64 bits).
+    PercentileCont(u64),
 }
 
 impl AggKind {
@@ -152,6 +157,10 @@ impl AggKind {
             ("bit_and", true, _) => AggKind::BitAnd,
             ("bit_or", true, _) => AggKind::BitOr,
             ("bit_xor", true, false) => AggKind::BitXor,
+            ("array_agg", true, false) => AggKind::ArrayAgg,
+            ("median", true, false) => AggKind::PercentileCont(0.5f64.to_bits()),
+            // Exactly: an approximation may be exact.
+            ("approx_distinct", true, false) => AggKind::CountDistinct,
             _ => return None,
         })
     }
@@ -166,6 +175,8 @@ impl AggKind {
                 | AggKind::StringAgg
                 | AggKind::BitAnd
                 | AggKind::BitOr
+                | AggKind::ArrayAgg
+                | AggKind::PercentileCont(_)
         )
     }
 }
@@ -320,6 +331,10 @@ impl ScalarCodec {
     fn new(data_type: &DataType) -> Result<ScalarCodec> {
         Ok(ScalarCodec(RowConverter::new(vec![SortField::new(data_type.clone())])?))
     }
+    fn nulls_last(data_type: &DataType) -> Result<ScalarCodec> {
+        let options = datafusion::arrow::compute::SortOptions { descending: false, nulls_first: false };
+        Ok(ScalarCodec(RowConverter::new(vec![SortField::new_with_options(data_type.clone(), options)])?))
+    }
     fn encode(&self, v: &ScalarValue) -> Result<Vec<u8>> {
         let rows = self.0.convert_columns(&[v.to_array()?])?;
         Ok(rows.row(0).as_ref().to_vec())
@@ -451,6 +466,8 @@ impl HashAgg {
             .iter()
             .map(|a| match a.kind {
                 AggKind::Sum => ScalarCodec::new(&a.output_type).map(Some),
+                // array_agg keeps NULLs too, last, as `ORDER BY x` puts them.
+                AggKind::ArrayAgg => ScalarCodec::nulls_last(a.arg_type.as_ref().expect("an argument")).map(Some),
                 k if k.keeps_values() => ScalarCodec::new(a.arg_type.as_ref().expect("an argument")).map(Some),
                 _ => Ok(None),
             })
@@ -520,7 +537,13 @@ impl HashAgg {
                 AggKind::Avg if self.exact_sums => Acc::Avg { sum: ExactSum::default(), values: 0 },
                 AggKind::Avg => Acc::AvgRounded { sum: 0.0, values: 0 },
                 AggKind::Min | AggKind::Max if self.append_only_input => Acc::Best(None),
-                AggKind::Min | AggKind::Max | AggKind::StringAgg | AggKind::BitAnd | AggKind::BitOr => Acc::Extreme,
+                AggKind::Min
+                | AggKind::Max
+                | AggKind::StringAgg
+                | AggKind::BitAnd
+                | AggKind::BitOr
+                | AggKind::ArrayAgg
+                | AggKind::PercentileCont(_) => Acc::Extreme,
                 AggKind::CountDistinct => Acc::Distinct(0),
                 AggKind::BoolAnd | AggKind::BoolOr => Acc::Bools { trues: 0, falses: 0 },
                 AggKind::Variance { .. } => {
@@ -675,6 +698,19 @@ impl HashAgg {
         Ok(())
     }
 
+    /// Aggregate `i`'s values in group `group_key`, from its multiset: in the codec's order, each
+    /// as often as it is there.
+    fn multiset_values(&self, group_key: &[u8], i: usize) -> Result<Vec<ScalarValue>> {
+        let prefix = Self::multiset_prefix(group_key, i, 0);
+        let codec = self.value_codecs[i].as_ref().expect("codec");
+        let mut values = Vec::new();
+        for (k, count) in self.values.scan_prefix(prefix.key())? {
+            let value = codec.decode(&k[prefix.bytes().len()..])?;
+            values.extend(std::iter::repeat_n(value, decode_count(&count)?.max(0) as usize));
+        }
+        Ok(values)
+    }
+
     fn value(&self, group_key: &[u8], group: &Group, i: usize) -> Result<ScalarValue> {
         let spec = &self.aggs[i];
         let out = match &group.accs[i] {
@@ -700,30 +736,38 @@ impl HashAgg {
                 }
             }
             Acc::Extreme if spec.kind == AggKind::StringAgg => {
-                let prefix = Self::multiset_prefix(group_key, i, 0);
-                let codec = self.value_codecs[i].as_ref().expect("codec");
-                let mut parts = Vec::new();
-                for (k, count) in self.values.scan_prefix(prefix.key())? {
-                    let count = decode_count(&count)?;
-                    let value = codec.decode(&k[prefix.bytes().len()..])?.cast_to(&DataType::Utf8)?.to_string();
-                    parts.extend(std::iter::repeat_n(value, count.max(0) as usize));
+                let parts = self.multiset_values(group_key, i)?;
+                let parts =
+                    parts.iter().map(|v| Ok(v.cast_to(&DataType::Utf8)?.to_string())).collect::<Result<Vec<_>>>()?;
+                match parts.is_empty() {
+                    true => ScalarValue::Null,
+                    false => ScalarValue::Utf8(Some(parts.join(spec.delimiter.as_deref().unwrap_or("")))),
                 }
-                if parts.is_empty() {
-                    ScalarValue::Null
-                } else {
-                    ScalarValue::Utf8(Some(parts.join(spec.delimiter.as_deref().unwrap_or(""))))
+            }
+            Acc::Extreme if spec.kind == AggKind::ArrayAgg => {
+                let values = self.multiset_values(group_key, i)?;
+                match values.is_empty() {
+                    true => ScalarValue::Null,
+                    false => {
+                        let item = spec.arg_type.as_ref().expect("an argument");
+                        ScalarValue::List(ScalarValue::new_list_nullable(&values, item))
+                    }
+                }
+            }
+            Acc::Extreme if matches!(spec.kind, AggKind::PercentileCont(_)) => {
+                let AggKind::PercentileCont(bits) = spec.kind else { unreachable!("matched") };
+                let values = self.multiset_values(group_key, i)?;
+                let values = values.iter().map(float_value).collect::<Result<Vec<f64>>>()?;
+                match interpolate(&values, f64::from_bits(bits)) {
+                    Some(v) => ScalarValue::Float64(Some(v)),
+                    None => ScalarValue::Null,
                 }
             }
             Acc::Best(best) => best.clone().unwrap_or(ScalarValue::Null),
             Acc::Extreme if matches!(spec.kind, AggKind::BitAnd | AggKind::BitOr) => {
-                let prefix = Self::multiset_prefix(group_key, i, 0);
-                let codec = self.value_codecs[i].as_ref().expect("codec");
                 let mut folded: Option<i64> = None;
-                for (k, count) in self.values.scan_prefix(prefix.key())? {
-                    if decode_count(&count)? <= 0 {
-                        continue;
-                    }
-                    let bits = bits_of(&codec.decode(&k[prefix.bytes().len()..])?)?;
+                for value in self.multiset_values(group_key, i)? {
+                    let bits = bits_of(&value)?;
                     folded = Some(match (folded, spec.kind) {
                         (None, _) => bits,
                         (Some(f), AggKind::BitAnd) => f & bits,
@@ -864,7 +908,13 @@ impl HashAgg {
                 } else {
                     None
                 }),
-                AggKind::Min | AggKind::Max | AggKind::StringAgg | AggKind::BitAnd | AggKind::BitOr => Acc::Extreme,
+                AggKind::Min
+                | AggKind::Max
+                | AggKind::StringAgg
+                | AggKind::BitAnd
+                | AggKind::BitOr
+                | AggKind::ArrayAgg
+                | AggKind::PercentileCont(_) => Acc::Extreme,
                 AggKind::BoolAnd | AggKind::BoolOr => Acc::Bools { trues: r.i64()?, falses: r.i64()? },
                 AggKind::Variance { .. } => {
                     let (sum, squares) = (r.exact_sum()?, r.exact_sum()?);
@@ -897,6 +947,16 @@ fn variance(sum: &ExactSum, squares: &ExactSum, values: i64, population: bool) -
     });
     // Rounding must not make it negative.
     Some(variance.max(0.0))
+}
+
+/// The continuous percentile `fraction` of `values` (ascending): between the values around
+/// position `fraction * (n - 1)`, linearly, as PostgreSQL's `percentile_cont`; None for none.
+fn interpolate(values: &[f64], fraction: f64) -> Option<f64> {
+    let last = values.len().checked_sub(1)?;
+    let position = fraction.clamp(0.0, 1.0) * last as f64;
+    let (below, above) = (position.floor() as usize, position.ceil() as usize);
+    let (low, high) = (values[below], values[above.min(last)]);
+    Some(low + (position - below as f64) * (high - low))
 }
 
 /// An integer value's bits, for `bit_and`, `bit_or` and `bit_xor`.
@@ -1109,7 +1169,7 @@ impl HashAgg {
             for (i, arg) in args.iter().enumerate() {
                 match (&encoded_values[i], arg) {
                     (Some(values), Some(arg)) => {
-                        if arg.is_valid(row) {
+                        if arg.is_valid(row) || self.aggs[i].kind == AggKind::ArrayAgg {
                             *deltas.entry((slot, i, values.row(row).data())).or_insert(0) += sign;
                         }
                     }

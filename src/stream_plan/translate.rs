@@ -567,40 +567,7 @@ impl Builder<'_> {
                     let Expr::AggregateFunction(f) = inner else {
                         return Err(unsupported(&format!("aggregate {expr}")));
                     };
-                    let params = &f.params;
-                    // ORDER BY only as string_agg(x, d ORDER BY x): the order Weir keeps values in.
-                    let ordered_by_arg = params.order_by.len() == 1
-                        && params.order_by[0].asc
-                        && params.args.first().is_some_and(|a| *a == params.order_by[0].expr);
-                    if !(params.order_by.is_empty() || ordered_by_arg) {
-                        return Err(unsupported("ORDER BY inside an aggregate other than string_agg(x, d ORDER BY x)"));
-                    }
-                    let kind = AggKind::from_name(f.func.name(), !params.args.is_empty(), params.distinct).ok_or_else(
-                        || {
-                            let distinct = if params.distinct { "DISTINCT " } else { "" };
-                            unsupported(&format!("the aggregate {}({distinct}...)", f.func.name()))
-                        },
-                    )?;
-                    // `agg(x) FILTER (WHERE c)` is `agg(CASE WHEN c THEN x END)`: every aggregate
-                    // Weir keeps skips NULL values, and `count(*)` counts `CASE WHEN c THEN 1 END`.
-                    let (kind, value) = match &params.filter {
-                        None => (kind, params.args.first().cloned()),
-                        Some(condition) => {
-                            let value = params.args.first().cloned().unwrap_or(lit(1i64));
-                            let kind = if kind == AggKind::CountRows { AggKind::Count } else { kind };
-                            (kind, Some(datafusion::logical_expr::when(condition.as_ref().clone(), value).end()?))
-                        }
-                    };
-                    let arg = value.as_ref().map(|e| self.physical(e, a.input.schema())).transpose()?;
-                    let arg_type = value.as_ref().map(|e| e.get_type(a.input.schema())).transpose()?;
-                    let delimiter = match (kind, params.args.get(1)) {
-                        (AggKind::StringAgg, Some(Expr::Literal(v, _))) => Some(v.to_string()),
-                        (AggKind::StringAgg, _) => {
-                            return Err(unsupported("string_agg with a delimiter that is not a constant"))
-                        }
-                        _ => None,
-                    };
-                    aggs.push(AggSpec { kind, arg, arg_type, output_type, delimiter });
+                    aggs.push(self.agg_spec(f, a.input.schema(), output_type)?);
                 }
                 // Grouped by a window bound: a windowed aggregate.
                 let group_times: Vec<Option<TimeColumn>> = a
@@ -883,6 +850,78 @@ impl Builder<'_> {
             prompt: true,
         };
         Ok(self.add(Spec::Constant { rows }, &[], props))
+    }
+
+    /// What aggregate call `f` over rows of `input` computes, as Weir keeps it.
+    fn agg_spec(
+        &self,
+        f: &datafusion::logical_expr::expr::AggregateFunction,
+        input: &DFSchema,
+        output_type: datafusion::arrow::datatypes::DataType,
+    ) -> Result<AggSpec> {
+        let params = &f.params;
+        let name = f.func.name();
+        let distinct = if params.distinct { "DISTINCT " } else { "" };
+        let refused = || unsupported(&format!("the aggregate {name}({distinct}...)"));
+        let mut args = params.args.clone();
+        let kind = match name {
+            // `count(DISTINCT a, b)`: distinct rows of (a, b) with no NULL in them.
+            "count" if params.distinct && args.len() > 1 => {
+                let all_there = args.iter().map(|a| a.clone().is_not_null()).reduce(Expr::and).expect("two args");
+                let row = datafusion::functions::core::expr_fn::r#struct(args.clone());
+                args = vec![datafusion::logical_expr::when(all_there, row).end()?];
+                AggKind::CountDistinct
+            }
+            // `percentile_cont(f) WITHIN GROUP (ORDER BY x)`: DataFusion passes (x, f).
+            "percentile_cont" if !params.distinct => match args.get(1) {
+                Some(Expr::Literal(fraction, _)) => {
+                    let fraction = fraction.cast_to(&datafusion::arrow::datatypes::DataType::Float64)?;
+                    let ScalarValue::Float64(Some(fraction)) = fraction else { return Err(refused()) };
+                    AggKind::PercentileCont(fraction.to_bits())
+                }
+                _ => return Err(unsupported("percentile_cont with a fraction that is not a constant")),
+            },
+            _ => AggKind::from_name(name, !args.is_empty(), params.distinct).ok_or_else(refused)?,
+        };
+        // ORDER BY only in the order Weir keeps values in: ascending by the value (NULLs last,
+        // where array_agg keeps them).
+        let ordered = match params.order_by.as_slice() {
+            [] => true,
+            [order] => {
+                let by_value = args.first().is_some_and(|a| *a == order.expr);
+                match kind {
+                    AggKind::StringAgg => order.asc && by_value,
+                    AggKind::ArrayAgg => order.asc && !order.nulls_first && by_value,
+                    AggKind::PercentileCont(_) => order.asc,
+                    _ => false,
+                }
+            }
+            _ => false,
+        };
+        if !ordered {
+            return Err(unsupported(&format!(
+                "ORDER BY inside {name}(...) other than ascending by its value (string_agg, array_agg, percentile_cont)"
+            )));
+        }
+        // `agg(x) FILTER (WHERE c)` is `agg(CASE WHEN c THEN x END)`: every aggregate Weir keeps
+        // but array_agg skips NULL values, and `count(*)` counts `CASE WHEN c THEN 1 END`.
+        let (kind, value) = match &params.filter {
+            None => (kind, args.first().cloned()),
+            Some(_) if kind == AggKind::ArrayAgg => return Err(unsupported("array_agg with FILTER")),
+            Some(condition) => {
+                let value = args.first().cloned().unwrap_or(lit(1i64));
+                let kind = if kind == AggKind::CountRows { AggKind::Count } else { kind };
+                (kind, Some(datafusion::logical_expr::when(condition.as_ref().clone(), value).end()?))
+            }
+        };
+        let arg = value.as_ref().map(|e| self.physical(e, input)).transpose()?;
+        let arg_type = value.as_ref().map(|e| e.get_type(input)).transpose()?;
+        let delimiter = match (kind, args.get(1)) {
+            (AggKind::StringAgg, Some(Expr::Literal(v, _))) => Some(v.to_string()),
+            (AggKind::StringAgg, _) => return Err(unsupported("string_agg with a delimiter that is not a constant")),
+            _ => None,
+        };
+        Ok(AggSpec { kind, arg, arg_type, output_type, delimiter })
     }
 
     /// `GROUP BY GROUPING SETS (...)`, `ROLLUP (...)` or `CUBE (...)`: one aggregate per

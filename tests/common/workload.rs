@@ -66,6 +66,13 @@ pub const LATER_VIEWS: &[(&str, &str)] = &[
          round(stddev(v), 6) AS sd, round(var_pop(v), 6) AS vp, bit_and(v) AS ba, bit_or(v) AS bo, bit_xor(v) AS bx \
          FROM a GROUP BY g",
     ),
+    // Aggregates over each group's values in order, and several distinct counts.
+    (
+        "listed",
+        "SELECT g, array_agg(v ORDER BY v) AS vs, percentile_cont(0.25) WITHIN GROUP (ORDER BY v) AS p25, \
+         median(v) AS med, approx_distinct(v % 10) AS ad, count(DISTINCT v % 3) AS d3, count(DISTINCT k % 4) AS d4 \
+         FROM a GROUP BY g",
+    ),
     // GROUPING SETS, ROLLUP and CUBE, with grouping().
     ("rolled", "SELECT g, k, sum(v) AS s, count(*) AS n, grouping(g) AS gg FROM a GROUP BY ROLLUP (g, k)"),
     ("cubed", "SELECT g, v % 2 AS odd, max(v) AS hi FROM a GROUP BY CUBE (g, v % 2)"),
