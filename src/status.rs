@@ -14,7 +14,7 @@
 //! A bottom-floor module: it imports only `types`, so anything may report to it.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -31,6 +31,38 @@ pub struct EventTimeEntry {
     pub watermark_micros: Option<i64>,
     pub open_windows: u64,
     pub late_rows: u64,
+}
+
+/// One operator of a running view, for `EXPLAIN ANALYZE`: what it is, which operators feed it
+/// and which state tables it owns, and what it has done since the view's job started.
+pub struct OperatorStats {
+    /// Its description, as EXPLAIN shows it.
+    pub label: String,
+    /// Its inputs, as indexes of the view's operators.
+    pub children: Vec<usize>,
+    pub tables: Mutex<Vec<u32>>,
+    pub rows_in: AtomicU64,
+    pub rows_out: AtomicU64,
+    /// Time spent in it, summed over its shards.
+    pub busy_nanos: AtomicU64,
+}
+
+impl OperatorStats {
+    /// Counts `n` rows in or out, and `nanos` of work.
+    pub fn record(&self, rows_in: u64, rows_out: u64, nanos: u64) {
+        self.rows_in.fetch_add(rows_in, Ordering::Relaxed);
+        self.rows_out.fetch_add(rows_out, Ordering::Relaxed);
+        self.busy_nanos.fetch_add(nanos, Ordering::Relaxed);
+    }
+}
+
+/// A view's epochs, for `EXPLAIN ANALYZE`: barrier injection to commit.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BarrierEntry {
+    pub epochs: u64,
+    pub last_seconds: f64,
+    pub max_seconds: f64,
+    pub total_seconds: f64,
 }
 
 /// How many checkpoint records `weir_catalog.checkpoints` keeps.
@@ -169,6 +201,10 @@ pub struct Status {
     pub sinks: Mutex<BTreeMap<u32, (String, SinkStatus)>>,
     /// Every started source's status, by relation id.
     pub sources: Mutex<BTreeMap<u32, SourceStatus>>,
+    /// Each running view's operators, in the order its graph added them (the root last).
+    pub operators: Mutex<BTreeMap<String, Vec<Arc<OperatorStats>>>>,
+    /// Each running view's barrier latency.
+    pub barriers: Mutex<BTreeMap<String, BarrierEntry>>,
 }
 
 impl Status {
@@ -255,6 +291,8 @@ impl Status {
     pub fn forget_view(&self, view: &str) {
         self.view_errors.lock().retain(|(v, _), _| v != view);
         self.event_time.lock().remove(view);
+        self.operators.lock().remove(view);
+        self.barriers.lock().remove(view);
     }
 }
 
@@ -278,6 +316,36 @@ impl ViewStatus {
     /// `count` row copies came too late for the view's windows.
     pub fn late_rows(&self, count: u64) {
         self.status.record_late_rows(&self.name, count);
+    }
+
+    /// The view's graph is being built anew: its operators are registered again from here.
+    pub fn operators_restart(&self) {
+        self.status.operators.lock().insert(self.name.to_string(), Vec::new());
+        self.status.barriers.lock().remove(&*self.name);
+    }
+
+    /// Registers the view's next operator (`label`, fed by `children`); its statistics.
+    pub fn operator(&self, label: String, children: Vec<usize>) -> Arc<OperatorStats> {
+        let stats = Arc::new(OperatorStats {
+            label,
+            children,
+            tables: Mutex::new(Vec::new()),
+            rows_in: AtomicU64::new(0),
+            rows_out: AtomicU64::new(0),
+            busy_nanos: AtomicU64::new(0),
+        });
+        self.status.operators.lock().entry(self.name.to_string()).or_default().push(Arc::clone(&stats));
+        stats
+    }
+
+    /// The view committed an epoch `seconds` after its barrier was injected.
+    pub fn barrier_latency(&self, seconds: f64) {
+        let mut barriers = self.status.barriers.lock();
+        let entry = barriers.entry(self.name.to_string()).or_default();
+        entry.epochs += 1;
+        entry.last_seconds = seconds;
+        entry.max_seconds = entry.max_seconds.max(seconds);
+        entry.total_seconds += seconds;
     }
 
     /// The view's watermark (nanoseconds) and open windows at its last commit.

@@ -1,10 +1,68 @@
 //! What an operator relies on outside SQL: logs a pipeline can parse, the Grafana dashboard's
-//! queries naming metrics the server exports, and backups taken and restored with
-//! `weir checkpoint`.
+//! queries naming metrics the server exports, backups taken and restored with
+//! `weir checkpoint`, and what a running view has done (`EXPLAIN ANALYZE MATERIALIZED VIEW`).
 
 mod common;
 
 use common::TestServer;
+
+/// `EXPLAIN ANALYZE MATERIALIZED VIEW` shows the running view's operators as a tree, each with
+/// the rows it took and gave since the view started and its state, under the view's epochs; by
+/// the simple and the extended protocol alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_analyze_shows_what_each_operator_of_a_running_view_did() {
+    let server = TestServer::start();
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE orders (id INT PRIMARY KEY, customer INT, amount INT);
+         CREATE TABLE customers (id INT PRIMARY KEY, region VARCHAR);
+         CREATE MATERIALIZED VIEW by_region AS
+           SELECT c.region, count(*) AS n FROM orders o JOIN customers c ON o.customer = c.id GROUP BY c.region;
+         INSERT INTO customers VALUES (1, 'north'), (2, 'south');
+         INSERT INTO orders VALUES (10, 1, 5), (11, 1, 7), (12, 2, 9), (13, 3, 1);
+         FLUSH;",
+    )
+    .await
+    .unwrap();
+    let simple: Vec<String> = c
+        .simple_query("EXPLAIN ANALYZE MATERIALIZED VIEW by_region")
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => Some(r.get(0).unwrap().to_string()),
+            _ => None,
+        })
+        .collect();
+    let extended: Vec<String> = c
+        .query("EXPLAIN ANALYZE MATERIALIZED VIEW by_region", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get::<_, String>(0))
+        .collect();
+    let text = simple.join("\n");
+    assert!(
+        simple[0].starts_with("Materialize by_region: ") && simple[0].contains(" epochs, barrier latency last "),
+        "{text}"
+    );
+    let line = |prefix: &str| {
+        simple.iter().find(|l| l.trim_start().starts_with(prefix)).unwrap_or_else(|| panic!("no {prefix} in:\n{text}"))
+    };
+    // The orders: four rows in; the join: six in (four orders, two customers), three matches out.
+    assert!(line("Source orders").contains("[rows in 4, out 4, time "), "{text}");
+    let join = line("HashJoin: Inner");
+    assert!(join.contains("[rows in 6, out 3, time ") && join.contains(" keys, "), "{text}");
+    // The aggregate keeps its two groups.
+    assert!(line("HashAgg").contains("out 2, time "), "{text}");
+    // Inputs under what they feed.
+    let depth = |prefix: &str| line(prefix).len() - line(prefix).trim_start().len();
+    assert!(depth("Source orders") > depth("HashJoin") && depth("HashJoin") > depth("HashAgg"), "{text}");
+    assert_eq!(extended.len(), simple.len());
+    // Only a materialized view has operators.
+    let error = c.simple_query("EXPLAIN ANALYZE MATERIALIZED VIEW orders").await.unwrap_err();
+    assert_eq!(error.code(), Some(&tokio_postgres::error::SqlState::WRONG_OBJECT_TYPE));
+}
 
 /// With `--log-format json` every line is one JSON object, and a view's warning names the view.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

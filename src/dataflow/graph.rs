@@ -44,6 +44,8 @@ struct Node {
     partition: Vec<Option<Partitioner>>,
     rows_in: prometheus::IntCounter,
     rows_out: prometheus::IntCounter,
+    /// What EXPLAIN ANALYZE shows of it (rows and time since the job started).
+    stats: Arc<crate::status::OperatorStats>,
 }
 
 /// A change waiting to enter `node` (input `slot`) in `shard`.
@@ -87,6 +89,7 @@ pub struct Graph {
 
 impl Graph {
     pub fn new(view: ViewStatus, parallelism: usize) -> Graph {
+        view.operators_restart();
         Graph {
             view,
             nodes: Vec::new(),
@@ -127,13 +130,24 @@ impl Graph {
         let name = format!("{index}:{}", ops[0].describe().split(':').next().unwrap_or("operator"));
         let counter = |direction: &str| metrics::OPERATOR_ROWS.with_label_values(&[&*self.view, &name, direction]);
         let (rows_in, rows_out) = (counter("in"), counter("out"));
-        let partition =
+        let partition: Vec<Option<Partitioner>> =
             exchanges.into_iter().map(|e| e.map(|keys| Partitioner { keys, shards: KeyShards::default() })).collect();
-        self.nodes.push(Node { parents: Vec::new(), partition, rows_in, rows_out });
+        // An input whose rows move between shards is shown as such.
+        let label = match partition.iter().any(|p| p.is_some()) {
+            true => format!("{} (inputs exchanged)", ops[0].describe()),
+            false => ops[0].describe(),
+        };
+        let stats = self.view.operator(label, children.to_vec());
+        self.nodes.push(Node { parents: Vec::new(), partition, rows_in, rows_out, stats });
         for (shard, op) in self.shards.iter_mut().zip(ops) {
             shard.push(op);
         }
         Ok(index)
+    }
+
+    /// Records the state tables node `node` owns (EXPLAIN ANALYZE shows their size).
+    pub fn owns_tables(&self, node: usize, tables: Vec<crate::state::keys::TableId>) {
+        *self.nodes[node].stats.tables.lock() = tables;
     }
 
     /// Adds a leaf reading the view's next input; returns its index.
@@ -184,8 +198,10 @@ impl Graph {
         for node in 0..self.nodes.len() {
             let everyone: Vec<()> = vec![(); self.shards.len()];
             let clock = self.clock;
+            let started = std::time::Instant::now();
             let produced =
                 on_each_shard(&mut self.pool, &mut self.shards, everyone, |ops, ()| ops[node].on_barrier(&clock))?;
+            self.nodes[node].stats.record(0, 0, started.elapsed().as_nanos() as u64);
             let mut pending = Vec::new();
             for (shard, batches) in produced.into_iter().enumerate() {
                 for batch in batches {
@@ -209,20 +225,28 @@ impl Graph {
         while !pending.is_empty() {
             let mut per_shard: Vec<Vec<Item>> = (0..self.shards.len()).map(|_| Vec::new()).collect();
             for item in pending.drain(..) {
-                self.nodes[item.node].rows_in.inc_by(item.batch.num_rows() as u64);
+                let rows = item.batch.num_rows() as u64;
+                self.nodes[item.node].rows_in.inc_by(rows);
+                self.nodes[item.node].stats.record(rows, 0, 0);
                 per_shard[item.shard].push(item);
             }
             let clock = self.clock;
             let produced = on_each_shard(&mut self.pool, &mut self.shards, per_shard, |ops, items| {
                 let mut produced = Vec::new();
+                let mut spent = Vec::new();
                 for item in items {
+                    let started = std::time::Instant::now();
                     for batch in ops[item.node].apply(item.slot, item.batch, &clock)? {
                         produced.push((item.node, batch));
                     }
+                    spent.push((item.node, started.elapsed().as_nanos() as u64));
                 }
-                Ok(produced)
+                Ok((produced, spent))
             })?;
-            for (shard, batches) in produced.into_iter().enumerate() {
+            for (shard, (batches, spent)) in produced.into_iter().enumerate() {
+                for (node, nanos) in spent {
+                    self.nodes[node].stats.record(0, 0, nanos);
+                }
                 for (node, batch) in batches {
                     self.route(shard, node, batch, &mut pending, out)?;
                 }
@@ -244,6 +268,7 @@ impl Graph {
             return Ok(());
         }
         self.nodes[node].rows_out.inc_by(batch.num_rows() as u64);
+        self.nodes[node].stats.record(0, batch.num_rows() as u64, 0);
         if self.nodes[node].parents.is_empty() {
             out.push(batch);
             return Ok(());

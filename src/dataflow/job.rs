@@ -521,9 +521,9 @@ impl ViewJob {
             freshness.observe(published.elapsed().as_secs_f64());
         }
         let view = self.relation.def.name.as_str();
-        metrics::BARRIER_LATENCY_SECONDS
-            .with_label_values(&[view])
-            .observe(barrier.injected_at.elapsed().as_secs_f64());
+        let latency = barrier.injected_at.elapsed().as_secs_f64();
+        metrics::BARRIER_LATENCY_SECONDS.with_label_values(&[view]).observe(latency);
+        self.graph.view().barrier_latency(latency);
         metrics::VIEW_EPOCH.with_label_values(&[view]).set(epoch as i64);
         Ok(())
     }

@@ -207,7 +207,7 @@ impl Frontend {
         params: Option<ParamValues>,
     ) -> Result<StatementResult> {
         let ddl = match &statement {
-            Statement::Flush => false,
+            Statement::Flush | Statement::ExplainAnalyze(_) => false,
             Statement::Sink(sink) => !matches!(sink, sink_statement::SinkStatement::Show),
             Statement::Streaming(statement, _) | Statement::Sql(statement) => handler::changes_catalog(statement),
         };
@@ -245,6 +245,7 @@ impl Frontend {
                 handler::execute_streaming(self, session, statement, clauses).await
             }
             Statement::Sink(sink) => handler::execute_sink(self, session, sink).await,
+            Statement::ExplainAnalyze(name) => handler::explain_analyze::handle(self, &name),
             Statement::Sql(statement) => {
                 let writes = handler::writes_rows(&statement)
                     || matches!(statement, datafusion::sql::sqlparser::ast::Statement::Commit { .. });
@@ -261,6 +262,14 @@ impl Frontend {
     pub async fn describe(&self, session: &mut Session, statement: &Statement) -> Result<StatementDescription> {
         match statement {
             Statement::Flush | Statement::Streaming(..) | Statement::Sink(_) => Ok(StatementDescription::default()),
+            // It only reads the status: running it is the simplest exact answer.
+            Statement::ExplainAnalyze(name) => {
+                let columns = match handler::explain_analyze::handle(self, name)? {
+                    StatementResult::Rows { schema, .. } => Some(schema),
+                    _ => None,
+                };
+                Ok(StatementDescription { columns, ..Default::default() })
+            }
             Statement::Sql(statement) => handler::describe(self, session, statement).await,
         }
     }

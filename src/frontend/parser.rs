@@ -27,6 +27,9 @@ pub enum Statement {
     Streaming(ast::Statement, StreamingClauses),
     /// `CREATE SINK`, `DROP SINK`, `SHOW SINKS`.
     Sink(SinkStatement),
+    /// `EXPLAIN ANALYZE MATERIALIZED VIEW name`: a running view's operators with what they have
+    /// done.
+    ExplainAnalyze(String),
 }
 
 impl std::fmt::Display for Statement {
@@ -36,6 +39,7 @@ impl std::fmt::Display for Statement {
             Statement::Flush => f.write_str("FLUSH"),
             Statement::Streaming(s, c) => write!(f, "{s} {}", c.view_suffix()),
             Statement::Sink(s) => write!(f, "{s}"),
+            Statement::ExplainAnalyze(name) => write!(f, "EXPLAIN ANALYZE MATERIALIZED VIEW {name}"),
         }
     }
 }
@@ -78,6 +82,7 @@ impl SqlParser {
         for piece in &pieces {
             extracted.push(match piece {
                 Piece::Flush => Extracted::Flush,
+                Piece::ExplainAnalyze(name) => Extracted::ExplainAnalyze(name.clone()),
                 Piece::Sql(text) => match sink_statement::parse(text)? {
                     Some(sink) => Extracted::Sink(sink),
                     None => Extracted::Sql(clauses::extract(text)?),
@@ -92,6 +97,7 @@ impl SqlParser {
         for piece in extracted {
             match piece {
                 Extracted::Flush => out.push(Statement::Flush),
+                Extracted::ExplainAnalyze(name) => out.push(Statement::ExplainAnalyze(name)),
                 Extracted::Sink(sink) => out.push(Statement::Sink(sink)),
                 Extracted::Sql((rest, found)) => {
                     let mut statements = self.parse_sql(&rest)?;
@@ -178,17 +184,32 @@ fn search_path_membership(sql: &str) -> Option<String> {
 enum Piece<'a> {
     Sql(&'a str),
     Flush,
+    ExplainAnalyze(String),
 }
 
 /// A piece as parsed: FLUSH, a sink statement, or SQL with its streaming clauses taken out.
 enum Extracted {
     Flush,
+    ExplainAnalyze(String),
     Sink(SinkStatement),
     Sql((String, StreamingClauses)),
 }
 
-/// Splits `sql` at top-level semicolons when one of the statements is Weir's own (`FLUSH`) or
-/// `always`; otherwise returns it whole as SQL.
+/// The statement of Weir's own that `words` (a statement's tokens) are, if any: `FLUSH`, or
+/// `EXPLAIN ANALYZE MATERIALIZED VIEW name` (the name as written, quotes and schema included).
+fn weir_statement<'a>(words: &[String]) -> Option<Piece<'a>> {
+    let is = |i: usize, word: &str| words.get(i).is_some_and(|w| w.eq_ignore_ascii_case(word));
+    if words.len() == 1 && is(0, "flush") {
+        return Some(Piece::Flush);
+    }
+    if words.len() > 4 && is(0, "explain") && is(1, "analyze") && is(2, "materialized") && is(3, "view") {
+        return Some(Piece::ExplainAnalyze(words[4..].concat()));
+    }
+    None
+}
+
+/// Splits `sql` at top-level semicolons when one of the statements is Weir's own (`FLUSH`,
+/// `EXPLAIN ANALYZE MATERIALIZED VIEW`) or `always`; otherwise returns it whole as SQL.
 fn split_weir_statements(sql: &str, always: bool) -> Vec<Piece<'_>> {
     let whole = vec![Piece::Sql(sql)];
     let Ok(tokens) = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize_with_location() else {
@@ -213,9 +234,9 @@ fn split_weir_statements(sql: &str, always: bool) -> Vec<Piece<'_>> {
         match &t.token {
             Token::SemiColon => {
                 let end = offset(t.span.start.line, t.span.start.column);
-                let is_flush = words.len() == 1 && words[0].eq_ignore_ascii_case("flush");
-                any_flush |= is_flush;
-                pieces.push(if is_flush { Piece::Flush } else { Piece::Sql(&sql[start..end]) });
+                let own = weir_statement(&words);
+                any_flush |= own.is_some();
+                pieces.push(own.unwrap_or(Piece::Sql(&sql[start..end])));
                 start = end + 1;
                 words.clear();
             }
@@ -224,9 +245,9 @@ fn split_weir_statements(sql: &str, always: bool) -> Vec<Piece<'_>> {
         }
     }
     if !words.is_empty() {
-        let is_flush = words.len() == 1 && words[0].eq_ignore_ascii_case("flush");
-        any_flush |= is_flush;
-        pieces.push(if is_flush { Piece::Flush } else { Piece::Sql(&sql[start..]) });
+        let own = weir_statement(&words);
+        any_flush |= own.is_some();
+        pieces.push(own.unwrap_or(Piece::Sql(&sql[start..])));
     }
     if any_flush || always {
         pieces.retain(|p| !matches!(p, Piece::Sql(s) if s.trim().is_empty()));

@@ -142,6 +142,10 @@ impl StateStore for Overlay {
         Ok(values)
     }
 
+    fn approximate_range_bytes(&self, start: &[u8], end: &[u8]) -> u64 {
+        self.base.approximate_range_bytes(start, end)
+    }
+
     fn approximate_bytes(&self) -> u64 {
         self.base.approximate_bytes()
     }

@@ -221,6 +221,10 @@ impl StateStore for RocksStore {
         property("rocksdb.estimate-live-data-size") + property("rocksdb.cur-size-all-mem-tables")
     }
 
+    fn approximate_range_bytes(&self, start: &[u8], end: &[u8]) -> u64 {
+        self.db.get_approximate_sizes(&[rocksdb::Range::new(start, end)]).first().copied().unwrap_or(0)
+    }
+
     fn memory_bytes(&self) -> Vec<(&'static str, u64)> {
         let property = |name: &str| self.db.property_int_value(name).ok().flatten().unwrap_or(0);
         vec![

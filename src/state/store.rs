@@ -175,6 +175,12 @@ pub trait StateStore: Send + Sync + 'static {
         0
     }
 
+    /// Roughly how many bytes the store holds in keys from `start` up to `end` (its files'
+    /// estimate: recent writes still in memory are not counted).
+    fn approximate_range_bytes(&self, _start: &[u8], _end: &[u8]) -> u64 {
+        0
+    }
+
     /// Memory the store itself uses, by part (for metrics and benchmarks).
     fn memory_bytes(&self) -> Vec<(&'static str, u64)> {
         vec![]

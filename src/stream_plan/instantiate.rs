@@ -170,7 +170,9 @@ pub fn instantiate(plan: &StreamPlan, context: &Context, parallelism: usize) -> 
             children.push(at[child].ok_or_else(|| WeirError::internal("a plan node before its input"))?);
             exchanges.push(exchange);
         }
-        at[index] = Some(graph.add(ops, &children, exchanges)?);
+        let added = graph.add(ops, &children, exchanges)?;
+        graph.owns_tables(added, node.spec.state_tables());
+        at[index] = Some(added);
     }
     Ok(graph)
 }

@@ -138,3 +138,18 @@ impl Spec {
         }
     }
 }
+
+impl Spec {
+    /// The state tables this node's operator owns.
+    pub fn state_tables(&self) -> Vec<TableId> {
+        match self {
+            Spec::TemporalFilter { tables, .. } | Spec::Aggregate { tables, .. } | Spec::Join { tables, .. } => {
+                vec![tables.0, tables.1]
+            }
+            Spec::SessionAssign { table, .. } | Spec::TopN { table, .. } | Spec::EowcBuffer { table, .. } => {
+                vec![*table]
+            }
+            _ => vec![],
+        }
+    }
+}

@@ -18,6 +18,7 @@ pub mod create_table;
 pub mod create_view;
 pub mod describe;
 pub mod drop;
+pub mod explain_analyze;
 pub mod prepare;
 pub mod query;
 pub mod set;
