@@ -605,12 +605,14 @@ impl Catalog {
         depends_on: Vec<TableId>,
         parallelism: usize,
         append_only: bool,
+        watermark: Option<WatermarkDef>,
         planner_revision: u32,
     ) -> Result<TableId> {
         let mut def = self.new_def(name, RelationKind::MaterializedView, definition, schema);
         def.depends_on = depends_on;
         def.parallelism = parallelism;
         def.append_only = append_only;
+        def.watermark = watermark;
         def.int4_literals = true;
         def.planner_revision = planner_revision;
         def.state_format = crate::state::value::StateFormat::CURRENT.number();

@@ -68,6 +68,8 @@ pub struct Built {
     pub late_rows_schema: Option<datafusion::arrow::datatypes::SchemaRef>,
     /// The view only ever inserts rows.
     pub append_only: bool,
+    /// The watermark views over this one may take from its rows.
+    pub watermark: Option<crate::catalog::persist::WatermarkDef>,
 }
 
 pub struct Graph {

@@ -82,11 +82,47 @@ pub struct InputWatermark {
     pub source: String,
     pub max: Option<i64>,
     pub last_data: Instant,
+    /// The input is a view whose watermark is derived from its rows (windows emitted on close):
+    /// its rows of one epoch may come in any order, so what they show counts from the input's
+    /// barrier on. `seen` holds it until then.
+    pub at_barriers: bool,
+    pub seen: Option<i64>,
 }
 
 impl InputWatermark {
-    pub fn new(expr: Arc<dyn PhysicalExpr>, source: &str) -> InputWatermark {
-        InputWatermark { expr, source: source.to_string(), max: None, last_data: Instant::now() }
+    pub fn new(expr: Arc<dyn PhysicalExpr>, source: &str, at_barriers: bool) -> InputWatermark {
+        InputWatermark {
+            expr,
+            source: source.to_string(),
+            max: None,
+            last_data: Instant::now(),
+            at_barriers,
+            seen: None,
+        }
+    }
+
+    /// Takes `m`, the largest value of the expression over a batch.
+    fn observe(&mut self, m: i64) -> bool {
+        if self.at_barriers {
+            self.seen = Some(self.seen.map_or(m, |s| s.max(m)));
+            return false;
+        }
+        let advanced = self.max.is_none_or(|current| m > current);
+        if advanced {
+            self.max = Some(m);
+        }
+        advanced
+    }
+
+    /// The input's barrier: what its rows showed counts now.
+    fn at_barrier(&mut self) -> bool {
+        match self.seen.take() {
+            Some(seen) if self.max.is_none_or(|current| seen > current) => {
+                self.max = Some(seen);
+                true
+            }
+            _ => false,
+        }
     }
 }
 
@@ -127,8 +163,7 @@ impl ViewJob {
             .map(|nanos| datafusion::arrow::compute::max(&nanos));
         match max {
             Ok(Some(m)) => {
-                if w.max.is_none_or(|current| m > current) {
-                    w.max = Some(m);
+                if w.observe(m) {
                     metrics::SOURCE_WATERMARK_SECONDS.with_label_values(&[&**view, &w.source]).set(m as f64 / 1e9);
                 }
             }
@@ -245,7 +280,11 @@ impl ViewJob {
         // Rows the query gives itself (`VALUES`), once.
         let out = self.graph.push_constants()?;
         out.into_iter().for_each(|b| self.materialize.apply(b));
-        // The watermark only after every existing row: they all count as on time.
+        // The watermark only after every existing row: they all count as on time (a view input's
+        // rows are all of epochs it committed).
+        for w in self.watermarks.iter_mut().flatten() {
+            w.at_barrier();
+        }
         for (input, _) in ended.iter().enumerate().filter(|(_, ended)| **ended) {
             self.input_ended(input);
         }
@@ -393,6 +432,14 @@ impl ViewJob {
                 }
                 Some((Message::Barrier(barrier), _)) => {
                     let epoch = barrier.epoch;
+                    if let Some(w) = self.watermarks.get_mut(input).and_then(|w| w.as_mut()) {
+                        if w.at_barrier() {
+                            let m = w.max.unwrap_or_default() as f64 / 1e9;
+                            metrics::SOURCE_WATERMARK_SECONDS
+                                .with_label_values(&[&**self.graph.view(), &w.source])
+                                .set(m);
+                        }
+                    }
                     // A barrier from before this view started (a view input catching up) only
                     // separates changes the view takes into its first epoch.
                     if epoch <= *self.committed.borrow() {

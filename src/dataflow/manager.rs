@@ -173,7 +173,10 @@ impl Streaming {
             .watermarks
             .into_iter()
             .zip(&inputs)
-            .map(|(expr, input)| expr.map(|e| InputWatermark::new(e, &input.def.name)))
+            .map(|(expr, input)| {
+                let at_barriers = input.def.kind == crate::catalog::RelationKind::MaterializedView;
+                expr.map(|e| InputWatermark::new(e, &input.def.name, at_barriers))
+            })
             .collect();
         let mut job = ViewJob {
             watermarks,

@@ -61,5 +61,6 @@ pub fn build(
         watermarks: stream.watermarks,
         late_rows_schema: stream.late_rows_schema,
         append_only: stream.append_only,
+        watermark: stream.watermark,
     })
 }

@@ -69,4 +69,6 @@ pub struct StreamPlan {
     pub late_rows_schema: Option<SchemaRef>,
     /// The view only ever inserts rows.
     pub append_only: bool,
+    /// The watermark views over this one may take from its rows ([`crate::catalog::persist::WatermarkDef`]).
+    pub watermark: Option<crate::catalog::persist::WatermarkDef>,
 }

@@ -22,6 +22,7 @@ use std::sync::Arc;
 use datafusion::arrow::compute::SortOptions;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::Session;
+use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{DFSchema, NullEquality, ScalarValue};
 use datafusion::logical_expr::{lit, Aggregate, Distinct, Expr, ExprSchemable, JoinType, LogicalPlan};
 use datafusion::physical_expr::PhysicalExpr;
@@ -31,6 +32,7 @@ use super::join_interval::{interval_nanos, join_interval};
 use super::plan::{PlanNode, Properties, StreamPlan, ViewOptions};
 use super::spec::Spec;
 use super::temporal_bounds::{self, uses_now};
+use crate::catalog::persist::WatermarkDef;
 use crate::catalog::windowed::windowed_relation;
 use crate::catalog::{Catalog, RelationKind};
 use crate::error::{Result, WeirError};
@@ -140,8 +142,12 @@ pub fn translate(
     let top = b.node(plan)?;
     let append_only = top.append_only;
     if options.emit_on_window_close && b.windowed_aggregates == 0 {
-        b.emit_on_window_close(plan, top)?;
+        b.emit_on_window_close(plan, top.clone())?;
     }
+    let watermark = match append_only {
+        true => b.derived_watermark(plan, &top)?,
+        false => None,
+    };
     if (options.keep_late_rows || options.lateness > 0) && b.assigners == 0 {
         return Err(WeirError::unsupported(
             "ALLOW LATENESS and LATE ROWS TO need a window: read a table through TUMBLE(...) or HOP(...)",
@@ -153,6 +159,7 @@ pub fn translate(
         watermarks: b.watermarks,
         late_rows_schema: b.late_rows_schema,
         append_only,
+        watermark,
     })
 }
 
@@ -302,6 +309,62 @@ impl Builder<'_> {
         let props = Properties { distribution: Distribution::Single, ..top.props.clone() };
         self.add(spec, &[top.node], props);
         Ok(())
+    }
+
+    /// The watermark a view over this one may take from its (append-only) rows, so that windowed
+    /// views can be stacked. A view of windows emitted on close (an `EMIT ON WINDOW CLOSE`
+    /// aggregate, or buffer) emits them in close order, each epoch after the last: the largest
+    /// window bound seen so far is a watermark of that column (a reader advances it at the
+    /// view's barriers, `dataflow::job`). A view passing an input's watermarked column on
+    /// unchanged keeps the input's watermark expression, over its own column.
+    fn derived_watermark(&self, plan: &LogicalPlan, top: &Out) -> Result<Option<WatermarkDef>> {
+        let schema = plan.schema();
+        let quoted = |c: usize| format!("\"{}\"", schema.field(c).name().replace('"', "\"\""));
+        // Down from the root through operators that keep rows as they are.
+        let mut node = self.nodes.len() - 1;
+        loop {
+            match &self.nodes[node].spec {
+                Spec::Project { .. } | Spec::Filter { .. } | Spec::Exchange(_) => node = self.nodes[node].inputs[0],
+                Spec::EowcBuffer { column, .. } => {
+                    return Ok(Some(WatermarkDef { column: *column, expr: quoted(*column) }));
+                }
+                Spec::Aggregate { config, .. } if config.window.is_some_and(|w| w.emit_on_close && w.lateness == 0) => {
+                    return Ok(top
+                        .times
+                        .iter()
+                        .position(Option::is_some)
+                        .map(|c| WatermarkDef { column: c, expr: quoted(c) }));
+                }
+                _ => break,
+            }
+        }
+        let Some((column, _)) = self.watermarked_column(plan) else { return Ok(None) };
+        let Some(relation) = schema.qualified_field(column).0.and_then(|q| self.catalog.get(q.table())) else {
+            return Ok(None);
+        };
+        let Some(declared) = &relation.def.watermark else { return Ok(None) };
+        let source = DFSchema::try_from(relation.schema.as_ref().clone())?;
+        let expr = datafusion::prelude::SessionContext::new().parse_sql_expr(&declared.expr, &source)?;
+        // Over the view's column: an expression reading any other column is not carried over.
+        let own = relation.schema.field(declared.column).name().clone();
+        let mut other_columns = false;
+        let renamed = expr
+            .transform_up(|e| match e {
+                Expr::Column(c) if c.name == own => Ok(Transformed::yes(Expr::Column(
+                    datafusion::common::Column::from_name(schema.field(column).name()),
+                ))),
+                Expr::Column(c) => {
+                    other_columns = true;
+                    Ok(Transformed::no(Expr::Column(c)))
+                }
+                other => Ok(Transformed::no(other)),
+            })?
+            .data;
+        if other_columns {
+            return Ok(None);
+        }
+        let expr = datafusion::sql::unparser::expr_to_sql(&renamed)?.to_string();
+        Ok(Some(WatermarkDef { column, expr }))
     }
 
     /// Keeps the rows of `child` (over `input`) for which `predicate` holds: a Filter for its

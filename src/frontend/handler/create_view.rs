@@ -338,6 +338,7 @@ pub async fn handle(
         depends_on,
         session.streaming_parallelism(),
         checked.append_only,
+        checked.watermark.clone(),
         crate::frontend::df_context::PlanningRules::REVISION,
     ) {
         Ok(id) => id,
