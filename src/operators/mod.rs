@@ -27,6 +27,7 @@ pub mod lookup_join;
 pub mod materialize;
 pub mod no_watermark;
 pub mod operator;
+pub mod over_window;
 pub mod project;
 pub mod session_assign;
 pub mod temporal_filter;

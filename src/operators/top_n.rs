@@ -14,9 +14,8 @@
 //!
 //! State ([`KeyedState`], one table), in one of two layouts, all encodings memcomparable
 //! (arrow-row):
-//! - over an input that retracts, every row is kept (a deleted leader reveals the next one):
-//!   `partition ++ order ++ row ++ len(row)` -> the row's multiplicity, so a partition's rows
-//!   are one prefix in rank order and a row is read back from its key's tail;
+//! - over an input that retracts, every row is kept (a deleted leader reveals the next one), as
+//!   [`sorted_rows`] keeps them: a partition's rows are one prefix in rank order;
 //! - over an append-only input a row that falls below rank `N` can never come back, so a
 //!   partition is one entry, `partition` -> its rows ranked `N` or better, held in memory while the epoch
 //!   touches it: a row that ranks below them costs one comparison, and a partition no row
@@ -48,6 +47,7 @@ use crate::state::keyed::{Flush, KeyedState};
 use crate::state::keys::KeyRef;
 use crate::state::keys_by_time::KeysByTime;
 use crate::state::record::{RecordReader, RecordWriter};
+use crate::state::sorted_rows;
 use crate::state::store::{ScanControl, WriteBatch};
 use crate::state::value::decode_count;
 use crate::state::value::{ValueReader, ValueWriter};
@@ -332,12 +332,10 @@ impl Ranked {
         (&self.bytes[..self.order_len], self.row()).cmp(&(order, row))
     }
 
-    /// The row a multiset state key holds: `partition ++ order ++ row ++ len(row)`.
+    /// The row a multiset state key holds ([`sorted_rows`]).
     fn from_key(key: &[u8], partition_len: usize) -> Ranked {
-        let (rest, len) = key.split_at(key.len() - 4);
-        let row_len = u32::from_be_bytes(len.try_into().expect("4 bytes")) as usize;
-        let bytes = rest[partition_len..].to_vec();
-        Ranked { order_len: bytes.len() - row_len, bytes }
+        let (order, row) = sorted_rows::split(key, partition_len);
+        Ranked::new(order, row)
     }
 
     /// A partition's rows as one state value: per row, `len(order) len(row) order row`.
@@ -432,15 +430,7 @@ impl Operator for TopN {
                 *changed |= at < kept;
                 continue;
             }
-            key.clear();
-            key.extend_from_slice(partition);
-            key.extend_from_slice(order);
-            key.extend_from_slice(row);
-            key.extend_from_slice(&(row.len() as u32).to_be_bytes());
-            let (_, after) = self.state.add_count(KeyRef::with_distribution(&key, partition.len()), op.sign())?;
-            if after < 0 {
-                return Err(WeirError::internal("Top-N: a row was deleted that was never inserted"));
-            }
+            sorted_rows::add(&mut self.state, &mut key, partition, order, row, op.sign())?;
         }
         Ok(vec![])
     }

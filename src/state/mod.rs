@@ -43,6 +43,7 @@ pub mod overlay;
 pub mod record;
 pub mod rocks;
 pub mod rows_by_time;
+pub mod sorted_rows;
 pub mod store;
 pub mod table;
 pub mod value;

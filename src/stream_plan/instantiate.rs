@@ -126,6 +126,9 @@ impl Context<'_> {
                 ))
             }
             Spec::TopN { config, table, .. } => Box::new(TopN::new(config.clone(), self.keyed(*table)?, view)?),
+            Spec::OverWindow { config, table, .. } => {
+                Box::new(crate::operators::over_window::OverWindow::new(config.clone(), self.keyed(*table)?, view)?)
+            }
             Spec::Union { schema, inputs } => Box::new(Union::new(Arc::clone(schema), *inputs)),
             Spec::Unnest(config) => Box::new(crate::operators::unnest::Unnest::new(config.clone())),
             Spec::EowcBuffer { column, time, schema, table, judges_lateness } => Box::new(EowcBuffer::new(

@@ -15,6 +15,7 @@ use crate::catalog::Relation;
 use crate::operators::hash_agg::HashAggConfig;
 use crate::operators::hash_join::HashJoinConfig;
 use crate::operators::lookup_join::LookupKind;
+use crate::operators::over_window::OverWindowConfig;
 use crate::operators::top_n::TopNConfig;
 use crate::operators::unnest::UnnestConfig;
 use crate::state::keys::TableId;
@@ -105,6 +106,12 @@ pub enum Spec {
     },
     /// Each row as one row per element of its list columns.
     Unnest(UnnestConfig),
+    /// Window functions over partitions in order.
+    OverWindow {
+        config: OverWindowConfig,
+        table: TableId,
+        input: Requirement,
+    },
     /// `EMIT ON WINDOW CLOSE` without a windowed aggregate: rows held until their time closes.
     EowcBuffer {
         column: usize,
@@ -123,9 +130,10 @@ impl Spec {
     /// What the node requires of its input `slot`.
     pub fn requirement(&self, slot: usize) -> Requirement {
         match self {
-            Spec::Aggregate { input, .. } | Spec::TopN { input, .. } | Spec::SessionAssign { input, .. } => {
-                input.clone()
-            }
+            Spec::Aggregate { input, .. }
+            | Spec::TopN { input, .. }
+            | Spec::OverWindow { input, .. }
+            | Spec::SessionAssign { input, .. } => input.clone(),
             Spec::Join { left, right, .. } => {
                 if slot == 0 {
                     left.clone()
@@ -146,7 +154,10 @@ impl Spec {
             Spec::TemporalFilter { tables, .. } | Spec::Aggregate { tables, .. } | Spec::Join { tables, .. } => {
                 vec![tables.0, tables.1]
             }
-            Spec::SessionAssign { table, .. } | Spec::TopN { table, .. } | Spec::EowcBuffer { table, .. } => {
+            Spec::SessionAssign { table, .. }
+            | Spec::TopN { table, .. }
+            | Spec::EowcBuffer { table, .. }
+            | Spec::OverWindow { table, .. } => {
                 vec![*table]
             }
             _ => vec![],

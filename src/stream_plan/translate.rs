@@ -39,6 +39,7 @@ use crate::error::{Result, WeirError};
 use crate::operators::hash_agg::{AggKind, AggSpec, AggWindow, HashAggConfig};
 use crate::operators::hash_join::{shape, HashJoinConfig, JoinWindow};
 use crate::operators::lookup_join::LookupKind;
+use crate::operators::over_window::OverWindowConfig;
 use crate::operators::top_n::{RankOrder, Ranking, TopNConfig};
 use crate::operators::unnest::UnnestConfig;
 use crate::state::keys::{operator_state_table, TableId, RUNTIME_STATE_TABLE};
@@ -1230,6 +1231,18 @@ impl Builder<'_> {
 
     /// A `row_number()` window under a filter bounding it: a streaming Top-N.
     fn top_n(&mut self, plan: &LogicalPlan, w: &datafusion::logical_expr::Window) -> Result<Out> {
+        // A ranking bounded by the query above is a Top-N; any other window function is computed
+        // over its whole partition.
+        let bounded = match w.window_expr.as_slice() {
+            [expr] => {
+                matches!(unalias(expr), Expr::WindowFunction(f) if Ranking::from_name(f.fun.name()).is_some())
+                    && self.rank_limits.contains_key(plan)
+            }
+            _ => false,
+        };
+        if !bounded {
+            return self.over_window(plan, w);
+        }
         let [expr] = w.window_expr.as_slice() else {
             return Err(unsupported("more than one window function in one SELECT"));
         };
@@ -1294,6 +1307,61 @@ impl Builder<'_> {
         // Rows move between ranks as others come and go.
         let props = Properties { distribution: output, times, append_only: false, prompt: false };
         Ok(self.add(Spec::TopN { config, table, input }, &[child.node], props))
+    }
+
+    /// Window functions (`lag(x) OVER (PARTITION BY p ORDER BY o)`, running sums, ...): an
+    /// [`OverWindow`](crate::operators::over_window) computing each touched partition again at
+    /// the barrier with DataFusion's window expressions. Every function of one `WindowAggr` must
+    /// share its PARTITION BY and ORDER BY (DataFusion groups them so).
+    fn over_window(&mut self, plan: &LogicalPlan, w: &datafusion::logical_expr::Window) -> Result<Out> {
+        if self.options.emit_on_window_close {
+            return Err(unsupported("EMIT ON WINDOW CLOSE over window functions"));
+        }
+        let input = w.input.schema();
+        let mut spec: Option<(Vec<Expr>, Vec<datafusion::logical_expr::SortExpr>)> = None;
+        for expr in &w.window_expr {
+            let Expr::WindowFunction(f) = unalias(expr) else {
+                return Err(unsupported(&format!("the window expression {expr}")));
+            };
+            let keys = (f.params.partition_by.clone(), f.params.order_by.clone());
+            match &spec {
+                None => spec = Some(keys),
+                Some(first) if *first == keys => {}
+                Some(_) => {
+                    return Err(unsupported("window functions over different PARTITION BY or ORDER BY in one SELECT"))
+                }
+            }
+        }
+        let (partition_exprs, order_exprs) = spec.ok_or_else(|| WeirError::internal("a window without functions"))?;
+        let child = self.node(&w.input)?;
+        let partition_by = partition_exprs
+            .iter()
+            .map(|e| Ok((self.physical(e, input)?, e.get_type(input)?)))
+            .collect::<Result<Vec<_>>>()?;
+        let order_by = self.rank_orders(&order_exprs, input)?;
+        let props = self.state.execution_props();
+        let context = datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext::default();
+        let functions = w
+            .window_expr
+            .iter()
+            .map(|e| Ok(datafusion::physical_planner::create_window_expr(e, input, props, &context)?))
+            .collect::<Result<Vec<_>>>()?;
+        let table = self.state_table()?;
+        let config =
+            OverWindowConfig { partition_by: partition_by.clone(), order_by, functions, schema: Self::schema(plan) };
+        // A partition's rows meet in one shard; without PARTITION BY, all rows in shard 0.
+        let (requirement, output) = if partition_exprs.is_empty() {
+            (Requirement::Single, Distribution::Single)
+        } else {
+            let columns = hash_of(&partition_exprs, input);
+            let keys = partition_by.iter().map(|(e, _)| Arc::clone(e)).collect();
+            (Requirement::hash(keys, columns.clone()), columns.map(Distribution::Hash).unwrap_or(Distribution::Any))
+        };
+        let mut times = child.times.clone();
+        times.resize(plan.schema().fields().len(), None);
+        // A row's values change as its neighbours come and go.
+        let props = Properties { distribution: output, times, append_only: false, prompt: false };
+        Ok(self.add(Spec::OverWindow { config, table, input: requirement }, &[child.node], props))
     }
 
     /// `SELECT DISTINCT ON (k) ... ORDER BY k, o`, which DataFusion plans as an aggregate of

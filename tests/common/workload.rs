@@ -84,6 +84,17 @@ pub const LATER_VIEWS: &[(&str, &str)] = &[
     ),
     ("with_constants", "SELECT g FROM a UNION ALL VALUES (100), (NULL)"),
     ("never", "SELECT k, count(*) AS n FROM a WHERE 1 = 0 GROUP BY k"),
+    // Window functions over partitions: offsets, running aggregates, frames, unbounded ranks.
+    (
+        "windowed_rows",
+        "SELECT k, g, v, lag(v) OVER (PARTITION BY g ORDER BY v, k) AS prev, lead(k, 2) OVER (PARTITION BY g ORDER BY v, k) AS after_next, \
+         sum(v) OVER (PARTITION BY g ORDER BY v, k) AS running, row_number() OVER (PARTITION BY g ORDER BY v DESC, k) AS rn FROM a",
+    ),
+    (
+        "windowed_frames",
+        "SELECT k, first_value(k) OVER (PARTITION BY g ORDER BY v DESC, k) AS top, count(*) OVER (PARTITION BY g) AS n, \
+         max(v) OVER (ORDER BY k ROWS BETWEEN 2 PRECEDING AND 1 FOLLOWING) AS near_max, rank() OVER (ORDER BY v % 7) AS r FROM a",
+    ),
     // Set-returning functions in the select list.
     ("series", "SELECT k, generate_series(1, v % 4) AS i FROM a"),
     ("unnested", "SELECT k, unnest(ARRAY[g, v]) AS x FROM a"),
