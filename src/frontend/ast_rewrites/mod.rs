@@ -10,6 +10,7 @@ pub mod exists_in_select_lists;
 pub mod functions_in_from;
 pub mod relation_names;
 pub mod series_in_select_lists;
+pub mod windows_named_by_relation;
 
 use std::collections::HashSet;
 
@@ -24,6 +25,7 @@ pub fn rewrite(statement: &mut ast::Statement, table_functions: Option<&HashSet<
     catalog_idioms::rewrite_catalog_idioms(statement);
     exists_in_select_lists::exists_in_select_lists(statement);
     relation_names::resolve_relation_names(statement);
+    windows_named_by_relation::name_windows_by_relation(statement);
     super::interval_text::rewrite_interval_literals(statement);
     super::type_names::rewrite_type_names(statement);
     super::json_functions::rewrite_json_syntax(statement);
