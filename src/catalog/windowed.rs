@@ -29,6 +29,7 @@ use crate::types::window::{interval_nanos, is_time_type, SessionSpec, WindowKind
 enum Kind {
     Tumble,
     Hop,
+    Cumulate,
     Session,
 }
 
@@ -53,6 +54,10 @@ impl WindowFunction {
         WindowFunction { kind: Kind::Hop, catalog }
     }
 
+    pub fn cumulate(catalog: Arc<Catalog>) -> WindowFunction {
+        WindowFunction { kind: Kind::Cumulate, catalog }
+    }
+
     pub fn session(catalog: Arc<Catalog>) -> WindowFunction {
         WindowFunction { kind: Kind::Session, catalog }
     }
@@ -61,6 +66,7 @@ impl WindowFunction {
         match self.kind {
             Kind::Tumble => "TUMBLE(relation, time_column, size [, offset])",
             Kind::Hop => "HOP(relation, time_column, slide, size [, offset])",
+            Kind::Cumulate => "CUMULATE(relation, time_column, step, size [, offset])",
             Kind::Session => "SESSION(relation, time_column, gap [, key_column ...])",
         }
     }
@@ -73,7 +79,7 @@ fn error(e: WeirError) -> DataFusionError {
 impl TableFunctionImpl for WindowFunction {
     fn call_with_args(&self, args: TableFunctionArgs) -> DfResult<Arc<dyn TableProvider>> {
         let exprs = args.exprs();
-        let intervals = if self.kind == Kind::Hop { 2 } else { 1 };
+        let intervals = if matches!(self.kind, Kind::Hop | Kind::Cumulate) { 2 } else { 1 };
         let fits = match self.kind {
             Kind::Session => exprs.len() >= 3,
             _ => exprs.len() == 2 + intervals || exprs.len() == 3 + intervals,
@@ -128,10 +134,10 @@ impl TableFunctionImpl for WindowFunction {
                 Windowing::Session(SessionSpec::new(interval(&exprs[2])?, time_column, keys).map_err(error)?)
             }
             kind => {
-                let window = if kind == Kind::Hop {
-                    WindowKind::Hop { slide: interval(&exprs[2])?, size: interval(&exprs[3])? }
-                } else {
-                    WindowKind::Tumble { size: interval(&exprs[2])? }
+                let window = match kind {
+                    Kind::Hop => WindowKind::Hop { slide: interval(&exprs[2])?, size: interval(&exprs[3])? },
+                    Kind::Cumulate => WindowKind::Cumulate { step: interval(&exprs[2])?, size: interval(&exprs[3])? },
+                    _ => WindowKind::Tumble { size: interval(&exprs[2])? },
                 };
                 let offset = exprs.get(2 + intervals).map(interval).transpose()?.unwrap_or(0);
                 Windowing::Fixed(WindowSpec::new(window, offset, time_column).map_err(error)?)

@@ -114,6 +114,7 @@ pub async fn template_state(catalog: Arc<Catalog>) -> Result<SessionState> {
     ctx.register_udtf("tumble", Arc::new(crate::catalog::windowed::WindowFunction::tumble(Arc::clone(&catalog))));
     ctx.register_udtf("hop", Arc::new(crate::catalog::windowed::WindowFunction::hop(Arc::clone(&catalog))));
     ctx.register_udtf("session", Arc::new(crate::catalog::windowed::WindowFunction::session(Arc::clone(&catalog))));
+    ctx.register_udtf("cumulate", Arc::new(crate::catalog::windowed::WindowFunction::cumulate(Arc::clone(&catalog))));
 
     let version = version_string();
     ctx.register_udf(create_udf(

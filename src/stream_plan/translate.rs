@@ -1498,7 +1498,7 @@ impl Builder<'_> {
         match windowing {
             Windowing::Fixed(spec) => {
                 if by_watermark {
-                    times[n] = Some(TimeColumn { close_offset: spec.size() });
+                    times[n] = spec.start_closes_after().map(|close_offset| TimeColumn { close_offset });
                     times[n + 1] = Some(TimeColumn { close_offset: 0 });
                 }
                 let props = Properties {

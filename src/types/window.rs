@@ -25,8 +25,19 @@ pub const WINDOW_END: &str = "window_end";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WindowKind {
-    Tumble { size: i64 },
-    Hop { slide: i64, size: i64 },
+    Tumble {
+        size: i64,
+    },
+    Hop {
+        slide: i64,
+        size: i64,
+    },
+    /// Flink's cumulating windows: from each `size`-aligned start, windows ending every `step`
+    /// until `size` (`[0, 1h)`, `[0, 2h)`, ... `[0, 1d)`), a row in each that ends after it.
+    Cumulate {
+        step: i64,
+        size: i64,
+    },
 }
 
 /// Which windows the rows of a relation fall into, by which column.
@@ -138,6 +149,18 @@ impl WindowSpec {
                     )));
                 }
             }
+            WindowKind::Cumulate { step, size } => {
+                if step <= 0 || size <= 0 {
+                    return Err(invalid("CUMULATE's step and size must be positive"));
+                }
+                if size % step != 0 {
+                    return Err(invalid(format!(
+                        "CUMULATE's size must be a multiple of its step (size {} s, step {} s)",
+                        size as f64 / 1e9,
+                        step as f64 / 1e9
+                    )));
+                }
+            }
             _ => {}
         }
         Ok(WindowSpec { kind, offset, time_column })
@@ -145,13 +168,22 @@ impl WindowSpec {
 
     pub fn size(&self) -> i64 {
         match self.kind {
-            WindowKind::Tumble { size } | WindowKind::Hop { size, .. } => size,
+            WindowKind::Tumble { size } | WindowKind::Hop { size, .. } | WindowKind::Cumulate { size, .. } => size,
+        }
+    }
+
+    /// How long after its `window_start` a window closes: its size, the same for every window
+    /// but a cumulating one's (their ends differ from one start).
+    pub fn start_closes_after(&self) -> Option<i64> {
+        match self.kind {
+            WindowKind::Cumulate { .. } => None,
+            _ => Some(self.size()),
         }
     }
 
     fn slide(&self) -> i64 {
         match self.kind {
-            WindowKind::Tumble { size } => size,
+            WindowKind::Tumble { size } | WindowKind::Cumulate { size, .. } => size,
             WindowKind::Hop { slide, .. } => slide,
         }
     }
@@ -167,16 +199,27 @@ impl WindowSpec {
         t - (t - self.offset).rem_euclid(slide)
     }
 
-    /// Every window start of `t`, earliest first.
-    pub fn starts(&self, t: i64) -> impl Iterator<Item = i64> {
+    /// Every window of `t` as (start, end), earliest start (and end) first.
+    pub fn windows(&self, t: i64) -> Vec<(i64, i64)> {
         let last = self.last_start(t);
-        let slide = self.slide();
-        (0..self.windows_per_time()).rev().map(move |k| last - k * slide)
+        match self.kind {
+            WindowKind::Cumulate { step, size } => {
+                let first = (t - last) / step + 1;
+                (first..=size / step).map(|k| (last, last + k * step)).collect()
+            }
+            _ => {
+                let (slide, size) = (self.slide(), self.size());
+                (0..self.windows_per_time()).rev().map(|k| (last - k * slide, last - k * slide + size)).collect()
+            }
+        }
     }
 
-    /// How many windows each time is in.
+    /// How many windows each time is in, at most.
     fn windows_per_time(&self) -> i64 {
-        self.size() / self.slide()
+        match self.kind {
+            WindowKind::Cumulate { step, size } => size / step,
+            _ => self.size() / self.slide(),
+        }
     }
 
     /// `batch`'s rows with their windows (`output_schema`): one row per row and window, rows
@@ -189,10 +232,10 @@ impl WindowSpec {
         let mut ends: Vec<i64> = Vec::with_capacity(rows);
         for (row, t) in times.iter().enumerate() {
             let Some(t) = t else { continue };
-            for start in self.starts(t) {
+            for (start, end) in self.windows(t) {
                 origins.push(row as u32);
                 starts.push(start);
-                ends.push(start + self.size());
+                ends.push(end);
             }
         }
         let time_type = batch.schema().field(self.time_column).data_type().clone();
@@ -216,6 +259,9 @@ impl WindowSpec {
         match self.kind {
             WindowKind::Tumble { size } => format!("TUMBLE(size {}{offset})", secs(size)),
             WindowKind::Hop { slide, size } => format!("HOP(slide {}, size {}{offset})", secs(slide), secs(size)),
+            WindowKind::Cumulate { step, size } => {
+                format!("CUMULATE(step {}, size {}{offset})", secs(step), secs(size))
+            }
         }
     }
 }
@@ -371,16 +417,31 @@ mod tests {
 
     #[test]
     fn windows_align_to_the_epoch_and_the_end_belongs_to_the_next() {
+        let starts = |spec: &WindowSpec, t: i64| spec.windows(t).into_iter().map(|(s, _)| s).collect::<Vec<_>>();
         let tumble = WindowSpec::new(WindowKind::Tumble { size: 10 * S }, 0, 0).unwrap();
-        assert_eq!(tumble.starts(15 * S).collect::<Vec<_>>(), vec![10 * S]);
-        assert_eq!(tumble.starts(20 * S).collect::<Vec<_>>(), vec![20 * S]);
-        assert_eq!(tumble.starts(-1).collect::<Vec<_>>(), vec![-10 * S]);
+        assert_eq!(starts(&tumble, 15 * S), vec![10 * S]);
+        assert_eq!(starts(&tumble, 20 * S), vec![20 * S]);
+        assert_eq!(starts(&tumble, -1), vec![-10 * S]);
+        assert_eq!(tumble.windows(15 * S), vec![(10 * S, 20 * S)]);
         let shifted = WindowSpec::new(WindowKind::Tumble { size: 10 * S }, 3 * S, 0).unwrap();
-        assert_eq!(shifted.starts(12 * S).collect::<Vec<_>>(), vec![3 * S]);
+        assert_eq!(starts(&shifted, 12 * S), vec![3 * S]);
         let hop = WindowSpec::new(WindowKind::Hop { slide: 2 * S, size: 6 * S }, 0, 0).unwrap();
-        assert_eq!(hop.starts(7 * S).collect::<Vec<_>>(), vec![2 * S, 4 * S, 6 * S]);
+        assert_eq!(starts(&hop, 7 * S), vec![2 * S, 4 * S, 6 * S]);
         assert!(WindowSpec::new(WindowKind::Hop { slide: 4 * S, size: 6 * S }, 0, 0).is_err());
         assert!(WindowSpec::new(WindowKind::Tumble { size: 0 }, 0, 0).is_err());
+    }
+
+    /// A cumulating window's row is in every window of its `size`-aligned start that ends after
+    /// it: one at the end of its step, then one per step up to the size.
+    #[test]
+    fn cumulating_windows_grow_by_steps_from_one_start() {
+        let cumulate = WindowSpec::new(WindowKind::Cumulate { step: 2 * S, size: 6 * S }, 0, 0).unwrap();
+        assert_eq!(cumulate.windows(S / 2), vec![(0, 2 * S), (0, 4 * S), (0, 6 * S)]);
+        assert_eq!(cumulate.windows(2 * S), vec![(0, 4 * S), (0, 6 * S)]);
+        assert_eq!(cumulate.windows(5 * S), vec![(0, 6 * S)]);
+        assert_eq!(cumulate.windows(9 * S), vec![(6 * S, 10 * S), (6 * S, 12 * S)]);
+        assert_eq!(cumulate.start_closes_after(), None);
+        assert!(WindowSpec::new(WindowKind::Cumulate { step: 4 * S, size: 6 * S }, 0, 0).is_err());
     }
 
     #[test]

@@ -12,7 +12,7 @@ pub fn resolve_relation_names(statement: &mut ast::Statement) {
     let _ = visit_relations_mut(statement, |name| {
         if let [ObjectNamePart::Identifier(ident)] = name.0.as_mut_slice() {
             let lower = ident.value.to_ascii_lowercase();
-            if ident.quote_style.is_none() && matches!(lower.as_str(), "tumble" | "hop" | "session") {
+            if ident.quote_style.is_none() && matches!(lower.as_str(), "tumble" | "hop" | "cumulate" | "session") {
                 ident.value = lower;
             } else if ident.quote_style.is_none() && lower == "pg_indexes" {
                 name.0.insert(0, ObjectNamePart::Identifier(Ident::new("pg_catalog")));

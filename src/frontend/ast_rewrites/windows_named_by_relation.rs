@@ -1,5 +1,5 @@
 //! `FROM HOP(bid, date_time, ...)` names its rows `bid`, as RisingWave and Flink read it: an
-//! unaliased `TUMBLE`, `HOP` or `SESSION` over a relation gets the relation's name as its
+//! unaliased `TUMBLE`, `HOP`, `CUMULATE` or `SESSION` over a relation gets the relation's name as its
 //! alias, so `bid.auction` in the select list means the window's column (DataFusion would call
 //! the scan `hop()`). Left alone where that name is taken in the statement already (`FROM
 //! HOP(bid, ...) JOIN bid ...` keeps the function's own name). An AST rewrite, run by
@@ -12,7 +12,7 @@ use datafusion::sql::sqlparser::ast::{
     self, FunctionArg, FunctionArgExpr, Ident, TableAlias, TableFactor, Visit, VisitMut, Visitor, VisitorMut,
 };
 
-const WINDOW_FUNCTIONS: [&str; 3] = ["tumble", "hop", "session"];
+const WINDOW_FUNCTIONS: [&str; 4] = ["tumble", "hop", "cumulate", "session"];
 
 /// The relation a window function call reads: its first argument, a (qualified) name.
 fn windowed_relation(args: &[FunctionArg]) -> Option<Ident> {
