@@ -245,6 +245,21 @@ pub static SOURCE_RETRIES_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
 });
 
 /// Bytes in the state store (RocksDB's estimate of live data plus memtables), every 5 s.
+/// Bytes of each materialized view's state as stored: its rows and its operators' state tables
+/// (RocksDB's estimate of its files; recent writes still in memory are not counted).
+pub static VIEW_STATE_BYTES: LazyLock<prometheus::IntGaugeVec> = LazyLock::new(|| {
+    register(
+        prometheus::IntGaugeVec::new(
+            Opts::new(
+                "weir_view_state_bytes",
+                "Bytes of a materialized view's rows and operator state as stored, by view",
+            ),
+            &["view"],
+        )
+        .unwrap(),
+    )
+});
+
 pub static STATE_BYTES: LazyLock<IntGauge> =
     LazyLock::new(|| register(IntGauge::new("weir_state_bytes", "Bytes held by the state store").unwrap()));
 
