@@ -140,6 +140,11 @@ pub struct HashJoinConfig {
     pub residual: Option<Arc<dyn PhysicalExpr>>,
     /// A NULL key equals a NULL key (`IS NOT DISTINCT FROM`); else it matches nothing.
     pub nulls_match: bool,
+    /// Sides whose rows are judged late by their time in [`HashJoinConfig::interval`] (a
+    /// watermarked column, not a window bound, whose late rows a window assigner would have
+    /// dropped): a row at or behind the final time is dropped and counted, as a window drops
+    /// it, so that the other side's rows it could have met may be freed.
+    pub late_sides: [bool; 2],
     /// Which inputs only ever insert rows (left, right).
     pub append_only_inputs: [bool; 2],
     /// Joined on a window bound: state is freed as windows become final.
@@ -207,6 +212,7 @@ impl HashJoinConfig {
             right,
             schema,
             residual: None,
+            late_sides: [false, false],
             nulls_match: false,
             append_only_inputs: [false, false],
             window: None,
@@ -614,6 +620,8 @@ pub struct HashJoin {
     /// How long after its close a window's keys, and rows an interval bounds, are kept (the
     /// allowed lateness).
     expiry: Expiry,
+    /// Per side, its time column in the interval when its late rows are dropped here.
+    late_columns: [Option<usize>; 2],
     /// Join keys by the close time of their window.
     open: KeysByTime,
     /// How fast the watermark moves (with a window), so that keys final before the next
@@ -637,6 +645,7 @@ impl HashJoin {
             right,
             schema,
             residual,
+            late_sides,
             nulls_match,
             append_only_inputs,
             window,
@@ -666,6 +675,7 @@ impl HashJoin {
             window,
             interval: None,
             expiry: Expiry::new(lateness),
+            late_columns: [0, 1].map(|side| interval.filter(|_| late_sides[side]).map(|i| i.columns[side])),
             open: KeysByTime::default(),
             pace: WatermarkPace::default(),
         };
@@ -775,7 +785,12 @@ impl Operator for HashJoin {
                 None => None,
             })
             .collect();
-        let interval = expiring.iter().map(|e| format!(", {e}")).collect::<String>();
+        let late: Vec<String> = ["left", "right"]
+            .into_iter()
+            .zip(self.late_columns)
+            .filter_map(|(name, column)| column.map(|_| format!(", {name} rows behind the watermark are late")))
+            .collect();
+        let interval = expiring.iter().map(|e| format!(", {e}")).chain(late).collect::<String>();
         format!(
             "HashJoin: {} on [{}] = [{}]{residual}{window}{interval}",
             self.join_type,
@@ -786,6 +801,27 @@ impl Operator for HashJoin {
 
     fn apply(&mut self, input: usize, batch: ChangeBatch, clock: &Clock) -> Result<Vec<ChangeBatch>> {
         let (this, other) = if input == 0 { (0, 1) } else { (1, 0) };
+        // Rows behind the watermark on a side judged by its time are late: dropped and counted.
+        let batch = match (self.late_columns[this], self.expiry.final_through(clock)) {
+            (Some(column), Some(final_through)) => {
+                let times = to_nanos(batch.data.column(column))?;
+                let on_time: Vec<u32> = (0..batch.num_rows())
+                    .filter(|&i| !(times.is_valid(i) && times.value(i) <= final_through))
+                    .map(|i| i as u32)
+                    .collect();
+                match batch.num_rows() - on_time.len() {
+                    0 => batch,
+                    late => {
+                        self.view.late_rows(late as u64);
+                        if on_time.is_empty() {
+                            return Ok(vec![]);
+                        }
+                        batch.take(&on_time)?
+                    }
+                }
+            }
+            _ => batch,
+        };
         let key_arrays =
             self.sides[this].keys.iter().map(|k| evaluate(k, &batch.data, &self.view)).collect::<Result<Vec<_>>>()?;
         let keys = self.sides[this].key_codec.convert_columns(&key_arrays)?;

@@ -28,8 +28,13 @@ impl StateFormat {
     pub const FIRST: StateFormat = StateFormat(1);
     /// `avg` and floating-point `sum` keep their sum exactly ([`ExactSum`]).
     pub const EXACT_SUMS: StateFormat = StateFormat(2);
+    /// A join whose condition bounds two sides' times, one a watermarked column of an
+    /// append-only input (not a window bound), judges that side's rows behind the watermark
+    /// late and frees the other side's rows no future partner can meet (`operators::hash_join`).
+    /// Before, such a join kept every row and took late ones.
+    pub const RAW_INTERVALS_EXPIRE: StateFormat = StateFormat(3);
     /// The format new views write.
-    pub const CURRENT: StateFormat = StateFormat::EXACT_SUMS;
+    pub const CURRENT: StateFormat = StateFormat::RAW_INTERVALS_EXPIRE;
 
     /// The format a view recorded (0: recorded before formats were, the first); a format this
     /// release does not know (written by a newer one) is an error naming it.

@@ -43,6 +43,7 @@ use crate::operators::over_window::OverWindowConfig;
 use crate::operators::top_n::{RankOrder, Ranking, TopNConfig};
 use crate::operators::unnest::UnnestConfig;
 use crate::state::keys::{operator_state_table, TableId, RUNTIME_STATE_TABLE};
+use crate::state::value::StateFormat;
 use crate::types::window::{TimeColumn, Windowing};
 
 /// A node planned: its number and its output's properties.
@@ -392,6 +393,29 @@ impl Builder<'_> {
         // Rows leave as time passes: retractions, held to the barrier.
         let props = Properties { append_only: false, prompt: false, ..out.props.clone() };
         Ok(self.add(spec, &[out.node], props))
+    }
+
+    /// Which output columns of `plan` are a relation's watermarked column, passed on unchanged
+    /// (through aliases, projections and filters).
+    fn watermarked_columns(&self, plan: &LogicalPlan) -> Vec<bool> {
+        let width = plan.schema().fields().len();
+        match plan {
+            LogicalPlan::TableScan(scan) if windowed_relation(&scan.source).is_none() => {
+                let Some(relation) = self.catalog.get(scan.table_name.table()) else { return vec![false; width] };
+                let Some(watermark) = &relation.def.watermark else { return vec![false; width] };
+                match &scan.projection {
+                    Some(projection) => projection.iter().map(|&c| c == watermark.column).collect(),
+                    None => (0..width).map(|c| c == watermark.column).collect(),
+                }
+            }
+            LogicalPlan::SubqueryAlias(s) => self.watermarked_columns(&s.input),
+            LogicalPlan::Filter(f) => self.watermarked_columns(&f.input),
+            LogicalPlan::Projection(p) => {
+                let inner = self.watermarked_columns(&p.input);
+                p.expr.iter().map(|e| column_index(e, p.input.schema()).is_some_and(|c| inner[c])).collect()
+            }
+            _ => vec![false; width],
+        }
     }
 
     /// The first output column of `plan` that is a relation's watermarked column, unchanged
@@ -753,17 +777,44 @@ impl Builder<'_> {
                     })
                 });
                 // A residual bound on the sides' times: rows no future partner can meet are freed.
+                // A residual bound on the sides' times frees rows no future partner can meet: with a
+                // window bound on the other side (its late rows are gone already), or a watermarked
+                // column of an append-only side, whose rows behind the watermark the join then
+                // judges late (views of state format 3 on).
+                let mut late_sides = [false, false];
                 let interval = match (&condition, j.join_type) {
                     (Some(filter), JoinType::Inner) => {
-                        let times: Vec<Option<TimeColumn>> = left.times.iter().chain(&right.times).copied().collect();
+                        let raw = |plan: &LogicalPlan, out: &Out| -> Vec<bool> {
+                            let judged =
+                                out.append_only && self.options.state_format >= StateFormat::RAW_INTERVALS_EXPIRE;
+                            self.watermarked_columns(plan).into_iter().map(|w| w && judged).collect()
+                        };
+                        let raw_columns: Vec<bool> =
+                            raw(&j.left, &left).into_iter().chain(raw(&j.right, &right)).collect();
+                        let times: Vec<Option<TimeColumn>> = left
+                            .times
+                            .iter()
+                            .chain(&right.times)
+                            .zip(&raw_columns)
+                            .map(|(t, raw)| t.or(raw.then_some(TimeColumn { close_offset: 0 })))
+                            .collect();
                         let left_width = j.left.schema().fields().len();
-                        join_interval(filter, &j.schema, left_width, &times)
+                        let interval = join_interval(filter, &j.schema, left_width, &times);
+                        if let Some(interval) = &interval {
+                            let all_times: Vec<&Option<TimeColumn>> = left.times.iter().chain(&right.times).collect();
+                            late_sides = [0, 1].map(|side| {
+                                let column = interval.columns[side] + side * left_width;
+                                all_times[column].is_none() && raw_columns[column]
+                            });
+                        }
+                        interval
                     }
                     _ => None,
                 };
                 let tables = (self.state_table()?, self.state_table()?);
                 let config = HashJoinConfig {
                     residual,
+                    late_sides,
                     nulls_match: j.null_equality == NullEquality::NullEqualsNull,
                     append_only_inputs: [left.append_only, right.append_only],
                     window,
