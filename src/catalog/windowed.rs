@@ -23,7 +23,9 @@ use datafusion::physical_plan::ExecutionPlan;
 use super::{Catalog, Relation};
 use crate::error::{SqlState, WeirError};
 use crate::state::store::StateStore;
-use crate::types::window::{interval_nanos, is_time_type, SessionSpec, WindowKind, WindowSpec, Windowing};
+use crate::types::window::{
+    interval_months, interval_nanos, is_time_type, SessionSpec, WindowKind, WindowSpec, Windowing,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -134,7 +136,29 @@ impl TableFunctionImpl for WindowFunction {
                 Windowing::Session(SessionSpec::new(interval(&exprs[2])?, time_column, keys).map_err(error)?)
             }
             kind => {
+                // Sizes counted in months (or years) make calendar windows.
+                let months = |e: &Expr| match e {
+                    Expr::Literal(v, _) => interval_months(v),
+                    Expr::Cast(c) => match c.expr.as_ref() {
+                        Expr::Literal(v, _) => interval_months(v),
+                        _ => None,
+                    },
+                    _ => None,
+                };
                 let window = match kind {
+                    Kind::Tumble if months(&exprs[2]).is_some() => {
+                        let size = months(&exprs[2]).expect("checked");
+                        WindowKind::Months { slide: size, size }
+                    }
+                    Kind::Hop if months(&exprs[2]).is_some() || months(&exprs[3]).is_some() => {
+                        let (Some(slide), Some(size)) = (months(&exprs[2]), months(&exprs[3])) else {
+                            return Err(error(WeirError::new(
+                                SqlState::INVALID_PARAMETER_VALUE,
+                                "HOP by months needs both its slide and its size in months or years",
+                            )));
+                        };
+                        WindowKind::Months { slide, size }
+                    }
                     Kind::Hop => WindowKind::Hop { slide: interval(&exprs[2])?, size: interval(&exprs[3])? },
                     Kind::Cumulate => WindowKind::Cumulate { step: interval(&exprs[2])?, size: interval(&exprs[3])? },
                     _ => WindowKind::Tumble { size: interval(&exprs[2])? },

@@ -38,6 +38,39 @@ pub enum WindowKind {
         step: i64,
         size: i64,
     },
+    /// Windows counted in calendar months (UTC), aligned to January 1970: `TUMBLE` by months
+    /// (`slide` = `size`) or years, and `HOP` by them. Their lengths vary with the months.
+    Months {
+        slide: i64,
+        size: i64,
+    },
+}
+
+/// The first instant (nanoseconds) of month `index` counted from January 1970 (UTC).
+fn month_start(index: i64) -> i64 {
+    let (year, month) = (1970 + index.div_euclid(12), index.rem_euclid(12) as u32 + 1);
+    chrono::NaiveDate::from_ymd_opt(year as i32, month, 1)
+        .and_then(|d| d.and_hms_opt(0, 0, 0))
+        .and_then(|d| d.and_utc().timestamp_nanos_opt())
+        .unwrap_or(if index < 0 { i64::MIN } else { i64::MAX })
+}
+
+/// The month (from January 1970, UTC) instant `t` is in.
+fn month_of(t: i64) -> i64 {
+    use chrono::Datelike;
+    let date = chrono::DateTime::from_timestamp_nanos(t).date_naive();
+    (date.year() as i64 - 1970) * 12 + date.month0() as i64
+}
+
+/// A constant interval counted in months only (`INTERVAL '1' MONTH`, `'1' YEAR`), as months.
+pub fn interval_months(value: &ScalarValue) -> Option<i64> {
+    match value {
+        ScalarValue::IntervalMonthDayNano(Some(v)) if v.months != 0 && v.days == 0 && v.nanoseconds == 0 => {
+            Some(v.months as i64)
+        }
+        ScalarValue::IntervalYearMonth(Some(months)) if *months != 0 => Some(*months as i64),
+        _ => None,
+    }
 }
 
 /// Which windows the rows of a relation fall into, by which column.
@@ -149,6 +182,11 @@ impl WindowSpec {
                     )));
                 }
             }
+            WindowKind::Months { slide, size } => {
+                if slide <= 0 || size <= 0 || size % slide != 0 {
+                    return Err(invalid("a window of months needs positive sizes, its size a multiple of its slide"));
+                }
+            }
             WindowKind::Cumulate { step, size } => {
                 if step <= 0 || size <= 0 {
                     return Err(invalid("CUMULATE's step and size must be positive"));
@@ -168,7 +206,10 @@ impl WindowSpec {
 
     pub fn size(&self) -> i64 {
         match self.kind {
-            WindowKind::Tumble { size } | WindowKind::Hop { size, .. } | WindowKind::Cumulate { size, .. } => size,
+            WindowKind::Tumble { size }
+            | WindowKind::Hop { size, .. }
+            | WindowKind::Cumulate { size, .. }
+            | WindowKind::Months { size, .. } => size,
         }
     }
 
@@ -176,7 +217,7 @@ impl WindowSpec {
     /// but a cumulating one's (their ends differ from one start).
     pub fn start_closes_after(&self) -> Option<i64> {
         match self.kind {
-            WindowKind::Cumulate { .. } => None,
+            WindowKind::Cumulate { .. } | WindowKind::Months { .. } => None,
             _ => Some(self.size()),
         }
     }
@@ -184,7 +225,7 @@ impl WindowSpec {
     fn slide(&self) -> i64 {
         match self.kind {
             WindowKind::Tumble { size } | WindowKind::Cumulate { size, .. } => size,
-            WindowKind::Hop { slide, .. } => slide,
+            WindowKind::Hop { slide, .. } | WindowKind::Months { slide, .. } => slide,
         }
     }
 
@@ -201,6 +242,13 @@ impl WindowSpec {
 
     /// Every window of `t` as (start, end), earliest start (and end) first.
     pub fn windows(&self, t: i64) -> Vec<(i64, i64)> {
+        if let WindowKind::Months { slide, size } = self.kind {
+            // Months of the time less the offset; each bound then moved by the offset.
+            let month = month_of(t.saturating_sub(self.offset));
+            let last = month - month.rem_euclid(slide);
+            let at = |index: i64| month_start(index).saturating_add(self.offset);
+            return (0..size / slide).rev().map(|k| (at(last - k * slide), at(last - k * slide + size))).collect();
+        }
         let last = self.last_start(t);
         match self.kind {
             WindowKind::Cumulate { step, size } => {
@@ -262,6 +310,8 @@ impl WindowSpec {
             WindowKind::Cumulate { step, size } => {
                 format!("CUMULATE(step {}, size {}{offset})", secs(step), secs(size))
             }
+            WindowKind::Months { slide, size } if slide == size => format!("TUMBLE(size {size} months{offset})"),
+            WindowKind::Months { slide, size } => format!("HOP(slide {slide} months, size {size} months{offset})"),
         }
     }
 }
@@ -429,6 +479,33 @@ mod tests {
         assert_eq!(starts(&hop, 7 * S), vec![2 * S, 4 * S, 6 * S]);
         assert!(WindowSpec::new(WindowKind::Hop { slide: 4 * S, size: 6 * S }, 0, 0).is_err());
         assert!(WindowSpec::new(WindowKind::Tumble { size: 0 }, 0, 0).is_err());
+    }
+
+    /// Windows of months follow the calendar (UTC), aligned to January 1970.
+    #[test]
+    fn windows_of_months_follow_the_calendar() {
+        let at = |y, m, d| {
+            chrono::NaiveDate::from_ymd_opt(y, m, d)
+                .unwrap()
+                .and_hms_opt(0, 0, 0)
+                .unwrap()
+                .and_utc()
+                .timestamp_nanos_opt()
+                .unwrap()
+        };
+        let monthly = WindowSpec::new(WindowKind::Months { slide: 1, size: 1 }, 0, 0).unwrap();
+        assert_eq!(monthly.windows(at(2024, 2, 29)), vec![(at(2024, 2, 1), at(2024, 3, 1))]);
+        assert_eq!(monthly.windows(at(2024, 3, 1) - 1), vec![(at(2024, 2, 1), at(2024, 3, 1))]);
+        let quarters = WindowSpec::new(WindowKind::Months { slide: 3, size: 3 }, 0, 0).unwrap();
+        assert_eq!(quarters.windows(at(2026, 5, 20)), vec![(at(2026, 4, 1), at(2026, 7, 1))]);
+        let yearly = WindowSpec::new(WindowKind::Months { slide: 12, size: 12 }, 0, 0).unwrap();
+        assert_eq!(yearly.windows(at(1969, 7, 4)), vec![(at(1969, 1, 1), at(1970, 1, 1))]);
+        let rolling = WindowSpec::new(WindowKind::Months { slide: 1, size: 2 }, 0, 0).unwrap();
+        assert_eq!(
+            rolling.windows(at(2026, 1, 15)),
+            vec![(at(2025, 12, 1), at(2026, 2, 1)), (at(2026, 1, 1), at(2026, 3, 1))]
+        );
+        assert_eq!(monthly.start_closes_after(), None);
     }
 
     /// A cumulating window's row is in every window of its `size`-aligned start that ends after
