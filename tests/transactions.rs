@@ -144,3 +144,51 @@ async fn a_crash_replays_a_block_after_the_statements_before_it() {
     let b = server.sigkill_and_reconnect().await;
     assert_eq!(rows(&b, "SELECT v FROM first UNION ALL SELECT v FROM second").await, ["2", "2"]);
 }
+
+/// `RETURNING` gives exactly the rows the statement changed (new rows of INSERT and UPDATE, old
+/// of DELETE), with the statement's tag, by the extended protocol with parameters too; a view
+/// sees the change once; inside a block a ROLLBACK takes the change back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn returning_gives_the_rows_changed() {
+    let server = TestServer::start();
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE accounts (id INT PRIMARY KEY, balance INT);
+         CREATE MATERIALIZED VIEW total AS SELECT sum(balance) AS s FROM accounts;
+         INSERT INTO accounts VALUES (1, 100), (2, 50);",
+    )
+    .await
+    .unwrap();
+    let rows = c
+        .query("UPDATE accounts SET balance = balance - $1 WHERE id = $2 RETURNING id, balance", &[&30i32, &1i32])
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!((rows[0].get::<_, i32>(0), rows[0].get::<_, i32>(1)), (1, 70));
+    let inserted =
+        c.query("INSERT INTO accounts VALUES (3, 5), (4, 6) RETURNING balance * 10 AS tenfold", &[]).await.unwrap();
+    let mut tenfold: Vec<i32> = inserted.iter().map(|r| r.get(0)).collect();
+    tenfold.sort();
+    assert_eq!(tenfold, vec![50, 60]);
+    // The tag counts the rows, as Postgres's does.
+    let messages = c.simple_query("DELETE FROM accounts WHERE balance < 10 RETURNING id").await.unwrap();
+    let mut deleted: Vec<String> = messages
+        .iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => Some(r.get(0).unwrap().to_string()),
+            _ => None,
+        })
+        .collect();
+    deleted.sort();
+    assert_eq!(deleted, ["3", "4"]);
+    assert!(messages.iter().any(|m| matches!(m, tokio_postgres::SimpleQueryMessage::CommandComplete(2))));
+    c.batch_execute("FLUSH").await.unwrap();
+    assert_eq!(count(&c, "SELECT s FROM total").await, 120);
+    // In a block, rolled back with it.
+    c.batch_execute("BEGIN").await.unwrap();
+    let gone = c.query("DELETE FROM accounts RETURNING id", &[]).await.unwrap();
+    assert_eq!(gone.len(), 2);
+    c.batch_execute("ROLLBACK; FLUSH").await.unwrap();
+    assert_eq!(count(&c, "SELECT count(*) FROM accounts").await, 2);
+    assert_eq!(count(&c, "SELECT s FROM total").await, 120);
+}

@@ -133,6 +133,18 @@ impl Transaction {
         self.inner.lock().written.push(Written { relation: Arc::clone(relation), changes, indexes });
     }
 
+    /// How many statements' changes the transaction holds: a mark for
+    /// [`Transaction::changes_since`].
+    pub fn written(&self) -> usize {
+        self.inner.lock().written.len()
+    }
+
+    /// The changes statements made to relation `relation` after `mark` (`RETURNING` reads them).
+    pub fn changes_since(&self, mark: usize, relation: TableId) -> Vec<ChangeBatch> {
+        let inner = self.inner.lock();
+        inner.written.iter().skip(mark).filter(|w| w.relation.def.id == relation).map(|w| w.changes.clone()).collect()
+    }
+
     pub fn savepoint(&self, name: &str) {
         let mut inner = self.inner.lock();
         let written = inner.written.len();

@@ -54,6 +54,9 @@ pub enum StatementResult {
     Rows { schema: SchemaRef, stream: SendableRecordBatchStream },
     /// A command and its tag (`CREATE TABLE`, `INSERT 0 3`, ...).
     Command { tag: String, rows: Option<usize> },
+    /// The rows a statement with `RETURNING` gave, and its tag without the count
+    /// (`UPDATE`: the rows returned are the rows changed).
+    Returned { tag: String, batch: datafusion::arrow::array::RecordBatch },
     /// BEGIN: the session is now in a transaction block.
     TransactionStart { tag: String },
     /// COMMIT or ROLLBACK: the block has ended (`tag` says which, as Postgres does: COMMIT of a

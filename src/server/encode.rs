@@ -83,6 +83,18 @@ pub fn into_response(result: StatementResult, format: &Format, zone: Option<Stri
                 .flatten();
             Response::Query(QueryResponse::new(fields, rows))
         }
+        StatementResult::Returned { tag, batch } => {
+            let schema = batch.schema();
+            let stream = Box::pin(datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(
+                Arc::clone(&schema),
+                stream::iter([Ok(batch)]),
+            ));
+            let mut response = into_response(StatementResult::Rows { schema, stream }, format, zone)?;
+            if let Response::Query(query) = &mut response {
+                query.set_command_tag(&tag);
+            }
+            response
+        }
         StatementResult::Command { tag, rows } => {
             let mut t = Tag::new(&tag);
             if tag == "INSERT" {

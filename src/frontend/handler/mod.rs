@@ -21,6 +21,7 @@ pub mod drop;
 pub mod explain_analyze;
 pub mod prepare;
 pub mod query;
+pub mod returning;
 pub mod set;
 pub mod show;
 pub mod transaction;
@@ -73,6 +74,7 @@ pub async fn execute(
         }
         Statement::ShowViews { materialized: true, .. } => show::materialized_views(fe),
         Statement::ShowViews { materialized: false, .. } => show::views(fe),
+        statement if returning::has_returning(&statement) => returning::handle(fe, session, statement, params).await,
         statement if planned_by_datafusion(&statement) => {
             query::handle(session, name_given_columns(fe, statement), params, fe.catalog().version()).await
         }
@@ -132,6 +134,7 @@ pub async fn execute_streaming(
 
 pub async fn describe(fe: &Frontend, session: &mut Session, statement: &Statement) -> Result<StatementDescription> {
     match statement {
+        statement if returning::has_returning(statement) => returning::describe(fe, session, statement).await,
         statement if planned_by_datafusion(statement) => {
             // Described once per catalog version (a prepared statement is described at each
             // Execute that binds parameters).
