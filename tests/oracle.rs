@@ -10,10 +10,21 @@ use common::workload::{
 };
 use common::{rows, Rng, TestServer};
 
+/// Views made `WITH (two_phase_aggregation = true)`: partial aggregates per (group, bucket)
+/// merged per group.
+const TWO_PHASE_VIEWS: &[(&str, &str)] = &[
+    ("two_phase", "SELECT g, count(*) AS n, sum(v) AS s, min(v) AS lo, max(k) AS hi, bool_or(v > 90) AS any_huge FROM a GROUP BY g"),
+    ("two_phase_join", "SELECT b.w, count(a.v) AS n, sum(a.v) AS s FROM a JOIN b ON a.g = b.k GROUP BY b.w"),
+];
+
 async fn setup(client: &tokio_postgres::Client, parallelism: usize) {
     create_tables(client, parallelism, "(1, 1, 10), (2, 1, 20), (3, 2, 30)", "(1, 15), (2, 5)").await;
     for (name, query) in VIEWS.iter().chain(LATER_VIEWS) {
         client.batch_execute(&format!("CREATE MATERIALIZED VIEW {name} AS {query}")).await.unwrap();
+    }
+    for (name, query) in TWO_PHASE_VIEWS {
+        let create = format!("CREATE MATERIALIZED VIEW {name} WITH (two_phase_aggregation = true) AS {query}");
+        client.batch_execute(&create).await.unwrap();
     }
 }
 
@@ -21,6 +32,7 @@ async fn setup(client: &tokio_postgres::Client, parallelism: usize) {
 async fn check_views(client: &tokio_postgres::Client, context: &str) {
     check_these_views(client, VIEWS, context).await;
     check_these_views(client, LATER_VIEWS, context).await;
+    check_these_views(client, TWO_PHASE_VIEWS, context).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -63,13 +75,13 @@ async fn views_after_sigkill_equal_views_that_never_stopped() {
     let before = {
         let client = server.connect().await;
         let mut all = Vec::new();
-        for (name, _) in VIEWS.iter().chain(LATER_VIEWS) {
+        for (name, _) in VIEWS.iter().chain(LATER_VIEWS).chain(TWO_PHASE_VIEWS) {
             all.push(rows(&client, &format!("SELECT * FROM {name}")).await);
         }
         all
     };
     let client = server.sigkill_and_reconnect().await;
-    for ((name, _), expected) in VIEWS.iter().chain(LATER_VIEWS).zip(&before) {
+    for ((name, _), expected) in VIEWS.iter().chain(LATER_VIEWS).chain(TWO_PHASE_VIEWS).zip(&before) {
         assert_eq!(&rows(&client, &format!("SELECT * FROM {name}")).await, expected, "view {name} after restart");
     }
     // And they keep following changes.

@@ -24,6 +24,7 @@ pub mod instantiate;
 pub mod join_interval;
 pub mod plan;
 pub mod spec;
+pub mod spread;
 pub mod temporal_bounds;
 pub mod translate;
 

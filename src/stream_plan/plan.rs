@@ -27,6 +27,8 @@ pub struct ViewOptions {
     /// The format the view's operator state is written in: the current one for a new view,
     /// the one it recorded for a view restored (`RelationDef::state_format`).
     pub state_format: StateFormat,
+    /// `WITH (two_phase_aggregation = true)`: grouped aggregates in two phases, for hot keys.
+    pub two_phase_aggregation: bool,
 }
 
 /// What a node's output rows are like.

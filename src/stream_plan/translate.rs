@@ -674,6 +674,11 @@ impl Builder<'_> {
                 if window.is_some() {
                     self.windowed_aggregates += 1;
                 }
+                if window.is_none() && !a.group_expr.is_empty() && self.options.two_phase_aggregation {
+                    if let Some(out) = self.two_phase(plan, a, &child, &group_by, &group_types, &aggs)? {
+                        return Ok(out);
+                    }
+                }
                 let tables = (self.state_table()?, self.state_table()?);
                 let groups = a.group_expr.len();
                 // A group's rows meet in one shard; a global aggregate's in shard 0.
@@ -965,6 +970,96 @@ impl Builder<'_> {
             prompt: true,
         };
         Ok(self.add(Spec::Constant { rows }, &[], props))
+    }
+
+    /// A grouped aggregate in two phases (`WITH (two_phase_aggregation = true)`, for hot keys):
+    /// the rows spread over the shards by all their columns, each shard aggregating its share
+    /// per group (partial), then the partial rows of a group meeting in one shard, merged
+    /// (final: counts and sums summed, extremes and booleans and bits taken again). A hot group's
+    /// rows are then counted on every shard, and its one shard takes a partial row per shard and
+    /// epoch instead of every row. None when an aggregate has no such merge (avg, count(DISTINCT),
+    /// string_agg, ...): the plain plan then.
+    fn two_phase(
+        &mut self,
+        plan: &LogicalPlan,
+        a: &Aggregate,
+        child: &Out,
+        group_by: &[Arc<dyn PhysicalExpr>],
+        group_types: &[datafusion::arrow::datatypes::DataType],
+        aggs: &[AggSpec],
+    ) -> Result<Option<Out>> {
+        use datafusion::arrow::datatypes::{Field, Schema};
+        let mut partial = Vec::with_capacity(aggs.len());
+        let mut merges = Vec::with_capacity(aggs.len());
+        for spec in aggs {
+            let merge = match spec.kind {
+                AggKind::CountRows | AggKind::Count | AggKind::Sum => AggKind::Sum,
+                AggKind::Min | AggKind::Max | AggKind::BoolAnd | AggKind::BoolOr => spec.kind,
+                AggKind::BitAnd | AggKind::BitOr | AggKind::BitXor => spec.kind,
+                _ => return Ok(None),
+            };
+            partial.push(spec.clone());
+            merges.push(merge);
+        }
+        let groups = group_by.len();
+        // Partial: grouped by the group keys and the row's bucket, so a hot group's rows spread
+        // over the shards, each (group, bucket) in one.
+        let width = a.input.schema().fields().len();
+        let all: Vec<usize> = (0..width).collect();
+        let bucket = super::spread::SpreadBucket::new(columns(a.input.schema().as_arrow(), &all));
+        let mut partial_keys = group_by.to_vec();
+        partial_keys.push(bucket);
+        let mut partial_types = group_types.to_vec();
+        partial_types.push(datafusion::arrow::datatypes::DataType::UInt64);
+        let mut fields: Vec<Field> =
+            partial_types.iter().enumerate().map(|(i, t)| Field::new(format!("group_{i}"), t.clone(), true)).collect();
+        fields.extend(
+            aggs.iter().enumerate().map(|(i, s)| Field::new(format!("partial_{i}"), s.output_type.clone(), true)),
+        );
+        let partial_schema = Arc::new(Schema::new(fields));
+        let config = HashAggConfig {
+            append_only_input: child.append_only,
+            prompt_input: child.prompt,
+            state_format: self.options.state_format,
+            ..HashAggConfig::new(partial_keys.clone(), partial_types, partial, Arc::clone(&partial_schema))
+        };
+        let tables = (self.state_table()?, self.state_table()?);
+        let props = Properties {
+            distribution: Distribution::Hash((0..=groups).collect()),
+            times: vec![None; partial_schema.fields().len()],
+            append_only: false,
+            prompt: false,
+        };
+        let spread = Requirement::hash(partial_keys, None);
+        let partial_out = self.add(Spec::Aggregate { config, tables, input: spread }, &[child.node], props);
+        // Final: a group's partial rows in one shard.
+        let keys: Vec<usize> = (0..groups).collect();
+        let final_aggs = aggs
+            .iter()
+            .zip(merges)
+            .enumerate()
+            .map(|(i, (spec, kind))| AggSpec {
+                kind,
+                arg: Some(columns(&partial_schema, &[groups + 1 + i]).remove(0)),
+                arg_type: Some(spec.output_type.clone()),
+                output_type: spec.output_type.clone(),
+                delimiter: None,
+            })
+            .collect();
+        let group_keys = columns(&partial_schema, &keys);
+        let config = HashAggConfig {
+            state_format: self.options.state_format,
+            ..HashAggConfig::new(group_keys.clone(), group_types.to_vec(), final_aggs, Self::schema(plan))
+        };
+        let tables = (self.state_table()?, self.state_table()?);
+        let input = Requirement::hash(group_keys, Some(keys.clone()));
+        let props = Properties {
+            distribution: Distribution::Hash(keys),
+            times: vec![None; a.schema.fields().len()],
+            append_only: false,
+            prompt: false,
+        };
+        Ok(Some(self.add(Spec::Aggregate { config, tables, input }, &[partial_out.node], props)))
     }
 
     /// What aggregate call `f` over rows of `input` computes, as Weir keeps it.

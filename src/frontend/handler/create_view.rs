@@ -159,7 +159,9 @@ pub async fn view_options(
         }
         None => 0,
     };
+    let two_phase_aggregation = view_with_options(statement)?;
     Ok(ViewOptions {
+        two_phase_aggregation,
         emit_on_window_close: clauses.emit_on_window_close,
         lateness,
         keep_late_rows: clauses.late_rows_to.is_some(),
@@ -167,6 +169,46 @@ pub async fn view_options(
         // A view restored replaces it with the one it recorded.
         state_format: crate::state::value::StateFormat::CURRENT,
     })
+}
+
+/// A materialized view's `WITH (...)` options: `two_phase_aggregation = true | false` (the one
+/// there is); any other is 22023, not ignored.
+fn view_with_options(statement: &Statement) -> Result<bool> {
+    use datafusion::sql::sqlparser::ast::{CreateTableOptions, SqlOption};
+    let Statement::CreateView(view) = statement else { return Ok(false) };
+    let options = match &view.options {
+        CreateTableOptions::None => return Ok(false),
+        CreateTableOptions::With(options) => options,
+        _ => return Err(WeirError::syntax("a materialized view takes options as WITH (name = value, ...)")),
+    };
+    let mut two_phase = false;
+    for option in options {
+        let SqlOption::KeyValue { key, value } = option else {
+            return Err(WeirError::syntax(format!("expected name = value in WITH, got {option}")));
+        };
+        let text = value.to_string().trim_matches('\'').to_ascii_lowercase();
+        match key.value.to_ascii_lowercase().as_str() {
+            "two_phase_aggregation" => {
+                two_phase = match text.as_str() {
+                    "true" | "on" => true,
+                    "false" | "off" => false,
+                    other => {
+                        return Err(WeirError::new(
+                            SqlState::INVALID_PARAMETER_VALUE,
+                            format!("two_phase_aggregation is true or false, not {other}"),
+                        ))
+                    }
+                }
+            }
+            other => {
+                return Err(WeirError::new(
+                    SqlState::INVALID_PARAMETER_VALUE,
+                    format!("unknown option \"{other}\" for a materialized view (it takes two_phase_aggregation)"),
+                ))
+            }
+        }
+    }
+    Ok(two_phase)
 }
 
 /// The columns of a `LATE ROWS TO` table for late rows of `late_rows` columns (the windowed
