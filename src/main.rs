@@ -136,6 +136,10 @@ enum BenchCommand {
         /// (`file.immutable`) and keeping offsets only.
         #[arg(long)]
         store_file_rows: bool,
+        /// 1 in this many bids goes to a random auction in flight, the rest to the hot one
+        /// (2: half the bids, the generator's default; 1: no hot auction).
+        #[arg(long, default_value_t = 2)]
+        hot_auction_ratio: u64,
         /// Read the bids from a Kafka topic on this broker and write the view to another
         /// (see src/bench/kafka.rs), instead of the built-in generator.
         #[arg(long, value_name = "HOST:PORT")]
@@ -280,6 +284,7 @@ fn main() -> std::process::ExitCode {
                     files,
                     format,
                     store_file_rows,
+                    hot_auction_ratio,
                     kafka,
                     sink,
                     sink_parallelism,
@@ -302,6 +307,7 @@ fn main() -> std::process::ExitCode {
                 files,
                 format,
                 store_file_rows,
+                hot_auction_ratio,
             };
             if let (Some(servers), Some(topic)) = (&kafka, produce_to) {
                 return run_bench(weir::bench::kafka::produce(options, servers.clone(), topic));

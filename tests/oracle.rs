@@ -264,7 +264,8 @@ async fn nexmark_queries_equal_their_batch_queries() {
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| {
-            p.file_name().unwrap().to_string_lossy().starts_with('q') && p.extension().is_some_and(|e| e == "sql")
+            let name = p.file_name().unwrap().to_string_lossy().to_string();
+            (name.starts_with('q') || name.starts_with("hot")) && p.extension().is_some_and(|e| e == "sql")
         })
         .collect();
     files.sort();
@@ -293,7 +294,8 @@ async fn create_view_file(client: &tokio_postgres::Client, file: &std::path::Pat
     // The view is the file's last statement: CREATE MATERIALIZED VIEW name AS <query>.
     let view_statement = &body[body.find("CREATE MATERIALIZED VIEW").unwrap()..];
     let (head, query) = view_statement.split_once(" AS\n").or_else(|| view_statement.split_once(" AS ")).unwrap();
-    let name = head.split_whitespace().last().unwrap().to_string();
+    // The name follows VIEW (WITH (...) may follow it).
+    let name = head.split_whitespace().nth(3).unwrap().to_string();
     (name, query.trim().trim_end_matches(';').to_string())
 }
 

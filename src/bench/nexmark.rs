@@ -38,6 +38,9 @@ pub struct NexmarkOptions {
     pub format: String,
     /// Store the files' rows instead of declaring the files immutable (offsets only).
     pub store_file_rows: bool,
+    /// 1 in this many bids goes to a random auction in flight, the rest to the hot one (the
+    /// generator's default is 2; 1: no hot auction).
+    pub hot_auction_ratio: u64,
 }
 
 const KINDS: [(&str, EventKind); 3] =
@@ -159,6 +162,10 @@ pub(crate) const QUERIES: &[(&str, &str)] = &[
     ("q22", include_str!("../../sql/nexmark/q22.sql")),
     // Not Nexmark: a temporal filter over the bids' processing time.
     ("recent", include_str!("../../sql/nexmark/recent.sql")),
+    // Not Nexmark: bids per auction, where one hot auction takes half the bids (the skew
+    // benchmark), in one phase and in two.
+    ("hot", include_str!("../../sql/nexmark/hot.sql")),
+    ("hot_two_phase", include_str!("../../sql/nexmark/hot_two_phase.sql")),
 ];
 const SOURCES: &str = include_str!("../../sql/nexmark/sources.sql");
 
@@ -215,8 +222,8 @@ pub async fn run(options: NexmarkOptions) -> Result<()> {
                 let sql = SOURCES.replace(
                     "nexmark.event.num = '100000'",
                     &format!(
-                        "nexmark.event.num = '{}', nexmark.max.chunk.size = '{}', nexmark.events.per.second = '{}'",
-                        options.events, options.chunk, options.rate
+                        "nexmark.event.num = '{}', nexmark.max.chunk.size = '{}', nexmark.events.per.second = '{}', nexmark.hot.auction.ratio = '{}'",
+                        options.events, options.chunk, options.rate, options.hot_auction_ratio
                     ),
                 );
                 // A generator's offset is the next event number.

@@ -11,7 +11,9 @@
 //! limit, 0 for none: events come due at that rate from the source's first read, and a
 //! restarted source reads at once those that came due while the server was down, as it would
 //! from a broker), `nexmark.event.rate` (events per second of *event time*, default 10,000),
-//! `nexmark.max.out.of.order.ms` (default 0), `nexmark.seed`, `nexmark.base.time.ms`.
+//! `nexmark.max.out.of.order.ms` (default 0), `nexmark.seed`, `nexmark.base.time.ms`,
+//! `nexmark.hot.auction.ratio` (1 in this many bids goes to a random auction in flight, the rest
+//! to the hot one: default 2, half the bids; 1 for no hot auction).
 //! The offset is the next event number, so every source with the same seed sees the same
 //! events whatever its chunk size. The generator is replayable: its sources store each chunk's
 //! offsets, not its rows ([`super::replay`]).
@@ -41,6 +43,7 @@ pub const OPTIONS: &[&str] = &[
     "nexmark.max.out.of.order.ms",
     "nexmark.seed",
     "nexmark.base.time.ms",
+    "nexmark.hot.auction.ratio",
 ];
 
 /// What a source generates: one kind's stream, or all three combined.
@@ -72,6 +75,7 @@ impl NexmarkReader {
             base_time_ms: options.i64_or("nexmark.base.time.ms", defaults.base_time_ms)?,
             event_rate: options.u64_or("nexmark.event.rate", defaults.event_rate)?.max(1),
             max_out_of_order_ms: options.u64_or("nexmark.max.out.of.order.ms", defaults.max_out_of_order_ms)?,
+            hot_auction_ratio: options.u64_or("nexmark.hot.auction.ratio", defaults.hot_auction_ratio)?,
             ..defaults
         };
         Ok(NexmarkReader {
