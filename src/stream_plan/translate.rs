@@ -165,6 +165,22 @@ pub fn translate(
     })
 }
 
+/// Where a partitioned operator (Top-N, window functions) wants its input and where its rows
+/// are: a partition's rows in one shard (`exprs` over `input`, as `keys`); without partitions,
+/// all rows in shard 0.
+fn partitioned(
+    exprs: &[Expr],
+    keys: &[(Arc<dyn PhysicalExpr>, datafusion::arrow::datatypes::DataType)],
+    input: &DFSchema,
+) -> (Requirement, Distribution) {
+    if exprs.is_empty() {
+        return (Requirement::Single, Distribution::Single);
+    }
+    let columns = hash_of(exprs, input);
+    let keys = keys.iter().map(|(e, _)| Arc::clone(e)).collect();
+    (Requirement::hash(keys, columns.clone()), columns.map(Distribution::Hash).unwrap_or(Distribution::Any))
+}
+
 /// `schema` with every column nullable: what operators output (see [`Builder::schema`]).
 fn nullable(schema: &DFSchema) -> SchemaRef {
     let fields: Vec<_> = schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();
@@ -1416,11 +1432,7 @@ impl Builder<'_> {
         }
         let child = self.node(&w.input)?;
         let input = w.input.schema();
-        let partition_by = params
-            .partition_by
-            .iter()
-            .map(|e| Ok((self.physical(e, input)?, e.get_type(input)?)))
-            .collect::<Result<Vec<_>>>()?;
+        let partition_by = self.partition_keys(&params.partition_by, input)?;
         let order_by = self.rank_orders(&params.order_by, input)?;
         // Partitioned by a window bound: a window's partitions are freed once it is final.
         let window = params
@@ -1440,14 +1452,7 @@ impl Builder<'_> {
             window: window.map(|(index, column)| (index, column, lateness)),
             append_only_input: child.append_only,
         };
-        // A partition's rows meet in one shard; without PARTITION BY, all rows in shard 0.
-        let (input, output) = if params.partition_by.is_empty() {
-            (Requirement::Single, Distribution::Single)
-        } else {
-            let columns = hash_of(&params.partition_by, input);
-            let keys = partition_by.iter().map(|(e, _)| Arc::clone(e)).collect();
-            (Requirement::hash(keys, columns.clone()), columns.map(Distribution::Hash).unwrap_or(Distribution::Any))
-        };
+        let (input, output) = partitioned(&params.partition_by, &partition_by, input);
         let mut times = child.times.clone();
         times.push(None);
         // Rows move between ranks as others come and go.
@@ -1480,10 +1485,7 @@ impl Builder<'_> {
         }
         let (partition_exprs, order_exprs) = spec.ok_or_else(|| WeirError::internal("a window without functions"))?;
         let child = self.node(&w.input)?;
-        let partition_by = partition_exprs
-            .iter()
-            .map(|e| Ok((self.physical(e, input)?, e.get_type(input)?)))
-            .collect::<Result<Vec<_>>>()?;
+        let partition_by = self.partition_keys(&partition_exprs, input)?;
         let order_by = self.rank_orders(&order_exprs, input)?;
         let props = self.state.execution_props();
         let context = datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext::default();
@@ -1495,19 +1497,21 @@ impl Builder<'_> {
         let table = self.state_table()?;
         let config =
             OverWindowConfig { partition_by: partition_by.clone(), order_by, functions, schema: Self::schema(plan) };
-        // A partition's rows meet in one shard; without PARTITION BY, all rows in shard 0.
-        let (requirement, output) = if partition_exprs.is_empty() {
-            (Requirement::Single, Distribution::Single)
-        } else {
-            let columns = hash_of(&partition_exprs, input);
-            let keys = partition_by.iter().map(|(e, _)| Arc::clone(e)).collect();
-            (Requirement::hash(keys, columns.clone()), columns.map(Distribution::Hash).unwrap_or(Distribution::Any))
-        };
+        let (requirement, output) = partitioned(&partition_exprs, &partition_by, input);
         let mut times = child.times.clone();
         times.resize(plan.schema().fields().len(), None);
         // A row's values change as its neighbours come and go.
         let props = Properties { distribution: output, times, append_only: false, prompt: false };
         Ok(self.add(Spec::OverWindow { config, table, input: requirement }, &[child.node], props))
+    }
+
+    /// Partition expressions `exprs` over `input`, evaluated per row, with their types.
+    fn partition_keys(
+        &self,
+        exprs: &[Expr],
+        input: &DFSchema,
+    ) -> Result<Vec<(Arc<dyn PhysicalExpr>, datafusion::arrow::datatypes::DataType)>> {
+        exprs.iter().map(|e| Ok((self.physical(e, input)?, e.get_type(input)?))).collect()
     }
 
     /// `SELECT DISTINCT ON (k) ... ORDER BY k, o`, which DataFusion plans as an aggregate of
@@ -1518,11 +1522,7 @@ impl Builder<'_> {
         let (order, columns) = distinct_on_form(a).expect("matched as DISTINCT ON");
         let child = self.node(&a.input)?;
         let in_schema = a.input.schema();
-        let partition_by = a
-            .group_expr
-            .iter()
-            .map(|e| Ok((self.physical(e, in_schema)?, e.get_type(in_schema)?)))
-            .collect::<Result<Vec<_>>>()?;
+        let partition_by = self.partition_keys(&a.group_expr, in_schema)?;
         let order_by = self.rank_orders(&order, in_schema)?;
         let groups: Vec<usize> = a
             .group_expr
