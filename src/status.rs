@@ -48,6 +48,17 @@ pub struct OperatorStats {
 }
 
 impl OperatorStats {
+    pub fn new(label: String, children: Vec<usize>) -> OperatorStats {
+        OperatorStats {
+            label,
+            children,
+            tables: Mutex::new(Vec::new()),
+            rows_in: AtomicU64::new(0),
+            rows_out: AtomicU64::new(0),
+            busy_nanos: AtomicU64::new(0),
+        }
+    }
+
     /// Counts `n` rows in or out, and `nanos` of work.
     pub fn record(&self, rows_in: u64, rows_out: u64, nanos: u64) {
         self.rows_in.fetch_add(rows_in, Ordering::Relaxed);
@@ -318,24 +329,10 @@ impl ViewStatus {
         self.status.record_late_rows(&self.name, count);
     }
 
-    /// The view's graph is being built anew: its operators are registered again from here.
-    pub fn operators_restart(&self) {
-        self.status.operators.lock().insert(self.name.to_string(), Vec::new());
+    /// The operators of the graph the view runs now (its barrier latency starts anew).
+    pub fn publish_operators(&self, operators: Vec<Arc<OperatorStats>>) {
+        self.status.operators.lock().insert(self.name.to_string(), operators);
         self.status.barriers.lock().remove(&*self.name);
-    }
-
-    /// Registers the view's next operator (`label`, fed by `children`); its statistics.
-    pub fn operator(&self, label: String, children: Vec<usize>) -> Arc<OperatorStats> {
-        let stats = Arc::new(OperatorStats {
-            label,
-            children,
-            tables: Mutex::new(Vec::new()),
-            rows_in: AtomicU64::new(0),
-            rows_out: AtomicU64::new(0),
-            busy_nanos: AtomicU64::new(0),
-        });
-        self.status.operators.lock().entry(self.name.to_string()).or_default().push(Arc::clone(&stats));
-        stats
     }
 
     /// The view committed an epoch `seconds` after its barrier was injected.

@@ -91,7 +91,6 @@ pub struct Graph {
 
 impl Graph {
     pub fn new(view: ViewStatus, parallelism: usize) -> Graph {
-        view.operators_restart();
         Graph {
             view,
             nodes: Vec::new(),
@@ -139,12 +138,18 @@ impl Graph {
             true => format!("{} (inputs exchanged)", ops[0].describe()),
             false => ops[0].describe(),
         };
-        let stats = self.view.operator(label, children.to_vec());
+        let stats = Arc::new(crate::status::OperatorStats::new(label, children.to_vec()));
         self.nodes.push(Node { parents: Vec::new(), partition, rows_in, rows_out, stats });
         for (shard, op) in self.shards.iter_mut().zip(ops) {
             shard.push(op);
         }
         Ok(index)
+    }
+
+    /// Makes this graph's operators the view's in the status, for EXPLAIN ANALYZE: called once the
+    /// graph is the one the view runs (a graph built only to check a plan stays unseen).
+    pub fn publish_operators(&self) {
+        self.view.publish_operators(self.nodes.iter().map(|n| Arc::clone(&n.stats)).collect());
     }
 
     /// Records the state tables node `node` owns (EXPLAIN ANALYZE shows their size).

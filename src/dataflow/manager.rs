@@ -194,6 +194,8 @@ impl Streaming {
             committed: Arc::new(committed),
             state_writes: Default::default(),
         };
+        // This graph is the view's from now on: EXPLAIN ANALYZE shows its operators.
+        job.graph.publish_operators();
         let started = match own {
             Some(own) => job.backfill(snapshots, ended, self.coordinator.clock.current(), own).await,
             None => job.restore(),
