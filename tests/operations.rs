@@ -34,13 +34,7 @@ async fn explain_analyze_shows_what_each_operator_of_a_running_view_did() {
             _ => None,
         })
         .collect();
-    let extended: Vec<String> = c
-        .query("EXPLAIN ANALYZE MATERIALIZED VIEW by_region", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get::<_, String>(0))
-        .collect();
+    let extended = plan_by_extended_protocol(&c).await;
     let text = simple.join("\n");
     assert!(
         simple[0].starts_with("Materialize by_region: ") && simple[0].contains(" epochs, barrier latency last "),
@@ -64,17 +58,17 @@ async fn explain_analyze_shows_what_each_operator_of_a_running_view_did() {
     let duplicate =
         "CREATE MATERIALIZED VIEW by_region AS SELECT customer, count(*) AS n FROM orders GROUP BY customer";
     c.batch_execute(duplicate).await.unwrap_err();
-    let again: Vec<String> = c
-        .query("EXPLAIN ANALYZE MATERIALIZED VIEW by_region", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get::<_, String>(0))
-        .collect();
+    let again = plan_by_extended_protocol(&c).await;
     assert!(again.iter().any(|l| l.contains("HashJoin") && l.contains("[rows in 6, out 3, time ")), "{again:?}");
     // Only a materialized view has operators.
     let error = c.simple_query("EXPLAIN ANALYZE MATERIALIZED VIEW orders").await.unwrap_err();
     assert_eq!(error.code(), Some(&tokio_postgres::error::SqlState::WRONG_OBJECT_TYPE));
+}
+
+/// `EXPLAIN ANALYZE MATERIALIZED VIEW by_region`'s lines, in order, by the extended protocol.
+async fn plan_by_extended_protocol(c: &tokio_postgres::Client) -> Vec<String> {
+    let rows = c.query("EXPLAIN ANALYZE MATERIALIZED VIEW by_region", &[]).await.unwrap();
+    rows.iter().map(|r| r.get::<_, String>(0)).collect()
 }
 
 /// With `--log-format json` every line is one JSON object, and a view's warning names the view.
