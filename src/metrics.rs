@@ -93,6 +93,33 @@ pub static OPERATOR_ROWS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     )
 });
 
+/// Keys a view's state TTL forgot (`WITH (state_ttl = ...)`): an aggregate's groups, a join
+/// side's keys, idle for the TTL.
+pub static STATE_TTL_FORGOTTEN_KEYS_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register(
+        IntCounterVec::new(
+            Opts::new("weir_state_ttl_forgotten_keys_total", "Keys a view's state TTL forgot, idle that long"),
+            &["view"],
+        )
+        .unwrap(),
+    )
+});
+
+/// Retractions of rows a view's state TTL had already forgotten: nothing left to take them
+/// from, so they change nothing (as in Flink).
+pub static STATE_TTL_IGNORED_RETRACTIONS_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register(
+        IntCounterVec::new(
+            Opts::new(
+                "weir_state_ttl_ignored_retractions_total",
+                "Retractions of rows whose state the view's state TTL had already forgotten",
+            ),
+            &["view"],
+        )
+        .unwrap(),
+    )
+});
+
 /// Groups of final windows that windowed aggregates finished (emitted and deleted) before
 /// their epoch's barrier.
 pub static GROUPS_FINISHED_EARLY_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
@@ -404,6 +431,7 @@ pub fn render() -> String {
     let _ = (&*CHECKPOINT_SNAPSHOT_SECONDS, &*CHECKPOINT_HELD_BYTES, &*CHECKPOINT_UPLOADED_BYTES_TOTAL);
     let _ = (&*CHECKPOINT_LAST_COMPLETE_EPOCH, &*RECOVERY_SECONDS, &*SINK_CHECKPOINTS_DELIVERED_TOTAL);
     let _ = (&*SINK_ROWS_TOTAL, &*SINK_DELIVERIES_TOTAL, &*SINK_CHECKPOINTS_PENDING, &*KAFKA_SOURCE_LAG);
+    let _ = (&*STATE_TTL_FORGOTTEN_KEYS_TOTAL, &*STATE_TTL_IGNORED_RETRACTIONS_TOTAL);
     let families = REGISTRY.gather();
     let mut buf = Vec::new();
     TextEncoder::new().encode(&families, &mut buf).expect("text encoding");

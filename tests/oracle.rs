@@ -809,3 +809,115 @@ async fn temporal_filters_equal_their_query_at_every_epoch_time() {
         assert!(after[0] > 0 && after[9] == 0, "{after:?}");
     }
 }
+
+/// Views under a state TTL (`WITH (state_ttl = '5 seconds')`, ADR 30), over the random
+/// workload's tables: (name, query).
+const TTL_VIEWS: &[(&str, &str)] = &[
+    ("ttl_groups", "SELECT g, count(*) AS n, sum(v) AS s, max(v) AS hi FROM a GROUP BY g"),
+    ("ttl_distinct", "SELECT DISTINCT g, v % 3 AS r FROM a"),
+    ("ttl_join", "SELECT a.k, a.v, b.w FROM a JOIN b ON a.g = b.k"),
+    ("ttl_left_join", "SELECT b.k, b.w, a.v FROM b LEFT JOIN a ON a.g = b.k"),
+    ("ttl_join_groups", "SELECT b.w, count(*) AS n FROM a JOIN b ON a.g = b.k GROUP BY b.w"),
+];
+
+/// The rows of every view of `views`, in order.
+async fn view_rows(client: &tokio_postgres::Client, views: &[(&str, &str)]) -> Vec<Vec<String>> {
+    let mut all = Vec::new();
+    for (name, _) in views {
+        all.push(rows(client, &format!("SELECT * FROM {name}")).await);
+    }
+    all
+}
+
+/// A state TTL forgets the same keys in a view killed with SIGKILL and restarted as in one that
+/// never stopped: two servers take the same changes at the same pinned epoch times, one is
+/// killed midway, and their views are compared at every step. The same queries under a TTL
+/// longer than the run equal their batch queries (the index of idle keys changes no result
+/// until it forgets), and the TTL views really forget (they hold fewer rows than their queries).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_ttl_views_forget_alike_after_sigkill_and_change_nothing_before() {
+    let long: Vec<(String, &str)> = TTL_VIEWS.iter().map(|(name, query)| (format!("{name}_long"), *query)).collect();
+    let long: Vec<(&str, &str)> = long.iter().map(|(name, query)| (name.as_str(), *query)).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("weir.toml");
+    // A tiny state cache, so the index of idle keys really goes through RocksDB.
+    std::fs::write(&config, "[storage]\nstate_cache_entries = 16\n").unwrap();
+    let args = ["--barrier-interval-ms", "50", "--checkpoint-interval", "200ms", "--config", config.to_str().unwrap()];
+    let steady = TestServer::start_with(&args);
+    let mut killed = TestServer::start_with(&args);
+    let mut clients = [steady.connect().await, killed.connect().await];
+    let mut now_ms = CLOCK_START_MS;
+    for client in &clients {
+        client.batch_execute(&format!("SET weir.epoch_clock = '{}'", timestamp(now_ms))).await.unwrap();
+        create_tables(client, 2, "(1, 1, 10), (2, 1, 20), (3, 2, 30)", "(1, 15), (2, 5)").await;
+        for (name, query) in TTL_VIEWS {
+            let create = format!("CREATE MATERIALIZED VIEW {name} WITH (state_ttl = '5 seconds') AS {query}");
+            client.batch_execute(&create).await.unwrap();
+        }
+        for (name, query) in &long {
+            let create = format!("CREATE MATERIALIZED VIEW {name} WITH (state_ttl = '1 day') AS {query}");
+            client.batch_execute(&create).await.unwrap();
+        }
+    }
+    let mut rng = Rng(2027);
+    let (mut forgot, mut kept) = (false, false);
+    for step in 0..40 {
+        // The clock moves 0 to 3 s a step, so keys go idle and others are changed in time.
+        now_ms += rng.below(3_000);
+        let sql = random_statement(&mut rng);
+        for client in &clients {
+            client.batch_execute(&format!("SET weir.epoch_clock = '{}'; FLUSH", timestamp(now_ms))).await.unwrap();
+            client.batch_execute(&sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+            client.simple_query("FLUSH").await.unwrap();
+        }
+        let context = format!("at step {step} ({sql})");
+        let views = [view_rows(&clients[0], TTL_VIEWS).await, view_rows(&clients[1], TTL_VIEWS).await];
+        for ((name, _), (one, other)) in TTL_VIEWS.iter().zip(views[0].iter().zip(&views[1])) {
+            assert_eq!(one, other, "TTL view {name} differs between the two servers {context}");
+        }
+        check_these_views(&clients[0], &long, &context).await;
+        for ((_, query), held) in TTL_VIEWS.iter().zip(&views[0]) {
+            let all = rows(&clients[0], query).await.len();
+            forgot |= held.len() < all;
+            kept |= !held.is_empty();
+        }
+        if step == 20 {
+            // Killed once a checkpoint holds every change: changes replayed after a restart
+            // count as made at the restart (their keys kept longer), which is not what is
+            // compared here.
+            complete_checkpoints(&clients[1], 2).await;
+            clients[1] = killed.sigkill_and_reconnect().await;
+            // A pin is not kept across restarts: the next step pins the clock again, before
+            // anything changes.
+        }
+    }
+    assert!(forgot && kept, "the TTL views should both hold rows and forget some (forgot {forgot}, kept {kept})");
+}
+
+/// Waits until `more` checkpoints complete after now (the second of two began after the first
+/// ended, so after everything done before the call).
+async fn complete_checkpoints(client: &tokio_postgres::Client, more: usize) {
+    let newest = || async {
+        let row = client
+            .query_one(
+                "SELECT CAST(coalesce(max(epoch), 0) AS BIGINT) FROM weir_catalog.checkpoints WHERE status = 'complete'",
+                &[],
+            )
+            .await
+            .unwrap();
+        row.get::<_, i64>(0)
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut last = newest().await;
+    for _ in 0..more {
+        loop {
+            let now = newest().await;
+            if now > last {
+                last = now;
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{more} checkpoints did not complete within 60 s");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+}

@@ -38,6 +38,10 @@
 //!   the touched groups held in memory are bounded by the open windows as well, however much
 //!   event time one epoch spans.
 //!
+//! Under a view's state TTL ([`HashAgg::with_state_ttl`], `state::idle_keys`), a plain grouped
+//! aggregate (or DISTINCT) forgets a group no row changed for the TTL of epoch time: its row is
+//! retracted and its state deleted, as if its rows had been deleted.
+//!
 //! Which groups are open is indexed in memory by close time (`open`, `closed`): the index is
 //! the record the aggregate keeps with each checkpoint ([`Operator::save_record`]), restored
 //! with the view's state, so it always holds every stored windowed group.
@@ -66,6 +70,7 @@ use super::operator::Operator;
 use crate::error::{Result, SqlState, WeirError};
 use crate::state::expiring_groups::ExpiringGroups;
 use crate::state::expiry::{Expiring, Expiry};
+use crate::state::idle_keys::IdleKeys;
 use crate::state::keyed::{Flush, KeyedState};
 use crate::state::keys::{KeyRef, StateKey};
 use crate::state::keys_by_time::KeysByTime;
@@ -387,6 +392,8 @@ pub struct HashAgg {
     /// Bytes of groups held in memory past which they move into `groups`
     /// ([`MEMORY_LIMIT_BYTES`]; lower in tests).
     memory_limit: usize,
+    /// The view's state TTL: groups idle that long are forgotten ([`HashAgg::with_state_ttl`]).
+    idle: Option<IdleKeys>,
 }
 
 /// How a windowed aggregate's checkpoint record says its groups are held: in table 0 (also
@@ -503,6 +510,7 @@ impl HashAgg {
             in_memory: None,
             retired: None,
             memory_limit: MEMORY_LIMIT_BYTES,
+            idle: None,
         };
         if agg.window.is_some() {
             // Its groups' stored parts carry the shard number.
@@ -516,6 +524,19 @@ impl HashAgg {
             agg.touched.push(group);
         }
         Ok(agg)
+    }
+
+    /// This aggregate under the view's state TTL (`WITH (state_ttl = ...)`), its idle groups
+    /// indexed in `idle`: a group not changed for the TTL of epoch time is forgotten as if its
+    /// rows had been deleted (its row retracted, its state deleted), and starts anew with its
+    /// next row; a retraction reaching a group with no rows left (one forgotten) is ignored.
+    /// For grouped aggregates without a window (windows end with the watermark).
+    pub fn with_state_ttl(mut self, idle: IdleKeys) -> Result<HashAgg> {
+        if self.window.is_some() || self.group_codec.is_none() {
+            return Err(WeirError::internal("a state TTL is for grouped aggregates without a window"));
+        }
+        self.idle = Some(idle);
+        Ok(self)
     }
 
     /// Whether aggregate `i` keeps its values (with multiplicities) in the multiset table.
@@ -691,7 +712,12 @@ impl HashAgg {
             }
             return Ok(());
         }
-        let (before, after) = self.values.add_count(key, delta)?;
+        let (before, mut after) = self.values.add_count(key, delta)?;
+        if after < 0 && self.idle.is_some() {
+            // A value of a row from before its group was forgotten: nothing to take it from.
+            self.values.delete(key);
+            after = 0;
+        }
         if let Acc::Distinct(n) = &mut group.accs[i] {
             *n += (after > 0) as i64 - (before > 0) as i64;
         }
@@ -998,7 +1024,12 @@ impl Operator for HashAgg {
             ),
             None => String::new(),
         };
-        format!("HashAgg: group by [{}], [{}]{window}", keys.join(", "), aggs.join(", "))
+        format!(
+            "HashAgg: group by [{}], [{}]{window}{}",
+            keys.join(", "),
+            aggs.join(", "),
+            IdleKeys::describe(self.idle.as_ref())
+        )
     }
 
     fn apply(&mut self, _input: usize, batch: ChangeBatch, clock: &Clock) -> Result<Vec<ChangeBatch>> {
@@ -1088,6 +1119,7 @@ impl Operator for HashAgg {
                 let final_through = window.expiry().final_through(clock).unwrap_or(i64::MIN);
                 self.close_windows(dirty, watermark, final_through, window)
             }
+            None if self.idle.is_some() => self.emit_forgetting_idle(dirty, clock),
             None => self.emit(dirty),
         }
     }
@@ -1111,6 +1143,9 @@ impl Operator for HashAgg {
         let expires_first = |group: &[u8]| open.due_by(group, through) || closed.due_by(group, through);
         self.groups.flush_keeping(wb, flush, &expires_first);
         self.values.flush_keeping(wb, flush, &expires_first);
+        if let Some(idle) = &mut self.idle {
+            idle.flush(wb, flush);
+        }
     }
 
     /// A windowed aggregate's groups by close time, not yet emitted then emitted; the groups
@@ -1162,9 +1197,15 @@ impl HashAgg {
         let PreparedBatch { batch, args, encoded_values, row_slots, slot_keys, at } = prepared;
         // A value's net change per (group slot, multiset aggregate), applied to the state once.
         let mut deltas: HashMap<(usize, usize, &[u8]), i64> = HashMap::default();
+        let mut ignored = 0;
         for (row, &slot) in row_slots.iter().enumerate() {
             let sign = batch.ops[row].sign();
             let group = &mut touched[at[slot]];
+            if sign < 0 && group.rows <= 0 && self.idle.is_some() {
+                // The row's group was forgotten by the state TTL (or never had it).
+                ignored += 1;
+                continue;
+            }
             group.rows += sign;
             for (i, arg) in args.iter().enumerate() {
                 match (&encoded_values[i], arg) {
@@ -1179,6 +1220,66 @@ impl HashAgg {
         }
         for ((slot, i, value), delta) in deltas.into_iter().filter(|(_, d)| *d != 0) {
             self.add_to_multiset(slot_keys[slot].0, &mut touched[at[slot]], i, value, delta)?;
+        }
+        if ignored > 0 {
+            crate::metrics::STATE_TTL_IGNORED_RETRACTIONS_TOTAL.with_label_values(&[&self.view]).inc_by(ignored);
+        }
+        Ok(())
+    }
+
+    /// Under a state TTL: emits the epoch's changes as [`HashAgg::emit`] does, indexes the
+    /// touched groups at the epoch's time, then forgets the groups idle for the TTL, emitting
+    /// their rows' retraction.
+    fn emit_forgetting_idle(&mut self, dirty: Vec<(Vec<u8>, Group)>, clock: &Clock) -> Result<Vec<ChangeBatch>> {
+        let Some(now) = clock.now else { return self.emit(dirty) };
+        let mut idle = self.idle.take().expect("called with a state TTL");
+        let result = idle.advance(now).and_then(|()| self.index_and_forget(&mut idle, dirty, now));
+        self.idle = Some(idle);
+        result
+    }
+
+    fn index_and_forget(
+        &mut self,
+        idle: &mut IdleKeys,
+        dirty: Vec<(Vec<u8>, Group)>,
+        now: i64,
+    ) -> Result<Vec<ChangeBatch>> {
+        for (key, group) in &dirty {
+            match group.rows > 0 {
+                true => idle.touch(key)?,
+                false => {
+                    idle.remove(key)?;
+                    // Rows from before a group was forgotten may leave values behind.
+                    self.delete_values(key)?;
+                }
+            }
+        }
+        let mut out = self.emit(dirty)?;
+        let mut forgotten = Vec::new();
+        for key in idle.take_idle(now)? {
+            let mut group = self.load_at(&key, None)?;
+            if group.rows > 0 || group.emitted.is_some() {
+                group.rows = 0;
+                forgotten.push((key, group));
+            }
+        }
+        if forgotten.is_empty() {
+            return Ok(out);
+        }
+        crate::metrics::STATE_TTL_FORGOTTEN_KEYS_TOTAL.with_label_values(&[&self.view]).inc_by(forgotten.len() as u64);
+        for (key, _) in &forgotten {
+            self.delete_values(key)?;
+        }
+        out.extend(self.emit(forgotten)?);
+        Ok(out)
+    }
+
+    /// Deletes every value multiset of group `key`.
+    fn delete_values(&mut self, key: &[u8]) -> Result<()> {
+        for i in 0..self.aggs.len() {
+            if self.keeps_values(i) {
+                self.values.delete_prefix(Self::multiset_prefix(key, i, 0).key())?;
+            }
         }
         Ok(())
     }
@@ -1301,11 +1402,7 @@ impl HashAgg {
             if self.in_memory.is_none() {
                 self.groups.delete(KeyRef::whole(&key));
             }
-            for i in 0..self.aggs.len() {
-                if self.keeps_values(i) {
-                    self.values.delete_prefix(Self::multiset_prefix(&key, i, 0).key())?;
-                }
-            }
+            self.delete_values(&key)?;
         }
         Ok(())
     }

@@ -40,6 +40,10 @@
 //! go, so the results are the same as without it (a late row still meets every row kept). The
 //! rows are indexed by time in memory.
 //!
+//! Under a view's state TTL ([`HashJoin::with_state_ttl`], `state::idle_keys`), a join key
+//! whose rows on one side no change touched for the TTL of epoch time leaves that side: its
+//! rows are retracted through the join as deletions would be.
+//!
 //! What the join keeps in memory besides its state is its checkpoint record
 //! ([`Operator::save_record`]): the keys by close time, each side's next row number and its rows
 //! by time. The rows cache is only a cache, and starts empty after a restore.
@@ -64,6 +68,7 @@ use crate::error::{Result, WeirError};
 use crate::state::entries_by_time::EntriesByTime;
 use crate::state::expiring_rows::ExpiringRows;
 use crate::state::expiry::{Expiring, Expiry};
+use crate::state::idle_keys::IdleKeys;
 use crate::state::keyed::{Flush, KeyedState};
 use crate::state::keys::{KeyRef, StateKey};
 use crate::state::keys_by_time::KeysByTime;
@@ -74,7 +79,7 @@ use crate::state::watermark_pace::WatermarkPace;
 use crate::state::MEMORY_LIMIT_BYTES;
 use crate::status::ViewStatus;
 use crate::types::clock::Clock;
-use crate::types::hash::HashMap;
+use crate::types::hash::{HashMap, HashSet};
 use crate::types::window::{close_times, to_nanos, TimeColumn};
 use crate::types::{ChangeBatch, Op};
 
@@ -223,6 +228,8 @@ impl HashJoinConfig {
 }
 
 struct Side {
+    /// The input's schema.
+    input: SchemaRef,
     keys: Vec<Arc<dyn PhysicalExpr>>,
     key_codec: RowConverter,
     row_codec: RowConverter,
@@ -341,6 +348,7 @@ impl Side {
         let nulls: Vec<ArrayRef> = input.fields().iter().map(|f| new_null_array(f.data_type(), 1)).collect();
         let null_row = row_codec.convert_columns(&nulls)?.row(0).as_ref().to_vec();
         Ok(Side {
+            input,
             keys,
             key_codec: RowConverter::new(key_fields)?,
             row_codec,
@@ -627,6 +635,10 @@ pub struct HashJoin {
     /// How fast the watermark moves (with a window), so that keys final before the next
     /// checkpoint are not settled into the store only to be deleted (`flush_state`).
     pace: WatermarkPace,
+    /// The view's state TTL ([`HashJoin::with_state_ttl`]): per side, its keys by last change,
+    /// and the keys it changed in this epoch (indexed at the barrier, at the epoch's time).
+    idle: Option<[IdleKeys; 2]>,
+    changed: [HashSet<Vec<u8>>; 2],
 }
 
 impl HashJoin {
@@ -678,6 +690,8 @@ impl HashJoin {
             late_columns: [0, 1].map(|side| interval.filter(|_| late_sides[side]).map(|i| i.columns[side])),
             open: KeysByTime::default(),
             pace: WatermarkPace::default(),
+            idle: None,
+            changed: Default::default(),
         };
         let inner = join_type == JoinType::Inner;
         for (side, append_only) in join.sides.iter_mut().zip(append_only_inputs) {
@@ -705,6 +719,216 @@ impl HashJoin {
             join.interval = Some(interval);
         }
         Ok(join)
+    }
+
+    /// This join under the view's state TTL (`WITH (state_ttl = ...)`), each side's keys
+    /// indexed in `idle`: a join key whose rows on one side have not changed for the TTL of
+    /// epoch time leaves that side as if its rows had been deleted (their matches retracted,
+    /// the other side's partners padded again or shown alone as the join type says), so new
+    /// rows on the other side no longer meet them; a retraction of a row a side no longer has
+    /// is ignored. The planner gives such a join no append-only side.
+    pub fn with_state_ttl(mut self, idle: [IdleKeys; 2]) -> HashJoin {
+        self.idle = Some(idle);
+        self
+    }
+
+    /// Joins side `this`'s changes with the other side's rows and updates `this`'s state.
+    /// Under a state TTL the keys changed are noted for the barrier's index (not while the TTL
+    /// itself retracts idle keys' rows: `idle` is taken out then).
+    fn join_changes(&mut self, this: usize, batch: ChangeBatch, clock: &Clock) -> Result<Vec<ChangeBatch>> {
+        let other = 1 - this;
+        let key_arrays =
+            self.sides[this].keys.iter().map(|k| evaluate(k, &batch.data, &self.view)).collect::<Result<Vec<_>>>()?;
+        let keys = self.sides[this].key_codec.convert_columns(&key_arrays)?;
+        let rows = self.sides[this].row_codec.convert_columns(batch.data.columns())?;
+        let closes = match self.window {
+            Some(w) => Some(close_times(&key_arrays[w.key_index], w.column)?),
+            None => None,
+        };
+        let times = match &self.sides[this].timed {
+            Some((column, _)) => Some(to_nanos(batch.data.column(*column))?),
+            None => None,
+        };
+        let null_key = |i: usize| !self.nulls_match && key_arrays.iter().any(|k| k.is_null(i));
+        // The other side does not change while this batch is applied: each row's partners
+        // are read first, so that the residual is asked of them all at once. A semi or anti
+        // join without a residual needs only their count, and their rows when they flip.
+        let counts_only = !self.pairs && !self.residual_first;
+        let mut partners = Vec::with_capacity(batch.num_rows());
+        for i in 0..batch.num_rows() {
+            partners.push(match null_key(i) || counts_only {
+                true => vec![],
+                false => self.sides[other].partner_rows(keys.row(i).as_ref())?,
+            });
+        }
+        let passes = match self.residual_first {
+            true => Some(self.residual_passes(this, &rows, &partners)?),
+            false => None,
+        };
+        let mut candidate = 0;
+        let mut ignored = 0;
+        let mut pairs: Vec<Pair> = Vec::new();
+        for (i, op) in batch.ops.iter().enumerate() {
+            let row = rows.row(i).as_ref().to_vec();
+            let sign = op.sign();
+            if null_key(i) {
+                // Never matches: only a side that shows unmatched rows shows it.
+                if self.sides[this].alone.shows(0) {
+                    pairs.push(self.alone(this, &row, *op));
+                }
+                continue;
+            }
+            let key = keys.row(i).as_ref().to_vec();
+            if self.idle.is_some() {
+                if sign < 0 && count_of(self.sides[this].state.get(Side::tagged(&key, 1, &row).key())?)? <= 0 {
+                    // A row of a key the state TTL forgot: the join holds nothing to take back.
+                    ignored += 1;
+                    continue;
+                }
+                self.changed[this].insert(key.clone());
+            }
+            if let Some(close) = closes.as_ref().and_then(|c| c[i]) {
+                self.open.insert(&key, close);
+            }
+            let mut matched = std::mem::take(&mut partners[i]);
+            if let Some(passes) = &passes {
+                let from = candidate;
+                candidate += matched.len();
+                let mut pass = passes[from..candidate].iter();
+                matched.retain(|_| *pass.next().expect("one verdict per candidate"));
+            }
+            let degree: i64 = match counts_only {
+                true => self.sides[other].partners(&key)?,
+                false => matched.iter().map(|(_, count)| count).sum(),
+            };
+            if self.pairs {
+                for (other_row, count) in &matched {
+                    for _ in 0..*count {
+                        pairs.push(Self::pair(this, &row, other_row, *op));
+                    }
+                }
+            }
+            if self.sides[this].alone.shows(degree) {
+                pairs.push(self.alone(this, &row, *op));
+            }
+            // The other side's partners of this row may start or stop showing alone: with the
+            // first partner they gain, or the last they lose.
+            let other_alone = self.sides[other].alone;
+            if other_alone != Alone::Hidden {
+                let flip = |before: i64, after: i64| {
+                    (other_alone.shows(before) != other_alone.shows(after)).then_some(if other_alone.shows(after) {
+                        Op::Insert
+                    } else {
+                        Op::Delete
+                    })
+                };
+                if self.sides[other].degrees {
+                    for (other_row, count) in &matched {
+                        let (before, after) = self.sides[other].add_degree(&key, other_row, sign)?;
+                        if let Some(op) = flip(before, after) {
+                            for _ in 0..*count {
+                                pairs.push(self.alone(other, other_row, op));
+                            }
+                        }
+                    }
+                } else {
+                    let mine_before = self.sides[this].partners(&key)?;
+                    if let Some(op) = flip(mine_before, mine_before + sign) {
+                        if counts_only {
+                            matched = self.sides[other].partner_rows(&key)?;
+                        }
+                        for (other_row, count) in &matched {
+                            for _ in 0..*count {
+                                pairs.push(self.alone(other, other_row, op));
+                            }
+                        }
+                    }
+                }
+            }
+            let time = times.as_ref().and_then(|t| t.is_valid(i).then(|| t.value(i)));
+            self.sides[this].update(&key, &row, sign, degree, time)?;
+        }
+        if ignored > 0 {
+            crate::metrics::STATE_TTL_IGNORED_RETRACTIONS_TOTAL.with_label_values(&[&self.view]).inc_by(ignored);
+        }
+        if pairs.is_empty() {
+            return Ok(vec![]);
+        }
+        let joined = self.to_batch(pairs)?;
+        match (&mut self.residual, self.residual_first) {
+            // An inner join's pairs are filtered as they leave.
+            (Some(filter), false) => filter.apply(0, joined, clock),
+            _ => Ok(vec![joined]),
+        }
+    }
+
+    /// State the watermark ends: keys of final windows, rows no partner still to come can
+    /// meet.
+    fn expire_by_watermark(&mut self, clock: &Clock) -> Result<Vec<ChangeBatch>> {
+        if self.window.is_some() {
+            self.pace.observe(std::time::Instant::now(), clock.watermark);
+        }
+        let final_through = self.expiry.final_through(clock);
+        // Keys whose window is final: nothing can join with them any more.
+        if let (Some(_), Some(final_through)) = (self.window, final_through) {
+            for key in self.open.expire_through(final_through)?.into_iter().flat_map(|(_, keys)| keys) {
+                for side in &mut self.sides {
+                    side.forget(&key);
+                    // The key's rows (tag 1) and count (tag 0): everything under it.
+                    side.state.delete_prefix(KeyRef::whole(&key))?;
+                }
+            }
+        }
+        // Rows no partner still to come can pass the time bound with.
+        if let (Some(interval), Some(final_through)) = (self.interval, final_through) {
+            for (side, s) in self.sides.iter_mut().enumerate() {
+                if let Some(through) = interval.expired_through(side, final_through) {
+                    // Append-only rows are stored once each, and only this deletes them.
+                    s.expire_through(through, s.append_only && self.window.is_none())?;
+                }
+            }
+        }
+        Ok(vec![])
+    }
+
+    /// Under a state TTL, at a barrier with epoch time `now`: indexes the keys each side
+    /// changed in the epoch, then retracts the rows of each side's idle keys through the join,
+    /// as deletions of that side would be.
+    fn forget_idle_keys(&mut self, now: i64, clock: &Clock) -> Result<Vec<ChangeBatch>> {
+        let mut idle = self.idle.take().expect("called with a state TTL");
+        let result = self.retract_idle(&mut idle, now, clock);
+        self.idle = Some(idle);
+        result
+    }
+
+    fn retract_idle(&mut self, idle: &mut [IdleKeys; 2], now: i64, clock: &Clock) -> Result<Vec<ChangeBatch>> {
+        let mut out = Vec::new();
+        for side in 0..2 {
+            idle[side].advance(now)?;
+            for key in std::mem::take(&mut self.changed[side]) {
+                idle[side].touch(&key)?;
+            }
+            let mut forgotten = 0;
+            let mut rows: Vec<Vec<u8>> = Vec::new();
+            for key in idle[side].take_idle(now)? {
+                let held = self.sides[side].matches(&key)?;
+                forgotten += (!held.is_empty()) as u64;
+                for (row, count) in held {
+                    rows.extend(std::iter::repeat_n(row, count.max(0) as usize));
+                }
+            }
+            if forgotten > 0 {
+                crate::metrics::STATE_TTL_FORGOTTEN_KEYS_TOTAL.with_label_values(&[&self.view]).inc_by(forgotten);
+            }
+            if rows.is_empty() {
+                continue;
+            }
+            let columns = self.decode(side, rows.iter().map(Vec::as_slice))?;
+            let schema = Arc::clone(&self.sides[side].input);
+            let deletes = ChangeBatch::new(RecordBatch::try_new(schema, columns)?, vec![Op::Delete; rows.len()]);
+            out.extend(self.join_changes(side, deletes, clock)?);
+        }
+        Ok(out)
     }
 
     /// The output row joining `this` (on side `this_side`) with `other`.
@@ -792,15 +1016,16 @@ impl Operator for HashJoin {
             .collect();
         let interval = expiring.iter().map(|e| format!(", {e}")).chain(late).collect::<String>();
         format!(
-            "HashJoin: {} on [{}] = [{}]{residual}{window}{interval}",
+            "HashJoin: {} on [{}] = [{}]{residual}{window}{interval}{}",
             self.join_type,
             keys(&self.sides[0]),
-            keys(&self.sides[1])
+            keys(&self.sides[1]),
+            IdleKeys::describe(self.idle.as_ref().map(|i| &i[0]))
         )
     }
 
     fn apply(&mut self, input: usize, batch: ChangeBatch, clock: &Clock) -> Result<Vec<ChangeBatch>> {
-        let (this, other) = if input == 0 { (0, 1) } else { (1, 0) };
+        let this = if input == 0 { 0 } else { 1 };
         // Rows behind the watermark on a side judged by its time are late: dropped and counted.
         let batch = match (self.late_columns[this], self.expiry.final_through(clock)) {
             (Some(column), Some(final_through)) => {
@@ -822,144 +1047,16 @@ impl Operator for HashJoin {
             }
             _ => batch,
         };
-        let key_arrays =
-            self.sides[this].keys.iter().map(|k| evaluate(k, &batch.data, &self.view)).collect::<Result<Vec<_>>>()?;
-        let keys = self.sides[this].key_codec.convert_columns(&key_arrays)?;
-        let rows = self.sides[this].row_codec.convert_columns(batch.data.columns())?;
-        let closes = match self.window {
-            Some(w) => Some(close_times(&key_arrays[w.key_index], w.column)?),
-            None => None,
-        };
-        let times = match &self.sides[this].timed {
-            Some((column, _)) => Some(to_nanos(batch.data.column(*column))?),
-            None => None,
-        };
-        let null_key = |i: usize| !self.nulls_match && key_arrays.iter().any(|k| k.is_null(i));
-        // The other side does not change while this batch is applied: each row's partners
-        // are read first, so that the residual is asked of them all at once. A semi or anti
-        // join without a residual needs only their count, and their rows when they flip.
-        let counts_only = !self.pairs && !self.residual_first;
-        let mut partners = Vec::with_capacity(batch.num_rows());
-        for i in 0..batch.num_rows() {
-            partners.push(match null_key(i) || counts_only {
-                true => vec![],
-                false => self.sides[other].partner_rows(keys.row(i).as_ref())?,
-            });
-        }
-        let passes = match self.residual_first {
-            true => Some(self.residual_passes(this, &rows, &partners)?),
-            false => None,
-        };
-        let mut candidate = 0;
-        let mut pairs: Vec<Pair> = Vec::new();
-        for (i, op) in batch.ops.iter().enumerate() {
-            let row = rows.row(i).as_ref().to_vec();
-            let sign = op.sign();
-            if null_key(i) {
-                // Never matches: only a side that shows unmatched rows shows it.
-                if self.sides[this].alone.shows(0) {
-                    pairs.push(self.alone(this, &row, *op));
-                }
-                continue;
-            }
-            let key = keys.row(i).as_ref().to_vec();
-            if let Some(close) = closes.as_ref().and_then(|c| c[i]) {
-                self.open.insert(&key, close);
-            }
-            let mut matched = std::mem::take(&mut partners[i]);
-            if let Some(passes) = &passes {
-                let from = candidate;
-                candidate += matched.len();
-                let mut pass = passes[from..candidate].iter();
-                matched.retain(|_| *pass.next().expect("one verdict per candidate"));
-            }
-            let degree: i64 = match counts_only {
-                true => self.sides[other].partners(&key)?,
-                false => matched.iter().map(|(_, count)| count).sum(),
-            };
-            if self.pairs {
-                for (other_row, count) in &matched {
-                    for _ in 0..*count {
-                        pairs.push(Self::pair(this, &row, other_row, *op));
-                    }
-                }
-            }
-            if self.sides[this].alone.shows(degree) {
-                pairs.push(self.alone(this, &row, *op));
-            }
-            // The other side's partners of this row may start or stop showing alone: with the
-            // first partner they gain, or the last they lose.
-            let other_alone = self.sides[other].alone;
-            if other_alone != Alone::Hidden {
-                let flip = |before: i64, after: i64| {
-                    (other_alone.shows(before) != other_alone.shows(after)).then_some(if other_alone.shows(after) {
-                        Op::Insert
-                    } else {
-                        Op::Delete
-                    })
-                };
-                if self.sides[other].degrees {
-                    for (other_row, count) in &matched {
-                        let (before, after) = self.sides[other].add_degree(&key, other_row, sign)?;
-                        if let Some(op) = flip(before, after) {
-                            for _ in 0..*count {
-                                pairs.push(self.alone(other, other_row, op));
-                            }
-                        }
-                    }
-                } else {
-                    let mine_before = self.sides[this].partners(&key)?;
-                    if let Some(op) = flip(mine_before, mine_before + sign) {
-                        if counts_only {
-                            matched = self.sides[other].partner_rows(&key)?;
-                        }
-                        for (other_row, count) in &matched {
-                            for _ in 0..*count {
-                                pairs.push(self.alone(other, other_row, op));
-                            }
-                        }
-                    }
-                }
-            }
-            let time = times.as_ref().and_then(|t| t.is_valid(i).then(|| t.value(i)));
-            self.sides[this].update(&key, &row, sign, degree, time)?;
-        }
-        if pairs.is_empty() {
-            return Ok(vec![]);
-        }
-        let joined = self.to_batch(pairs)?;
-        match (&mut self.residual, self.residual_first) {
-            // An inner join's pairs are filtered as they leave.
-            (Some(filter), false) => filter.apply(0, joined, clock),
-            _ => Ok(vec![joined]),
-        }
+        self.join_changes(this, batch, clock)
     }
 
     fn on_barrier(&mut self, clock: &Clock) -> Result<Vec<ChangeBatch>> {
-        if self.window.is_some() {
-            self.pace.observe(std::time::Instant::now(), clock.watermark);
-        }
-        let final_through = self.expiry.final_through(clock);
-        // Keys whose window is final: nothing can join with them any more.
-        if let (Some(_), Some(final_through)) = (self.window, final_through) {
-            for key in self.open.expire_through(final_through)?.into_iter().flat_map(|(_, keys)| keys) {
-                for side in &mut self.sides {
-                    side.forget(&key);
-                    // The key's rows (tag 1) and count (tag 0): everything under it.
-                    side.state.delete_prefix(KeyRef::whole(&key))?;
-                }
-            }
-        }
-        // Rows no partner still to come can pass the time bound with.
-        if let (Some(interval), Some(final_through)) = (self.interval, final_through) {
-            for (side, s) in self.sides.iter_mut().enumerate() {
-                if let Some(through) = interval.expired_through(side, final_through) {
-                    // Append-only rows are stored once each, and only this deletes them.
-                    s.expire_through(through, s.append_only && self.window.is_none())?;
-                }
-            }
-        }
-        Ok(vec![])
+        let mut out = match (&self.idle, clock.now) {
+            (Some(_), Some(now)) => self.forget_idle_keys(now, clock)?,
+            _ => vec![],
+        };
+        out.extend(self.expire_by_watermark(clock)?);
+        Ok(out)
     }
 
     /// A key whose window will be final before the next checkpoint at the watermark's pace is
@@ -971,6 +1068,9 @@ impl Operator for HashJoin {
         let expires_first = |key: &[u8]| open.due_by(key, through);
         for side in &mut self.sides {
             side.flush(wb, flush, &expires_first);
+        }
+        for idle in self.idle.iter_mut().flatten() {
+            idle.flush(wb, flush);
         }
     }
 

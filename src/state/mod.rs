@@ -22,7 +22,8 @@
 //!   kept in memory and checkpointed as segments: a time-bounded join's append-only side) and
 //!   [`expiring_groups`] (values that leave together at one time, kept in memory and
 //!   checkpointed a few per time: a windowed aggregate's groups); [`watermark_pace`], which of
-//!   that state will be gone by the next checkpoint.
+//!   that state will be gone by the next checkpoint; [`idle_keys`], state that ends by age
+//!   instead (a view's `state_ttl`: keys not changed for that long, in epoch time).
 //! - [`multiset`]: rows kept with their multiplicity (a view's rows, an index's entries).
 //! - [`keys`]: the key layout shared by all of the above (table id, vnode, key bytes).
 //!
@@ -33,6 +34,7 @@ pub mod expiring_groups;
 pub mod expiring_rows;
 pub mod expiry;
 pub mod held_writes;
+pub mod idle_keys;
 pub mod in_flight;
 pub mod keyed;
 pub mod keys;

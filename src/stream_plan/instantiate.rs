@@ -13,7 +13,7 @@ use std::sync::Arc;
 use datafusion::physical_expr::PhysicalExpr;
 
 use super::plan::StreamPlan;
-use super::spec::Spec;
+use super::spec::{Spec, StateTtl};
 use crate::catalog::Catalog;
 use crate::dataflow::graph::Graph;
 use crate::error::{Result, WeirError};
@@ -30,6 +30,7 @@ use crate::operators::temporal_filter::{RowBound, TemporalFilter};
 use crate::operators::top_n::TopN;
 use crate::operators::union::Union;
 use crate::operators::window_assign::WindowAssign;
+use crate::state::idle_keys::IdleKeys;
 use crate::state::keyed::{KeyedState, OperatorStateSettings};
 use crate::state::keys::TableId;
 use crate::state::rows_by_time::RowsByTime;
@@ -48,6 +49,12 @@ impl Context<'_> {
     fn keyed(&self, id: TableId) -> Result<KeyedState> {
         let settings = self.operator_state;
         KeyedState::new(id, Arc::clone(self.catalog.store()), settings.cache_entries).write_back(settings.settling)
+    }
+
+    /// Shard `shard`'s indexes of idle keys for an operator's state TTL (none without one).
+    fn idle_keys(&self, ttl: Option<&StateTtl>, shard: usize) -> Result<Vec<IdleKeys>> {
+        let Some(ttl) = ttl else { return Ok(vec![]) };
+        ttl.tables.iter().map(|&table| Ok(IdleKeys::new(self.keyed(table)?, ttl.nanos, shard as u16))).collect()
     }
 
     /// Shard `shard`'s operator for `spec`.
@@ -104,13 +111,21 @@ impl Context<'_> {
                 )?),
                 *by_watermark,
             ),
-            Spec::Aggregate { config, tables, .. } => {
+            Spec::Aggregate { config, tables, ttl, .. } => {
                 let state = (self.keyed(tables.0)?, self.keyed(tables.1)?);
-                Box::new(HashAgg::new(config.clone(), state, shard, view)?)
+                let agg = HashAgg::new(config.clone(), state, shard, view)?;
+                match self.idle_keys(ttl.as_ref(), shard)?.pop() {
+                    Some(idle) => Box::new(agg.with_state_ttl(idle)?),
+                    None => Box::new(agg),
+                }
             }
-            Spec::Join { config, tables, .. } => {
+            Spec::Join { config, tables, ttl, .. } => {
                 let state = [self.keyed(tables.0)?, self.keyed(tables.1)?];
-                Box::new(HashJoin::new(config.clone(), state, shard, view)?)
+                let join = HashJoin::new(config.clone(), state, shard, view)?;
+                match <[IdleKeys; 2]>::try_from(self.idle_keys(ttl.as_ref(), shard)?) {
+                    Ok(idle) => Box::new(join.with_state_ttl(idle)),
+                    Err(_) => Box::new(join),
+                }
             }
             Spec::LookupJoin { kind, keys, table, columns, table_filter, residual, schema } => {
                 Box::new(LookupJoin::new(

@@ -29,6 +29,9 @@ pub struct ViewOptions {
     pub state_format: StateFormat,
     /// `WITH (two_phase_aggregation = true)`: grouped aggregates in two phases, for hot keys.
     pub two_phase_aggregation: bool,
+    /// `WITH (state_ttl = '...')`, nanoseconds of epoch time: unbounded aggregates, DISTINCT
+    /// and joins forget keys idle that long (`state::idle_keys`).
+    pub state_ttl: Option<i64>,
 }
 
 /// What a node's output rows are like.

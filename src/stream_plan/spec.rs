@@ -25,6 +25,15 @@ use crate::types::window::{SessionSpec, TimeColumn, WindowSpec};
 /// ends the row's span (else starts it).
 pub type TemporalBound = (Arc<dyn PhysicalExpr>, i64, bool);
 
+/// A view's state TTL as one operator keeps it: nanoseconds of epoch time, and the table of
+/// each index of idle keys it keeps (`state::idle_keys`: one for an aggregate's groups, one per
+/// side of a join).
+#[derive(Debug, Clone)]
+pub struct StateTtl {
+    pub nanos: i64,
+    pub tables: Vec<TableId>,
+}
+
 /// One node's operator, as planned.
 pub enum Spec {
     /// Reads a view's input: the relation's columns as the node's.
@@ -77,12 +86,18 @@ pub enum Spec {
         config: HashAggConfig,
         tables: (TableId, TableId),
         input: Requirement,
+        /// `WITH (state_ttl = ...)`: groups idle that long are forgotten (a grouped aggregate
+        /// without a window).
+        ttl: Option<StateTtl>,
     },
+    /// An equi-join (or one on a constant key); each side's keys idle for the state TTL are
+    /// forgotten, when the view has one.
     Join {
         config: HashJoinConfig,
         tables: (TableId, TableId),
         left: Requirement,
         right: Requirement,
+        ttl: Option<StateTtl>,
     },
     /// A join looking its partner up in a table read `FOR SYSTEM_TIME AS OF PROCTIME()`.
     LookupJoin {
@@ -151,8 +166,10 @@ impl Spec {
     /// The state tables this node's operator owns.
     pub fn state_tables(&self) -> Vec<TableId> {
         match self {
-            Spec::TemporalFilter { tables, .. } | Spec::Aggregate { tables, .. } | Spec::Join { tables, .. } => {
-                vec![tables.0, tables.1]
+            Spec::TemporalFilter { tables, .. } => vec![tables.0, tables.1],
+            Spec::Aggregate { tables, ttl, .. } | Spec::Join { tables, ttl, .. } => {
+                let idle = ttl.iter().flat_map(|t| t.tables.iter().copied());
+                [tables.0, tables.1].into_iter().chain(idle).collect()
             }
             Spec::SessionAssign { table, .. }
             | Spec::TopN { table, .. }

@@ -30,7 +30,7 @@ use datafusion::physical_expr::PhysicalExpr;
 use super::distribution::{Distribution, Requirement};
 use super::join_interval::{interval_nanos, join_interval};
 use super::plan::{PlanNode, Properties, StreamPlan, ViewOptions};
-use super::spec::Spec;
+use super::spec::{Spec, StateTtl};
 use super::temporal_bounds::{self, uses_now};
 use crate::catalog::persist::WatermarkDef;
 use crate::catalog::windowed::windowed_relation;
@@ -305,6 +305,14 @@ impl Builder<'_> {
         }
         self.next_state_table = n + 1;
         Ok(operator_state_table(self.view_id, n))
+    }
+
+    /// The view's state TTL for an operator keeping `indexes` indexes of idle keys (their
+    /// tables new), or None without `WITH (state_ttl = ...)`.
+    fn state_ttl(&mut self, indexes: usize) -> Result<Option<StateTtl>> {
+        let Some(nanos) = self.options.state_ttl else { return Ok(None) };
+        let tables = (0..indexes).map(|_| self.state_table()).collect::<Result<Vec<_>>>()?;
+        Ok(Some(StateTtl { nanos, tables }))
     }
 
     /// `EMIT ON WINDOW CLOSE` without a windowed aggregate: a buffer on top, by a window
@@ -716,7 +724,13 @@ impl Builder<'_> {
                 // Each group is emitted once, when its window closes, and never corrected.
                 let append_only = child.append_only && window.is_some_and(|w| w.emit_on_close && w.lateness == 0);
                 let props = Properties { distribution, times, append_only, prompt: false };
-                Ok(self.add(Spec::Aggregate { config, tables, input }, &[child.node], props))
+                // Windowed groups end with the watermark; the one group of a global aggregate
+                // is no unbounded state.
+                let ttl = match window.is_none() && groups > 0 {
+                    true => self.state_ttl(1)?,
+                    false => None,
+                };
+                Ok(self.add(Spec::Aggregate { config, tables, input, ttl }, &[child.node], props))
             }
             LogicalPlan::Distinct(Distinct::All(input)) => {
                 let child = self.node(input)?;
@@ -735,7 +749,8 @@ impl Builder<'_> {
                     append_only: false,
                     prompt: false,
                 };
-                Ok(self.add(Spec::Aggregate { config, tables, input }, &[child.node], props))
+                let ttl = self.state_ttl(1)?;
+                Ok(self.add(Spec::Aggregate { config, tables, input, ttl }, &[child.node], props))
             }
             LogicalPlan::Join(j) => {
                 if let Some(out) = self.lookup_join(j)? {
@@ -833,11 +848,20 @@ impl Builder<'_> {
                     _ => None,
                 };
                 let tables = (self.state_table()?, self.state_table()?);
+                // Keys joined on a window bound end with the watermark.
+                let ttl = match window {
+                    None => self.state_ttl(2)?,
+                    Some(_) => None,
+                };
+                // A side whose keys may be forgotten retracts their rows then: neither side
+                // keeps rows as an append-only one does, nor is the output append-only.
+                let (left_append_only, right_append_only) =
+                    (left.append_only && ttl.is_none(), right.append_only && ttl.is_none());
                 let config = HashJoinConfig {
                     residual,
                     late_sides,
                     nulls_match: j.null_equality == NullEquality::NullEqualsNull,
-                    append_only_inputs: [left.append_only, right.append_only],
+                    append_only_inputs: [left_append_only, right_append_only],
                     window,
                     interval,
                     lateness: self.options.lateness,
@@ -861,10 +885,10 @@ impl Builder<'_> {
                     _ => vec![None; j.schema.fields().len()],
                 };
                 // An inner join of rows that are never retracted never retracts a match.
-                let append_only = left.append_only && right.append_only && j.join_type == JoinType::Inner;
+                let append_only = left_append_only && right_append_only && j.join_type == JoinType::Inner;
                 // A new row on either side may match the other side's rows of a final window.
                 let props = Properties { distribution: output, times, append_only, prompt: false };
-                let spec = Spec::Join { config, tables, left: left_input, right: right_input };
+                let spec = Spec::Join { config, tables, left: left_input, right: right_input, ttl };
                 let out = self.add(spec, &[left.node, right.node], props);
                 match temporal {
                     Some(temporal) => self.filter(out, &temporal, &j.schema),
@@ -1047,7 +1071,8 @@ impl Builder<'_> {
             prompt: false,
         };
         let spread = Requirement::hash(partial_keys, None);
-        let partial_out = self.add(Spec::Aggregate { config, tables, input: spread }, &[child.node], props);
+        let ttl = self.state_ttl(1)?;
+        let partial_out = self.add(Spec::Aggregate { config, tables, input: spread, ttl }, &[child.node], props);
         // Final: a group's partial rows in one shard.
         let keys: Vec<usize> = (0..groups).collect();
         let final_aggs = aggs
@@ -1075,7 +1100,8 @@ impl Builder<'_> {
             append_only: false,
             prompt: false,
         };
-        Ok(Some(self.add(Spec::Aggregate { config, tables, input }, &[partial_out.node], props)))
+        let ttl = self.state_ttl(1)?;
+        Ok(Some(self.add(Spec::Aggregate { config, tables, input, ttl }, &[partial_out.node], props)))
     }
 
     /// What aggregate call `f` over rows of `input` computes, as Weir keeps it.

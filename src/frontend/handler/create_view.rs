@@ -143,25 +143,24 @@ pub async fn view_options(
         lookups.push(table.def.id);
     }
     let lateness = match &clauses.allow_lateness {
-        Some(interval) => {
-            let batches = session.ctx.sql(&format!("SELECT {interval}")).await?.collect().await?;
-            let value = batches
-                .first()
-                .filter(|b| b.num_rows() == 1 && b.num_columns() == 1)
-                .map(|b| ScalarValue::try_from_array(b.column(0), 0))
-                .transpose()?
-                .ok_or_else(|| WeirError::syntax("ALLOW LATENESS needs one INTERVAL"))?;
-            let nanos = interval_nanos(&value)?;
-            if nanos < 0 {
-                return Err(WeirError::new(SqlState::INVALID_PARAMETER_VALUE, "ALLOW LATENESS must not be negative"));
-            }
-            nanos
-        }
+        Some(interval) => constant_interval(session, interval, "ALLOW LATENESS").await?,
         None => 0,
     };
-    let two_phase_aggregation = view_with_options(statement)?;
+    let with = view_with_options(statement)?;
+    let state_ttl = match &with.state_ttl {
+        Some(text) => {
+            let literal = format!("INTERVAL '{}'", text.replace('\'', "''"));
+            let nanos = constant_interval(session, &literal, "state_ttl").await?;
+            if nanos == 0 {
+                return Err(WeirError::new(SqlState::INVALID_PARAMETER_VALUE, "state_ttl must be longer than zero"));
+            }
+            Some(nanos)
+        }
+        None => None,
+    };
     Ok(ViewOptions {
-        two_phase_aggregation,
+        two_phase_aggregation: with.two_phase_aggregation,
+        state_ttl,
         emit_on_window_close: clauses.emit_on_window_close,
         lateness,
         keep_late_rows: clauses.late_rows_to.is_some(),
@@ -171,25 +170,50 @@ pub async fn view_options(
     })
 }
 
-/// A materialized view's `WITH (...)` options: `two_phase_aggregation = true | false` (the one
-/// there is); any other is 22023, not ignored.
-fn view_with_options(statement: &Statement) -> Result<bool> {
+/// The nanoseconds of a constant interval expression `interval` given for `what` (days and
+/// less; never negative).
+async fn constant_interval(session: &Session, interval: &str, what: &str) -> Result<i64> {
+    let batches = session.ctx.sql(&format!("SELECT {interval}")).await?.collect().await?;
+    let value = batches
+        .first()
+        .filter(|b| b.num_rows() == 1 && b.num_columns() == 1)
+        .map(|b| ScalarValue::try_from_array(b.column(0), 0))
+        .transpose()?
+        .ok_or_else(|| WeirError::syntax(format!("{what} needs one INTERVAL")))?;
+    let nanos = interval_nanos(&value)?;
+    if nanos < 0 {
+        return Err(WeirError::new(SqlState::INVALID_PARAMETER_VALUE, format!("{what} must not be negative")));
+    }
+    Ok(nanos)
+}
+
+/// A materialized view's `WITH (...)` options, as written.
+#[derive(Default)]
+struct WithOptions {
+    two_phase_aggregation: bool,
+    /// The interval's text (`'1 hour'`).
+    state_ttl: Option<String>,
+}
+
+/// A materialized view's `WITH (...)` options: `two_phase_aggregation = true | false` and
+/// `state_ttl = '<interval>'`; any other is 22023, not ignored.
+fn view_with_options(statement: &Statement) -> Result<WithOptions> {
     use datafusion::sql::sqlparser::ast::{CreateTableOptions, SqlOption};
-    let Statement::CreateView(view) = statement else { return Ok(false) };
+    let mut with = WithOptions::default();
+    let Statement::CreateView(view) = statement else { return Ok(with) };
     let options = match &view.options {
-        CreateTableOptions::None => return Ok(false),
+        CreateTableOptions::None => return Ok(with),
         CreateTableOptions::With(options) => options,
         _ => return Err(WeirError::syntax("a materialized view takes options as WITH (name = value, ...)")),
     };
-    let mut two_phase = false;
     for option in options {
         let SqlOption::KeyValue { key, value } = option else {
             return Err(WeirError::syntax(format!("expected name = value in WITH, got {option}")));
         };
-        let text = value.to_string().trim_matches('\'').to_ascii_lowercase();
+        let text = value.to_string().trim_matches('\'').to_string();
         match key.value.to_ascii_lowercase().as_str() {
             "two_phase_aggregation" => {
-                two_phase = match text.as_str() {
+                with.two_phase_aggregation = match text.to_ascii_lowercase().as_str() {
                     "true" | "on" => true,
                     "false" | "off" => false,
                     other => {
@@ -200,15 +224,16 @@ fn view_with_options(statement: &Statement) -> Result<bool> {
                     }
                 }
             }
-            other => {
-                return Err(WeirError::new(
-                    SqlState::INVALID_PARAMETER_VALUE,
-                    format!("unknown option \"{other}\" for a materialized view (it takes two_phase_aggregation)"),
-                ))
-            }
+            "state_ttl" => with.state_ttl = Some(text),
+            other => return Err(WeirError::new(
+                SqlState::INVALID_PARAMETER_VALUE,
+                format!(
+                    "unknown option \"{other}\" for a materialized view (it takes two_phase_aggregation and state_ttl)"
+                ),
+            )),
         }
     }
-    Ok(two_phase)
+    Ok(with)
 }
 
 /// The columns of a `LATE ROWS TO` table for late rows of `late_rows` columns (the windowed
