@@ -225,12 +225,14 @@ fn view_with_options(statement: &Statement) -> Result<WithOptions> {
                 }
             }
             "state_ttl" => with.state_ttl = Some(text),
-            other => return Err(WeirError::new(
-                SqlState::INVALID_PARAMETER_VALUE,
-                format!(
+            other => {
+                return Err(WeirError::new(
+                    SqlState::INVALID_PARAMETER_VALUE,
+                    format!(
                     "unknown option \"{other}\" for a materialized view (it takes two_phase_aggregation and state_ttl)"
                 ),
-            )),
+                ))
+            }
         }
     }
     Ok(with)
