@@ -10,7 +10,7 @@ use common::workload::{
 };
 use common::{rows, Rng, TestServer};
 
-/// Views made `WITH (two_phase_aggregation = true)`: partial aggregates per (group, bucket)
+/// Views made `WITH (two_phase_aggregation = true)`: partial aggregates per (group, shard)
 /// merged per group.
 const TWO_PHASE_VIEWS: &[(&str, &str)] = &[
     ("two_phase", "SELECT g, count(*) AS n, sum(v) AS s, min(v) AS lo, max(k) AS hi, bool_or(v > 90) AS any_huge FROM a GROUP BY g"),

@@ -63,6 +63,7 @@ use datafusion::arrow::compute::{cast, interleave};
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::row::{RowConverter, Rows, SortField};
 use datafusion::common::ScalarValue;
+use datafusion::physical_expr::expressions::Literal;
 use datafusion::physical_expr::PhysicalExpr;
 
 use super::eval::evaluate;
@@ -394,6 +395,8 @@ pub struct HashAgg {
     memory_limit: usize,
     /// The view's state TTL: groups idle that long are forgotten ([`HashAgg::with_state_ttl`]).
     idle: Option<IdleKeys>,
+    /// The last group key is the shard's number ([`HashAggConfig::shard_key`]).
+    shard_key: bool,
 }
 
 /// How a windowed aggregate's checkpoint record says its groups are held: in table 0 (also
@@ -422,6 +425,10 @@ pub struct HashAggConfig {
     pub prompt_input: bool,
     /// The format the view's state is written in (recorded with the view).
     pub state_format: StateFormat,
+    /// The partial phase of a two-phase aggregate: each shard's groups are its own, the shard's
+    /// number their last group key (a UInt64 in `group_types`, not in `group_by`), so a hot
+    /// group is counted in every shard its rows reach and merged after the exchange.
+    pub shard_key: bool,
 }
 
 impl HashAggConfig {
@@ -441,6 +448,7 @@ impl HashAggConfig {
             append_only_input: false,
             prompt_input: false,
             state_format: StateFormat::CURRENT,
+            shard_key: false,
         }
     }
 }
@@ -455,7 +463,7 @@ impl HashAgg {
         view: impl Into<ViewStatus>,
     ) -> Result<HashAgg> {
         let HashAggConfig {
-            group_by,
+            mut group_by,
             group_types,
             aggs,
             schema,
@@ -463,7 +471,11 @@ impl HashAgg {
             append_only_input,
             prompt_input,
             state_format,
+            shard_key,
         } = config;
+        if shard_key {
+            group_by.push(Arc::new(Literal::new(ScalarValue::UInt64(Some(shard as u64)))));
+        }
         let group_codec = if group_types.is_empty() {
             None
         } else {
@@ -511,6 +523,7 @@ impl HashAgg {
             retired: None,
             memory_limit: MEMORY_LIMIT_BYTES,
             idle: None,
+            shard_key,
         };
         if agg.window.is_some() {
             // Its groups' stored parts carry the shard number.
@@ -1009,7 +1022,11 @@ struct PreparedBatch<'a> {
 
 impl Operator for HashAgg {
     fn describe(&self) -> String {
-        let keys: Vec<String> = self.group_by.iter().map(|e| e.to_string()).collect();
+        let mut keys: Vec<String> = self.group_by.iter().map(|e| e.to_string()).collect();
+        if self.shard_key {
+            keys.pop();
+            keys.push("shard".into());
+        }
         let aggs: Vec<String> = self
             .aggs
             .iter()

@@ -33,8 +33,11 @@ impl StateFormat {
     /// late and frees the other side's rows no future partner can meet (`operators::hash_join`).
     /// Before, such a join kept every row and took late ones.
     pub const RAW_INTERVALS_EXPIRE: StateFormat = StateFormat(3);
+    /// A two-phase aggregate (`WITH (two_phase_aggregation = true)`) keeps one partial per
+    /// group and shard (ADR 31); before, one per group and bucket of 64 (`stream_plan::spread`).
+    pub const PARTIALS_PER_SHARD: StateFormat = StateFormat(4);
     /// The format new views write.
-    pub const CURRENT: StateFormat = StateFormat::RAW_INTERVALS_EXPIRE;
+    pub const CURRENT: StateFormat = StateFormat::PARTIALS_PER_SHARD;
 
     /// The format a view recorded (0: recorded before formats were, the first); a format this
     /// release does not know (written by a newer one) is an error naming it.

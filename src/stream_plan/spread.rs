@@ -1,7 +1,8 @@
 //! `spread_bucket(columns)`: a row's bucket among [`BUCKETS`], from a hash of its columns: what a
-//! two-phase aggregate's partial phase groups by besides the group keys, so that one hot group's
-//! rows are spread over the shards, deterministically (a row's delete meets its insert: the same
-//! columns, the same bucket), whatever the parallelism.
+//! two-phase aggregate's partial phase grouped by besides the group keys in views of state
+//! formats before `PARTIALS_PER_SHARD` (ADR 31), kept for them: one hot group's rows are spread
+//! over the shards, deterministically (a row's delete meets its insert: the same columns, the
+//! same bucket), whatever the parallelism. Newer views group partials by shard instead.
 //!
 //! A physical expression of its own: DataFusion has no row hash among its functions.
 

@@ -1013,12 +1013,13 @@ impl Builder<'_> {
     }
 
     /// A grouped aggregate in two phases (`WITH (two_phase_aggregation = true)`, for hot keys):
-    /// the rows spread over the shards by all their columns, each shard aggregating its share
-    /// per group (partial), then the partial rows of a group meeting in one shard, merged
-    /// (final: counts and sums summed, extremes and booleans and bits taken again). A hot group's
-    /// rows are then counted on every shard, and its one shard takes a partial row per shard and
-    /// epoch instead of every row. None when an aggregate has no such merge (avg, count(DISTINCT),
-    /// string_agg, ...): the plain plan then.
+    /// the rows spread over the shards by a hash of all their columns (so a row's delete meets
+    /// its insert), each shard aggregating its share per group (partial, the shard's number its
+    /// last group key), then the partial rows of a group meeting in one shard, merged (final:
+    /// counts and sums summed, extremes and booleans and bits taken again). A hot group's rows
+    /// are then counted on every shard, and its one shard takes a partial row per shard and
+    /// epoch instead of every row. None when an aggregate has no such merge (avg,
+    /// count(DISTINCT), string_agg, ...): the plain plan then.
     fn two_phase(
         &mut self,
         plan: &LogicalPlan,
@@ -1042,13 +1043,24 @@ impl Builder<'_> {
             merges.push(merge);
         }
         let groups = group_by.len();
-        // Partial: grouped by the group keys and the row's bucket, so a hot group's rows spread
-        // over the shards, each (group, bucket) in one.
+        // Partial: the rows spread by all their columns, grouped by the group keys and the
+        // shard (added by each shard's operator), so a hot group's rows are counted in every
+        // shard, each (group, shard) in its own. Views of an earlier state format group by the
+        // group keys and a bucket of the row instead (their state is kept so).
         let width = a.input.schema().fields().len();
         let all: Vec<usize> = (0..width).collect();
-        let bucket = super::spread::SpreadBucket::new(columns(a.input.schema().as_arrow(), &all));
-        let mut partial_keys = group_by.to_vec();
-        partial_keys.push(bucket);
+        let by_shard = self.options.state_format >= StateFormat::PARTIALS_PER_SHARD;
+        let (partial_keys, spread, distribution) = match by_shard {
+            true => {
+                let spread = Requirement::hash(columns(a.input.schema().as_arrow(), &all), Some(all));
+                (group_by.to_vec(), spread, Distribution::Any)
+            }
+            false => {
+                let bucket = super::spread::SpreadBucket::new(columns(a.input.schema().as_arrow(), &all));
+                let keys: Vec<_> = group_by.iter().cloned().chain([bucket]).collect();
+                (keys.clone(), Requirement::hash(keys, None), Distribution::Hash((0..=groups).collect()))
+            }
+        };
         let mut partial_types = group_types.to_vec();
         partial_types.push(datafusion::arrow::datatypes::DataType::UInt64);
         let mut fields: Vec<Field> =
@@ -1061,16 +1073,16 @@ impl Builder<'_> {
             append_only_input: child.append_only,
             prompt_input: child.prompt,
             state_format: self.options.state_format,
-            ..HashAggConfig::new(partial_keys.clone(), partial_types, partial, Arc::clone(&partial_schema))
+            shard_key: by_shard,
+            ..HashAggConfig::new(partial_keys, partial_types, partial, Arc::clone(&partial_schema))
         };
         let tables = (self.state_table()?, self.state_table()?);
         let props = Properties {
-            distribution: Distribution::Hash((0..=groups).collect()),
+            distribution,
             times: vec![None; partial_schema.fields().len()],
             append_only: false,
             prompt: false,
         };
-        let spread = Requirement::hash(partial_keys, None);
         let ttl = self.state_ttl(1)?;
         let partial_out = self.add(Spec::Aggregate { config, tables, input: spread, ttl }, &[child.node], props);
         // Final: a group's partial rows in one shard.
