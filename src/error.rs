@@ -28,6 +28,7 @@ impl SqlState {
     pub const INVALID_TABLE_DEFINITION: SqlState = SqlState("42P16");
     pub const UNDEFINED_FUNCTION: SqlState = SqlState("42883");
     pub const INVALID_PARAMETER_VALUE: SqlState = SqlState("22023");
+    pub const INVALID_REGULAR_EXPRESSION: SqlState = SqlState("2201B");
     pub const INVALID_TEXT_REPRESENTATION: SqlState = SqlState("22P02");
     pub const NUMERIC_VALUE_OUT_OF_RANGE: SqlState = SqlState("22003");
     pub const DIVISION_BY_ZERO: SqlState = SqlState("22012");

@@ -925,6 +925,7 @@ pub fn register_functions(ctx: &SessionContext, type_oids: HashMap<String, i32>,
     ctx.register_udf(index_definition_udf(Arc::clone(catalog)));
     ctx.register_udf(sql_type_name_udf());
     ctx.register_udf(super::pg_functions::format_udf());
+    ctx.register_udf(super::pg_functions::regexp_matches_udf());
     ctx.register_udf(super::pg_functions::col_description_udf());
     ctx.register_udf(super::pg_functions::quote_ident_udf());
     ctx.register_udf(super::bytea_input::bytea_in());

@@ -3,7 +3,9 @@
 //! with it), `col_description` (no comments: NULL), and Postgres's date/time patterns in
 //! `to_char`, `to_timestamp` and `to_date` (`'YYYY-MM-DD HH24:MI:SS'`, what Superset, Metabase
 //! and people write), which DataFusion reads as chrono's (`%Y-%m-%d`): a pattern written as a
-//! literal is translated when the statement is parsed ([`rewrite_datetime_patterns`]).
+//! literal is translated when the statement is parsed ([`rewrite_datetime_patterns`]); and
+//! `regexp_matches(text, pattern [, flags])`, here the array of its rows, which the select-list
+//! rewrite unnests (`ast_rewrites::series_in_select_lists`).
 //!
 //! The functions are registered on every session by `pg_catalog::register_functions`; the
 //! rewrite is called by `frontend::parser`.
@@ -16,6 +18,117 @@ use datafusion::error::Result as DfResult;
 use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility};
 
 use super::function_args::argument_arrays;
+use crate::error::{SqlState, WeirError};
+
+/// `regexp_matches(string, pattern [, flags])`: PostgreSQL's set-returning function as the
+/// array of its rows (each a `text[]` of the match's capture groups, or of the whole match
+/// without groups; a group that matched nothing is NULL): the first match, or with flag `g`
+/// every one; none without a match, and for a NULL argument. Flags: `g`, `i` (case-insensitive),
+/// `c` (case-sensitive, the default), `n` (newline-sensitive: `.` and `[^...]` stop at
+/// newlines, `^` and `$` match at them), `s` (the default: not newline-sensitive), `x`
+/// (expanded: whitespace and `#` comments ignored); another is 22023.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct RegexpMatches {
+    signature: Signature,
+}
+
+pub fn regexp_matches_udf() -> ScalarUDF {
+    ScalarUDF::new_from_impl(RegexpMatches { signature: Signature::variadic_any(Volatility::Immutable) })
+}
+
+/// The type of one match: `text[]`.
+fn match_type() -> DataType {
+    DataType::List(Arc::new(datafusion::arrow::datatypes::Field::new_list_field(DataType::Utf8, true)))
+}
+
+impl ScalarUDFImpl for RegexpMatches {
+    fn name(&self) -> &str {
+        "regexp_matches"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> DfResult<DataType> {
+        Ok(DataType::List(Arc::new(datafusion::arrow::datatypes::Field::new_list_field(match_type(), true))))
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
+        use datafusion::arrow::array::{ListBuilder, StringBuilder};
+        if !(2..=3).contains(&args.args.len()) {
+            return datafusion::common::plan_err!("regexp_matches takes a string, a pattern and optional flags");
+        }
+        let (rows, arrays) = argument_arrays(&args.args)?;
+        let texts = arrays
+            .iter()
+            .map(|a| datafusion::arrow::compute::cast(a, &DataType::Utf8))
+            .collect::<Result<Vec<_>, _>>()?;
+        let texts: Vec<_> = texts.iter().map(|t| t.as_string::<i32>()).collect();
+        let mut out = ListBuilder::new(ListBuilder::new(StringBuilder::new()));
+        let mut compiled: Option<(String, String, regex::Regex, bool)> = None;
+        for row in 0..rows {
+            if texts.iter().any(|t| t.is_null(row)) {
+                out.append(true);
+                continue;
+            }
+            let (pattern, flags) = (texts[1].value(row), texts.get(2).map_or("", |f| f.value(row)));
+            if compiled.as_ref().is_none_or(|(p, f, _, _)| p != pattern || f != flags) {
+                let (regex, global) = regex_with_flags(pattern, flags)?;
+                compiled = Some((pattern.to_string(), flags.to_string(), regex, global));
+            }
+            let (_, _, regex, global) = compiled.as_ref().expect("compiled above");
+            for captures in regex.captures_iter(texts[0].value(row)) {
+                let groups = out.values();
+                match captures.len() {
+                    1 => groups.values().append_value(captures.get(0).map_or("", |m| m.as_str())),
+                    n => {
+                        for i in 1..n {
+                            groups.values().append_option(captures.get(i).map(|m| m.as_str()));
+                        }
+                    }
+                }
+                groups.append(true);
+                if !global {
+                    break;
+                }
+            }
+            out.append(true);
+        }
+        Ok(ColumnarValue::Array(Arc::new(out.finish())))
+    }
+}
+
+/// `pattern` compiled under PostgreSQL's `flags`, and whether `g` asks for every match.
+fn regex_with_flags(pattern: &str, flags: &str) -> DfResult<(regex::Regex, bool)> {
+    let mut builder = regex::RegexBuilder::new(pattern);
+    let mut global = false;
+    for flag in flags.chars() {
+        match flag {
+            'g' => global = true,
+            'i' => _ = builder.case_insensitive(true),
+            'c' => _ = builder.case_insensitive(false),
+            'n' => _ = builder.multi_line(true).dot_matches_new_line(false),
+            's' => _ = builder.multi_line(false).dot_matches_new_line(true),
+            'x' => _ = builder.ignore_whitespace(true),
+            other => {
+                return Err(WeirError::new(
+                    SqlState::INVALID_PARAMETER_VALUE,
+                    format!("invalid regular expression option: \"{other}\""),
+                )
+                .into())
+            }
+        }
+    }
+    // PostgreSQL's default: `.` matches a newline.
+    if !flags.contains('n') && !flags.contains('s') {
+        builder.dot_matches_new_line(true);
+    }
+    let regex = builder.build().map_err(|e| {
+        WeirError::new(SqlState::INVALID_REGULAR_EXPRESSION, format!("invalid regular expression: {e}"))
+    })?;
+    Ok((regex, global))
+}
 
 /// `format(formatstr, args...)`: `%s` an argument as text (NULL as nothing), `%I` as an
 /// identifier (quoted when it must be), `%L` as a literal (NULL as `NULL`), `%%` a percent sign;

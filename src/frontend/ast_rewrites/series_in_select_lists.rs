@@ -1,5 +1,7 @@
-//! Set-returning functions in a select list (`SELECT generate_series(1, 3)`), as PostgreSQL
-//! runs them. An AST rewrite, run by [`super::rewrite`] on statements parsed for a session.
+//! Set-returning functions in a select list (`SELECT generate_series(1, 3)`,
+//! `regexp_matches(s, '(\d+)', 'g')`), as PostgreSQL runs them: each is an array function
+//! here (DataFusion's `generate_series`, Weir's `regexp_matches`, `frontend::pg_functions`)
+//! unnested. An AST rewrite, run by [`super::rewrite`] on statements parsed for a session.
 
 use datafusion::sql::sqlparser::ast;
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
@@ -7,9 +9,13 @@ use datafusion::sql::sqlparser::parser::Parser;
 
 use crate::error::{Result, SqlState, WeirError};
 
-/// `generate_series(...)` as a whole select-list item (or one in brackets or cast) yields one
-/// row per value, as in Postgres (DataFusion's scalar `generate_series` is one array): the call
-/// becomes `unnest(generate_series(...))`, the item named `generate_series` unless aliased, and
+/// Set-returning functions: each here returns an array of what PostgreSQL returns as rows.
+const SET_RETURNING: [&str; 2] = ["generate_series", "regexp_matches"];
+
+/// A set-returning call ([`SET_RETURNING`]) as a whole select-list item (or one in brackets or
+/// cast) yields one row per value, as in Postgres (DataFusion's scalar `generate_series` is one
+/// array): the call becomes `unnest(generate_series(...))`, the item named after the function
+/// unless aliased, and
 /// an ORDER BY repeating the call orders by that item. In every SELECT of the statement, UNION
 /// branches and subqueries included. Anywhere else in a select list, WHERE, GROUP BY, HAVING or
 /// ORDER BY it is refused (0A000) rather than read as an array.
@@ -25,8 +31,12 @@ pub fn series_in_select_lists(statement: &mut ast::Statement) -> Result<()> {
         let named = f.name.0.len() == 1 && f.name.0[0].as_ident().is_some_and(|i| i.value.eq_ignore_ascii_case(name));
         named.then_some(f)
     }
+    /// The set-returning function `expr` calls, if it is one.
+    fn set_returning(expr: &Expr) -> Option<&'static str> {
+        SET_RETURNING.into_iter().find(|name| call_of(expr, name).is_some())
+    }
     fn is_series(expr: &Expr) -> bool {
-        call_of(expr, "generate_series").is_some()
+        set_returning(expr).is_some()
     }
     /// `unnest(e)`'s argument when `expr` is one.
     fn unnested(expr: &Expr) -> Option<&Expr> {
@@ -54,16 +64,16 @@ pub fn series_in_select_lists(statement: &mut ast::Statement) -> Result<()> {
             within_group: vec![],
         })
     }
-    /// Wraps the call when `expr` is one, in brackets or cast; whether it did.
-    fn wrap_whole(expr: &mut Expr) -> bool {
+    /// Wraps the call when `expr` is one, in brackets or cast; the function it wrapped.
+    fn wrap_whole(expr: &mut Expr) -> Option<&'static str> {
         match expr {
             Expr::Nested(inner) | Expr::Cast { expr: inner, .. } => wrap_whole(inner),
-            e if is_series(e) => {
+            e => {
+                let function = set_returning(e)?;
                 let call = std::mem::replace(e, Expr::value(ast::Value::Null));
                 *e = unnest(call);
-                true
+                Some(function)
             }
-            _ => false,
         }
     }
     /// Fails when `node` holds a call that is not wrapped.
@@ -77,9 +87,9 @@ pub fn series_in_select_lists(statement: &mut ast::Statement) -> Result<()> {
         if calls > wrapped {
             return Err(WeirError::new(
                 SqlState::FEATURE_NOT_SUPPORTED,
-                "generate_series(...) is supported as a whole select-list item or in FROM, not inside an expression, WHERE, GROUP BY, HAVING or ORDER BY",
+                "set-returning functions (generate_series, regexp_matches) are supported as a whole select-list item (generate_series in FROM too), not inside an expression, WHERE, GROUP BY, HAVING or ORDER BY",
             )
-            .with_hint("write FROM generate_series(...) AS g and use g"));
+            .with_hint("select the call as an item of a subquery and use its column"));
         }
         Ok(())
     }
@@ -100,12 +110,10 @@ pub fn series_in_select_lists(statement: &mut ast::Statement) -> Result<()> {
                         _ => continue,
                     };
                     let written = expr.clone();
-                    if !wrap_whole(expr) {
-                        continue;
-                    }
-                    let name = alias.unwrap_or_else(|| ast::Ident::new("generate_series"));
+                    let Some(function) = wrap_whole(expr) else { continue };
+                    let name = alias.unwrap_or_else(|| ast::Ident::new(function));
                     renamed.push((written, name.clone()));
-                    wrapped_items.push((position, name.clone()));
+                    wrapped_items.push((position, name.clone(), function));
                     if let SelectItem::UnnamedExpr(expr) = item {
                         let expr = std::mem::replace(expr, Expr::value(ast::Value::Null));
                         *item = SelectItem::ExprWithAlias { expr, alias: name };
@@ -116,7 +124,9 @@ pub fn series_in_select_lists(statement: &mut ast::Statement) -> Result<()> {
                 all_wrapped(&select.group_by)?;
                 all_wrapped(&select.having)?;
                 all_wrapped(&select.distinct)?;
-                if let ([(position, name)], true) = (wrapped_items.as_slice(), select.from.is_empty()) {
+                if let ([(position, name, "generate_series")], true) =
+                    (wrapped_items.as_slice(), select.from.is_empty())
+                {
                     series_as_table(select, *position, name);
                 }
                 Ok(())
