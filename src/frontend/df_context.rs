@@ -127,6 +127,8 @@ pub async fn template_state(catalog: Arc<Catalog>) -> Result<SessionState> {
     // PostgreSQL's `variance` is the sample variance, DataFusion's `var`.
     let var_samp = datafusion::functions_aggregate::variance::var_samp_udaf();
     ctx.register_udaf(var_samp.as_ref().clone().with_aliases(["variance"]));
+    ctx.register_udaf(super::ordered_set_aggregates::percentile_disc());
+    ctx.register_udaf(super::ordered_set_aggregates::mode_udaf());
     // Plain views are planned with this state (every function and schema registered above).
     let planner_state = ctx.state();
     public.set_view_planner(Arc::new(move |relation| {

@@ -22,6 +22,7 @@ pub mod interval_text;
 pub mod json_functions;
 pub mod keep_names;
 pub mod numeric_arithmetic;
+pub mod ordered_set_aggregates;
 pub mod outer_conditions;
 pub mod parser;
 pub mod pg_catalog;

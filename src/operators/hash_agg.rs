@@ -83,6 +83,7 @@ use crate::state::MEMORY_LIMIT_BYTES;
 use crate::status::ViewStatus;
 use crate::types::clock::Clock;
 use crate::types::exact_sum::ExactSum;
+use crate::types::ordered_set::{mode, percentile_disc_index};
 use crate::types::window::{close_times, TimeColumn};
 use crate::types::{ChangeBatch, Op};
 
@@ -136,6 +137,15 @@ pub enum AggKind {
     /// `percentile_cont(f) WITHIN GROUP (ORDER BY x)` and `median(x)` (f = 0.5): interpolated
     /// between the values around position `f * (n - 1)` (the fraction's f64 bits).
     PercentileCont(u64),
+    /// `first_value(x ORDER BY y)`, `last_value(x ORDER BY y)`: the value of the first or last
+    /// row by its ORDER BY (ties by the value), NULL values kept.
+    FirstValue,
+    LastValue,
+    /// `percentile_disc(f) WITHIN GROUP (ORDER BY x)`: the first value whose place in order
+    /// reaches the fraction (its f64 bits); `mode() WITHIN GROUP (ORDER BY x)`: the most
+    /// frequent value, the least of a tie (`types::ordered_set`).
+    PercentileDisc(u64),
+    Mode,
 }
 
 impl AggKind {
@@ -167,6 +177,8 @@ impl AggKind {
             ("median", true, false) => AggKind::PercentileCont(0.5f64.to_bits()),
             // Exactly: an approximation may be exact.
             ("approx_distinct", true, false) => AggKind::CountDistinct,
+            ("first_value", true, false) => AggKind::FirstValue,
+            ("last_value", true, false) => AggKind::LastValue,
             _ => return None,
         })
     }
@@ -183,7 +195,16 @@ impl AggKind {
                 | AggKind::BitOr
                 | AggKind::ArrayAgg
                 | AggKind::PercentileCont(_)
+                | AggKind::FirstValue
+                | AggKind::LastValue
+                | AggKind::PercentileDisc(_)
+                | AggKind::Mode
         )
+    }
+
+    /// Whether rows with a NULL value count (they are in the multiset).
+    pub fn keeps_nulls(self) -> bool {
+        matches!(self, AggKind::ArrayAgg | AggKind::FirstValue | AggKind::LastValue)
     }
 }
 
@@ -197,6 +218,18 @@ pub struct AggSpec {
     pub output_type: DataType,
     /// string_agg's delimiter.
     pub delimiter: Option<String>,
+    /// `ORDER BY` inside the call, by something else than the value ascending (`string_agg(x,
+    /// ',' ORDER BY y DESC)`, `first_value(x ORDER BY y)`): the multiset keeps its values under
+    /// these keys, in this order, then by the value. Empty: by the value.
+    pub order_by: Vec<AggOrder>,
+}
+
+/// One `ORDER BY` key inside an aggregate call.
+#[derive(Clone)]
+pub struct AggOrder {
+    pub expr: Arc<dyn PhysicalExpr>,
+    pub data_type: DataType,
+    pub options: datafusion::arrow::compute::SortOptions,
 }
 
 /// One aggregate's counters for one group. Value multisets are in the store.
@@ -256,7 +289,8 @@ struct Group {
     unstored: bool,
 }
 
-/// Codec of single scalars of one type, through arrow-row (reversible and memcomparable).
+/// Codec of single scalars of one type, through arrow-row (reversible and memcomparable); for
+/// an aggregate ordered by other keys, of the keys then the value, the value decoded alone.
 struct ScalarCodec(RowConverter);
 
 /// A stored sum's tag: its total as the output type (what every version wrote), or as the wider
@@ -345,10 +379,18 @@ impl ScalarCodec {
         let rows = self.0.convert_columns(&[v.to_array()?])?;
         Ok(rows.row(0).as_ref().to_vec())
     }
+    /// Values under `order` keys, then by the value (ascending, NULLs last).
+    fn ordered(order: &[AggOrder], data_type: &DataType) -> Result<ScalarCodec> {
+        let value = datafusion::arrow::compute::SortOptions { descending: false, nulls_first: false };
+        let mut fields: Vec<SortField> =
+            order.iter().map(|o| SortField::new_with_options(o.data_type.clone(), o.options)).collect();
+        fields.push(SortField::new_with_options(data_type.clone(), value));
+        Ok(ScalarCodec(RowConverter::new(fields)?))
+    }
     fn decode(&self, bytes: &[u8]) -> Result<ScalarValue> {
         let parser = self.0.parser();
         let arrays = self.0.convert_rows([parser.parse(bytes)])?;
-        Ok(ScalarValue::try_from_array(&arrays[0], 0)?)
+        Ok(ScalarValue::try_from_array(arrays.last().expect("a value column"), 0)?)
     }
 }
 
@@ -485,6 +527,9 @@ impl HashAgg {
             .iter()
             .map(|a| match a.kind {
                 AggKind::Sum => ScalarCodec::new(&a.output_type).map(Some),
+                k if k.keeps_values() && !a.order_by.is_empty() => {
+                    ScalarCodec::ordered(&a.order_by, a.arg_type.as_ref().expect("an argument")).map(Some)
+                }
                 // array_agg keeps NULLs too, last, as `ORDER BY x` puts them.
                 AggKind::ArrayAgg => ScalarCodec::nulls_last(a.arg_type.as_ref().expect("an argument")).map(Some),
                 k if k.keeps_values() => ScalarCodec::new(a.arg_type.as_ref().expect("an argument")).map(Some),
@@ -577,7 +622,11 @@ impl HashAgg {
                 | AggKind::BitAnd
                 | AggKind::BitOr
                 | AggKind::ArrayAgg
-                | AggKind::PercentileCont(_) => Acc::Extreme,
+                | AggKind::PercentileCont(_)
+                | AggKind::FirstValue
+                | AggKind::LastValue
+                | AggKind::PercentileDisc(_)
+                | AggKind::Mode => Acc::Extreme,
                 AggKind::CountDistinct => Acc::Distinct(0),
                 AggKind::BoolAnd | AggKind::BoolOr => Acc::Bools { trues: 0, falses: 0 },
                 AggKind::Variance { .. } => {
@@ -802,6 +851,16 @@ impl HashAgg {
                     None => ScalarValue::Null,
                 }
             }
+            Acc::Extreme if matches!(spec.kind, AggKind::PercentileDisc(_) | AggKind::Mode) => {
+                let values = self.multiset_values(group_key, i)?;
+                let picked = match spec.kind {
+                    AggKind::PercentileDisc(bits) => {
+                        percentile_disc_index(values.len(), f64::from_bits(bits)).map(|i| &values[i])
+                    }
+                    _ => mode(&values),
+                };
+                picked.cloned().unwrap_or(ScalarValue::Null)
+            }
             Acc::Best(best) => best.clone().unwrap_or(ScalarValue::Null),
             Acc::Extreme if matches!(spec.kind, AggKind::BitAnd | AggKind::BitOr) => {
                 let mut folded: Option<i64> = None;
@@ -829,7 +888,8 @@ impl HashAgg {
             }
             Acc::Extreme => {
                 let prefix = Self::multiset_prefix(group_key, i, 0);
-                match self.values.first_with_prefix(prefix.key(), spec.kind == AggKind::Max)? {
+                let last = matches!(spec.kind, AggKind::Max | AggKind::LastValue);
+                match self.values.first_with_prefix(prefix.key(), last)? {
                     Some((k, _)) => self.value_codecs[i].as_ref().expect("codec").decode(&k[prefix.bytes().len()..])?,
                     None => ScalarValue::Null,
                 }
@@ -953,7 +1013,11 @@ impl HashAgg {
                 | AggKind::BitAnd
                 | AggKind::BitOr
                 | AggKind::ArrayAgg
-                | AggKind::PercentileCont(_) => Acc::Extreme,
+                | AggKind::PercentileCont(_)
+                | AggKind::FirstValue
+                | AggKind::LastValue
+                | AggKind::PercentileDisc(_)
+                | AggKind::Mode => Acc::Extreme,
                 AggKind::BoolAnd | AggKind::BoolOr => Acc::Bools { trues: r.i64()?, falses: r.i64()? },
                 AggKind::Variance { .. } => {
                     let (sum, squares) = (r.exact_sum()?, r.exact_sum()?);
@@ -1030,7 +1094,18 @@ impl Operator for HashAgg {
         let aggs: Vec<String> = self
             .aggs
             .iter()
-            .map(|a| format!("{:?}({})", a.kind, a.arg.as_ref().map(|e| e.to_string()).unwrap_or_else(|| "*".into())))
+            .map(|a| {
+                let arg = a.arg.as_ref().map(|e| e.to_string()).unwrap_or_else(|| "*".into());
+                let order: Vec<String> = a
+                    .order_by
+                    .iter()
+                    .map(|o| format!("{}{}", o.expr, if o.options.descending { " DESC" } else { "" }))
+                    .collect();
+                match order.is_empty() {
+                    true => format!("{:?}({arg})", a.kind),
+                    false => format!("{:?}({arg} ORDER BY {})", a.kind, order.join(", ")),
+                }
+            })
             .collect();
         let window = match &self.window {
             Some(w) => format!(
@@ -1066,10 +1141,17 @@ impl Operator for HashAgg {
             .iter()
             .zip(&args)
             .enumerate()
-            .map(|(i, (_, arg))| match (self.keeps_values(i), arg) {
+            .map(|(i, (spec, arg))| match (self.keeps_values(i), arg) {
                 (true, Some(arg)) => {
                     let codec = &self.value_codecs[i].as_ref().expect("codec").0;
-                    Ok(Some(codec.convert_columns(std::slice::from_ref(arg))?))
+                    // Under its ORDER BY keys, if it has its own.
+                    let mut columns = spec
+                        .order_by
+                        .iter()
+                        .map(|o| evaluate(&o.expr, &batch.data, &self.view))
+                        .collect::<Result<Vec<_>>>()?;
+                    columns.push(Arc::clone(arg));
+                    Ok(Some(codec.convert_columns(&columns)?))
                 }
                 _ => Ok(None),
             })
@@ -1227,7 +1309,7 @@ impl HashAgg {
             for (i, arg) in args.iter().enumerate() {
                 match (&encoded_values[i], arg) {
                     (Some(values), Some(arg)) => {
-                        if arg.is_valid(row) || self.aggs[i].kind == AggKind::ArrayAgg {
+                        if arg.is_valid(row) || self.aggs[i].kind.keeps_nulls() {
                             *deltas.entry((slot, i, values.row(row).data())).or_insert(0) += sign;
                         }
                     }
@@ -1584,6 +1666,7 @@ mod tests {
                         arg_type: None,
                         output_type: DataType::Int64,
                         delimiter: None,
+                        order_by: vec![],
                     },
                     AggSpec {
                         kind: AggKind::Max,
@@ -1591,6 +1674,7 @@ mod tests {
                         arg_type: Some(DataType::Int64),
                         output_type: DataType::Int64,
                         delimiter: None,
+                        order_by: vec![],
                     },
                 ],
                 schema,
@@ -1614,6 +1698,7 @@ mod tests {
             arg_type: Some(DataType::Float64),
             output_type: DataType::Float64,
             delimiter: None,
+            order_by: vec![],
         };
         let config = HashAggConfig {
             state_format: format,
@@ -1661,6 +1746,7 @@ mod tests {
             arg_type: None,
             output_type: DataType::Int64,
             delimiter: None,
+            order_by: vec![],
         };
         let config = HashAggConfig {
             window: Some(AggWindow {
@@ -1701,6 +1787,7 @@ mod tests {
             arg_type: Some(DataType::Decimal128(38, 0)),
             output_type: DataType::Decimal128(38, 0),
             delimiter: None,
+            order_by: vec![],
         };
         let state = (KeyedState::new(1, Arc::clone(store), 4), KeyedState::new(2, Arc::clone(store), 4));
         let config = HashAggConfig::new(vec![col("c0", &input).unwrap()], vec![DataType::Int64], vec![sum], schema);
@@ -1815,6 +1902,7 @@ mod tests {
             arg_type: Some(DataType::Int64),
             output_type: DataType::Int64,
             delimiter: None,
+            order_by: vec![],
         };
         let state = (KeyedState::new(1, Arc::clone(&store), 4), KeyedState::new(2, Arc::clone(&store), 4));
         let config = HashAggConfig {

@@ -36,7 +36,7 @@ use crate::catalog::persist::WatermarkDef;
 use crate::catalog::windowed::windowed_relation;
 use crate::catalog::{Catalog, RelationKind};
 use crate::error::{Result, WeirError};
-use crate::operators::hash_agg::{AggKind, AggSpec, AggWindow, HashAggConfig};
+use crate::operators::hash_agg::{AggKind, AggOrder, AggSpec, AggWindow, HashAggConfig};
 use crate::operators::hash_join::{shape, HashJoinConfig, JoinWindow};
 use crate::operators::lookup_join::LookupKind;
 use crate::operators::over_window::OverWindowConfig;
@@ -1097,6 +1097,7 @@ impl Builder<'_> {
                 arg_type: Some(spec.output_type.clone()),
                 output_type: spec.output_type.clone(),
                 delimiter: None,
+                order_by: vec![],
             })
             .collect();
         let group_keys = columns(&partial_schema, &keys);
@@ -1145,33 +1146,50 @@ impl Builder<'_> {
                 }
                 _ => return Err(unsupported("percentile_cont with a fraction that is not a constant")),
             },
+            "percentile_disc" if !params.distinct => match args.get(1) {
+                Some(Expr::Literal(fraction, _)) => {
+                    let fraction = fraction.cast_to(&datafusion::arrow::datatypes::DataType::Float64)?;
+                    let ScalarValue::Float64(Some(fraction)) = fraction else { return Err(refused()) };
+                    AggKind::PercentileDisc(fraction.to_bits())
+                }
+                _ => return Err(unsupported("percentile_disc with a fraction that is not a constant")),
+            },
+            "mode" if !params.distinct => AggKind::Mode,
             _ => AggKind::from_name(name, !args.is_empty(), params.distinct).ok_or_else(refused)?,
         };
-        // ORDER BY only in the order Weir keeps values in: ascending by the value (NULLs last,
-        // where array_agg keeps them).
-        let ordered = match params.order_by.as_slice() {
-            [] => true,
-            [order] => {
-                let by_value = args.first().is_some_and(|a| *a == order.expr);
-                match kind {
-                    AggKind::StringAgg => order.asc && by_value,
-                    AggKind::ArrayAgg => order.asc && !order.nulls_first && by_value,
-                    AggKind::PercentileCont(_) => order.asc,
-                    _ => false,
-                }
+        // ORDER BY: by the value ascending is the order Weir keeps values in (NULLs last, where
+        // array_agg keeps them); string_agg, array_agg, first_value and last_value keep theirs
+        // under any other ORDER BY keys.
+        let by_value = |order: &datafusion::logical_expr::SortExpr| order.asc && args.first() == Some(&order.expr);
+        let order_by = match (kind, params.order_by.as_slice()) {
+            (AggKind::FirstValue | AggKind::LastValue, []) => {
+                return Err(unsupported(&format!("{name}(...) without ORDER BY (which row is first?)")))
             }
-            _ => false,
+            (_, []) => vec![],
+            (AggKind::StringAgg, [order]) if by_value(order) => vec![],
+            (AggKind::ArrayAgg, [order]) if by_value(order) && !order.nulls_first => vec![],
+            (AggKind::PercentileCont(_) | AggKind::PercentileDisc(_) | AggKind::Mode, [order]) if order.asc => vec![],
+            (AggKind::StringAgg | AggKind::ArrayAgg | AggKind::FirstValue | AggKind::LastValue, orders) => orders
+                .iter()
+                .map(|o| {
+                    Ok(AggOrder {
+                        expr: self.physical(&o.expr, input)?,
+                        data_type: o.expr.get_type(input)?,
+                        options: SortOptions { descending: !o.asc, nulls_first: o.nulls_first },
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?,
+            _ => {
+                return Err(unsupported(&format!(
+                    "ORDER BY inside {name}(...) (it is for string_agg, array_agg, first_value, last_value, and ascending for percentile_cont, percentile_disc and mode)"
+                )))
+            }
         };
-        if !ordered {
-            return Err(unsupported(&format!(
-                "ORDER BY inside {name}(...) other than ascending by its value (string_agg, array_agg, percentile_cont)"
-            )));
-        }
         // `agg(x) FILTER (WHERE c)` is `agg(CASE WHEN c THEN x END)`: every aggregate Weir keeps
         // but array_agg skips NULL values, and `count(*)` counts `CASE WHEN c THEN 1 END`.
         let (kind, value) = match &params.filter {
             None => (kind, args.first().cloned()),
-            Some(_) if kind == AggKind::ArrayAgg => return Err(unsupported("array_agg with FILTER")),
+            Some(_) if kind.keeps_nulls() => return Err(unsupported(&format!("{name}(...) with FILTER"))),
             Some(condition) => {
                 let value = args.first().cloned().unwrap_or(lit(1i64));
                 let kind = if kind == AggKind::CountRows { AggKind::Count } else { kind };
@@ -1185,7 +1203,7 @@ impl Builder<'_> {
             (AggKind::StringAgg, _) => return Err(unsupported("string_agg with a delimiter that is not a constant")),
             _ => None,
         };
-        Ok(AggSpec { kind, arg, arg_type, output_type, delimiter })
+        Ok(AggSpec { kind, arg, arg_type, output_type, delimiter, order_by })
     }
 
     /// `GROUP BY GROUPING SETS (...)`, `ROLLUP (...)` or `CUBE (...)`: one aggregate per

@@ -73,6 +73,14 @@ pub const LATER_VIEWS: &[(&str, &str)] = &[
          median(v) AS med, approx_distinct(v % 10) AS ad, count(DISTINCT v % 3) AS d3, count(DISTINCT k % 4) AS d4 \
          FROM a GROUP BY g",
     ),
+    // Aggregates ordered by another column (k is unique), and the ordered-set aggregates.
+    (
+        "ordered_by_k",
+        "SELECT g, string_agg(CAST(v AS VARCHAR), ',' ORDER BY k DESC) AS by_k, array_agg(v ORDER BY k) AS vs, \
+         first_value(v ORDER BY k) AS first_v, last_value(v ORDER BY k) AS last_v, \
+         percentile_disc(0.5) WITHIN GROUP (ORDER BY v) AS pd, mode() WITHIN GROUP (ORDER BY v % 5) AS mo \
+         FROM a GROUP BY g",
+    ),
     // GROUPING SETS, ROLLUP and CUBE, with grouping().
     ("rolled", "SELECT g, k, sum(v) AS s, count(*) AS n, grouping(g) AS gg FROM a GROUP BY ROLLUP (g, k)"),
     ("cubed", "SELECT g, v % 2 AS odd, max(v) AS hi FROM a GROUP BY CUBE (g, v % 2)"),
