@@ -81,6 +81,9 @@ struct Builder<'a> {
     /// The rank bound (`rn <= N`) of each `row_number()` window whose bounding filter's input
     /// is being built ([`rank_bound`]).
     rank_limits: std::collections::HashMap<LogicalPlan, usize>,
+    /// `EMIT ON WINDOW CLOSE` is done below the top (window functions over rows released in
+    /// time order), so no buffer goes on top.
+    emitted_on_close: bool,
 }
 
 /// What a subplan computes: the plan, and what each windowed relation it scans is (a scan of
@@ -140,10 +143,11 @@ pub fn translate(
         assigners: 0,
         built: Default::default(),
         rank_limits: Default::default(),
+        emitted_on_close: false,
     };
     let top = b.node(plan)?;
     let append_only = top.append_only;
-    if options.emit_on_window_close && b.windowed_aggregates == 0 {
+    if options.emit_on_window_close && b.windowed_aggregates == 0 && !b.emitted_on_close {
         b.emit_on_window_close(plan, top.clone())?;
     }
     let watermark = match append_only {
@@ -1520,10 +1524,11 @@ impl Builder<'_> {
     /// [`OverWindow`](crate::operators::over_window) computing each touched partition again at
     /// the barrier with DataFusion's window expressions. Every function of one `WindowAggr` must
     /// share its PARTITION BY and ORDER BY (DataFusion groups them so).
+    ///
+    /// With `EMIT ON WINDOW CLOSE` the rows reach it in event-time order, each once the
+    /// watermark has passed its time ([`Builder::release_in_time_order`]), so a row's values,
+    /// which read no row after it, are final when it is emitted.
     fn over_window(&mut self, plan: &LogicalPlan, w: &datafusion::logical_expr::Window) -> Result<Out> {
-        if self.options.emit_on_window_close {
-            return Err(unsupported("EMIT ON WINDOW CLOSE over window functions"));
-        }
         let input = w.input.schema();
         let mut spec: Option<(Vec<Expr>, Vec<datafusion::logical_expr::SortExpr>)> = None;
         for expr in &w.window_expr {
@@ -1540,7 +1545,10 @@ impl Builder<'_> {
             }
         }
         let (partition_exprs, order_exprs) = spec.ok_or_else(|| WeirError::internal("a window without functions"))?;
-        let child = self.node(&w.input)?;
+        let mut child = self.node(&w.input)?;
+        if self.options.emit_on_window_close {
+            child = self.release_in_time_order(w, &order_exprs, child)?;
+        }
         let partition_by = self.partition_keys(&partition_exprs, input)?;
         let order_by = self.rank_orders(&order_exprs, input)?;
         let props = self.state.execution_props();
@@ -1556,9 +1564,56 @@ impl Builder<'_> {
         let (requirement, output) = partitioned(&partition_exprs, &partition_by, input);
         let mut times = child.times.clone();
         times.resize(plan.schema().fields().len(), None);
-        // A row's values change as its neighbours come and go.
-        let props = Properties { distribution: output, times, append_only: false, prompt: false };
+        // A row's values change as its neighbours come and go, unless rows only come, in time
+        // order, and none reads a later one (`EMIT ON WINDOW CLOSE`).
+        let append_only = self.options.emit_on_window_close && child.append_only;
+        let props = Properties { distribution: output, times, append_only, prompt: false };
         Ok(self.add(Spec::OverWindow { config, table, input: requirement }, &[child.node], props))
+    }
+
+    /// `EMIT ON WINDOW CLOSE` over window functions: the window's rows held in a buffer until
+    /// the watermark passes their time (the first ORDER BY key, ascending: a window bound or a
+    /// watermarked column), then released in time order. Only functions whose values read no
+    /// later row: frames ending at the current row or before it, and no `lead`, `ntile`,
+    /// `cume_dist` or `percent_rank`; else 0A000.
+    fn release_in_time_order(
+        &mut self,
+        w: &datafusion::logical_expr::Window,
+        order_exprs: &[datafusion::logical_expr::SortExpr],
+        child: Out,
+    ) -> Result<Out> {
+        use datafusion::logical_expr::WindowFrameBound;
+        let refused = |why: &str| {
+            WeirError::unsupported(format!(
+                "EMIT ON WINDOW CLOSE over window functions needs {why}: their rows are emitted once the watermark passes their time, with values that read no later row"
+            ))
+        };
+        for expr in &w.window_expr {
+            let Expr::WindowFunction(f) = unalias(expr) else { continue };
+            let name = f.fun.name().to_ascii_lowercase();
+            if matches!(name.as_str(), "lead" | "ntile" | "cume_dist" | "percent_rank") {
+                return Err(refused(&format!("functions of earlier rows only, not {name}")));
+            }
+            if matches!(f.params.window_frame.end_bound, WindowFrameBound::Following(_)) {
+                return Err(refused("frames ending at the current row or before it (with ORDER BY)"));
+            }
+        }
+        let input = w.input.schema();
+        let first = order_exprs.first().filter(|o| o.asc).and_then(|o| column_index(&o.expr, input));
+        let watermarked = self.watermarked_columns(&w.input);
+        let Some((column, time, judges_lateness)) = first.and_then(|c| match child.times[c] {
+            Some(time) => Some((c, time, false)),
+            None => watermarked[c].then_some((c, TimeColumn { close_offset: 0 }, true)),
+        }) else {
+            return Err(refused(
+                "ORDER BY an event time first, ascending (a window bound or a column with a WATERMARK)",
+            ));
+        };
+        let table = self.state_table()?;
+        let spec = Spec::EowcBuffer { column, time, schema: Self::schema(&w.input), table, judges_lateness };
+        let props = Properties { distribution: Distribution::Single, ..child.props.clone() };
+        self.emitted_on_close = true;
+        Ok(self.add(spec, &[child.node], props))
     }
 
     /// Partition expressions `exprs` over `input`, evaluated per row, with their types.

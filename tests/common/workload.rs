@@ -210,6 +210,13 @@ pub const EVENT_TIME_VIEWS: &[(&str, &str, &str)] = &[
         "LATE ROWS TO ev_late",
     ),
     ("plain", "SELECT id, k, window_start, window_end FROM TUMBLE(ev, ts, INTERVAL '5' SECOND)", "EMIT ON WINDOW CLOSE LATE ROWS TO ev_late"),
+    // Window functions over rows released as their windows close.
+    (
+        "moving",
+        "SELECT id, k, window_start, window_end, p - lag(p) OVER (PARTITION BY k ORDER BY window_start, id) AS change, \
+         row_number() OVER (PARTITION BY k ORDER BY window_start, id) AS n FROM TUMBLE(ev, ts, INTERVAL '5' SECOND)",
+        "EMIT ON WINDOW CLOSE LATE ROWS TO ev_late",
+    ),
     (
         "sessions",
         "SELECT k, window_start, window_end, count(*) AS n, max(p) AS top FROM SESSION(ev, ts, INTERVAL '1' SECOND, k) GROUP BY k, window_start, window_end",
