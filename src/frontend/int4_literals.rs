@@ -9,7 +9,8 @@
 //! nothing above a retyped node loses its column. Left alone: `LIMIT`/`OFFSET` (DataFusion
 //! wants `Int64` there), `VALUES` (its schema is fixed when planned), recursive queries (their
 //! work table's likewise) and statements that write rows (their input was shaped to the
-//! table's columns when planned). Registered by
+//! table's columns when planned), and aggregates over grouping sets (`grouping(g % 2)` must
+//! find `g % 2` among the grouping expressions as written). Registered by
 //! `df_context::template_state` before DataFusion's own rules.
 
 use datafusion::common::config::ConfigOptions;
@@ -41,7 +42,7 @@ impl AnalyzerRule for Int4Literals {
             return Ok(plan);
         }
         plan.transform_up_with_subqueries(|node| {
-            if matches!(node, LogicalPlan::Limit(_) | LogicalPlan::Values(_)) {
+            if matches!(node, LogicalPlan::Limit(_) | LogicalPlan::Values(_)) || grouping_sets(&node) {
                 return Ok(Transformed::no(node));
             }
             let retyped = super::keep_names::rewrite_expressions(node, int4)?;
@@ -52,6 +53,15 @@ impl AnalyzerRule for Int4Literals {
             }
         })
         .data()
+    }
+}
+
+/// An aggregate over grouping sets: `grouping(expr)` must find `expr` among the grouping
+/// expressions as written, which a retyped (and renamed back) expression no longer is.
+fn grouping_sets(node: &LogicalPlan) -> bool {
+    match node {
+        LogicalPlan::Aggregate(a) => a.group_expr.iter().any(|e| matches!(e, Expr::GroupingSet(_))),
+        _ => false,
     }
 }
 

@@ -84,6 +84,7 @@ pub const LATER_VIEWS: &[(&str, &str)] = &[
     // GROUPING SETS, ROLLUP and CUBE, with grouping().
     ("rolled", "SELECT g, k, sum(v) AS s, count(*) AS n, grouping(g) AS gg FROM a GROUP BY ROLLUP (g, k)"),
     ("cubed", "SELECT g, v % 2 AS odd, max(v) AS hi FROM a GROUP BY CUBE (g, v % 2)"),
+    ("cubed_exprs", "SELECT g % 3 AS m, v % 2 AS odd, count(*) AS n, grouping(g % 3, v % 2) AS gb FROM a GROUP BY CUBE (g % 3, v % 2)"),
     ("grouping_sets", "SELECT g, k % 2 AS m, count(*) AS n FROM a GROUP BY GROUPING SETS ((g), (k % 2), ())"),
     // Rows the query gives itself: VALUES, and a condition that is never true.
     (
