@@ -10,6 +10,7 @@ pub mod exists_in_select_lists;
 pub mod functions_in_from;
 pub mod relation_names;
 pub mod series_in_select_lists;
+pub mod unnest_in_from;
 pub mod windows_named_by_relation;
 
 use std::collections::HashSet;
@@ -32,6 +33,7 @@ pub fn rewrite(statement: &mut ast::Statement, table_functions: Option<&HashSet<
     super::bytea_input::rewrite_casts(statement);
     if let Some(table_functions) = table_functions {
         super::pg_functions::rewrite_datetime_patterns(statement);
+        unnest_in_from::unnest_in_from(statement);
         functions_in_from::functions_in_from(statement, table_functions);
         series_in_select_lists::series_in_select_lists(statement)?;
     }
