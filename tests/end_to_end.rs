@@ -123,7 +123,7 @@ impl Pipeline {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_to_a_view_to_kafka_and_postgres_exactly_once_through_crashes() {
     let pipeline = Pipeline::new("e2e").await;
-    let (output, raw, pg, input) = (&pipeline.output, &pipeline.raw, &pipeline.pg, &pipeline.input);
+    let (output, pg, input) = (&pipeline.output, &pipeline.pg, &pipeline.input);
     let mut server = TestServer::start_with(&["--checkpoint-interval", "200ms", "--barrier-interval-ms", "50"]);
     let mut c = server.connect().await;
     c.batch_execute(&format!("{}\n CREATE MATERIALIZED VIEW bid_ids AS SELECT id FROM bids;", pipeline.sql()))
@@ -221,8 +221,7 @@ async fn kafka_to_a_view_to_kafka_and_postgres_exactly_once_through_crashes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pipeline_stopped_with_sigterm_ten_times_delivers_exactly_once() {
     let pipeline = Pipeline::new("term").await;
-    let (output, raw, pg, input, jdbc) =
-        (&pipeline.output, &pipeline.raw, &pipeline.pg, &pipeline.input, &pipeline.jdbc);
+    let (output, pg, input, jdbc) = (&pipeline.output, &pipeline.pg, &pipeline.input, &pipeline.jdbc);
     pg.batch_execute("CREATE TABLE noted (n BIGINT PRIMARY KEY, total BIGINT);").await.unwrap();
     let mut server = TestServer::start_with(&["--checkpoint-interval", "200ms", "--barrier-interval-ms", "50"]);
     let mut c = server.connect().await;

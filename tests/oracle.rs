@@ -5,8 +5,8 @@
 mod common;
 
 use common::workload::{
-    check_event_time_views, check_these_views, create_tables, random_events, random_statement, EVENT_TABLE,
-    EVENT_TIME_VIEWS, LATER_VIEWS, VIEWS,
+    check_these_event_time_views, check_these_views, create_tables, random_events, random_statement, EVENT_TABLE,
+    EVENT_TIME_VIEWS, LATER_EVENT_TIME_VIEWS, LATER_VIEWS, VIEWS,
 };
 use common::{rows, Rng, TestServer};
 
@@ -199,7 +199,8 @@ async fn event_time_views_equal_batch_over_rows_not_late_and_survive_sigkill() {
         for _ in 0..10 {
             client.batch_execute(&random_events(&mut rng, &mut next_id)).await.unwrap();
         }
-        for (name, query, clauses) in EVENT_TIME_VIEWS {
+        let views: Vec<(&str, &str, &str)> = EVENT_TIME_VIEWS.iter().chain(LATER_EVENT_TIME_VIEWS).copied().collect();
+        for (name, query, clauses) in &views {
             client.batch_execute(&format!("CREATE MATERIALIZED VIEW {name} AS {query} {clauses}")).await.unwrap();
         }
         for step in 0..120 {
@@ -209,8 +210,8 @@ async fn event_time_views_equal_batch_over_rows_not_late_and_survive_sigkill() {
                 client.batch_execute("FLUSH").await.unwrap();
             }
             if step % 30 == 29 {
-                check_event_time_views(&client, &format!("(seed {seed}, parallelism {parallelism}, step {step})"))
-                    .await;
+                let context = format!("(seed {seed}, parallelism {parallelism}, step {step})");
+                check_these_event_time_views(&client, &views, &context).await;
             }
         }
         let late = rows(&client, "SELECT count(*) FROM ev_late").await;
@@ -221,20 +222,20 @@ async fn event_time_views_equal_batch_over_rows_not_late_and_survive_sigkill() {
         // Killed and restarted: the same views (late rows stay out), and they keep going.
         let before: Vec<Vec<String>> = {
             let mut all = Vec::new();
-            for (name, _, _) in EVENT_TIME_VIEWS {
+            for (name, _, _) in &views {
                 all.push(rows(&client, &format!("SELECT * FROM {name}")).await);
             }
             all
         };
         drop(client);
         let client = server.sigkill_and_reconnect().await;
-        for ((name, _, _), expected) in EVENT_TIME_VIEWS.iter().zip(&before) {
+        for ((name, _, _), expected) in views.iter().zip(&before) {
             assert_eq!(&rows(&client, &format!("SELECT * FROM {name}")).await, expected, "view {name} after restart");
         }
         for _ in 0..40 {
             client.batch_execute(&random_events(&mut rng, &mut next_id)).await.unwrap();
         }
-        check_event_time_views(&client, "after restart and more events").await;
+        check_these_event_time_views(&client, &views, "after restart and more events").await;
     }
 }
 

@@ -213,13 +213,6 @@ pub const EVENT_TIME_VIEWS: &[(&str, &str, &str)] = &[
         "LATE ROWS TO ev_late",
     ),
     ("plain", "SELECT id, k, window_start, window_end FROM TUMBLE(ev, ts, INTERVAL '5' SECOND)", "EMIT ON WINDOW CLOSE LATE ROWS TO ev_late"),
-    // Window functions over rows released as their windows close.
-    (
-        "moving",
-        "SELECT id, k, window_start, window_end, p - lag(p) OVER (PARTITION BY k ORDER BY window_start, id) AS change, \
-         row_number() OVER (PARTITION BY k ORDER BY window_start, id) AS n FROM TUMBLE(ev, ts, INTERVAL '5' SECOND)",
-        "EMIT ON WINDOW CLOSE LATE ROWS TO ev_late",
-    ),
     (
         "sessions",
         "SELECT k, window_start, window_end, count(*) AS n, max(p) AS top FROM SESSION(ev, ts, INTERVAL '1' SECOND, k) GROUP BY k, window_start, window_end",
@@ -233,6 +226,18 @@ pub const EVENT_TIME_VIEWS: &[(&str, &str, &str)] = &[
     (
         "pairs",
         "SELECT a.id AS l, b.id AS r, a.window_end FROM TUMBLE(ev, ts, INTERVAL '5' SECOND) a JOIN TUMBLE(ev, ts, INTERVAL '5' SECOND) b ON a.window_start = b.window_start AND a.k = b.k AND a.id < b.id",
+        "EMIT ON WINDOW CLOSE LATE ROWS TO ev_late",
+    ),
+];
+
+/// Event-time views added after the upgrade fixtures were made (`tests/upgrade.rs` expects
+/// exactly [`EVENT_TIME_VIEWS`] in a release's data directory): the oracle checks them too.
+pub const LATER_EVENT_TIME_VIEWS: &[(&str, &str, &str)] = &[
+    // Window functions over rows released as their windows close.
+    (
+        "moving",
+        "SELECT id, k, window_start, window_end, p - lag(p) OVER (PARTITION BY k ORDER BY window_start, id) AS change, \
+         row_number() OVER (PARTITION BY k ORDER BY window_start, id) AS n FROM TUMBLE(ev, ts, INTERVAL '5' SECOND)",
         "EMIT ON WINDOW CLOSE LATE ROWS TO ev_late",
     ),
 ];
@@ -259,9 +264,18 @@ pub fn random_events(rng: &mut Rng, next_id: &mut i64) -> String {
 /// (all rows where lateness covers the disorder), over the windows closed by the watermark
 /// (all windows when emitting continuously).
 pub async fn check_event_time_views(client: &tokio_postgres::Client, context: &str) {
+    check_these_event_time_views(client, EVENT_TIME_VIEWS, context).await;
+}
+
+/// [`check_event_time_views`] of `views`.
+pub async fn check_these_event_time_views(
+    client: &tokio_postgres::Client,
+    views: &[(&str, &str, &str)],
+    context: &str,
+) {
     client.simple_query("FLUSH").await.unwrap();
     let watermark = "(SELECT max(ts) FROM ev) - INTERVAL '2' SECOND";
-    for (name, query, clauses) in EVENT_TIME_VIEWS {
+    for (name, query, clauses) in views {
         let kept = format!("kept_{name}");
         client
             .batch_execute(&format!(
