@@ -29,6 +29,7 @@ impl SqlState {
     pub const UNDEFINED_FUNCTION: SqlState = SqlState("42883");
     pub const INVALID_PARAMETER_VALUE: SqlState = SqlState("22023");
     pub const INVALID_REGULAR_EXPRESSION: SqlState = SqlState("2201B");
+    pub const DATETIME_FIELD_OVERFLOW: SqlState = SqlState("22008");
     pub const INVALID_TEXT_REPRESENTATION: SqlState = SqlState("22P02");
     pub const NUMERIC_VALUE_OUT_OF_RANGE: SqlState = SqlState("22003");
     pub const DIVISION_BY_ZERO: SqlState = SqlState("22012");
@@ -180,6 +181,29 @@ fn classify_arrow(e: &ArrowError) -> Option<WeirError> {
     let state = match e {
         ArrowError::DivideByZero => SqlState::DIVISION_BY_ZERO,
         ArrowError::ArithmeticOverflow(_) => SqlState::NUMERIC_VALUE_OUT_OF_RANGE,
+        // A timestamp past what nanoseconds since 1970 hold (PostgreSQL's range is wider).
+        ArrowError::CastError(m) | ArrowError::ParseError(m) if m.contains("to Nanosecond") => {
+            return Some(
+                WeirError::new(
+                    SqlState::DATETIME_FIELD_OVERFLOW,
+                    format!("timestamp out of range: {}", strip_prefixes(m)),
+                )
+                .with_hint("Weir keeps timestamps in nanoseconds: from 1677-09-21 to 2262-04-11"),
+            );
+        }
+        // NUMERIC's NaN and infinities: a decimal has none.
+        ArrowError::CastError(m) | ArrowError::ParseError(m)
+            if m.contains("Decimal")
+                && ["'NaN'", "'Infinity'", "'-Infinity'", "'inf'", "'-inf'"].iter().any(|v| m.contains(v)) =>
+        {
+            return Some(
+                WeirError::new(
+                    SqlState::INVALID_TEXT_REPRESENTATION,
+                    format!("invalid input for type numeric: {}", strip_prefixes(m)),
+                )
+                .with_hint("NUMERIC has no NaN or Infinity in Weir (a decimal); double precision has both"),
+            );
+        }
         ArrowError::CastError(m) | ArrowError::ParseError(m) => {
             // "Can't cast value 100000 to type Int16": a number that does not fit.
             if m.contains("overflow")
