@@ -154,6 +154,8 @@ fn postgres_name(expr: &Expr) -> Option<String> {
             // Postgres gives the cast (what it casts, else the type) and the operator.
             let cast_named = match name.as_str() {
                 "bytea_in" => Some(Some("bytea".to_string())),
+                // `jsonb_agg(x)`, planned as the JSON array of an `array_agg`.
+                "jsonb_agg_array" | "json_agg_array" => return Some(name.trim_end_matches("_array").to_string()),
                 other => super::json_functions::column_name(other),
             };
             match cast_named {

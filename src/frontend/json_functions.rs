@@ -8,6 +8,8 @@
 //!   `@>` / `<@` `jsonb_contains`, `?` `jsonb_exists`.
 //! - Functions: `jsonb_typeof` / `json_typeof`, `jsonb_array_length` / `json_array_length`,
 //!   `jsonb_extract_path[_text]` / `json_extract_path[_text]`.
+//! - Aggregates: `jsonb_agg(x [ORDER BY ...])` / `json_agg`, rewritten to the JSON array of
+//!   `array_agg`'s list (`jsonb_agg_array`), so views keep them as they keep `array_agg`.
 //!
 //! A result that is JSON carries the declared type `jsonb` (or `json`, after `json_in` or on a
 //! `json` input) as field metadata, so clients see OID 3802 / 114 and their drivers decode it.
@@ -18,6 +20,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanBuilder, Int32Builder, StringBuilder};
 use datafusion::arrow::datatypes::{DataType, Field, FieldRef};
+use datafusion::common::ScalarValue;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::logical_expr::{
     ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
@@ -33,6 +36,20 @@ pub fn rewrite_json_syntax(statement: &mut ast::Statement) {
         let rewritten = match expr {
             Expr::Cast { expr: inner, data_type: SqlType::JSONB, .. } => Some(call("jsonb_in", vec![as_text(inner)])),
             Expr::Cast { expr: inner, data_type: SqlType::JSON, .. } => Some(call("json_in", vec![as_text(inner)])),
+            // `jsonb_agg(x [ORDER BY ...])`: the JSON array of `array_agg` of each value's JSON
+            // text (made where its type is known: a `jsonb` value is embedded as it is), which
+            // views keep incrementally, in any order the call asks for.
+            Expr::Function(f) if f.over.is_none() && json_aggregate(f).is_some() => {
+                let array = json_aggregate(f).expect("matched");
+                let mut list = f.clone();
+                list.name = ast::ObjectName::from(vec![ast::Ident::new("array_agg")]);
+                if let ast::FunctionArguments::List(args) = &mut list.args {
+                    if let Some(ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(value))) = args.args.first_mut() {
+                        *value = call("to_json_text", vec![value.clone()]);
+                    }
+                }
+                Some(call(array, vec![Expr::Function(list)]))
+            }
             Expr::BinaryOp { left, op, right } => {
                 let (name, swap) = match op {
                     BinaryOperator::Arrow => ("json_get", false),
@@ -54,6 +71,16 @@ pub fn rewrite_json_syntax(statement: &mut ast::Statement) {
         }
         ControlFlow::Continue(())
     });
+}
+
+/// The function making the JSON array of `f`'s list, when `f` is `jsonb_agg` or `json_agg`.
+fn json_aggregate(f: &ast::Function) -> Option<&'static str> {
+    let [part] = f.name.0.as_slice() else { return None };
+    match part.as_ident()?.value.to_ascii_lowercase().as_str() {
+        "jsonb_agg" => Some("jsonb_agg_array"),
+        "json_agg" => Some("json_agg_array"),
+        _ => None,
+    }
 }
 
 /// The name Postgres gives a result column computed by what [`rewrite_json_syntax`] made
@@ -124,6 +151,9 @@ pub fn json_udfs() -> Vec<ScalarUDF> {
         ("json_array_length", ArrayLength),
         ("jsonb_contains", Contains),
         ("jsonb_exists", Exists),
+        ("jsonb_agg_array", Array { jsonb: true }),
+        ("json_agg_array", Array { jsonb: false }),
+        ("to_json_text", ToJsonText),
     ]
     .into_iter()
     .map(|(name, op)| {
@@ -131,7 +161,7 @@ pub fn json_udfs() -> Vec<ScalarUDF> {
             Path { .. } => Signature::variadic_any(Volatility::Immutable),
             // Text in: a parameter cast to json (`$1::jsonb`) is text to its client.
             In { .. } => Signature::string(1, Volatility::Immutable),
-            TypeOf | ArrayLength => Signature::any(1, Volatility::Immutable),
+            TypeOf | ArrayLength | Array { .. } | ToJsonText => Signature::any(1, Volatility::Immutable),
             Get { .. } | Contains | Exists => Signature::any(2, Volatility::Immutable),
         };
         ScalarUDF::new_from_impl(JsonFunction { name, op, signature })
@@ -156,6 +186,13 @@ enum JsonOp {
     ArrayLength,
     Contains,
     Exists,
+    /// A list of JSON texts (`array_agg`'s) as a JSON array: `jsonb_agg` and `json_agg`.
+    Array {
+        jsonb: bool,
+    },
+    /// Any value as the JSON text Postgres's `to_json` gives it (NULL as `null`): what
+    /// `jsonb_agg` collects.
+    ToJsonText,
 }
 
 #[derive(Debug, PartialEq, Eq, Hash)]
@@ -173,7 +210,7 @@ impl JsonFunction {
     /// `json`, else `jsonb`.
     fn json_kind(&self, first: Option<&FieldRef>) -> DeclaredType {
         match self.op {
-            JsonOp::In { jsonb } => {
+            JsonOp::In { jsonb } | JsonOp::Array { jsonb } => {
                 if jsonb {
                     JSONB
                 } else {
@@ -205,8 +242,10 @@ impl ScalarUDFImpl for JsonFunction {
 
     fn return_field_from_args(&self, args: ReturnFieldArgs) -> Result<FieldRef> {
         let field = Field::new(self.name, self.return_type(&[])?, true);
-        let json =
-            matches!(self.op, JsonOp::In { .. } | JsonOp::Get { text: false } | JsonOp::Path { text: false, .. });
+        let json = matches!(
+            self.op,
+            JsonOp::In { .. } | JsonOp::Get { text: false } | JsonOp::Path { text: false, .. } | JsonOp::Array { .. }
+        );
         Ok(Arc::new(if json { self.json_kind(args.arg_fields.first()).on(field) } else { field }))
     }
 
@@ -217,6 +256,12 @@ impl ScalarUDFImpl for JsonFunction {
         };
         if self.op == JsonOp::Contains && args.arg_fields.iter().all(is_list) {
             return datafusion::functions_nested::array_has::array_has_all_udf().invoke_with_args(args);
+        }
+        if let JsonOp::Array { jsonb } = self.op {
+            return json_arrays(&args, jsonb);
+        }
+        if self.op == JsonOp::ToJsonText {
+            return json_texts(&args);
         }
         let scalars = args.args.iter().all(|a| matches!(a, ColumnarValue::Scalar(_)));
         let (rows, arrays) = super::function_args::argument_arrays(&args.args)?;
@@ -281,6 +326,9 @@ impl ScalarUDFImpl for JsonFunction {
                     out.append_option(parse(row)?.map(|v| v.type_name()));
                 }
                 Arc::new(out.finish())
+            }
+            JsonOp::Array { .. } | JsonOp::ToJsonText => {
+                return Err(DataFusionError::Internal("JSON arrays and texts are made above".into()))
             }
             JsonOp::ArrayLength => {
                 let mut out = Int32Builder::new();
@@ -460,4 +508,93 @@ mod tests {
              jsonb_contains(p, '{}'), jsonb_exists(p, 'k'), json_in(x) FROM t"
         );
     }
+}
+
+/// `jsonb_agg` / `json_agg`'s result from `array_agg`'s list of JSON texts ([`json_texts`]):
+/// each list as a JSON array; a NULL list (no rows) is NULL.
+fn json_arrays(args: &ScalarFunctionArgs, jsonb: bool) -> Result<ColumnarValue> {
+    let (rows, arrays) = super::function_args::argument_arrays(&args.args)?;
+    let embedded = true;
+    let mut out = StringBuilder::new();
+    for row in 0..rows {
+        let list = ScalarValue::try_from_array(&arrays[0], row)?;
+        let value = match list {
+            ScalarValue::List(l) if l.is_valid(0) => json_of_array(&l.value(0), embedded)?,
+            ScalarValue::LargeList(l) if l.is_valid(0) => json_of_array(&l.value(0), embedded)?,
+            _ => {
+                out.append_null();
+                continue;
+            }
+        };
+        let value = if jsonb { value.to_jsonb() } else { value };
+        out.append_value(value.to_jsonb_text());
+    }
+    Ok(ColumnarValue::Array(Arc::new(out.finish())))
+}
+
+/// The JSON array of `values`' elements; `embedded`: they are JSON texts.
+fn json_of_array(values: &ArrayRef, embedded: bool) -> Result<Json> {
+    (0..values.len())
+        .map(|i| json_of(&ScalarValue::try_from_array(values, i)?, embedded))
+        .collect::<Result<_>>()
+        .map(Json::Array)
+}
+
+/// One value as Postgres's `to_json` writes it.
+fn json_of(value: &ScalarValue, embedded: bool) -> Result<Json> {
+    use ScalarValue as S;
+    if value.is_null() {
+        return Ok(Json::Null);
+    }
+    Ok(match value {
+        S::Boolean(Some(b)) => Json::Bool(*b),
+        S::Int8(_)
+        | S::Int16(_)
+        | S::Int32(_)
+        | S::Int64(_)
+        | S::UInt8(_)
+        | S::UInt16(_)
+        | S::UInt32(_)
+        | S::UInt64(_) => Json::Number(value.to_string()),
+        S::Decimal128(..) | S::Decimal256(..) => Json::Number(crate::types::json::numeric_text(&value.to_string())),
+        S::Float32(_) | S::Float64(_) | S::Float16(_) => {
+            let f = value.cast_to(&DataType::Float64)?;
+            match f {
+                S::Float64(Some(f)) if f.is_finite() => Json::Number(crate::types::json::numeric_text(&f.to_string())),
+                other => Json::String(other.to_string()),
+            }
+        }
+        S::Utf8(Some(t)) | S::LargeUtf8(Some(t)) | S::Utf8View(Some(t)) if embedded => {
+            Json::parse(t, "json").map_err(DataFusionError::from)?
+        }
+        S::Utf8(Some(t)) | S::LargeUtf8(Some(t)) | S::Utf8View(Some(t)) => Json::String(t.clone()),
+        S::List(l) => json_of_array(&l.value(0), false)?,
+        S::LargeList(l) => json_of_array(&l.value(0), false)?,
+        S::Struct(s) => {
+            let mut members = Vec::with_capacity(s.num_columns());
+            for (field, column) in s.fields().iter().zip(s.columns()) {
+                members.push((field.name().clone(), json_of(&ScalarValue::try_from_array(column, 0)?, false)?));
+            }
+            Json::Object(members)
+        }
+        // Dates, times and the rest as their text (Arrow writes timestamps as ISO 8601, as
+        // Postgres's JSON does).
+        other => {
+            let text = datafusion::arrow::compute::cast(&other.to_array()?, &DataType::Utf8)?;
+            Json::String(text.as_string::<i32>().value(0).to_string())
+        }
+    })
+}
+
+/// [`JsonOp::ToJsonText`]: each value as Postgres turns values into JSON (numbers as numbers,
+/// text as strings, `json` and `jsonb` values as they are, lists as arrays, records as objects,
+/// anything else as its text), NULL as `null`.
+fn json_texts(args: &ScalarFunctionArgs) -> Result<ColumnarValue> {
+    let (rows, arrays) = super::function_args::argument_arrays(&args.args)?;
+    let embedded = args.arg_fields.first().and_then(|f| DeclaredType::of(f)).is_some_and(|d| d == JSON || d == JSONB);
+    let mut out = StringBuilder::new();
+    for row in 0..rows {
+        out.append_value(json_of(&ScalarValue::try_from_array(&arrays[0], row)?, embedded)?.to_jsonb_text());
+    }
+    Ok(ColumnarValue::Array(Arc::new(out.finish())))
 }

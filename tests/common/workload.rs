@@ -81,6 +81,8 @@ pub const LATER_VIEWS: &[(&str, &str)] = &[
          percentile_disc(0.5) WITHIN GROUP (ORDER BY v) AS pd, mode() WITHIN GROUP (ORDER BY v % 5) AS mo \
          FROM a GROUP BY g",
     ),
+    // JSON arrays of each group's values, in an order of their own.
+    ("json_lists", "SELECT g, jsonb_agg(v ORDER BY k) AS vs, json_agg(k ORDER BY v DESC, k) AS ks FROM a GROUP BY g"),
     // unnest in FROM of the row before it, numbered WITH ORDINALITY.
     ("ordinals", "SELECT a.k, t.x, t.n FROM a, unnest(ARRAY[a.v, a.g, a.k]) WITH ORDINALITY AS t(x, n) WHERE t.x IS NOT NULL"),
     // GROUPING SETS, ROLLUP and CUBE, with grouping().
