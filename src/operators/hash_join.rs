@@ -781,7 +781,9 @@ impl HashJoin {
             let key = keys.row(i).as_ref().to_vec();
             if self.idle.is_some() {
                 if sign < 0 && count_of(self.sides[this].state.get(Side::tagged(&key, 1, &row).key())?)? <= 0 {
-                    // A row of a key the state TTL forgot: the join holds nothing to take back.
+                    // A row of a key the state TTL forgot: the join holds nothing to take back
+                    // (its partners' verdicts, asked with every row's, are passed over).
+                    candidate += partners[i].len();
                     ignored += 1;
                     continue;
                 }

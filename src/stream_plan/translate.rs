@@ -150,6 +150,11 @@ pub fn translate(
     if options.emit_on_window_close && b.windowed_aggregates == 0 && !b.emitted_on_close {
         b.emit_on_window_close(plan, top.clone())?;
     }
+    if b.emitted_on_close && !b.window_functions_on_top() {
+        return Err(WeirError::unsupported(
+            "EMIT ON WINDOW CLOSE with window functions emits the window functions' rows: a view whose rows do not all come from them (a UNION, an aggregate or a join above them) cannot say when its other rows close",
+        ));
+    }
     let watermark = match append_only {
         true => b.derived_watermark(plan, &top)?,
         false => None,
@@ -702,7 +707,9 @@ impl Builder<'_> {
                 if window.is_some() {
                     self.windowed_aggregates += 1;
                 }
-                if window.is_none() && !a.group_expr.is_empty() && self.options.two_phase_aggregation {
+                // Not under a state TTL: a partial forgotten alone would leave its group part-counted.
+                let two_phase = self.options.two_phase_aggregation && self.options.state_ttl.is_none();
+                if window.is_none() && !a.group_expr.is_empty() && two_phase {
                     if let Some(out) = self.two_phase(plan, a, &child, &group_by, &group_types, &aggs)? {
                         return Ok(out);
                     }
@@ -1154,6 +1161,12 @@ impl Builder<'_> {
                 Some(Expr::Literal(fraction, _)) => {
                     let fraction = fraction.cast_to(&datafusion::arrow::datatypes::DataType::Float64)?;
                     let ScalarValue::Float64(Some(fraction)) = fraction else { return Err(refused()) };
+                    if !(0.0..=1.0).contains(&fraction) {
+                        return Err(WeirError::new(
+                            crate::error::SqlState::NUMERIC_VALUE_OUT_OF_RANGE,
+                            format!("percentile value {fraction} is not between 0 and 1"),
+                        ));
+                    }
                     AggKind::PercentileDisc(fraction.to_bits())
                 }
                 _ => return Err(unsupported("percentile_disc with a fraction that is not a constant")),
@@ -1161,6 +1174,9 @@ impl Builder<'_> {
             "mode" if !params.distinct => AggKind::Mode,
             _ => AggKind::from_name(name, !args.is_empty(), params.distinct).ok_or_else(refused)?,
         };
+        if params.null_treatment == Some(datafusion::logical_expr::expr::NullTreatment::IgnoreNulls) {
+            return Err(unsupported(&format!("{name}(...) IGNORE NULLS")));
+        }
         // ORDER BY: by the value ascending is the order Weir keeps values in (NULLs last, where
         // array_agg keeps them); string_agg, array_agg, first_value and last_value keep theirs
         // under any other ORDER BY keys.
@@ -1571,6 +1587,19 @@ impl Builder<'_> {
         Ok(self.add(Spec::OverWindow { config, table, input: requirement }, &[child.node], props))
     }
 
+    /// Whether the view's rows come from window functions (the top node, under projections and
+    /// filters, is an `OverWindow`).
+    fn window_functions_on_top(&self) -> bool {
+        let mut node = self.nodes.len() - 1;
+        loop {
+            match &self.nodes[node].spec {
+                Spec::Project { .. } | Spec::Filter { .. } | Spec::Exchange(_) => node = self.nodes[node].inputs[0],
+                Spec::OverWindow { .. } => return true,
+                _ => return false,
+            }
+        }
+    }
+
     /// `EMIT ON WINDOW CLOSE` over window functions: the window's rows held in a buffer until
     /// the watermark passes their time (the first ORDER BY key, ascending: a window bound or a
     /// watermarked column), then released in time order. Only functions whose values read no
@@ -1597,6 +1626,22 @@ impl Builder<'_> {
             if matches!(f.params.window_frame.end_bound, WindowFrameBound::Following(_)) {
                 return Err(refused("frames ending at the current row or before it (with ORDER BY)"));
             }
+            // `lag(x, n)` reads a later row for a negative n.
+            let backwards = match f.params.args.get(1) {
+                None => true,
+                Some(Expr::Literal(n, _)) => matches!(
+                    n.cast_to(&datafusion::arrow::datatypes::DataType::Int64),
+                    Ok(ScalarValue::Int64(Some(n))) if n >= 0
+                ),
+                Some(_) => false,
+            };
+            if name == "lag" && !backwards {
+                return Err(refused("lag by a constant, non-negative offset"));
+            }
+        }
+        if self.options.lateness > 0 {
+            // A late row for a window already released would change the rows after it.
+            return Err(refused("no ALLOW LATENESS"));
         }
         let input = w.input.schema();
         let first = order_exprs.first().filter(|o| o.asc).and_then(|o| column_index(&o.expr, input));
@@ -1860,7 +1905,13 @@ fn distinct_on_form(a: &Aggregate) -> Option<(Vec<datafusion::logical_expr::Sort
     for expr in &a.aggr_expr {
         let Expr::AggregateFunction(f) = unalias(expr) else { return None };
         let params = &f.params;
-        if f.func.name() != "first_value" || params.filter.is_some() || params.distinct || params.order_by.is_empty() {
+        let ignore_nulls = params.null_treatment == Some(datafusion::logical_expr::expr::NullTreatment::IgnoreNulls);
+        if f.func.name() != "first_value"
+            || params.filter.is_some()
+            || params.distinct
+            || params.order_by.is_empty()
+            || ignore_nulls
+        {
             return None;
         }
         if order.is_some_and(|o| *o != params.order_by) {

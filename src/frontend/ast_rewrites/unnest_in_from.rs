@@ -50,9 +50,15 @@ fn rewrite_body(body: &mut SetExpr, renamed: &mut Renamed) {
         }
         SetExpr::Select(select) => {
             let mut here = Vec::new();
-            rewrite_from(&mut select.from, &mut here);
+            // Names given to relations anywhere in the SELECT (its subqueries too): an unnest
+            // whose alias names another relation as well is left alone, as its references could
+            // not be told apart.
+            let mut aliases = Vec::new();
+            let _ = ast::Visit::visit(&**select, &mut Aliases(&mut aliases));
+            rewrite_from(&mut select.from, &aliases, &mut here);
             for (from, to, columns) in &here {
                 expand_wildcards(&mut select.projection, from, to, columns);
+                exclude_from_wildcards(&mut select.projection, to, columns);
                 requalify(&mut select.projection, from, to);
                 requalify(&mut select.selection, from, to);
                 requalify(&mut select.group_by, from, to);
@@ -64,12 +70,30 @@ fn rewrite_body(body: &mut SetExpr, renamed: &mut Renamed) {
     }
 }
 
-fn rewrite_from(from: &mut Vec<TableWithJoins>, renamed: &mut Renamed) {
+/// Collects the alias of every table factor it visits.
+struct Aliases<'a>(&'a mut Vec<String>);
+
+impl ast::Visitor for Aliases<'_> {
+    type Break = ();
+    fn pre_visit_table_factor(&mut self, factor: &TableFactor) -> ControlFlow<()> {
+        let alias = match factor {
+            TableFactor::Table { alias, .. }
+            | TableFactor::Derived { alias, .. }
+            | TableFactor::Function { alias, .. }
+            | TableFactor::UNNEST { alias, .. } => alias.as_ref().map(|a| a.name.value.to_ascii_lowercase()),
+            _ => None,
+        };
+        self.0.extend(alias);
+        ControlFlow::Continue(())
+    }
+}
+
+fn rewrite_from(from: &mut Vec<TableWithJoins>, aliases: &[String], renamed: &mut Renamed) {
     // `FROM r, unnest(...)`: the unnest is an item of its own right after r.
     let mut i = 1;
     while i < from.len() {
         if from[i].joins.is_empty() && from[i - 1].joins.is_empty() {
-            if let Some(merged) = merge(&from[i - 1].relation, &from[i].relation, renamed) {
+            if let Some(merged) = merge(&from[i - 1].relation, &from[i].relation, aliases, renamed) {
                 from[i - 1].relation = merged;
                 from.remove(i);
                 continue;
@@ -82,7 +106,7 @@ fn rewrite_from(from: &mut Vec<TableWithJoins>, renamed: &mut Renamed) {
         let Some(join) = item.joins.first() else { continue };
         let crossed = matches!(join.join_operator, JoinOperator::CrossJoin(_));
         if crossed {
-            if let Some(merged) = merge(&item.relation, &join.relation, renamed) {
+            if let Some(merged) = merge(&item.relation, &join.relation, aliases, renamed) {
                 item.relation = merged;
                 item.joins.remove(0);
             }
@@ -92,8 +116,14 @@ fn rewrite_from(from: &mut Vec<TableWithJoins>, renamed: &mut Renamed) {
 
 /// The one item reading `left`'s rows with `right`'s unnest beside each, if `right` is an
 /// unnest of `left`'s columns alone.
-fn merge(left: &TableFactor, right: &TableFactor, renamed: &mut Renamed) -> Option<TableFactor> {
+fn merge(left: &TableFactor, right: &TableFactor, aliases: &[String], renamed: &mut Renamed) -> Option<TableFactor> {
     let (args, alias, ordinality) = unnest_call(right)?;
+    if let Some(alias) = &alias {
+        let name = alias.name.value.to_ascii_lowercase();
+        if aliases.iter().filter(|a| **a == name).count() > 1 {
+            return None;
+        }
+    }
     let (left_text, left_name) = match left {
         TableFactor::Table { name, alias, args: None, .. } => {
             let text = left.to_string();
@@ -131,10 +161,11 @@ fn merge(left: &TableFactor, right: &TableFactor, renamed: &mut Renamed) -> Opti
     if ordinality {
         let number = listed.get(args.len()).cloned().unwrap_or_else(|| ast::Ident::new("ordinality"));
         let longest = match args.as_slice() {
-            [one] => format!("cardinality({one})"),
+            // The first dimension: unnest opens one level of a nested array.
+            [one] => format!("array_length({one}, 1)"),
             many => format!(
                 "greatest({})",
-                many.iter().map(|a| format!("coalesce(cardinality({a}), 0)")).collect::<Vec<_>>().join(", ")
+                many.iter().map(|a| format!("coalesce(array_length({a}, 1), 0)")).collect::<Vec<_>>().join(", ")
             ),
         };
         items.push(format!("unnest(generate_series(1, {longest})) AS {number}"));
@@ -195,6 +226,21 @@ fn expand_wildcards(projection: &mut Vec<SelectItem>, from: &ast::Ident, to: &as
         }
     }
     *projection = out;
+}
+
+/// `to.*` in a select list (the item the unnest went into) without the unnest's columns: the
+/// item's own columns, as written.
+fn exclude_from_wildcards(projection: &mut [SelectItem], to: &ast::Ident, columns: &[ast::Ident]) {
+    for item in projection.iter_mut() {
+        if let SelectItem::QualifiedWildcard(ast::SelectItemQualifiedWildcardKind::ObjectName(name), options) = item {
+            let named =
+                name.0.len() == 1 && name.0[0].as_ident().is_some_and(|i| i.value.eq_ignore_ascii_case(&to.value));
+            if named && options.opt_exclude.is_none() {
+                let names = columns.iter().map(|c| ast::ObjectName::from(vec![c.clone()])).collect();
+                options.opt_exclude = Some(ast::ExcludeSelectItem::Multiple(names));
+            }
+        }
+    }
 }
 
 /// References `from.column` in `node` as `to.column`.
