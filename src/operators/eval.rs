@@ -1,4 +1,5 @@
-//! Evaluating DataFusion physical expressions inside a view.
+//! Evaluating DataFusion physical expressions inside a view, and [`OrderKey`], an `ORDER BY`
+//! key as operators evaluate it (a Top-N's, a window's, an ordered aggregate's).
 //!
 //! A runtime error in one row (division by zero, a bad cast, an overflow) must neither stop the
 //! view nor drop the row silently: that row's value becomes NULL, and the error is counted in
@@ -15,6 +16,14 @@ use datafusion::physical_expr::PhysicalExpr;
 use crate::error::{Result, WeirError};
 use crate::metrics;
 use crate::status::ViewStatus;
+
+/// One `ORDER BY` key: an expression over the input, its type and its direction.
+#[derive(Clone)]
+pub struct OrderKey {
+    pub expr: Arc<dyn PhysicalExpr>,
+    pub data_type: datafusion::arrow::datatypes::DataType,
+    pub options: datafusion::arrow::compute::SortOptions,
+}
 
 pub fn evaluate(expr: &Arc<dyn PhysicalExpr>, batch: &RecordBatch, view: &ViewStatus) -> Result<ArrayRef> {
     match expr.evaluate(batch).and_then(|v| v.into_array(batch.num_rows())) {

@@ -66,7 +66,7 @@ use datafusion::common::ScalarValue;
 use datafusion::physical_expr::expressions::Literal;
 use datafusion::physical_expr::PhysicalExpr;
 
-use super::eval::evaluate;
+use super::eval::{evaluate, OrderKey};
 use super::operator::Operator;
 use crate::error::{Result, SqlState, WeirError};
 use crate::state::expiring_groups::ExpiringGroups;
@@ -221,15 +221,7 @@ pub struct AggSpec {
     /// `ORDER BY` inside the call, by something else than the value ascending (`string_agg(x,
     /// ',' ORDER BY y DESC)`, `first_value(x ORDER BY y)`): the multiset keeps its values under
     /// these keys, in this order, then by the value. Empty: by the value.
-    pub order_by: Vec<AggOrder>,
-}
-
-/// One `ORDER BY` key inside an aggregate call.
-#[derive(Clone)]
-pub struct AggOrder {
-    pub expr: Arc<dyn PhysicalExpr>,
-    pub data_type: DataType,
-    pub options: datafusion::arrow::compute::SortOptions,
+    pub order_by: Vec<OrderKey>,
 }
 
 /// One aggregate's counters for one group. Value multisets are in the store.
@@ -380,7 +372,7 @@ impl ScalarCodec {
         Ok(rows.row(0).as_ref().to_vec())
     }
     /// Values under `order` keys, then by the value (ascending, NULLs last).
-    fn ordered(order: &[AggOrder], data_type: &DataType) -> Result<ScalarCodec> {
+    fn ordered(order: &[OrderKey], data_type: &DataType) -> Result<ScalarCodec> {
         let value = datafusion::arrow::compute::SortOptions { descending: false, nulls_first: false };
         let mut fields: Vec<SortField> =
             order.iter().map(|o| SortField::new_with_options(o.data_type.clone(), o.options)).collect();

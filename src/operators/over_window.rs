@@ -23,8 +23,8 @@ use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::WindowExpr;
 
 use super::eval::evaluate;
+use super::eval::OrderKey;
 use super::operator::Operator;
-use super::top_n::RankOrder;
 use crate::error::Result;
 use crate::state::keyed::{Flush, KeyedState};
 use crate::state::sorted_rows;
@@ -38,7 +38,7 @@ use crate::types::{ChangeBatch, Op};
 #[derive(Clone)]
 pub struct OverWindowConfig {
     pub partition_by: Vec<(Arc<dyn PhysicalExpr>, DataType)>,
-    pub order_by: Vec<RankOrder>,
+    pub order_by: Vec<OrderKey>,
     /// The window functions, over a partition's rows in order (the input's columns).
     pub functions: Vec<Arc<dyn WindowExpr>>,
     /// The input's columns, then one per function.

@@ -34,12 +34,11 @@ use std::cmp::Ordering;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, RecordBatch, UInt64Array};
-use datafusion::arrow::compute::SortOptions;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::row::{RowConverter, Rows, SortField};
 use datafusion::physical_expr::PhysicalExpr;
 
-use super::eval::evaluate;
+use super::eval::{evaluate, OrderKey};
 use super::operator::Operator;
 use crate::error::{Result, WeirError};
 use crate::state::expiry::Expiry;
@@ -126,17 +125,9 @@ fn ranks(rows: &[Ranked], ranking: Ranking) -> Vec<u64> {
     rows.iter().map(|r| ranker.next(r.order())).collect()
 }
 
-/// One `ORDER BY` key of the window: an expression over the input and its direction.
-#[derive(Clone)]
-pub struct RankOrder {
-    pub expr: Arc<dyn PhysicalExpr>,
-    pub data_type: DataType,
-    pub options: SortOptions,
-}
-
 pub struct TopN {
     partition_by: Vec<Arc<dyn PhysicalExpr>>,
-    order_by: Vec<RankOrder>,
+    order_by: Vec<OrderKey>,
     ranking: Ranking,
     /// The worst rank a partition outputs.
     limit: usize,
@@ -165,7 +156,7 @@ pub struct TopN {
 #[derive(Clone)]
 pub struct TopNConfig {
     pub partition_by: Vec<(Arc<dyn PhysicalExpr>, DataType)>,
-    pub order_by: Vec<RankOrder>,
+    pub order_by: Vec<OrderKey>,
     pub ranking: Ranking,
     /// The worst rank a partition outputs.
     pub limit: usize,
@@ -512,6 +503,7 @@ mod tests {
     use crate::state::memory::MemoryStore;
     use crate::state::store::StateStore;
     use crate::types::change_batch::from_pretty;
+    use datafusion::arrow::compute::SortOptions;
     use datafusion::arrow::datatypes::{Field, Schema};
     use datafusion::physical_expr::expressions::col;
 
@@ -539,7 +531,7 @@ mod tests {
             Field::new("v", DataType::Int64, true),
             Field::new("rn", DataType::UInt64, false),
         ]));
-        let order = RankOrder {
+        let order = OrderKey {
             expr: col("c1", &input).unwrap(),
             data_type: DataType::Int64,
             options: SortOptions { descending: true, nulls_first: false },

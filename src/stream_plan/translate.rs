@@ -36,11 +36,12 @@ use crate::catalog::persist::WatermarkDef;
 use crate::catalog::windowed::windowed_relation;
 use crate::catalog::{Catalog, RelationKind};
 use crate::error::{Result, WeirError};
-use crate::operators::hash_agg::{AggKind, AggOrder, AggSpec, AggWindow, HashAggConfig};
+use crate::operators::eval::OrderKey;
+use crate::operators::hash_agg::{AggKind, AggSpec, AggWindow, HashAggConfig};
 use crate::operators::hash_join::{shape, HashJoinConfig, JoinWindow};
 use crate::operators::lookup_join::LookupKind;
 use crate::operators::over_window::OverWindowConfig;
-use crate::operators::top_n::{RankOrder, Ranking, TopNConfig};
+use crate::operators::top_n::{Ranking, TopNConfig};
 use crate::operators::unnest::UnnestConfig;
 use crate::state::keys::{operator_state_table, TableId, RUNTIME_STATE_TABLE};
 use crate::state::value::StateFormat;
@@ -1189,16 +1190,9 @@ impl Builder<'_> {
             (AggKind::StringAgg, [order]) if by_value(order) => vec![],
             (AggKind::ArrayAgg, [order]) if by_value(order) && !order.nulls_first => vec![],
             (AggKind::PercentileCont(_) | AggKind::PercentileDisc(_) | AggKind::Mode, [order]) if order.asc => vec![],
-            (AggKind::StringAgg | AggKind::ArrayAgg | AggKind::FirstValue | AggKind::LastValue, orders) => orders
-                .iter()
-                .map(|o| {
-                    Ok(AggOrder {
-                        expr: self.physical(&o.expr, input)?,
-                        data_type: o.expr.get_type(input)?,
-                        options: SortOptions { descending: !o.asc, nulls_first: o.nulls_first },
-                    })
-                })
-                .collect::<Result<Vec<_>>>()?,
+            (AggKind::StringAgg | AggKind::ArrayAgg | AggKind::FirstValue | AggKind::LastValue, orders) => {
+                self.order_keys(orders, input)?
+            }
             _ => {
                 return Err(unsupported(&format!(
                     "ORDER BY inside {name}(...) (it is for string_agg, array_agg, first_value, last_value, and ascending for percentile_cont, percentile_disc and mode)"
@@ -1509,7 +1503,7 @@ impl Builder<'_> {
         let child = self.node(&w.input)?;
         let input = w.input.schema();
         let partition_by = self.partition_keys(&params.partition_by, input)?;
-        let order_by = self.rank_orders(&params.order_by, input)?;
+        let order_by = self.order_keys(&params.order_by, input)?;
         // Partitioned by a window bound: a window's partitions are freed once it is final.
         let window = params
             .partition_by
@@ -1566,7 +1560,7 @@ impl Builder<'_> {
             child = self.release_in_time_order(w, &order_exprs, child)?;
         }
         let partition_by = self.partition_keys(&partition_exprs, input)?;
-        let order_by = self.rank_orders(&order_exprs, input)?;
+        let order_by = self.order_keys(&order_exprs, input)?;
         let props = self.state.execution_props();
         let context = datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext::default();
         let functions = w
@@ -1679,7 +1673,7 @@ impl Builder<'_> {
         let child = self.node(&a.input)?;
         let in_schema = a.input.schema();
         let partition_by = self.partition_keys(&a.group_expr, in_schema)?;
-        let order_by = self.rank_orders(&order, in_schema)?;
+        let order_by = self.order_keys(&order, in_schema)?;
         let groups: Vec<usize> = a
             .group_expr
             .iter()
@@ -1711,16 +1705,12 @@ impl Builder<'_> {
         self.reproject(out, &ranked, &indices, Self::schema(plan))
     }
 
-    /// A Top-N's `ORDER BY` keys over rows of `schema`.
-    fn rank_orders(
-        &mut self,
-        order: &[datafusion::logical_expr::SortExpr],
-        schema: &datafusion::common::DFSchemaRef,
-    ) -> Result<Vec<RankOrder>> {
+    /// `ORDER BY` keys over rows of `schema` (a Top-N's, a window's, an ordered aggregate's).
+    fn order_keys(&self, order: &[datafusion::logical_expr::SortExpr], schema: &DFSchema) -> Result<Vec<OrderKey>> {
         order
             .iter()
             .map(|s| {
-                Ok(RankOrder {
+                Ok(OrderKey {
                     expr: self.physical(&s.expr, schema)?,
                     data_type: s.expr.get_type(schema)?,
                     options: SortOptions { descending: !s.asc, nulls_first: s.nulls_first },
@@ -1742,7 +1732,7 @@ impl Builder<'_> {
     ) -> Result<Out> {
         let child = self.node(input)?;
         let in_schema = input.schema();
-        let order_by = self.rank_orders(order, in_schema)?;
+        let order_by = self.order_keys(order, in_schema)?;
         let width = in_schema.fields().len();
         let ranked = ranked_schema(in_schema);
         let config = TopNConfig {
