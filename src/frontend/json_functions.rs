@@ -514,13 +514,13 @@ mod tests {
 /// each list as a JSON array; a NULL list (no rows) is NULL.
 fn json_arrays(args: &ScalarFunctionArgs, jsonb: bool) -> Result<ColumnarValue> {
     let (rows, arrays) = super::function_args::argument_arrays(&args.args)?;
-    let embedded = true;
     let mut out = StringBuilder::new();
     for row in 0..rows {
         let list = ScalarValue::try_from_array(&arrays[0], row)?;
         let value = match list {
-            ScalarValue::List(l) if l.is_valid(0) => json_of_array(&l.value(0), embedded)?,
-            ScalarValue::LargeList(l) if l.is_valid(0) => json_of_array(&l.value(0), embedded)?,
+            // Its elements are JSON texts already.
+            ScalarValue::List(l) if l.is_valid(0) => json_of_array(&l.value(0), true)?,
+            ScalarValue::LargeList(l) if l.is_valid(0) => json_of_array(&l.value(0), true)?,
             _ => {
                 out.append_null();
                 continue;

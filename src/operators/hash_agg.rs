@@ -596,38 +596,40 @@ impl HashAgg {
     }
 
     fn new_group(&self) -> Group {
-        let accs = self
-            .aggs
-            .iter()
-            .map(|a| match a.kind {
-                AggKind::CountRows | AggKind::Count => Acc::Count(0),
-                AggKind::Sum if self.exact_sums && a.output_type.is_floating() => {
-                    Acc::FloatSum { sum: ExactSum::default(), values: 0 }
-                }
-                AggKind::Sum => Acc::Sum { sum: None, values: 0 },
-                AggKind::Avg if self.exact_sums => Acc::Avg { sum: ExactSum::default(), values: 0 },
-                AggKind::Avg => Acc::AvgRounded { sum: 0.0, values: 0 },
-                AggKind::Min | AggKind::Max if self.append_only_input => Acc::Best(None),
-                AggKind::Min
-                | AggKind::Max
-                | AggKind::StringAgg
-                | AggKind::BitAnd
-                | AggKind::BitOr
-                | AggKind::ArrayAgg
-                | AggKind::PercentileCont(_)
-                | AggKind::FirstValue
-                | AggKind::LastValue
-                | AggKind::PercentileDisc(_)
-                | AggKind::Mode => Acc::Extreme,
-                AggKind::CountDistinct => Acc::Distinct(0),
-                AggKind::BoolAnd | AggKind::BoolOr => Acc::Bools { trues: 0, falses: 0 },
-                AggKind::Variance { .. } => {
-                    Acc::Moments { sum: ExactSum::default(), squares: ExactSum::default(), values: 0 }
-                }
-                AggKind::BitXor => Acc::Xor { bits: 0, values: 0 },
-            })
-            .collect();
+        let accs = self.aggs.iter().map(|a| self.new_acc(a)).collect();
         Group { rows: 0, accs, emitted: None, unstored: false }
+    }
+
+    /// Aggregate `a`'s accumulator for a group with no rows: which one it keeps (also what
+    /// [`HashAgg::decode_group`] reads back).
+    fn new_acc(&self, a: &AggSpec) -> Acc {
+        match a.kind {
+            AggKind::CountRows | AggKind::Count => Acc::Count(0),
+            AggKind::Sum if self.exact_sums && a.output_type.is_floating() => {
+                Acc::FloatSum { sum: ExactSum::default(), values: 0 }
+            }
+            AggKind::Sum => Acc::Sum { sum: None, values: 0 },
+            AggKind::Avg if self.exact_sums => Acc::Avg { sum: ExactSum::default(), values: 0 },
+            AggKind::Avg => Acc::AvgRounded { sum: 0.0, values: 0 },
+            AggKind::Min | AggKind::Max if self.append_only_input => Acc::Best(None),
+            AggKind::Min
+            | AggKind::Max
+            | AggKind::StringAgg
+            | AggKind::BitAnd
+            | AggKind::BitOr
+            | AggKind::ArrayAgg
+            | AggKind::PercentileCont(_)
+            | AggKind::FirstValue
+            | AggKind::LastValue
+            | AggKind::PercentileDisc(_)
+            | AggKind::Mode => Acc::Extreme,
+            AggKind::CountDistinct => Acc::Distinct(0),
+            AggKind::BoolAnd | AggKind::BoolOr => Acc::Bools { trues: 0, falses: 0 },
+            AggKind::Variance { .. } => {
+                Acc::Moments { sum: ExactSum::default(), squares: ExactSum::default(), values: 0 }
+            }
+            AggKind::BitXor => Acc::Xor { bits: 0, values: 0 },
+        }
     }
 
     /// The group's state: held in memory, else the store's, else new.
@@ -970,14 +972,14 @@ impl HashAgg {
         let rows = r.i64()?;
         let mut accs = Vec::with_capacity(self.aggs.len());
         for (i, spec) in self.aggs.iter().enumerate() {
-            accs.push(match spec.kind {
-                AggKind::CountRows | AggKind::Count => Acc::Count(r.i64()?),
-                AggKind::CountDistinct => Acc::Distinct(r.i64()?),
-                AggKind::Sum if self.exact_sums && spec.output_type.is_floating() => {
+            accs.push(match self.new_acc(spec) {
+                Acc::Count(_) => Acc::Count(r.i64()?),
+                Acc::Distinct(_) => Acc::Distinct(r.i64()?),
+                Acc::FloatSum { .. } => {
                     let sum = r.exact_sum()?;
                     Acc::FloatSum { sum, values: r.i64()? }
                 }
-                AggKind::Sum => {
+                Acc::Sum { .. } => {
                     let values = r.i64()?;
                     let wide = running_sum_type(&spec.output_type);
                     let sum = match r.u8()? {
@@ -989,33 +991,24 @@ impl HashAgg {
                     };
                     Acc::Sum { sum, values }
                 }
-                AggKind::Avg if self.exact_sums => {
+                Acc::Avg { .. } => {
                     let sum = r.exact_sum()?;
                     Acc::Avg { sum, values: r.i64()? }
                 }
-                AggKind::Avg => Acc::AvgRounded { sum: r.f64()?, values: r.i64()? },
-                AggKind::Min | AggKind::Max if self.append_only_input => Acc::Best(if r.u8()? == 1 {
+                Acc::AvgRounded { .. } => Acc::AvgRounded { sum: r.f64()?, values: r.i64()? },
+                Acc::Best(_) => Acc::Best(if r.u8()? == 1 {
                     Some(self.value_codecs[i].as_ref().expect("codec").decode(r.slice()?)?)
                 } else {
                     None
                 }),
-                AggKind::Min
-                | AggKind::Max
-                | AggKind::StringAgg
-                | AggKind::BitAnd
-                | AggKind::BitOr
-                | AggKind::ArrayAgg
-                | AggKind::PercentileCont(_)
-                | AggKind::FirstValue
-                | AggKind::LastValue
-                | AggKind::PercentileDisc(_)
-                | AggKind::Mode => Acc::Extreme,
-                AggKind::BoolAnd | AggKind::BoolOr => Acc::Bools { trues: r.i64()?, falses: r.i64()? },
-                AggKind::Variance { .. } => {
+                // Its values are in the multiset table.
+                Acc::Extreme => Acc::Extreme,
+                Acc::Bools { .. } => Acc::Bools { trues: r.i64()?, falses: r.i64()? },
+                Acc::Moments { .. } => {
                     let (sum, squares) = (r.exact_sum()?, r.exact_sum()?);
                     Acc::Moments { sum, squares, values: r.i64()? }
                 }
-                AggKind::BitXor => Acc::Xor { bits: r.i64()?, values: r.i64()? },
+                Acc::Xor { .. } => Acc::Xor { bits: r.i64()?, values: r.i64()? },
             });
         }
         let emitted = if r.u8()? == 1 { Some(r.slice()?.to_vec()) } else { None };

@@ -1150,28 +1150,19 @@ impl Builder<'_> {
                 AggKind::CountDistinct
             }
             // `percentile_cont(f) WITHIN GROUP (ORDER BY x)`: DataFusion passes (x, f).
-            "percentile_cont" if !params.distinct => match args.get(1) {
-                Some(Expr::Literal(fraction, _)) => {
-                    let fraction = fraction.cast_to(&datafusion::arrow::datatypes::DataType::Float64)?;
-                    let ScalarValue::Float64(Some(fraction)) = fraction else { return Err(refused()) };
-                    AggKind::PercentileCont(fraction.to_bits())
+            "percentile_cont" if !params.distinct => {
+                AggKind::PercentileCont(constant_fraction(args.get(1), name).ok_or_else(refused)??.to_bits())
+            }
+            "percentile_disc" if !params.distinct => {
+                let fraction = constant_fraction(args.get(1), name).ok_or_else(refused)??;
+                if !(0.0..=1.0).contains(&fraction) {
+                    return Err(WeirError::new(
+                        crate::error::SqlState::NUMERIC_VALUE_OUT_OF_RANGE,
+                        format!("percentile value {fraction} is not between 0 and 1"),
+                    ));
                 }
-                _ => return Err(unsupported("percentile_cont with a fraction that is not a constant")),
-            },
-            "percentile_disc" if !params.distinct => match args.get(1) {
-                Some(Expr::Literal(fraction, _)) => {
-                    let fraction = fraction.cast_to(&datafusion::arrow::datatypes::DataType::Float64)?;
-                    let ScalarValue::Float64(Some(fraction)) = fraction else { return Err(refused()) };
-                    if !(0.0..=1.0).contains(&fraction) {
-                        return Err(WeirError::new(
-                            crate::error::SqlState::NUMERIC_VALUE_OUT_OF_RANGE,
-                            format!("percentile value {fraction} is not between 0 and 1"),
-                        ));
-                    }
-                    AggKind::PercentileDisc(fraction.to_bits())
-                }
-                _ => return Err(unsupported("percentile_disc with a fraction that is not a constant")),
-            },
+                AggKind::PercentileDisc(fraction.to_bits())
+            }
             "mode" if !params.distinct => AggKind::Mode,
             _ => AggKind::from_name(name, !args.is_empty(), params.distinct).ok_or_else(refused)?,
         };
@@ -1886,6 +1877,19 @@ fn ranked_schema(input: &datafusion::common::DFSchemaRef) -> SchemaRef {
 /// Whether `a` is how DataFusion plans `DISTINCT ON`: every aggregate `first_value(column ORDER
 /// BY o)` with one and the same `o`, grouped by at least one expression; then `o` and the
 /// aggregated columns (indices into the input).
+/// An ordered-set aggregate's fraction (`percentile_cont(0.5)`): None when it is no number,
+/// an error when it is not a constant.
+fn constant_fraction(arg: Option<&Expr>, name: &str) -> Option<Result<f64>> {
+    match arg {
+        Some(Expr::Literal(fraction, _)) => match fraction.cast_to(&datafusion::arrow::datatypes::DataType::Float64) {
+            Ok(ScalarValue::Float64(Some(fraction))) => Some(Ok(fraction)),
+            Ok(_) => None,
+            Err(e) => Some(Err(e.into())),
+        },
+        _ => Some(Err(unsupported(&format!("{name} with a fraction that is not a constant")))),
+    }
+}
+
 fn distinct_on_form(a: &Aggregate) -> Option<(Vec<datafusion::logical_expr::SortExpr>, Vec<usize>)> {
     if a.group_expr.is_empty() || a.aggr_expr.is_empty() {
         return None;
