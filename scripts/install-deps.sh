@@ -19,6 +19,8 @@ need_deb() { dpkg -s "$1" >/dev/null 2>&1 || apt_missing+=("$1"); }
 
 need_deb libclang-dev
 need_deb make
+# OpenSSL is built from source for librdkafka and the Postgres sink (ADR 32): its Configure is Perl.
+need_deb perl
 need_deb openssl
 if [ "$what" = test ]; then
   need_deb postgresql-client
@@ -59,7 +61,7 @@ if [ "$what" = test ]; then
     echo "$*" > "$stamp"
   }
   make_venv "$WEIR_TEST_VENV" 'psycopg[binary]==3.2.13' 'SQLAlchemy==2.0.58' 'asyncpg==0.30.0' \
-    'moto[server]==5.2.1' 'noida-db==0.2.3' 'kubernetes-validate==1.37.0'
+    'moto[server]==5.2.1' 'noida-db==0.2.3' 'kubernetes-validate==1.37.0' 'cryptography==51.0.1'
   # The current releases, looked up again once a day.
   latest_stamp="$WEIR_TEST_VENV_LATEST/.weir-day"
   if [ "$(cat "$latest_stamp" 2>/dev/null)" != "$(date +%F)" ]; then

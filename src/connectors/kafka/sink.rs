@@ -32,13 +32,14 @@ use std::time::Duration;
 
 use rdkafka::client::ClientContext;
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseProducer, DeliveryResult, Producer, ProducerContext, PurgeConfig};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 use super::{
-    client_config, is_passed_through, json_lines, send_all, topic_partitions, unreachable_broker, KafkaMessage,
+    broker_error, client_config, is_passed_through, json_lines, send_all, topic_partitions, ConnectionFailures, KafkaMessage,
+    QuietConsumer, QuietContext,
 };
 use crate::catalog::options::ConnectorOptions;
 use crate::connectors::sink::{key_columns, net_by_key, SinkWriter, WriterSpec};
@@ -74,14 +75,23 @@ enum Format {
 
 /// A producer's client context that remembers messages the broker refused (after librdkafka's
 /// own retries): without a transaction to fail, an at-least-once delivery checks it before
-/// committing its marker.
-#[derive(Default)]
+/// committing its marker. Connection failures are noted as a consumer's are.
 pub struct DeliveryErrors {
     failed: std::sync::atomic::AtomicU64,
     last: parking_lot::Mutex<Option<String>>,
+    topic: String,
+    failures: ConnectionFailures,
 }
 
-impl ClientContext for DeliveryErrors {}
+impl ClientContext for DeliveryErrors {
+    fn log(&self, _: rdkafka::config::RDKafkaLogLevel, facility: &str, line: &str) {
+        self.failures.note_log(&self.topic, facility, line);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.failures.note(&self.topic, &error, reason);
+    }
+}
 
 impl ProducerContext for DeliveryErrors {
     type DeliveryOpaque = ();
@@ -108,7 +118,9 @@ pub struct KafkaSink {
     exactly_once: bool,
     timeout: Duration,
     producer: Option<SinkProducer>,
-    marker: Option<BaseConsumer>,
+    marker: Option<QuietConsumer>,
+    /// What the producer's and the marker's connections last failed with.
+    failures: ConnectionFailures,
     /// Messages the producer had failed to deliver when the group began (at-least-once).
     failed_before: u64,
     /// A transaction is open (begun, neither committed nor aborted).
@@ -176,6 +188,7 @@ impl KafkaSink {
             timeout: Duration::from_millis(options.u64_or("kafka.timeout.ms", 10_000)?.max(1)),
             producer: None,
             marker: None,
+            failures: ConnectionFailures::default(),
             failed_before: 0,
             in_transaction: false,
         })
@@ -187,7 +200,12 @@ impl KafkaSink {
     }
 
     fn broker(&self) -> impl Fn(KafkaError) -> WeirError + '_ {
-        move |e| unreachable_broker(&self.topic, &e)
+        move |e| broker_error(&self.topic, &e, &self.failures)
+    }
+
+    /// A client context noting to this sink's [`ConnectionFailures`].
+    fn context(&self) -> QuietContext {
+        QuietContext { topic: self.topic.clone(), failures: self.failures.clone() }
     }
 
     /// The producer, made if there is none: transactional (fencing any earlier one with the
@@ -205,23 +223,34 @@ impl KafkaSink {
             } else {
                 config.set("enable.idempotence", "true");
             }
-            let producer: SinkProducer =
-                config.create_with_context(DeliveryErrors::default()).map_err(self.broker())?;
+            let context = DeliveryErrors {
+                failed: Default::default(),
+                last: Default::default(),
+                topic: self.topic.clone(),
+                failures: self.failures.clone(),
+            };
+            let producer: SinkProducer = config.create_with_context(context).map_err(self.broker())?;
             if self.exactly_once {
-                producer.init_transactions(self.timeout).map_err(self.broker())?;
+                if let Err(e) = producer.init_transactions(self.timeout) {
+                    // Its events (why the broker did not answer) are handed over by a poll.
+                    for _ in 0..64 {
+                        producer.poll(Duration::ZERO);
+                    }
+                    return Err(self.broker()(e));
+                }
             }
             self.producer = Some(producer);
         }
         Ok(self.producer.as_ref().expect("made"))
     }
 
-    fn marker(&mut self) -> Result<&BaseConsumer> {
+    fn marker(&mut self) -> Result<&QuietConsumer> {
         if self.marker.is_none() {
-            let consumer: BaseConsumer = self
+            let consumer: QuietConsumer = self
                 .client()
                 .set("group.id", &self.identity)
                 .set("enable.auto.commit", "false")
-                .create()
+                .create_with_context(self.context())
                 .map_err(self.broker())?;
             self.marker = Some(consumer);
         }
@@ -282,7 +311,7 @@ impl KafkaSink {
 impl SinkWriter for KafkaSink {
     /// The broker answers and the topic exists (CREATE SINK).
     fn check(&mut self) -> Result<()> {
-        let consumer: BaseConsumer = self.client().create().map_err(self.broker())?;
+        let consumer: QuietConsumer = self.client().create_with_context(self.context()).map_err(self.broker())?;
         topic_partitions(&consumer, &self.topic, self.timeout).map(|_| ())
     }
 
@@ -292,7 +321,7 @@ impl SinkWriter for KafkaSink {
         let mut wanted = TopicPartitionList::new();
         wanted.add_partition(&topic, 0);
         let committed =
-            self.marker()?.committed_offsets(wanted, timeout).map_err(|e| unreachable_broker(&topic, &e))?;
+            self.marker()?.committed_offsets(wanted, timeout).map_err(|e| broker_error(&topic, &e, &self.failures))?;
         Ok(match committed.find_partition(&topic, 0).map(|p| p.offset()) {
             Some(Offset::Offset(epoch)) if epoch >= 0 => Some(epoch as Epoch),
             _ => None,
@@ -300,7 +329,7 @@ impl SinkWriter for KafkaSink {
     }
 
     fn begin(&mut self) -> Result<()> {
-        let broker = unreachable_broker_of(self.topic.clone());
+        let broker = broker_error_of(self.topic.clone(), self.failures.clone());
         let exactly_once = self.exactly_once;
         let producer = self.producer()?;
         if exactly_once {
@@ -314,14 +343,15 @@ impl SinkWriter for KafkaSink {
     fn write(&mut self, changes: &[ChangeBatch]) -> Result<()> {
         let messages = self.messages(changes)?;
         let topic = self.topic.clone();
+        let broker = broker_error_of(topic.clone(), self.failures.clone());
         let producer = self.producer()?;
-        send_all(producer, &topic, &messages, &unreachable_broker_of(topic.clone()))
+        send_all(producer, &topic, &messages, &broker)
     }
 
     fn commit(&mut self, group: Epoch) -> Result<()> {
         let topic = self.topic.clone();
         let timeout = self.timeout;
-        let broker = unreachable_broker_of(topic.clone());
+        let broker = broker_error_of(topic.clone(), self.failures.clone());
         let mut marker = TopicPartitionList::new();
         marker.add_partition_offset(&topic, 0, Offset::Offset(group as i64)).map_err(&broker)?;
         let group_metadata =
@@ -390,8 +420,8 @@ impl Drop for KafkaSink {
 }
 
 /// The error of a broker that refused or did not answer, for `topic`.
-fn unreachable_broker_of(topic: String) -> impl Fn(KafkaError) -> WeirError {
-    move |e| unreachable_broker(&topic, &e)
+fn broker_error_of(topic: String, failures: ConnectionFailures) -> impl Fn(KafkaError) -> WeirError {
+    move |e| broker_error(&topic, &e, &failures)
 }
 
 impl std::fmt::Debug for KafkaSink {

@@ -51,7 +51,7 @@ use rdkafka::message::{Message, Timestamp};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 use super::offsets::{self, Offsets};
-use super::{client_config, is_passed_through, topic_partitions, unreachable_broker, QuietConsumer, QuietContext};
+use super::{broker_error, client_config, ConnectionFailures, is_passed_through, topic_partitions, QuietConsumer, QuietContext};
 use crate::catalog::dead_letter::DeadLetter;
 use crate::catalog::options::ConnectorOptions;
 use crate::catalog::replay::Position;
@@ -263,8 +263,8 @@ impl KafkaReader {
 
     fn consumer(&self) -> Result<QuietConsumer> {
         self.config
-            .create_with_context(QuietContext { topic: self.topic.clone() })
-            .map_err(|e| unreachable_broker(&self.topic, &e))
+            .create_with_context(QuietContext::new(&self.topic))
+            .map_err(|e| broker_error(&self.topic, &e, &ConnectionFailures::default()))
     }
 
     /// The topic's partitions now.
@@ -274,7 +274,7 @@ impl KafkaReader {
 
     /// The offset a partition with no position starts at.
     fn start_offset(&self, consumer: &QuietConsumer, partition: i32) -> Result<i64> {
-        let broker = |e: KafkaError| unreachable_broker(&self.topic, &e);
+        let broker = |e: KafkaError| broker_error(&self.topic, &e, &consumer.context().failures);
         let (low, high) = consumer.fetch_watermarks(&self.topic, partition, self.timeout).map_err(broker)?;
         Ok(match self.startup {
             Startup::Earliest => low,
@@ -328,9 +328,9 @@ impl KafkaReader {
         let mut list = TopicPartitionList::new();
         for (&partition, &offset) in &offsets {
             list.add_partition_offset(&self.topic, partition, Offset::Offset(offset))
-                .map_err(|e| unreachable_broker(&self.topic, &e))?;
+                .map_err(|e| broker_error(&self.topic, &e, &consumer.context().failures))?;
         }
-        consumer.assign(&list).map_err(|e| unreachable_broker(&self.topic, &e))?;
+        consumer.assign(&list).map_err(|e| broker_error(&self.topic, &e, &consumer.context().failures))?;
         self.consumer = Some((consumer, offsets));
         self.at_end.clear();
         self.last_refresh = Instant::now();
@@ -611,10 +611,20 @@ impl SourceReader for KafkaReader {
         let records = match self.poll_chunk() {
             Ok(records) => records,
             Err(e) => {
-                self.consumer = None;
-                return Ok(Chunk::Retry(self.retry, unreachable_broker(&self.topic, &e).message));
+                let failures = self.consumer.take().map(|(c, _)| c);
+                let noted = failures.as_ref().map(|c| &c.context().failures);
+                let error = broker_error(&self.topic, &e, noted.unwrap_or(&ConnectionFailures::default()));
+                return Ok(Chunk::Retry(self.retry, error.message));
             }
         };
+        let refusal = self.consumer.as_ref().and_then(|(c, _)| c.context().failures.take_refusal());
+        if let (true, Some(refusal)) = (records.is_empty(), refusal) {
+            // The broker took this client's credentials or certificates once and refuses them
+            // now: the source retries with a new client and says why in the meantime.
+            self.consumer = None;
+            let message = format!("Kafka topic \"{}\": the broker refused the connection: {refusal}", self.topic);
+            return Ok(Chunk::Retry(self.retry, message));
+        }
         if records.is_empty() {
             // The poll waited already.
             return Ok(Chunk::Wait(Duration::ZERO));
@@ -648,7 +658,7 @@ impl SourceReader for KafkaReader {
             let first = start.get(&partition).copied().unwrap_or(0);
             if first < last {
                 list.add_partition_offset(&self.topic, partition, Offset::Offset(first))
-                    .map_err(|e| unreachable_broker(&self.topic, &e))?;
+                    .map_err(|e| broker_error(&self.topic, &e, &consumer.context().failures))?;
                 wanted.insert(partition, last);
             }
         }
@@ -658,7 +668,7 @@ impl SourceReader for KafkaReader {
                 format!("Kafka topic \"{}\": messages of a logged chunk cannot be read again: {why}", self.topic),
             )
         };
-        consumer.assign(&list).map_err(|e| unreachable_broker(&self.topic, &e))?;
+        consumer.assign(&list).map_err(|e| broker_error(&self.topic, &e, &consumer.context().failures))?;
         let deadline = Instant::now() + self.timeout;
         let mut records = Vec::new();
         while !wanted.is_empty() {
@@ -695,7 +705,7 @@ impl SourceReader for KafkaReader {
                         }
                     }
                 }
-                Some(Err(e)) => return Err(unreachable_broker(&self.topic, &e)),
+                Some(Err(e)) => return Err(broker_error(&self.topic, &e, &consumer.context().failures)),
             }
         }
         self.rows(records, false)
