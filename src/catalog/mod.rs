@@ -22,6 +22,7 @@ pub mod provider;
 pub mod replay;
 pub mod rows;
 pub mod scan;
+pub mod secrets;
 pub mod transaction;
 pub mod windowed;
 

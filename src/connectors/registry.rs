@@ -1,4 +1,6 @@
-//! Which connector a source's `connector = '...'` option names.
+//! Which connector a source's or sink's `connector = '...'` option names. Every connector is
+//! made here, from its options with secret references resolved ([`secrets::resolved`]), so
+//! no connector reads a reference itself.
 
 use datafusion::arrow::datatypes::SchemaRef;
 
@@ -9,6 +11,7 @@ use super::postgres::PostgresSink;
 use super::sink::{SinkWriter, WriterSpec};
 use super::source::SourceReader;
 use crate::catalog::options::ConnectorOptions;
+use crate::catalog::secrets;
 use crate::error::{Result, SqlState, WeirError};
 
 /// A reader for a source with `options`, the columns it declares (if any) and its primary
@@ -19,6 +22,7 @@ pub fn reader(
     declared: Option<SchemaRef>,
     primary_key: &[String],
 ) -> Result<Box<dyn SourceReader>> {
+    let options = &*secrets::resolved(options)?;
     super::source::BadData::of(options)?;
     if options.get("format").is_some_and(|f| f.eq_ignore_ascii_case("upsert"))
         && !options.get("connector").is_some_and(|c| c.eq_ignore_ascii_case("kafka"))
@@ -39,6 +43,7 @@ pub fn reader(
 /// The writer `spec` says through the connector `options` name; fails (and so CREATE SINK
 /// fails) on unknown connectors and bad options.
 pub fn sink_writer(options: &ConnectorOptions, spec: &WriterSpec) -> Result<Box<dyn SinkWriter>> {
+    let options = &*secrets::resolved(options)?;
     match options.get("connector").map(str::to_ascii_lowercase).as_deref() {
         Some("kafka") => Ok(Box::new(KafkaSink::new(options, spec)?)),
         Some("jdbc" | "postgres") => Ok(Box::new(PostgresSink::new(options, spec)?)),

@@ -196,8 +196,13 @@ impl Frontend {
         )
     }
 
+    /// The statements of `sql`. A syntax error quotes the text near it: secret option values
+    /// in it are masked ([`crate::catalog::secrets`]).
     pub fn parse(&self, sql: &str) -> Result<Vec<Statement>> {
-        self.parser.parse(sql)
+        self.parser.parse(sql).map_err(|mut e| {
+            e.message = crate::catalog::secrets::scrub(&e.message, &crate::catalog::secrets::secret_values(sql));
+            e
+        })
     }
 
     /// Runs one statement. `params` are the bound values of `$1..$n` (extended protocol).

@@ -105,7 +105,7 @@ where
     // Ending a block is let through a stop: it releases what the block holds.
     let running = if ends_block { handler.drain.track() } else { handler.drain.enter().map_err(|e| fail(block, e))? };
     let frontend = &handler.frontend;
-    tracing::debug!(statement = %statement, "run");
+    tracing::debug!(statement = %crate::catalog::secrets::redact_sql(&statement.to_string()), "run");
     // COPY ... TO STDOUT runs its query as any statement; its rows then go out as copy data.
     let mut copy_out = None;
     let statement = match statement {
