@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # A local PostgreSQL server for the tests (Debian's postgresql package, installed by
-# scripts/install-deps.sh test): a throwaway cluster on 127.0.0.1, trust authentication.
+# scripts/install-deps.sh test): a throwaway cluster on 127.0.0.1, trust authentication, TLS on
+# (`ssl = on`, a certificate for localhost and 127.0.0.1 from the test CA made by
+# tests/doubles/certs.py). The role weir_tls may connect only over TLS.
 #
 #   scripts/pg-server.sh start   # starts it unless it already answers; prints its URL
+#   scripts/pg-server.sh ca      # prints the test CA's certificate file (trusted by the tests)
 #   scripts/pg-server.sh stop    # stops the one `start` started
 #
 # The port is $WEIR_PG_PORT (default 5433, beside a system server on 5432). The cluster lives
@@ -22,11 +25,22 @@ case "${1:-start}" in
       rm -rf "$state" && mkdir -p "$state"
       if [ "$(id -u)" = 0 ]; then chown postgres "$state"; fi
       as_postgres "'$bin/initdb' -D '$state/data' -A trust -U postgres >'$state/initdb.log' 2>&1"
+      . "$(dirname "$0")/python-env.sh"
+      "$test_python" "$(dirname "$0")/../tests/doubles/certs.py" "$state/certs"
+      cp "$state/certs/server.pem" "$state/certs/server.key" "$state/data/"
+      hba="$state/data/pg_hba.conf"
+      printf 'hostnossl all weir_tls 127.0.0.1/32 reject\nhostssl all weir_tls 127.0.0.1/32 trust\n' | cat - "$hba" >"$hba.new"
+      mv "$hba.new" "$hba"
+      if [ "$(id -u)" = 0 ]; then chown -R postgres "$state/data"; fi
       as_postgres "'$bin/pg_ctl' -D '$state/data' -l '$state/log' -w -t 30 \
-        -o \"-p $port -k '$state' -c listen_addresses=127.0.0.1 -c fsync=off\" start >/dev/null"
+        -o \"-p $port -k '$state' -c listen_addresses=127.0.0.1 -c fsync=off \
+        -c ssl=on -c ssl_cert_file=server.pem -c ssl_key_file=server.key\" start >/dev/null"
       answers || { echo "PostgreSQL did not start; see $state/log" >&2; exit 1; }
     fi
     echo "$url"
+    ;;
+  ca)
+    echo "$state/certs/ca.pem"
     ;;
   stop)
     if [ -f "$state/data/postmaster.pid" ]; then
@@ -34,7 +48,7 @@ case "${1:-start}" in
     fi
     ;;
   *)
-    echo "usage: $0 start|stop" >&2
+    echo "usage: $0 start|ca|stop" >&2
     exit 2
     ;;
 esac

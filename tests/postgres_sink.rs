@@ -275,3 +275,54 @@ async fn values_arrive_as_they_are_by_insert_and_by_copy() {
         "timestamps and decimals"
     );
 }
+
+/// TLS to PostgreSQL (`ssl = on`, scripts/pg-server.sh; its role weir_tls may connect only over
+/// TLS): `verify-full` against the test CA and `require` deliver; `disable` is turned away by the
+/// server, a CA that did not issue its certificate by Weir; neither error shows the password.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_connects_over_tls_as_sslmode_says() {
+    let (pg, jdbc) = database("tls").await;
+    pg.batch_execute(
+        "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'weir_tls') THEN \
+         CREATE ROLE weir_tls LOGIN SUPERUSER PASSWORD 'tls-secret'; END IF; END $$;
+         CREATE TABLE per_group (g INT PRIMARY KEY, n BIGINT)",
+    )
+    .await
+    .unwrap();
+    let base = jdbc.split('?').next().unwrap().to_string();
+    let url = |params: &str| format!("{base}?user=weir_tls&password=tls-secret&{params}");
+    let ca = common::postgres_ca();
+    let other_ca = common::test_certs().join("other_ca.pem").display().to_string();
+    let server = TestServer::start();
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE t (k INT PRIMARY KEY, g INT);
+         INSERT INTO t VALUES (1, 1), (2, 1), (3, 2);
+         CREATE MATERIALIZED VIEW per_group AS SELECT g, count(*) AS n FROM t GROUP BY g;",
+    )
+    .await
+    .unwrap();
+    let sink = |name: &str, url: &str| {
+        format!(
+            "CREATE SINK {name} FROM per_group WITH (connector = 'jdbc', jdbc.url = '{url}', \
+             table.name = 'per_group', primary_key = 'g')"
+        )
+    };
+    for (sslmode, code) in [("sslmode=disable", "08001"), (&*format!("sslmode=verify-full&sslrootcert={other_ca}"), "08001")]
+    {
+        let e = c.batch_execute(&sink("refused", &url(sslmode))).await.expect_err(sslmode);
+        let db = e.as_db_error().unwrap();
+        assert_eq!(db.code().code(), code, "{sslmode}: {}", db.message());
+        assert!(!db.message().contains("tls-secret"), "{}", db.message());
+    }
+    c.batch_execute(&sink("verified", &url(&format!("sslmode=verify-full&sslrootcert={ca}")))).await.unwrap();
+    let want = vec!["1|2".to_string(), "2|1".to_string()];
+    let got = rows_eventually(&pg, "SELECT g, n FROM per_group", &want, Duration::from_secs(30)).await;
+    assert_eq!(got, want);
+    c.batch_execute("DROP SINK verified").await.unwrap();
+    c.batch_execute(&sink("unverified", &url("sslmode=require"))).await.unwrap();
+    c.batch_execute("INSERT INTO t VALUES (4, 2)").await.unwrap();
+    let want = vec!["1|2".to_string(), "2|2".to_string()];
+    let got = rows_eventually(&pg, "SELECT g, n FROM per_group", &want, Duration::from_secs(30)).await;
+    assert_eq!(got, want);
+}

@@ -34,18 +34,23 @@ impl TestServer {
     }
 
     pub fn start_with(extra_args: &[&str]) -> TestServer {
+        Self::start_with_env(extra_args, &[])
+    }
+
+    /// Starts a server whose process has the environment variables `env` besides the tests'.
+    pub fn start_with_env(extra_args: &[&str], env: &[(&str, &str)]) -> TestServer {
         let temp = tempfile::tempdir().expect("tempdir");
         let data_dir = temp.path().join("data");
-        Self::start_in(data_dir, temp, extra_args)
+        Self::start_in(data_dir, temp, extra_args, env)
     }
 
     /// Starts a server on an existing data directory, which the caller keeps.
     pub fn start_on(data_dir: &Path, extra_args: &[&str]) -> TestServer {
-        Self::start_in(data_dir.to_path_buf(), tempfile::tempdir().expect("tempdir"), extra_args)
+        Self::start_in(data_dir.to_path_buf(), tempfile::tempdir().expect("tempdir"), extra_args, &[])
     }
 
     /// Starts a server on `data_dir`, its log in `temp` (kept as long as the server).
-    fn start_in(data_dir: PathBuf, temp: tempfile::TempDir, extra_args: &[&str]) -> TestServer {
+    fn start_in(data_dir: PathBuf, temp: tempfile::TempDir, extra_args: &[&str], env: &[(&str, &str)]) -> TestServer {
         let log = temp.path().join("weir.log");
         let mut server = TestServer {
             child: None,
@@ -55,7 +60,7 @@ impl TestServer {
             _temp: Some(temp),
             log,
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
-            env: Vec::new(),
+            env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
         };
         server.spawn();
         server
@@ -324,6 +329,41 @@ pub fn kafka_bootstrap() -> String {
 /// The PostgreSQL server the tests write to (scripts/pg-server.sh): its URL.
 pub fn postgres_url() -> String {
     service("WEIR_TEST_POSTGRES", "pg-server.sh")
+}
+
+/// The CA file the test PostgreSQL's server certificate chains to (scripts/pg-server.sh ca).
+pub fn postgres_ca() -> String {
+    postgres_url();
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/pg-server.sh");
+    let out = Command::new(path).arg("ca").output().expect("scripts/pg-server.sh ca");
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// The Python the test doubles and clients run with: the project's pinned environment
+/// (scripts/python-env.sh), or the machine's `python3` when it has not been made.
+pub fn test_python() -> PathBuf {
+    let python = std::env::var("WEIR_TEST_PYTHON").map(PathBuf::from).unwrap_or_else(|_| {
+        let venv = std::env::var("WEIR_TEST_VENV").unwrap_or_else(|_| "/var/tmp/weir-test-venv".into());
+        Path::new(&venv).join("bin/python")
+    });
+    if python.exists() {
+        python
+    } else {
+        PathBuf::from("python3")
+    }
+}
+
+/// The test certificates (tests/doubles/certs.py: a CA, server certificates for localhost and
+/// for another name, a client certificate, an untrusted CA), made once per test process.
+pub fn test_certs() -> &'static Path {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("weir-test-certs-{}", std::process::id()));
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/doubles/certs.py");
+        let out = Command::new(test_python()).arg(script).arg(&dir).output().expect("tests/doubles/certs.py");
+        assert!(out.status.success(), "certs.py: {}", String::from_utf8_lossy(&out.stderr));
+        dir
+    })
 }
 
 /// A new database on the test PostgreSQL; returns a client of it and its JDBC URL.

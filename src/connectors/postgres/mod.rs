@@ -20,6 +20,8 @@
 //! names, unless `auto_create = 'true'`: then CREATE SINK makes it if it is missing, with the
 //! view's columns (their Postgres types, [`postgres_type`]) and `primary_key` as its key.
 
+pub mod tls;
+
 use std::time::Duration;
 
 use datafusion::arrow::array::{Array, RecordBatch};
@@ -29,6 +31,7 @@ use crate::catalog::options::ConnectorOptions;
 use crate::connectors::sink::{key_columns, net_by_key, SinkWriter, WriterSpec};
 use crate::error::{Result, SqlState, WeirError};
 use crate::types::{ChangeBatch, Epoch};
+use tls::TlsSettings;
 
 pub const OPTIONS: &[&str] = &[
     "connector",
@@ -51,6 +54,8 @@ const ROWS_PER_STATEMENT: usize = 500;
 
 pub struct PostgresSink {
     config: tokio_postgres::Config,
+    /// The TLS connector (`sslmode`); None: plain connections.
+    tls: Option<postgres_openssl::MakeTlsConnector>,
     table: String,
     /// The view's column names, quoted.
     columns: Vec<String>,
@@ -66,22 +71,26 @@ pub struct PostgresSink {
 }
 
 /// `jdbc:postgresql://host:port/db?user=u&password=p`, or a libpq URL
-/// (`postgres://user:password@host:port/db`), as a config.
-fn config_of(url: &str) -> Result<tokio_postgres::Config> {
-    let bad = |why: &str| invalid(format!("the Postgres URL '{url}': {why}"));
-    let Some(rest) = url.strip_prefix("jdbc:") else {
+/// (`postgres://user:password@host:port/db`), as a config and its TLS settings ([`tls`]: the
+/// `ssl*` parameters either takes).
+fn config_of(url: &str) -> Result<(tokio_postgres::Config, TlsSettings)> {
+    let shown = crate::catalog::secrets::redact_urls(url);
+    let bad = |why: &str| invalid(format!("the Postgres URL '{shown}': {why}"));
+    let (address, query) = url.split_once('?').unwrap_or((url, ""));
+    let (tls, query) = TlsSettings::take(query).map_err(|e| bad(&e.message))?;
+    let Some(rest) = address.strip_prefix("jdbc:") else {
+        let url = if query.is_empty() { address.to_string() } else { format!("{address}?{query}") };
         let mut config: tokio_postgres::Config = url.parse().map_err(|e| bad(&format!("{e}")))?;
-        config.connect_timeout(Duration::from_secs(10));
-        return Ok(config);
+        config.connect_timeout(Duration::from_secs(10)).ssl_mode(tls.ssl_mode());
+        return Ok((config, tls));
     };
-    let rest =
+    let address =
         rest.strip_prefix("postgresql://").ok_or_else(|| bad("expected jdbc:postgresql://host:port/database"))?;
-    let (address, query) = rest.split_once('?').unwrap_or((rest, ""));
     let (host_port, database) = address.split_once('/').unwrap_or((address, "postgres"));
     let (host, port) = host_port.split_once(':').unwrap_or((host_port, "5432"));
     let mut config = tokio_postgres::Config::new();
     config.host(host).port(port.parse().map_err(|_| bad("the port is not a number"))?).dbname(database);
-    config.user("postgres").connect_timeout(Duration::from_secs(10));
+    config.user("postgres").connect_timeout(Duration::from_secs(10)).ssl_mode(tls.ssl_mode());
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         match pair.split_once('=') {
             Some(("user", v)) => {
@@ -90,10 +99,22 @@ fn config_of(url: &str) -> Result<tokio_postgres::Config> {
             Some(("password", v)) => {
                 config.password(v);
             }
-            _ => return Err(bad(&format!("unknown parameter {pair} (user and password are taken)"))),
+            _ => {
+                let name = pair.split_once('=').map_or(pair, |(name, _)| name);
+                return Err(bad(&format!(
+                    "unknown parameter {name} (user, password, sslmode, sslrootcert, sslcert and sslkey are taken)"
+                )));
+            }
         }
     }
-    Ok(config)
+    Ok((config, tls))
+}
+
+/// Drives a sink's connection until it ends, logging why.
+async fn watch<F: std::future::Future<Output = std::result::Result<(), tokio_postgres::Error>>>(connection: F) {
+    if let Err(e) = connection.await {
+        tracing::warn!("Postgres sink connection ended: {e}");
+    }
 }
 
 fn quote_ident(name: &str) -> String {
@@ -143,8 +164,10 @@ impl PostgresSink {
             }
             definition.join(", ")
         });
+        let (config, tls) = config_of(url)?;
         Ok(PostgresSink {
-            config: config_of(url)?,
+            config,
+            tls: tls.connector()?,
             table: table.split('.').map(quote_ident).collect::<Vec<_>>().join("."),
             columns,
             create,
@@ -166,13 +189,19 @@ impl PostgresSink {
             // from a session): the sink delivers from there, and sessions end first at a stop.
             let handle = crate::runtime::handle();
             let config = self.config.clone();
-            let (client, connection) =
-                handle.block_on(config.connect(tokio_postgres::NoTls)).map_err(|e| self.unreachable(e))?;
-            handle.spawn(async move {
-                if let Err(e) = connection.await {
-                    tracing::warn!("Postgres sink connection ended: {e}");
+            let client = match self.tls.clone() {
+                None => {
+                    let (client, connection) =
+                        handle.block_on(config.connect(tokio_postgres::NoTls)).map_err(|e| self.unreachable(e))?;
+                    handle.spawn(watch(connection));
+                    client
                 }
-            });
+                Some(tls) => {
+                    let (client, connection) = handle.block_on(config.connect(tls)).map_err(|e| self.unreachable(e))?;
+                    handle.spawn(watch(connection));
+                    client
+                }
+            };
             let made = handle.block_on(client.batch_execute(
                 "CREATE TABLE IF NOT EXISTS weir_sink_marker (sink TEXT PRIMARY KEY, epoch BIGINT NOT NULL)",
             ));
@@ -486,15 +515,34 @@ mod tests {
 
     #[test]
     fn jdbc_and_libpq_urls_read_as_the_same_config() {
-        let jdbc = config_of("jdbc:postgresql://db.example:5433/analytics?user=weir&password=s3cret").unwrap();
-        let libpq = config_of("postgres://weir:s3cret@db.example:5433/analytics").unwrap();
+        let (jdbc, _) = config_of("jdbc:postgresql://db.example:5433/analytics?user=weir&password=s3cret").unwrap();
+        let (libpq, _) = config_of("postgres://weir:s3cret@db.example:5433/analytics").unwrap();
         for c in [&jdbc, &libpq] {
             assert_eq!(c.get_dbname(), Some("analytics"));
             assert_eq!(c.get_user(), Some("weir"));
             assert_eq!(c.get_ports(), &[5433]);
             assert_eq!(c.get_password(), Some(&b"s3cret"[..]));
+            assert_eq!(c.get_ssl_mode(), tokio_postgres::config::SslMode::Prefer, "libpq's default");
         }
         assert!(config_of("jdbc:mysql://h/db").is_err());
-        assert!(config_of("jdbc:postgresql://h/db?sslmode=require").is_err(), "unknown parameters are refused");
+        let unknown = config_of("jdbc:postgresql://h/db?password=s3cret&ssl=true").unwrap_err();
+        assert!(unknown.message.contains("unknown parameter ssl "), "{}", unknown.message);
+        assert!(!unknown.message.contains("s3cret"), "a URL's password is never shown: {}", unknown.message);
+    }
+
+    #[test]
+    fn tls_parameters_are_taken_from_either_url() {
+        for url in [
+            "jdbc:postgresql://h/db?user=u&sslmode=verify-full&sslrootcert=/ca.pem",
+            "postgres://u@h/db?sslmode=verify-full&sslrootcert=/ca.pem",
+        ] {
+            let (config, tls) = config_of(url).unwrap();
+            assert_eq!(tls.mode, tls::Mode::VerifyFull);
+            assert_eq!(config.get_ssl_mode(), tokio_postgres::config::SslMode::Require);
+        }
+        let (_, tls) = config_of("postgres://u@h/db?sslmode=disable").unwrap();
+        assert!(tls.connector().unwrap().is_none());
+        assert!(config_of("postgres://u@h/db?sslmode=sometimes").is_err());
+        assert!(config_of("postgres://u@h/db?sslcert=/c.pem").is_err(), "a certificate needs its key");
     }
 }
