@@ -4,7 +4,8 @@
 //! SCRAM), rewriting the broker addresses in metadata so that clients stay behind it. Weir's
 //! side is librdkafka as with any broker: these tests say nothing about the double's broker.
 //!
-//! Covered: secrets from environment variables and files (`.ref`), kept out of the log; mutual
+//! Covered: secrets from environment variables and files (`.ref`), kept out of the log and of
+//! SHOW CREATE; mutual
 //! TLS; a wrong password, an untrusted certificate, a certificate for another host and a plain
 //! client on a TLS port each fail CREATE with a clear 08001; a broker that later refuses the
 //! credentials shows in `weir_catalog.sources` and the retry metric, and the source catches up
@@ -161,6 +162,12 @@ async fn scram_over_tls_reads_and_writes_exactly_once_with_secrets_from_env_and_
     // A password written in the statement works too, and the log never shows it.
     let literal = security(&format!("properties.sasl.password = '{password}'"));
     client.batch_execute(&source_sql("bids_again", &input, &front, &literal)).await.unwrap();
+    let shown = rows(&client, "SHOW CREATE SOURCE bids_again").await.join("\n");
+    assert!(shown.contains("properties.sasl.password = '[redacted]'") && !shown.contains(password), "{shown}");
+    let shown = rows(&client, "SHOW CREATE SOURCE bids").await.join("\n");
+    assert!(shown.contains("properties.sasl.password.ref = 'env:WEIR_TEST_KAFKA_PASSWORD'"), "{shown}");
+    let shown = rows(&client, "SHOW CREATE SINK per_group_out").await.join("\n");
+    assert!(shown.contains("properties.sasl.password.ref = 'file:"), "{shown}");
     let log = server.log_text();
     assert!(log.contains("bids_again"), "statements are logged (at debug level)");
     assert!(!log.contains(password), "the password is in the log:\n{log}");

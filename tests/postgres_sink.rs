@@ -316,6 +316,8 @@ async fn a_sink_connects_over_tls_as_sslmode_says() {
         assert!(!db.message().contains("tls-secret"), "{}", db.message());
     }
     c.batch_execute(&sink("verified", &url(&format!("sslmode=verify-full&sslrootcert={ca}")))).await.unwrap();
+    let shown = rows(&c, "SHOW CREATE SINK verified").await.join("\n");
+    assert!(shown.contains("password=[redacted]&sslmode=verify-full") && !shown.contains("tls-secret"), "{shown}");
     let want = vec!["1|2".to_string(), "2|1".to_string()];
     let got = rows_eventually(&pg, "SELECT g, n FROM per_group", &want, Duration::from_secs(30)).await;
     assert_eq!(got, want);

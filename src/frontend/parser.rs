@@ -117,6 +117,8 @@ impl SqlParser {
     fn parse_sql(&self, sql: &str) -> Result<Vec<ast::Statement>> {
         let grafana = search_path_membership(sql);
         let sql: &str = grafana.as_deref().unwrap_or(sql);
+        let sql = show_create_spelling(sql);
+        let sql: &str = &sql;
         // `FOR SYSTEM_TIME AS OF PROCTIME()` is not PostgreSQL's: out of the text, back into the AST.
         let (sql, lookups) = match super::system_time::strip(sql)? {
             Some((rest, clauses)) => (std::borrow::Cow::Owned(rest), Some(clauses)),
@@ -137,6 +139,19 @@ impl SqlParser {
         }
         Ok(statements)
     }
+}
+
+/// `SHOW CREATE MATERIALIZED VIEW name` and `SHOW CREATE SOURCE name` (RisingWave's and
+/// Materialize's spellings) as sqlparser's `SHOW CREATE VIEW` and `SHOW CREATE TABLE`: a source
+/// is a table fed by a connector, and SHOW CREATE VIEW answers for materialized views too.
+fn show_create_spelling(sql: &str) -> std::borrow::Cow<'_, str> {
+    static SPELLING: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    let spelling = SPELLING
+        .get_or_init(|| regex::Regex::new(r"(?i)^(\s*SHOW\s+CREATE\s+)(MATERIALIZED\s+VIEW|SOURCE)\b").expect("valid"));
+    spelling.replace(sql, |c: &regex::Captures<'_>| {
+        let object = if c[2].eq_ignore_ascii_case("source") { "TABLE" } else { "VIEW" };
+        format!("{}{object}", &c[1])
+    })
 }
 
 /// Grafana's "is this schema on the search path" test, `quote_ident(table_schema) IN (SELECT CASE

@@ -21,6 +21,8 @@ pub enum SinkStatement {
     Create { name: String, if_not_exists: bool, input: SinkInput, options: ConnectorOptions, text: String },
     Drop { name: String, if_exists: bool },
     Show,
+    /// `SHOW CREATE SINK name`.
+    ShowCreate(String),
 }
 
 /// What a sink delivers.
@@ -38,6 +40,7 @@ impl std::fmt::Display for SinkStatement {
             SinkStatement::Create { text, .. } => f.write_str(text),
             SinkStatement::Drop { name, .. } => write!(f, "DROP SINK {name}"),
             SinkStatement::Show => f.write_str("SHOW SINKS"),
+            SinkStatement::ShowCreate(name) => write!(f, "SHOW CREATE SINK {name}"),
         }
     }
 }
@@ -64,6 +67,9 @@ pub fn parse(sql: &str) -> Result<Option<SinkStatement>> {
     };
     match (upper(0).as_deref(), upper(1).as_deref()) {
         (Some("SHOW"), Some("SINKS")) if words.len() == 2 => Ok(Some(SinkStatement::Show)),
+        (Some("SHOW"), Some("CREATE")) if upper(2).as_deref() == Some("SINK") && words.len() == 4 => {
+            Ok(Some(SinkStatement::ShowCreate(name_at(3)?)))
+        }
         (Some("DROP"), Some("SINK")) => {
             let if_exists = upper(2).as_deref() == Some("IF") && upper(3).as_deref() == Some("EXISTS");
             let at = if if_exists { 4 } else { 2 };

@@ -1,5 +1,5 @@
 //! `CREATE SINK name FROM view | AS query WITH (connector = '...', ...) [FORMAT f ENCODE e]`,
-//! `DROP SINK` and `SHOW SINKS` (see `connectors::sink`).
+//! `DROP SINK`, `SHOW SINKS` and `SHOW CREATE SINK` (see `connectors::sink`).
 //!
 //! A sink over a query keeps the query as a materialized view of its own, named
 //! `<sink>_query` (users can read it too), dropped with the sink. CREATE SINK
@@ -20,6 +20,7 @@ use super::unfinished::Unfinished;
 pub async fn handle(fe: &Frontend, session: &mut Session, statement: SinkStatement) -> Result<StatementResult> {
     match statement {
         SinkStatement::Show => super::show::sinks(fe),
+        SinkStatement::ShowCreate(name) => super::show::create(fe, &name, &[RelationKind::Sink]),
         SinkStatement::Drop { name, if_exists } => super::drop::handle_sink(fe, &name, if_exists).await,
         SinkStatement::Create { name, if_not_exists, input, options, text } => {
             if fe.catalog().get(&name).is_some() {

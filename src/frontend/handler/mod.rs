@@ -32,11 +32,11 @@ use std::sync::Arc;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::common::ParamValues;
 use datafusion::physical_plan::memory::MemoryStream;
-use datafusion::sql::sqlparser::ast::{Ident, ObjectName, ObjectNamePart, ObjectType, Statement};
+use datafusion::sql::sqlparser::ast::{Ident, ObjectName, ObjectNamePart, ObjectType, ShowCreateObject, Statement};
 
 use super::clauses::StreamingClauses;
 use super::{Frontend, Session, StatementDescription, StatementResult};
-use crate::catalog::DEFAULT_SCHEMA;
+use crate::catalog::{RelationKind, DEFAULT_SCHEMA};
 use crate::error::{Result, SqlState, WeirError};
 
 /// The statements DataFusion plans and runs ([`query`]): the one list both [`execute`] and
@@ -79,6 +79,14 @@ pub async fn execute(
             query::handle(session, name_given_columns(fe, statement), params, fe.catalog().version()).await
         }
         Statement::ShowTables { .. } => show::tables(fe),
+        Statement::ShowCreate { obj_type, obj_name } => {
+            let kinds: &[RelationKind] = match obj_type {
+                ShowCreateObject::Table => &[RelationKind::Table],
+                ShowCreateObject::View => &[RelationKind::View, RelationKind::MaterializedView],
+                other => return Err(WeirError::unsupported(format!("SHOW CREATE {other}"))),
+            };
+            show::create(fe, &relation_name(&obj_name)?, kinds)
+        }
         Statement::ShowVariable { variable } => show::variable(session, &variable),
         Statement::ExplainTable { table_name, .. } => describe::handle(fe, &table_name),
         Statement::ShowColumns { show_options, .. } => match show_options.show_in.and_then(|s| s.parent_name) {

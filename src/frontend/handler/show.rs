@@ -1,4 +1,6 @@
-//! `SHOW TABLES`, `SHOW MATERIALIZED VIEWS`, `SHOW SINKS`, `SHOW <setting>` and `SHOW ALL`.
+//! `SHOW TABLES`, `SHOW MATERIALIZED VIEWS`, `SHOW SINKS`, `SHOW <setting>`, `SHOW ALL`, and
+//! `SHOW CREATE TABLE | SOURCE | VIEW | MATERIALIZED VIEW | SINK name` (the statement as
+//! stored, secrets masked: [`crate::catalog::secrets`]).
 
 use std::sync::Arc;
 
@@ -7,7 +9,8 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::sql::sqlparser::ast::Ident;
 
 use super::rows;
-use crate::catalog::RelationKind;
+use crate::catalog::options::ConnectorOptions;
+use crate::catalog::{secrets, RelationKind};
 use crate::error::Result;
 use crate::frontend::{Frontend, Session, StatementResult};
 
@@ -38,6 +41,42 @@ pub fn views(fe: &Frontend) -> Result<StatementResult> {
 
 pub fn sinks(fe: &Frontend) -> Result<StatementResult> {
     names_of(fe, RelationKind::Sink)
+}
+
+/// `SHOW CREATE ... name` for a relation of one of `kinds`: its name and its definition with
+/// secret option values and URL passwords masked; 42P01 when there is none of those kinds.
+pub fn create(fe: &Frontend, name: &str, kinds: &[RelationKind]) -> Result<StatementResult> {
+    let relation = fe
+        .catalog()
+        .get(name)
+        .filter(|r| kinds.contains(&r.def.kind))
+        .ok_or_else(|| crate::error::WeirError::undefined_table(name))?;
+    let mut definition = secrets::redact_sql(&relation.def.definition).into_owned();
+    if let (RelationKind::Table, Some(options)) = (relation.def.kind, &relation.def.connector) {
+        definition.push_str(&connector_clauses(options));
+    }
+    text_columns(&["Name", "Create Sql"], vec![vec![relation.def.name.clone()], vec![definition]])
+}
+
+/// A connector-fed table's ` WITH (...) [FORMAT f] [ENCODE e]`, secrets masked (a secret given
+/// by reference shows its reference).
+fn connector_clauses(options: &ConnectorOptions) -> String {
+    let shown: Vec<String> = options
+        .0
+        .iter()
+        .filter(|(key, _)| !matches!(key.as_str(), "format" | "encode"))
+        .map(|(key, value)| {
+            let value = if secrets::is_secret(key) { secrets::REDACTED.into() } else { secrets::redact_urls(value) };
+            format!("{key} = '{}'", value.replace('\'', "''"))
+        })
+        .collect();
+    let mut out = format!(" WITH ({})", shown.join(", "));
+    for clause in ["format", "encode"] {
+        if let Some(value) = options.get(clause) {
+            out.push_str(&format!(" {} {}", clause.to_ascii_uppercase(), value.to_ascii_uppercase()));
+        }
+    }
+    out
 }
 
 pub fn variable(session: &Session, variable: &[Ident]) -> Result<StatementResult> {
