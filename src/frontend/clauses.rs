@@ -313,37 +313,9 @@ pub(crate) fn source_options(
         return Err(WeirError::syntax("expected ( after WITH"));
     }
     let mut options = ConnectorOptions::default();
-    let mut n = w + 2;
-    loop {
-        // key: words joined by dots, `=`, a string or number.
-        let mut key = String::new();
-        while let Some(&i) = words.get(n) {
-            match &tokens[i] {
-                Token::Word(word) => key.push_str(&word.value.to_lowercase()),
-                Token::Period => key.push('.'),
-                _ => break,
-            }
-            n += 1;
-        }
-        if words.get(n).map(|&i| &tokens[i]) != Some(&Token::Eq) || key.is_empty() {
-            return Err(WeirError::syntax("expected key = 'value' in WITH (...)"));
-        }
-        let value = match words.get(n + 1).map(|&i| &tokens[i]) {
-            Some(Token::SingleQuotedString(v)) => v.replace("''", "'"),
-            Some(Token::Number(v, _)) => v.clone(),
-            Some(Token::Word(word)) => word.value.clone(),
-            _ => return Err(WeirError::syntax(format!("expected a value for {key} in WITH (...)"))),
-        };
-        options.0.insert(key, value);
-        n += 2;
-        match words.get(n).map(|&i| &tokens[i]) {
-            Some(Token::Comma) => n += 1,
-            Some(Token::RParen) => break,
-            _ => return Err(WeirError::syntax("expected , or ) in WITH (...)")),
-        }
-    }
+    let mut n = key_values(tokens, words, w + 2, "WITH", &mut options)?;
     let mut end = words[n] + 1;
-    // FORMAT f ENCODE e
+    // FORMAT f ENCODE e [(key = 'value', ...)]
     let after = |k: usize| words.get(n + k).map(|&i| &tokens[i]);
     if after(1).is_some_and(|t| is_word(t, "FORMAT")) {
         let value = |k: usize| match after(k) {
@@ -356,9 +328,56 @@ pub(crate) fn source_options(
         }
         options.0.insert("encode".into(), value(4)?);
         end = words[n + 4] + 1;
+        if after(5) == Some(&Token::LParen) {
+            // The encoding's own options (`ENCODE AVRO (schema.registry = '...')`), kept with
+            // the connector's.
+            n = key_values(tokens, words, n + 6, "ENCODE", &mut options)?;
+            end = words[n] + 1;
+        }
     }
     keep[words[w]..end].iter_mut().for_each(|k| *k = false);
     Ok((options, words[w], columns_given))
+}
+
+/// `key = 'value', ...)` from word `n` (just after the opening parenthesis) into `options`:
+/// keys are words joined by dots, values strings, numbers or words. Returns the word index of
+/// the closing parenthesis. `clause` names the clause in errors.
+fn key_values(
+    tokens: &[Token],
+    words: &[usize],
+    mut n: usize,
+    clause: &str,
+    options: &mut ConnectorOptions,
+) -> Result<usize> {
+    loop {
+        let mut key = String::new();
+        while let Some(&i) = words.get(n) {
+            match &tokens[i] {
+                Token::Word(word) => key.push_str(&word.value.to_lowercase()),
+                Token::Period => key.push('.'),
+                _ => break,
+            }
+            n += 1;
+        }
+        if words.get(n).map(|&i| &tokens[i]) != Some(&Token::Eq) || key.is_empty() {
+            return Err(WeirError::syntax(format!("expected key = 'value' in {clause} (...)")));
+        }
+        let value = match words.get(n + 1).map(|&i| &tokens[i]) {
+            Some(Token::SingleQuotedString(v)) => v.replace("''", "'"),
+            Some(Token::Number(v, _)) => v.clone(),
+            Some(Token::Word(word)) => word.value.clone(),
+            _ => return Err(WeirError::syntax(format!("expected a value for {key} in {clause} (...)"))),
+        };
+        if options.0.insert(key.clone(), value).is_some() {
+            return Err(WeirError::syntax(format!("option {key} is given twice")));
+        }
+        n += 2;
+        match words.get(n).map(|&i| &tokens[i]) {
+            Some(Token::Comma) => n += 1,
+            Some(Token::RParen) => return Ok(n),
+            _ => return Err(WeirError::syntax(format!("expected , or ) in {clause} (...)"))),
+        }
+    }
 }
 
 /// `[EMIT ON WINDOW CLOSE] [ALLOW LATENESS <interval>] [LATE ROWS TO <name>]`, in that order,

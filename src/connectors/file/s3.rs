@@ -2,14 +2,13 @@
 //! the source's `s3.*` options (or the usual `AWS_*` environment variables), and blocking reads
 //! of it for the source's reader thread.
 //!
-//! Object-store requests run on one small runtime of their own ([`run`]), so a source reader
-//! (which blocks, see [`crate::connectors::source`]) and `CREATE SOURCE` (which looks at the
-//! first Parquet file's schema) can wait for them from any thread. Retries with backoff on
-//! transient failures are object_store's own.
+//! Object-store requests run on the connectors' I/O runtime ([`crate::connectors::io_runtime`]),
+//! so a source reader and `CREATE SOURCE` (which looks at the first Parquet file's schema) can
+//! wait for them from any thread. Retries with backoff on transient failures are object_store's
+//! own.
 
-use std::future::Future;
 use std::io::Read;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes};
@@ -19,6 +18,7 @@ use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt, RetryConfig};
 
 use crate::catalog::options::ConnectorOptions;
+use crate::connectors::io_runtime::{run, runtime};
 use crate::error::{Result, SqlState, WeirError};
 
 /// The `s3.*` options a file source takes.
@@ -56,32 +56,6 @@ pub fn bucket(name: &str, options: &ConnectorOptions) -> Result<Bucket> {
         .build()
         .map_err(|e| WeirError::new(SqlState::INVALID_PARAMETER_VALUE, format!("cannot use bucket {name}: {e}")))?;
     Ok(Bucket { name: name.to_string(), store: Arc::new(store) })
-}
-
-/// The runtime object-store requests run on.
-fn runtime() -> &'static tokio::runtime::Runtime {
-    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    RUNTIME.get_or_init(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("weir-object-io")
-            .enable_all()
-            .build()
-            .expect("object-store runtime")
-    })
-}
-
-/// Runs `future` on the object-store runtime and waits for it.
-pub fn run<T: Send + 'static>(future: impl Future<Output = T> + Send + 'static) -> T {
-    let task = runtime().spawn(future);
-    let wait = || futures::executor::block_on(task).expect("object-store task panicked");
-    // A worker thread of the server's runtime hands its other tasks on while it waits.
-    match tokio::runtime::Handle::try_current() {
-        Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-            tokio::task::block_in_place(wait)
-        }
-        _ => wait(),
-    }
 }
 
 fn io_error(bucket: &str, key: &ObjectPath, e: impl std::fmt::Display) -> WeirError {
