@@ -21,9 +21,14 @@
 //! - [`file`]: CSV, JSON and Parquet files, local or in S3 (`connector = 'file'`).
 //! - [`kafka`]: every partition of a Kafka topic (`connector = 'kafka'`).
 //! - [`records`]: CSV and JSON records decoded into rows, bad ones into dead letters.
+//! - [`avro`]: Avro values (Confluent's schema-registry framing, or one fixed schema) decoded
+//!   into rows and rows encoded as Avro, and the schema registry's client.
+//! - [`io_runtime`]: the runtime connectors' async I/O (object stores, HTTP) waits on.
 //! - [`postgres`]: a PostgreSQL table as a sink (`connector = 'jdbc'`).
 
+pub mod avro;
 pub mod file;
+pub mod io_runtime;
 pub mod kafka;
 pub mod nexmark;
 pub mod postgres;

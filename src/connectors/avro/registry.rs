@@ -1,0 +1,216 @@
+//! A client of a Confluent Schema Registry's REST API (Confluent's, Karapace, Redpanda's and
+//! Apicurio's compatible endpoint all speak it): a subject's latest schema, a schema by its
+//! global id, and registering a schema under a subject. HTTP basic auth
+//! (`schema.registry.username` / `schema.registry.password`) and HTTPS with the machine's CAs
+//! or `schema.registry.ca.location`.
+//!
+//! Requests wait on the connectors' I/O runtime ([`crate::connectors::io_runtime`]); each has a
+//! timeout. Errors say which of two things went wrong: the registry answered that it has no
+//! such schema ([`Lookup::Missing`]: a message's schema id it does not know is a dead letter),
+//! or it could not be asked ([`RegistryError::Unavailable`]: the source retries).
+
+use std::time::Duration;
+
+use crate::catalog::options::ConnectorOptions;
+use crate::error::{Result, SqlState, WeirError};
+
+/// The registry options a connector with `ENCODE AVRO` takes.
+pub const OPTIONS: &[&str] =
+    &["schema.registry", "schema.registry.username", "schema.registry.password", "schema.registry.ca.location"];
+
+/// How long one request may take.
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One schema as the registry holds it.
+#[derive(Debug, Clone)]
+pub struct Registered {
+    pub id: u32,
+    pub schema: String,
+}
+
+/// A lookup's answer.
+#[derive(Debug)]
+pub enum Lookup<T> {
+    Found(T),
+    /// The registry answered 404: no such subject, version or id.
+    Missing,
+}
+
+/// Why a request failed.
+#[derive(Debug)]
+pub enum RegistryError {
+    /// It could not be asked, or answered with a server error: worth asking again later.
+    Unavailable(String),
+    /// It refused the request (a 4xx other than 404: credentials, a schema it rejects).
+    Refused(String),
+}
+
+impl RegistryError {
+    pub fn into_weir(self, url: &str) -> WeirError {
+        match self {
+            RegistryError::Unavailable(why) => {
+                WeirError::new(SqlState::UNABLE_TO_CONNECT, format!("schema registry {url}: {why}"))
+            }
+            RegistryError::Refused(why) => {
+                WeirError::new(SqlState::INVALID_PARAMETER_VALUE, format!("schema registry {url}: {why}"))
+            }
+        }
+    }
+}
+
+/// A registry's address and credentials.
+#[derive(Clone)]
+pub struct SchemaRegistry {
+    pub url: String,
+    client: reqwest::Client,
+    auth: Option<(String, String)>,
+}
+
+impl std::fmt::Debug for SchemaRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SchemaRegistry({})", self.url)
+    }
+}
+
+fn invalid(message: String) -> WeirError {
+    WeirError::new(SqlState::INVALID_PARAMETER_VALUE, message)
+}
+
+impl SchemaRegistry {
+    /// The registry `options` name (`schema.registry`), if they name one.
+    pub fn from_options(options: &ConnectorOptions) -> Result<Option<SchemaRegistry>> {
+        let Some(url) = options.get("schema.registry") else { return Ok(None) };
+        let url = url.trim_end_matches('/').to_string();
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(invalid(format!("schema.registry must be an http:// or https:// URL, not '{url}'")));
+        }
+        let mut builder = reqwest::Client::builder().timeout(TIMEOUT).connect_timeout(TIMEOUT);
+        if let Some(path) = options.get("schema.registry.ca.location") {
+            let pem = std::fs::read(path)
+                .map_err(|e| invalid(format!("schema.registry.ca.location: cannot read {path}: {e}")))?;
+            let certificate = reqwest::Certificate::from_pem(&pem)
+                .map_err(|e| invalid(format!("schema.registry.ca.location {path}: {e}")))?;
+            builder = builder.add_root_certificate(certificate);
+        }
+        let client = builder.build().map_err(|e| invalid(format!("schema registry {url}: {e}")))?;
+        let auth = match (options.get("schema.registry.username"), options.get("schema.registry.password")) {
+            (Some(user), password) => Some((user.to_string(), password.unwrap_or_default().to_string())),
+            (None, Some(_)) => return Err(invalid("schema.registry.password needs schema.registry.username".into())),
+            (None, None) => None,
+        };
+        Ok(Some(SchemaRegistry { url, client, auth }))
+    }
+
+    /// `GET path` or `POST path` with `body`: the answer's JSON, Missing on 404.
+    fn request(
+        &self,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> std::result::Result<Lookup<serde_json::Value>, RegistryError> {
+        let url = format!("{}{path}", self.url);
+        let mut request = match &body {
+            Some(body) => self
+                .client
+                .post(&url)
+                .header("Content-Type", "application/vnd.schemaregistry.v1+json")
+                .body(body.to_string()),
+            None => self.client.get(&url),
+        };
+        request = request.header("Accept", "application/vnd.schemaregistry.v1+json, application/json");
+        if let Some((user, password)) = &self.auth {
+            request = request.basic_auth(user, Some(password));
+        }
+        let answer = crate::connectors::io_runtime::run(async move {
+            let response = request.send().await?;
+            let status = response.status();
+            let text = response.text().await?;
+            Ok::<_, reqwest::Error>((status, text))
+        });
+        let (status, text) = answer.map_err(|e| RegistryError::Unavailable(error_chain(&e)))?;
+        if status == reqwest::StatusCode::NOT_FOUND {
+            return Ok(Lookup::Missing);
+        }
+        let said = || {
+            serde_json::from_str::<serde_json::Value>(&text)
+                .ok()
+                .and_then(|v| v.get("message").and_then(|m| m.as_str()).map(str::to_string))
+                .unwrap_or_else(|| text.chars().take(200).collect())
+        };
+        if status.is_server_error() {
+            return Err(RegistryError::Unavailable(format!("{status}: {}", said())));
+        }
+        if !status.is_success() {
+            return Err(RegistryError::Refused(format!("{status}: {}", said())));
+        }
+        serde_json::from_str(&text)
+            .map(Lookup::Found)
+            .map_err(|e| RegistryError::Unavailable(format!("an answer that is not JSON: {e}")))
+    }
+
+    /// The latest schema of `subject`.
+    pub fn latest(&self, subject: &str) -> std::result::Result<Lookup<Registered>, RegistryError> {
+        let path = format!("/subjects/{}/versions/latest", encode_path(subject));
+        Ok(match self.request(&path, None)? {
+            Lookup::Found(v) => Lookup::Found(registered(&v, None)?),
+            Lookup::Missing => Lookup::Missing,
+        })
+    }
+
+    /// The schema with global id `id`.
+    pub fn by_id(&self, id: u32) -> std::result::Result<Lookup<String>, RegistryError> {
+        Ok(match self.request(&format!("/schemas/ids/{id}"), None)? {
+            Lookup::Found(v) => Lookup::Found(registered(&v, Some(id))?.schema),
+            Lookup::Missing => Lookup::Missing,
+        })
+    }
+
+    /// Registers `schema` (Avro JSON) under `subject`: its global id (the one it already had,
+    /// if the registry knows it).
+    pub fn register(&self, subject: &str, schema: &str) -> std::result::Result<u32, RegistryError> {
+        let path = format!("/subjects/{}/versions", encode_path(subject));
+        match self.request(&path, Some(serde_json::json!({ "schema": schema })))? {
+            Lookup::Found(v) => v
+                .get("id")
+                .and_then(|id| id.as_u64())
+                .map(|id| id as u32)
+                .ok_or_else(|| RegistryError::Unavailable(format!("no id in its answer: {v}"))),
+            Lookup::Missing => Err(RegistryError::Refused(format!("it has no subject {subject}"))),
+        }
+    }
+}
+
+fn registered(v: &serde_json::Value, id: Option<u32>) -> std::result::Result<Registered, RegistryError> {
+    let kind = v.get("schemaType").and_then(|t| t.as_str()).unwrap_or("AVRO");
+    if kind != "AVRO" {
+        return Err(RegistryError::Refused(format!("the schema is {kind}, not AVRO")));
+    }
+    let schema = v.get("schema").and_then(|s| s.as_str());
+    let id = id.or_else(|| v.get("id").and_then(|i| i.as_u64()).map(|i| i as u32));
+    match (schema, id) {
+        (Some(schema), Some(id)) => Ok(Registered { id, schema: schema.to_string() }),
+        _ => Err(RegistryError::Unavailable(format!("an answer without a schema and id: {v}"))),
+    }
+}
+
+/// A subject in a URL path (`/` and other reserved characters escaped).
+fn encode_path(subject: &str) -> String {
+    subject
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// An error with its causes ("error sending request: ... Connection refused").
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
