@@ -64,6 +64,13 @@ pub trait SourceReader: Send {
         Ok(())
     }
 
+    /// Options the connector settled when it was made, to be kept with the source's options so
+    /// that it reads the same way after a restart (an Avro source's reader schema, taken from
+    /// the schema registry at CREATE).
+    fn settled_options(&self) -> Vec<(String, String)> {
+        Vec::new()
+    }
+
     /// The rows after `from` (at most the connector's chunk size).
     fn read(&mut self, from: &Position) -> Result<Chunk>;
 

@@ -30,6 +30,7 @@
 
 use std::time::Duration;
 
+use datafusion::arrow::array::RecordBatch;
 use rdkafka::client::ClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{CommitMode, Consumer};
@@ -42,6 +43,7 @@ use super::{
     QuietConsumer, QuietContext,
 };
 use crate::catalog::options::ConnectorOptions;
+use crate::connectors::avro::AvroSink;
 use crate::connectors::sink::{key_columns, net_by_key, SinkWriter, WriterSpec};
 use crate::error::{Result, SqlState, WeirError};
 use crate::types::{ChangeBatch, Epoch};
@@ -114,6 +116,8 @@ pub struct KafkaSink {
     /// the marker's consumer group.
     identity: String,
     format: Format,
+    /// `ENCODE AVRO`: keys and values as Avro through a schema registry (else JSON).
+    avro: Option<AvroSink>,
     /// One transaction per checkpoint (the default); else at-least-once.
     exactly_once: bool,
     timeout: Duration,
@@ -131,7 +135,11 @@ impl KafkaSink {
     /// The writer `spec` says (FORMAT PLAIN needs its view append-only), as `options` say.
     pub fn new(options: &ConnectorOptions, spec: &WriterSpec) -> Result<KafkaSink> {
         let WriterSpec { sink_id, shard, ref schema, append_only } = *spec;
-        options.only_or(OPTIONS, is_passed_through)?;
+        options.only_or(OPTIONS, |k| {
+            is_passed_through(k)
+                || crate::connectors::avro::registry::OPTIONS.contains(&k)
+                || crate::connectors::avro::SINK_OPTIONS.contains(&k)
+        })?;
         let topic = options.get("topic").ok_or_else(|| invalid("a Kafka sink needs topic = '...'".into()))?;
         if options.get("properties.bootstrap.server").is_none() {
             return Err(invalid("a Kafka sink needs properties.bootstrap.server = 'host:port'".into()));
@@ -140,8 +148,12 @@ impl KafkaSink {
             options,
             &["transactional.id", "enable.idempotence", "group.id", "enable.auto.commit", "isolation.level"],
         )?;
-        if let Some(encode) = options.get("encode").filter(|e| !e.eq_ignore_ascii_case("json")) {
-            return Err(WeirError::unsupported(format!("ENCODE {encode} for a Kafka sink (ENCODE JSON is)")));
+        let encode = options.get("encode").unwrap_or("json").to_ascii_lowercase();
+        if !matches!(encode.as_str(), "json" | "avro") {
+            return Err(WeirError::unsupported(format!("ENCODE {encode} for a Kafka sink (ENCODE JSON and AVRO are)")));
+        }
+        if encode != "avro" && options.0.keys().any(|k| k.starts_with("schema.registry")) {
+            return Err(invalid("schema.registry options are for ENCODE AVRO".into()));
         }
         let format_name = options.get("format").unwrap_or("upsert").to_ascii_lowercase();
         let keyed = |what: &str| -> Result<Vec<usize>> {
@@ -165,6 +177,17 @@ impl KafkaSink {
                 return Err(invalid(format!("a Kafka sink's FORMAT must be UPSERT, DEBEZIUM or PLAIN, not {other}")))
             }
         };
+        let avro = match (&format, encode.as_str()) {
+            (_, "json") => None,
+            (Format::Debezium(_), _) => {
+                return Err(WeirError::unsupported("FORMAT DEBEZIUM ENCODE AVRO (DEBEZIUM is JSON for now)"))
+            }
+            (Format::Plain, _) => Some(AvroSink::new(options, topic, schema, None)?),
+            (Format::Upsert(key), _) => {
+                let key_schema = schema.project(key)?;
+                Some(AvroSink::new(options, topic, schema, Some(&key_schema))?)
+            }
+        };
         let exactly_once =
             match options.get("sink.delivery_guarantee").map(|g| g.to_ascii_lowercase().replace('_', "-")) {
                 None => true,
@@ -184,6 +207,7 @@ impl KafkaSink {
                 shard,
             ),
             format,
+            avro,
             exactly_once,
             timeout: Duration::from_millis(options.u64_or("kafka.timeout.ms", 10_000)?.max(1)),
             producer: None,
@@ -257,8 +281,24 @@ impl KafkaSink {
         Ok(self.marker.as_ref().expect("made"))
     }
 
+    /// Each row of `batch` as a message value (JSON, or Avro).
+    fn values(&mut self, batch: &RecordBatch) -> Result<Vec<Vec<u8>>> {
+        match &mut self.avro {
+            Some(avro) => avro.values(batch),
+            None => json_lines(batch),
+        }
+    }
+
+    /// Each row of `batch` (the key's columns) as a message key.
+    fn keys(&mut self, batch: &RecordBatch) -> Result<Vec<Vec<u8>>> {
+        match &mut self.avro {
+            Some(avro) => avro.keys(batch),
+            None => json_lines(batch),
+        }
+    }
+
     /// The messages of an outbox part's changes: (key, value), value None for a tombstone.
-    fn messages(&self, changes: &[ChangeBatch]) -> Result<Vec<KafkaMessage>> {
+    fn messages(&mut self, changes: &[ChangeBatch]) -> Result<Vec<KafkaMessage>> {
         let key_columns = match &self.format {
             Format::Plain => {
                 let mut out = Vec::new();
@@ -266,16 +306,16 @@ impl KafkaSink {
                     if batch.ops.iter().any(|op| op.sign() < 0) {
                         return Err(WeirError::internal("a FORMAT PLAIN Kafka sink received a retraction"));
                     }
-                    out.extend(json_lines(&batch.data)?.into_iter().map(|v| (None, Some(v))));
+                    out.extend(self.values(&batch.data)?.into_iter().map(|v| (None, Some(v))));
                 }
                 return Ok(out);
             }
-            Format::Upsert(key) | Format::Debezium(key) => key,
+            Format::Upsert(key) | Format::Debezium(key) => key.clone(),
         };
         let mut keyed = Vec::new();
         for batch in changes {
-            let keys = json_lines(&batch.data.project(key_columns)?)?;
-            let values = json_lines(&batch.data)?;
+            let keys = self.keys(&batch.data.project(&key_columns)?)?;
+            let values = self.values(&batch.data)?;
             keyed.extend(keys.into_iter().zip(values).zip(&batch.ops).map(|((k, v), op)| (k, v, op.sign() > 0)));
         }
         let netted = net_by_key(keyed);
@@ -312,7 +352,12 @@ impl SinkWriter for KafkaSink {
     /// The broker answers and the topic exists (CREATE SINK).
     fn check(&mut self) -> Result<()> {
         let consumer: QuietConsumer = self.client().create_with_context(self.context()).map_err(self.broker())?;
-        topic_partitions(&consumer, &self.topic, self.timeout).map(|_| ())
+        topic_partitions(&consumer, &self.topic, self.timeout)?;
+        // The schemas go to the registry now, so that one that cannot take them fails CREATE.
+        match &mut self.avro {
+            Some(avro) => avro.register(),
+            None => Ok(()),
+        }
     }
 
     fn delivered(&mut self) -> Result<Option<Epoch>> {

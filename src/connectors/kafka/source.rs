@@ -55,6 +55,7 @@ use super::{broker_error, client_config, ConnectionFailures, is_passed_through, 
 use crate::catalog::dead_letter::DeadLetter;
 use crate::catalog::options::ConnectorOptions;
 use crate::catalog::replay::Position;
+use crate::connectors::avro::AvroDecoder;
 use crate::connectors::records::{self, TextEncoding};
 use crate::connectors::source::{Chunk, SourceReader};
 use crate::error::{Result, SqlState, WeirError};
@@ -76,6 +77,11 @@ pub const OPTIONS: &[&str] = &[
     "encode",
     "bad_data",
 ];
+
+/// Whether `key` is an option of `ENCODE AVRO (...)` (the schema and the registry's).
+fn is_avro_option(key: &str) -> bool {
+    crate::connectors::avro::OPTIONS.contains(&key) || crate::connectors::avro::registry::OPTIONS.contains(&key)
+}
 
 /// Metadata columns a source may declare, filled from each message instead of its value.
 const PARTITION: &str = "_kafka_partition";
@@ -110,6 +116,8 @@ pub struct KafkaReader {
     config: ClientConfig,
     startup: Startup,
     encoding: TextEncoding,
+    /// `ENCODE AVRO`: the values' decoder (JSON and CSV go through [`records`]).
+    avro: Option<AvroDecoder>,
     /// The declared columns.
     schema: SchemaRef,
     /// The columns decoded from values, and each declared column's source: Some(i) for the
@@ -147,7 +155,7 @@ impl KafkaReader {
     /// A reader of the topic `options` name, decoding the `declared` columns; `primary_key`:
     /// the key's column names of a table fed by the topic (`FORMAT UPSERT` needs one).
     pub fn new(options: &ConnectorOptions, declared: Option<SchemaRef>, primary_key: &[String]) -> Result<KafkaReader> {
-        options.only_or(OPTIONS, is_passed_through)?;
+        options.only_or(OPTIONS, |k| is_passed_through(k) || is_avro_option(k))?;
         let topic = options.get("topic").ok_or_else(|| invalid("a Kafka source needs topic = '...'".into()))?;
         if options.get("properties.bootstrap.server").is_none() {
             return Err(invalid("a Kafka source needs properties.bootstrap.server = 'host:port'".into()));
@@ -183,15 +191,38 @@ impl KafkaReader {
                     )))
                 }
             };
-        let encoding = match options.get("encode").unwrap_or("json").to_ascii_lowercase().as_str() {
-            "json" => TextEncoding::Json,
-            "csv" => TextEncoding::Csv,
-            other => return Err(invalid(format!("a Kafka source's ENCODE must be JSON or CSV, not {other}"))),
+        let (encoding, avro) = match options.get("encode").unwrap_or("json").to_ascii_lowercase().as_str() {
+            "json" => (TextEncoding::Json, None),
+            "csv" => (TextEncoding::Csv, None),
+            "avro" if upsert => return Err(WeirError::unsupported("FORMAT UPSERT ENCODE AVRO (UPSERT is JSON for now)")),
+            "avro" => (TextEncoding::Json, Some(AvroDecoder::new(options, &format!("{topic}-value"))?)),
+            other => return Err(invalid(format!("a Kafka source's ENCODE must be JSON, CSV or AVRO, not {other}"))),
         };
-        let schema = match declared {
-            Some(s) if !s.fields().is_empty() => s,
+        if avro.is_none() && options.0.keys().any(|k| is_avro_option(k)) {
+            return Err(invalid("schema and schema.registry options are for ENCODE AVRO".into()));
+        }
+        let schema = match (declared, &avro) {
+            (Some(s), _) if !s.fields().is_empty() => s,
+            // Avro values say their columns: the reader schema's.
+            (_, Some(avro)) => avro.schema(),
             _ => return Err(invalid("a Kafka source needs its column list".into())),
         };
+        if let Some(avro) = &avro {
+            let decoded = avro.schema();
+            let missing: Vec<&str> = schema
+                .fields()
+                .iter()
+                .map(|f| f.name().as_str())
+                .filter(|n| ![PARTITION, OFFSET, TIMESTAMP, KEY].contains(n) && decoded.index_of(n).is_err())
+                .collect();
+            if !missing.is_empty() {
+                let names: Vec<&str> = decoded.fields().iter().map(|f| f.name().as_str()).collect();
+                return Err(WeirError::new(
+                    SqlState::UNDEFINED_COLUMN,
+                    format!("the Avro schema has no field {} (it has {})", missing.join(", "), names.join(", ")),
+                ));
+            }
+        }
         let (schema, json) = records::text_columns(&schema);
         let key_columns = primary_key
             .iter()
@@ -238,6 +269,7 @@ impl KafkaReader {
             config,
             startup,
             encoding,
+            avro,
             value_schema: Arc::new(Schema::new(value_fields)),
             json,
             upsert_key: upsert.then(|| {
@@ -392,6 +424,34 @@ impl KafkaReader {
 
     /// The rows of `records`, in their order, and which records they are (indices).
     fn decode_rows(&mut self, records: &[Record], keep_dead: bool) -> Result<(RecordBatch, Vec<usize>)> {
+        if let Some(avro) = &mut self.avro {
+            let values: Vec<&[u8]> = records.iter().map(|r| r.value.as_slice()).collect();
+            let decoded = avro.decode(&values).map_err(|unavailable| {
+                WeirError::new(SqlState::UNABLE_TO_CONNECT, format!("Kafka topic \"{}\": {}", self.topic, unavailable.0))
+            })?;
+            if keep_dead {
+                let read_at = chrono::Utc::now().timestamp_micros();
+                self.dead.extend(decoded.dead.into_iter().map(|(i, error)| DeadLetter {
+                    position: format!("{}:{}:{}", self.topic, records[i].partition, records[i].offset),
+                    error,
+                    raw: records::raw_prefix(&records[i].value),
+                    read_at_micros: read_at,
+                }));
+            }
+            // The value columns by name, cast to their declared types.
+            let columns = self
+                .value_schema
+                .fields()
+                .iter()
+                .map(|field| {
+                    let column = decoded.batch.column_by_name(field.name()).expect("checked when made");
+                    Ok(datafusion::arrow::compute::cast(column, field.data_type())?)
+                })
+                .collect::<Result<Vec<ArrayRef>>>()?;
+            let options = datafusion::arrow::array::RecordBatchOptions::new().with_row_count(Some(decoded.kept.len()));
+            let values = RecordBatch::try_new_with_options(Arc::clone(&self.value_schema), columns, &options)?;
+            return self.with_metadata_columns(values, records, decoded.kept);
+        }
         let mut text = Vec::with_capacity(records.iter().map(|r| r.value.len() + 1).sum());
         for r in records {
             // A message's `json` columns take its fields' values as JSON text.
@@ -420,6 +480,17 @@ impl KafkaReader {
                     (datafusion::arrow::compute::concat_batches(&self.value_schema, &batches)?, kept)
                 }
             };
+        self.with_metadata_columns(values, records, kept)
+    }
+
+    /// The declared columns of the `kept` records: their decoded `values`, and the metadata
+    /// columns (`_kafka_partition`, ...) from the records.
+    fn with_metadata_columns(
+        &self,
+        values: RecordBatch,
+        records: &[Record],
+        kept: Vec<usize>,
+    ) -> Result<(RecordBatch, Vec<usize>)> {
         let kept_records: Vec<&Record> = kept.iter().map(|&i| &records[i]).collect();
         let mut decoded = values.columns().iter();
         let columns = self
@@ -573,6 +644,12 @@ impl SourceReader for KafkaReader {
         Arc::clone(&self.schema)
     }
 
+    /// An Avro source's reader schema (the `schema` option), kept: the registry's latest schema
+    /// may change, the source's columns may not.
+    fn settled_options(&self) -> Vec<(String, String)> {
+        self.avro.iter().map(|avro| ("schema".to_string(), avro.reader_schema().to_string())).collect()
+    }
+
     /// The broker answers and the topic exists (CREATE SOURCE).
     fn check(&mut self) -> Result<()> {
         let consumer = self.consumer()?;
@@ -639,7 +716,15 @@ impl SourceReader for KafkaReader {
             let (upserts, deleted) = keyed?;
             return Ok(Chunk::Keyed { upserts, deleted, position });
         }
-        Ok(Chunk::Rows(self.rows(records, true)?, position))
+        match self.rows(records, true) {
+            Ok(rows) => Ok(Chunk::Rows(rows, position)),
+            // The schema registry could not be asked: the same messages are read again later.
+            Err(e) if e.state == SqlState::UNABLE_TO_CONNECT => {
+                self.consumer = None;
+                Ok(Chunk::Retry(self.retry, e.message))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     fn replayable(&self) -> bool {

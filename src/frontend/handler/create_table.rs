@@ -29,11 +29,12 @@ use crate::types::window::is_time_type;
 /// or, when the statement lists columns, those, which must have the connector's names in its
 /// order (their types are what the connector's values are cast to). And whether the connector
 /// can produce its rows again (then they are not stored: [`crate::connectors::replay`]).
-fn source_schema(options: &ConnectorOptions, declared: Schema, primary_key: &[String]) -> Result<(Schema, bool)> {
+fn source_schema(options: &ConnectorOptions, declared: Schema, primary_key: &[String]) -> Result<SourceShape> {
     let declared_schema = Some(std::sync::Arc::new(declared.clone()));
     let mut reader = crate::connectors::registry::reader(options, declared_schema, primary_key)?;
     reader.check()?;
     let (connector, replayable) = (reader.schema(), reader.replayable());
+    let settled = reader.settled_options();
     if declared.fields().is_empty() {
         let fields: Vec<Field> = connector
             .fields()
@@ -45,7 +46,7 @@ fn source_schema(options: &ConnectorOptions, declared: Schema, primary_key: &[St
                 _ => f.as_ref().clone(),
             })
             .collect();
-        return Ok((Schema::new(fields), replayable));
+        return Ok(SourceShape { schema: Schema::new(fields), replayable, settled });
     }
     let names = |s: &Schema| s.fields().iter().map(|f| f.name().clone()).collect::<Vec<_>>();
     if names(&declared) != names(&connector) {
@@ -54,7 +55,15 @@ fn source_schema(options: &ConnectorOptions, declared: Schema, primary_key: &[St
             format!("this source's columns are ({}), in that order", names(&connector).join(", ")),
         ));
     }
-    Ok((declared, replayable))
+    Ok(SourceShape { schema: declared, replayable, settled })
+}
+
+/// What a source's connector says when it is made.
+struct SourceShape {
+    schema: Schema,
+    replayable: bool,
+    /// Options to keep with the source's ([`crate::connectors::source::SourceReader::settled_options`]).
+    settled: Vec<(String, String)>,
 }
 
 /// The columns declared with a type their Arrow type says less than (`VARCHAR(20)`), by the
@@ -159,7 +168,7 @@ pub async fn handle(
         return Err(WeirError::unsupported("column DEFAULT values are not supported yet"));
     }
 
-    let TableShape { schema, primary_key, processing_time, replayed } = table_shape(&cmt, &clauses)?;
+    let TableShape { schema, primary_key, processing_time, replayed, connector } = table_shape(&cmt, &clauses)?;
     let is_source = clauses.source.is_some();
     // `CREATE TABLE ... WITH (connector = ...)`: the connector's rows stored (and upserted by
     // the primary key, if any), not read again from the connector.
@@ -168,7 +177,7 @@ pub async fn handle(
     let append_only = check_kind(&clauses, &primary_key, is_ctas)?;
     let watermark =
         clauses.watermark.as_ref().map(|w| check_watermark(session, &schema, &w.column, &w.expr)).transpose()?;
-    let options = TableOptions { append_only, watermark, processing_time, connector: clauses.source.clone(), replayed };
+    let options = TableOptions { append_only, watermark, processing_time, connector, replayed };
     // Columns keep their declared types (`VARCHAR(20)`): as written, or as the query of a
     // CREATE TABLE AS takes them from other relations.
     let schema = if is_ctas {
@@ -207,6 +216,8 @@ struct TableShape {
     processing_time: Option<usize>,
     /// A source whose connector produces its rows again (`catalog::replay`).
     replayed: bool,
+    /// A source's connector options with what it settled when made.
+    connector: Option<ConnectorOptions>,
 }
 
 fn table_shape(cmt: &datafusion::logical_expr::CreateMemoryTable, clauses: &StreamingClauses) -> Result<TableShape> {
@@ -253,6 +264,7 @@ fn table_shape(cmt: &datafusion::logical_expr::CreateMemoryTable, clauses: &Stre
     let stored = clauses.table_with_connector;
     let mut processing_time = stamped.as_ref().map(|(index, _)| *index);
     let mut replayed = false;
+    let mut connector = None;
     if let Some(options) = &clauses.source {
         let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
         let stamped = stamped.map(|(index, field)| {
@@ -260,8 +272,12 @@ fn table_shape(cmt: &datafusion::logical_expr::CreateMemoryTable, clauses: &Stre
             field
         });
         let key_names: Vec<String> = primary_key.iter().map(|&i| schema.field(i).name().clone()).collect();
-        let (connector_schema, replayable) = source_schema(options, Schema::new(fields), &key_names)?;
+        let shape = source_schema(options, Schema::new(fields), &key_names)?;
+        let (connector_schema, replayable) = (shape.schema, shape.replayable);
         replayed = replayable && !stored;
+        let mut options = options.clone();
+        options.0.extend(shape.settled);
+        connector = Some(options);
         let mut all = connector_schema.fields().to_vec();
         if let Some(field) = stamped {
             processing_time = Some(all.len());
@@ -278,7 +294,7 @@ fn table_shape(cmt: &datafusion::logical_expr::CreateMemoryTable, clauses: &Stre
     if !RowConverter::supports_fields(&sort_fields) {
         return Err(WeirError::unsupported("a column type of this table cannot be stored yet"));
     }
-    Ok(TableShape { schema, primary_key, processing_time, replayed })
+    Ok(TableShape { schema, primary_key, processing_time, replayed, connector })
 }
 
 /// Whether the table is append-only (declared, or a source without a key), after the checks of
