@@ -1,6 +1,8 @@
 # Sourced by the scripts: where the project's Python virtual environments are (made by
 # scripts/install-deps.sh test), and the Python the test servers and clients run with.
 #   WEIR_TEST_VENV          pinned versions: the test clients, moto (S3), noida-db (Kafka),
+#                           confluent-kafka with Avro (the schema-registry tests), cryptography
+#                           (test certificates),
 #                           kubernetes-validate (deploy/kubernetes)
 #   WEIR_TEST_VENV_LATEST   the clients' current releases
 #   WEIR_TEST_PYTHON        the pinned environment's python

@@ -1,0 +1,328 @@
+//! `ENCODE AVRO` for Kafka sources and sinks against a schema registry: messages produced and
+//! read by Confluent's own Python serializers (tests/clients/avro_client.py), through
+//! `tests/doubles/schema_registry.py`, a TEST DOUBLE of a Confluent Schema Registry's REST API
+//! (no schema registry server is installable here).
+//!
+//! Covered: columns from the registry's latest schema; messages written with an older schema
+//! (a field it lacks, a type promotion) and a newer one (a field deleted, one added) resolved
+//! against the reader schema the source keeps, also after SIGKILL and after the registry's
+//! latest schema changed; an unknown schema id and a body that does not decode as dead letters;
+//! a registry that goes away (the source retries, says why) and comes back (it catches up);
+//! bare bodies under a fixed schema; an UPSERT sink whose keys and values a consumer decodes,
+//! subject naming, registry basic auth.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::kafka::topic;
+use common::{free_port, kafka_bootstrap, rows, test_python, TestServer};
+
+/// The registry test double, stopped when dropped.
+struct Registry {
+    child: Child,
+    port: u16,
+}
+
+impl Registry {
+    /// A registry on `port` (a free one when None), its schemas kept in `data` when given.
+    fn start(port: Option<u16>, extra: &[&str]) -> Registry {
+        let port = port.unwrap_or_else(free_port);
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/doubles/schema_registry.py");
+        let mut child = Command::new(test_python())
+            .arg(script)
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start tests/doubles/schema_registry.py");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ready", "the schema registry double did not start");
+        Registry { child, port }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs tests/clients/avro_client.py with `args`; its output.
+fn avro_client(args: &[&str]) -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/avro_client.py");
+    let out = Command::new(test_python()).arg(script).args(args).output().expect("tests/clients/avro_client.py");
+    assert!(out.status.success(), "avro_client.py {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// Produces `records` (a JSON list) to `topic` with `schema`, serialized through `registry`:
+/// the schema's id.
+fn produce(topic: &str, schema: &str, records: &str, registry: &Registry) -> String {
+    let bootstrap = kafka_bootstrap();
+    let url = registry.url();
+    let args = ["produce", "--bootstrap", &bootstrap, "--topic", topic, "--schema", schema, "--records", records];
+    avro_client(&[&args[..], &["--registry", &url]].concat())
+}
+
+/// Produces `records` framed by hand: with schema id `id`, or bare bodies when None.
+fn produce_framed(topic: &str, schema: &str, records: &str, id: Option<u32>) -> String {
+    let bootstrap = kafka_bootstrap();
+    let args = ["produce", "--bootstrap", &bootstrap, "--topic", topic, "--schema", schema, "--records", records];
+    match id {
+        Some(id) => avro_client(&[&args[..], &["--id", &id.to_string()]].concat()),
+        None => avro_client(&[&args[..], &["--raw"]].concat()),
+    }
+}
+
+/// Sends `value` as it is.
+fn produce_bytes(topic: &str, value: &[u8]) {
+    let producer = common::kafka::producer(None);
+    producer.send(rdkafka::producer::BaseRecord::<'_, (), [u8]>::to(topic).payload(value)).map_err(|(e, _)| e).unwrap();
+    rdkafka::producer::Producer::flush(&producer, common::kafka::TIMEOUT).unwrap();
+}
+
+async fn eventually(client: &tokio_postgres::Client, sql: &str, expected: &[&str]) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let got = rows(client, sql).await;
+        if got == expected {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{sql}: {got:?}, expected {expected:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+const V1: &str = r#"{"type": "record", "name": "Bid", "fields": [{"name": "id", "type": "long"},
+  {"name": "price", "type": "long"}, {"name": "bidder", "type": ["null", "string"], "default": null}]}"#;
+/// Older: no bidder, price an int (promoted to long).
+const V0: &str = r#"{"type": "record", "name": "Bid", "fields": [{"name": "id", "type": "long"},
+  {"name": "price", "type": "int"}]}"#;
+/// Newer: bidder deleted, channel added.
+const V2: &str = r#"{"type": "record", "name": "Bid", "fields": [{"name": "id", "type": "long"},
+  {"name": "price", "type": "long"}, {"name": "channel", "type": "string", "default": "web"}]}"#;
+/// Latest later: price gone.
+const V3: &str = r#"{"type": "record", "name": "Bid", "fields": [{"name": "id", "type": "long"},
+  {"name": "bidder", "type": ["null", "string"], "default": null}]}"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_avro_source_resolves_older_and_newer_schemas_and_keeps_bad_values_as_dead_letters() {
+    let registry = Registry::start(None, &[]);
+    let bids = topic("avro_bids", 1).await;
+    let v1 = produce(&bids, V1, r#"[{"id": 1, "price": 10, "bidder": "ann"}, {"id": 2, "price": 20, "bidder": null}]"#, &registry);
+    let mut server = TestServer::start_with(&["--checkpoint-interval", "200ms"]);
+    let client = server.connect().await;
+    let source = |name: &str| {
+        format!(
+            "CREATE SOURCE {name} WITH (connector = 'kafka', topic = '{bids}', properties.bootstrap.server = '{}', \
+             kafka.retry.ms = '200') FORMAT PLAIN ENCODE AVRO (schema.registry = '{}')",
+            kafka_bootstrap(),
+            registry.url()
+        )
+    };
+    client.batch_execute(&source("bids")).await.unwrap();
+    let columns = rows(&client, "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'bids'").await;
+    assert_eq!(columns, ["bidder|text", "id|bigint", "price|bigint"], "the columns are the latest schema's");
+    client.batch_execute("CREATE MATERIALIZED VIEW seen AS SELECT id, price, bidder FROM bids").await.unwrap();
+
+    produce(&bids, V0, r#"[{"id": 3, "price": 30}]"#, &registry);
+    produce(&bids, V2, r#"[{"id": 4, "price": 40, "channel": "app"}]"#, &registry);
+    produce_framed(&bids, V1, r#"[{"id": 5, "price": 50, "bidder": "eve"}]"#, Some(9999));
+    let mut garbage = vec![0u8];
+    garbage.extend_from_slice(&v1.parse::<u32>().unwrap().to_be_bytes());
+    garbage.extend_from_slice(&[0x02, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]);
+    produce_bytes(&bids, &garbage);
+    produce_bytes(&bids, b"{\"id\": 6}");
+    produce(&bids, V1, r#"[{"id": 7, "price": 70, "bidder": "bob"}]"#, &registry);
+
+    let want = ["1|10|ann", "2|20|NULL", "3|30|NULL", "4|40|NULL", "7|70|bob"];
+    eventually(&client, "SELECT id, price, bidder FROM seen", &want).await;
+    let dead = rows(&client, "SELECT error FROM weir_catalog.dead_letters").await;
+    assert_eq!(dead.len(), 3, "{dead:?}");
+    assert!(dead.iter().any(|e| e.contains("schema id 9999 is not in the schema registry")), "{dead:?}");
+    assert!(dead.iter().any(|e| e.contains("does not decode")), "{dead:?}");
+    assert!(dead.iter().any(|e| e.contains("wire format")), "{dead:?}");
+
+    // The registry's latest schema drops price, which the source's reader schema needs (it
+    // has no default): its messages cannot be read as the source's rows (dead letters). The
+    // source keeps its reader schema through SIGKILL and a restart; a new source takes the new
+    // latest.
+    produce(&bids, V3, r#"[{"id": 8, "bidder": "cy"}]"#, &registry);
+    produce(&bids, V1, r#"[{"id": 9, "price": 90, "bidder": "dee"}]"#, &registry);
+    let want = ["1|10|ann", "2|20|NULL", "3|30|NULL", "4|40|NULL", "7|70|bob", "9|90|dee"];
+    eventually(&client, "SELECT id, price, bidder FROM seen", &want).await;
+    let dead = rows(&client, "SELECT error FROM weir_catalog.dead_letters").await;
+    assert!(dead.iter().any(|e| e.contains("cannot be read as the source's schema")), "{dead:?}");
+    drop(client);
+    let client = server.sigkill_and_reconnect().await;
+    eventually(&client, "SELECT id, price, bidder FROM seen", &want).await;
+    client.batch_execute(&source("bids_now")).await.unwrap();
+    let columns = rows(&client, "SELECT column_name FROM information_schema.columns WHERE table_name = 'bids_now'").await;
+    assert_eq!(columns, ["bidder", "id"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_that_goes_away_holds_the_source_until_it_is_back() {
+    let data = tempfile::tempdir().unwrap();
+    let file = data.path().join("registry.json").display().to_string();
+    let port = free_port();
+    let registry = Registry::start(Some(port), &["--data", &file]);
+    let bids = topic("avro_away", 1).await;
+    produce(&bids, V1, r#"[{"id": 1, "price": 10, "bidder": "ann"}]"#, &registry);
+    let server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SOURCE bids (id BIGINT, price BIGINT) WITH (connector = 'kafka', topic = '{bids}', \
+             properties.bootstrap.server = '{}', kafka.retry.ms = '200') \
+             FORMAT PLAIN ENCODE AVRO (schema.registry = '{}');
+             CREATE MATERIALIZED VIEW total AS SELECT count(*) AS n, sum(price) AS s FROM bids",
+            kafka_bootstrap(),
+            registry.url()
+        ))
+        .await
+        .unwrap();
+    eventually(&client, "SELECT n, s FROM total", &["1|10"]).await;
+
+    // A schema registered, then the registry gone before the source has seen its id.
+    let v2 = avro_client(&["register", "--registry", &registry.url(), "--subject", &format!("{bids}-value"), "--schema", V2]);
+    drop(registry);
+    produce_framed(&bids, V2, r#"[{"id": 2, "price": 20, "channel": "app"}, {"id": 3, "price": 30, "channel": "web"}]"#, Some(v2.parse().unwrap()));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let state = rows(&client, "SELECT state, error FROM weir_catalog.sources WHERE source_name = 'bids'").await;
+        if state.first().is_some_and(|s| s.starts_with("retrying|") && s.contains("schema registry")) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the registry's absence does not show: {state:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(rows(&client, "SELECT n, s FROM total").await, ["1|10"], "nothing read past the unknown schema");
+
+    let _registry = Registry::start(Some(port), &["--data", &file]);
+    eventually(&client, "SELECT n, s FROM total", &["3|60"]).await;
+    eventually(&client, "SELECT state FROM weir_catalog.sources WHERE source_name = 'bids'", &["running"]).await;
+    assert!(rows(&client, "SELECT * FROM weir_catalog.dead_letters").await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bare_avro_bodies_under_a_fixed_schema_and_create_errors() {
+    let bids = topic("avro_bare", 1).await;
+    produce_framed(&bids, V1, r#"[{"id": 1, "price": 10, "bidder": "ann"}, {"id": 2, "price": 20, "bidder": null}]"#, None);
+    let server = TestServer::start();
+    let client = server.connect().await;
+    let schema = V1.replace('\n', " ");
+    client
+        .batch_execute(&format!(
+            "CREATE SOURCE bids WITH (connector = 'kafka', topic = '{bids}', properties.bootstrap.server = '{}') \
+             FORMAT PLAIN ENCODE AVRO (schema = '{schema}')",
+            kafka_bootstrap()
+        ))
+        .await
+        .unwrap();
+    eventually(&client, "SELECT id, price, bidder FROM bids", &["1|10|ann", "2|20|NULL"]).await;
+    let bad = client
+        .batch_execute(&format!(
+            "CREATE SOURCE nothing WITH (connector = 'kafka', topic = '{bids}', properties.bootstrap.server = '{}') \
+             FORMAT PLAIN ENCODE AVRO",
+            kafka_bootstrap()
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(bad.code().map(|c| c.code()), Some("22023"), "{bad:?}");
+    let unreachable = client
+        .batch_execute(&format!(
+            "CREATE SOURCE nothing WITH (connector = 'kafka', topic = '{bids}', properties.bootstrap.server = '{}') \
+             FORMAT PLAIN ENCODE AVRO (schema.registry = 'http://127.0.0.1:{}')",
+            kafka_bootstrap(),
+            free_port()
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(unreachable.code().map(|c| c.code()), Some("08001"), "a registry that cannot be asked: {unreachable:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_avro_sink_writes_keys_and_values_that_consumers_decode() {
+    let registry = Registry::start(None, &["--user", "weir:registry-secret"]);
+    let upserts = topic("avro_upserts", 1).await;
+    let plain = topic("avro_plain", 1).await;
+    let server = TestServer::start_with(&["--checkpoint-interval", "200ms"]);
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE accounts (id INT PRIMARY KEY, owner TEXT, balance NUMERIC(10, 2), opened TIMESTAMP);
+             INSERT INTO accounts VALUES (1, 'ann', 10.50, '2026-01-02 03:04:05'), (2, NULL, 2.25, NULL);
+             CREATE TABLE events (id BIGINT, kind TEXT) APPEND ONLY;
+             INSERT INTO events VALUES (1, 'open'), (2, 'close');",
+        )
+        .await
+        .unwrap();
+    let registry_options = |password: &str| {
+        format!(
+            "schema.registry = '{}', schema.registry.username = 'weir', schema.registry.password = '{password}'",
+            registry.url()
+        )
+    };
+    client.batch_execute("CREATE MATERIALIZED VIEW balances AS SELECT * FROM accounts").await.unwrap();
+    let wrong = client
+        .batch_execute(&format!(
+            "CREATE SINK refused FROM balances WITH (connector = 'kafka', topic = '{upserts}', \
+             properties.bootstrap.server = '{}', primary_key = 'id') FORMAT UPSERT ENCODE AVRO ({})",
+            kafka_bootstrap(),
+            registry_options("wrong")
+        ))
+        .await
+        .unwrap_err();
+    let db = wrong.as_db_error().unwrap();
+    assert!(db.message().contains("401") && !db.message().contains("wrong"), "{}", db.message());
+    client
+        .batch_execute(&format!(
+            "CREATE SINK balances_out FROM balances WITH (connector = 'kafka', topic = '{upserts}', \
+             properties.bootstrap.server = '{0}', primary_key = 'id') FORMAT UPSERT ENCODE AVRO ({1});
+             CREATE SINK events_out AS SELECT id, kind FROM events WITH (connector = 'kafka', topic = '{plain}', \
+             properties.bootstrap.server = '{0}') FORMAT PLAIN ENCODE AVRO ({1}, \
+             schema.registry.name.strategy = 'record_name_strategy', schema.registry.record.name = 'Event');",
+            kafka_bootstrap(),
+            registry_options("registry-secret")
+        ))
+        .await
+        .unwrap();
+    let (url, bootstrap) = (registry.url(), kafka_bootstrap());
+    let auth = ["--auth", "weir:registry-secret"];
+    let read = |topic: &str, count: &str| {
+        let args = ["consume", "--bootstrap", &bootstrap, "--topic", topic, "--registry", &url, "--count", count];
+        avro_client(&[&args[..], &auth[..]].concat())
+    };
+    let upserted = read(&upserts, "2");
+    let mut lines: Vec<&str> = upserted.lines().collect();
+    lines.sort();
+    assert_eq!(
+        lines,
+        [
+            r#"{"key": {"id": 1}, "value": {"balance": "10.50", "id": 1, "opened": "2026-01-02 03:04:05", "owner": "ann"}}"#,
+            r#"{"key": {"id": 2}, "value": {"balance": "2.25", "id": 2, "opened": null, "owner": null}}"#,
+        ],
+        "{upserted}"
+    );
+    client.batch_execute("DELETE FROM accounts WHERE id = 2").await.unwrap();
+    assert_eq!(read(&upserts, "1"), r#"{"key": {"id": 2}, "value": null}"#, "a tombstone");
+    let events = read(&plain, "2");
+    assert_eq!(
+        events.lines().collect::<Vec<_>>(),
+        [r#"{"key": null, "value": {"id": 1, "kind": "open"}}"#, r#"{"key": null, "value": {"id": 2, "kind": "close"}}"#]
+    );
+    let subjects = avro_client(&[&["subjects", "--registry", &url][..], &auth[..]].concat());
+    assert!(subjects.contains(&format!("\"{upserts}-key\"")) && subjects.contains(&format!("\"{upserts}-value\"")), "{subjects}");
+    assert!(subjects.contains("\"Event\""), "record_name_strategy names the subject by the record: {subjects}");
+}
