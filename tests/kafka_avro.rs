@@ -7,53 +7,32 @@
 //! (a field it lacks, a type promotion) and a newer one (a field deleted, one added) resolved
 //! against the reader schema the source keeps, also after SIGKILL and after the registry's
 //! latest schema changed; an unknown schema id and a body that does not decode as dead letters;
-//! a registry that goes away (the source retries, says why) and comes back (it catches up);
+//! a registry that goes away (the source retries, says why) and comes back (it catches up),
+//! one over HTTPS with a private CA;
 //! bare bodies under a fixed schema; an UPSERT sink whose keys and values a consumer decodes,
 //! subject naming, registry basic auth.
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::kafka::topic;
-use common::{free_port, kafka_bootstrap, rows, test_python, TestServer};
+use common::{free_port, kafka_bootstrap, rows, test_python, TestDouble, TestServer};
 
-/// The registry test double, stopped when dropped.
-struct Registry {
-    child: Child,
-    port: u16,
-}
+/// The schema-registry test double.
+struct Registry(TestDouble);
 
 impl Registry {
-    /// A registry on `port` (a free one when None), its schemas kept in `data` when given.
+    /// A registry on `port` (a free one when None), with `extra` arguments (`--user`, `--data`).
     fn start(port: Option<u16>, extra: &[&str]) -> Registry {
-        let port = port.unwrap_or_else(free_port);
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/doubles/schema_registry.py");
-        let mut child = Command::new(test_python())
-            .arg(script)
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start tests/doubles/schema_registry.py");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        assert_eq!(line.trim(), "ready", "the schema registry double did not start");
-        Registry { child, port }
+        let extra: Vec<String> = extra.iter().map(|a| a.to_string()).collect();
+        Registry(TestDouble::start("schema_registry.py", port, &extra))
     }
 
     fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-}
-
-impl Drop for Registry {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        format!("http://127.0.0.1:{}", self.0.port)
     }
 }
 
@@ -325,4 +304,33 @@ async fn an_avro_sink_writes_keys_and_values_that_consumers_decode() {
     let subjects = avro_client(&[&["subjects", "--registry", &url][..], &auth[..]].concat());
     assert!(subjects.contains(&format!("\"{upserts}-key\"")) && subjects.contains(&format!("\"{upserts}-value\"")), "{subjects}");
     assert!(subjects.contains("\"Event\""), "record_name_strategy names the subject by the record: {subjects}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_over_https_is_checked_against_its_ca() {
+    let data = tempfile::tempdir().unwrap();
+    let file = data.path().join("registry.json").display().to_string();
+    let bids = topic("avro_https", 1).await;
+    {
+        let plain = Registry::start(None, &["--data", &file]);
+        produce(&bids, V1, r#"[{"id": 1, "price": 10, "bidder": "ann"}]"#, &plain);
+    }
+    let certs = common::test_certs();
+    let (cert, key) = (certs.join("server.pem").display().to_string(), certs.join("server.key").display().to_string());
+    let https = Registry::start(None, &["--data", &file, "--tls", &cert, &key]);
+    let url = format!("https://localhost:{}", https.0.port);
+    let server = TestServer::start();
+    let client = server.connect().await;
+    let source = |name: &str, ca: &str| {
+        format!(
+            "CREATE SOURCE {name} WITH (connector = 'kafka', topic = '{bids}', properties.bootstrap.server = '{}') \
+             FORMAT PLAIN ENCODE AVRO (schema.registry = '{url}', schema.registry.ca.location = '{}')",
+            kafka_bootstrap(),
+            certs.join(ca).display()
+        )
+    };
+    let untrusted = client.batch_execute(&source("untrusted", "other_ca.pem")).await.unwrap_err();
+    assert_eq!(untrusted.code().map(|c| c.code()), Some("08001"), "{untrusted:?}");
+    client.batch_execute(&source("bids", "ca.pem")).await.unwrap();
+    eventually(&client, "SELECT id, price, bidder FROM bids", &["1|10|ann"]).await;
 }

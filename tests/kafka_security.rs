@@ -13,49 +13,24 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::kafka::{producer, send, topic, upsert_rows};
-use common::{assert_sqlstate, free_port, kafka_bootstrap, rows, test_certs, test_python, TestServer};
+use common::{assert_sqlstate, free_port, kafka_bootstrap, rows, test_certs, TestDouble, TestServer};
 
-/// One running front (the test double), stopped when dropped.
-struct Front {
-    child: Child,
-    port: u16,
-}
+/// The secured-broker test double, in front of the test broker.
+struct Front(TestDouble);
 
 impl Front {
-    /// A front on `port` (a free one when None) before the test broker, with `args`
-    /// (`--tls`, `--client-ca`, `--sasl`, `--user`).
+    /// A front on `port` (a free one when None) with `args` (`--tls`, `--client-ca`, `--sasl`,
+    /// `--user`).
     fn start(port: Option<u16>, args: &[String]) -> Front {
-        let port = port.unwrap_or_else(free_port);
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/doubles/kafka_front.py");
-        let mut child = Command::new(test_python())
-            .arg(script)
-            .args(["--listen", &format!("127.0.0.1:{port}"), "--upstream", &kafka_bootstrap()])
-            .args(["--advertise", "localhost"])
-            .args(args)
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start tests/doubles/kafka_front.py");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        assert_eq!(line.trim(), "ready", "the Kafka front did not start");
-        Front { child, port }
+        let upstream = ["--upstream".to_string(), kafka_bootstrap(), "--advertise".into(), "localhost".into()];
+        Front(TestDouble::start("kafka_front.py", port, &[&upstream[..], args].concat()))
     }
 
     fn bootstrap(&self) -> String {
-        format!("localhost:{}", self.port)
-    }
-}
-
-impl Drop for Front {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        format!("localhost:{}", self.0.port)
     }
 }
 

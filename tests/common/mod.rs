@@ -366,6 +366,41 @@ pub fn test_certs() -> &'static Path {
     })
 }
 
+/// A test double (`tests/doubles/<script>`: a secured Kafka front, a schema registry) running as
+/// a process of the test Python, stopped when dropped.
+pub struct TestDouble {
+    child: Child,
+    pub port: u16,
+}
+
+impl TestDouble {
+    /// Starts `tests/doubles/<script>` listening on 127.0.0.1:`port` (a free one when None),
+    /// with `args` besides `--listen`, and waits until it says it is ready.
+    pub fn start(script: &str, port: Option<u16>, args: &[String]) -> TestDouble {
+        use std::io::BufRead;
+        let port = port.unwrap_or_else(free_port);
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/doubles").join(script);
+        let mut child = Command::new(test_python())
+            .arg(path)
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(args)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start tests/doubles/{script}: {e}"));
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ready", "tests/doubles/{script} did not start");
+        TestDouble { child, port }
+    }
+}
+
+impl Drop for TestDouble {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// A new database on the test PostgreSQL; returns a client of it and its JDBC URL.
 pub async fn postgres_database(name: &str) -> (tokio_postgres::Client, String) {
     let db = format!("{name}_{}_{}", std::process::id(), free_port());

@@ -10,10 +10,11 @@ over schemas held in memory (no compatibility checks, no deletes, no contexts).
 - GET  /schemas/ids/{id}  -> {"schema": "..."} or 404 {"error_code": 40403}
 - GET  /config, PUT /config  -> {"compatibilityLevel": "NONE"}
 
-    python schema_registry.py --listen 127.0.0.1:PORT [--user NAME:PASSWORD] [--data FILE]
+    python schema_registry.py --listen 127.0.0.1:PORT [--user NAME:PASSWORD] [--data FILE] [--tls CERT KEY]
 
 With --user, every request must carry HTTP basic auth for that user (401 otherwise). With
 --data, the schemas are kept in FILE, so a registry stopped and started again still has them.
+With --tls, it speaks HTTPS with that certificate.
 Prints "ready" once it listens; stops on SIGTERM. Used by tests/kafka_avro.rs.
 """
 
@@ -22,6 +23,7 @@ import base64
 import json
 import os
 import signal
+import ssl
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -159,6 +161,7 @@ def main():
     parser.add_argument("--listen", required=True)
     parser.add_argument("--user")
     parser.add_argument("--data")
+    parser.add_argument("--tls", nargs=2, metavar=("CERT", "KEY"))
     args = parser.parse_args()
     Handler.user = args.user
     global data_file
@@ -170,6 +173,10 @@ def main():
         subjects.update(kept["subjects"])
     host, port = args.listen.rsplit(":", 1)
     server = ThreadingHTTPServer((host, int(port)), Handler)
+    if args.tls:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(*args.tls)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
     print("ready", flush=True)
     server.serve_forever()
