@@ -15,11 +15,11 @@
 //!
 //! A value whose schema id the registry does not have, whose writer schema cannot be resolved
 //! against the reader schema, or whose body does not decode is a dead letter; a registry that
-//! cannot be asked is [`Unavailable`], and the source retries.
+//! cannot be asked is an error with SQLSTATE 08001, and the source retries.
 
 pub mod registry;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use arrow_avro::reader::{Decoder, ReaderBuilder};
@@ -41,10 +41,6 @@ const BATCH_ROWS: usize = 8192;
 
 /// The id a fixed schema's bodies are decoded under (framed as if a registry had given it).
 const FIXED: u32 = 0;
-
-/// The registry could not be asked for a schema: the chunk is to be read again later.
-#[derive(Debug)]
-pub struct Unavailable(pub String);
 
 /// What decoding a chunk's values gives: the rows of the values that decoded (`kept`: their
 /// indices), and why each other one did not.
@@ -69,7 +65,7 @@ pub struct AvroDecoder {
     /// Writer schemas that cannot be resolved against the reader schema, and why.
     unresolvable: BTreeMap<u32, String>,
     /// Ids the registry does not have.
-    missing: BTreeMap<u32, ()>,
+    missing: BTreeSet<u32>,
     /// Made from `writers` when needed, dropped when they change or a value fails.
     decoder: Option<Decoder>,
 }
@@ -111,7 +107,7 @@ impl AvroDecoder {
             schema,
             writers,
             unresolvable: BTreeMap::new(),
-            missing: BTreeMap::new(),
+            missing: BTreeSet::new(),
             decoder: None,
         })
     }
@@ -126,9 +122,9 @@ impl AvroDecoder {
         Arc::clone(&self.schema)
     }
 
-    /// Decodes `values`; [`Unavailable`] when a schema id is new and the registry cannot be
-    /// asked for it.
-    pub fn decode(&mut self, values: &[&[u8]]) -> std::result::Result<Decoded, Unavailable> {
+    /// Decodes `values`; 08001 when a schema id is new and the registry cannot be asked for it
+    /// (the values are to be read again later).
+    pub fn decode(&mut self, values: &[&[u8]]) -> Result<Decoded> {
         let mut dead: Vec<(usize, String)> = Vec::new();
         let mut framed: Vec<(usize, std::borrow::Cow<'_, [u8]>)> = Vec::with_capacity(values.len());
         for (i, value) in values.iter().enumerate() {
@@ -172,21 +168,20 @@ impl AvroDecoder {
             }
         }
         dead.sort_by_key(|(i, _)| *i);
-        let batch = datafusion::arrow::compute::concat_batches(&self.schema, &batches)
-            .map_err(|e| Unavailable(format!("decoded batches do not concatenate: {e}")))?;
+        let batch = datafusion::arrow::compute::concat_batches(&self.schema, &batches)?;
         Ok(Decoded { batch, kept, dead })
     }
 
     /// Whether schema id `id` can be decoded: fetched from the registry the first time (and
     /// tried against the reader schema); Err(why) when it cannot.
-    fn known(&mut self, id: u32) -> std::result::Result<std::result::Result<(), String>, Unavailable> {
+    fn known(&mut self, id: u32) -> Result<std::result::Result<(), String>> {
         if self.writers.contains_key(&id) {
             return Ok(Ok(()));
         }
         if let Some(why) = self.unresolvable.get(&id) {
             return Ok(Err(why.clone()));
         }
-        if self.missing.contains_key(&id) {
+        if self.missing.contains(&id) {
             return Ok(Err(format!("schema id {id} is not in the schema registry")));
         }
         let registry = self.registry.as_ref().expect("a registry frames its values");
@@ -202,12 +197,14 @@ impl AvroDecoder {
                 Ok(Ok(()))
             }
             Ok(Lookup::Missing) => {
-                self.missing.insert(id, ());
+                self.missing.insert(id);
                 Ok(Err(format!("schema id {id} is not in the schema registry")))
             }
-            Err(RegistryError::Unavailable(why) | RegistryError::Refused(why)) => {
-                Err(Unavailable(format!("schema registry {}: {why}", registry.url)))
-            }
+            // Refused too: credentials that stopped working are mended outside, then read again.
+            Err(RegistryError::Unavailable(why) | RegistryError::Refused(why)) => Err(WeirError::new(
+                SqlState::UNABLE_TO_CONNECT,
+                format!("schema registry {}: {why}", registry.url),
+            )),
         }
     }
 

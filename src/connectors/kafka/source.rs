@@ -426,9 +426,8 @@ impl KafkaReader {
     fn decode_rows(&mut self, records: &[Record], keep_dead: bool) -> Result<(RecordBatch, Vec<usize>)> {
         if let Some(avro) = &mut self.avro {
             let values: Vec<&[u8]> = records.iter().map(|r| r.value.as_slice()).collect();
-            let decoded = avro.decode(&values).map_err(|unavailable| {
-                WeirError::new(SqlState::UNABLE_TO_CONNECT, format!("Kafka topic \"{}\": {}", self.topic, unavailable.0))
-            })?;
+            // A registry that cannot be asked: 08001, which `read` retries.
+            let decoded = avro.decode(&values)?;
             if keep_dead {
                 let read_at = chrono::Utc::now().timestamp_micros();
                 self.dead.extend(decoded.dead.into_iter().map(|(i, error)| DeadLetter {
