@@ -155,6 +155,10 @@ enum BenchCommand {
         /// runs.
         #[arg(long)]
         preload: bool,
+        /// With --kafka: the bids' encoding on the topic, json or avro (bare Avro bodies under
+        /// one fixed schema, `ENCODE AVRO (schema = ...)`).
+        #[arg(long, default_value = "json")]
+        encode: String,
         /// With --kafka: only produce the bids to this topic (the benchmark's producer process).
         #[arg(long, hide = true)]
         produce_to: Option<String>,
@@ -289,6 +293,7 @@ fn main() -> std::process::ExitCode {
                     sink,
                     sink_parallelism,
                     preload,
+                    encode,
                     produce_to,
                 },
         }) => {
@@ -310,10 +315,10 @@ fn main() -> std::process::ExitCode {
                 hot_auction_ratio,
             };
             if let (Some(servers), Some(topic)) = (&kafka, produce_to) {
-                return run_bench(weir::bench::kafka::produce(options, servers.clone(), topic));
+                return run_bench(weir::bench::kafka::produce(options, servers.clone(), topic, encode));
             }
             if let Some(servers) = kafka {
-                let kafka = weir::bench::kafka::KafkaBenchOptions { servers, sink, sink_parallelism, preload };
+                let kafka = weir::bench::kafka::KafkaBenchOptions { servers, sink, sink_parallelism, preload, encode };
                 return run_bench(weir::bench::kafka::run(options, kafka));
             }
             return run_bench(weir::bench::nexmark::run(options));

@@ -19,7 +19,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::kafka::topic;
-use common::{free_port, kafka_bootstrap, rows, test_python, TestDouble, TestServer};
+use common::{assert_eventually, free_port, kafka_bootstrap, rows, test_python, TestDouble, TestServer};
 
 /// The schema-registry test double.
 struct Registry(TestDouble);
@@ -70,18 +70,6 @@ fn produce_bytes(topic: &str, value: &[u8]) {
     rdkafka::producer::Producer::flush(&producer, common::kafka::TIMEOUT).unwrap();
 }
 
-async fn eventually(client: &tokio_postgres::Client, sql: &str, expected: &[&str]) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let got = rows(client, sql).await;
-        if got == expected {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{sql}: {got:?}, expected {expected:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 const V1: &str = r#"{"type": "record", "name": "Bid", "fields": [{"name": "id", "type": "long"},
   {"name": "price", "type": "long"}, {"name": "bidder", "type": ["null", "string"], "default": null}]}"#;
 /// Older: no bidder, price an int (promoted to long).
@@ -98,7 +86,12 @@ const V3: &str = r#"{"type": "record", "name": "Bid", "fields": [{"name": "id", 
 async fn an_avro_source_resolves_older_and_newer_schemas_and_keeps_bad_values_as_dead_letters() {
     let registry = Registry::start(None, &[]);
     let bids = topic("avro_bids", 1).await;
-    let v1 = produce(&bids, V1, r#"[{"id": 1, "price": 10, "bidder": "ann"}, {"id": 2, "price": 20, "bidder": null}]"#, &registry);
+    let v1 = produce(
+        &bids,
+        V1,
+        r#"[{"id": 1, "price": 10, "bidder": "ann"}, {"id": 2, "price": 20, "bidder": null}]"#,
+        &registry,
+    );
     let mut server = TestServer::start_with(&["--checkpoint-interval", "200ms"]);
     let client = server.connect().await;
     let source = |name: &str| {
@@ -110,7 +103,8 @@ async fn an_avro_source_resolves_older_and_newer_schemas_and_keeps_bad_values_as
         )
     };
     client.batch_execute(&source("bids")).await.unwrap();
-    let columns = rows(&client, "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'bids'").await;
+    let columns =
+        rows(&client, "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'bids'").await;
     assert_eq!(columns, ["bidder|text", "id|bigint", "price|bigint"], "the columns are the latest schema's");
     client.batch_execute("CREATE MATERIALIZED VIEW seen AS SELECT id, price, bidder FROM bids").await.unwrap();
 
@@ -125,7 +119,7 @@ async fn an_avro_source_resolves_older_and_newer_schemas_and_keeps_bad_values_as
     produce(&bids, V1, r#"[{"id": 7, "price": 70, "bidder": "bob"}]"#, &registry);
 
     let want = ["1|10|ann", "2|20|NULL", "3|30|NULL", "4|40|NULL", "7|70|bob"];
-    eventually(&client, "SELECT id, price, bidder FROM seen", &want).await;
+    assert_eventually(&client, "SELECT id, price, bidder FROM seen", &want).await;
     let dead = rows(&client, "SELECT error FROM weir_catalog.dead_letters").await;
     assert_eq!(dead.len(), 3, "{dead:?}");
     assert!(dead.iter().any(|e| e.contains("schema id 9999 is not in the schema registry")), "{dead:?}");
@@ -139,14 +133,15 @@ async fn an_avro_source_resolves_older_and_newer_schemas_and_keeps_bad_values_as
     produce(&bids, V3, r#"[{"id": 8, "bidder": "cy"}]"#, &registry);
     produce(&bids, V1, r#"[{"id": 9, "price": 90, "bidder": "dee"}]"#, &registry);
     let want = ["1|10|ann", "2|20|NULL", "3|30|NULL", "4|40|NULL", "7|70|bob", "9|90|dee"];
-    eventually(&client, "SELECT id, price, bidder FROM seen", &want).await;
+    assert_eventually(&client, "SELECT id, price, bidder FROM seen", &want).await;
     let dead = rows(&client, "SELECT error FROM weir_catalog.dead_letters").await;
     assert!(dead.iter().any(|e| e.contains("cannot be read as the source's schema")), "{dead:?}");
     drop(client);
     let client = server.sigkill_and_reconnect().await;
-    eventually(&client, "SELECT id, price, bidder FROM seen", &want).await;
+    assert_eventually(&client, "SELECT id, price, bidder FROM seen", &want).await;
     client.batch_execute(&source("bids_now")).await.unwrap();
-    let columns = rows(&client, "SELECT column_name FROM information_schema.columns WHERE table_name = 'bids_now'").await;
+    let columns =
+        rows(&client, "SELECT column_name FROM information_schema.columns WHERE table_name = 'bids_now'").await;
     assert_eq!(columns, ["bidder", "id"]);
 }
 
@@ -171,12 +166,25 @@ async fn a_registry_that_goes_away_holds_the_source_until_it_is_back() {
         ))
         .await
         .unwrap();
-    eventually(&client, "SELECT n, s FROM total", &["1|10"]).await;
+    assert_eventually(&client, "SELECT n, s FROM total", &["1|10"]).await;
 
     // A schema registered, then the registry gone before the source has seen its id.
-    let v2 = avro_client(&["register", "--registry", &registry.url(), "--subject", &format!("{bids}-value"), "--schema", V2]);
+    let v2 = avro_client(&[
+        "register",
+        "--registry",
+        &registry.url(),
+        "--subject",
+        &format!("{bids}-value"),
+        "--schema",
+        V2,
+    ]);
     drop(registry);
-    produce_framed(&bids, V2, r#"[{"id": 2, "price": 20, "channel": "app"}, {"id": 3, "price": 30, "channel": "web"}]"#, Some(v2.parse().unwrap()));
+    produce_framed(
+        &bids,
+        V2,
+        r#"[{"id": 2, "price": 20, "channel": "app"}, {"id": 3, "price": 30, "channel": "web"}]"#,
+        Some(v2.parse().unwrap()),
+    );
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let state = rows(&client, "SELECT state, error FROM weir_catalog.sources WHERE source_name = 'bids'").await;
@@ -189,15 +197,20 @@ async fn a_registry_that_goes_away_holds_the_source_until_it_is_back() {
     assert_eq!(rows(&client, "SELECT n, s FROM total").await, ["1|10"], "nothing read past the unknown schema");
 
     let _registry = Registry::start(Some(port), &["--data", &file]);
-    eventually(&client, "SELECT n, s FROM total", &["3|60"]).await;
-    eventually(&client, "SELECT state FROM weir_catalog.sources WHERE source_name = 'bids'", &["running"]).await;
+    assert_eventually(&client, "SELECT n, s FROM total", &["3|60"]).await;
+    assert_eventually(&client, "SELECT state FROM weir_catalog.sources WHERE source_name = 'bids'", &["running"]).await;
     assert!(rows(&client, "SELECT * FROM weir_catalog.dead_letters").await.is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bare_avro_bodies_under_a_fixed_schema_and_create_errors() {
     let bids = topic("avro_bare", 1).await;
-    produce_framed(&bids, V1, r#"[{"id": 1, "price": 10, "bidder": "ann"}, {"id": 2, "price": 20, "bidder": null}]"#, None);
+    produce_framed(
+        &bids,
+        V1,
+        r#"[{"id": 1, "price": 10, "bidder": "ann"}, {"id": 2, "price": 20, "bidder": null}]"#,
+        None,
+    );
     let server = TestServer::start();
     let client = server.connect().await;
     let schema = V1.replace('\n', " ");
@@ -209,7 +222,7 @@ async fn bare_avro_bodies_under_a_fixed_schema_and_create_errors() {
         ))
         .await
         .unwrap();
-    eventually(&client, "SELECT id, price, bidder FROM bids", &["1|10|ann", "2|20|NULL"]).await;
+    assert_eventually(&client, "SELECT id, price, bidder FROM bids", &["1|10|ann", "2|20|NULL"]).await;
     let bad = client
         .batch_execute(&format!(
             "CREATE SOURCE nothing WITH (connector = 'kafka', topic = '{bids}', properties.bootstrap.server = '{}') \
@@ -299,10 +312,16 @@ async fn an_avro_sink_writes_keys_and_values_that_consumers_decode() {
     let events = read(&plain, "2");
     assert_eq!(
         events.lines().collect::<Vec<_>>(),
-        [r#"{"key": null, "value": {"id": 1, "kind": "open"}}"#, r#"{"key": null, "value": {"id": 2, "kind": "close"}}"#]
+        [
+            r#"{"key": null, "value": {"id": 1, "kind": "open"}}"#,
+            r#"{"key": null, "value": {"id": 2, "kind": "close"}}"#
+        ]
     );
     let subjects = avro_client(&[&["subjects", "--registry", &url][..], &auth[..]].concat());
-    assert!(subjects.contains(&format!("\"{upserts}-key\"")) && subjects.contains(&format!("\"{upserts}-value\"")), "{subjects}");
+    assert!(
+        subjects.contains(&format!("\"{upserts}-key\"")) && subjects.contains(&format!("\"{upserts}-value\"")),
+        "{subjects}"
+    );
     assert!(subjects.contains("\"Event\""), "record_name_strategy names the subject by the record: {subjects}");
 }
 
@@ -332,5 +351,5 @@ async fn a_registry_over_https_is_checked_against_its_ca() {
     let untrusted = client.batch_execute(&source("untrusted", "other_ca.pem")).await.unwrap_err();
     assert_eq!(untrusted.code().map(|c| c.code()), Some("08001"), "{untrusted:?}");
     client.batch_execute(&source("bids", "ca.pem")).await.unwrap();
-    eventually(&client, "SELECT id, price, bidder FROM bids", &["1|10|ann"]).await;
+    assert_eventually(&client, "SELECT id, price, bidder FROM bids", &["1|10|ann"]).await;
 }

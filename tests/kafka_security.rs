@@ -16,7 +16,9 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::kafka::{producer, send, topic, upsert_rows};
-use common::{assert_sqlstate, free_port, kafka_bootstrap, rows, test_certs, TestDouble, TestServer};
+use common::{
+    assert_eventually, assert_sqlstate, free_port, kafka_bootstrap, rows, test_certs, TestDouble, TestServer,
+};
 
 /// The secured-broker test double, in front of the test broker.
 struct Front(TestDouble);
@@ -61,19 +63,6 @@ fn messages(first: i64, n: i64) -> Vec<(i32, String)> {
     (first..first + n).map(|id| ((id % 2) as i32, format!(r#"{{"id": {id}, "v": {}}}"#, id * 10))).collect()
 }
 
-/// Waits until `sql` answers `expected` (rows joined by `|`).
-async fn eventually(client: &tokio_postgres::Client, sql: &str, expected: &[&str]) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let got = rows(client, sql).await;
-        if got == expected {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{sql}: {got:?}, expected {expected:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// The message of `sql`'s error, which must have SQLSTATE `code`.
 async fn error_of(client: &tokio_postgres::Client, sql: &str, code: &str) -> String {
     let e = client.batch_execute(sql).await.expect_err(sql);
@@ -113,7 +102,7 @@ async fn scram_over_tls_reads_and_writes_exactly_once_with_secrets_from_env_and_
         )
         .await
         .unwrap();
-    eventually(&client, "SELECT g, n, total FROM per_group", &["0|34|16830", "1|33|16170", "2|33|16500"]).await;
+    assert_eventually(&client, "SELECT g, n, total FROM per_group", &["0|34|16830", "1|33|16170", "2|33|16500"]).await;
 
     // The sink writes through the front too: transactions, the marker's consumer group.
     let from_file = security(&format!("properties.sasl.password.ref = 'file:{}'", password_file.display()));
@@ -127,10 +116,14 @@ async fn scram_over_tls_reads_and_writes_exactly_once_with_secrets_from_env_and_
         .unwrap();
     send(&producer(None), &input, &messages(100, 50));
     let want = ["0|50|36750", "1|50|37250", "2|50|37750"];
-    eventually(&client, "SELECT g, n, total FROM per_group", &want).await;
+    assert_eventually(&client, "SELECT g, n, total FROM per_group", &want).await;
     let deadline = Instant::now() + Duration::from_secs(30);
     while upsert_rows(&output, &["g", "n", "total"]) != want {
-        assert!(Instant::now() < deadline, "the sink did not deliver: {:?}", upsert_rows(&output, &["g", "n", "total"]));
+        assert!(
+            Instant::now() < deadline,
+            "the sink did not deliver: {:?}",
+            upsert_rows(&output, &["g", "n", "total"])
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
@@ -175,8 +168,8 @@ async fn plain_sasl_and_mutual_tls() {
         )
         .await
         .unwrap();
-    eventually(&client, "SELECT n FROM plain_count", &["10"]).await;
-    eventually(&client, "SELECT n FROM mtls_count", &["10"]).await;
+    assert_eventually(&client, "SELECT n FROM plain_count", &["10"]).await;
+    assert_eventually(&client, "SELECT n FROM mtls_count", &["10"]).await;
 
     // Without its certificate the client is turned away at the handshake.
     let message = error_of(&client, &source_sql("no_cert", &input, &mtls_front, &ca), "08001").await;
@@ -199,11 +192,13 @@ async fn refused_connections_fail_create_with_a_clear_error() {
     };
     client.batch_execute(&source_sql("good", &input, &front, &scram("right", "ca.pem"))).await.unwrap();
 
-    let wrong_password = error_of(&client, &source_sql("s1", &input, &front, &scram("wrongpass", "ca.pem")), "08001").await;
+    let wrong_password =
+        error_of(&client, &source_sql("s1", &input, &front, &scram("wrongpass", "ca.pem")), "08001").await;
     assert!(wrong_password.contains("SASL authentication error"), "{wrong_password}");
     assert!(!wrong_password.contains("wrongpass"), "{wrong_password}");
 
-    let untrusted = error_of(&client, &source_sql("s2", &input, &front, &scram("right", "other_ca.pem")), "08001").await;
+    let untrusted =
+        error_of(&client, &source_sql("s2", &input, &front, &scram("right", "other_ca.pem")), "08001").await;
     assert!(untrusted.contains("certificate verify failed"), "{untrusted}");
 
     // A certificate the trusted CA issued for another host: refused, unless verification of
@@ -241,7 +236,7 @@ async fn a_broker_that_later_refuses_the_credentials_shows_in_the_source_state()
     );
     client.batch_execute(&source_sql("rotated", &input, &front, &security)).await.unwrap();
     client.batch_execute("CREATE MATERIALIZED VIEW seen AS SELECT count(*) AS n FROM rotated").await.unwrap();
-    eventually(&client, "SELECT n FROM seen", &["10"]).await;
+    assert_eventually(&client, "SELECT n FROM seen", &["10"]).await;
 
     // The broker's password changes under the running source.
     drop(front);
@@ -263,6 +258,7 @@ async fn a_broker_that_later_refuses_the_credentials_shows_in_the_source_state()
     // It takes them again: the source catches up, nothing lost.
     drop(front);
     let _front = Front::start(Some(port), &[tls("server"), sasl("SCRAM-SHA-256", "carol", "first")].concat());
-    eventually(&client, "SELECT n FROM seen", &["20"]).await;
-    eventually(&client, "SELECT state FROM weir_catalog.sources WHERE source_name = 'rotated'", &["running"]).await;
+    assert_eventually(&client, "SELECT n FROM seen", &["20"]).await;
+    assert_eventually(&client, "SELECT state FROM weir_catalog.sources WHERE source_name = 'rotated'", &["running"])
+        .await;
 }

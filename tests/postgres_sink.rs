@@ -308,7 +308,8 @@ async fn a_sink_connects_over_tls_as_sslmode_says() {
              table.name = 'per_group', primary_key = 'g')"
         )
     };
-    for (sslmode, code) in [("sslmode=disable", "08001"), (&*format!("sslmode=verify-full&sslrootcert={other_ca}"), "08001")]
+    for (sslmode, code) in
+        [("sslmode=disable", "08001"), (&*format!("sslmode=verify-full&sslrootcert={other_ca}"), "08001")]
     {
         let e = c.batch_execute(&sink("refused", &url(sslmode))).await.expect_err(sslmode);
         let db = e.as_db_error().unwrap();

@@ -18,7 +18,12 @@
 //!   came from was sent then), p50 and p99 over every message (views with a `date_time`
 //!   column: q0's every bid, q7's highest bids). Runs for N / R seconds.
 //!
-//! Prints one human line and one JSON line, as `weir bench nexmark` does.
+//! `--encode avro` puts the bids on the topic as bare Avro bodies and reads them with
+//! `ENCODE AVRO (schema = ...)` (decoding's cost without a registry's framing).
+//!
+//! Prints one human line and one JSON line, as `weir bench nexmark` does; the JSON has
+//! `cpu_seconds_per_million_bids` (Weir's process only, from /proc: the broker's and the
+//! producer's cost do not count).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -49,6 +54,8 @@ pub struct KafkaBenchOptions {
     pub sink_parallelism: Option<usize>,
     /// Produce every bid before the pipeline starts (throughput of the pipeline alone).
     pub preload: bool,
+    /// The bids' encoding: `json` or `avro`.
+    pub encode: String,
 }
 
 const PARTITIONS: i32 = 4;
@@ -83,9 +90,23 @@ fn producer(servers: &str) -> Result<BaseProducer> {
         .map_err(kafka_error("Kafka producer"))
 }
 
-/// Sends each row of `bids` as one JSON message; returns how many.
-fn send_bids(producer: &BaseProducer, topic: &str, bids: &RecordBatch) -> Result<usize> {
-    let messages: Vec<KafkaMessage> = json_lines(bids)?.into_iter().map(|line| (None, Some(line))).collect();
+/// The Avro schema of the generator's bids.
+fn bid_avro_schema(bids: &datafusion::arrow::datatypes::Schema) -> Result<String> {
+    crate::connectors::avro::avro_schema_of(bids, "Bid")
+}
+
+/// Sends each row of `bids` as one message (JSON, or a bare Avro body); returns how many.
+fn send_bids(producer: &BaseProducer, topic: &str, bids: &RecordBatch, encode: &str) -> Result<usize> {
+    let values = if encode == "avro" {
+        let schema = bids.schema();
+        let mut encoder = crate::connectors::avro::encoder(&schema, &bid_avro_schema(&schema)?, 0)?;
+        encoder.encode(bids).map_err(|e| WeirError::internal(format!("Avro encoding: {e}")))?;
+        // Confluent's framing (a zero byte and the 4-byte id) off: bare bodies.
+        encoder.flush().iter().map(|row| row[5..].to_vec()).collect()
+    } else {
+        json_lines(bids)?
+    };
+    let messages: Vec<KafkaMessage> = values.into_iter().map(|value| (None, Some(value))).collect();
     send_all(producer, topic, &messages, &kafka_error("producing bids"))?;
     Ok(messages.len())
 }
@@ -121,6 +142,15 @@ pub async fn run(options: NexmarkOptions, kafka: KafkaBenchOptions) -> Result<()
     if kafka.preload && options.rate > 0 {
         return Err(WeirError::syntax("--preload measures throughput: it takes no --rate"));
     }
+    let encoding = match kafka.encode.as_str() {
+        "json" => "JSON".to_string(),
+        "avro" => {
+            let generator = Generator::new(EventKind::Bid, GeneratorConfig::default());
+            let schema = bid_avro_schema(&generator.batch(0, 1)?.schema())?;
+            format!("AVRO (schema = '{schema}')")
+        }
+        other => return Err(WeirError::syntax(format!("--encode {other}: json or avro"))),
+    };
     let suffix = format!("{}-{}", std::process::id(), chrono::Utc::now().timestamp_millis());
     let (input, output) = (format!("weir-bench-bids-{suffix}"), format!("weir-bench-{}-{suffix}", options.query));
     create_topic(&kafka.servers, &input).await?;
@@ -135,7 +165,7 @@ pub async fn run(options: NexmarkOptions, kafka: KafkaBenchOptions) -> Result<()
     // With --preload, every bid is on the topic before the clock starts.
     let mut producer = None;
     if kafka.preload {
-        let mut preloading = start_producer(&options, &kafka.servers, &input)?;
+        let mut preloading = start_producer(&options, &kafka, &input)?;
         tokio::task::block_in_place(|| preloading.wait())
             .map_err(|e| WeirError::io(format!("waiting for the producer: {e}")))?;
         producer_alive(Some(&mut preloading))?;
@@ -152,7 +182,7 @@ pub async fn run(options: NexmarkOptions, kafka: KafkaBenchOptions) -> Result<()
          date_time TIMESTAMP, extra VARCHAR, p_time AS PROCTIME(), \
          WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND) \
          WITH (connector = 'kafka', topic = '{input}', properties.bootstrap.server = '{}', \
-         kafka.max.chunk.size = '{}'{receive_limit}) FORMAT PLAIN ENCODE JSON",
+         kafka.max.chunk.size = '{}'{receive_limit}) FORMAT PLAIN ENCODE {encoding}",
         kafka.servers, options.chunk
     ))
     .await?;
@@ -184,7 +214,7 @@ pub async fn run(options: NexmarkOptions, kafka: KafkaBenchOptions) -> Result<()
     // Without --preload, the producer starts now that the pipeline runs: the source reads near
     // the topic's head, as in production.
     if !kafka.preload {
-        producer = Some(start_producer(&options, &kafka.servers, &input)?);
+        producer = Some(start_producer(&options, &kafka, &input)?);
     }
     let source = catalog.get("bid").ok_or_else(|| WeirError::internal("source missing"))?;
     let mut latencies: Vec<f64> = Vec::new();
@@ -231,17 +261,20 @@ pub async fn run(options: NexmarkOptions, kafka: KafkaBenchOptions) -> Result<()
     } else {
         String::new()
     };
+    let cpu_per_million = cpu / (bids as f64 / 1e6);
     println!(
-        "nexmark {} (Kafka in{}, sink {sink}): {bids} bids in {seconds:.2} s = {rate:.0} bids/s, {:.2} CPU s per million bids{latency}, checkpoints every {interval_ms} ms, peak RSS {rss:.0} MiB ({} cores)",
+        "nexmark {} (Kafka in, {}{}, sink {sink}): {bids} bids in {seconds:.2} s = {rate:.0} bids/s, {:.2} CPU s per million bids{latency}, checkpoints every {interval_ms} ms, peak RSS {rss:.0} MiB ({} cores)",
         options.query,
+        kafka.encode,
         if kafka.preload { ", preloaded" } else { "" },
-        cpu / (bids as f64 / 1e6),
+        cpu_per_million,
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
     );
     let whole = |v: f64| v.is_finite().then(|| v.round() as u64);
     let json = serde_json::json!({
         "query": options.query,
         "source": "kafka",
+        "encode": kafka.encode,
         "sink": sink,
         "preloaded": kafka.preload,
         "bids": bids,
@@ -249,6 +282,7 @@ pub async fn run(options: NexmarkOptions, kafka: KafkaBenchOptions) -> Result<()
         "parallelism": options.parallelism,
         "seconds": (seconds * 1000.0).round() / 1000.0,
         "bids_per_second": whole(rate),
+        "cpu_seconds_per_million_bids": (cpu_per_million * 1000.0).round() / 1000.0,
         "end_to_end_p50_ms": whole(p50),
         "end_to_end_p99_ms": whole(p99),
         "peak_rss_mib": whole(rss),
@@ -265,10 +299,10 @@ pub async fn run(options: NexmarkOptions, kafka: KafkaBenchOptions) -> Result<()
 
 /// The producer: a process of its own (its memory is not Weir's) running [`produce`] to
 /// `topic` with `options`' events and rate.
-fn start_producer(options: &NexmarkOptions, servers: &str, topic: &str) -> Result<std::process::Child> {
+fn start_producer(options: &NexmarkOptions, kafka: &KafkaBenchOptions, topic: &str) -> Result<std::process::Child> {
     let exe = std::env::current_exe().map_err(|e| WeirError::io(format!("this executable: {e}")))?;
     std::process::Command::new(exe)
-        .args(["bench", "nexmark", "--kafka", servers, "--produce-to", topic])
+        .args(["bench", "nexmark", "--kafka", &kafka.servers, "--produce-to", topic, "--encode", &kafka.encode])
         .args(["--events", &options.events.to_string(), "--rate", &options.rate.to_string()])
         .spawn()
         .map_err(|e| WeirError::io(format!("starting the producer: {e}")))
@@ -285,9 +319,9 @@ fn producer_alive(producer: Option<&mut std::process::Child>) -> Result<()> {
 }
 
 /// `--produce-to TOPIC` (run by [`run`] as a process of its own): the bids among the first N
-/// events as JSON messages to TOPIC, as fast as the broker takes them, or at `--rate` events
+/// events as JSON (or Avro) messages to TOPIC, as fast as the broker takes them, or at `--rate` events
 /// per second with each bid's `date_time` set to when it is sent.
-pub async fn produce(options: NexmarkOptions, servers: String, topic: String) -> Result<()> {
+pub async fn produce(options: NexmarkOptions, servers: String, topic: String, encode: String) -> Result<()> {
     let generator = Generator::new(EventKind::Bid, GeneratorConfig::default());
     let p = producer(&servers)?;
     let started = Instant::now();
@@ -296,7 +330,7 @@ pub async fn produce(options: NexmarkOptions, servers: String, topic: String) ->
     if options.rate == 0 {
         while from < options.events {
             let to = (from + 100_000).min(options.events);
-            bids += tokio::task::block_in_place(|| send_bids(&p, &topic, &generator.batch(from, to)?))? as u64;
+            bids += tokio::task::block_in_place(|| send_bids(&p, &topic, &generator.batch(from, to)?, &encode))? as u64;
             from = to;
         }
     } else {
@@ -308,7 +342,7 @@ pub async fn produce(options: NexmarkOptions, servers: String, topic: String) ->
             let to = due.clamp(from, options.events);
             if to > from {
                 let batch = stamped_now(&generator.batch(from, to)?)?;
-                bids += tokio::task::block_in_place(|| send_bids(&p, &topic, &batch))? as u64;
+                bids += tokio::task::block_in_place(|| send_bids(&p, &topic, &batch, &encode))? as u64;
                 from = to;
             }
         }

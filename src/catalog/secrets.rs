@@ -64,9 +64,7 @@ pub fn resolved(options: &ConnectorOptions) -> Result<Cow<'_, ConnectorOptions>>
                 text.strip_suffix('\n').map(|t| t.strip_suffix('\r').unwrap_or(t)).unwrap_or(&text).to_string()
             }
             _ => {
-                return Err(invalid(format!(
-                    "option {key} must be 'env:VARIABLE' or 'file:/path', not '{reference}'"
-                )))
+                return Err(invalid(format!("option {key} must be 'env:VARIABLE' or 'file:/path', not '{reference}'")))
             }
         };
         out.0.remove(key);
@@ -167,7 +165,10 @@ mod tests {
         assert!(!redacted.contains("pw1") && !redacted.contains("pw2"), "{redacted}");
         assert!(redacted.contains("password=[redacted]&sslmode=require") && redacted.contains("//bob:[redacted]@h"));
         assert_eq!(secret_values(sql), vec!["pw1", "pw2"]);
-        assert_eq!(scrub("could not parse pw1 near pw2", &secret_values(sql)), "could not parse [redacted] near [redacted]");
+        assert_eq!(
+            scrub("could not parse pw1 near pw2", &secret_values(sql)),
+            "could not parse [redacted] near [redacted]"
+        );
     }
 
     #[test]

@@ -18,8 +18,17 @@ use crate::error::{Result, WeirError};
 
 #[derive(Debug, Clone)]
 pub enum SinkStatement {
-    Create { name: String, if_not_exists: bool, input: SinkInput, options: ConnectorOptions, text: String },
-    Drop { name: String, if_exists: bool },
+    Create {
+        name: String,
+        if_not_exists: bool,
+        input: SinkInput,
+        options: ConnectorOptions,
+        text: String,
+    },
+    Drop {
+        name: String,
+        if_exists: bool,
+    },
     Show,
     /// `SHOW CREATE SINK name`.
     ShowCreate(String),

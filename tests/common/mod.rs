@@ -413,6 +413,13 @@ pub async fn postgres_database(name: &str) -> (tokio_postgres::Client, String) {
     (client, format!("jdbc:postgresql://{host_port}/{db}?user=postgres"))
 }
 
+/// Waits until `sql` answers `expected` (rows as [`rows`] gives them); fails after 30 s.
+pub async fn assert_eventually(client: &tokio_postgres::Client, sql: &str, expected: &[&str]) {
+    let want: Vec<String> = expected.iter().map(|r| r.to_string()).collect();
+    let got = rows_eventually(client, sql, &want, Duration::from_secs(30)).await;
+    assert_eq!(got, want, "{sql}");
+}
+
 /// Runs `sql`, which must fail with SQLSTATE `code`.
 pub async fn assert_sqlstate(client: &tokio_postgres::Client, sql: &str, code: &str) {
     let e = client.batch_execute(sql).await.expect_err(sql);

@@ -137,7 +137,10 @@ impl AvroDecoder {
                 continue;
             }
             if value.len() < 5 || value[0] != 0 {
-                dead.push((i, "not in the schema registry's wire format (a zero byte, then a 4-byte schema id)".into()));
+                dead.push((
+                    i,
+                    "not in the schema registry's wire format (a zero byte, then a 4-byte schema id)".into(),
+                ));
                 continue;
             }
             let id = u32::from_be_bytes([value[1], value[2], value[3], value[4]]);
@@ -201,10 +204,9 @@ impl AvroDecoder {
                 Ok(Err(format!("schema id {id} is not in the schema registry")))
             }
             // Refused too: credentials that stopped working are mended outside, then read again.
-            Err(RegistryError::Unavailable(why) | RegistryError::Refused(why)) => Err(WeirError::new(
-                SqlState::UNABLE_TO_CONNECT,
-                format!("schema registry {}: {why}", registry.url),
-            )),
+            Err(RegistryError::Unavailable(why) | RegistryError::Refused(why)) => {
+                Err(WeirError::new(SqlState::UNABLE_TO_CONNECT, format!("schema registry {}: {why}", registry.url)))
+            }
         }
     }
 
@@ -350,7 +352,8 @@ impl AvroSink {
     pub fn register(&mut self) -> Result<()> {
         for side in std::iter::once(&mut self.value).chain(self.key.as_mut()) {
             if side.id.is_none() {
-                let id = self.registry.register(&side.subject, &side.avro).map_err(|e| e.into_weir(&self.registry.url))?;
+                let id =
+                    self.registry.register(&side.subject, &side.avro).map_err(|e| e.into_weir(&self.registry.url))?;
                 side.id = Some(id);
             }
         }
@@ -417,10 +420,8 @@ mod tests {
 
     #[test]
     fn encoded_rows_decode_back_and_bad_values_are_dead() {
-        let schema = Schema::new(vec![
-            Field::new("id", DataType::Int64, false),
-            Field::new("name", DataType::Utf8, true),
-        ]);
+        let schema =
+            Schema::new(vec![Field::new("id", DataType::Int64, false), Field::new("name", DataType::Utf8, true)]);
         let avro = avro_schema_of(&schema, "Row").unwrap();
         let batch = RecordBatch::try_new(
             Arc::new(schema.clone()),

@@ -143,7 +143,8 @@ fn client_config(options: &ConnectorOptions, reserved: &[&str]) -> Result<Client
         }
     }
     let protocol = config.get("security.protocol").unwrap_or("plaintext").to_ascii_lowercase();
-    let ca_given = ["ssl.ca.location", "ssl.ca.pem", "ssl.ca.certificate.stores"].iter().any(|k| config.get(k).is_some());
+    let ca_given =
+        ["ssl.ca.location", "ssl.ca.pem", "ssl.ca.certificate.stores"].iter().any(|k| config.get(k).is_some());
     if protocol.ends_with("ssl") && !ca_given {
         // The machine's trusted certificates: OpenSSL is built into Weir (ADR 32), so its own
         // default directory is not the system's; librdkafka looks in the usual places.

@@ -39,8 +39,8 @@ use rdkafka::producer::{BaseProducer, DeliveryResult, Producer, ProducerContext,
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 use super::{
-    broker_error, client_config, is_passed_through, json_lines, send_all, topic_partitions, ConnectionFailures, KafkaMessage,
-    QuietConsumer, QuietContext,
+    broker_error, client_config, is_passed_through, json_lines, send_all, topic_partitions, ConnectionFailures,
+    KafkaMessage, QuietConsumer, QuietContext,
 };
 use crate::catalog::options::ConnectorOptions;
 use crate::connectors::avro::AvroSink;

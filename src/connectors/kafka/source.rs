@@ -51,7 +51,9 @@ use rdkafka::message::{Message, Timestamp};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 use super::offsets::{self, Offsets};
-use super::{broker_error, client_config, ConnectionFailures, is_passed_through, topic_partitions, QuietConsumer, QuietContext};
+use super::{
+    broker_error, client_config, is_passed_through, topic_partitions, ConnectionFailures, QuietConsumer, QuietContext,
+};
 use crate::catalog::dead_letter::DeadLetter;
 use crate::catalog::options::ConnectorOptions;
 use crate::catalog::replay::Position;
@@ -194,7 +196,9 @@ impl KafkaReader {
         let (encoding, avro) = match options.get("encode").unwrap_or("json").to_ascii_lowercase().as_str() {
             "json" => (TextEncoding::Json, None),
             "csv" => (TextEncoding::Csv, None),
-            "avro" if upsert => return Err(WeirError::unsupported("FORMAT UPSERT ENCODE AVRO (UPSERT is JSON for now)")),
+            "avro" if upsert => {
+                return Err(WeirError::unsupported("FORMAT UPSERT ENCODE AVRO (UPSERT is JSON for now)"))
+            }
             "avro" => (TextEncoding::Json, Some(AvroDecoder::new(options, &format!("{topic}-value"))?)),
             other => return Err(invalid(format!("a Kafka source's ENCODE must be JSON, CSV or AVRO, not {other}"))),
         };
