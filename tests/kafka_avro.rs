@@ -146,6 +146,41 @@ async fn an_avro_source_resolves_older_and_newer_schemas_and_keeps_bad_values_as
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_that_do_not_fit_are_dead_letters_and_spoil_nothing_after_them() {
+    let registry = Registry::start(None, &[]);
+    let bids = topic("avro_misfits", 1).await;
+    let records = r#"[{"id": 1, "price": 10, "bidder": "ann"}, {"id": 2, "price": 100000, "bidder": "big"},
+                      {"id": 3, "price": 30, "bidder": null}]"#;
+    let v1: u32 = produce(&bids, V1, records, &registry).parse().unwrap();
+    // V1's {"id": 4, "price": 40, "bidder": null} by hand: zigzag longs 8 and 80, union branch 0.
+    let frame = [&[0u8][..], &v1.to_be_bytes(), &[0x08, 0x50, 0x00]].concat();
+    produce_bytes(&bids, &frame[..5]);
+    produce_bytes(&bids, &[frame.clone(), frame].concat());
+    produce(&bids, V1, r#"[{"id": 5, "price": 50, "bidder": "eve"}]"#, &registry);
+    let server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SOURCE narrow (id BIGINT, price SMALLINT, bidder TEXT NOT NULL) WITH (connector = 'kafka', \
+             topic = '{bids}', properties.bootstrap.server = '{}') FORMAT PLAIN ENCODE AVRO (schema.registry = '{}')",
+            kafka_bootstrap(),
+            registry.url()
+        ))
+        .await
+        .unwrap();
+    assert_eventually(&client, "SELECT id, price, bidder FROM narrow", &["1|10|ann", "5|50|eve"]).await;
+    let dead =
+        rows(&client, "SELECT position, error FROM weir_catalog.dead_letters WHERE source_name = 'narrow'").await;
+    assert_eq!(dead.len(), 4, "{dead:?}");
+    for (offset, why) in [(1, "fit"), (2, "NOT NULL"), (3, "no body"), (4, "holds 2 values")] {
+        assert!(
+            dead.iter().any(|d| d.starts_with(&format!("{bids}:0:{offset}|")) && d.contains(why)),
+            "{offset}: {dead:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_registry_that_goes_away_holds_the_source_until_it_is_back() {
     let data = tempfile::tempdir().unwrap();
     let file = data.path().join("registry.json").display().to_string();

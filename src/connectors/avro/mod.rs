@@ -80,6 +80,9 @@ impl AvroDecoder {
             (Some(schema), _) => schema.to_string(),
             (None, Some(registry)) => match registry.latest(subject).map_err(|e| e.into_weir(&registry.url))? {
                 Lookup::Found(latest) => latest.schema,
+                Lookup::Unusable(why) => {
+                    return Err(invalid(format!("schema registry {}: subject {subject}: {why}", registry.url)))
+                }
                 Lookup::Missing => {
                     return Err(WeirError::new(
                         SqlState::UNDEFINED_OBJECT,
@@ -150,7 +153,9 @@ impl AvroDecoder {
             }
         }
         let (mut batches, mut kept) = (Vec::new(), Vec::new());
-        if self.decode_all(&framed, &mut batches).is_ok() {
+        let whole = self.decode_all(&framed, &mut batches);
+        let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+        if whole.is_ok() && rows == framed.len() {
             kept = framed.iter().map(|(i, _)| *i).collect();
         } else {
             // One bad value spoils the decoder's batch: each value alone, to find it.
@@ -203,6 +208,11 @@ impl AvroDecoder {
                 self.missing.insert(id);
                 Ok(Err(format!("schema id {id} is not in the schema registry")))
             }
+            Ok(Lookup::Unusable(why)) => {
+                let why = format!("schema id {id}: {why}");
+                self.unresolvable.insert(id, why.clone());
+                Ok(Err(why))
+            }
             // Refused too: credentials that stopped working are mended outside, then read again.
             Err(RegistryError::Unavailable(why) | RegistryError::Refused(why)) => {
                 Err(WeirError::new(SqlState::UNABLE_TO_CONNECT, format!("schema registry {}: {why}", registry.url)))
@@ -224,16 +234,29 @@ impl AvroDecoder {
             self.decoder = Some(decoder_of(&self.reader_schema, &writers).map_err(|e| e.to_string())?);
         }
         let decoder = self.decoder.as_mut().expect("made");
+        // Rows decoded so far: those handed over plus those in the decoder's batch. Each value
+        // must add exactly one: a frame without a body adds none (and its body would be taken
+        // from the next value), a value of two frames adds two.
+        let mut flushed = 0usize;
+        let decoded = |flushed: usize, decoder: &Decoder| flushed + BATCH_ROWS - decoder.capacity();
         for (_, value) in values {
+            let before = decoded(flushed, decoder);
             let mut at = 0;
             while at < value.len() {
                 let used = decoder.decode(&value[at..]).map_err(|e| e.to_string())?;
                 at += used;
                 if decoder.batch_is_full() {
-                    batches.extend(decoder.flush().map_err(|e| e.to_string())?);
+                    let batch = decoder.flush().map_err(|e| e.to_string())?;
+                    flushed += batch.as_ref().map_or(0, RecordBatch::num_rows);
+                    batches.extend(batch);
                 } else if used == 0 {
                     return Err("the value ends inside a field".into());
                 }
+            }
+            match decoded(flushed, decoder) - before {
+                1 => {}
+                0 => return Err("the value holds a schema id but no body".into()),
+                n => return Err(format!("the value holds {n} values")),
             }
         }
         batches.extend(decoder.flush().map_err(|e| e.to_string())?);
@@ -277,8 +300,8 @@ struct Side {
 }
 
 /// Rows written as Avro values (and keys) of a Kafka topic through a schema registry, in
-/// Confluent's wire format. The schemas are made from the columns (timestamps as
-/// `timestamp-micros`, which every Avro library reads) and registered under their subjects
+/// Confluent's wire format. The schemas are made from the columns (timestamps in
+/// microseconds, which Avro libraries read) and registered under their subjects
 /// the first time they are needed ([`AvroSink::register`]: CREATE SINK's check, or a
 /// restarted sink's first message).
 pub struct AvroSink {

@@ -32,20 +32,26 @@ pub struct Registered {
 #[derive(Debug)]
 pub enum Lookup<T> {
     Found(T),
-    /// The registry answered 404: no such subject, version or id.
+    /// The registry said it has no such subject, version or id (a 404 with its error code
+    /// 40401, 40402 or 40403; another 404, from a proxy or a wrong path, is not this).
     Missing,
+    /// It has one, but not an Avro schema Weir can use (Protobuf, JSON Schema, an answer
+    /// without a schema): why.
+    Unusable(String),
 }
 
 /// Why a request failed.
 #[derive(Debug)]
 pub enum RegistryError {
-    /// It could not be asked, or answered with a server error: worth asking again later.
+    /// It could not be asked, answered with a server error, or refused the credentials (401,
+    /// 403), as a Kafka broker that refuses them: worth asking again once mended (08001).
     Unavailable(String),
-    /// It refused the request (a 4xx other than 404: credentials, a schema it rejects).
+    /// It refused the request itself (another 4xx: a schema it rejects) (22023).
     Refused(String),
 }
 
 impl RegistryError {
+    /// The error, naming the registry by `url` (its password, if it has one, masked).
     pub fn into_weir(self, url: &str) -> WeirError {
         match self {
             RegistryError::Unavailable(why) => {
@@ -61,6 +67,9 @@ impl RegistryError {
 /// A registry's address and credentials.
 #[derive(Clone)]
 pub struct SchemaRegistry {
+    /// Its URL as given (requests go there).
+    address: String,
+    /// Its URL as messages show it, a password in it masked.
     pub url: String,
     client: reqwest::Client,
     auth: Option<(String, String)>,
@@ -80,7 +89,8 @@ impl SchemaRegistry {
     /// The registry `options` name (`schema.registry`), if they name one.
     pub fn from_options(options: &ConnectorOptions) -> Result<Option<SchemaRegistry>> {
         let Some(url) = options.get("schema.registry") else { return Ok(None) };
-        let url = url.trim_end_matches('/').to_string();
+        let address = url.trim_end_matches('/').to_string();
+        let url = crate::catalog::secrets::redact_urls(&address).into_owned();
         if !(url.starts_with("http://") || url.starts_with("https://")) {
             return Err(invalid(format!("schema.registry must be an http:// or https:// URL, not '{url}'")));
         }
@@ -98,7 +108,7 @@ impl SchemaRegistry {
             (None, Some(_)) => return Err(invalid("schema.registry.password needs schema.registry.username".into())),
             (None, None) => None,
         };
-        Ok(Some(SchemaRegistry { url, client, auth }))
+        Ok(Some(SchemaRegistry { address, url, client, auth }))
     }
 
     /// `GET path` or `POST path` with `body`: the answer's JSON, Missing on 404.
@@ -107,7 +117,7 @@ impl SchemaRegistry {
         path: &str,
         body: Option<serde_json::Value>,
     ) -> std::result::Result<Lookup<serde_json::Value>, RegistryError> {
-        let url = format!("{}{path}", self.url);
+        let url = format!("{}{path}", self.address);
         let mut request = match &body {
             Some(body) => self
                 .client
@@ -126,17 +136,26 @@ impl SchemaRegistry {
             let text = response.text().await?;
             Ok::<_, reqwest::Error>((status, text))
         });
-        let (status, text) = answer.map_err(|e| RegistryError::Unavailable(error_chain(&e)))?;
-        if status == reqwest::StatusCode::NOT_FOUND {
-            return Ok(Lookup::Missing);
-        }
+        let (status, text) = answer.map_err(|e| {
+            let why = error_chain(&e);
+            RegistryError::Unavailable(crate::catalog::secrets::redact_urls(&why).into_owned())
+        })?;
+        let body = serde_json::from_str::<serde_json::Value>(&text).ok();
         let said = || {
-            serde_json::from_str::<serde_json::Value>(&text)
-                .ok()
+            body.as_ref()
                 .and_then(|v| v.get("message").and_then(|m| m.as_str()).map(str::to_string))
                 .unwrap_or_else(|| text.chars().take(200).collect())
         };
-        if status.is_server_error() {
+        if status == reqwest::StatusCode::NOT_FOUND {
+            let code = body.as_ref().and_then(|v| v.get("error_code")).and_then(|c| c.as_u64());
+            if matches!(code, Some(40401..=40403)) {
+                return Ok(Lookup::Missing);
+            }
+            return Err(RegistryError::Unavailable(format!("{status} from {path}: {}", said())));
+        }
+        let refused_credentials =
+            status == reqwest::StatusCode::UNAUTHORIZED || status == reqwest::StatusCode::FORBIDDEN;
+        if status.is_server_error() || refused_credentials {
             return Err(RegistryError::Unavailable(format!("{status}: {}", said())));
         }
         if !status.is_success() {
@@ -151,16 +170,19 @@ impl SchemaRegistry {
     pub fn latest(&self, subject: &str) -> std::result::Result<Lookup<Registered>, RegistryError> {
         let path = format!("/subjects/{}/versions/latest", encode_path(subject));
         Ok(match self.request(&path, None)? {
-            Lookup::Found(v) => Lookup::Found(registered(&v, None)?),
-            Lookup::Missing => Lookup::Missing,
+            Lookup::Found(v) => registered(&v, None),
+            other => other.without_value(),
         })
     }
 
     /// The schema with global id `id`.
     pub fn by_id(&self, id: u32) -> std::result::Result<Lookup<String>, RegistryError> {
         Ok(match self.request(&format!("/schemas/ids/{id}"), None)? {
-            Lookup::Found(v) => Lookup::Found(registered(&v, Some(id))?.schema),
-            Lookup::Missing => Lookup::Missing,
+            Lookup::Found(v) => match registered(&v, Some(id)) {
+                Lookup::Found(registered) => Lookup::Found(registered.schema),
+                other => other.without_value(),
+            },
+            other => other.without_value(),
         })
     }
 
@@ -174,21 +196,34 @@ impl SchemaRegistry {
                 .and_then(|id| id.as_u64())
                 .map(|id| id as u32)
                 .ok_or_else(|| RegistryError::Unavailable(format!("no id in its answer: {v}"))),
-            Lookup::Missing => Err(RegistryError::Refused(format!("it has no subject {subject}"))),
+            Lookup::Missing | Lookup::Unusable(_) => {
+                Err(RegistryError::Refused(format!("it has no subject {subject}")))
+            }
         }
     }
 }
 
-fn registered(v: &serde_json::Value, id: Option<u32>) -> std::result::Result<Registered, RegistryError> {
+impl<T> Lookup<T> {
+    /// Missing or Unusable as a lookup of another type (not for Found).
+    fn without_value<U>(self) -> Lookup<U> {
+        match self {
+            Lookup::Found(_) | Lookup::Missing => Lookup::Missing,
+            Lookup::Unusable(why) => Lookup::Unusable(why),
+        }
+    }
+}
+
+/// A registry's answer holding one schema, if it is an Avro schema with its id.
+fn registered(v: &serde_json::Value, id: Option<u32>) -> Lookup<Registered> {
     let kind = v.get("schemaType").and_then(|t| t.as_str()).unwrap_or("AVRO");
     if kind != "AVRO" {
-        return Err(RegistryError::Refused(format!("the schema is {kind}, not AVRO")));
+        return Lookup::Unusable(format!("the schema is {kind}, not AVRO"));
     }
     let schema = v.get("schema").and_then(|s| s.as_str());
     let id = id.or_else(|| v.get("id").and_then(|i| i.as_u64()).map(|i| i as u32));
     match (schema, id) {
-        (Some(schema), Some(id)) => Ok(Registered { id, schema: schema.to_string() }),
-        _ => Err(RegistryError::Unavailable(format!("an answer without a schema and id: {v}"))),
+        (Some(schema), Some(id)) => Lookup::Found(Registered { id, schema: schema.to_string() }),
+        _ => Lookup::Unusable("the registry's answer has no schema and id".into()),
     }
 }
 

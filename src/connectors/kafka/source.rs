@@ -432,28 +432,18 @@ impl KafkaReader {
             let values: Vec<&[u8]> = records.iter().map(|r| r.value.as_slice()).collect();
             // A registry that cannot be asked: 08001, which `read` retries.
             let decoded = avro.decode(&values)?;
+            let mut dead = decoded.dead;
+            let (values, kept) = declared_values(&self.value_schema, decoded.batch, decoded.kept, &mut dead)?;
             if keep_dead {
                 let read_at = chrono::Utc::now().timestamp_micros();
-                self.dead.extend(decoded.dead.into_iter().map(|(i, error)| DeadLetter {
+                self.dead.extend(dead.into_iter().map(|(i, error)| DeadLetter {
                     position: format!("{}:{}:{}", self.topic, records[i].partition, records[i].offset),
                     error,
                     raw: records::raw_prefix(&records[i].value),
                     read_at_micros: read_at,
                 }));
             }
-            // The value columns by name, cast to their declared types.
-            let columns = self
-                .value_schema
-                .fields()
-                .iter()
-                .map(|field| {
-                    let column = decoded.batch.column_by_name(field.name()).expect("checked when made");
-                    Ok(datafusion::arrow::compute::cast(column, field.data_type())?)
-                })
-                .collect::<Result<Vec<ArrayRef>>>()?;
-            let options = datafusion::arrow::array::RecordBatchOptions::new().with_row_count(Some(decoded.kept.len()));
-            let values = RecordBatch::try_new_with_options(Arc::clone(&self.value_schema), columns, &options)?;
-            return self.with_metadata_columns(values, records, decoded.kept);
+            return self.with_metadata_columns(values, records, kept);
         }
         let mut text = Vec::with_capacity(records.iter().map(|r| r.value.len() + 1).sum());
         for r in records {
@@ -612,6 +602,55 @@ impl KafkaReader {
 /// The high watermark of `partition` the consumer last saw in a fetch response, without a
 /// request to the broker (librdkafka's `rd_kafka_get_watermark_offsets`, which rdkafka does not
 /// wrap); None until one is known.
+/// The declared value columns (`schema`) of decoded Avro rows (`batch`, the rows of records
+/// `kept`), by name, cast to their declared types; a row a cast refuses (an overflow, a value
+/// of another type) or with NULL in a NOT NULL column goes to `dead` instead. Returns the
+/// columns and the records they are.
+fn declared_values(
+    schema: &SchemaRef,
+    batch: RecordBatch,
+    kept: Vec<usize>,
+    dead: &mut Vec<(usize, String)>,
+) -> Result<(RecordBatch, Vec<usize>)> {
+    let strict = datafusion::arrow::compute::CastOptions { safe: false, ..Default::default() };
+    let cast = |batch: &RecordBatch| -> Result<RecordBatch> {
+        let columns = schema
+            .fields()
+            .iter()
+            .map(|field| {
+                let column = batch.column_by_name(field.name()).expect("checked when the source was made");
+                let column = datafusion::arrow::compute::cast_with_options(column, field.data_type(), &strict)?;
+                if !field.is_nullable() && column.null_count() > 0 {
+                    return Err(WeirError::new(
+                        SqlState::NOT_NULL_VIOLATION,
+                        format!("column \"{}\" is NOT NULL, the value has none", field.name()),
+                    ));
+                }
+                Ok(column)
+            })
+            .collect::<Result<Vec<ArrayRef>>>()?;
+        let rows = datafusion::arrow::array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+        Ok(RecordBatch::try_new_with_options(Arc::clone(schema), columns, &rows)?)
+    };
+    if let Ok(values) = cast(&batch) {
+        return Ok((values, kept));
+    }
+    // Row by row, to find the ones refused.
+    let mut good = Vec::new();
+    for row in 0..batch.num_rows() {
+        match cast(&batch.slice(row, 1)) {
+            Ok(_) => good.push(row as u32),
+            Err(e) => dead.push((kept[row], format!("the value does not fit the source's columns: {}", e.message))),
+        }
+    }
+    dead.sort_by_key(|(i, _)| *i);
+    let taken = datafusion::arrow::compute::take_record_batch(
+        &batch,
+        &datafusion::arrow::array::UInt32Array::from(good.clone()),
+    )?;
+    Ok((cast(&taken)?, good.iter().map(|&row| kept[row as usize]).collect()))
+}
+
 fn cached_high_watermark(consumer: &QuietConsumer, topic: &str, partition: i32) -> Option<i64> {
     let topic = std::ffi::CString::new(topic).ok()?;
     let (mut low, mut high) = (-1i64, -1i64);
@@ -691,14 +730,17 @@ impl SourceReader for KafkaReader {
         let records = match self.poll_chunk() {
             Ok(records) => records,
             Err(e) => {
-                let failures = self.consumer.take().map(|(c, _)| c);
-                let noted = failures.as_ref().map(|c| &c.context().failures);
+                let consumer = self.consumer.take().map(|(c, _)| c);
+                let noted = consumer.as_ref().map(|c| &c.context().failures);
                 let error = broker_error(&self.topic, &e, noted.unwrap_or(&ConnectionFailures::default()));
                 return Ok(Chunk::Retry(self.retry, error.message));
             }
         };
-        let refusal = self.consumer.as_ref().and_then(|(c, _)| c.context().failures.take_refusal());
-        if let (true, Some(refusal)) = (records.is_empty(), refusal) {
+        let refusal = match records.is_empty() {
+            true => self.consumer.as_ref().and_then(|(c, _)| c.context().failures.take_refusal()),
+            false => None,
+        };
+        if let Some(refusal) = refusal {
             // The broker took this client's credentials or certificates once and refuses them
             // now: the source retries with a new client and says why in the meantime.
             self.consumer = None;
