@@ -166,6 +166,8 @@ pub struct FileConfig {
     /// Milliseconds a whole stop may take before the server stops at once, as a kill would
     /// (default 60000).
     pub shutdown_timeout_ms: Option<u64>,
+    /// The directory secret references may read files from (default /etc/weir/secrets).
+    pub secrets_dir: Option<PathBuf>,
 }
 
 /// How often views commit an epoch unless configured (ADR 23): fresh views, with checkpoints
@@ -200,6 +202,8 @@ pub struct Config {
     pub drain_timeout: std::time::Duration,
     /// How long a whole stop may take; then the server stops at once (safe, as kill -9 is).
     pub shutdown_timeout: std::time::Duration,
+    /// The directory secret references may read files from (`catalog::secrets`).
+    pub secrets_dir: PathBuf,
 }
 
 /// How log lines are written: for people, or one JSON object a line for a log pipeline (each
@@ -246,6 +250,7 @@ pub struct Overrides {
     pub checkpoint_keep: Option<usize>,
     pub drain_timeout_ms: Option<u64>,
     pub shutdown_timeout_ms: Option<u64>,
+    pub secrets_dir: Option<PathBuf>,
 }
 
 impl Config {
@@ -304,6 +309,10 @@ impl Config {
             shutdown_timeout: std::time::Duration::from_millis(
                 overrides.shutdown_timeout_ms.or(file_cfg.shutdown_timeout_ms).unwrap_or(60_000).max(1),
             ),
+            secrets_dir: overrides
+                .secrets_dir
+                .or(file_cfg.secrets_dir)
+                .unwrap_or_else(|| PathBuf::from(crate::catalog::secrets::DEFAULT_DIRECTORY)),
         };
         if config.auth.method != AuthMethod::Trust && config.auth.users.is_empty() {
             return Err(WeirError::new(

@@ -211,6 +211,10 @@ struct ServeArgs {
     /// does [default: 60s]
     #[arg(long, env = "WEIR_SHUTDOWN_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
     shutdown_timeout: Option<std::time::Duration>,
+    /// The directory connector options may read secrets from (`X.ref = 'file:<dir>/...'`)
+    /// [default: /etc/weir/secrets]
+    #[arg(long, env = "WEIR_SECRETS_DIR", value_name = "DIR")]
+    secrets_dir: Option<PathBuf>,
 }
 
 /// jemalloc rather than glibc's malloc: under the streaming workload (batches allocated on one
@@ -338,6 +342,7 @@ fn main() -> std::process::ExitCode {
         checkpoint_keep: args.checkpoint_keep,
         drain_timeout_ms: args.drain_timeout.map(|d| d.as_millis() as u64),
         shutdown_timeout_ms: args.shutdown_timeout.map(|d| d.as_millis() as u64),
+        secrets_dir: args.secrets_dir,
     };
     let config = match Config::resolve(args.config.as_deref(), overrides) {
         Ok(c) => c,

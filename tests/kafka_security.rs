@@ -78,9 +78,14 @@ async fn scram_over_tls_reads_and_writes_exactly_once_with_secrets_from_env_and_
     let secrets = tempfile::tempdir().unwrap();
     let password_file = secrets.path().join("kafka-password");
     std::fs::write(&password_file, format!("{password}\n")).unwrap();
+    let secrets_dir = secrets.path().display().to_string();
     let server = TestServer::start_with_env(
-        &[],
-        &[("WEIR_TEST_KAFKA_PASSWORD", password), ("WEIR_LOG", "info,weir::server::session=debug")],
+        &["--secrets-dir", &secrets_dir],
+        &[
+            ("WEIR_SECRET_KAFKA", password),
+            ("WEIR_TEST_NOT_FOR_SQL", password),
+            ("WEIR_LOG", "info,weir::server::session=debug"),
+        ],
     );
     let client = server.connect().await;
     let input = topic("secure_in", 2).await;
@@ -94,8 +99,23 @@ async fn scram_over_tls_reads_and_writes_exactly_once_with_secrets_from_env_and_
             cert("ca.pem")
         )
     };
-    let from_env = security("properties.sasl.password.ref = 'env:WEIR_TEST_KAFKA_PASSWORD'");
+    let from_env = security("properties.sasl.password.ref = 'env:WEIR_SECRET_KAFKA'");
     client.batch_execute(&source_sql("bids", &input, &front, &from_env)).await.unwrap();
+    // References reach only WEIR_SECRET_* variables and files in the secrets directory, and
+    // only for secret options.
+    let outside = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(outside.path(), password).unwrap();
+    for reference in [
+        "properties.sasl.password.ref = 'env:WEIR_TEST_NOT_FOR_SQL'".to_string(),
+        format!("properties.sasl.password.ref = 'file:{}'", outside.path().display()),
+        format!("properties.sasl.password.ref = 'file:{secrets_dir}/../{}'", outside.path().display()),
+    ] {
+        assert_sqlstate(&client, &source_sql("refused", &input, &front, &security(&reference)), "22023").await;
+    }
+    let topic_by_reference =
+        source_sql("refused", "x", &front, ", topic.ref = 'env:WEIR_SECRET_KAFKA'").replace(" topic = 'x',", "");
+    let e = client.batch_execute(&topic_by_reference).await.unwrap_err();
+    assert!(!e.to_string().contains(password), "{e}");
     client
         .batch_execute(
             "CREATE MATERIALIZED VIEW per_group AS SELECT id % 3 AS g, count(*) AS n, sum(v) AS total FROM bids GROUP BY g",
@@ -133,7 +153,7 @@ async fn scram_over_tls_reads_and_writes_exactly_once_with_secrets_from_env_and_
     let shown = rows(&client, "SHOW CREATE SOURCE bids_again").await.join("\n");
     assert!(shown.contains("properties.sasl.password = '[redacted]'") && !shown.contains(password), "{shown}");
     let shown = rows(&client, "SHOW CREATE SOURCE bids").await.join("\n");
-    assert!(shown.contains("properties.sasl.password.ref = 'env:WEIR_TEST_KAFKA_PASSWORD'"), "{shown}");
+    assert!(shown.contains("properties.sasl.password.ref = 'env:WEIR_SECRET_KAFKA'"), "{shown}");
     let shown = rows(&client, "SHOW CREATE SINK per_group_out").await.join("\n");
     assert!(shown.contains("properties.sasl.password.ref = 'file:"), "{shown}");
     let log = server.log_text();

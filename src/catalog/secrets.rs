@@ -5,11 +5,15 @@
 //!   (`properties.sasl.password`, `properties.ssl.key.password`, `properties.ssl.key.pem`,
 //!   `properties.sasl.jaas.config`, `s3.secret_access_key`, `schema.registry.password`, ...:
 //!   [`is_secret`]), and the password of a Postgres URL.
-//! - **From where**: any option `X` may instead be given as `X.ref = 'env:NAME'` (an environment
-//!   variable of the server) or `X.ref = 'file:/path'` (a file's contents, a trailing newline
-//!   dropped: Kubernetes Secrets mounted as files). The reference is what the catalog keeps;
-//!   [`resolved`] reads the value each time a connector is made from the options (CREATE, the
-//!   server's start), so the value is never stored and a rotated one is taken at a restart.
+//! - **From where**: a secret option `X` may instead be given as `X.ref = 'env:NAME'` (an
+//!   environment variable of the server whose name starts with [`ENV_PREFIX`]) or `X.ref =
+//!   'file:/path'` (a file's contents, a trailing newline dropped: Kubernetes Secrets mounted as
+//!   files) in the server's secrets directory ([`set_directory`], `--secrets-dir`). The
+//!   reference is what the catalog keeps; [`resolved`] reads the value each time a connector is
+//!   made from the options (CREATE, the server's start), so the value is never stored and a
+//!   rotated one is taken at a restart. Only secret options, and only those places: an SQL user
+//!   can neither read another option's value back through an error (`topic.ref`) nor send the
+//!   server's other variables (its S3 keys) or files to a broker of their choosing.
 //! - **Redaction**: [`redact_sql`] masks secret values in statement text (logs, `SHOW CREATE`),
 //!   [`scrub`] masks them in messages (errors that quote the statement).
 //!
@@ -29,6 +33,43 @@ pub const REFERENCE: &str = ".ref";
 
 /// What a redacted value reads as.
 pub const REDACTED: &str = "[redacted]";
+
+/// What the names of environment variables secret references may read start with.
+pub const ENV_PREFIX: &str = "WEIR_SECRET_";
+
+/// Where secret references read files unless configured.
+pub const DEFAULT_DIRECTORY: &str = "/etc/weir/secrets";
+
+static DIRECTORY: std::sync::RwLock<Option<std::path::PathBuf>> = std::sync::RwLock::new(None);
+
+/// The directory secret references may read files from (the server's `secrets_dir`).
+pub fn set_directory(directory: std::path::PathBuf) {
+    *DIRECTORY.write().unwrap_or_else(|e| e.into_inner()) = Some(directory);
+}
+
+fn directory() -> std::path::PathBuf {
+    let set = DIRECTORY.read().unwrap_or_else(|e| e.into_inner()).clone();
+    set.unwrap_or_else(|| std::path::PathBuf::from(DEFAULT_DIRECTORY))
+}
+
+/// The contents of `path` if it lies in the secrets directory (after resolving links and
+/// `..`), for the reference `key`.
+fn secret_file(key: &str, path: &str) -> Result<String> {
+    let invalid = |message: String| WeirError::new(SqlState::INVALID_PARAMETER_VALUE, message);
+    let allowed = directory();
+    let inside = std::fs::canonicalize(path)
+        .ok()
+        .zip(std::fs::canonicalize(&allowed).ok())
+        .is_some_and(|(file, dir)| file.starts_with(dir));
+    if !inside {
+        return Err(invalid(format!(
+            "option {key}: {path} is not a readable file in the server's secrets directory ({})",
+            allowed.display()
+        ))
+        .with_hint("Put the secret in a file there, or start the server with --secrets-dir."));
+    }
+    std::fs::read_to_string(path).map_err(|e| invalid(format!("option {key}: cannot read the file {path}: {e}")))
+}
 
 /// Whether the option `key` holds a credential (compared case-insensitively).
 pub fn is_secret(key: &str) -> bool {
@@ -54,13 +95,20 @@ pub fn resolved(options: &ConnectorOptions) -> Result<Cow<'_, ConnectorOptions>>
         if options.0.contains_key(name) {
             return Err(invalid(format!("option {name} is given twice: as a value and as {key}")));
         }
+        if !is_secret(name) {
+            return Err(invalid(format!(
+                "option {key}: only secrets (passwords, keys, secrets, tokens) may be given by reference"
+            )));
+        }
         let value = match reference.split_once(':') {
+            Some(("env", variable)) if !variable.starts_with(ENV_PREFIX) => return Err(invalid(format!(
+                "option {key}: secret references read only environment variables named {ENV_PREFIX}*, not {variable}"
+            ))),
             Some(("env", variable)) => std::env::var(variable).map_err(|_| {
                 invalid(format!("option {key}: the environment variable {variable} is not set in the server"))
             })?,
             Some(("file", path)) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| invalid(format!("option {key}: cannot read the file {path}: {e}")))?;
+                let text = secret_file(key, path)?;
                 text.strip_suffix('\n').map(|t| t.strip_suffix('\r').unwrap_or(t)).unwrap_or(&text).to_string()
             }
             _ => {
@@ -173,14 +221,19 @@ mod tests {
 
     #[test]
     fn references_are_resolved_and_checked() {
-        let dir = std::env::temp_dir().join(format!("weir-secret-{}", std::process::id()));
+        let secrets = std::env::temp_dir().join(format!("weir-secrets-{}", std::process::id()));
+        std::fs::create_dir_all(&secrets).unwrap();
+        set_directory(secrets.clone());
+        let dir = secrets.join("s3-key");
         std::fs::write(&dir, "from-file\n").unwrap();
-        std::env::set_var("WEIR_TEST_SECRET_REF", "from-env");
+        let outside = std::env::temp_dir().join(format!("weir-not-a-secret-{}", std::process::id()));
+        std::fs::write(&outside, "private").unwrap();
+        std::env::set_var("WEIR_SECRET_TEST_REF", "from-env");
         let options = |pairs: &[(&str, String)]| {
             ConnectorOptions(pairs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect())
         };
         let given = options(&[
-            ("properties.sasl.password.ref", "env:WEIR_TEST_SECRET_REF".into()),
+            ("properties.sasl.password.ref", "env:WEIR_SECRET_TEST_REF".into()),
             ("s3.secret_access_key.ref", format!("file:{}", dir.display())),
         ]);
         let got = resolved(&given).unwrap();
@@ -188,13 +241,18 @@ mod tests {
         assert_eq!(got.get("s3.secret_access_key"), Some("from-file"));
         assert!(got.get("properties.sasl.password.ref").is_none());
         for bad in [
-            options(&[("x.ref", "env:WEIR_TEST_SECRET_UNSET".into())]),
-            options(&[("x.ref", "file:/nonexistent/weir".into())]),
-            options(&[("x.ref", "vault:a".into())]),
-            options(&[("x", "a".into()), ("x.ref", "env:WEIR_TEST_SECRET_REF".into())]),
+            options(&[("x.password.ref", "env:WEIR_SECRET_TEST_UNSET".into())]),
+            options(&[("x.password.ref", "env:HOME".into())]),
+            options(&[("x.password.ref", format!("file:{}", outside.display()))]),
+            options(&[("x.password.ref", format!("file:{}/../{}", secrets.display(), outside.display()))]),
+            options(&[("x.password.ref", "file:/nonexistent/weir".into())]),
+            options(&[("x.password.ref", "vault:a".into())]),
+            options(&[("topic.ref", "env:WEIR_SECRET_TEST_REF".into())]),
+            options(&[("x.password", "a".into()), ("x.password.ref", "env:WEIR_SECRET_TEST_REF".into())]),
         ] {
-            assert_eq!(resolved(&bad).unwrap_err().state, SqlState::INVALID_PARAMETER_VALUE);
+            assert_eq!(resolved(&bad).unwrap_err().state, SqlState::INVALID_PARAMETER_VALUE, "{bad:?}");
         }
-        std::fs::remove_file(dir).unwrap();
+        std::fs::remove_dir_all(secrets).unwrap();
+        std::fs::remove_file(outside).unwrap();
     }
 }

@@ -237,6 +237,8 @@ pub async fn run(config: Config) -> Result<()> {
     // empty data directory), with every acknowledged write after it.
     // Views, sources and sinks run on this runtime, also those a session starts.
     crate::runtime::set_current();
+    // Where secret references may read files from, before any connector is made.
+    crate::catalog::secrets::set_directory(config.secrets_dir.clone());
     // What the server reports about itself (weir_catalog), handed down through the catalog.
     let status = Arc::new(crate::status::Status::default());
     // Up before recovery: alive while it restores, and not ready until it serves.

@@ -43,6 +43,8 @@ pub const OPTIONS: &[&str] = &[
     "format",
     "encode",
     "sink.parallelism",
+    // The password, if not in the URL (then it may come by reference: `password.ref`).
+    "password",
 ];
 
 fn invalid(message: String) -> WeirError {
@@ -164,7 +166,10 @@ impl PostgresSink {
             }
             definition.join(", ")
         });
-        let (config, tls) = config_of(url)?;
+        let (mut config, tls) = config_of(url)?;
+        if let Some(password) = options.get("password") {
+            config.password(password);
+        }
         Ok(PostgresSink {
             config,
             tls: tls.connector()?,
