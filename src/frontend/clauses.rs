@@ -368,9 +368,8 @@ fn key_values(
             Some(Token::Word(word)) => word.value.clone(),
             _ => return Err(WeirError::syntax(format!("expected a value for {key} in {clause} (...)"))),
         };
-        if options.0.insert(key.clone(), value).is_some() {
-            return Err(WeirError::syntax(format!("option {key} is given twice")));
-        }
+        // Given twice, the last wins (as it always has: stored definitions are parsed again).
+        options.0.insert(key, value);
         n += 2;
         match words.get(n).map(|&i| &tokens[i]) {
             Some(Token::Comma) => n += 1,

@@ -387,10 +387,20 @@ impl TestDouble {
             .stdout(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("start tests/doubles/{script}: {e}"));
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        assert_eq!(line.trim(), "ready", "tests/doubles/{script} did not start");
-        TestDouble { child, port }
+        let stdout = child.stdout.take().unwrap();
+        let (said, heard) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+            let _ = said.send(line);
+        });
+        let line = heard.recv_timeout(Duration::from_secs(30)).unwrap_or_default();
+        let mut double = TestDouble { child, port };
+        if line.trim() != "ready" {
+            let _ = double.child.kill();
+            panic!("tests/doubles/{script} did not start within 30 s");
+        }
+        double
     }
 }
 

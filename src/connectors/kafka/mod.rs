@@ -62,11 +62,22 @@ impl ConnectionFailures {
     /// Notes a librdkafka log line: a `FAIL` line is the clearest account of a failed
     /// connection ("Disconnected: connection closed by peer ... in state APIVERSION_QUERY": a
     /// TLS port spoken to in plain text). Lines go to the log at debug level.
-    pub fn note_log(&self, topic: &str, facility: &str, line: &str) {
+    pub fn note_log(&self, topic: &str, level: RDKafkaLogLevel, facility: &str, line: &str) {
         if facility == "FAIL" && self.0.refusal.lock().is_none() {
             *self.0.transport.lock() = Some(readable(line));
         }
-        tracing::debug!(target: "librdkafka", topic = %topic, facility, "{line}");
+        use RDKafkaLogLevel::{Alert, Critical, Emerg, Error, Warning};
+        if matches!(level, Emerg | Alert | Critical | Error | Warning) {
+            tracing::warn!(target: "librdkafka", topic = %topic, facility, "{line}");
+        } else {
+            tracing::debug!(target: "librdkafka", topic = %topic, facility, "{line}");
+        }
+    }
+
+    /// Forgets what was noted: a sink's new producer starts afresh.
+    pub fn clear(&self) {
+        *self.0.refusal.lock() = None;
+        *self.0.transport.lock() = None;
     }
 
     /// The last refusal, taken: the broker refused this client's credentials or certificates.
@@ -108,8 +119,8 @@ impl QuietContext {
 }
 
 impl ClientContext for QuietContext {
-    fn log(&self, _: RDKafkaLogLevel, facility: &str, line: &str) {
-        self.failures.note_log(&self.topic, facility, line);
+    fn log(&self, level: RDKafkaLogLevel, facility: &str, line: &str) {
+        self.failures.note_log(&self.topic, level, facility, line);
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
@@ -150,8 +161,9 @@ fn client_config(options: &ConnectorOptions, reserved: &[&str]) -> Result<Client
         // default directory is not the system's; librdkafka looks in the usual places.
         config.set("ssl.ca.location", "probe");
     }
-    // Connection failures are logged at level 6 (FAIL lines): noted, not printed.
-    config.set("log_level", "6");
+    // Connection failures are logged at level 6 (FAIL lines): noted whatever the server's own
+    // log level (rdkafka would take it from the `log` facade's).
+    config.set_log_level(RDKafkaLogLevel::Info);
     Ok(config)
 }
 

@@ -86,8 +86,8 @@ pub struct DeliveryErrors {
 }
 
 impl ClientContext for DeliveryErrors {
-    fn log(&self, _: rdkafka::config::RDKafkaLogLevel, facility: &str, line: &str) {
-        self.failures.note_log(&self.topic, facility, line);
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, facility: &str, line: &str) {
+        self.failures.note_log(&self.topic, level, facility, line);
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
@@ -236,6 +236,7 @@ impl KafkaSink {
     /// same id, and aborting its open transaction), or idempotent for at-least-once.
     fn producer(&mut self) -> Result<&SinkProducer> {
         if self.producer.is_none() {
+            self.failures.clear();
             let mut config = self.client();
             if self.exactly_once {
                 config.set("transactional.id", &self.identity);
