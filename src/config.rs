@@ -174,6 +174,10 @@ pub struct FileConfig {
 /// (every 1 s) every tenth barrier or so.
 pub const DEFAULT_BARRIER_INTERVAL_MS: u64 = 100;
 
+/// Where secret references in connector options read files unless `secrets_dir` says
+/// (`catalog::secrets`).
+pub const DEFAULT_SECRETS_DIR: &str = "/etc/weir/secrets";
+
 /// The resolved configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -312,7 +316,7 @@ impl Config {
             secrets_dir: overrides
                 .secrets_dir
                 .or(file_cfg.secrets_dir)
-                .unwrap_or_else(|| PathBuf::from(crate::catalog::secrets::DEFAULT_DIRECTORY)),
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_SECRETS_DIR)),
         };
         if config.auth.method != AuthMethod::Trust && config.auth.users.is_empty() {
             return Err(WeirError::new(

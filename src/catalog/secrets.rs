@@ -37,9 +37,6 @@ pub const REDACTED: &str = "[redacted]";
 /// What the names of environment variables secret references may read start with.
 pub const ENV_PREFIX: &str = "WEIR_SECRET_";
 
-/// Where secret references read files unless configured.
-pub const DEFAULT_DIRECTORY: &str = "/etc/weir/secrets";
-
 static DIRECTORY: std::sync::RwLock<Option<std::path::PathBuf>> = std::sync::RwLock::new(None);
 
 /// The directory secret references may read files from (the server's `secrets_dir`).
@@ -49,7 +46,7 @@ pub fn set_directory(directory: std::path::PathBuf) {
 
 fn directory() -> std::path::PathBuf {
     let set = DIRECTORY.read().unwrap_or_else(|e| e.into_inner()).clone();
-    set.unwrap_or_else(|| std::path::PathBuf::from(DEFAULT_DIRECTORY))
+    set.unwrap_or_else(|| std::path::PathBuf::from(crate::config::DEFAULT_SECRETS_DIR))
 }
 
 /// The contents of `path` if it lies in the secrets directory (after resolving links and
