@@ -98,9 +98,11 @@ pub fn resolved(options: &ConnectorOptions) -> Result<Cow<'_, ConnectorOptions>>
             )));
         }
         let value = match reference.split_once(':') {
-            Some(("env", variable)) if !variable.starts_with(ENV_PREFIX) => return Err(invalid(format!(
+            Some(("env", variable)) if !variable.starts_with(ENV_PREFIX) => {
+                return Err(invalid(format!(
                 "option {key}: secret references read only environment variables named {ENV_PREFIX}*, not {variable}"
-            ))),
+            )))
+            }
             Some(("env", variable)) => std::env::var(variable).map_err(|_| {
                 invalid(format!("option {key}: the environment variable {variable} is not set in the server"))
             })?,
