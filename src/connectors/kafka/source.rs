@@ -85,6 +85,9 @@ fn is_avro_option(key: &str) -> bool {
     crate::connectors::avro::OPTIONS.contains(&key) || crate::connectors::avro::registry::OPTIONS.contains(&key)
 }
 
+/// The longest wait between reads while the schema registry cannot be asked.
+const REGISTRY_BACKOFF_MAX: Duration = Duration::from_secs(30);
+
 /// Metadata columns a source may declare, filled from each message instead of its value.
 const PARTITION: &str = "_kafka_partition";
 const OFFSET: &str = "_kafka_offset";
@@ -140,6 +143,8 @@ pub struct KafkaReader {
     at_end: std::collections::HashSet<i32>,
     refresh: Duration,
     retry: Duration,
+    /// Reads in a row the schema registry could not be asked for (Avro): their waits grow.
+    registry_failures: u32,
     timeout: Duration,
     /// The consumer and the offsets it is assigned at (the next to read, by partition).
     consumer: Option<(QuietConsumer, Offsets)>,
@@ -287,6 +292,7 @@ impl KafkaReader {
             at_end: Default::default(),
             refresh: Duration::from_millis(options.u64_or("kafka.metadata.refresh.ms", 5_000)?),
             retry: Duration::from_millis(options.u64_or("kafka.retry.ms", 1_000)?.max(1)),
+            registry_failures: 0,
             timeout: Duration::from_millis(options.u64_or("kafka.timeout.ms", 10_000)?.max(1)),
             consumer: None,
             last_refresh: Instant::now(),
@@ -762,11 +768,17 @@ impl SourceReader for KafkaReader {
             return Ok(Chunk::Keyed { upserts, deleted, position });
         }
         match self.rows(records, true) {
-            Ok(rows) => Ok(Chunk::Rows(rows, position)),
-            // The schema registry could not be asked: the same messages are read again later.
+            Ok(rows) => {
+                self.registry_failures = 0;
+                Ok(Chunk::Rows(rows, position))
+            }
+            // The schema registry could not be asked: the same messages are read again later,
+            // after a wait that doubles with each failure in a row (up to REGISTRY_BACKOFF_MAX).
             Err(e) if e.state == SqlState::UNABLE_TO_CONNECT => {
                 self.consumer = None;
-                Ok(Chunk::Retry(self.retry, e.message))
+                let pause = self.retry.saturating_mul(1 << self.registry_failures.min(16)).min(REGISTRY_BACKOFF_MAX);
+                self.registry_failures += 1;
+                Ok(Chunk::Retry(pause.max(self.retry), e.message))
             }
             Err(e) => Err(e),
         }
