@@ -132,13 +132,18 @@ fn patterns() -> &'static [Regex; 2] {
     })
 }
 
+/// The option name of a `key = 'value'` match (`key =` without the `=`, spaces and quotes).
+fn key_of<'t>(c: &regex::Captures<'t>) -> &'t str {
+    let key = c.get(1).map_or("", |m| m.as_str());
+    key.trim_end_matches(|ch: char| ch == '=' || ch.is_whitespace()).trim_matches('"')
+}
+
 /// The secret values written in `sql`'s text (as [`redact_sql`] would mask them).
 pub fn secret_values(sql: &str) -> Vec<String> {
     let [pairs, urls] = patterns();
     let mut values = Vec::new();
     for c in pairs.captures_iter(sql) {
-        let key = c[1].trim_end_matches(|ch: char| ch == '=' || ch.is_whitespace()).trim_matches('"');
-        if is_secret(key) && !c[2].is_empty() {
+        if is_secret(key_of(&c)) && !c[2].is_empty() {
             values.push(c[2].replace("''", "'"));
         }
     }
@@ -153,8 +158,7 @@ pub fn secret_values(sql: &str) -> Vec<String> {
 /// `sql` with the value of every secret option and every URL password replaced by [`REDACTED`].
 pub fn redact_sql(sql: &str) -> Cow<'_, str> {
     let masked = patterns()[0].replace_all(sql, |c: &regex::Captures<'_>| {
-        let key = c[1].trim_end_matches(|ch: char| ch == '=' || ch.is_whitespace()).trim_matches('"');
-        if is_secret(key) {
+        if is_secret(key_of(c)) {
             format!("{}'{REDACTED}'", &c[1])
         } else {
             c[0].to_string()
@@ -201,6 +205,13 @@ mod tests {
              s3.secret_access_key = '[redacted]', properties.sasl.password.ref = 'env:P') FORMAT PLAIN ENCODE JSON"
         );
         assert_eq!(secret_values(sql), vec!["it's", "k3y", "AKIA"]);
+        let options = ConnectorOptions(
+            [("properties.sasl.password", "k3y"), ("topic", "t")]
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        assert_eq!(format!("{options:?}"), r#"{"properties.sasl.password": "[redacted]", "topic": "t"}"#);
     }
 
     #[test]

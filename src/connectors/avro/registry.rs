@@ -169,21 +169,13 @@ impl SchemaRegistry {
     /// The latest schema of `subject`.
     pub fn latest(&self, subject: &str) -> std::result::Result<Lookup<Registered>, RegistryError> {
         let path = format!("/subjects/{}/versions/latest", encode_path(subject));
-        Ok(match self.request(&path, None)? {
-            Lookup::Found(v) => registered(&v, None),
-            other => other.without_value(),
-        })
+        Ok(self.request(&path, None)?.and_then(|v| registered(&v, None)))
     }
 
     /// The schema with global id `id`.
     pub fn by_id(&self, id: u32) -> std::result::Result<Lookup<String>, RegistryError> {
-        Ok(match self.request(&format!("/schemas/ids/{id}"), None)? {
-            Lookup::Found(v) => match registered(&v, Some(id)) {
-                Lookup::Found(registered) => Lookup::Found(registered.schema),
-                other => other.without_value(),
-            },
-            other => other.without_value(),
-        })
+        let answer = self.request(&format!("/schemas/ids/{id}"), None)?;
+        Ok(answer.and_then(|v| registered(&v, Some(id))).map(|registered| registered.schema))
     }
 
     /// Registers `schema` (Avro JSON) under `subject`: its global id (the one it already had,
@@ -204,10 +196,16 @@ impl SchemaRegistry {
 }
 
 impl<T> Lookup<T> {
-    /// Missing or Unusable as a lookup of another type (not for Found).
-    fn without_value<U>(self) -> Lookup<U> {
+    /// The found value through `f`.
+    fn map<U>(self, f: impl FnOnce(T) -> U) -> Lookup<U> {
+        self.and_then(|v| Lookup::Found(f(v)))
+    }
+
+    /// The found value's own lookup through `f`.
+    fn and_then<U>(self, f: impl FnOnce(T) -> Lookup<U>) -> Lookup<U> {
         match self {
-            Lookup::Found(_) | Lookup::Missing => Lookup::Missing,
+            Lookup::Found(v) => f(v),
+            Lookup::Missing => Lookup::Missing,
             Lookup::Unusable(why) => Lookup::Unusable(why),
         }
     }

@@ -107,18 +107,18 @@ fn readable(reason: &str) -> String {
 /// The client context of Weir's consumers: librdkafka's errors go to the log as warnings (the
 /// reader retries; its state shows in metrics and `weir_catalog.sources`) and connection
 /// failures are noted ([`ConnectionFailures`]).
-pub struct QuietContext {
+pub struct NotingContext {
     pub topic: String,
     pub failures: ConnectionFailures,
 }
 
-impl QuietContext {
-    pub fn new(topic: &str) -> QuietContext {
-        QuietContext { topic: topic.to_string(), failures: ConnectionFailures::default() }
+impl NotingContext {
+    pub fn new(topic: &str) -> NotingContext {
+        NotingContext { topic: topic.to_string(), failures: ConnectionFailures::default() }
     }
 }
 
-impl ClientContext for QuietContext {
+impl ClientContext for NotingContext {
     fn log(&self, level: RDKafkaLogLevel, facility: &str, line: &str) {
         self.failures.note_log(&self.topic, level, facility, line);
     }
@@ -128,10 +128,10 @@ impl ClientContext for QuietContext {
     }
 }
 
-impl ConsumerContext for QuietContext {}
+impl ConsumerContext for NotingContext {}
 
-/// A consumer with [`QuietContext`].
-pub type QuietConsumer = BaseConsumer<QuietContext>;
+/// A consumer with [`NotingContext`].
+pub type NotingConsumer = BaseConsumer<NotingContext>;
 
 /// The librdkafka settings a user passes as `properties.<name> = '...'` (security: TLS and
 /// SASL, ADR 32; fetch and buffer sizes; `properties.bootstrap.server` is the broker list),
@@ -229,7 +229,7 @@ fn broker_error(topic: &str, e: &KafkaError, failures: &ConnectionFailures) -> W
 /// Serves an unassigned consumer's pending events (errors, log lines), so that its context
 /// notes them: librdkafka hands them over only when the client is polled. An assigned
 /// consumer is left alone (a poll could take one of its messages); its reader polls it.
-fn serve_events(consumer: &QuietConsumer) {
+fn serve_events(consumer: &NotingConsumer) {
     if consumer.assignment().is_ok_and(|a| a.count() == 0) {
         for _ in 0..64 {
             let _ = consumer.poll(Duration::ZERO);
@@ -242,7 +242,7 @@ const METADATA_STEP: Duration = Duration::from_millis(500);
 
 /// The partitions of `topic` now; 42704 if it does not exist, 08001 if the broker does not
 /// answer within `timeout` or refuses the client (at once: a refusal does not pass by waiting).
-fn topic_partitions(consumer: &QuietConsumer, topic: &str, timeout: Duration) -> Result<Vec<i32>> {
+fn topic_partitions(consumer: &NotingConsumer, topic: &str, timeout: Duration) -> Result<Vec<i32>> {
     let failures = &consumer.context().failures;
     let deadline = std::time::Instant::now() + timeout;
     let metadata = loop {

@@ -40,7 +40,7 @@ use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 use super::{
     broker_error, client_config, is_passed_through, json_lines, send_all, topic_partitions, ConnectionFailures,
-    KafkaMessage, QuietConsumer, QuietContext,
+    KafkaMessage, NotingConsumer, NotingContext,
 };
 use crate::catalog::options::ConnectorOptions;
 use crate::connectors::avro::AvroSink;
@@ -122,7 +122,7 @@ pub struct KafkaSink {
     exactly_once: bool,
     timeout: Duration,
     producer: Option<SinkProducer>,
-    marker: Option<QuietConsumer>,
+    marker: Option<NotingConsumer>,
     /// What the producer's and the marker's connections last failed with.
     failures: ConnectionFailures,
     /// Messages the producer had failed to deliver when the group began (at-least-once).
@@ -228,8 +228,8 @@ impl KafkaSink {
     }
 
     /// A client context noting to this sink's [`ConnectionFailures`].
-    fn context(&self) -> QuietContext {
-        QuietContext { topic: self.topic.clone(), failures: self.failures.clone() }
+    fn context(&self) -> NotingContext {
+        NotingContext { topic: self.topic.clone(), failures: self.failures.clone() }
     }
 
     /// The producer, made if there is none: transactional (fencing any earlier one with the
@@ -269,9 +269,9 @@ impl KafkaSink {
         Ok(self.producer.as_ref().expect("made"))
     }
 
-    fn marker(&mut self) -> Result<&QuietConsumer> {
+    fn marker(&mut self) -> Result<&NotingConsumer> {
         if self.marker.is_none() {
-            let consumer: QuietConsumer = self
+            let consumer: NotingConsumer = self
                 .client()
                 .set("group.id", &self.identity)
                 .set("enable.auto.commit", "false")
@@ -352,7 +352,7 @@ impl KafkaSink {
 impl SinkWriter for KafkaSink {
     /// The broker answers and the topic exists (CREATE SINK).
     fn check(&mut self) -> Result<()> {
-        let consumer: QuietConsumer = self.client().create_with_context(self.context()).map_err(self.broker())?;
+        let consumer: NotingConsumer = self.client().create_with_context(self.context()).map_err(self.broker())?;
         topic_partitions(&consumer, &self.topic, self.timeout)?;
         // The schemas go to the registry now, so that one that cannot take them fails CREATE.
         match &mut self.avro {

@@ -52,7 +52,7 @@ use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 use super::offsets::{self, Offsets};
 use super::{
-    broker_error, client_config, is_passed_through, topic_partitions, ConnectionFailures, QuietConsumer, QuietContext,
+    broker_error, client_config, is_passed_through, topic_partitions, ConnectionFailures, NotingConsumer, NotingContext,
 };
 use crate::catalog::dead_letter::DeadLetter;
 use crate::catalog::options::ConnectorOptions;
@@ -147,7 +147,7 @@ pub struct KafkaReader {
     registry_failures: u32,
     timeout: Duration,
     /// The consumer and the offsets it is assigned at (the next to read, by partition).
-    consumer: Option<(QuietConsumer, Offsets)>,
+    consumer: Option<(NotingConsumer, Offsets)>,
     last_refresh: Instant,
     /// How often the position is committed to the consumer group `weir-<topic>`, for
     /// monitoring tools (never read back: a restart goes on from the checkpoint); zero: never.
@@ -303,19 +303,19 @@ impl KafkaReader {
         })
     }
 
-    fn consumer(&self) -> Result<QuietConsumer> {
+    fn consumer(&self) -> Result<NotingConsumer> {
         self.config
-            .create_with_context(QuietContext::new(&self.topic))
+            .create_with_context(NotingContext::new(&self.topic))
             .map_err(|e| broker_error(&self.topic, &e, &ConnectionFailures::default()))
     }
 
     /// The topic's partitions now.
-    fn partitions(&self, consumer: &QuietConsumer) -> Result<Vec<i32>> {
+    fn partitions(&self, consumer: &NotingConsumer) -> Result<Vec<i32>> {
         topic_partitions(consumer, &self.topic, self.timeout)
     }
 
     /// The offset a partition with no position starts at.
-    fn start_offset(&self, consumer: &QuietConsumer, partition: i32) -> Result<i64> {
+    fn start_offset(&self, consumer: &NotingConsumer, partition: i32) -> Result<i64> {
         let broker = |e: KafkaError| broker_error(&self.topic, &e, &consumer.context().failures);
         let (low, high) = consumer.fetch_watermarks(&self.topic, partition, self.timeout).map_err(broker)?;
         Ok(match self.startup {
@@ -357,7 +357,7 @@ impl KafkaReader {
     }
 
     /// `offsets` with every partition of the topic not in it yet, at its start offset.
-    fn with_new_partitions(&self, consumer: &QuietConsumer, mut offsets: Offsets) -> Result<Offsets> {
+    fn with_new_partitions(&self, consumer: &NotingConsumer, mut offsets: Offsets) -> Result<Offsets> {
         for partition in self.partitions(consumer)? {
             if let std::collections::btree_map::Entry::Vacant(new) = offsets.entry(partition) {
                 new.insert(self.start_offset(consumer, partition)?);
@@ -366,7 +366,7 @@ impl KafkaReader {
         Ok(offsets)
     }
 
-    fn assign_at(&mut self, consumer: QuietConsumer, offsets: Offsets) -> Result<()> {
+    fn assign_at(&mut self, consumer: NotingConsumer, offsets: Offsets) -> Result<()> {
         let mut list = TopicPartitionList::new();
         for (&partition, &offset) in &offsets {
             list.add_partition_offset(&self.topic, partition, Offset::Offset(offset))
@@ -657,7 +657,7 @@ fn declared_values(
     Ok((cast(&taken)?, good.iter().map(|&row| kept[row as usize]).collect()))
 }
 
-fn cached_high_watermark(consumer: &QuietConsumer, topic: &str, partition: i32) -> Option<i64> {
+fn cached_high_watermark(consumer: &NotingConsumer, topic: &str, partition: i32) -> Option<i64> {
     let topic = std::ffi::CString::new(topic).ok()?;
     let (mut low, mut high) = (-1i64, -1i64);
     // SAFETY: the client pointer is valid while `consumer` lives; the topic is a NUL-terminated
