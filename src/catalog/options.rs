@@ -5,20 +5,10 @@ use std::collections::BTreeMap;
 
 use crate::error::{Result, SqlState, WeirError};
 
-/// Options as given, keys lower-cased. Debug output masks secret values
-/// ([`super::secrets::is_secret`]), so options with resolved secrets never print them.
+/// Options as given, keys lower-cased. Debug output masks secret values (its impl is in
+/// [`super::secrets`]), so options with resolved secrets never print them.
 #[derive(Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ConnectorOptions(pub BTreeMap<String, String>);
-
-impl std::fmt::Debug for ConnectorOptions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let shown = self.0.iter().map(|(key, value)| {
-            let value = if super::secrets::is_secret(key) { super::secrets::REDACTED } else { value.as_str() };
-            (key, value)
-        });
-        f.debug_map().entries(shown).finish()
-    }
-}
 
 fn invalid(message: String) -> WeirError {
     WeirError::new(SqlState::INVALID_PARAMETER_VALUE, message)

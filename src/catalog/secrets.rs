@@ -120,6 +120,14 @@ pub fn resolved(options: &ConnectorOptions) -> Result<Cow<'_, ConnectorOptions>>
     Ok(Cow::Owned(out))
 }
 
+/// Options as Debug shows them: secret values masked.
+impl std::fmt::Debug for ConnectorOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shown = self.0.iter().map(|(key, value)| (key, if is_secret(key) { REDACTED } else { value.as_str() }));
+        f.debug_map().entries(shown).finish()
+    }
+}
+
 /// `key = 'value'` pairs of a statement's WITH options whose key is a secret, and the password
 /// part of a URL (`//user:password@`, `password=...`).
 fn patterns() -> &'static [Regex; 2] {
