@@ -36,6 +36,7 @@ impl SqlState {
     pub const STRING_DATA_RIGHT_TRUNCATION: SqlState = SqlState("22001");
     pub const NOT_NULL_VIOLATION: SqlState = SqlState("23502");
     pub const UNIQUE_VIOLATION: SqlState = SqlState("23505");
+    pub const CARDINALITY_VIOLATION: SqlState = SqlState("21000");
     pub const IN_FAILED_TRANSACTION: SqlState = SqlState("25P02");
     pub const ACTIVE_SQL_TRANSACTION: SqlState = SqlState("25001");
     pub const NO_ACTIVE_SQL_TRANSACTION: SqlState = SqlState("25P01");
@@ -248,6 +249,16 @@ pub fn classify_datafusion(e: DataFusionError) -> WeirError {
 
 fn classify_datafusion_ref(e: &DataFusionError) -> WeirError {
     match e {
+        // A correlated subquery DataFusion could not decorrelate (`frontend::single_row`).
+        DataFusionError::NotImplemented(m) | DataFusionError::Plan(m) | DataFusionError::Internal(m)
+            if m.contains("logical expression ScalarSubquery") =>
+        {
+            WeirError::unsupported(
+                "this correlated subquery is not supported: its conditions on the outer row must be equalities, \
+                 and what it selects may read the outer row only inside an aggregate",
+            )
+            .with_hint("write it as a join, or aggregate what it selects")
+        }
         DataFusionError::External(inner) => {
             if let Some(w) = inner.downcast_ref::<WeirError>() {
                 return w.clone();
@@ -294,6 +305,9 @@ fn classify_message(m: &str, e: &DataFusionError) -> SqlState {
     let lower = m.to_ascii_lowercase();
     if lower.contains("divide by zero") || lower.contains("division by zero") {
         SqlState::DIVISION_BY_ZERO
+    } else if lower.contains("subquery returned more than one row") {
+        // DataFusion's uncorrelated scalar subquery; `frontend::single_row` says it for correlated ones.
+        SqlState::CARDINALITY_VIOLATION
     } else if lower.contains("table '") && lower.contains("not found")
         || lower.contains("does not exist") && lower.contains("relation")
     {

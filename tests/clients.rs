@@ -88,9 +88,9 @@ async fn psycopg_application() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlalchemy_inspector_and_asyncpg() {
-    // The pinned SQLAlchemy 2.0 only: 2.1's inspector reads columns with correlated subqueries
-    // inside CASE expressions that DataFusion cannot plan yet (issue 18, item 6).
-    for python in pythons(false) {
+    // The pinned SQLAlchemy 2.0 and the current release (2.1's inspector reads a column's
+    // identity options with a subquery selecting the outer row inside CASE: `outer_conditions`).
+    for python in pythons(true) {
         // A server each: the check creates its tables.
         let server = TestServer::start();
         let out = run(Command::new(&python)

@@ -71,6 +71,7 @@ pub async fn template_state(catalog: Arc<Catalog>) -> Result<SessionState> {
                 .chain(datafusion::optimizer::Analyzer::new().rules)
                 .collect(),
         )
+        .with_analyzer_rule(Arc::new(super::single_row::SingleRowSubqueries))
         .with_analyzer_rule(Arc::new(super::outer_conditions::LiftOuterConditions))
         .with_analyzer_rule(Arc::new(super::comparison_order::ColumnFirstComparisons))
         .with_analyzer_rule(Arc::new(super::checked_arithmetic::CheckedIntegerArithmetic))

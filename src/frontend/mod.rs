@@ -31,6 +31,7 @@ pub mod plan_cache;
 pub mod point_lookup;
 pub mod postgres_intervals;
 pub mod session;
+pub mod single_row;
 pub mod sink_statement;
 pub mod system_time;
 pub mod text_casts;

@@ -5,11 +5,20 @@
 //! psql, JDBC and BI tools use (`'t'::regclass`, `OPERATOR(pg_catalog.~)`, `COLLATE`, ...) into
 //! SQL DataFusion plans; `ast_rewrites` rewrites the rest, one rewrite per file. Syntax errors
 //! become SQLSTATE 42601 with the character position Postgres would report.
+//!
+//! One of the compatibility parser's rewrites blanks a correlated subquery in a select list to
+//! NULL (and stamps `LIMIT 1` on an uncorrelated one), so that tools' catalog queries plan. On a
+//! query over the user's relations that is a wrong answer (`SELECT k, (SELECT name FROM n WHERE
+//! n.id = t.n_id) FROM t` was all NULLs), so a statement with a subquery that reads no system
+//! catalog is parsed by sqlparser and given every other rewrite of the compatibility parser
+//! ([`user_query_rules`]); its subqueries are planned by DataFusion (decorrelated as joins,
+//! `frontend::single_row` making an unaggregated one return at most one row).
 
 use datafusion::sql::sqlparser::ast;
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
 use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
+use datafusion_pg_catalog::sql::rules::SqlStatementRewriteRule;
 use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
 
 use super::clauses::{self, StreamingClauses};
@@ -125,7 +134,15 @@ impl SqlParser {
             None => (std::borrow::Cow::Borrowed(sql), None),
         };
         let sql: &str = &sql;
-        let mut statements = self.inner.parse(sql).map_err(|e| {
+        let parsed = if keeps_subqueries(sql) {
+            Parser::parse_sql(&PostgreSqlDialect {}, sql).map(|statements| {
+                let rules = user_query_rules();
+                statements.into_iter().map(|s| rules.iter().fold(s, |s, rule| rule.rewrite(s))).collect::<Vec<_>>()
+            })
+        } else {
+            self.inner.parse(sql)
+        };
+        let mut statements = parsed.map_err(|e| {
             // The compatibility parser's token rewriting drops source locations; sqlparser on
             // the original text reports the same error with its line and column.
             let located = Parser::parse_sql(&PostgreSqlDialect {}, sql).err().unwrap_or(e);
@@ -139,6 +156,41 @@ impl SqlParser {
         }
         Ok(statements)
     }
+}
+
+/// Whether `sql` has a subquery and reads no system catalog (`pg_*`, `information_schema`, a
+/// `::reg*` cast, which the compatibility parser turns into a pg_class lookup): such a statement
+/// keeps its select-list subqueries (see the module's doc).
+fn keeps_subqueries(sql: &str) -> bool {
+    let lower = sql.to_ascii_lowercase();
+    let compact: String = lower.split_whitespace().collect();
+    (compact.contains("(select") || compact.contains("(with"))
+        && !lower.contains("pg_")
+        && !lower.contains("information_schema")
+        && !compact.contains("::reg")
+}
+
+/// The compatibility parser's statement rewrites (the order of `PostgresCompatibilityParser::new`
+/// in datafusion-pg-catalog 0.19, pinned) but for `RemoveSubqueryFromProjection`.
+fn user_query_rules() -> &'static [std::sync::Arc<dyn SqlStatementRewriteRule>] {
+    use datafusion_pg_catalog::sql::rules::*;
+    use std::sync::Arc;
+    static RULES: std::sync::OnceLock<Vec<Arc<dyn SqlStatementRewriteRule>>> = std::sync::OnceLock::new();
+    RULES.get_or_init(|| {
+        vec![
+            Arc::new(AliasDuplicatedProjectionRewrite),
+            Arc::new(ResolveUnqualifiedIdentifier),
+            Arc::new(RewriteArrayAnyAllOperation),
+            Arc::new(PrependUnqualifiedPgTableName),
+            Arc::new(StripCallableQualifier),
+            Arc::new(FixArrayLiteral),
+            Arc::new(CurrentUserVariableToSessionUserFunctionCall),
+            Arc::new(StripCollate),
+            Arc::new(RewritePgCatalogOperator),
+            Arc::new(RewriteRegCastToSubquery::new()),
+            Arc::new(FixVersionColumnName),
+        ]
+    })
 }
 
 /// `SHOW CREATE MATERIALIZED VIEW name` and `SHOW CREATE SOURCE name` (RisingWave's and

@@ -51,6 +51,7 @@ pub async fn plan_view(
     // now() in a view is the epoch's time, not the time of planning (ADR 13).
     let logical = crate::stream_plan::temporal_bounds::mark_now(logical)?;
     let optimized = crate::frontend::df_context::optimize_for_view(&state, &logical, rules)?;
+    crate::frontend::single_row::refuse_in_view(&optimized)?;
     // Names as planned, types as the analyzer rules left them (an integer literal is int4).
     let fields: Vec<Field> = logical
         .schema()
