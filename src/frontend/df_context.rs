@@ -67,9 +67,13 @@ pub async fn template_state(catalog: Arc<Catalog>) -> Result<SessionState> {
         .with_default_features()
         // Integer literals are typed before DataFusion's rules (type coercion) see them.
         .with_analyzer_rules(
-            std::iter::once(Arc::new(super::int4_literals::Int4Literals) as Arc<dyn AnalyzerRule + Send + Sync>)
-                .chain(datafusion::optimizer::Analyzer::new().rules)
-                .collect(),
+            [
+                Arc::new(super::int4_literals::Int4Literals) as Arc<dyn AnalyzerRule + Send + Sync>,
+                Arc::new(super::int4_literals::Int4Values),
+            ]
+            .into_iter()
+            .chain(datafusion::optimizer::Analyzer::new().rules)
+            .collect(),
         )
         .with_analyzer_rule(Arc::new(super::single_row::SingleRowSubqueries))
         .with_analyzer_rule(Arc::new(super::outer_conditions::LiftOuterConditions))
@@ -195,11 +199,13 @@ pub struct PlanningRules {
     /// EXCEPT) matches NULL keys in a view (else they match nothing, as views made before did:
     /// their stored join state holds no NULL keys).
     pub null_safe_joins: bool,
+    /// A `VALUES` column of integer literals that fit is int4 (`int4_literals::Int4Values`; else int8).
+    pub int4_values: bool,
 }
 
 impl PlanningRules {
     /// The revision of the rules views made now are recorded with.
-    pub const REVISION: u32 = 3;
+    pub const REVISION: u32 = 4;
 
     /// The rules of this version.
     pub const CURRENT: PlanningRules = PlanningRules {
@@ -210,6 +216,7 @@ impl PlanningRules {
         postgres_intervals: true,
         postgres_numeric: true,
         null_safe_joins: true,
+        int4_values: true,
     };
 
     pub fn of(def: &crate::catalog::RelationDef) -> PlanningRules {
@@ -221,6 +228,7 @@ impl PlanningRules {
             postgres_intervals: def.planner_revision >= 3,
             postgres_numeric: def.planner_revision >= 3,
             null_safe_joins: def.planner_revision >= 3,
+            int4_values: def.planner_revision >= 4,
         }
     }
 
@@ -247,6 +255,7 @@ pub fn optimize_for_view(
     // A view made by an earlier version is planned as it was (`PlanningRules::of`).
     let left_out = |name: &str| {
         (!planning.int4_literals && name == super::int4_literals::Int4Literals.name())
+            || (!planning.int4_values && name == super::int4_literals::Int4Values.name())
             || (!planning.postgres_text_casts && name == super::text_casts::PostgresTextCasts.name())
             || (!planning.postgres_intervals && name == super::postgres_intervals::PostgresIntervals.name())
             || (!planning.postgres_numeric && name == super::numeric_arithmetic::PostgresNumeric.name())

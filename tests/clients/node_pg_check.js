@@ -44,6 +44,15 @@ async function main() {
   assert.deepStrictEqual(per.rows.map((r) => [r.device, r.count, r.sum]), [['d0', '1', '20'], ['d1', '2', '40']]);
 
   // Errors carry the SQLSTATE; the connection carries on.
+  // NUMERIC as Postgres writes it: a declared scale, else the value's own (no trailing zeros);
+  // a VALUES column of small integers is int4.
+  await client.query('CREATE TABLE prices (id INT PRIMARY KEY, free NUMERIC, fixed NUMERIC(10,3))');
+  await client.query('INSERT INTO prices VALUES (1, 12345.678, 12.5)');
+  const price = await client.query('SELECT free, fixed, sum(free) AS total FROM prices GROUP BY free, fixed');
+  assert.deepStrictEqual([price.rows[0].free, price.rows[0].fixed, price.rows[0].total], ['12345.678', '12.500', '12345.678']);
+  const values = await client.query('SELECT x FROM (VALUES (1), (2)) t(x) ORDER BY x');
+  assert.deepStrictEqual(values.rows.map((r) => r.x), [1, 2]);
+  assert.strictEqual(values.fields[0].dataTypeID, 23, 'VALUES of small integers is int4');
   await assert.rejects(client.query('SELECT * FROM nope'), (e) => e.code === '42P01');
   await assert.rejects(client.query('SELECT 2147483647::INT + 1'), (e) => e.code === '22003');
   await assert.rejects(client.query("INSERT INTO readings VALUES (9, 'a much too long name', 1, NULL, NULL)"),
