@@ -153,7 +153,7 @@ from table_privileges t""", None,
      ["ALWAYS", "public", "public"],
      lambda rows: [(r[0], r[1], r[5]) for r in rows if r[4] == "orders"] == [
          ("id", "int8", True), ("customer", "varchar", False), ("amount", "float8", False), ("ts", "timestamp", False)]
-     and {(r[0], r[1], r[2]) for r in rows if r[4] == "per_customer"} == {("customer", "varchar", 0), ("total", "float8", 1)}),
+     and [(r[0], r[1], r[2]) for r in rows if r[4] == "per_customer"] == [("customer", "varchar", 0), ("total", "float8", 1)]),
     ("metabase", "foreign keys", """SELECT "fk_ns"."nspname" AS "fk-table-schema", "fk_table"."relname" AS "fk-table-name", "fk_column"."attname" AS "fk-column-name", "pk_ns"."nspname" AS "pk-table-schema", "pk_table"."relname" AS "pk-table-name", "pk_column"."attname" AS "pk-column-name" FROM "pg_constraint" AS "c" INNER JOIN "pg_class" AS "fk_table" ON "c"."conrelid" = "fk_table"."oid" INNER JOIN "pg_namespace" AS "fk_ns" ON "c"."connamespace" = "fk_ns"."oid" INNER JOIN "pg_attribute" AS "fk_column" ON "c"."conrelid" = "fk_column"."attrelid" INNER JOIN "pg_class" AS "pk_table" ON "c"."confrelid" = "pk_table"."oid" INNER JOIN "pg_namespace" AS "pk_ns" ON "pk_table"."relnamespace" = "pk_ns"."oid" INNER JOIN "pg_attribute" AS "pk_column" ON "c"."confrelid" = "pk_column"."attrelid" WHERE fk_ns.nspname !~ '^information_schema|catalog_history|pg_' AND ("c"."contype" = 'f'::char) AND ("fk_column"."attnum" = ANY(c.conkey)) AND ("pk_column"."attnum" = ANY(c.confkey)) AND ("fk_ns"."nspname" IN (%s)) ORDER BY "fk-table-schema" ASC, "fk-table-name" ASC""",
      ["public"], lambda rows: rows == []),
     ("metabase", "select probe", 'SELECT TRUE AS "_" FROM "public"."orders" WHERE 1 <> 1 LIMIT 0', None,

@@ -34,6 +34,10 @@ fn makes_text(expr: &ast::Expr) -> bool {
 /// - `(record).field` becomes `(record)['field']`, the form DataFusion reads;
 /// - asyncpg's domain and composite lookups become typed NULLs ([`domain_or_composite_lookup`]);
 /// - `pg_get_viewdef(oid)` becomes the view's query from `pg_views`;
+/// - `information_schema.columns` in a UNION with a branch listing materialized views' columns
+///   from `pg_attribute` itself (Metabase's field sync: PostgreSQL's information_schema leaves
+///   materialized views out, Weir's lists them for Grafana's pickers) leaves them out there, so
+///   each column comes once ([`columns_without_materialized_views`]);
 /// - a function looked up by name, `(SELECT oid FROM pg_catalog.pg_proc WHERE proname = 'f')`
 ///   (how the compatibility parser expands `'f'::regproc`), becomes `'f'`: this pg_catalog
 ///   names functions in `pg_type.typinput` and the like rather than numbering them.
@@ -43,6 +47,7 @@ pub fn rewrite_catalog_idioms(statement: &mut ast::Statement) {
         Subscript, Value,
     };
     use std::ops::ControlFlow;
+    columns_without_materialized_views(statement);
     let parse =
         |text: String| Parser::new(&PostgreSqlDialect {}).try_with_sql(&text).and_then(|mut p| p.parse_expr()).ok();
     let _ = visit_expressions_mut(statement, |expr| {
@@ -190,6 +195,63 @@ pub fn rewrite_catalog_idioms(statement: &mut ast::Statement) {
         }
         ControlFlow::<()>::Continue(())
     });
+}
+
+/// In a `UNION` one branch of which lists materialized views' columns from `pg_attribute`
+/// (`relkind = 'm'`), `information_schema.columns` in the other branches as
+/// `(SELECT * FROM information_schema.columns WHERE table_name NOT IN (materialized views)) alias`.
+fn columns_without_materialized_views(statement: &mut ast::Statement) {
+    use datafusion::sql::sqlparser::ast::{SetExpr, TableFactor, VisitMut, VisitorMut};
+    use std::ops::ControlFlow;
+    const COLUMNS: &str = "(SELECT * FROM information_schema.columns WHERE table_name NOT IN \
+        (SELECT relname FROM pg_catalog.pg_class WHERE relkind = 'm'))";
+    fn lists_materialized_columns(body: &SetExpr) -> bool {
+        let text = body.to_string().to_ascii_lowercase().replace('"', "");
+        text.contains("pg_attribute") && text.contains("relkind = 'm'")
+    }
+    /// Whether a leaf of the set operation `body` lists materialized views' columns.
+    fn any_lists(body: &SetExpr) -> bool {
+        match body {
+            SetExpr::SetOperation { left, right, .. } => any_lists(left) || any_lists(right),
+            leaf => lists_materialized_columns(leaf),
+        }
+    }
+    /// Puts `columns` in place of information_schema.columns in every leaf SELECT of `body`.
+    fn replace_columns(body: &mut SetExpr, columns: &ast::Query) {
+        match body {
+            SetExpr::SetOperation { left, right, .. } => {
+                replace_columns(left, columns);
+                replace_columns(right, columns);
+            }
+            SetExpr::Select(select) => {
+                for table in select.from.iter_mut() {
+                    let TableFactor::Table { name, alias, .. } = &table.relation else { continue };
+                    if name.to_string().to_ascii_lowercase().replace('"', "") == "information_schema.columns" {
+                        let alias = alias.clone();
+                        let subquery = Box::new(columns.clone());
+                        table.relation = TableFactor::Derived { lateral: false, subquery, alias, sample: None };
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    struct Rewrite;
+    impl VisitorMut for Rewrite {
+        type Break = ();
+        fn pre_visit_query(&mut self, query: &mut ast::Query) -> ControlFlow<()> {
+            if !matches!(query.body.as_ref(), SetExpr::SetOperation { .. }) || !any_lists(&query.body) {
+                return ControlFlow::Continue(());
+            }
+            if let Ok(columns) =
+                Parser::new(&PostgreSqlDialect {}).try_with_sql(COLUMNS).and_then(|mut p| p.parse_query())
+            {
+                replace_columns(&mut query.body, &columns);
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let _ = statement.visit(&mut Rewrite);
 }
 
 /// `CASE WHEN t.typtype = 'd' THEN (SELECT ...) ELSE NULL END` (and `'c'`) is how asyncpg's
