@@ -80,7 +80,8 @@ impl SchemaProvider for WeirPgCatalog {
             "pg_settings" => Extra::Settings,
             "pg_matviews" => Extra::Matviews,
             "pg_views" => Extra::Views,
-            _ => return Ok(Some(inner)),
+            _ if char_columns(name).is_empty() => return Ok(Some(inner)),
+            _ => return Ok(Some(Arc::new(CharColumns { inner, table: name.to_string() }))),
         };
         Ok(Some(Arc::new(Extended {
             inner,
@@ -618,6 +619,84 @@ fn settings_rows() -> Vec<Row> {
     rows
 }
 
+/// The columns PostgreSQL types `"char"` (one byte: `pg_type.typtype` is `b`, `d`, `e`, ...),
+/// which the crate keeps as text. Clients that read them in binary (asyncpg's type
+/// introspection compares `kind` with `b'b'`) need the type, so they are marked for the wire
+/// (`arrow_pg::datatypes::PG_CHAR_KEY`: OID 18, one byte in binary).
+fn char_columns(table: &str) -> &'static [&'static str] {
+    match table {
+        "pg_type" => &["typtype", "typcategory", "typalign", "typstorage", "typdelim"],
+        "pg_class" => &["relkind", "relpersistence", "relreplident"],
+        "pg_attribute" => &["attalign", "attstorage", "attcompression", "attidentity", "attgenerated"],
+        "pg_constraint" => &["contype", "confupdtype", "confdeltype", "confmatchtype"],
+        "pg_proc" => &["prokind", "provolatile", "proparallel"],
+        "pg_cast" => &["castcontext", "castmethod"],
+        "pg_am" => &["amtype"],
+        "pg_operator" => &["oprkind"],
+        "pg_aggregate" => &["aggkind"],
+        "pg_depend" => &["deptype"],
+        "pg_trigger" => &["tgenabled"],
+        _ => &[],
+    }
+}
+
+/// `schema` of `table` with its `"char"` columns (that are text) marked.
+fn mark_char_columns(table: &str, schema: SchemaRef) -> SchemaRef {
+    let chars = char_columns(table);
+    if !schema.fields().iter().any(|f| chars.contains(&f.name().as_str())) {
+        return schema;
+    }
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(|f| {
+            let text = matches!(f.data_type(), DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8);
+            if !text || !chars.contains(&f.name().as_str()) {
+                return f.as_ref().clone();
+            }
+            let mut metadata = f.metadata().clone();
+            metadata.insert(arrow_pg::datatypes::PG_CHAR_KEY.to_string(), "char".to_string());
+            f.as_ref().clone().with_metadata(metadata)
+        })
+        .collect();
+    Arc::new(datafusion::arrow::datatypes::Schema::new_with_metadata(fields, schema.metadata().clone()))
+}
+
+/// A crate table as it is, with its `"char"` columns marked ([`char_columns`]).
+#[derive(Debug)]
+struct CharColumns {
+    inner: Arc<dyn TableProvider>,
+    table: String,
+}
+
+#[async_trait]
+impl TableProvider for CharColumns {
+    fn schema(&self) -> SchemaRef {
+        mark_char_columns(&self.table, self.inner.schema())
+    }
+
+    fn table_type(&self) -> TableType {
+        self.inner.table_type()
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        // The rows as the crate has them, under the marked schema (a catalog table is small).
+        let schema = self.schema();
+        let batches = collect(self.inner.scan(state, None, &[], None).await?, state.task_ctx())
+            .await?
+            .into_iter()
+            .map(|b| RecordBatch::try_new(Arc::clone(&schema), b.columns().to_vec()))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(MemorySourceConfig::try_new_exec(&[batches], schema, projection.cloned())?)
+    }
+}
+
 #[async_trait]
 impl TableProvider for Extended {
     fn schema(&self) -> SchemaRef {
@@ -644,7 +723,12 @@ impl TableProvider for Extended {
             .into_iter()
             .chain(self.missing_columns(&inner))
             .collect();
-        Arc::new(datafusion::arrow::datatypes::Schema::new(fields))
+        let table = match &self.extra {
+            Extra::Keys(table) => table.as_str(),
+            Extra::Attributes => "pg_attribute",
+            _ => "",
+        };
+        mark_char_columns(table, Arc::new(datafusion::arrow::datatypes::Schema::new(fields)))
     }
 
     fn table_type(&self) -> TableType {

@@ -7,6 +7,8 @@ import datetime
 import sys
 
 import asyncpg
+import asyncpg.introspection
+import json
 from sqlalchemy import create_engine, inspect, text
 
 host, port = sys.argv[1], sys.argv[2]
@@ -66,6 +68,13 @@ async def with_asyncpg():
     # jsonb comes back in binary (asyncpg's default), as the JSON text; $1::jsonb takes text.
     assert await conn.fetchval("SELECT '{\"b\": 1, \"a\": [1, 2.50]}'::jsonb") == '{"a": [1, 2.50], "b": 1}'
     assert await conn.fetchval("SELECT $1::jsonb ->> 'k'", '{"k": "v"}') == "v"
+    # A type looked up by name (asyncpg's TYPE_BY_NAME, as set_type_codec does for types outside
+    # its built-in map): kind is PostgreSQL's "char", which asyncpg reads as bytes.
+    found = await conn.fetchrow(asyncpg.introspection.TYPE_BY_NAME, "varchar", "pg_catalog")
+    assert found["kind"] == b"b" and found["elemtype"] == 0, found
+    assert asyncpg.introspection.is_scalar_type(found), found
+    await conn.set_type_codec("json", encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
+    assert await conn.fetchval("SELECT '{\"a\": [1]}'::json") == {"a": [1]}
     await conn.execute("FLUSH")
     totals = await conn.fetch("SELECT customer, total FROM per_customer ORDER BY customer")
     assert [tuple(r) for r in totals] == [("c0", 5.0), ("c1", 10.0)], totals
