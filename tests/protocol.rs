@@ -884,6 +884,84 @@ async fn prepared_point_lookups_equal_full_reads() {
     assert!(sample(&server, lookups) - before >= 399.0, "the lookups did not take the fast path");
 }
 
+/// Simple-protocol statements that differ only in compared literals (what dashboards and
+/// `pgbench -M simple` send) run as one lifted statement (`frontend::literals`): planned once,
+/// then key lookups take the fast path; their rows equal those of statements written so that no
+/// literal is lifted, and a literal that does not fit its column's type keeps its meaning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn simple_statements_with_other_literals_share_a_plan() {
+    let server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE accounts (aid INT PRIMARY KEY, abalance INT, at TIMESTAMP, amount NUMERIC(10,2));
+             INSERT INTO accounts SELECT x, x * 2, TIMESTAMP '2026-01-01 00:00:00' + x * INTERVAL '1 minute', x * 1.25
+             FROM generate_series(1, 500) AS s(x);",
+        )
+        .await
+        .unwrap();
+    let rows = |messages: Vec<tokio_postgres::SimpleQueryMessage>| -> Vec<Vec<Option<String>>> {
+        messages
+            .into_iter()
+            .filter_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(r) => {
+                    Some((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect())
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    let lookups = r#"weir_plans_total{plan="lookup"}"#;
+    let before = sample(&server, lookups);
+    let mut rng = common::Rng(5);
+    for step in 0..100 {
+        let aid = rng.below(520) as i64 - 10;
+        if step % 10 == 0 {
+            client
+                .simple_query(&format!("UPDATE accounts SET abalance = abalance + 1 WHERE aid = {aid}"))
+                .await
+                .unwrap();
+        }
+        let got = rows(client.simple_query(&format!("SELECT abalance FROM accounts WHERE aid = {aid}")).await.unwrap());
+        let want = rows(
+            client.simple_query(&format!("SELECT abalance FROM accounts WHERE aid + 0 = {aid} + 0")).await.unwrap(),
+        );
+        assert_eq!(got, want, "aid = {aid}");
+        let (from, to) = (rng.below(600), rng.below(600));
+        let range = |at: &str| {
+            format!("SELECT count(*), sum(amount) FROM accounts WHERE {at} BETWEEN '2026-01-01 00:00:00'::timestamp + INTERVAL '{from} minutes' AND '2026-01-01 00:00:00'::timestamp + INTERVAL '{to} minutes'")
+        };
+        let lifted = format!(
+            "SELECT count(*), sum(amount) FROM accounts WHERE at BETWEEN '{}' AND '{}'",
+            chrono_minutes(from),
+            chrono_minutes(to)
+        );
+        assert_eq!(
+            rows(client.simple_query(&lifted).await.unwrap()),
+            rows(client.simple_query(&range("at")).await.unwrap())
+        );
+    }
+    // 100 lookups: all but the first (planned) took the fast path.
+    assert!(sample(&server, lookups) - before >= 99.0, "lifted lookups did not take the fast path");
+    // Literals that do not fit the column's type keep their meaning: no key is 1.5, amounts
+    // compare as numbers, a word is no integer.
+    let none = rows(client.simple_query("SELECT abalance FROM accounts WHERE aid = 1.5").await.unwrap());
+    assert!(none.is_empty(), "{none:?}");
+    let amount = rows(client.simple_query("SELECT aid FROM accounts WHERE amount = 2.50").await.unwrap());
+    assert_eq!(amount, vec![vec![Some("2".to_string())]]);
+    let amount = rows(client.simple_query("SELECT aid FROM accounts WHERE amount = 2.505").await.unwrap());
+    assert!(amount.is_empty(), "{amount:?}");
+    let error = client.simple_query("SELECT abalance FROM accounts WHERE aid = 'nope'").await.unwrap_err();
+    assert!(error.as_db_error().is_some(), "{error}");
+}
+
+/// `2026-01-01 00:00:00` plus `minutes`, as text.
+fn chrono_minutes(minutes: i64) -> String {
+    let (h, m) = (minutes / 60, minutes % 60);
+    let (d, h) = (1 + h / 24, h % 24);
+    format!("2026-01-{d:02} {h:02}:{m:02}:00")
+}
+
 /// Prepared lookups through an index (every indexed column given, `frontend::point_lookup`)
 /// are answered without DataFusion and equal the same reads written so they cannot use it, on
 /// a table and a view, after changes; a dropped index sends them down the normal path.

@@ -21,6 +21,7 @@ pub mod interval_arithmetic;
 pub mod interval_text;
 pub mod json_functions;
 pub mod keep_names;
+pub mod literals;
 pub mod numeric_arithmetic;
 pub mod ordered_set_aggregates;
 pub mod outer_conditions;

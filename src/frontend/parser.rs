@@ -53,8 +53,17 @@ impl std::fmt::Display for Statement {
     }
 }
 
+/// Texts [`SqlParser::parse`] keeps the statements of, at most.
+const PARSED_KEPT: usize = 1024;
+/// The longest text whose statements are kept.
+const PARSED_TEXT_MAX: usize = 8192;
+
 pub struct SqlParser {
     inner: PostgresCompatibilityParser,
+    /// Statements parsed before, by their text (a dashboard's and a driver's statements come
+    /// again and again: each `Parse` of an unnamed statement, each lifted simple query);
+    /// started again when [`PARSED_KEPT`] texts are kept.
+    parsed: std::sync::Mutex<std::collections::HashMap<String, Vec<Statement>>>,
     /// The table functions' names, when known: function calls in FROM are then read as
     /// Postgres reads them (`ast_rewrites::functions_in_from`).
     table_functions: Option<std::collections::HashSet<String>>,
@@ -69,17 +78,38 @@ impl Default for SqlParser {
 impl SqlParser {
     /// A parser that leaves function calls in FROM as they are written.
     pub fn new() -> Self {
-        SqlParser { inner: PostgresCompatibilityParser::new(), table_functions: None }
+        SqlParser { inner: PostgresCompatibilityParser::new(), parsed: Default::default(), table_functions: None }
     }
 
     /// A parser that reads function calls in FROM as Postgres does, knowing which names are
     /// table functions (`table_functions`, lower case; see `ast_rewrites::functions_in_from`).
     pub fn with_table_functions(table_functions: std::collections::HashSet<String>) -> Self {
-        SqlParser { inner: PostgresCompatibilityParser::new(), table_functions: Some(table_functions) }
+        SqlParser {
+            inner: PostgresCompatibilityParser::new(),
+            parsed: Default::default(),
+            table_functions: Some(table_functions),
+        }
     }
 
-    /// Parses one or more `;`-separated statements.
+    /// Parses one or more `;`-separated statements. A text parsed before (up to
+    /// [`PARSED_TEXT_MAX`] bytes) is not parsed again: parsing depends on the text alone.
     pub fn parse(&self, sql: &str) -> Result<Vec<Statement>> {
+        if sql.len() > PARSED_TEXT_MAX {
+            return self.parse_text(sql);
+        }
+        if let Some(statements) = self.parsed.lock().expect("parse cache").get(sql) {
+            return Ok(statements.clone());
+        }
+        let statements = self.parse_text(sql)?;
+        let mut parsed = self.parsed.lock().expect("parse cache");
+        if parsed.len() >= PARSED_KEPT {
+            parsed.clear();
+        }
+        parsed.insert(sql.to_string(), statements.clone());
+        Ok(statements)
+    }
+
+    fn parse_text(&self, sql: &str) -> Result<Vec<Statement>> {
         let streaming = clauses::may_contain(sql) || sink_statement::may_be_one(sql);
         let pieces = split_weir_statements(sql, streaming);
         if pieces.iter().all(|p| matches!(p, Piece::Sql(_))) && !streaming {

@@ -155,7 +155,8 @@ where
     }
     metrics::STATEMENTS_TOTAL.with_label_values(&["ok"]).inc();
     // A timestamptz goes out as text in the session's time zone, as in Postgres.
-    let zone = session.ctx.state().config().options().execution.time_zone.clone();
+    // (Read in place: `SessionContext::state` copies the whole state, function registries and all.)
+    let zone = session.ctx.state_ref().read().config().options().execution.time_zone.clone();
     let result = match result {
         StatementResult::TransactionStart { tag } => {
             *block = Block::InBlock;

@@ -25,11 +25,36 @@ impl SimpleQueryHandler for WeirHandler {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
+        let cell = session_of(self, client);
+        // A dashboard's repeated statement with other literals: run as the prepared statement
+        // it stands for (`frontend::literals`).
+        if let Some(lifted) = crate::frontend::literals::lift(query) {
+            let mut session = cell.session.lock().await;
+            if let Some((statement, params)) = self.lifted_statement(&mut session, &lifted).await {
+                let mut block = Block::from_status(client.transaction_status());
+                let format = Format::UnifiedText;
+                return match run_statement(
+                    self,
+                    &cell,
+                    &mut session,
+                    client,
+                    &mut block,
+                    statement,
+                    Some(params),
+                    &format,
+                )
+                .await
+                {
+                    Ok(r) => Ok(vec![r]),
+                    Err(PgWireError::UserError(info)) => Ok(vec![Response::Error(info)]),
+                    Err(e) => Err(e),
+                };
+            }
+        }
         let statements = self.frontend.parse(query).map_err(reject)?;
         if statements.is_empty() {
             return Ok(vec![Response::EmptyQuery]);
         }
-        let cell = session_of(self, client);
         let mut session = cell.session.lock().await;
         let mut block = Block::from_status(client.transaction_status());
         let mut responses = Vec::with_capacity(statements.len());
@@ -46,5 +71,30 @@ impl SimpleQueryHandler for WeirHandler {
             }
         }
         Ok(responses)
+    }
+}
+
+impl WeirHandler {
+    /// The statement `lifted` stands for and its literals as parameter values, when its text
+    /// parses to one query, UPDATE or DELETE and each literal converts exactly to its
+    /// parameter's planned type; None runs the statement as written.
+    async fn lifted_statement(
+        &self,
+        session: &mut crate::frontend::session::Session,
+        lifted: &crate::frontend::literals::Lifted,
+    ) -> Option<(crate::frontend::parser::Statement, datafusion::common::ParamValues)> {
+        use datafusion::sql::sqlparser::ast::Statement as Sql;
+        let mut statements = self.frontend.parse(&lifted.text).ok()?;
+        if statements.len() != 1 {
+            return None;
+        }
+        let statement = statements.remove(0);
+        let crate::frontend::parser::Statement::Sql(Sql::Query(_) | Sql::Update(_) | Sql::Delete(_)) = &statement
+        else {
+            return None;
+        };
+        let described = self.frontend.describe(session, &statement).await.ok()?;
+        let values = lifted.values_as(&described.parameters)?;
+        Some((statement, datafusion::common::ParamValues::from(values)))
     }
 }
