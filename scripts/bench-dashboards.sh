@@ -10,7 +10,8 @@
 #  2. `SELECT count(*)` and a grouped aggregate over a 3,000,000-row relation (in Weir a
 #     materialized view, in PostgreSQL a table with the same rows), best of three, one client;
 #  3. a Grafana time-series panel's query (`$__timeFilter` over the time column, `GROUP BY`
-#     a one-minute bucket) over a 1,000,000-row relation, 4 pgbench clients, SECONDS.
+#     a one-minute bucket) over a 1,000,000-row relation with an index on the time column in
+#     both, 4 pgbench clients, SECONDS.
 # Needs psql and pgbench (Debian's postgresql-client). WEIR_BINARY defaults to a release build.
 set -euo pipefail
 # Both without TLS (the test PostgreSQL has ssl = on; pgbench would take it).
@@ -98,7 +99,7 @@ psql "${weir_args[@]}" -q -v ON_ERROR_STOP=1 \
     -c "CREATE TABLE samples (id BIGINT PRIMARY KEY, at TIMESTAMP, host TEXT, cpu DOUBLE PRECISION)" \
     -c "CREATE MATERIALIZED VIEW metrics AS SELECT id, at, host, cpu FROM samples" \
     -c "INSERT INTO samples SELECT x, TIMESTAMP '2026-01-01 00:00:00' + x * INTERVAL '1 second', 'h' || (x % 8), (x % 100) * 1.0 FROM generate_series(1, 1000000) AS s(x)" \
-    -c "FLUSH"
+    -c "FLUSH" -c "CREATE INDEX metrics_at ON metrics (at) INCLUDE (cpu)"
 psql "${pg_args[@]}" -q -v ON_ERROR_STOP=1 \
     -c "CREATE TABLE metrics (id BIGINT PRIMARY KEY, at TIMESTAMP, host TEXT, cpu DOUBLE PRECISION)" \
     -c "INSERT INTO metrics SELECT x, TIMESTAMP '2026-01-01 00:00:00' + x * INTERVAL '1 second', 'h' || (x % 8), (x % 100) * 1.0 FROM generate_series(1, 1000000) AS s(x)" \

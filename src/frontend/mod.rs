@@ -253,9 +253,9 @@ impl Frontend {
                 Ok(StatementResult::command("FLUSH"))
             }
             Statement::Streaming(statement, clauses) => {
-                handler::execute_streaming(self, session, statement, clauses).await
+                Box::pin(handler::execute_streaming(self, session, statement, clauses)).await
             }
-            Statement::Sink(sink) => handler::execute_sink(self, session, sink).await,
+            Statement::Sink(sink) => Box::pin(handler::execute_sink(self, session, sink)).await,
             Statement::ExplainAnalyze(name) => handler::explain_analyze::handle(self, &name),
             Statement::Sql(statement) => {
                 let writes = handler::writes_rows(&statement)

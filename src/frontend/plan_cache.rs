@@ -138,8 +138,9 @@ impl PlanCache {
     }
 }
 
-/// Whether `plan` reads only Weir's relations and calls only immutable functions.
-fn cacheable(plan: &LogicalPlan) -> bool {
+/// Whether `plan` reads only Weir's relations and calls only immutable functions: a plan a
+/// session keeps.
+pub fn cacheable(plan: &LogicalPlan) -> bool {
     let mut ok = matches!(
         plan,
         LogicalPlan::Projection(_)

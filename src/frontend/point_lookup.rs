@@ -64,6 +64,14 @@ pub struct PointLookup {
 }
 
 impl PointLookup {
+    /// What EXPLAIN says of the lookup: which relation, by its key or through an index.
+    pub fn describe(&self) -> String {
+        match &self.source {
+            Source::Key(_) => format!("one lookup of {} by its primary key", self.relation.def.name),
+            Source::Index { .. } => format!("one range of an index of {}", self.relation.def.name),
+        }
+    }
+
     /// The fast path of `plan` (optimized), if it has the shape.
     pub fn of(plan: &LogicalPlan, state: &SessionState) -> Option<PointLookup> {
         let (projection, filter) = match plan {

@@ -103,7 +103,7 @@ pub async fn handle(
 ) -> Result<StatementResult> {
     let tag = dml_tag(&statement);
     if matches!(statement, Statement::Explain { .. }) {
-        return explain(session, statement, params).await;
+        return Box::pin(explain(session, statement, params)).await;
     }
     // Which statements are worth keeping: reads, key updates and deletes, and prepared inserts
     // (not a bulk INSERT of literal rows, run once).
@@ -120,7 +120,8 @@ pub async fn handle(
         }
         None => {
             crate::metrics::PLANS_TOTAL.with_label_values(&["planned"]).inc();
-            let (logical, columns) = plan_for_client(session, statement).await?;
+            // Boxed: planning's future is large, and a cached plan's run need not carry it.
+            let (logical, columns) = Box::pin(plan_for_client(session, statement)).await?;
             if matches!(tag, Some("UPDATE" | "DELETE")) {
                 conditions_on_the_target_only(&logical)?;
             }
@@ -259,7 +260,7 @@ fn bind(plan: &LogicalPlan, params: ParamValues) -> Result<LogicalPlan> {
 
 /// EXPLAIN: planned and run as DataFusion runs it (its optimizer records each rule's plan).
 async fn explain(session: &mut Session, statement: Statement, params: Option<ParamValues>) -> Result<StatementResult> {
-    let (mut logical, names) = plan_named(session, statement).await?;
+    let (mut logical, names) = plan_named(session, statement.clone()).await?;
     if let Some(params) = params {
         logical = logical.with_param_values(params)?;
     }
@@ -273,10 +274,56 @@ async fn explain(session: &mut Session, statement: Statement, params: Option<Par
         Ok(if refused.is_ok() { TreeNodeRecursion::Continue } else { TreeNodeRecursion::Stop })
     })?;
     refused?;
+    let path = match &statement {
+        Statement::Explain { statement: inner, analyze: false, .. }
+            if matches!(inner.as_ref(), Statement::Query(_) | Statement::Update(_) | Statement::Delete(_)) =>
+        {
+            Some(run_path(session, inner.as_ref().clone()).await?)
+        }
+        _ => None,
+    };
     let frame = session.ctx.execute_logical_plan(logical).await?;
     let schema = ClientColumns { names, origins: vec![] }.schema(frame.schema().inner());
     let stream = without_trailing_newlines(frame.execute_stream().await?);
-    Ok(StatementResult::Rows { schema, stream })
+    let Some(path) = path else {
+        return Ok(StatementResult::Rows { schema, stream });
+    };
+    // A last row, `weir_path`: how the statement runs when it runs again.
+    let row = datafusion::arrow::record_batch::RecordBatch::try_new(
+        Arc::clone(&schema),
+        vec![
+            Arc::new(datafusion::arrow::array::StringArray::from(vec!["weir_path"])),
+            Arc::new(datafusion::arrow::array::StringArray::from(vec![path])),
+        ],
+    )?;
+    let stream = datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(
+        Arc::clone(&schema),
+        futures::StreamExt::chain(stream, futures::stream::iter([Ok(row)])),
+    );
+    Ok(StatementResult::Rows { schema, stream: Box::pin(stream) })
+}
+
+/// Which path `statement` takes when run again with other values (as a prepared statement, or
+/// a simple one whose compared literals are lifted: `frontend::literals`): a key lookup without
+/// DataFusion, a plan kept per session, or planning at each run.
+async fn run_path(session: &Session, statement: Statement) -> Result<String> {
+    let (logical, _) = plan_for_client(session, statement).await?;
+    let state = session.ctx.state();
+    let optimized = state.optimize(&logical)?;
+    if let Some(lookup) = crate::frontend::point_lookup::PointLookup::of(&optimized, &state) {
+        return Ok(format!(
+            "key lookup: {}, read from the store without a DataFusion plan when the statement is kept \
+             (prepared, or simple with its compared literals as parameters)",
+            lookup.describe()
+        ));
+    }
+    if crate::frontend::plan_cache::cacheable(&logical) && crate::frontend::plan_cache::cacheable(&optimized) {
+        return Ok("DataFusion: planned once per session and kept (prepared, or simple with its compared \
+                   literals as parameters)"
+            .to_string());
+    }
+    Ok("DataFusion: planned at each run (it reads the system catalogs or calls functions whose value changes)"
+        .to_string())
 }
 
 pub async fn describe(session: &Session, statement: &Statement) -> Result<StatementDescription> {
