@@ -13,6 +13,7 @@
 #     a one-minute bucket) over a 1,000,000-row relation with an index on the time column in
 #     both, 4 pgbench clients, SECONDS.
 # Needs psql and pgbench (Debian's postgresql-client). WEIR_BINARY defaults to a release build.
+# STEPS=lookups runs step 1 only.
 set -euo pipefail
 # Both without TLS (the test PostgreSQL has ssl = on; pgbench would take it).
 export PGSSLMODE=disable
@@ -61,6 +62,8 @@ for mode in simple extended prepared; do
     p=$(tps postgres "$mode" 16 "$dir/lookup.sql")
     printf '  %-9s weir %7d/s  postgres %7d/s  ratio %.2f\n' "$mode" "$w" "$p" "$(echo "$w / $p" | bc -l)"
 done
+
+[ "${STEPS:-all}" = lookups ] && exit 0
 
 # Aggregates over 3 M rows: a view in Weir (its rows as a dashboard reads them), a table in
 # PostgreSQL.

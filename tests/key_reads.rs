@@ -158,3 +158,29 @@ async fn explain_shows_the_rows_a_scan_reads() {
     ];
     assert_scan_lines(&client, &golden).await;
 }
+
+/// EXPLAIN's last row, `weir_path`, says how a statement runs again: a key lookup without
+/// DataFusion, a plan kept per session, or planning at each run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_says_which_path_a_statement_takes() {
+    let server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE kv (k INT PRIMARY KEY, g INT, v TEXT);
+             CREATE INDEX kv_g ON kv (g) INCLUDE (v);",
+        )
+        .await
+        .unwrap();
+    let golden = [
+        ("SELECT v FROM kv WHERE k = 5", "weir_path|key lookup: one lookup of kv by its primary key"),
+        ("SELECT v FROM kv WHERE g = 5", "weir_path|key lookup: one range of an index of kv"),
+        ("SELECT count(*) FROM kv WHERE v > 'a'", "weir_path|DataFusion: planned once per session and kept"),
+        ("UPDATE kv SET v = 'x' WHERE k = 1", "weir_path|DataFusion: planned once per session and kept"),
+        ("SELECT now(), v FROM kv", "weir_path|DataFusion: planned at each run"),
+    ];
+    for (query, path) in golden {
+        let plan = rows(&client, &format!("EXPLAIN {query}")).await;
+        assert!(plan.iter().any(|line| line.starts_with(path)), "EXPLAIN {query}:\n{}", plan.join("\n"));
+    }
+}
