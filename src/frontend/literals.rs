@@ -149,6 +149,28 @@ impl Lifted {
                     Literal::Number(n) => (n, true),
                     Literal::Text(s) => (s, false),
                 };
+                // A string converts by Arrow's parser: only into types whose text it reads as
+                // PostgreSQL does (not intervals, whose forms Weir reads itself).
+                let readable = matches!(
+                    planned,
+                    DataType::Utf8
+                        | DataType::Utf8View
+                        | DataType::LargeUtf8
+                        | DataType::Boolean
+                        | DataType::Date32
+                        | DataType::Timestamp(..)
+                        | DataType::Int8
+                        | DataType::Int16
+                        | DataType::Int32
+                        | DataType::Int64
+                        | DataType::Decimal128(..)
+                        | DataType::Decimal256(..)
+                        | DataType::Float32
+                        | DataType::Float64
+                );
+                if !readable {
+                    return None;
+                }
                 if number {
                     let fraction = text.split_once('.').map(|(_, f)| f.len()).unwrap_or(0);
                     let exact = match planned {
@@ -224,5 +246,8 @@ mod tests {
         assert_eq!(l.values_as(&[None, Some(DataType::Int64), Some(DataType::Utf8)]), None);
         let t = lift("SELECT * FROM t WHERE k = 'nope'").unwrap();
         assert_eq!(t.values_as(&[Some(DataType::Int32)]), None);
+        let i = lift("SELECT * FROM t WHERE span > '1 day'").unwrap();
+        let interval = DataType::Interval(datafusion::arrow::datatypes::IntervalUnit::MonthDayNano);
+        assert_eq!(i.values_as(&[Some(interval)]), None, "intervals keep Weir's own reading");
     }
 }

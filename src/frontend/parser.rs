@@ -194,8 +194,12 @@ impl SqlParser {
 fn keeps_subqueries(sql: &str) -> bool {
     let lower = sql.to_ascii_lowercase();
     let compact: String = lower.split_whitespace().collect();
+    // A name starting `pg_` (`pg_class`, `pg_catalog.x`), not `avg_pg_rate`.
+    let names_pg = lower
+        .match_indices("pg_")
+        .any(|(at, _)| !lower[..at].chars().next_back().is_some_and(|c| c.is_ascii_alphanumeric() || c == '_'));
     (compact.contains("(select") || compact.contains("(with"))
-        && !lower.contains("pg_")
+        && !names_pg
         && !lower.contains("information_schema")
         && !compact.contains("::reg")
 }

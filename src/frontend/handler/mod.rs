@@ -64,20 +64,26 @@ pub async fn execute(
     params: Option<ParamValues>,
 ) -> Result<StatementResult> {
     match statement {
-        Statement::CreateTable(_) => Box::pin(create_table::handle(fe, session, statement, StreamingClauses::default())).await,
+        Statement::CreateTable(_) => {
+            Box::pin(create_table::handle(fe, session, statement, StreamingClauses::default())).await
+        }
         Statement::Drop { object_type: ObjectType::Index, names, if_exists, .. } => {
             let names = names.iter().map(relation_name).collect::<Result<Vec<_>>>()?;
             Box::pin(create_index::drop(fe, names, if_exists)).await
         }
         Statement::Drop { .. } => Box::pin(drop::handle(fe, statement)).await,
         Statement::CreateIndex(_) => Box::pin(create_index::handle(fe, statement)).await,
-        Statement::CreateView(_) => Box::pin(create_view::handle(fe, session, statement, StreamingClauses::default())).await,
+        Statement::CreateView(_) => {
+            Box::pin(create_view::handle(fe, session, statement, StreamingClauses::default())).await
+        }
         Statement::Explain { statement: inner, .. } if matches!(inner.as_ref(), Statement::CreateView(_)) => {
             Box::pin(create_view::explain(fe, session, &inner, &StreamingClauses::default())).await
         }
         Statement::ShowViews { materialized: true, .. } => show::materialized_views(fe),
         Statement::ShowViews { materialized: false, .. } => show::views(fe),
-        statement if returning::has_returning(&statement) => Box::pin(returning::handle(fe, session, statement, params)).await,
+        statement if returning::has_returning(&statement) => {
+            Box::pin(returning::handle(fe, session, statement, params)).await
+        }
         statement if planned_by_datafusion(&statement) => {
             query::handle(session, name_given_columns(fe, statement), params, fe.catalog().version()).await
         }
