@@ -28,7 +28,7 @@ use datafusion::error::Result;
 use datafusion::functions_aggregate::expr_fn::max;
 use datafusion::logical_expr::expr::Case;
 use datafusion::logical_expr::utils::{conjunction, split_conjunction};
-use datafusion::logical_expr::{lit, Aggregate, Expr, Filter, LogicalPlan, LogicalPlanBuilder, Projection, Subquery};
+use datafusion::logical_expr::{lit, Aggregate, Expr, Filter, LogicalPlan, Projection};
 use datafusion::optimizer::AnalyzerRule;
 
 #[derive(Debug, Default)]
@@ -174,20 +174,9 @@ fn lift_values(expr: Expr, schemas: &[Arc<DFSchema>]) -> Result<Transformed<Expr
     if !outer_resolves {
         return Ok(Transformed::no(expr));
     }
-    let input = Arc::clone(&aggregate.input);
     // `(SELECT max(e) FROM <input>)`, correlated only through the input's conditions.
-    let max_of = |e: Expr| -> Result<Expr> {
-        let plan =
-            LogicalPlanBuilder::from(input.as_ref().clone()).aggregate(Vec::<Expr>::new(), vec![max(e)])?.build()?;
-        let column = Expr::Column(Column::from(plan.schema().qualified_field(0)));
-        let plan = LogicalPlanBuilder::from(plan).project(vec![column])?.build()?;
-        let outer_ref_columns = plan.all_out_ref_exprs();
-        Ok(Expr::ScalarSubquery(Subquery {
-            subquery: Arc::new(plan),
-            outer_ref_columns,
-            spans: subquery.spans.clone(),
-        }))
-    };
+    // `(SELECT max(e) FROM <input>)`, correlated only through the input's conditions.
+    let max_of = |e: Expr| super::single_row::aggregate_subquery(&aggregate.input, max(e), subquery);
     let matched = max_of(lit(true))?;
     let mut values = Vec::with_capacity(inner_columns.len());
     for column in &inner_columns {

@@ -226,18 +226,18 @@ fn aggregate_one_row(expr: Expr) -> Result<Transformed<Expr>> {
         return Ok(Transformed::no(expr));
     }
     let value = projection.expr[0].clone();
-    let call = single_row_udaf().call(vec![value.unalias()]);
-    let plan = LogicalPlanBuilder::from(projection.input.as_ref().clone())
-        .aggregate(Vec::<Expr>::new(), vec![call])?
-        .build()?;
+    let row = aggregate_subquery(&projection.input, single_row_udaf().call(vec![value.unalias()]), subquery)?;
+    Ok(Transformed::yes(single_row_value_udf().call(vec![row])))
+}
+
+/// `(SELECT aggregate FROM input)` as a scalar subquery, with `like`'s spans and the outer
+/// columns it reads: how this rule and `outer_conditions` rebuild a subquery over its input.
+pub fn aggregate_subquery(input: &LogicalPlan, aggregate: Expr, like: &Subquery) -> Result<Expr> {
+    let plan = LogicalPlanBuilder::from(input.clone()).aggregate(Vec::<Expr>::new(), vec![aggregate])?.build()?;
     let column = Expr::Column(Column::from(plan.schema().qualified_field(0)));
     let plan = LogicalPlanBuilder::from(plan).project(vec![column])?.build()?;
-    let row = Expr::ScalarSubquery(Subquery {
-        subquery: Arc::new(plan),
-        outer_ref_columns: subquery.outer_ref_columns.clone(),
-        spans: subquery.spans.clone(),
-    });
-    Ok(Transformed::yes(single_row_value_udf().call(vec![row])))
+    let outer_ref_columns = plan.all_out_ref_exprs();
+    Ok(Expr::ScalarSubquery(Subquery { subquery: Arc::new(plan), outer_ref_columns, spans: like.spans.clone() }))
 }
 
 #[cfg(test)]

@@ -56,7 +56,8 @@ fn planned_by_datafusion(statement: &Statement) -> bool {
 
 /// Runs `statement`. The arms other than queries and DML (`query::handle`) are boxed: an async
 /// function's future is as large as its largest arm, and the hot path's futures are moved at
-/// every call (a point lookup spent an eighth of its time copying them).
+/// every call (a profile of prepared point lookups showed an eighth of the time in memmove,
+/// callers unresolved; boxing these arms and the parse cache together gained 7-13 % in lookups/s, one noisy run).
 pub async fn execute(
     fe: &Frontend,
     session: &mut Session,
