@@ -81,6 +81,7 @@ pub async fn template_state(catalog: Arc<Catalog>) -> Result<SessionState> {
         .with_analyzer_rule(Arc::new(super::checked_arithmetic::CheckedIntegerArithmetic))
         .with_analyzer_rule(Arc::new(super::bytea_input::ByteaInput))
         .with_analyzer_rule(Arc::new(super::text_casts::PostgresTextCasts))
+        .with_analyzer_rule(Arc::new(super::jsonb_literals::JsonbLiterals { catalog: Arc::clone(&catalog) }))
         .with_analyzer_rule(Arc::new(super::postgres_intervals::PostgresIntervals))
         .with_analyzer_rule(Arc::new(super::numeric_arithmetic::PostgresNumeric))
         .build();
@@ -201,11 +202,14 @@ pub struct PlanningRules {
     pub null_safe_joins: bool,
     /// A `VALUES` column of integer literals that fit is int4 (`int4_literals::Int4Values`; else int8).
     pub int4_values: bool,
+    /// A jsonb value compared with a string literal compares as jsonb (`jsonb_literals`; else as
+    /// text, which `{"a":1}` and the stored `{"a": 1}` are not).
+    pub jsonb_literals: bool,
 }
 
 impl PlanningRules {
     /// The revision of the rules views made now are recorded with.
-    pub const REVISION: u32 = 4;
+    pub const REVISION: u32 = 5;
 
     /// The rules of this version.
     pub const CURRENT: PlanningRules = PlanningRules {
@@ -217,6 +221,7 @@ impl PlanningRules {
         postgres_numeric: true,
         null_safe_joins: true,
         int4_values: true,
+        jsonb_literals: true,
     };
 
     pub fn of(def: &crate::catalog::RelationDef) -> PlanningRules {
@@ -229,6 +234,7 @@ impl PlanningRules {
             postgres_numeric: def.planner_revision >= 3,
             null_safe_joins: def.planner_revision >= 3,
             int4_values: def.planner_revision >= 4,
+            jsonb_literals: def.planner_revision >= 5,
         }
     }
 
@@ -257,6 +263,7 @@ pub fn optimize_for_view(
         (!planning.int4_literals && name == super::int4_literals::Int4Literals.name())
             || (!planning.int4_values && name == super::int4_literals::Int4Values.name())
             || (!planning.postgres_text_casts && name == super::text_casts::PostgresTextCasts.name())
+            || (!planning.jsonb_literals && name == super::jsonb_literals::NAME)
             || (!planning.postgres_intervals && name == super::postgres_intervals::PostgresIntervals.name())
             || (!planning.postgres_numeric && name == super::numeric_arithmetic::PostgresNumeric.name())
     };

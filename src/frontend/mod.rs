@@ -20,6 +20,7 @@ pub mod int4_literals;
 pub mod interval_arithmetic;
 pub mod interval_text;
 pub mod json_functions;
+pub mod jsonb_literals;
 pub mod keep_names;
 pub mod literals;
 pub mod numeric_arithmetic;
