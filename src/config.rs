@@ -13,30 +13,159 @@ use crate::error::{Result, WeirError};
 
 /// How clients prove who they are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum AuthMethod {
-    /// Anyone may connect as any user (the default; Weir listens on loopback by default).
+    /// Anyone may connect as any user (the default; Weir listens on loopback by default). A
+    /// name that is a role gets that role's privileges (NOLOGIN roles are refused); a name that
+    /// is none acts as a superuser.
     #[default]
     Trust,
-    /// Cleartext password checked against `[[auth.users]]` (use with TLS).
+    /// Cleartext password checked against the role's verifier (use with TLS).
     Password,
-    /// SCRAM-SHA-256 against `[[auth.users]]`.
+    /// SCRAM-SHA-256 against the role's verifier.
+    #[serde(alias = "scram-sha-256")]
     Scram,
+    /// Refused (a host rule's).
+    Reject,
+}
+
+/// A superuser defined in the config file (`[[auth.users]]`): its password as text, a
+/// SCRAM-SHA-256 verifier (`SCRAM-SHA-256$...`, what `weir password` or PostgreSQL's
+/// `pg_authid.rolpassword` gives), or a file holding either.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserConfig {
+    pub name: String,
+    #[serde(default)]
+    pub password: Option<String>,
+    #[serde(default)]
+    pub password_file: Option<PathBuf>,
+}
+
+impl UserConfig {
+    /// The user's verifier: from a verifier as it is, from a password computed now.
+    pub fn verifier(&self) -> Result<crate::catalog::password::Verifier> {
+        let text = match (&self.password, &self.password_file) {
+            (Some(p), None) => p.clone(),
+            (None, Some(file)) => std::fs::read_to_string(file)
+                .map_err(|e| {
+                    config_error(format!("[[auth.users]] {}: password_file {}: {e}", self.name, file.display()))
+                })?
+                .trim_end_matches(['\n', '\r'])
+                .to_string(),
+            _ => {
+                return Err(config_error(format!(
+                    "[[auth.users]] {}: give exactly one of password and password_file",
+                    self.name
+                )))
+            }
+        };
+        crate::catalog::password::Verifier::from_text(&text)
+            .map_err(|e| config_error(format!("[[auth.users]] {}: {}", self.name, e.message)))
+    }
+}
+
+/// A host rule (`[[auth.hba]]`), PostgreSQL's `pg_hba.conf` line: the first rule whose
+/// connection type, database, user and address match a connection says how it authenticates;
+/// a connection no rule matches is refused (28000). Without rules, `auth.method` applies to all.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HbaRule {
+    /// `host` (TLS or not), `hostssl` (TLS only) or `hostnossl`.
+    #[serde(rename = "type", default = "host")]
+    pub connection: String,
+    /// A database name or `all`.
+    #[serde(default = "all")]
+    pub database: String,
+    /// A role name, `+role` (its members), or `all`.
+    #[serde(default = "all")]
+    pub user: String,
+    /// An address range (`10.0.0.0/8`, `::1/128`), one address, or `all`.
+    #[serde(default = "all")]
+    pub address: String,
+    pub method: AuthMethod,
+}
+
+fn host() -> String {
+    "host".into()
+}
+
+fn all() -> String {
+    "all".into()
+}
+
+impl HbaRule {
+    /// Whether the rule's type, database and address take a connection (its user is matched
+    /// by the server, which knows role membership).
+    pub fn takes(&self, database: &str, address: std::net::IpAddr, tls: bool) -> bool {
+        let connection = match self.connection.as_str() {
+            "hostssl" => tls,
+            "hostnossl" => !tls,
+            _ => true,
+        };
+        let database = self.database == "all" || self.database == database;
+        connection && database && address_matches(&self.address, address)
+    }
+
+    fn check(&self) -> Result<()> {
+        if !matches!(self.connection.as_str(), "host" | "hostssl" | "hostnossl") {
+            return Err(config_error(format!("[[auth.hba]] type {}: host, hostssl or hostnossl", self.connection)));
+        }
+        if self.address != "all" && !self.address.contains('/') && self.address.parse::<std::net::IpAddr>().is_err() {
+            self.address
+                .parse::<ipnet::IpNet>()
+                .map_err(|e| config_error(format!("[[auth.hba]] address {}: {e}", self.address)))?;
+        }
+        if self.address.contains('/') {
+            self.address
+                .parse::<ipnet::IpNet>()
+                .map_err(|e| config_error(format!("[[auth.hba]] address {}: {e}", self.address)))?;
+        }
+        Ok(())
+    }
+}
+
+fn address_matches(rule: &str, address: std::net::IpAddr) -> bool {
+    // An IPv4 client seen through an IPv6 socket is matched as IPv4.
+    let address = match address {
+        std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map(std::net::IpAddr::V4).unwrap_or(address),
+        v4 => v4,
+    };
+    if rule == "all" {
+        return true;
+    }
+    if let Ok(one) = rule.parse::<std::net::IpAddr>() {
+        return one == address;
+    }
+    rule.parse::<ipnet::IpNet>().is_ok_and(|net| net.contains(&address))
+}
+
+fn config_error(message: String) -> WeirError {
+    WeirError::new(crate::error::SqlState("F0000"), message)
 }
 
 #[derive(Debug, Clone, Deserialize)]
-pub struct UserConfig {
-    pub name: String,
-    pub password: String,
-}
-
-#[derive(Debug, Clone, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct AuthConfig {
     #[serde(default)]
     pub method: AuthMethod,
     #[serde(default)]
     pub users: Vec<UserConfig>,
+    #[serde(default)]
+    pub hba: Vec<HbaRule>,
+    /// Sessions at most at once; superusers have three more (PostgreSQL's reserved slots).
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+}
+
+fn default_max_connections() -> usize {
+    100
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        AuthConfig { method: AuthMethod::Trust, users: vec![], hba: vec![], max_connections: default_max_connections() }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -318,11 +447,11 @@ impl Config {
                 .or(file_cfg.secrets_dir)
                 .unwrap_or_else(|| PathBuf::from(DEFAULT_SECRETS_DIR)),
         };
-        if config.auth.method != AuthMethod::Trust && config.auth.users.is_empty() {
-            return Err(WeirError::new(
-                crate::error::SqlState("F0000"),
-                "auth.method is password or scram but no [[auth.users]] are configured",
-            ));
+        for rule in &config.auth.hba {
+            rule.check()?;
+        }
+        for user in &config.auth.users {
+            user.verifier()?;
         }
         Ok(config)
     }

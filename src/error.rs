@@ -52,6 +52,13 @@ impl SqlState {
     pub const DEPENDENT_OBJECTS_STILL_EXIST: SqlState = SqlState("2BP01");
     pub const INSUFFICIENT_PRIVILEGE: SqlState = SqlState("42501");
     pub const WRONG_OBJECT_TYPE: SqlState = SqlState("42809");
+    pub const DUPLICATE_OBJECT: SqlState = SqlState("42710");
+    pub const RESERVED_NAME: SqlState = SqlState("42939");
+    pub const INVALID_GRANT_OPERATION: SqlState = SqlState("0LP01");
+    /// A connection refused: no such role, it may not log in, or a host rule rejects it.
+    pub const INVALID_AUTHORIZATION: SqlState = SqlState("28000");
+    pub const INVALID_PASSWORD: SqlState = SqlState("28P01");
+    pub const TOO_MANY_CONNECTIONS: SqlState = SqlState("53300");
     pub const IO_ERROR: SqlState = SqlState("58030");
     /// A connector's external system (a Kafka broker) cannot be reached.
     pub const UNABLE_TO_CONNECT: SqlState = SqlState("08001");

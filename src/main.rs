@@ -36,6 +36,9 @@ enum Command {
         #[arg(long, value_name = "HOST:PORT")]
         metrics: Option<String>,
     },
+    /// Print the SCRAM-SHA-256 verifier of a password read from standard input (one line), for
+    /// `[[auth.users]] password` or `CREATE ROLE ... PASSWORD`: the config then holds no password.
+    Password,
     /// Measure throughput on this machine.
     Bench {
         #[command(subcommand)]
@@ -274,6 +277,7 @@ fn main() -> std::process::ExitCode {
         Some(Command::Serve(args)) => args,
         Some(Command::Checkpoint { what, store }) => return run_checkpoint(what, store),
         Some(Command::Ready { metrics }) => return run_ready(metrics),
+        Some(Command::Password) => return run_password(),
         Some(Command::Bench { what: BenchCommand::Streaming { rows, batch, parallelism, scenarios } }) => {
             let options = weir::bench::BenchOptions { rows, batch: batch.max(1), parallelism, scenarios };
             return run_bench(weir::bench::run(options));
@@ -380,6 +384,16 @@ fn main() -> std::process::ExitCode {
 }
 
 /// `weir ready`: asks the metrics port's /readyz.
+fn run_password() -> std::process::ExitCode {
+    let mut line = String::new();
+    if std::io::stdin().read_line(&mut line).is_err() || line.trim_end_matches(['\n', '\r']).is_empty() {
+        eprintln!("weir password: give the password as one line on standard input");
+        return std::process::ExitCode::FAILURE;
+    }
+    println!("{}", weir::catalog::password::Verifier::from_password(line.trim_end_matches(['\n', '\r'])).to_text());
+    std::process::ExitCode::SUCCESS
+}
+
 fn run_ready(metrics: Option<String>) -> std::process::ExitCode {
     let text = metrics
         .or_else(|| std::env::var("WEIR_METRICS_LISTEN").ok())

@@ -123,6 +123,8 @@ async fn build(catalog: &Arc<Catalog>, request: &IndexRequest, id: crate::state:
         RelationKind::Index,
         &request.definition,
         on.def.schema.project(&request.columns)?,
+        // An index belongs to its relation's owner, as in PostgreSQL.
+        &on.def.owner,
     );
     def.id = id;
     def.index = Some(IndexDef { on: on.def.id, columns: request.columns.clone(), key_columns: request.key_columns });

@@ -10,6 +10,7 @@
 //!   write batch.
 //! - Names are unique across all relations of the one schema, `public`.
 
+pub mod access;
 pub mod change_log;
 pub mod changes;
 pub mod dead_letter;
@@ -17,6 +18,7 @@ pub mod dml;
 pub mod index;
 pub mod key_access;
 pub mod options;
+pub mod password;
 pub mod persist;
 pub mod provider;
 pub mod replay;
@@ -383,6 +385,8 @@ pub struct Catalog {
     status: Arc<crate::status::Status>,
     /// Who holds and waits for the writer locks transactions take (deadlocks).
     pub writer_locks: transaction::WriterLocks,
+    /// Roles and the grants on relations ([`access`]).
+    pub access: access::Access,
 }
 
 struct Inner {
@@ -425,7 +429,9 @@ impl Catalog {
                 }
             }
         }
+        let access = access::Access::open(store.as_ref())?;
         Ok(Catalog {
+            access,
             store,
             database: database.to_string(),
             inner: RwLock::new(Inner { by_name, next_id, building: Default::default() }),
@@ -509,9 +515,14 @@ impl Catalog {
             .fold(FNV1A_START, |h, r| fnv1a(fnv1a(h, &r.def.id.to_be_bytes()), r.def.name.as_bytes()))
     }
 
-    /// A number that changes whenever a relation is made or dropped.
+    /// A number that changes whenever a relation is made or dropped, or roles or grants change.
     pub fn version(&self) -> u64 {
         self.version.load(Ordering::SeqCst)
+    }
+
+    /// Roles or grants changed: plans made before (of `pg_roles`, say) are made again.
+    pub fn roles_changed(&self) {
+        self.version.fetch_add(1, Ordering::SeqCst);
     }
 
     pub fn store(&self) -> &Arc<dyn StateStore> {
@@ -570,10 +581,11 @@ impl Catalog {
         primary_key: Vec<usize>,
         if_not_exists: bool,
     ) -> Result<Option<TableId>> {
-        self.create_table_with(name, definition, schema, primary_key, TableOptions::default(), if_not_exists)
+        self.create_table_with(name, definition, schema, primary_key, TableOptions::default(), "", if_not_exists)
     }
 
-    /// Creates a table with streaming options (append-only, a watermark).
+    /// Creates a table with streaming options (append-only, a watermark), owned by role `owner`.
+    #[allow(clippy::too_many_arguments)]
     pub fn create_table_with(
         &self,
         name: &str,
@@ -581,9 +593,10 @@ impl Catalog {
         schema: Schema,
         primary_key: Vec<usize>,
         options: TableOptions,
+        owner: &str,
         if_not_exists: bool,
     ) -> Result<Option<TableId>> {
-        let mut def = self.new_def(name, RelationKind::Table, definition, schema);
+        let mut def = self.new_def(name, RelationKind::Table, definition, schema, owner);
         def.primary_key = primary_key;
         def.append_only = options.append_only;
         if options.append_only {
@@ -608,8 +621,9 @@ impl Catalog {
         append_only: bool,
         watermark: Option<WatermarkDef>,
         planner_revision: u32,
+        owner: &str,
     ) -> Result<TableId> {
-        let mut def = self.new_def(name, RelationKind::MaterializedView, definition, schema);
+        let mut def = self.new_def(name, RelationKind::MaterializedView, definition, schema, owner);
         def.depends_on = depends_on;
         def.parallelism = parallelism;
         def.append_only = append_only;
@@ -632,13 +646,16 @@ impl Catalog {
         schema: Schema,
         depends_on: Vec<TableId>,
         replace: bool,
+        owner: &str,
     ) -> Result<TableId> {
-        let mut def = self.new_def(name, RelationKind::View, definition, schema);
+        let mut def = self.new_def(name, RelationKind::View, definition, schema, owner);
         def.depends_on = depends_on;
         if replace {
             let mut inner = self.inner.write();
             if let Some(existing) = inner.by_name.get(name).cloned() {
                 def.id = existing.def.id;
+                // OR REPLACE keeps the view's owner (only its owner may replace it).
+                def.owner = existing.def.owner.clone();
                 let relation = Self::materialize(self.store.as_ref(), def, self.open_epoch.load(Ordering::SeqCst))?;
                 let mut wb = WriteBatch::default();
                 persist::put_relation(&relation.def, &mut wb)?;
@@ -653,8 +670,9 @@ impl Catalog {
     }
 
     /// A definition with defaults, its id assigned by [`Catalog::create`].
-    fn new_def(&self, name: &str, kind: RelationKind, definition: &str, schema: Schema) -> RelationDef {
+    fn new_def(&self, name: &str, kind: RelationKind, definition: &str, schema: Schema, owner: &str) -> RelationDef {
         RelationDef {
+            owner: owner.to_string(),
             id: 0,
             name: name.to_string(),
             kind,
@@ -714,9 +732,10 @@ impl Catalog {
         input: &Relation,
         options: crate::catalog::options::ConnectorOptions,
         shards: usize,
+        owner: &str,
         if_not_exists: bool,
     ) -> Result<Option<TableId>> {
-        let mut def = self.new_def(name, RelationKind::Sink, definition, input.schema.as_ref().clone());
+        let mut def = self.new_def(name, RelationKind::Sink, definition, input.schema.as_ref().clone(), owner);
         def.depends_on = vec![input.def.id];
         def.connector = Some(options);
         def.parallelism = shards;
@@ -765,6 +784,7 @@ impl Catalog {
         wb.delete_range(start, end);
         wb.delete(persist::sequence_key(&format!("rowid/{}", relation.def.id)));
         crate::catalog::dead_letter::delete_all(wb, relation.def.id);
+        access::delete_grants(relation.def.id, wb);
         relation.table.clear(wb);
     }
 
@@ -829,6 +849,7 @@ impl Catalog {
             on.detach_index(relation.def.id);
         }
         inner.by_name.remove(&relation.def.name);
+        self.access.forget(relation.def.id);
         self.version.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }

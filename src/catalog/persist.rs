@@ -104,6 +104,10 @@ pub struct RelationDef {
     /// An index's columns and relation (kind [`RelationKind::Index`]).
     #[serde(default)]
     pub index: Option<IndexDef>,
+    /// The role that owns it (`catalog::access`); empty for relations made before roles,
+    /// which the superusers own.
+    #[serde(default)]
+    pub owner: String,
 }
 
 /// A table's watermark declaration: views reading the table take `max(expr)` over the rows

@@ -77,7 +77,7 @@ mod tests {
             replayed: true,
             ..Default::default()
         };
-        catalog.create_table_with("bid", "", Schema::new(fields), vec![], table_options, false).unwrap();
+        catalog.create_table_with("bid", "", Schema::new(fields), vec![], table_options, "", false).unwrap();
         let relation = catalog.get("bid").unwrap();
         let reader = crate::connectors::registry::reader(&options, Some(relation.given_schema()), &[]).unwrap();
         super::super::source::start(Arc::clone(&catalog), Arc::clone(&relation), reader).unwrap().await.unwrap();

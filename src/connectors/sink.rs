@@ -807,7 +807,7 @@ mod tests {
         let schema = Schema::new(columns.iter().map(|c| Field::new(*c, DataType::Int64, false)).collect::<Vec<_>>());
         let view = catalog.create_table("t", "", schema, vec![], false).unwrap().unwrap();
         let view = catalog.by_id(view).unwrap();
-        let sink = catalog.create_sink("s", "", &view, options, shards, false).unwrap().unwrap();
+        let sink = catalog.create_sink("s", "", &view, options, shards, "", false).unwrap().unwrap();
         let sink = catalog.by_id(sink).unwrap();
         let input = catalog.changes.subscribe(view.def.id, sink.def.id).await;
         (store, catalog, view, sink, input)

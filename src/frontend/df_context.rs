@@ -305,21 +305,28 @@ pub fn state_for_dml(state: &SessionState) -> SessionState {
 }
 
 /// A session's own context, started from the template, knowing who its user is.
-pub fn session_context(template: &SessionState, user: &str) -> SessionContext {
+pub fn session_context(
+    template: &SessionState,
+    identity: Arc<crate::frontend::session::Identity>,
+    catalog: &Arc<Catalog>,
+) -> SessionContext {
     let mut state = SessionStateBuilder::new_from_existing(template.clone()).build();
     // The session's own transaction slot, where the table providers find its open transaction.
     state.config_mut().set_extension(Arc::new(crate::catalog::transaction::TransactionSlot::default()));
     let ctx = SessionContext::new_with_state(state);
+    // All four are the role statements run as (`SET ROLE`'s): the pg-compatibility parser
+    // reads `current_user` as `session_user()`, so the two cannot differ (ADR 35).
     for name in ["current_user", "session_user", "user", "current_role"] {
-        let user = user.to_string();
+        let identity = Arc::clone(&identity);
         ctx.register_udf(create_udf(
             name,
             vec![],
             DataType::Utf8,
             Volatility::Stable,
-            Arc::new(move |_| Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(user.clone()))))),
+            Arc::new(move |_| Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(identity.role()))))),
         ));
     }
+    crate::frontend::authorize::register_privilege_functions(&ctx, identity, catalog);
     ctx
 }
 
@@ -341,12 +348,16 @@ impl SchemaProvider for InformationSchema {
     fn table_names(&self) -> Vec<String> {
         let mut names = self.inner.table_names();
         names.extend(KEY_TABLES.iter().map(|n| n.to_string()));
+        names.push("table_privileges".to_string());
         names
     }
 
     async fn table(&self, name: &str) -> datafusion::error::Result<Option<Arc<dyn TableProvider>>> {
         if KEY_TABLES.contains(&name) {
             return Ok(Some(Arc::new(primary_keys(&self.catalog, name)?)));
+        }
+        if name == "table_privileges" {
+            return Ok(Some(Arc::new(super::pg_roles::table_privileges(&self.catalog)?)));
         }
         let table = self.inner.table(name).await?;
         match table {
@@ -423,7 +434,7 @@ impl SchemaProvider for InformationSchema {
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        KEY_TABLES.contains(&name) || self.inner.table_exist(name)
+        KEY_TABLES.contains(&name) || name == "table_privileges" || self.inner.table_exist(name)
     }
 }
 

@@ -6,7 +6,9 @@
 //! [`StatementResult`]. The server never looks inside a statement: it parses through
 //! [`Frontend::parse`], then hands each statement here.
 
+pub mod access_statement;
 pub mod ast_rewrites;
+pub mod authorize;
 pub mod bytea_input;
 pub mod checked_arithmetic;
 pub mod clauses;
@@ -29,6 +31,7 @@ pub mod outer_conditions;
 pub mod parser;
 pub mod pg_catalog;
 pub mod pg_functions;
+pub mod pg_roles;
 pub mod plan_cache;
 pub mod point_lookup;
 pub mod postgres_intervals;
@@ -190,12 +193,15 @@ impl Frontend {
         &self.streaming
     }
 
-    /// A new session for `user`.
+    /// A new session for `user`, which acts as a superuser when it is no role (a name trust
+    /// authentication let in, or the server's own sessions).
     pub fn new_session(&self, user: &str) -> Session {
+        let unlisted = self.catalog.access.role(user).is_none();
+        let identity = Arc::new(session::Identity::new(user, unlisted));
         Session::new(
-            user.to_string(),
+            Arc::clone(&identity),
             self.catalog.database().to_string(),
-            df_context::session_context(&self.template, user),
+            df_context::session_context(&self.template, identity, &self.catalog),
         )
     }
 
@@ -218,8 +224,10 @@ impl Frontend {
         statement: Statement,
         params: Option<ParamValues>,
     ) -> Result<StatementResult> {
+        authorize::check(&self.catalog, session, &statement)?;
         let ddl = match &statement {
             Statement::Flush | Statement::ExplainAnalyze(_) => false,
+            Statement::Access(access) => access.changes_catalog(),
             Statement::Sink(sink) => !matches!(sink, sink_statement::SinkStatement::Show),
             Statement::Streaming(statement, _) | Statement::Sql(statement) => handler::changes_catalog(statement),
         };
@@ -257,6 +265,7 @@ impl Frontend {
                 Box::pin(handler::execute_streaming(self, session, statement, clauses)).await
             }
             Statement::Sink(sink) => Box::pin(handler::execute_sink(self, session, sink)).await,
+            Statement::Access(access) => Box::pin(handler::execute_access(self, session, access)).await,
             Statement::ExplainAnalyze(name) => handler::explain_analyze::handle(self, &name),
             Statement::Sql(statement) => {
                 let writes = handler::writes_rows(&statement)
@@ -273,7 +282,9 @@ impl Frontend {
     /// Describes a statement without running it.
     pub async fn describe(&self, session: &mut Session, statement: &Statement) -> Result<StatementDescription> {
         match statement {
-            Statement::Flush | Statement::Streaming(..) | Statement::Sink(_) => Ok(StatementDescription::default()),
+            Statement::Flush | Statement::Streaming(..) | Statement::Sink(_) | Statement::Access(_) => {
+                Ok(StatementDescription::default())
+            }
             // It only reads the status: running it is the simplest exact answer.
             Statement::ExplainAnalyze(name) => {
                 let columns = match handler::explain_analyze::handle(self, name)? {
@@ -311,7 +322,7 @@ mod tests {
         let store = Arc::new(MemoryStore::new());
         let catalog = Arc::new(Catalog::open(store, "dev", Default::default()).unwrap());
         let schema = Schema::new(vec![Field::new("a", DataType::Int64, true)]);
-        catalog.create_table_with("t", "", schema, vec![], TableOptions::default(), false).unwrap();
+        catalog.create_table_with("t", "", schema, vec![], TableOptions::default(), "", false).unwrap();
         let t = catalog.get("t").unwrap();
         let mut subscriber = catalog.changes.subscribe(t.def.id, 9_999).await;
         let bounds = EpochBounds { interval: Duration::from_millis(1), max_rows: 0 };

@@ -21,6 +21,7 @@ use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
 use datafusion_pg_catalog::sql::rules::SqlStatementRewriteRule;
 use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
 
+use super::access_statement::{self, AccessStatement};
 use super::clauses::{self, StreamingClauses};
 use super::sink_statement::{self, SinkStatement};
 use crate::error::{Result, WeirError};
@@ -36,6 +37,8 @@ pub enum Statement {
     Streaming(ast::Statement, StreamingClauses),
     /// `CREATE SINK`, `DROP SINK`, `SHOW SINKS`.
     Sink(SinkStatement),
+    /// Roles and privileges: `CREATE ROLE`, `GRANT`, `SET ROLE`, ...
+    Access(AccessStatement),
     /// `EXPLAIN ANALYZE MATERIALIZED VIEW name`: a running view's operators with what they have
     /// done.
     ExplainAnalyze(String),
@@ -48,6 +51,7 @@ impl std::fmt::Display for Statement {
             Statement::Flush => f.write_str("FLUSH"),
             Statement::Streaming(s, c) => write!(f, "{s} {}", c.view_suffix()),
             Statement::Sink(s) => write!(f, "{s}"),
+            Statement::Access(s) => write!(f, "{s}"),
             Statement::ExplainAnalyze(name) => write!(f, "EXPLAIN ANALYZE MATERIALIZED VIEW {name}"),
         }
     }
@@ -110,7 +114,8 @@ impl SqlParser {
     }
 
     fn parse_text(&self, sql: &str) -> Result<Vec<Statement>> {
-        let streaming = clauses::may_contain(sql) || sink_statement::may_be_one(sql);
+        let streaming =
+            clauses::may_contain(sql) || sink_statement::may_be_one(sql) || access_statement::may_be_one(sql);
         let pieces = split_weir_statements(sql, streaming);
         if pieces.iter().all(|p| matches!(p, Piece::Sql(_))) && !streaming {
             return Ok(self.parse_sql(sql)?.into_iter().map(Statement::Sql).collect());
@@ -124,7 +129,12 @@ impl SqlParser {
                 Piece::ExplainAnalyze(name) => Extracted::ExplainAnalyze(name.clone()),
                 Piece::Sql(text) => match sink_statement::parse(text)? {
                     Some(sink) => Extracted::Sink(sink),
-                    None => Extracted::Sql(clauses::extract(text)?),
+                    None => {
+                        match access_statement::may_be_one(text).then(|| access_statement::parse(text)).transpose()? {
+                            Some(Some(access)) => Extracted::Access(access),
+                            _ => Extracted::Sql(clauses::extract(text)?),
+                        }
+                    }
                 },
             });
         }
@@ -138,6 +148,7 @@ impl SqlParser {
                 Extracted::Flush => out.push(Statement::Flush),
                 Extracted::ExplainAnalyze(name) => out.push(Statement::ExplainAnalyze(name)),
                 Extracted::Sink(sink) => out.push(Statement::Sink(sink)),
+                Extracted::Access(access) => out.push(Statement::Access(access)),
                 Extracted::Sql((rest, found)) => {
                     let mut statements = self.parse_sql(&rest)?;
                     if found.is_empty() {
@@ -293,6 +304,7 @@ enum Extracted {
     Flush,
     ExplainAnalyze(String),
     Sink(SinkStatement),
+    Access(AccessStatement),
     Sql((String, StreamingClauses)),
 }
 

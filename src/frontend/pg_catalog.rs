@@ -64,12 +64,20 @@ impl SchemaProvider for WeirPgCatalog {
     fn table_names(&self) -> Vec<String> {
         let mut names = self.inner.table_names();
         names.push("pg_indexes".to_string());
+        for name in super::pg_roles::TABLES {
+            if !names.iter().any(|n| n == name) {
+                names.push(name.to_string());
+            }
+        }
         names
     }
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
         if name == "pg_indexes" {
             return Ok(Some(Arc::new(pg_indexes(&self.catalog)?)));
+        }
+        if let Some(table) = super::pg_roles::table(name, &self.catalog)? {
+            return Ok(Some(Arc::new(table)));
         }
         let Some(inner) = self.inner.table(name).await? else {
             return Ok(None);
@@ -93,7 +101,7 @@ impl SchemaProvider for WeirPgCatalog {
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        name == "pg_indexes" || self.inner.table_exist(name)
+        name == "pg_indexes" || super::pg_roles::TABLES.contains(&name) || self.inner.table_exist(name)
     }
 }
 
@@ -1017,6 +1025,8 @@ pub fn register_functions(ctx: &SessionContext, type_oids: HashMap<String, i32>,
         ctx.register_udf(udf);
     }
     ctx.register_udf(regclass_udf(Arc::clone(catalog)));
+    ctx.register_udf(super::pg_roles::get_userbyid_udf(Arc::clone(catalog)));
+    ctx.register_udf(super::pg_roles::role_memberships_udf(Arc::clone(catalog)));
     // Every type and collation is in pg_catalog, which is always on the search path.
     for name in ["pg_type_is_visible", "pg_collation_is_visible"] {
         ctx.register_udf(create_udf(

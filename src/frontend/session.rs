@@ -232,8 +232,36 @@ pub fn all_defaults() -> Vec<(&'static str, &'static str, &'static str)> {
     SETTINGS.iter().map(|s| (s.name, s.default, s.description)).collect()
 }
 
+/// Who a session is: the user it logged in as (`session_user`) and the role its statements run
+/// as (`current_user`, which `SET ROLE` changes), read by the SQL functions of those names and by
+/// the privilege checks (`frontend::authorize`).
+#[derive(Debug)]
+pub struct Identity {
+    pub user: String,
+    role: parking_lot::RwLock<String>,
+    /// The user is no role: trust authentication let it in under a name the catalog does not
+    /// know (or it is one of the server's own sessions), and it acts as a superuser.
+    pub unlisted: bool,
+}
+
+impl Identity {
+    pub fn new(user: &str, unlisted: bool) -> Identity {
+        Identity { user: user.to_string(), role: parking_lot::RwLock::new(user.to_string()), unlisted }
+    }
+
+    /// The role statements run as.
+    pub fn role(&self) -> String {
+        self.role.read().clone()
+    }
+
+    pub fn set_role(&self, role: &str) {
+        *self.role.write() = role.to_string();
+    }
+}
+
 pub struct Session {
     pub user: String,
+    pub identity: Arc<Identity>,
     pub database: String,
     pub ctx: SessionContext,
     /// Values set in this session, by canonical name (lower case for custom settings).
@@ -250,7 +278,8 @@ pub struct Session {
 }
 
 impl Session {
-    pub fn new(user: String, database: String, ctx: SessionContext) -> Session {
+    pub fn new(identity: Arc<Identity>, database: String, ctx: SessionContext) -> Session {
+        let user = identity.user.clone();
         let values: Values = Arc::default();
         register_current_setting(&ctx, &user, &values);
         let transaction = ctx
@@ -261,6 +290,7 @@ impl Session {
             .unwrap_or_default();
         Session {
             transaction,
+            identity,
             user,
             database,
             ctx,
@@ -268,6 +298,16 @@ impl Session {
             reports: Vec::new(),
             plans: Default::default(),
             prepared: Default::default(),
+        }
+    }
+
+    /// The role a relation this session makes is owned by: its current role, or none (the
+    /// superusers') for a user that is no role.
+    pub fn owner(&self) -> String {
+        if self.identity.unlisted && self.identity.role() == self.identity.user {
+            String::new()
+        } else {
+            self.identity.role()
         }
     }
 

@@ -95,7 +95,9 @@ mod tests {
         let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
         let catalog = Arc::new(Catalog::open(Arc::clone(&store), "dev", Default::default()).unwrap());
         let schema = from_pretty("I T\n+ 1 a").schema().as_ref().clone();
-        catalog.create_view("v", "CREATE MATERIALIZED VIEW v AS ...", schema, vec![], 1, append_only, None, 3).unwrap();
+        catalog
+            .create_view("v", "CREATE MATERIALIZED VIEW v AS ...", schema, vec![], 1, append_only, None, 3, "")
+            .unwrap();
         let relation = catalog.get("v").unwrap();
         (Arc::clone(&catalog), Materialize::new(relation, store))
     }

@@ -56,7 +56,8 @@ pub struct WeirHandler {
 pub struct Handlers {
     query: Arc<WeirHandler>,
     database: String,
-    auth: AuthConfig,
+    auth: Arc<AuthConfig>,
+    connections: Arc<auth::Connections>,
     manager: Arc<ConnectionManager>,
     cancel: Arc<cancel::WeirCancel>,
 }
@@ -73,7 +74,8 @@ impl Handlers {
                 frontend,
             }),
             database: config.database.clone(),
-            auth: config.auth.clone(),
+            auth: Arc::new(config.auth.clone()),
+            connections: Arc::default(),
             cancel: Arc::new(cancel::WeirCancel { manager: Arc::clone(&manager), registry: cancels }),
             manager,
         }
@@ -104,7 +106,13 @@ impl PgWireServerHandlers for Handlers {
     }
     /// Called once per connection: the SASL exchange keeps its state in the handler.
     fn startup_handler(&self) -> Arc<impl StartupHandler> {
-        Arc::new(auth::WeirStartup::new(&self.database, &self.auth, Arc::clone(&self.manager)))
+        Arc::new(auth::WeirStartup::new(
+            &self.database,
+            Arc::clone(&self.auth),
+            Arc::clone(self.query.frontend.catalog()),
+            Arc::clone(&self.connections),
+            Arc::clone(&self.manager),
+        ))
     }
     fn cancel_handler(&self) -> Arc<impl CancelHandler> {
         Arc::clone(&self.cancel)
@@ -263,6 +271,13 @@ pub async fn run(config: Config) -> Result<()> {
     });
     crate::connectors::replay::register();
     let catalog = Arc::new(Catalog::open(store, &config.database, status)?);
+    let config_users =
+        config.auth.users.iter().map(|u| Ok((u.name.clone(), u.verifier()?))).collect::<Result<Vec<_>>>()?;
+    catalog.access.add_config_users(&config_users);
+    let passwords = catalog.access.roles().iter().any(|r| r.login && r.password.is_some());
+    if (config.auth.method != crate::config::AuthMethod::Trust || !config.auth.hba.is_empty()) && !passwords {
+        warn!("no role that logs in has a password: nobody can log in by password or SCRAM (add [[auth.users]])");
+    }
     info!(relations = catalog.relations().len(), data_dir = %config.data_dir.display(), "catalog loaded");
     let streaming = Streaming::new(
         Arc::clone(&catalog),

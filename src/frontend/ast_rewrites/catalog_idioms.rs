@@ -25,7 +25,23 @@ fn makes_text(expr: &ast::Expr) -> bool {
     }
 }
 
+/// The role whose memberships `ARRAY(SELECT b.rolname FROM pg_auth_members m JOIN pg_roles b ON
+/// m.roleid = b.oid WHERE m.member = <role>)` lists (psql's `\du`), as SQL.
+fn memberships_of(f: &ast::Function) -> Option<String> {
+    let ast::FunctionArguments::Subquery(query) = &f.args else { return None };
+    let ast::SetExpr::Select(select) = query.body.as_ref() else { return None };
+    let from = select.from.first()?.to_string().to_ascii_lowercase();
+    if !(from.contains("pg_auth_members") && from.contains("pg_roles")) || select.projection.len() != 1 {
+        return None;
+    }
+    let ast::Expr::BinaryOp { left, op: ast::BinaryOperator::Eq, right } = select.selection.as_ref()? else {
+        return None;
+    };
+    left.to_string().to_ascii_lowercase().ends_with(".member").then(|| right.to_string())
+}
+
 /// Postgres idioms of catalog queries that DataFusion cannot plan, in forms it can:
+/// - psql's `\du` array of a role's memberships becomes `weir_role_memberships(oid)`;
 /// - the set-returning `information_schema._pg_expandarray(a)` (JDBC key queries) becomes
 ///   `unnest(weir_pg_expandarray(a))`, whose rows are the same `(x, n)` records;
 /// - a correlated scalar subquery over `pg_catalog` without an aggregate (JDBC's
@@ -63,6 +79,13 @@ pub fn rewrite_catalog_idioms(statement: &mut ast::Statement) {
             _ => None,
         };
         match expr {
+            Expr::Function(f) if name == "array" && memberships_of(f).is_some() => {
+                // psql's `\du`: the roles a role is a member of, as an array.
+                let role = memberships_of(f).expect("checked");
+                if let Some(e) = parse(format!("weir_role_memberships({role})")) {
+                    *expr = e;
+                }
+            }
             Expr::Case { .. } if domain_or_composite_lookup(expr).is_some() => {
                 let typed_null = domain_or_composite_lookup(expr).expect("checked");
                 if let Some(e) = parse(typed_null.to_string()) {

@@ -97,7 +97,14 @@ pub async fn handle(fe: &Frontend, session: &mut Session, statement: Statement) 
         }
     }
     let schema = crate::frontend::column_origins::with_declared_types(&plan, Schema::new(fields));
-    fe.catalog().create_plain_view(&name, &statement.to_string(), schema, depends_on, view.or_replace)?;
+    fe.catalog().create_plain_view(
+        &name,
+        &statement.to_string(),
+        schema,
+        depends_on,
+        view.or_replace,
+        &session.owner(),
+    )?;
     Ok(StatementResult::command("CREATE VIEW"))
 }
 

@@ -43,13 +43,14 @@ pub async fn handle(fe: &Frontend, session: &mut Session, statement: SinkStateme
                 }
             };
             let shards = crate::connectors::sink::shards_option(&options)?;
-            let created = create(fe, &name, &text, &view, options, shards, &mut made).await?;
+            let created = create(fe, &name, &text, &view, options, shards, &session.owner(), &mut made).await?;
             made.finished();
             Ok(created)
         }
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn create(
     fe: &Frontend,
     name: &str,
@@ -57,6 +58,7 @@ async fn create(
     view: &str,
     options: crate::catalog::options::ConnectorOptions,
     shards: usize,
+    owner: &str,
     made: &mut Unfinished<'_>,
 ) -> Result<StatementResult> {
     let input = fe.catalog().get(view).ok_or_else(|| WeirError::undefined_table(view))?;
@@ -67,7 +69,7 @@ async fn create(
         )
         .with_hint("CREATE SINK name AS SELECT ... FROM table delivers a query's changes."));
     }
-    let Some(id) = fe.catalog().create_sink(name, text, &input, options, shards, false)? else {
+    let Some(id) = fe.catalog().create_sink(name, text, &input, options, shards, owner, false)? else {
         return Ok(StatementResult::command("CREATE SINK"));
     };
     made.push(id);

@@ -185,8 +185,15 @@ pub async fn handle(
     } else {
         DeclaredType::declare(schema, |_, f| declared.iter().find(|(name, _)| name == f.name()).map(|(_, d)| *d))
     };
-    let created =
-        fe.catalog().create_table_with(&name, &definition, schema, primary_key, options, cmt.if_not_exists)?;
+    let created = fe.catalog().create_table_with(
+        &name,
+        &definition,
+        schema,
+        primary_key,
+        options,
+        &session.owner(),
+        cmt.if_not_exists,
+    )?;
     // A failure from here on undoes this statement's creation by id (`undo_create`), so it can
     // never drop a relation of the same name that it did not make.
     if is_source {

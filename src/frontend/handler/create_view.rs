@@ -252,7 +252,7 @@ pub fn late_table_schema(late_rows: &Schema) -> Schema {
 }
 
 /// The `LATE ROWS TO` table: created (append-only) if missing, else checked.
-fn late_table(fe: &Frontend, name: &str, late_rows: &Schema) -> Result<Arc<crate::catalog::Relation>> {
+fn late_table(fe: &Frontend, name: &str, late_rows: &Schema, owner: &str) -> Result<Arc<crate::catalog::Relation>> {
     let schema = late_table_schema(late_rows);
     if let Some(existing) = fe.catalog().get(name) {
         let same = existing.def.kind == RelationKind::Table
@@ -276,7 +276,7 @@ fn late_table(fe: &Frontend, name: &str, late_rows: &Schema) -> Result<Arc<crate
     let columns: Vec<String> = schema.fields().iter().map(|f| format!("\"{}\" {}", f.name(), f.data_type())).collect();
     let definition = format!("CREATE TABLE {name} ({}) APPEND ONLY", columns.join(", "));
     let options = TableOptions { append_only: true, ..Default::default() };
-    fe.catalog().create_table_with(name, &definition, schema, vec![], options, false)?;
+    fe.catalog().create_table_with(name, &definition, schema, vec![], options, owner, false)?;
     fe.catalog().get(name).ok_or_else(|| WeirError::internal("late-rows table vanished"))
 }
 
@@ -385,7 +385,7 @@ pub async fn handle(
                 ));
             }
             let created = fe.catalog().get(table).is_none();
-            Some((late_table(fe, table, late_rows)?, created))
+            Some((late_table(fe, table, late_rows, &session.owner())?, created))
         }
         _ => None,
     };
@@ -410,6 +410,7 @@ pub async fn handle(
         checked.append_only,
         checked.watermark.clone(),
         crate::frontend::df_context::PlanningRules::REVISION,
+        &session.owner(),
     ) {
         Ok(id) => id,
         Err(e) => return Err(e),

@@ -7,6 +7,7 @@
 //! - `SELECT`, `INSERT`, `UPDATE`, `DELETE`, `TRUNCATE`, `EXPLAIN` -> [`query`] (DataFusion)
 //! - `SHOW TABLES`, `SHOW MATERIALIZED VIEWS`, `SHOW <setting>`, `SHOW ALL` -> [`show`]; `DESCRIBE t`, `SHOW COLUMNS` -> [`describe`]
 //! - `SET`, `RESET` -> [`set`]; `BEGIN`, `COMMIT`, `ROLLBACK` -> [`transaction`]
+//! - `CREATE`/`ALTER`/`DROP ROLE`, `SET ROLE` -> [`roles`]; `GRANT`, `REVOKE` -> [`grant`]
 //!
 //! Anything else is SQLSTATE 0A000, said plainly.
 
@@ -19,9 +20,11 @@ pub mod create_view;
 pub mod describe;
 pub mod drop;
 pub mod explain_analyze;
+pub mod grant;
 pub mod prepare;
 pub mod query;
 pub mod returning;
+pub mod roles;
 pub mod set;
 pub mod show;
 pub mod transaction;
@@ -128,6 +131,15 @@ pub async fn execute_sink(
     statement: crate::frontend::sink_statement::SinkStatement,
 ) -> Result<StatementResult> {
     create_sink::handle(fe, session, statement).await
+}
+
+/// Runs a role or privilege statement (`CREATE ROLE`, `GRANT`, `SET ROLE`, ...).
+pub async fn execute_access(
+    fe: &Frontend,
+    session: &mut Session,
+    statement: crate::frontend::access_statement::AccessStatement,
+) -> Result<StatementResult> {
+    roles::handle(fe, session, statement).await
 }
 
 /// Runs a CREATE statement that has Weir's streaming clauses.

@@ -24,7 +24,7 @@ pub struct Prepared {
     pub types: Vec<DataType>,
 }
 
-fn name_of(ident: &Ident) -> String {
+pub fn name_of(ident: &Ident) -> String {
     match ident.quote_style {
         Some(_) => ident.value.clone(),
         None => ident.value.to_ascii_lowercase(),
