@@ -249,7 +249,8 @@ fn corrupt(what: &[u8], e: impl std::fmt::Display) -> WeirError {
     WeirError::new(SqlState::DATA_CORRUPTED, format!("catalog entry {} is corrupt: {e}", String::from_utf8_lossy(what)))
 }
 
-fn no_role(name: &str) -> WeirError {
+/// 42704 for a role that does not exist.
+pub fn no_role(name: &str) -> WeirError {
     WeirError::new(SqlState::UNDEFINED_OBJECT, format!("role \"{name}\" does not exist"))
 }
 

@@ -26,41 +26,55 @@ fn oid_field(name: &str) -> Field {
     Field::new(name, DataType::Int32, false)
 }
 
+/// The attribute columns `pg_roles` and `pg_authid` share, in their order.
+const FLAGS: [&str; 6] = ["rolsuper", "rolinherit", "rolcreaterole", "rolcreatedb", "rolcanlogin", "rolreplication"];
+
+fn flag_fields() -> Vec<Field> {
+    FLAGS.iter().map(|n| Field::new(*n, DataType::Boolean, false)).collect()
+}
+
+/// The values of [`FLAGS`] of each role.
+fn flag_columns(roles: &[RoleDef]) -> Vec<ArrayRef> {
+    vec![
+        bools(roles, |r| r.superuser),
+        bools(roles, |_| true),
+        bools(roles, |r| r.create_role),
+        bools(roles, |r| r.create_db),
+        bools(roles, |r| r.login),
+        bools(roles, |_| false),
+    ]
+}
+
 fn schema(table: &str) -> SchemaRef {
     let b = |n: &str| Field::new(n, DataType::Boolean, false);
     let t = |n: &str| Field::new(n, DataType::Utf8, true);
     let until = |n: &str| Field::new(n, DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())), true);
     let config = |n: &str| Field::new(n, DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))), true);
     let fields = match table {
-        "pg_roles" => vec![
-            Field::new("rolname", DataType::Utf8, false),
-            b("rolsuper"),
-            b("rolinherit"),
-            b("rolcreaterole"),
-            b("rolcreatedb"),
-            b("rolcanlogin"),
-            b("rolreplication"),
-            Field::new("rolconnlimit", DataType::Int32, false),
-            t("rolpassword"),
-            until("rolvaliduntil"),
-            b("rolbypassrls"),
-            config("rolconfig"),
-            oid_field("oid"),
-        ],
-        "pg_authid" => vec![
-            oid_field("oid"),
-            Field::new("rolname", DataType::Utf8, false),
-            b("rolsuper"),
-            b("rolinherit"),
-            b("rolcreaterole"),
-            b("rolcreatedb"),
-            b("rolcanlogin"),
-            b("rolreplication"),
-            b("rolbypassrls"),
-            Field::new("rolconnlimit", DataType::Int32, false),
-            t("rolpassword"),
-            until("rolvaliduntil"),
-        ],
+        "pg_roles" => [
+            vec![Field::new("rolname", DataType::Utf8, false)],
+            flag_fields(),
+            vec![
+                Field::new("rolconnlimit", DataType::Int32, false),
+                t("rolpassword"),
+                until("rolvaliduntil"),
+                b("rolbypassrls"),
+                config("rolconfig"),
+                oid_field("oid"),
+            ],
+        ]
+        .concat(),
+        "pg_authid" => [
+            vec![oid_field("oid"), Field::new("rolname", DataType::Utf8, false)],
+            flag_fields(),
+            vec![
+                b("rolbypassrls"),
+                Field::new("rolconnlimit", DataType::Int32, false),
+                t("rolpassword"),
+                until("rolvaliduntil"),
+            ],
+        ]
+        .concat(),
         "pg_user" => vec![
             Field::new("usename", DataType::Utf8, false),
             oid_field("usesysid"),
@@ -118,37 +132,31 @@ fn batch(table: &str, catalog: &Catalog) -> DfResult<RecordBatch> {
     let oids = || ints(roles.iter().map(|r| r.oid as i32));
     let masked = || texts(roles.iter().map(|r| r.password.as_ref().map(|_| "********".to_string())));
     let no = || bools(&roles, |_| false);
-    let yes = || bools(&roles, |_| true);
     let columns: Vec<ArrayRef> = match table {
-        "pg_roles" => vec![
-            names(),
-            bools(&roles, |r| r.superuser),
-            yes(),
-            bools(&roles, |r| r.create_role),
-            bools(&roles, |r| r.create_db),
-            bools(&roles, |r| r.login),
-            no(),
-            ints(roles.iter().map(|r| r.connection_limit)),
-            masked(),
-            nulls(schema.field(9), n),
-            no(),
-            empty_lists(n),
-            oids(),
-        ],
-        "pg_authid" => vec![
-            oids(),
-            names(),
-            bools(&roles, |r| r.superuser),
-            yes(),
-            bools(&roles, |r| r.create_role),
-            bools(&roles, |r| r.create_db),
-            bools(&roles, |r| r.login),
-            no(),
-            no(),
-            ints(roles.iter().map(|r| r.connection_limit)),
-            texts(roles.iter().map(|r| r.password.clone())),
-            nulls(schema.field(11), n),
-        ],
+        "pg_roles" => [
+            vec![names()],
+            flag_columns(&roles),
+            vec![
+                ints(roles.iter().map(|r| r.connection_limit)),
+                masked(),
+                nulls(schema.field(9), n),
+                no(),
+                empty_lists(n),
+                oids(),
+            ],
+        ]
+        .concat(),
+        "pg_authid" => [
+            vec![oids(), names()],
+            flag_columns(&roles),
+            vec![
+                no(),
+                ints(roles.iter().map(|r| r.connection_limit)),
+                texts(roles.iter().map(|r| r.password.clone())),
+                nulls(schema.field(11), n),
+            ],
+        ]
+        .concat(),
         "pg_user" => {
             let users: Vec<RoleDef> = roles.iter().filter(|r| r.login).cloned().collect();
             let n = users.len();

@@ -271,8 +271,16 @@ pub async fn run(config: Config) -> Result<()> {
     });
     crate::connectors::replay::register();
     let catalog = Arc::new(Catalog::open(store, &config.database, status)?);
-    let config_users =
-        config.auth.users.iter().map(|u| Ok((u.name.clone(), u.verifier()?))).collect::<Result<Vec<_>>>()?;
+    let config_users = config
+        .auth
+        .users
+        .iter()
+        .map(|u| {
+            let verifier = crate::catalog::password::Verifier::from_text(&u.password_text()?)
+                .map_err(|e| WeirError::new(e.state, format!("[[auth.users]] {}: {}", u.name, e.message)))?;
+            Ok((u.name.clone(), verifier))
+        })
+        .collect::<Result<Vec<_>>>()?;
     catalog.access.add_config_users(&config_users);
     let passwords = catalog.access.roles().iter().any(|r| r.login && r.password.is_some());
     if (config.auth.method != crate::config::AuthMethod::Trust || !config.auth.hba.is_empty()) && !passwords {

@@ -9,6 +9,7 @@
 use super::super::access_statement::{AccessStatement, GrantTarget, RelationWord};
 use super::super::authorize::Checker;
 use super::super::{Frontend, Session, StatementResult};
+use crate::catalog::access::no_role;
 use crate::catalog::access::{Object, Privilege, Privileges};
 use crate::catalog::{Relation, RelationKind};
 use crate::error::{Result, SqlState, WeirError};
@@ -162,8 +163,4 @@ fn change(
 
 fn invalid(privilege: Privilege, on: &str) -> WeirError {
     WeirError::new(SqlState::INVALID_GRANT_OPERATION, format!("invalid privilege type {} for {on}", privilege.name()))
-}
-
-fn no_role(name: &str) -> WeirError {
-    WeirError::new(SqlState::UNDEFINED_OBJECT, format!("role \"{name}\" does not exist"))
 }

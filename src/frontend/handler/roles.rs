@@ -7,6 +7,7 @@
 use super::super::access_statement::{AccessStatement, RoleOptions};
 use super::super::authorize::Checker;
 use super::super::{Frontend, Session, StatementResult};
+use crate::catalog::access::no_role;
 use crate::catalog::access::RoleDef;
 use crate::catalog::password::Verifier;
 use crate::error::{Result, SqlState, WeirError};
@@ -163,8 +164,4 @@ pub fn owned_by(fe: &Frontend, name: &str) -> Vec<String> {
         .filter(|r| r.def.owner == name && r.def.kind != crate::catalog::RelationKind::Index)
         .map(|r| r.def.name.clone())
         .collect()
-}
-
-fn no_role(name: &str) -> WeirError {
-    WeirError::new(SqlState::UNDEFINED_OBJECT, format!("role \"{name}\" does not exist"))
 }
