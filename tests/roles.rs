@@ -156,6 +156,28 @@ async fn read_only_role_through_clients_and_after_kill_9() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_verifier_from_weir_password_in_a_file_logs_in() {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .arg("password")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"correct horse\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let verifier = String::from_utf8(out.stdout).unwrap();
+    assert!(verifier.starts_with("SCRAM-SHA-256$4096:") && !verifier.contains("horse"), "{verifier}");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("ops.verifier");
+    std::fs::write(&file, &verifier).unwrap();
+    let (server, _cfg) = start(&format!("[[auth.users]]\nname = \"ops\"\npassword_file = \"{}\"", file.display()));
+    let ops = common::connect(&conn(&server, "ops", "correct horse")).await;
+    assert_eq!(common::rows(&ops, "SELECT rolsuper FROM pg_roles WHERE rolname = 'ops'").await, ["t"]);
+    assert_eq!(refused(&server, "ops", "correct horse ").await, "28P01");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_passwords_change_nothing() {
     let (server, _cfg) = start("");
     let admin = setup(&server).await;

@@ -377,6 +377,20 @@ impl Extended {
         Ok(out)
     }
 
+    /// pg_class's `relowner` of Weir's relations: their owners' role OIDs (`pg_roles::owner_oid`).
+    fn owners(&self, batch: RecordBatch, relations: &PublicRelations) -> DfResult<RecordBatch> {
+        let schema = batch.schema();
+        let (Ok(oid), Ok(owner)) = (schema.index_of("oid"), schema.index_of("relowner")) else { return Ok(batch) };
+        let oids = datafusion::arrow::compute::cast(batch.column(oid), &DataType::Int64)?;
+        let oids = oids.as_primitive::<Int64Type>();
+        let mut columns = batch.columns().to_vec();
+        columns[owner] = map_integers(&columns[owner], |row, v| match relations.by_crate_oid.get(&oids.value(row)) {
+            Some(r) => Some(i64::from(super::pg_roles::owner_oid(&self.catalog, &r.def.owner))),
+            None => v,
+        })?;
+        Ok(RecordBatch::try_new(schema, columns)?)
+    }
+
     /// `batch` with `column`'s crate relation OIDs replaced by Weir's.
     fn renumber(batch: RecordBatch, column: &str, relations: &PublicRelations) -> DfResult<RecordBatch> {
         let Ok(index) = batch.schema().index_of(column) else { return Ok(batch) };
@@ -769,7 +783,7 @@ impl TableProvider for Extended {
         let mut batches = match (&self.extra, &relations) {
             (Extra::Keys(_), Some(relations)) if is_pg_class => inner_rows
                 .into_iter()
-                .map(|b| Self::renumber(self.mark_views(b)?, "oid", relations))
+                .map(|b| Self::renumber(self.owners(self.mark_views(b)?, relations)?, "oid", relations))
                 .collect::<DfResult<Vec<_>>>()?,
             (Extra::Keys(_), Some(_)) => inner_rows,
             (Extra::Attributes, Some(relations)) => {

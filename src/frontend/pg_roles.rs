@@ -203,7 +203,21 @@ pub fn table(name: &str, catalog: &Catalog) -> DfResult<Option<MemTable>> {
     Ok(Some(MemTable::try_new(batch.schema(), vec![vec![batch]])?))
 }
 
-/// `pg_get_userbyid(oid)`: the role's name, `unknown (OID=n)` for none, as in PostgreSQL.
+/// The OID a relation's owner shows as: its role's; for relations made before roles (owned by
+/// the superusers) 10, PostgreSQL's bootstrap superuser's.
+pub fn owner_oid(catalog: &Catalog, owner: &str) -> u32 {
+    catalog.access.role(owner).map(|r| r.oid).unwrap_or(BOOTSTRAP_OID)
+}
+
+/// PostgreSQL's bootstrap superuser's OID, which Weir's first `[[auth.users]]` user has too.
+const BOOTSTRAP_OID: u32 = 10;
+
+/// What OID 10 is called when no role has it (no `[[auth.users]]`): the superusers that own
+/// relations made before roles.
+const BOOTSTRAP_NAME: &str = "weir";
+
+/// `pg_get_userbyid(oid)`: the role's name (10: the superusers', when no role has it),
+/// `unknown (OID=n)` for none, as in PostgreSQL.
 pub fn get_userbyid_udf(catalog: Arc<Catalog>) -> ScalarUDF {
     create_udf(
         "pg_get_userbyid",
@@ -215,8 +229,9 @@ pub fn get_userbyid_udf(catalog: Arc<Catalog>) -> ScalarUDF {
             let oids = datafusion::arrow::compute::cast(&arrays[0], &DataType::Int64)?;
             let oids =
                 datafusion::arrow::array::AsArray::as_primitive::<datafusion::arrow::datatypes::Int64Type>(&oids);
-            let names: HashMap<i64, String> =
+            let mut names: HashMap<i64, String> =
                 catalog.access.roles().into_iter().map(|r| (i64::from(r.oid), r.name)).collect();
+            names.entry(i64::from(BOOTSTRAP_OID)).or_insert_with(|| BOOTSTRAP_NAME.to_string());
             let out: StringArray = oids
                 .iter()
                 .map(|o| o.map(|o| names.get(&o).cloned().unwrap_or_else(|| format!("unknown (OID={o})"))))
@@ -240,12 +255,15 @@ pub fn table_privileges(catalog: &Catalog) -> DfResult<MemTable> {
         t("is_grantable"),
         t("with_hierarchy"),
     ]));
-    let owner_name = |owner: &str| {
-        if owner.is_empty() {
-            catalog.access.roles().into_iter().find(|r| r.superuser).map(|r| r.name).unwrap_or_else(|| "weir".into())
-        } else {
-            owner.to_string()
-        }
+    let owner_name = |owner: &str| match catalog.access.role(owner) {
+        Some(role) => role.name,
+        None => catalog
+            .access
+            .roles()
+            .into_iter()
+            .find(|r| r.oid == BOOTSTRAP_OID)
+            .map(|r| r.name)
+            .unwrap_or_else(|| BOOTSTRAP_NAME.to_string()),
     };
     let mut rows: Vec<[String; 4]> = Vec::new();
     for relation in catalog.relations() {
