@@ -262,5 +262,17 @@ async fn host_rules_login_and_connection_limits() {
     assert_eq!(refused(&server, "reader", "read-only pw").await, "53300");
     let extra_admin = common::connect(&conn(&server, "admin", "pencil")).await;
     assert_eq!(common::rows(&extra_admin, "SELECT 1").await, ["1"]);
+
+    // A session whose role is dropped keeps no privileges (it is not a name trust let in).
+    extra_admin.batch_execute("REVOKE SELECT ON totals FROM reader; DROP ROLE reader").await.unwrap();
+    common::assert_sqlstate(&readers[0], "SELECT * FROM totals", "42501").await;
+    common::assert_sqlstate(&readers[0], "CREATE TABLE mine (a INT)", "42501").await;
     drop((again, readers));
+
+    // `method = "reject"` refuses everyone.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("weir.toml");
+    std::fs::write(&cfg, "[auth]\nmethod = \"reject\"\n").unwrap();
+    let closed = TestServer::start_with(&["--config", cfg.to_str().unwrap()]);
+    assert_eq!(refused(&closed, "root", "").await, "28000");
 }

@@ -314,6 +314,13 @@ impl Access {
         self.inner.read().roles.get(name).is_some_and(|r| r.superuser)
     }
 
+    /// Whether `name` is a superuser or a member (through any roles) of one: a member may
+    /// `SET ROLE` to it, so only superusers may grant or manage such a role.
+    pub fn reaches_superuser(&self, name: &str) -> bool {
+        let inner = self.inner.read();
+        inner.roles.values().any(|r| r.superuser && Self::member_in(&inner, name, &r.name))
+    }
+
     /// Whether `role` is `of` or a member of it, directly or through other roles.
     pub fn is_member(&self, role: &str, of: &str) -> bool {
         Self::member_in(&self.inner.read(), role, of)

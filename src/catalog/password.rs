@@ -25,6 +25,11 @@ pub const DEFAULT_ITERATIONS: u32 = 4096;
 
 const PREFIX: &str = "SCRAM-SHA-256$";
 
+/// The most iterations a verifier may ask for: a client hashes that many times at each login
+/// and the cleartext method the server too (PostgreSQL's `scram_iterations` allows more; no
+/// one needs them).
+const MAX_ITERATIONS: u32 = 1_000_000;
+
 /// A SCRAM-SHA-256 verifier.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Verifier {
@@ -95,6 +100,18 @@ impl Verifier {
         }
     }
 
+    /// A verifier no password matches, for a name that is no role: its salt derived from
+    /// `secret` and `name` (the same at every attempt), its keys random. Nothing is hashed.
+    pub fn unmatchable(secret: &[u8], name: &str) -> Verifier {
+        let salt = hmac_sha256(secret, name.as_bytes())[..16].to_vec();
+        Verifier {
+            iterations: DEFAULT_ITERATIONS,
+            salt,
+            stored_key: random_bytes::<32>(),
+            server_key: random_bytes::<32>(),
+        }
+    }
+
     /// Whether `text` is in a verifier's form (rather than a password).
     pub fn looks_like_verifier(text: &str) -> bool {
         text.starts_with(PREFIX)
@@ -111,7 +128,7 @@ impl Verifier {
         let salt = STANDARD.decode(salt).map_err(|_| bad())?;
         let stored_key: [u8; 32] = STANDARD.decode(stored).map_err(|_| bad())?.try_into().map_err(|_| bad())?;
         let server_key: [u8; 32] = STANDARD.decode(server).map_err(|_| bad())?.try_into().map_err(|_| bad())?;
-        if iterations == 0 || salt.is_empty() {
+        if iterations == 0 || iterations > MAX_ITERATIONS || salt.is_empty() {
             return Err(bad());
         }
         Ok(Verifier { iterations, salt, stored_key, server_key })

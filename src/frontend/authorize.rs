@@ -150,10 +150,17 @@ impl<'a> Checker<'a> {
         super::handler::relation_name(name).ok().and_then(|n| self.catalog.get(&n))
     }
 
-    /// Checks reads of everything `statement` names but `except` (a write's target).
+    /// Checks reads of everything `statement` names but `except` (a write's target): its
+    /// relations, the relations window functions in FROM read (`TUMBLE(t, ...)`), and, in a
+    /// `WITH RECURSIVE`, the names of its CTEs too (a recursive CTE's body may read a relation
+    /// of the CTE's own name, which the CTE's scope hides from the name resolution).
     fn reads_of(&self, statement: &ast::Statement, except: Option<&str>) -> Result<()> {
         let wrapped = datafusion::sql::parser::Statement::Statement(Box::new(statement.clone()));
-        let (names, _ctes) = datafusion::sql::resolve::resolve_table_references(&wrapped, true)?;
+        let (mut names, ctes) = datafusion::sql::resolve::resolve_table_references(&wrapped, true)?;
+        if has_recursive_with(statement) {
+            names.extend(ctes);
+        }
+        names.extend(window_inputs(statement));
         for name in names {
             let target =
                 except.is_some_and(|t| name.table() == t) && matches!(name.schema(), None | Some(DEFAULT_SCHEMA));
@@ -194,19 +201,25 @@ impl<'a> Checker<'a> {
             S::Query(_) => self.reads_of(statement, None),
             S::Insert(insert) => {
                 let TableObject::TableName(target) = &insert.table else { return Ok(()) };
-                if let Some(relation) = self.relation(target) {
-                    self.require(&relation, Privilege::Insert)?;
-                    if insert.on.is_some() {
-                        self.require(&relation, Privilege::Update)?;
+                let relation = self.relation(target);
+                if let Some(relation) = &relation {
+                    self.require(relation, Privilege::Insert)?;
+                    let updates = matches!(
+                        &insert.on,
+                        Some(ast::OnInsert::OnConflict(ast::OnConflict {
+                            action: ast::OnConflictAction::DoUpdate(_),
+                            ..
+                        })) | Some(ast::OnInsert::DuplicateKeyUpdate(_))
+                    );
+                    if updates {
+                        self.require(relation, Privilege::Update)?;
                     }
-                    if insert.returning.is_some() || insert.on.is_some() {
-                        self.require(&relation, Privilege::Select)?;
+                    if insert.returning.is_some() || updates {
+                        self.require(relation, Privilege::Select)?;
                     }
                 }
-                match &insert.source {
-                    Some(source) => self.reads_of_query(source),
-                    None => Ok(()),
-                }
+                // The source query, and subqueries in ON CONFLICT and RETURNING.
+                self.reads_of(statement, relation.as_ref().map(|r| r.def.name.as_str()))
             }
             S::Update(update) => {
                 let ast::TableFactor::Table { name, .. } = &update.table.relation else { return Ok(()) };
@@ -245,6 +258,10 @@ impl<'a> Checker<'a> {
                 None => Ok(()),
             },
             S::Copy { source: CopySource::Query(query), .. } => self.reads_of_query(query),
+            // Settings that act on the whole server.
+            S::Set(set) if set.to_string().to_ascii_lowercase().contains("weir.epoch_clock") => {
+                self.require_superuser("weir.epoch_clock")
+            }
             S::CreateTable(create) => {
                 self.require_create()?;
                 match &create.query {
@@ -279,7 +296,16 @@ impl<'a> Checker<'a> {
                 Some(relation) if is_source(&relation) => self.require_usage(&relation),
                 _ => Ok(()),
             },
-            S::Execute { name: Some(name), .. } => {
+            S::Execute { name: Some(name), parameters, .. } => {
+                // Its arguments are evaluated as a query's select list.
+                for argument in parameters {
+                    let select = datafusion::sql::sqlparser::parser::Parser::parse_sql(
+                        &datafusion::sql::sqlparser::dialect::PostgreSqlDialect {},
+                        &format!("SELECT {argument}"),
+                    )
+                    .map_err(|e| WeirError::syntax(e.to_string()))?;
+                    select.iter().try_for_each(|s| self.reads_of(s, None))?;
+                }
                 let prepared = name
                     .0
                     .first()
@@ -292,6 +318,21 @@ impl<'a> Checker<'a> {
             }
             _ => Ok(()),
         }
+    }
+
+    /// The clauses of a streaming CREATE: a source reading the server's files is for
+    /// superusers (PostgreSQL's `pg_read_server_files`); `LATE ROWS TO` an existing table
+    /// writes into it.
+    fn streaming_clauses(&self, clauses: &super::clauses::StreamingClauses) -> Result<()> {
+        if let Some(source) = &clauses.source {
+            if source.get("connector").is_some_and(|c| c.eq_ignore_ascii_case("file")) {
+                self.require_superuser("a source reading the server's files (connector 'file')")?;
+            }
+        }
+        if let Some(table) = clauses.late_rows_to.as_deref().and_then(|t| self.catalog.get(t)) {
+            self.require(&table, Privilege::Insert)?;
+        }
+        Ok(())
     }
 
     /// 42501 unless the role owns `relation` or holds USAGE on it.
@@ -353,8 +394,78 @@ pub fn check(catalog: &Catalog, session: &Session, statement: &Statement) -> Res
         Statement::Sink(sink) => checker.sink(sink),
         // Checked by their handler, which knows the roles involved.
         Statement::Access(_) => Ok(()),
-        Statement::Sql(statement) | Statement::Streaming(statement, _) => checker.sql(statement, session),
+        Statement::Streaming(statement, clauses) => {
+            checker.sql(statement, session)?;
+            checker.streaming_clauses(clauses)
+        }
+        Statement::Sql(statement) => checker.sql(statement, session),
     }
+}
+
+/// Whether `statement` has a `WITH RECURSIVE` anywhere.
+fn has_recursive_with(statement: &ast::Statement) -> bool {
+    use datafusion::sql::sqlparser::ast::Visit;
+    use std::ops::ControlFlow;
+    struct Recursive;
+    impl ast::Visitor for Recursive {
+        type Break = ();
+        fn pre_visit_query(&mut self, query: &ast::Query) -> ControlFlow<()> {
+            match &query.with {
+                Some(with) if with.recursive => ControlFlow::Break(()),
+                _ => ControlFlow::Continue(()),
+            }
+        }
+    }
+    statement.visit(&mut Recursive).is_break()
+}
+
+/// The relations window functions in FROM read: the first argument of `TUMBLE`, `HOP`,
+/// `SESSION` and `CUMULATE` (`catalog::windowed`), which name resolution does not see.
+fn window_inputs(statement: &ast::Statement) -> Vec<TableReference> {
+    use datafusion::sql::sqlparser::ast::Visit;
+    use std::ops::ControlFlow;
+    struct Inputs(Vec<TableReference>);
+    impl ast::Visitor for Inputs {
+        type Break = ();
+        fn pre_visit_table_factor(&mut self, factor: &ast::TableFactor) -> ControlFlow<()> {
+            let function = match factor {
+                ast::TableFactor::Table { name, args: Some(args), .. } => Some((name.to_string(), &args.args)),
+                _ => None,
+            };
+            if let Some((name, args)) = function {
+                let name = name.to_ascii_lowercase();
+                if matches!(name.rsplit('.').next(), Some("tumble" | "hop" | "session" | "cumulate")) {
+                    if let Some(ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(first))) = args.first() {
+                        let text = match first {
+                            ast::Expr::Identifier(i) if i.quote_style.is_some() => i.value.clone(),
+                            ast::Expr::Identifier(i) => i.value.to_ascii_lowercase(),
+                            ast::Expr::CompoundIdentifier(parts) => parts
+                                .iter()
+                                .map(|i| {
+                                    if i.quote_style.is_some() {
+                                        i.value.clone()
+                                    } else {
+                                        i.value.to_ascii_lowercase()
+                                    }
+                                })
+                                .collect::<Vec<_>>()
+                                .join("."),
+                            other => other.to_string(),
+                        };
+                        let reference = match text.split_once('.') {
+                            Some((schema, table)) => TableReference::partial(schema, table),
+                            None => TableReference::bare(text),
+                        };
+                        self.0.push(reference);
+                    }
+                }
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let mut inputs = Inputs(Vec::new());
+    let _ = statement.visit(&mut inputs);
+    inputs.0
 }
 
 fn dropped_relation(object_type: &ObjectType) -> bool {

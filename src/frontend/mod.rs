@@ -193,10 +193,14 @@ impl Frontend {
         &self.streaming
     }
 
-    /// A new session for `user`, which acts as a superuser when it is no role (a name trust
-    /// authentication let in, or the server's own sessions).
+    /// A session of the server's own (restoring views, benchmarks): a superuser's.
     pub fn new_session(&self, user: &str) -> Session {
-        let unlisted = self.catalog.access.role(user).is_none();
+        self.new_session_as(user, true)
+    }
+
+    /// A new session for `user`; `unlisted`: it is no role (trust authentication let it in)
+    /// and acts as a superuser.
+    pub fn new_session_as(&self, user: &str, unlisted: bool) -> Session {
         let identity = Arc::new(session::Identity::new(user, unlisted));
         Session::new(
             Arc::clone(&identity),

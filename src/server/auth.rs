@@ -40,9 +40,18 @@ use crate::frontend::session::startup_parameters;
 /// Sessions superusers may open beyond `max_connections` (PostgreSQL's reserved slots).
 const SUPERUSER_RESERVED: usize = 3;
 
+/// How a session logged in, kept in the connection's extensions for its session
+/// (`server::session`): whether its user is no role (trust).
+#[derive(Debug)]
+pub struct Login {
+    pub unlisted: bool,
+}
+
 /// The ParameterStatus values sent once authentication succeeds.
 #[derive(Debug)]
-pub struct WeirParameters;
+pub struct WeirParameters {
+    pub superuser: bool,
+}
 
 impl ServerParameterProvider for WeirParameters {
     fn server_parameters<C: ClientInfo>(&self, client: &C) -> Option<HashMap<String, String>> {
@@ -54,6 +63,7 @@ impl ServerParameterProvider for WeirParameters {
         }
         if let Some(user) = metadata.get(pgwire::api::METADATA_USER) {
             params.insert("session_authorization".into(), user.clone());
+            params.insert("is_superuser".into(), if self.superuser { "on" } else { "off" }.into());
         }
         Some(params)
     }
@@ -201,14 +211,16 @@ impl WeirStartup {
     }
 
     /// The verifier `user` authenticates against: its role's, or (no such role, or no
-    /// password) a made-up one no password matches.
+    /// password) a made-up one no password matches, with the same salt at every attempt
+    /// (from the name and a secret of this process, as PostgreSQL's mock salt), made without
+    /// hashing anything, so the two take the same time and look alike to the client.
     fn verifier_of(&self, user: &str) -> (Verifier, bool) {
         let role = self.catalog.access.role(user);
         match role.as_ref().and_then(|r| r.verifier()) {
             Some(v) => (v, true),
             None => {
-                let made_up = crate::catalog::password::Verifier::from_password(&STANDARD.encode(random_bytes::<24>()));
-                (made_up, false)
+                static SECRET: std::sync::LazyLock<[u8; 32]> = std::sync::LazyLock::new(random_bytes::<32>);
+                (Verifier::unmatchable(&SECRET[..], user), false)
             }
         }
     }
@@ -226,7 +238,11 @@ impl WeirStartup {
         if role.as_ref().is_some_and(|r| !r.login) {
             return Err(fatal(SqlState::INVALID_AUTHORIZATION, format!("role \"{user}\" is not permitted to log in")));
         }
-        // A name that is no role (trust) acts as a superuser (frontend::authorize).
+        // A name that is no role (trust only: the other methods need a role's verifier) acts
+        // as a superuser (frontend::authorize); decided now, once: if the role goes later, its
+        // sessions keep no privileges rather than gaining a superuser's.
+        let unlisted = role.is_none();
+        client.session_extensions().insert(Login { unlisted });
         let superuser = role.as_ref().is_none_or(|r| r.superuser);
         let limit = role.as_ref().map(|r| r.connection_limit).unwrap_or(-1);
         let slot = self.connections.take(&user, superuser, limit, self.auth.max_connections)?;
@@ -236,7 +252,7 @@ impl WeirStartup {
         let (handle, guard) = self.manager.register(pid, secret);
         client.session_extensions().insert::<Arc<ConnectionHandle>>(handle);
         client.session_extensions().insert(guard);
-        finish_authentication(client, &WeirParameters).await?;
+        finish_authentication(client, &WeirParameters { superuser }).await?;
         client.set_state(PgWireConnectionState::ReadyForQuery);
         Ok(())
     }
@@ -282,7 +298,11 @@ impl StartupHandler for WeirStartup {
                 protocol_negotiation(client, &startup).await?;
                 save_startup_parameters_to_metadata(client, &startup);
                 match self.method(client, &user, &database)? {
-                    AuthMethod::Trust | AuthMethod::Reject => self.admit(client).await,
+                    AuthMethod::Trust => self.admit(client).await,
+                    AuthMethod::Reject => Err(fatal(
+                        SqlState::INVALID_AUTHORIZATION,
+                        format!("auth.method = \"reject\" refuses the connection of user \"{user}\""),
+                    )),
                     AuthMethod::Password => {
                         client.set_state(PgWireConnectionState::AuthenticationInProgress);
                         client.send(PgWireBackendMessage::Authentication(Authentication::CleartextPassword)).await?;
@@ -305,7 +325,10 @@ impl StartupHandler for WeirStartup {
                 let password = message.into_password()?.password;
                 let user = client.metadata().get(pgwire::api::METADATA_USER).cloned().unwrap_or_default();
                 let (verifier, genuine) = self.verifier_of(&user);
-                if !(verifier.matches_password(&password) && genuine) {
+                // PBKDF2 takes milliseconds: off the runtime's threads.
+                let matches =
+                    tokio::task::spawn_blocking(move || verifier.matches_password(&password)).await.unwrap_or(false);
+                if !(matches && genuine) {
                     return Err(password_failed(&user, "password"));
                 }
                 *phase = Phase::Start;

@@ -37,12 +37,19 @@ pub struct SessionCell {
 }
 
 pub fn session_of<C: ClientInfo>(handler: &WeirHandler, client: &C) -> Arc<SessionCell> {
+    if let Some(cell) = client.session_extensions().get::<SessionCell>() {
+        return cell;
+    }
+    // As authentication decided (`auth::Login`); a connection without it is no role's. Read
+    // before `get_or_insert_with`, which holds the extensions' lock while it makes the cell.
+    let unlisted = client.session_extensions().get::<super::auth::Login>().is_some_and(|l| l.unlisted);
     client.session_extensions().get_or_insert_with(|| {
         let user = client.metadata().get(pgwire::api::METADATA_USER).cloned().unwrap_or_else(|| "root".into());
         let cancel = Arc::new(CancelSignal::default());
         let (pid, secret) = client.pid_and_secret_key();
         handler.cancels.register(pid, secret.to_bytes().to_vec(), &cancel);
-        SessionCell { session: Mutex::new(handler.frontend.new_session(&user)), cancel, copy: Mutex::new(None) }
+        let session = handler.frontend.new_session_as(&user, unlisted);
+        SessionCell { session: Mutex::new(session), cancel, copy: Mutex::new(None) }
     })
 }
 

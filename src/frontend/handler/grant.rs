@@ -68,6 +68,27 @@ pub async fn handle(fe: &Frontend, session: &mut Session, statement: AccessState
                 if catalog.access.role(role).is_none() {
                     return Err(no_role(role));
                 }
+                // A member may SET ROLE to it: membership of a superuser is a superuser's to give.
+                if grant && !checker.is_superuser() && catalog.access.reaches_superuser(role) {
+                    return Err(WeirError::new(
+                        SqlState::INSUFFICIENT_PRIVILEGE,
+                        format!("permission denied to grant role \"{role}\": only superusers grant membership of a superuser"),
+                    ));
+                }
+            }
+            // Every membership checked before any is written.
+            for member in &members {
+                if catalog.access.role(member).is_none() {
+                    return Err(no_role(member));
+                }
+                for role in roles.iter().filter(|_| grant) {
+                    if role == member || catalog.access.is_member(role, member) {
+                        return Err(WeirError::new(
+                            SqlState::INVALID_GRANT_OPERATION,
+                            format!("role \"{member}\" is a member of role \"{role}\""),
+                        ));
+                    }
+                }
             }
             for member in &members {
                 catalog.access.alter_role(store, member, |def| {

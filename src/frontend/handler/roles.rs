@@ -77,7 +77,9 @@ async fn run(fe: &Frontend, session: &mut Session, statement: AccessStatement) -
     let tag = statement.tag();
     match statement {
         AccessStatement::CreateRole { name, if_not_exists, options } => {
-            require_role_admin(&checker, options.superuser == Some(true), "create role")?;
+            let superuser =
+                options.superuser == Some(true) || options.in_role.iter().any(|r| access.reaches_superuser(r));
+            require_role_admin(&checker, superuser, "create role")?;
             let mut role = RoleDef::new(&name);
             role.member_of = options.in_role.iter().cloned().collect();
             apply(&mut role, &options)?;
@@ -87,14 +89,14 @@ async fn run(fe: &Frontend, session: &mut Session, statement: AccessStatement) -
             let target = access.role(&name).ok_or_else(|| no_role(&name))?;
             let own_password_only = name == checker.role() && options == only_password(&options);
             if !own_password_only {
-                let superuser = target.superuser || options.superuser.is_some();
+                let superuser = access.reaches_superuser(&target.name) || options.superuser.is_some();
                 require_role_admin(&checker, superuser, "alter role")?;
             }
             access.alter_role(store, &name, |role| apply(role, &options))?;
         }
         AccessStatement::RenameRole { name, to } => {
             let target = access.role(&name).ok_or_else(|| no_role(&name))?;
-            require_role_admin(&checker, target.superuser, "rename role")?;
+            require_role_admin(&checker, access.reaches_superuser(&target.name), "rename role")?;
             if name == session.identity.user {
                 return Err(WeirError::new(SqlState::FEATURE_NOT_SUPPORTED, "session user cannot be renamed"));
             }
@@ -108,6 +110,8 @@ async fn run(fe: &Frontend, session: &mut Session, statement: AccessStatement) -
             access.rename_role(store, &name, &to)?;
         }
         AccessStatement::DropRole { names, if_exists } => {
+            // Every role checked before any is dropped.
+            let mut dropped = Vec::new();
             for name in &names {
                 let Some(target) = access.role(name) else {
                     if if_exists {
@@ -115,7 +119,7 @@ async fn run(fe: &Frontend, session: &mut Session, statement: AccessStatement) -
                     }
                     return Err(no_role(name));
                 };
-                require_role_admin(&checker, target.superuser, "drop role")?;
+                require_role_admin(&checker, access.reaches_superuser(&target.name), "drop role")?;
                 if *name == session.identity.user || *name == checker.role() {
                     return Err(WeirError::new(SqlState("55006"), format!("current user cannot be dropped ({name})")));
                 }
@@ -127,7 +131,16 @@ async fn run(fe: &Frontend, session: &mut Session, statement: AccessStatement) -
                     )
                     .with_hint(format!("It owns {}: drop them first.", owned.join(", "))));
                 }
-                access.drop_role(store, name, if_exists)?;
+                if target.from_config {
+                    return Err(WeirError::new(
+                        SqlState::INSUFFICIENT_PRIVILEGE,
+                        format!("role \"{name}\" is defined by [[auth.users]] in the config file; change it there"),
+                    ));
+                }
+                dropped.push(name);
+            }
+            for name in dropped {
+                access.drop_role(store, name, true)?;
             }
         }
         AccessStatement::SetRole(role) => {
