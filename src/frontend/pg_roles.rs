@@ -219,26 +219,15 @@ const BOOTSTRAP_NAME: &str = "weir";
 /// `pg_get_userbyid(oid)`: the role's name (10: the superusers', when no role has it),
 /// `unknown (OID=n)` for none, as in PostgreSQL.
 pub fn get_userbyid_udf(catalog: Arc<Catalog>) -> ScalarUDF {
-    create_udf(
-        "pg_get_userbyid",
-        vec![DataType::Int64],
-        DataType::Utf8,
-        Volatility::Stable,
-        Arc::new(move |args: &[ColumnarValue]| {
-            let arrays = ColumnarValue::values_to_arrays(args)?;
-            let oids = datafusion::arrow::compute::cast(&arrays[0], &DataType::Int64)?;
-            let oids =
-                datafusion::arrow::array::AsArray::as_primitive::<datafusion::arrow::datatypes::Int64Type>(&oids);
-            let mut names: HashMap<i64, String> =
-                catalog.access.roles().into_iter().map(|r| (i64::from(r.oid), r.name)).collect();
-            names.entry(i64::from(BOOTSTRAP_OID)).or_insert_with(|| BOOTSTRAP_NAME.to_string());
-            let out: StringArray = oids
-                .iter()
-                .map(|o| o.map(|o| names.get(&o).cloned().unwrap_or_else(|| format!("unknown (OID={o})"))))
-                .collect();
-            Ok(ColumnarValue::Array(Arc::new(out)))
-        }),
-    )
+    by_role_oid("pg_get_userbyid", DataType::Utf8, catalog, |roles, oids| {
+        let mut names: HashMap<i64, &str> = roles.iter().map(|r| (i64::from(r.oid), r.name.as_str())).collect();
+        names.entry(i64::from(BOOTSTRAP_OID)).or_insert(BOOTSTRAP_NAME);
+        let out: StringArray = oids
+            .iter()
+            .map(|o| o.map(|o| names.get(&o).map(|n| n.to_string()).unwrap_or_else(|| format!("unknown (OID={o})"))))
+            .collect();
+        Arc::new(out)
+    })
 }
 
 /// `information_schema.table_privileges`: each relation's owner with every privilege its kind
@@ -306,30 +295,42 @@ pub fn table_privileges(catalog: &Catalog) -> DfResult<MemTable> {
 /// `weir_role_memberships(oid)`: the names of the roles role `oid` is a member of (directly),
 /// sorted; what psql's `\du` lists as "Member of" (`catalog_idioms` rewrites its subquery).
 pub fn role_memberships_udf(catalog: Arc<Catalog>) -> ScalarUDF {
+    let list = DataType::List(Arc::new(Field::new("item", DataType::Utf8, true)));
+    by_role_oid("weir_role_memberships", list, catalog, |roles, oids| {
+        let mut out = ListBuilder::new(StringBuilder::new());
+        for oid in oids.iter() {
+            match oid.and_then(|o| roles.iter().find(|r| i64::from(r.oid) == o)) {
+                Some(role) => {
+                    for name in &role.member_of {
+                        out.values().append_value(name);
+                    }
+                    out.append(true);
+                }
+                None => out.append(oid.is_some()),
+            }
+        }
+        Arc::new(out.finish())
+    })
+}
+
+/// A function of a role OID, answered from the roles as they are when it runs.
+fn by_role_oid(
+    name: &str,
+    returns: DataType,
+    catalog: Arc<Catalog>,
+    answer: fn(&[RoleDef], &datafusion::arrow::array::Int64Array) -> ArrayRef,
+) -> ScalarUDF {
     create_udf(
-        "weir_role_memberships",
+        name,
         vec![DataType::Int64],
-        DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))),
+        returns,
         Volatility::Stable,
         Arc::new(move |args: &[ColumnarValue]| {
             let arrays = ColumnarValue::values_to_arrays(args)?;
             let oids = datafusion::arrow::compute::cast(&arrays[0], &DataType::Int64)?;
             let oids =
                 datafusion::arrow::array::AsArray::as_primitive::<datafusion::arrow::datatypes::Int64Type>(&oids);
-            let roles = catalog.access.roles();
-            let mut out = ListBuilder::new(StringBuilder::new());
-            for oid in oids.iter() {
-                match oid.and_then(|o| roles.iter().find(|r| i64::from(r.oid) == o)) {
-                    Some(role) => {
-                        for name in &role.member_of {
-                            out.values().append_value(name);
-                        }
-                        out.append(true);
-                    }
-                    None => out.append(oid.is_some()),
-                }
-            }
-            Ok(ColumnarValue::Array(Arc::new(out.finish())))
+            Ok(ColumnarValue::Array(answer(&catalog.access.roles(), oids)))
         }),
     )
 }
