@@ -300,14 +300,10 @@ async fn concurrent_updates_lose_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scram_and_password_authentication() {
     for method in ["scram", "password"] {
-        let dir = tempfile::tempdir().unwrap();
-        let cfg = dir.path().join("weir.toml");
-        std::fs::write(
-            &cfg,
-            format!("[auth]\nmethod = \"{method}\"\n[[auth.users]]\nname = \"alice\"\npassword = \"s3cret\"\n"),
-        )
-        .unwrap();
-        let server = TestServer::start_with(&["--config", cfg.to_str().unwrap()]);
+        let server = TestServer::start_with_config(
+            &format!("[auth]\nmethod = \"{method}\"\n[[auth.users]]\nname = \"alice\"\npassword = \"s3cret\"\n"),
+            &[],
+        );
         let good = format!("host=127.0.0.1 port={} user=alice password=s3cret dbname=dev", server.port);
         let client = common::connect(&good).await;
         let who: String = client.query_one("SELECT current_user", &[]).await.unwrap().get(0);
@@ -1026,10 +1022,7 @@ async fn prepared_index_lookups_equal_full_reads() {
 /// so the dataflow wins the CPU when both want it; sessions work as before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_run_on_the_serving_threads() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("weir.toml");
-    std::fs::write(&config, "[serving]\nthreads = 3\nnice = 7\n").unwrap();
-    let server = TestServer::start_with(&["--config", config.to_str().unwrap()]);
+    let server = TestServer::start_with_config("[serving]\nthreads = 3\nnice = 7\n", &[]);
     let client = server.connect().await;
     client.batch_execute("CREATE TABLE t (k INT PRIMARY KEY); INSERT INTO t VALUES (1)").await.unwrap();
     assert_eq!(client.query_one("SELECT count(*) FROM t", &[]).await.unwrap().get::<_, i64>(0), 1);

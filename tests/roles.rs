@@ -13,15 +13,11 @@ use common::TestServer;
 /// the config holds it, never the password.
 const ADMIN_VERIFIER: &str = "SCRAM-SHA-256$4096:0aYFYq0Sr2sG9l2KJSI9BQ==$S43U6UGQeDVKp61vXExyQKWGuOwo2m+9TrFgG0r8q14=:83lzLPEHph5c7hsFqfFb9Fxhpq7tm7LvQ52shjDYm4I=";
 
-fn start(extra_config: &str) -> (TestServer, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("weir.toml");
-    std::fs::write(
-        &cfg,
-        format!("[auth]\nmethod = \"scram-sha-256\"\n{extra_config}\n[[auth.users]]\nname = \"admin\"\npassword = \"{ADMIN_VERIFIER}\"\n"),
+fn start(extra_config: &str) -> TestServer {
+    TestServer::start_with_config(
+        &format!("[auth]\nmethod = \"scram-sha-256\"\n{extra_config}\n[[auth.users]]\nname = \"admin\"\npassword = \"{ADMIN_VERIFIER}\"\n"),
+        &[],
     )
-    .unwrap();
-    (TestServer::start_with(&["--config", cfg.to_str().unwrap()]), dir)
 }
 
 fn conn(server: &TestServer, user: &str, password: &str) -> String {
@@ -74,7 +70,7 @@ async fn check_reader(server: &TestServer) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_only_role_through_clients_and_after_kill_9() {
-    let (mut server, _cfg) = start("");
+    let mut server = start("");
     let admin = setup(&server).await;
     check_reader(&server).await;
 
@@ -171,7 +167,7 @@ async fn a_verifier_from_weir_password_in_a_file_logs_in() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("ops.verifier");
     std::fs::write(&file, &verifier).unwrap();
-    let (server, _cfg) = start(&format!("[[auth.users]]\nname = \"ops\"\npassword_file = \"{}\"", file.display()));
+    let server = start(&format!("[[auth.users]]\nname = \"ops\"\npassword_file = \"{}\"", file.display()));
     let ops = common::connect(&conn(&server, "ops", "correct horse")).await;
     assert_eq!(common::rows(&ops, "SELECT rolsuper FROM pg_roles WHERE rolname = 'ops'").await, ["t"]);
     assert_eq!(refused(&server, "ops", "correct horse ").await, "28P01");
@@ -179,7 +175,7 @@ async fn a_verifier_from_weir_password_in_a_file_logs_in() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_passwords_change_nothing() {
-    let (server, _cfg) = start("");
+    let server = start("");
     let admin = setup(&server).await;
     let before = common::rows(&admin, "SELECT rolname, rolpassword, rolcanlogin FROM pg_authid ORDER BY 1").await;
     for i in 0..40 {
@@ -223,7 +219,7 @@ async fn host_rules_login_and_connection_limits() {
                  [[auth.hba]]\nuser = \"blocked\"\nmethod = \"reject\"\n\
                  [[auth.hba]]\nuser = \"tls_only\"\ntype = \"hostnossl\"\nmethod = \"reject\"\n\
                  [[auth.hba]]\naddress = \"127.0.0.1/32\"\nmethod = \"scram-sha-256\"\n";
-    let (server, _cfg) = start(rules);
+    let server = start(rules);
     let admin = setup(&server).await;
     admin
         .batch_execute(
@@ -270,9 +266,6 @@ async fn host_rules_login_and_connection_limits() {
     drop((again, readers));
 
     // `method = "reject"` refuses everyone.
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("weir.toml");
-    std::fs::write(&cfg, "[auth]\nmethod = \"reject\"\n").unwrap();
-    let closed = TestServer::start_with(&["--config", cfg.to_str().unwrap()]);
+    let closed = TestServer::start_with_config("[auth]\nmethod = \"reject\"\n", &[]);
     assert_eq!(refused(&closed, "root", "").await, "28000");
 }

@@ -93,6 +93,20 @@ impl Privilege {
     }
 }
 
+/// The privileges a relation of its kind can have: tables SELECT, INSERT, UPDATE, DELETE,
+/// TRUNCATE; views and materialized views SELECT; sources SELECT and USAGE; sinks USAGE.
+pub fn applicable(relation: &crate::catalog::Relation) -> &'static [Privilege] {
+    use crate::catalog::RelationKind;
+    use Privilege::*;
+    match relation.def.kind {
+        RelationKind::Table if relation.is_source() => &[Select, Usage],
+        RelationKind::Table => &[Select, Insert, Update, Delete, Truncate],
+        RelationKind::View | RelationKind::MaterializedView => &[Select],
+        RelationKind::Sink => &[Usage],
+        RelationKind::Index => &[],
+    }
+}
+
 /// A set of privileges.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Privileges(u8);
@@ -558,7 +572,8 @@ impl Access {
     }
 }
 
-fn from_config(name: &str) -> WeirError {
+/// 42501 for a change to a role `[[auth.users]]` defines.
+pub fn from_config(name: &str) -> WeirError {
     WeirError::new(
         SqlState::INSUFFICIENT_PRIVILEGE,
         format!("role \"{name}\" is defined by [[auth.users]] in the config file; change it there"),

@@ -118,6 +118,11 @@ impl Relation {
         self.whole.store(true, Ordering::SeqCst);
     }
 
+    /// A source: a table whose rows come from its connector (`CREATE SOURCE`), not from INSERT.
+    pub fn is_source(&self) -> bool {
+        self.def.kind == RelationKind::Table && self.def.connector.is_some()
+    }
+
     /// The OID clients see for this relation.
     pub fn oid(&self) -> u32 {
         RELATION_OID_BASE + self.def.id

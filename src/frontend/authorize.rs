@@ -42,7 +42,7 @@ pub struct Checker<'a> {
 impl<'a> Checker<'a> {
     pub fn new(catalog: &'a Catalog, identity: &Identity) -> Checker<'a> {
         let role = identity.role();
-        let superuser = identity.unlisted && role == identity.user || catalog.access.is_superuser(&role);
+        let superuser = identity.acts_unlisted() || catalog.access.is_superuser(&role);
         Checker { catalog, role, superuser }
     }
 
@@ -54,9 +54,20 @@ impl<'a> Checker<'a> {
         self.superuser
     }
 
-    /// Whether the role has CREATEROLE.
-    pub fn role_may_create_roles(&self) -> bool {
-        self.catalog.access.role(&self.role).is_some_and(|r| r.create_role)
+    /// 42501 unless the role may manage roles (a superuser, or CREATEROLE), and a superuser when
+    /// `superuser` roles are involved; `what` says what it was doing.
+    pub fn require_role_admin(&self, superuser: bool, what: &str) -> Result<()> {
+        if self.superuser {
+            return Ok(());
+        }
+        if superuser {
+            return Err(denied(format!("permission denied to {what}: only superusers may manage superusers")));
+        }
+        if !self.catalog.access.role(&self.role).is_some_and(|r| r.create_role) {
+            return Err(denied(format!("permission denied to {what}"))
+                .with_hint("Only superusers and roles with CREATEROLE manage roles."));
+        }
+        Ok(())
     }
 
     /// Whether the role holds `privilege` on `relation` (USAGE on a source counts as SELECT).
@@ -67,7 +78,7 @@ impl<'a> Checker<'a> {
         let access = &self.catalog.access;
         let object = Object::Relation(relation.def.id);
         let held = |p| access.allows(&self.role, object, &relation.def.owner, p);
-        held(privilege) || privilege == Privilege::Select && is_source(relation) && held(Privilege::Usage)
+        held(privilege) || privilege == Privilege::Select && relation.is_source() && held(Privilege::Usage)
     }
 
     /// 42501 unless the role holds `privilege` on `relation`.
@@ -293,7 +304,7 @@ impl<'a> Checker<'a> {
             S::ShowCreate { obj_name, .. } => match self.relation(obj_name) {
                 // A source's connector (its address, topic, redacted secrets) is for those
                 // who may use it.
-                Some(relation) if is_source(&relation) => self.require_usage(&relation),
+                Some(relation) if relation.is_source() => self.require_usage(&relation),
                 _ => Ok(()),
             },
             S::Execute { name: Some(name), parameters, .. } => {
@@ -490,14 +501,10 @@ fn reads_a_column(expr: &ast::Expr) -> bool {
     expr.visit(&mut Columns).is_break()
 }
 
-fn is_source(relation: &Relation) -> bool {
-    relation.def.kind == RelationKind::Table && relation.def.connector.is_some()
-}
-
 /// How PostgreSQL's messages name a relation's kind.
 fn kind_word(relation: &Relation) -> &'static str {
     match relation.def.kind {
-        RelationKind::Table if is_source(relation) => "source",
+        RelationKind::Table if relation.is_source() => "source",
         RelationKind::Table => "table",
         RelationKind::MaterializedView => "materialized view",
         RelationKind::View => "view",
@@ -506,7 +513,8 @@ fn kind_word(relation: &Relation) -> &'static str {
     }
 }
 
-fn denied(message: String) -> WeirError {
+/// 42501 with `message`.
+pub fn denied(message: String) -> WeirError {
     WeirError::new(SqlState::INSUFFICIENT_PRIVILEGE, message)
 }
 

@@ -127,7 +127,7 @@ impl Frontend {
     /// Starts every source's connector again, from its stored offset.
     fn restart_sources(&self) {
         let sources = self.catalog.relations().into_iter();
-        for relation in sources.filter(|r| r.def.kind == RelationKind::Table && r.def.connector.is_some()) {
+        for relation in sources.filter(|r| r.is_source()) {
             let name = relation.def.name.clone();
             if let Err(e) = self.streaming.start_source(relation) {
                 tracing::error!(source = %name, "source could not be restarted: {e}");

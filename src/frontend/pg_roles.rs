@@ -256,7 +256,7 @@ pub fn table_privileges(catalog: &Catalog) -> DfResult<MemTable> {
     };
     let mut rows: Vec<[String; 4]> = Vec::new();
     for relation in catalog.relations() {
-        let applicable = super::handler::grant::applicable(&relation);
+        let applicable = crate::catalog::access::applicable(&relation);
         if applicable.is_empty() {
             continue;
         }

@@ -257,6 +257,12 @@ impl Identity {
     pub fn set_role(&self, role: &str) {
         *self.role.write() = role.to_string();
     }
+
+    /// Whether it acts as its unlisted user now (no SET ROLE to a role since): a superuser
+    /// that owns nothing by name.
+    pub fn acts_unlisted(&self) -> bool {
+        self.unlisted && *self.role.read() == self.user
+    }
 }
 
 pub struct Session {
@@ -304,7 +310,7 @@ impl Session {
     /// The role a relation this session makes is owned by: its current role, or none (the
     /// superusers') for a user that is no role.
     pub fn owner(&self) -> String {
-        if self.identity.unlisted && self.identity.role() == self.identity.user {
+        if self.identity.acts_unlisted() {
             String::new()
         } else {
             self.identity.role()

@@ -119,8 +119,8 @@ fn fatal(code: SqlState, message: String) -> PgWireError {
     PgWireError::UserError(Box::new(ErrorInfo::new("FATAL".into(), code.0.into(), message)))
 }
 
-fn password_failed(user: &str, method: &str) -> PgWireError {
-    fatal(SqlState::INVALID_PASSWORD, format!("{method} authentication failed for user \"{user}\""))
+fn password_failed(user: &str) -> PgWireError {
+    fatal(SqlState::INVALID_PASSWORD, format!("password authentication failed for user \"{user}\""))
 }
 
 /// Where an exchange is.
@@ -329,7 +329,7 @@ impl StartupHandler for WeirStartup {
                 let matches =
                     tokio::task::spawn_blocking(move || verifier.matches_password(&password)).await.unwrap_or(false);
                 if !(matches && genuine) {
-                    return Err(password_failed(&user, "password"));
+                    return Err(password_failed(&user));
                 }
                 *phase = Phase::Start;
                 self.admit(client).await
@@ -378,7 +378,7 @@ impl StartupHandler for WeirStartup {
                 let auth_message = format!("{},{},{without_proof}", exchange.client_first_bare, exchange.server_first);
                 let signature = exchange.verifier.check_proof(auth_message.as_bytes(), &proof);
                 let (Some(signature), true) = (signature, exchange.genuine) else {
-                    return Err(password_failed(&user, "password"));
+                    return Err(password_failed(&user));
                 };
                 let server_final = format!("v={}", STANDARD.encode(signature));
                 client

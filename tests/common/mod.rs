@@ -44,6 +44,19 @@ impl TestServer {
         Self::start_in(data_dir, temp, extra_args, env)
     }
 
+    /// Starts a server with the config file `toml` (written beside its data directory) and
+    /// `extra_args`.
+    pub fn start_with_config(toml: &str, extra_args: &[&str]) -> TestServer {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let config = temp.path().join("weir.toml");
+        std::fs::write(&config, toml).expect("config file");
+        let config = config.to_str().expect("a UTF-8 path").to_string();
+        let mut args = vec!["--config", config.as_str()];
+        args.extend_from_slice(extra_args);
+        let data_dir = temp.path().join("data");
+        Self::start_in(data_dir, temp, &args, &[])
+    }
+
     /// Starts a server on an existing data directory, which the caller keeps.
     pub fn start_on(data_dir: &Path, extra_args: &[&str]) -> TestServer {
         Self::start_in(data_dir.to_path_buf(), tempfile::tempdir().expect("tempdir"), extra_args, &[])

@@ -14,22 +14,10 @@ use crate::catalog::access::{Object, Privilege, Privileges};
 use crate::catalog::{Relation, RelationKind};
 use crate::error::{Result, SqlState, WeirError};
 
-/// The privileges a relation of this kind can have.
-pub fn applicable(relation: &Relation) -> &'static [Privilege] {
-    use Privilege::*;
-    match relation.def.kind {
-        RelationKind::Table if relation.def.connector.is_some() => &[Select, Usage],
-        RelationKind::Table => &[Select, Insert, Update, Delete, Truncate],
-        RelationKind::View | RelationKind::MaterializedView => &[Select],
-        RelationKind::Sink => &[Usage],
-        RelationKind::Index => &[],
-    }
-}
-
 /// Whether a relation is of the kind the statement's word names.
 fn is_kind(relation: &Relation, word: RelationWord) -> bool {
     let kind = relation.def.kind;
-    let source = kind == RelationKind::Table && relation.def.connector.is_some();
+    let source = relation.is_source();
     match word {
         // ON TABLE names any relation with rows to read, as PostgreSQL's does.
         RelationWord::Table => !matches!(kind, RelationKind::Sink | RelationKind::Index),
@@ -57,24 +45,16 @@ pub async fn handle(fe: &Frontend, session: &mut Session, statement: AccessState
     let tag = statement.tag();
     match statement {
         AccessStatement::Membership { grant, roles, members } => {
-            if !checker.is_superuser() && !checker.role_may_create_roles() {
-                return Err(WeirError::new(
-                    SqlState::INSUFFICIENT_PRIVILEGE,
-                    format!("permission denied to {} role membership", if grant { "grant" } else { "revoke" }),
-                )
-                .with_hint("Only superusers and roles with CREATEROLE manage roles."));
-            }
             for role in &roles {
                 if catalog.access.role(role).is_none() {
                     return Err(no_role(role));
                 }
                 // A member may SET ROLE to it: membership of a superuser is a superuser's to give.
-                if grant && !checker.is_superuser() && catalog.access.reaches_superuser(role) {
-                    return Err(WeirError::new(
-                        SqlState::INSUFFICIENT_PRIVILEGE,
-                        format!("permission denied to grant role \"{role}\": only superusers grant membership of a superuser"),
-                    ));
-                }
+                let superuser = grant && catalog.access.reaches_superuser(role);
+                checker.require_role_admin(
+                    superuser,
+                    &format!("{} role \"{role}\"", if grant { "grant" } else { "revoke" }),
+                )?;
             }
             // Every membership checked before any is written.
             for member in &members {
@@ -93,12 +73,6 @@ pub async fn handle(fe: &Frontend, session: &mut Session, statement: AccessState
             for member in &members {
                 catalog.access.alter_role(store, member, |def| {
                     for role in &roles {
-                        if role == member && grant {
-                            return Err(WeirError::new(
-                                SqlState::INVALID_GRANT_OPERATION,
-                                format!("role \"{role}\" cannot be a member of itself"),
-                            ));
-                        }
                         if grant {
                             def.member_of.insert(role.clone());
                         } else {
@@ -163,7 +137,7 @@ fn change(
     let mut changes = Vec::with_capacity(relations.len());
     for relation in relations {
         checker.require_owner(relation)?;
-        let applicable = applicable(relation);
+        let applicable = crate::catalog::access::applicable(relation);
         let list = match privileges {
             Some(list) => {
                 if let Some(p) = list.iter().find(|p| !applicable.contains(p)) {

@@ -5,32 +5,13 @@
 //! be dropped (2BP01, naming them).
 
 use super::super::access_statement::{AccessStatement, RoleOptions};
+use super::super::authorize::denied;
 use super::super::authorize::Checker;
 use super::super::{Frontend, Session, StatementResult};
-use crate::catalog::access::no_role;
 use crate::catalog::access::RoleDef;
+use crate::catalog::access::{from_config, no_role};
 use crate::catalog::password::Verifier;
 use crate::error::{Result, SqlState, WeirError};
-
-fn denied(message: impl Into<String>) -> WeirError {
-    WeirError::new(SqlState::INSUFFICIENT_PRIVILEGE, message)
-}
-
-/// 42501 unless the checker may manage roles, and superusers when `superuser` is involved.
-fn require_role_admin(checker: &Checker, superuser: bool, what: &str) -> Result<()> {
-    if checker.is_superuser() {
-        return Ok(());
-    }
-    if superuser {
-        return Err(denied(format!("permission denied to {what}: only superusers may manage superusers")));
-    }
-    let may = checker.role_may_create_roles();
-    if !may {
-        return Err(denied(format!("permission denied to {what}"))
-            .with_hint("Only superusers and roles with CREATEROLE manage roles."));
-    }
-    Ok(())
-}
 
 fn apply(role: &mut RoleDef, options: &RoleOptions) -> Result<()> {
     if let Some(v) = options.superuser {
@@ -79,7 +60,7 @@ async fn run(fe: &Frontend, session: &mut Session, statement: AccessStatement) -
         AccessStatement::CreateRole { name, if_not_exists, options } => {
             let superuser =
                 options.superuser == Some(true) || options.in_role.iter().any(|r| access.reaches_superuser(r));
-            require_role_admin(&checker, superuser, "create role")?;
+            checker.require_role_admin(superuser, "create role")?;
             let mut role = RoleDef::new(&name);
             role.member_of = options.in_role.iter().cloned().collect();
             apply(&mut role, &options)?;
@@ -90,13 +71,13 @@ async fn run(fe: &Frontend, session: &mut Session, statement: AccessStatement) -
             let own_password_only = name == checker.role() && options == only_password(&options);
             if !own_password_only {
                 let superuser = access.reaches_superuser(&target.name) || options.superuser.is_some();
-                require_role_admin(&checker, superuser, "alter role")?;
+                checker.require_role_admin(superuser, "alter role")?;
             }
             access.alter_role(store, &name, |role| apply(role, &options))?;
         }
         AccessStatement::RenameRole { name, to } => {
             let target = access.role(&name).ok_or_else(|| no_role(&name))?;
-            require_role_admin(&checker, access.reaches_superuser(&target.name), "rename role")?;
+            checker.require_role_admin(access.reaches_superuser(&target.name), "rename role")?;
             if name == session.identity.user {
                 return Err(WeirError::new(SqlState::FEATURE_NOT_SUPPORTED, "session user cannot be renamed"));
             }
@@ -119,7 +100,7 @@ async fn run(fe: &Frontend, session: &mut Session, statement: AccessStatement) -
                     }
                     return Err(no_role(name));
                 };
-                require_role_admin(&checker, access.reaches_superuser(&target.name), "drop role")?;
+                checker.require_role_admin(access.reaches_superuser(&target.name), "drop role")?;
                 if *name == session.identity.user || *name == checker.role() {
                     return Err(WeirError::new(SqlState("55006"), format!("current user cannot be dropped ({name})")));
                 }
@@ -132,10 +113,7 @@ async fn run(fe: &Frontend, session: &mut Session, statement: AccessStatement) -
                     .with_hint(format!("It owns {}: drop them first.", owned.join(", "))));
                 }
                 if target.from_config {
-                    return Err(WeirError::new(
-                        SqlState::INSUFFICIENT_PRIVILEGE,
-                        format!("role \"{name}\" is defined by [[auth.users]] in the config file; change it there"),
-                    ));
+                    return Err(from_config(name));
                 }
                 dropped.push(name);
             }
