@@ -256,7 +256,8 @@ impl Words {
                 self.at += 1;
                 Ok(s)
             }
-            _ => Err(self.error("expected a quoted string")),
+            // Not quoting what is there: it may be a password written without quotes.
+            _ => Err(WeirError::syntax("expected a quoted string (a password is written in single quotes)")),
         }
     }
 
@@ -507,6 +508,8 @@ mod tests {
         assert!(parse("CREATE TABLE t (a int)").unwrap().is_none());
         assert!(parse("CREATE ROLE a NOINHERIT").is_err());
         assert!(parse("CREATE ROLE a FROBNICATE").is_err());
+        let unquoted = parse("CREATE ROLE a PASSWORD hunter2").unwrap_err();
+        assert!(!unquoted.message.contains("hunter2"), "{}", unquoted.message);
     }
 
     #[test]
