@@ -60,7 +60,7 @@ impl AnalyzerRule for JsonbLiterals {
 
 impl JsonbLiterals {
     /// The columns of `plan` and its subqueries that are a relation's jsonb columns, by the
-    /// names scans and aliases give them.
+    /// names scans, projections and aliases give them.
     fn collect(&self, plan: &LogicalPlan, out: &mut HashSet<Column>) -> Result<()> {
         for input in plan.inputs() {
             self.collect(input, out)?;
@@ -79,6 +79,19 @@ impl JsonbLiterals {
                                 out.insert(Column::new(Some(scan.table_name.clone()), field.name()));
                             }
                         }
+                    }
+                }
+            }
+            // A jsonb column passed on, renamed or not (`doc AS d`).
+            LogicalPlan::Projection(projection) => {
+                for (i, e) in projection.expr.iter().enumerate() {
+                    let inner = match e {
+                        Expr::Alias(alias) => alias.expr.as_ref(),
+                        other => other,
+                    };
+                    if is_jsonb(inner, out) {
+                        let (qualifier, field) = projection.schema.qualified_field(i);
+                        out.insert(Column::new(qualifier.cloned(), field.name()));
                     }
                 }
             }
