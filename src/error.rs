@@ -59,6 +59,8 @@ impl SqlState {
     pub const INVALID_AUTHORIZATION: SqlState = SqlState("28000");
     pub const INVALID_PASSWORD: SqlState = SqlState("28P01");
     pub const TOO_MANY_CONNECTIONS: SqlState = SqlState("53300");
+    /// The data directory's file system is full (or read-only): writes are refused, reads go on.
+    pub const DISK_FULL: SqlState = SqlState("53100");
     pub const IO_ERROR: SqlState = SqlState("58030");
     /// A connector's external system (a Kafka broker) cannot be reached.
     pub const UNABLE_TO_CONNECT: SqlState = SqlState("08001");
@@ -168,14 +170,45 @@ impl From<ArrowError> for WeirError {
 
 impl From<rocksdb::Error> for WeirError {
     fn from(e: rocksdb::Error) -> Self {
-        WeirError::io(format!("state store: {e}"))
+        // RocksDB keeps only the text: "IO error: No space left on device: While appending to
+        // file: ...", "... Read-only file system". Once it stops taking writes, every later
+        // write fails with the same stored text.
+        let text = e.to_string();
+        let fault = if text.contains("No space left on device") || text.contains("Space limit reached") {
+            Some(libc::ENOSPC)
+        } else if text.contains("Read-only file system") {
+            Some(libc::EROFS)
+        } else if text.contains("Disk quota exceeded") {
+            Some(libc::EDQUOT)
+        } else {
+            None
+        };
+        match fault.and_then(|errno| disk_fault(errno, &text)) {
+            Some(e) => e,
+            None => WeirError::io(format!("state store: {text}")),
+        }
     }
 }
 
 impl From<std::io::Error> for WeirError {
     fn from(e: std::io::Error) -> Self {
-        WeirError::io(e.to_string())
+        e.raw_os_error().and_then(|errno| disk_fault(errno, &e.to_string())).unwrap_or_else(|| WeirError::io(e.to_string()))
     }
+}
+
+/// 53100 for an errno that says the data directory cannot take writes (full, over quota,
+/// read-only), with what the system said; None for any other.
+pub fn disk_fault(errno: i32, detail: &str) -> Option<WeirError> {
+    let message = match errno {
+        libc::ENOSPC => "could not write to the data directory: the file system is full",
+        libc::EDQUOT => "could not write to the data directory: the disk quota is exceeded",
+        libc::EROFS => "could not write to the data directory: the file system is read-only",
+        _ => return None,
+    };
+    Some(
+        WeirError::new(SqlState::DISK_FULL, format!("{message} ({detail})"))
+            .with_hint("Reads go on. Writes resume once space is freed (or the file system is writable again)."),
+    )
 }
 
 impl From<WeirError> for DataFusionError {

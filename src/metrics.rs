@@ -339,6 +339,14 @@ pub static CHECKPOINT_SNAPSHOT_SECONDS: LazyLock<Histogram> = LazyLock::new(|| {
     )
 });
 
+/// 1 while a view's or checkpoint's write waits for the data directory's file system to take
+/// writes again (full or read-only: statements' writes are refused with 53100 meanwhile).
+pub static DISK_FULL: LazyLock<IntGauge> = LazyLock::new(|| {
+    register(
+        IntGauge::new("weir_disk_full", "1 while writes wait for the data directory to take writes again").unwrap(),
+    )
+});
+
 /// View commits held in memory while a checkpoint's snapshot is awaited (ADR 18), at its
 /// release: how far the views ran ahead of the snapshot.
 pub static CHECKPOINT_HELD_BYTES: LazyLock<IntGauge> = LazyLock::new(|| {
@@ -428,7 +436,7 @@ pub fn render() -> String {
     let _ = (&*SOURCE_WATERMARK_SECONDS, &*WATERMARK_LAG_SECONDS, &*LATE_ROWS_TOTAL, &*OPERATOR_MEMORY_BYTES);
     let _ = (&*OPEN_WINDOWS, &*SOURCE_ROWS_TOTAL, &*SOURCE_DEAD_LETTERS_TOTAL, &*SOURCE_RETRIES_TOTAL, &*STATE_BYTES);
     let _ = (&*STATEMENT_SECONDS, &*CHECKPOINTS_TOTAL, &*CHECKPOINT_SECONDS, &*CHECKPOINT_ALIGNMENT_SECONDS);
-    let _ = (&*CHECKPOINT_SNAPSHOT_SECONDS, &*CHECKPOINT_HELD_BYTES, &*CHECKPOINT_UPLOADED_BYTES_TOTAL);
+    let _ = (&*CHECKPOINT_SNAPSHOT_SECONDS, &*CHECKPOINT_HELD_BYTES, &*CHECKPOINT_UPLOADED_BYTES_TOTAL, &*DISK_FULL);
     let _ = (&*CHECKPOINT_LAST_COMPLETE_EPOCH, &*RECOVERY_SECONDS, &*SINK_CHECKPOINTS_DELIVERED_TOTAL);
     let _ = (&*SINK_ROWS_TOTAL, &*SINK_DELIVERIES_TOTAL, &*SINK_CHECKPOINTS_PENDING, &*KAFKA_SOURCE_LAG);
     let _ = (&*STATE_TTL_FORGOTTEN_KEYS_TOTAL, &*STATE_TTL_IGNORED_RETRACTIONS_TOTAL);

@@ -225,7 +225,7 @@ fn into_parts(changes: Vec<ChangeBatch>) -> Vec<Vec<ChangeBatch>> {
 }
 
 /// Writes `changes` as part `part` of `group` of `shard`, tagged with `epoch` (the epoch they
-/// belong to).
+/// belong to). On a blocking thread.
 fn put_part(
     store: &dyn StateStore,
     sink: TableId,
@@ -242,7 +242,9 @@ fn put_part(
     }
     let mut wb = WriteBatch { skip_wal: true, epoch: Some(epoch), ..Default::default() };
     wb.put(part_key(sink, shard, group, part), record.finish());
-    store.write(wb)
+    // Waits while the disk is full: the sink stalls (and the view feeding it, by its queue),
+    // rather than hold ever more changes in memory.
+    store.write_waiting(wb)
 }
 
 /// The first outbox group of `shard` of `sink` at or after `from` and at most `through`.

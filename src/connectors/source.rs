@@ -31,7 +31,7 @@ use crate::catalog::dml::Writer;
 use crate::catalog::replay::{self, Position};
 use crate::catalog::rows;
 use crate::catalog::{persist, Catalog, Relation};
-use crate::error::Result;
+use crate::error::{Result, SqlState, WeirError};
 use crate::state::store::WriteBatch;
 use crate::status::{SourceStatus, Status};
 use crate::types::window::now_nanos;
@@ -174,7 +174,7 @@ async fn write_chunk(
 /// Stores a chunk read from position `from` up to `to`: its rows (and, for a keyed chunk, the
 /// keys it deletes) with the new position and the chunk's dead letters `dead`, in one atomic
 /// write; or, with `bad_data = 'fail'` and a dead letter, nothing. Err says why the source
-/// must stop.
+/// must stop, or (53100) that it must wait for the disk to take writes again.
 async fn store_chunk(
     writer: &Writer,
     rows: (RecordBatch, Option<RecordBatch>),
@@ -182,21 +182,25 @@ async fn store_chunk(
     bad_data: BadData,
     (from, to): (&Position, &Position),
     read_at: std::time::Instant,
-) -> std::result::Result<(), String> {
+) -> Result<()> {
     if let (BadData::Fail, Some(first)) = (bad_data, dead.first()) {
-        return Err(format!("record {} could not be decoded (bad_data = 'fail'): {}", first.position, first.error));
+        return Err(WeirError::new(
+            SqlState::INVALID_TEXT_REPRESENTATION,
+            format!("record {} could not be decoded (bad_data = 'fail'): {}", first.position, first.error),
+        ));
     }
     // The chunk and its offset need no write-ahead log: losing both in a crash only sends the
     // source back to an earlier offset, and it reads them again.
     let mut wb = WriteBatch { skip_wal: true, ..Default::default() };
     wb.put(offset_key(&writer.relation), to.encode());
     for letter in &dead {
-        dead_letter::put(&mut wb, writer.relation.def.id, letter).map_err(|e| e.message)?;
+        dead_letter::put(&mut wb, writer.relation.def.id, letter)?;
     }
     let count = (rows.0.num_rows() + rows.1.as_ref().map_or(0, |d| d.num_rows())) as u64;
-    write_chunk(writer, rows, wb, (from, to), read_at)
-        .await
-        .map_err(|e| format!("storing rows failed: {}", e.message))?;
+    write_chunk(writer, rows, wb, (from, to), read_at).await.map_err(|e| match e.state {
+        SqlState::DISK_FULL => e,
+        _ => WeirError::new(e.state, format!("storing rows failed: {}", e.message)),
+    })?;
     let name = &writer.relation.def.name;
     crate::metrics::SOURCE_ROWS_TOTAL.with_label_values(&[name]).inc_by(count);
     if !dead.is_empty() {
@@ -271,8 +275,19 @@ pub fn start(
                     Err(e) => return failed(&position, e.message),
                 };
                 let dead = reader.take_dead_letters();
-                if let Err(why) = store_chunk(&writer, rows, dead, bad_data, (&position, &next), read_at).await {
-                    return failed(&position, why);
+                // While the disk is full the source waits (its input waits where it is: the
+                // topic, the file), trying the same chunk again each second.
+                loop {
+                    let stored =
+                        store_chunk(&writer, rows.clone(), dead.clone(), bad_data, (&position, &next), read_at).await;
+                    match stored {
+                        Ok(()) => break,
+                        Err(e) if e.state == SqlState::DISK_FULL => {
+                            set_status(&status, &writer.relation, position.records, "retrying", Some(e.message));
+                            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                        }
+                        Err(e) => return failed(&position, e.message),
+                    }
                 }
                 position = next;
                 if retrying {

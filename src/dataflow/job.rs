@@ -716,13 +716,14 @@ fn refused_write(view: &ViewStatus, epoch: Epoch, e: &WeirError) -> ! {
     stop_after_refused_write(&format!("view \"{view}\"'s epoch {epoch}"), e)
 }
 
-/// Writes `wb` to the store on a blocking thread, keeping `keep` (a lock) until the write is
-/// done, even when the caller stops waiting for it. A write the runtime cancelled before it ran
+/// Writes `wb` to the store on a blocking thread (waiting while the disk is full:
+/// [`StateStore::write_waiting`]), keeping `keep` (a lock) until the write is done, even when
+/// the caller stops waiting for it. A write the runtime cancelled before it ran
 /// (it is shutting down) is `57P01`, so the view stops instead of reporting a failure.
 async fn write_off_thread<K: Send + 'static>(store: &Arc<dyn StateStore>, wb: WriteBatch, keep: K) -> Result<()> {
     let store = Arc::clone(store);
     let write = move || {
-        let written = store.write(wb);
+        let written = store.write_waiting(wb);
         drop(keep);
         written
     };

@@ -11,7 +11,8 @@
 //! them to the database while they are still held (a reader sees the same value either way),
 //! then dropping them; writers wait for that (`write_order`), readers do not.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use rocksdb::{BlockBasedOptions, Cache, Options, ReadOptions, WriteOptions, DB};
 
@@ -20,7 +21,7 @@ use parking_lot::RwLock;
 use super::held_writes::{Held, HeldWrites};
 use super::store::{KeyRange, ScanControl, StateStore, Visitor, WriteBatch, WriteOp};
 use crate::config::StorageConfig;
-use crate::error::{Result, WeirError};
+use crate::error::{Result, SqlState, WeirError};
 use crate::types::Epoch;
 
 /// Past this many bytes of held view commits, a view's next commit waits for the snapshot
@@ -32,6 +33,8 @@ const HELD_BYTES_LIMIT: usize = 256 << 20;
 const BLOB_MIN_BYTES: u64 = 64 << 10;
 
 pub struct RocksStore {
+    /// The database's directory (what [`RocksStore::writable`] probes).
+    dir: PathBuf,
     db: DB,
     sync_writes: bool,
     block_cache: Cache,
@@ -75,13 +78,12 @@ impl RocksStore {
         table_opts.set_block_cache(&block_cache);
         table_opts.set_bloom_filter(10.0, false);
         opts.set_block_based_table_factory(&table_opts);
-        let db = DB::open(&opts, dir).map_err(|e| {
-            WeirError::new(
-                crate::error::SqlState::DATA_CORRUPTED,
-                format!("cannot open state store at {}: {e}", dir.display()),
-            )
+        let db = DB::open(&opts, dir).map_err(|e| match WeirError::from(e.clone()) {
+            full if full.state == SqlState::DISK_FULL => full,
+            _ => WeirError::new(SqlState::DATA_CORRUPTED, format!("cannot open state store at {}: {e}", dir.display())),
         })?;
         Ok(RocksStore {
+            dir: dir.to_path_buf(),
             db,
             sync_writes: config.sync_writes,
             block_cache,
@@ -116,13 +118,15 @@ impl StateStore for RocksStore {
         }
         // Not released (a checkpoint task that ended early): written now, before the cut, with
         // no write coming in between.
-        let _order = self.write_order.write();
-        let mut held = self.held.write();
-        if let Some(previous) = held.take() {
-            self.write_held(&previous)?;
-        }
-        *held = Some(HeldWrites::new(cut));
-        Ok(())
+        self.until_space("the view commits held during a checkpoint", || {
+            let _order = self.write_order.write();
+            let mut held = self.held.write();
+            if let Some(previous) = held.as_ref() {
+                self.write_held(previous)?;
+            }
+            *held = Some(HeldWrites::new(cut));
+            Ok(())
+        })
     }
 
     fn throttle_held(&self) {
@@ -140,16 +144,19 @@ impl StateStore for RocksStore {
 
     fn release_held(&self) -> Result<()> {
         // No write comes in until the held writes are in the database and dropped; reads go
-        // on, and see the held values, which are the ones being written.
-        let _order = self.write_order.write();
-        {
-            let held = self.held.read();
-            let Some(writes) = held.as_ref() else { return Ok(()) };
-            crate::metrics::CHECKPOINT_HELD_BYTES.set(writes.bytes() as i64);
-            self.write_held(writes)?;
-        }
-        *self.held.write() = None;
-        Ok(())
+        // on, and see the held values, which are the ones being written. While the disk is
+        // full, other writes come in between attempts (and are refused, or held).
+        self.until_space("the view commits held during a checkpoint", || {
+            let _order = self.write_order.write();
+            {
+                let held = self.held.read();
+                let Some(writes) = held.as_ref() else { return Ok(()) };
+                crate::metrics::CHECKPOINT_HELD_BYTES.set(writes.bytes() as i64);
+                self.write_held(writes)?;
+            }
+            *self.held.write() = None;
+            Ok(())
+        })
     }
 
     /// A RocksDB checkpoint: memtables flushed (so writes that skipped the WAL are in it), SST
@@ -235,37 +242,12 @@ impl StateStore for RocksStore {
     }
 
     fn write(&self, batch: WriteBatch) -> Result<()> {
-        let _order = self.write_order.read();
-        {
-            let held = self.held.read();
-            match held.as_ref() {
-                None => {
-                    drop(held);
-                    return self.write_now(batch);
-                }
-                // Written to the database under the read lock, so no held write of the same
-                // keys comes in between.
-                Some(h) if !h.holds_epoch(batch.epoch) && !h.shadows_any(&batch.ops) => return self.write_now(batch),
-                Some(_) => {}
-            }
-        }
-        let mut held = self.held.write();
-        match held.as_mut() {
-            Some(h) if h.holds_epoch(batch.epoch) => {
-                h.apply(batch.ops);
-                Ok(())
-            }
-            Some(h) => {
-                // A write of the store's own (a table, the log) or of an epoch up to the cut:
-                // to the database now, and over any held write it shadows.
-                h.apply_direct(&batch.ops);
-                self.write_now(batch)
-            }
-            None => {
-                drop(held);
-                self.write_now(batch)
-            }
-        }
+        self.write_attempt(&mut Some(batch))
+    }
+
+    fn write_waiting(&self, batch: WriteBatch) -> Result<()> {
+        let mut batch = Some(batch);
+        self.until_space("a view's or sink's commit", || self.write_attempt(&mut batch))
     }
 }
 
@@ -325,10 +307,50 @@ impl RocksStore {
         Ok(())
     }
 
+    /// One attempt at writing `slot`'s batch: into the held writes if they hold its epoch
+    /// (the batch is then taken), otherwise to the database (and over any held write it
+    /// shadows, once it is in). Locks are let go before it returns, so a caller may try again.
+    fn write_attempt(&self, slot: &mut Option<WriteBatch>) -> Result<()> {
+        let batch = slot.as_ref().expect("a batch not yet written");
+        let _order = self.write_order.read();
+        {
+            let held = self.held.read();
+            match held.as_ref() {
+                None => {
+                    drop(held);
+                    return self.write_now(batch);
+                }
+                // Written to the database under the read lock, so no held write of the same
+                // keys comes in between.
+                Some(h) if !h.holds_epoch(batch.epoch) && !h.shadows_any(&batch.ops) => return self.write_now(batch),
+                Some(_) => {}
+            }
+        }
+        let mut held = self.held.write();
+        match held.as_mut() {
+            Some(h) if h.holds_epoch(batch.epoch) => {
+                h.apply(slot.take().expect("a batch").ops);
+                Ok(())
+            }
+            Some(h) => {
+                // A write of the store's own (a table, the log) or of an epoch up to the cut:
+                // to the database now, and over any held write it shadows (after: a refused
+                // write must not show through the held writes).
+                self.write_now(batch)?;
+                h.apply_direct(&batch.ops);
+                Ok(())
+            }
+            None => {
+                drop(held);
+                self.write_now(batch)
+            }
+        }
+    }
+
     /// Writes `batch` to the database.
-    fn write_now(&self, batch: WriteBatch) -> Result<()> {
+    fn write_now(&self, batch: &WriteBatch) -> Result<()> {
         let mut wb = rocksdb::WriteBatch::default();
-        for op in batch.ops {
+        for op in &batch.ops {
             match op {
                 WriteOp::Put(k, v) => wb.put(k, v),
                 WriteOp::Delete(k) => wb.delete(k),
@@ -336,6 +358,60 @@ impl RocksStore {
             }
         }
         self.write_rocks(wb, batch.skip_wal)
+    }
+
+    /// Runs `attempt` (a write what runs in memory already counts as done: `what`) until it is
+    /// not refused for want of space (53100), once a second, locks let go in between: the view
+    /// or checkpoint waits while reads go on, and statements' own writes are refused. RocksDB
+    /// takes writes again by itself once space is freed (its free-space check runs every 5 s).
+    /// A file system that was read-only, or a store still refusing a minute after the
+    /// directory takes writes again, does not come back in this process: it stops, as after a
+    /// crash ([`super::store::stop_after_refused_write`]), to be started again by its
+    /// supervisor and lose nothing.
+    fn until_space(&self, what: &str, mut attempt: impl FnMut() -> Result<()>) -> Result<()> {
+        let mut waiting = false;
+        let mut writable_since: Option<Instant> = None;
+        loop {
+            match attempt() {
+                Err(e) if e.state == SqlState::DISK_FULL => {
+                    if !waiting {
+                        waiting = true;
+                        crate::metrics::DISK_FULL.set(1);
+                        tracing::error!("{what} waits for the data directory to take writes: {}", e.message);
+                    }
+                    std::thread::sleep(Duration::from_secs(1));
+                    if !self.writable() {
+                        writable_since = None;
+                        continue;
+                    }
+                    let since = *writable_since.get_or_insert_with(Instant::now);
+                    if e.message.contains("read-only") || since.elapsed() > Duration::from_secs(60) {
+                        super::store::stop_after_refused_write(
+                            &format!("{what} (the data directory takes writes again, the store does not until a restart)"),
+                            &e,
+                        );
+                    }
+                }
+                done => {
+                    if waiting {
+                        crate::metrics::DISK_FULL.set(0);
+                        tracing::info!("{what} written: the data directory takes writes again");
+                    }
+                    return done;
+                }
+            }
+        }
+    }
+
+    /// Whether the database's directory takes a write now: a file of 256 KiB written, synced
+    /// and removed.
+    fn writable(&self) -> bool {
+        use std::io::Write;
+        let probe = self.dir.join(".weir-write-probe");
+        let written = std::fs::File::create(&probe)
+            .and_then(|mut f| f.write_all(&[0u8; 256 << 10]).and_then(|()| f.sync_all()));
+        let _ = std::fs::remove_file(&probe);
+        written.is_ok()
     }
 
     /// Writes held view commits to the database (skipping the log, as view commits do).

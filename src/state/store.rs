@@ -162,6 +162,13 @@ pub trait StateStore: Send + Sync + 'static {
 
     fn write(&self, batch: WriteBatch) -> Result<()>;
 
+    /// Writes `batch`, which what runs in memory already counts as written (a view's commit,
+    /// a sink's outbox): while the file system is full it waits and tries again rather than
+    /// fail (a store on disk; others write at once). Runs on a blocking thread.
+    fn write_waiting(&self, batch: WriteBatch) -> Result<()> {
+        self.write(batch)
+    }
+
     /// The greatest key in `range` (None: the range is empty).
     fn last_key(&self, range: &KeyRange) -> Result<Option<Vec<u8>>>;
 
