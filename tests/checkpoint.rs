@@ -132,6 +132,76 @@ async fn an_empty_data_directory_is_restored_from_s3() {
     complete_checkpoint_after(&c, server_now(&c).await).await;
 }
 
+/// The checkpoint store unreachable for a minute (the line to the S3 server cut): statements
+/// go on (each write acknowledged at once, reads answered, the view following), checkpoints
+/// wait or fail and say so, and once the store is back a checkpoint completes that holds every
+/// acknowledged write: a server started on an empty data directory restores all of it from S3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_checkpoint_store_holds_back_only_checkpoints() {
+    let (endpoint, bucket) = common::s3_bucket("weir-outage");
+    let line = common::cut_line::CutLine::to(endpoint.trim_start_matches("http://")).await;
+    let config_dir = tempfile::tempdir().unwrap();
+    let config = s3_config(config_dir.path(), &format!("http://127.0.0.1:{}", line.port));
+    let url = format!("s3://{bucket}/weir");
+    let mut server = TestServer::start_with(&["--config", config.to_str().unwrap(), "--checkpoint-url", &url]);
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE t (k BIGINT PRIMARY KEY, g INT);
+         CREATE MATERIALIZED VIEW per_g AS SELECT g, count(*) AS n FROM t GROUP BY g;",
+    )
+    .await
+    .unwrap();
+    complete_checkpoint_after(&c, server_now(&c).await).await;
+
+    line.cut();
+    let cut_at = server_now(&c).await;
+    let started = Instant::now();
+    let (mut k, mut slowest) = (0i64, Duration::ZERO);
+    while started.elapsed() < Duration::from_secs(60) {
+        let insert = Instant::now();
+        c.execute("INSERT INTO t VALUES ($1, $2)", &[&k, &((k % 5) as i32)]).await.unwrap();
+        slowest = slowest.max(insert.elapsed());
+        k += 1;
+        if k % 100 == 0 {
+            c.batch_execute("FLUSH").await.unwrap();
+            let n: i64 = c.query_one("SELECT sum(n) FROM per_g", &[]).await.unwrap().get(0);
+            assert_eq!(n, k, "the view follows its table while the checkpoint store is away");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    assert!(slowest < Duration::from_secs(10), "a write waited {slowest:?} for the checkpoint store");
+    let completed: i64 = c
+        .query_one(
+            "SELECT count(*) FROM weir_catalog.checkpoints WHERE status = 'complete' AND CAST(started_at AS BIGINT) > $1",
+            &[&cut_at],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(completed, 0, "a checkpoint completed with its store unreachable");
+    let unfinished: i64 = c
+        .query_one(
+            "SELECT count(*) FROM weir_catalog.checkpoints WHERE status IN ('failed', 'uploading')
+               AND CAST(started_at AS BIGINT) > $1",
+            &[&cut_at],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(unfinished > 0, "the checkpoints that could not be uploaded are not shown");
+
+    line.mend();
+    complete_checkpoint_after(&c, server_now(&c).await).await;
+    drop(c);
+    server.kill();
+    std::fs::remove_dir_all(server.data_dir()).unwrap();
+    server.start_again();
+    let c = server.connect().await;
+    assert_eq!(count(&c, "t").await, k, "every acknowledged write is in the checkpoint taken after the outage");
+    let n: i64 = c.query_one("SELECT sum(n) FROM per_g", &[]).await.unwrap().get(0);
+    assert_eq!(n, k);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_damaged_checkpoint_is_passed_over_for_the_one_before() {
     let store_dir = tempfile::tempdir().unwrap();

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod cut_line;
 pub mod kafka;
 pub mod workload;
 
