@@ -329,3 +329,90 @@ async fn a_sink_connects_over_tls_as_sslmode_says() {
     let got = rows_eventually(&pg, "SELECT g, n FROM per_group", &want, Duration::from_secs(30)).await;
     assert_eq!(got, want);
 }
+
+/// Resident memory of process `pid`, in MiB.
+fn rss_mib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() / 1024
+}
+
+/// A sink whose target stalls for a minute (its table locked in PostgreSQL by another session)
+/// holds back only its own deliveries: the other view's sink delivers meanwhile, checkpoints
+/// complete, writes are acknowledged at once; the stalled sink's changes wait in its outbox in
+/// the store (part by part, not in memory), and once the target is free it catches up, each row
+/// exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_sink_target_holds_back_only_its_own_sink() {
+    let (pg, jdbc) = database("stalls").await;
+    pg.batch_execute(
+        "CREATE TABLE slow_events (id BIGINT, g INT, pad TEXT);
+         CREATE TABLE fast_counts (g INT PRIMARY KEY, n BIGINT);",
+    )
+    .await
+    .unwrap();
+    let server = TestServer::start_with(&["--checkpoint-interval", "500ms"]);
+    let c = server.connect().await;
+    c.batch_execute(&format!(
+        "CREATE TABLE ev (id BIGINT, g INT, pad TEXT) APPEND ONLY;
+         CREATE MATERIALIZED VIEW counts AS SELECT g, count(*) AS n FROM ev GROUP BY g;
+         CREATE SINK slow AS SELECT id, g, pad FROM ev WITH (connector = 'jdbc', jdbc.url = '{jdbc}', table.name = 'slow_events');
+         CREATE SINK fast FROM counts WITH (connector = 'jdbc', jdbc.url = '{jdbc}', table.name = 'fast_counts', primary_key = 'g');"
+    ))
+    .await
+    .unwrap();
+    // Another session holds the slow sink's table locked: its inserts wait.
+    let (host_db, _) = jdbc.trim_start_matches("jdbc:postgresql://").split_once('?').unwrap();
+    let locker = common::connect(&format!("postgresql://postgres@{host_db}")).await;
+    locker.batch_execute("BEGIN; LOCK TABLE slow_events IN ACCESS EXCLUSIVE MODE").await.unwrap();
+    let stalled_at = c.query_one("SELECT CAST(CAST(now() AS TIMESTAMP) AS BIGINT)", &[]).await.unwrap().get::<_, i64>(0);
+    let rss_before = rss_mib(server.pid());
+    let started = Instant::now();
+    let (mut next, mut slowest) = (0i64, Duration::ZERO);
+    let pad = "x".repeat(1000);
+    while started.elapsed() < Duration::from_secs(60) {
+        let values: Vec<String> = (next..next + 200).map(|id| format!("({id}, {}, '{pad}')", id % 10)).collect();
+        let insert = Instant::now();
+        c.batch_execute(&format!("INSERT INTO ev VALUES {}", values.join(", "))).await.unwrap();
+        slowest = slowest.max(insert.elapsed());
+        next += 200;
+    }
+    let rss_stalled = rss_mib(server.pid());
+    eprintln!("{next} rows of 1 kB in 60 s with the sink stalled: RSS {rss_before} -> {rss_stalled} MiB");
+    assert!(slowest < Duration::from_secs(10), "an insert waited {slowest:?} for the stalled sink");
+    // The changes held back are not held in memory: the server grew by less than they weigh.
+    let held_back_mib = (next as u64 * 1000) >> 20;
+    assert!(rss_stalled.saturating_sub(rss_before) < held_back_mib, "{held_back_mib} MiB held back in memory");
+    // The other sink delivered meanwhile, and checkpoints completed.
+    c.batch_execute("FLUSH").await.unwrap();
+    let counts = rows(&c, "SELECT g, n FROM counts").await;
+    assert_eq!(rows_eventually(&pg, "SELECT g, n FROM fast_counts", &counts, Duration::from_secs(30)).await, counts);
+    let completed: i64 = c
+        .query_one(
+            "SELECT count(*) FROM weir_catalog.checkpoints WHERE status = 'complete' AND CAST(started_at AS BIGINT) > $1",
+            &[&(stalled_at / 1000)],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(completed > 0, "no checkpoint completed while a sink's target stalled");
+    let waiting: i64 = locker.query_one("SELECT count(*) FROM pg_locks WHERE NOT granted", &[]).await.unwrap().get(0);
+    assert!(waiting > 0, "the slow sink is not waiting on its target");
+    // Only the slow sink has checkpoints to deliver.
+    let pending = |sink: &str| -> i64 {
+        let metrics = server.metrics_text();
+        let line = format!("weir_sink_checkpoints_pending{{sink=\"{sink}\"}} ");
+        metrics.lines().find_map(|l| l.strip_prefix(line.as_str())).map_or(0, |v| v.trim().parse().unwrap())
+    };
+    assert!(pending("slow") > 0, "the stalled sink has nothing pending");
+    let fast_deadline = Instant::now() + Duration::from_secs(30);
+    while pending("fast") > 1 {
+        assert!(Instant::now() < fast_deadline, "the other sink fell behind: {} pending", pending("fast"));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The target is free: the slow sink catches up, every row exactly once.
+    locker.batch_execute("COMMIT").await.unwrap();
+    let want = vec![format!("{next}|{next}")];
+    let got = rows_eventually(&pg, "SELECT count(*), count(DISTINCT id) FROM slow_events", &want, Duration::from_secs(120)).await;
+    assert_eq!(got, want);
+}
