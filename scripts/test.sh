@@ -16,6 +16,15 @@ log=$(mktemp)
 trap 'rm -f "$log"; scripts/s3-server.sh stop; scripts/kafka-server.sh stop; scripts/pg-server.sh stop' EXIT
 status=0
 cargo test --locked --no-fail-fast --all-targets "$@" 2>&1 | tee "$log" || status=$?
+# Each fuzz target briefly, when their instrumented build is at hand: built cold it takes about
+# as long as the rest of a cold run (DataFusion and RocksDB again, with coverage), so a cold
+# machine leaves it to scripts/fuzz.sh; tests/fuzz_regressions.rs replays what fuzzing found in
+# every run either way.
+if [ $# -eq 0 ] && [ -d "${WEIR_FUZZ_TARGET_DIR:-/var/tmp/weir-fuzz-target}/x86_64-unknown-linux-gnu/release/deps" ]; then
+  scripts/fuzz.sh --time "${WEIR_CI_FUZZ_SECONDS:-20}" 2>&1 | tee -a "$log" || status=1
+else
+  [ $# -gt 0 ] || echo "fuzzing: skipped, no instrumented build at hand (scripts/fuzz.sh builds it and runs every target)"
+fi
 passed=$(grep -oE 'test result: [a-zA-Z]+\. [0-9]+ passed' "$log" | awk '{s += $4} END {print s + 0}')
 failed=$(grep -oE '[0-9]+ failed;' "$log" | awk '{s += $1} END {print s + 0}')
 echo "tests: ${passed} passed, ${failed} failed"

@@ -41,7 +41,7 @@ pub struct BenchOptions {
 
 pub(crate) struct Harness {
     pub(crate) frontend: Frontend,
-    session: crate::frontend::Session,
+    pub(crate) session: crate::frontend::Session,
     _dir: tempdir::TempDir,
 }
 

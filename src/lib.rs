@@ -19,6 +19,7 @@
 //!   -> state/        keyed state tables (memcomparable keys from arrow-row) over RocksDB
 //!   bottom floor:    types, config, error, runtime (where tasks run), status (what the
 //!                    running server reports), metrics, fault
+//!   beside:          system, bench (`weir bench`), fuzz (the fuzz targets' bodies)
 //! ```
 //!
 //! `python3 ../shared/tools/import-circles.py .` checks that imports point down (ADR 26).
@@ -41,6 +42,7 @@ pub mod connectors;
 pub mod dataflow;
 pub mod error;
 pub mod fault;
+pub mod fuzz;
 pub mod frontend;
 pub mod metrics;
 pub mod operators;

@@ -112,7 +112,7 @@ fn corrupt(why: impl std::fmt::Display) -> WeirError {
     WeirError::new(SqlState::DATA_CORRUPTED, format!("the change log is corrupt: {why}"))
 }
 
-fn decode(key: &[u8], value: &[u8]) -> Result<LogEntry> {
+pub(crate) fn decode(key: &[u8], value: &[u8]) -> Result<LogEntry> {
     let rest = &key[4..];
     if rest.len() != 20 {
         return Err(corrupt("a key of the wrong length"));
