@@ -132,6 +132,20 @@ async fn assert_exactly(c: &tokio_postgres::Client, acknowledged: &[i64]) {
     );
 }
 
+/// A server on `data` with the orders schema and 200 acknowledged rows (ids 0..200), flushed:
+/// the server, a client, the next id and the acknowledged ids.
+async fn start_with_orders(data: &Path, args: &[&str]) -> (TestServer, tokio_postgres::Client, i64, Vec<i64>) {
+    let server = TestServer::start_on(data, args);
+    let c = server.connect().await;
+    c.batch_execute(SCHEMA).await.unwrap();
+    let acknowledged: Vec<i64> = (0..200).collect();
+    for &id in &acknowledged {
+        insert(&c, id).await.unwrap();
+    }
+    c.batch_execute("FLUSH").await.unwrap();
+    (server, c, 200, acknowledged)
+}
+
 /// Inserts from `next` on until one is refused: its error. Acknowledged ids go to `acknowledged`.
 async fn insert_until_refused(
     c: &tokio_postgres::Client,
@@ -156,16 +170,7 @@ async fn insert_until_refused(
 async fn a_full_disk_refuses_writes_serves_reads_and_resumes_when_space_returns() {
     let Some(mount) = Mount::tmpfs(384) else { return };
     let data: PathBuf = mount.path().join("data");
-    let server = TestServer::start_on(&data, &["--checkpoint-interval", "500ms"]);
-    let c = server.connect().await;
-    c.batch_execute(SCHEMA).await.unwrap();
-    let (mut next, mut acknowledged) = (0i64, Vec::new());
-    for _ in 0..200 {
-        insert(&c, next).await.unwrap();
-        acknowledged.push(next);
-        next += 1;
-    }
-    c.batch_execute("FLUSH").await.unwrap();
+    let (server, c, mut next, mut acknowledged) = start_with_orders(&data, &["--checkpoint-interval", "500ms"]).await;
 
     let filler = mount.path().join("filler");
     mount.fill(&filler);
@@ -224,16 +229,7 @@ async fn a_file_system_turned_read_only_refuses_writes_serves_reads_and_loses_no
     let config = mount.dir.path().join("weir.toml");
     std::fs::write(&config, "[storage]\nsync_writes = true\n").unwrap();
     let args = ["--config", config.to_str().unwrap(), "--checkpoint-interval", "500ms"];
-    let mut server = TestServer::start_on(&data, &args);
-    let c = server.connect().await;
-    c.batch_execute(SCHEMA).await.unwrap();
-    let (mut next, mut acknowledged) = (0i64, Vec::new());
-    for _ in 0..200 {
-        insert(&c, next).await.unwrap();
-        acknowledged.push(next);
-        next += 1;
-    }
-    c.batch_execute("FLUSH").await.unwrap();
+    let (mut server, c, mut next, mut acknowledged) = start_with_orders(&data, &args).await;
 
     // The kernel turns the file system read-only under the running server.
     mount.fail_ext4();

@@ -46,7 +46,11 @@ pub fn exchange(data: &[u8]) -> Vec<u8> {
         let mut stream = TcpStream::connect(("127.0.0.1", server.port)).await.expect("the server accepts connections");
         let _ = stream.set_nodelay(true);
         let mut bytes = Vec::with_capacity(rest.len() + 64);
-        if first & 1 == 0 {
+        let startup_sent = first & 1 == 0;
+        if pgwire_decoder_panics(rest, startup_sent) {
+            return vec![];
+        }
+        if startup_sent {
             bytes.extend_from_slice(&startup_message());
         }
         bytes.extend_from_slice(rest);
@@ -61,6 +65,40 @@ pub fn exchange(data: &[u8]) -> Vec<u8> {
             server.admin.batch_execute("DELETE FROM t").await.expect("the server answers its superuser");
         }
         answers
+    })
+}
+
+/// Whether one of the client's messages in `stream` makes pgwire's own decoder panic (pgwire
+/// 0.41.1 reads the fields of Parse, Bind, Execute and others without checking that the body
+/// holds them). The server is not at risk: tokio ends that connection's task and the rest go
+/// on; but the client gets no error, and the fuzzer would find this one bug over and over and
+/// little else, so such inputs are passed over until pgwire checks its bodies (known issue,
+/// ADR 36). A SASLInitialResponse is not passed over: Weir checks that one itself.
+fn pgwire_decoder_panics(stream: &[u8], startup_sent: bool) -> bool {
+    use pgwire::messages::{DecodeContext, PgWireFrontendMessage, ProtocolVersion, SslNegotiationMetaMessage};
+    let mut buf = bytes::BytesMut::from(stream);
+    let mut context = DecodeContext::new(ProtocolVersion::PROTOCOL3_0);
+    context.awaiting_frontend_ssl = !startup_sent;
+    context.awaiting_frontend_startup = !startup_sent;
+    super::contained::run(|| loop {
+        let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            PgWireFrontendMessage::decode(&mut buf, &context)
+        }));
+        match decoded {
+            Err(_) => return true,
+            Ok(Ok(Some(PgWireFrontendMessage::SslNegotiation(negotiation)))) => {
+                context.awaiting_frontend_ssl = false;
+                if matches!(negotiation, SslNegotiationMetaMessage::None) {
+                    continue;
+                }
+            }
+            Ok(Ok(Some(PgWireFrontendMessage::Startup(_) | PgWireFrontendMessage::CancelRequest(_)))) => {
+                context.awaiting_frontend_ssl = false;
+                context.awaiting_frontend_startup = false;
+            }
+            Ok(Ok(Some(_))) => {}
+            Ok(_) => return false,
+        }
     })
 }
 
