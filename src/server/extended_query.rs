@@ -21,6 +21,7 @@ use pgwire::api::stmt::{QueryParser, StoredStatement};
 use pgwire::api::store::PortalStore;
 use pgwire::api::{ClientInfo, ClientPortalStore, Type};
 use pgwire::error::{PgWireError, PgWireResult};
+use pgwire::messages::extendedquery::Execute;
 use pgwire::messages::PgWireBackendMessage;
 
 use super::encode::fields;
@@ -135,6 +136,9 @@ impl WeirHandler {
     }
 }
 
+/// The most rows one Execute returns before its portal is suspended (see `on_execute`).
+const MAX_ROWS_PER_EXECUTE: i32 = 1 << 16;
+
 #[async_trait]
 impl ExtendedQueryHandler for WeirHandler {
     type Statement = Prepared;
@@ -142,6 +146,23 @@ impl ExtendedQueryHandler for WeirHandler {
 
     fn query_parser(&self) -> Arc<Self::QueryParser> {
         Arc::clone(&self.query_parser)
+    }
+
+    /// An Execute asks for `max_rows` at most (0: all). pgwire makes room for that many rows
+    /// before it reads one, so a client asking for two billion had it allocate 84 GB and abort
+    /// the whole server (found by fuzzing, `fuzz/regressions/wire/`). Past [`MAX_ROWS_PER_EXECUTE`]
+    /// the portal is suspended there and the client executes it again for the rest, as the
+    /// protocol allows any client (JDBC's fetch size works this way).
+    async fn on_execute<C>(&self, client: &mut C, mut message: Execute) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        // Zero or less: all rows, as in PostgreSQL (pgwire read a negative count as 2^64 - 1).
+        message.max_rows = if message.max_rows <= 0 { 0 } else { message.max_rows.min(MAX_ROWS_PER_EXECUTE) };
+        self._on_execute(client, message).await
     }
 
     async fn do_describe_statement<C>(
