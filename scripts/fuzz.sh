@@ -3,7 +3,10 @@
 # toolchain) and runs each for a set time, from a corpus seeded by fuzz/seeds.py (the
 # statements of tests/slt/, hand-made records) and the targets' own encodings.
 #
-#   scripts/fuzz.sh [--time SECONDS] [TARGET...]    default: 60 s each, every target
+#   scripts/fuzz.sh [--time SECONDS] [--seed N] [TARGET...]   default: 60 s each, every target
+#
+# --seed fixes libFuzzer's random seed (CI uses 1: the same binary and seeds then try the same
+# inputs, so a run does not fail one time in ten on a finding the next run misses).
 #
 # Corpora grow in fuzz/corpus/<target>/ and are kept between runs. A crash stops its target and
 # is left in fuzz/artifacts/<target>/ (reproduce: cd fuzz && cargo fuzz run -s none TARGET FILE);
@@ -12,11 +15,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=60
+seed=()
 targets=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --time) seconds="$2"; shift 2 ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    --seed) seed=("-seed=$2"); shift 2 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) targets+=("$1"); shift ;;
   esac
 done
@@ -39,7 +44,7 @@ for target in "${targets[@]}"; do
   # TMPDIR: the in-process servers' data directories, removed with the scratch directory.
   (cd fuzz && TMPDIR="$scratch" WEIR_FUZZ_SEEDS="corpus/$target" cargo fuzz run -s none --release "$target" \
       "corpus/$target" -- -max_total_time="$seconds" -max_len=8192 -timeout=60 -rss_limit_mb=6144 \
-      -print_final_stats=1) >"$log" 2>&1 || { result=CRASH; status=1; }
+      -print_final_stats=1 "${seed[@]}") >"$log" 2>&1 || { result=CRASH; status=1; }
   execs=$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$log" | grep -oE '[0-9]+$' || echo 0)
   corpus=$(find "fuzz/corpus/$target" -type f | wc -l)
   if [ "$result" = CRASH ]; then

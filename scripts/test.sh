@@ -21,7 +21,7 @@ cargo test --locked --no-fail-fast --all-targets "$@" 2>&1 | tee "$log" || statu
 # machine leaves it to scripts/fuzz.sh; tests/fuzz_regressions.rs replays what fuzzing found in
 # every run either way.
 if [ $# -eq 0 ] && [ -d "${WEIR_FUZZ_TARGET_DIR:-/var/tmp/weir-fuzz-target}/x86_64-unknown-linux-gnu/release/deps" ]; then
-  scripts/fuzz.sh --time "${WEIR_CI_FUZZ_SECONDS:-20}" 2>&1 | tee -a "$log" || status=1
+  scripts/fuzz.sh --time "${WEIR_CI_FUZZ_SECONDS:-20}" --seed 1 2>&1 | tee -a "$log" || status=1
 else
   [ $# -gt 0 ] || echo "fuzzing: skipped, no instrumented build at hand (scripts/fuzz.sh builds it and runs every target)"
 fi
