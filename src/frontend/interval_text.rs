@@ -82,7 +82,8 @@ fn year_month(token: &str) -> Option<i64> {
     if years.is_empty() || !years.bytes().all(|b| b.is_ascii_digit()) || !months.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    Some(sign * (years.parse::<i64>().ok()? * 12 + months.parse::<i64>().ok()?))
+    // Checked: a year count past i64 / 12 overflowed (found by fuzzing, fuzz/regressions/values).
+    years.parse::<i64>().ok()?.checked_mul(12)?.checked_add(months.parse::<i64>().ok()?)?.checked_mul(sign)
 }
 
 /// A number and a unit written together (`5min`, `-1.5h`): (number, unit).
