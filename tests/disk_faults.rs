@@ -138,12 +138,40 @@ async fn start_with_orders(data: &Path, args: &[&str]) -> (TestServer, tokio_pos
     let server = TestServer::start_on(data, args);
     let c = server.connect().await;
     c.batch_execute(SCHEMA).await.unwrap();
-    let acknowledged: Vec<i64> = (0..200).collect();
-    for &id in &acknowledged {
-        insert(&c, id).await.unwrap();
-    }
+    let (mut next, mut acknowledged) = (0, Vec::new());
+    insert_acknowledged(&c, &mut next, &mut acknowledged, 200).await;
     c.batch_execute("FLUSH").await.unwrap();
-    (server, c, 200, acknowledged)
+    (server, c, next, acknowledged)
+}
+
+/// Inserts `n` rows from id `next` on, each of which must be acknowledged.
+async fn insert_acknowledged(c: &tokio_postgres::Client, next: &mut i64, acknowledged: &mut Vec<i64>, n: usize) {
+    for _ in 0..n {
+        insert(c, *next).await.unwrap();
+        acknowledged.push(*next);
+        *next += 1;
+    }
+}
+
+/// `refused` is 53100 saying the file system is `what` ("full", "read-only"); three seconds
+/// on, writes are still refused, the server still runs (its views wait rather than stop it),
+/// and reads answer with exactly the acknowledged rows.
+async fn assert_refused_while_reads_go_on(
+    server: &mut TestServer,
+    c: &tokio_postgres::Client,
+    refused: tokio_postgres::Error,
+    what: &str,
+    acknowledged: &[i64],
+) {
+    let db = refused.as_db_error().expect("an error from the server");
+    assert_eq!(db.code().code(), "53100", "{db:?}");
+    assert!(db.message().contains(what), "{}", db.message());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    common::assert_sqlstate(c, "INSERT INTO orders VALUES (-1, 0, 0)", "53100").await;
+    let count: i64 = c.query_one("SELECT count(*) FROM orders", &[]).await.unwrap().get(0);
+    assert_eq!(count, acknowledged.len() as i64);
+    assert!(!common::rows(c, "SELECT * FROM per_customer").await.is_empty());
+    assert!(server.exit_status(Duration::from_millis(10)).is_none(), "the server stopped serving reads");
 }
 
 /// Inserts from `next` on until one is refused: its error. Acknowledged ids go to `acknowledged`.
@@ -170,24 +198,14 @@ async fn insert_until_refused(
 async fn a_full_disk_refuses_writes_serves_reads_and_resumes_when_space_returns() {
     let Some(mount) = Mount::tmpfs(384) else { return };
     let data: PathBuf = mount.path().join("data");
-    let (server, c, mut next, mut acknowledged) = start_with_orders(&data, &["--checkpoint-interval", "500ms"]).await;
+    let (mut server, c, mut next, mut acknowledged) =
+        start_with_orders(&data, &["--checkpoint-interval", "500ms"]).await;
 
     let filler = mount.path().join("filler");
     mount.fill(&filler);
     let refused = insert_until_refused(&c, &mut next, &mut acknowledged).await;
-    let db = refused.as_db_error().expect("an error from the server");
-    assert_eq!(db.code().code(), "53100", "{db:?}");
-    assert!(db.message().contains("full"), "{}", db.message());
-    // Writes stay refused, and so does DDL; reads go on, several seconds on (the views wait
-    // for space rather than stopping the server).
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    common::assert_sqlstate(&c, "INSERT INTO orders VALUES (-1, 0, 0)", "53100").await;
+    assert_refused_while_reads_go_on(&mut server, &c, refused, "full", &acknowledged).await;
     common::assert_sqlstate(&c, "CREATE TABLE other (x INT)", "53100").await;
-    let count: i64 = c.query_one("SELECT count(*) FROM orders", &[]).await.unwrap().get(0);
-    assert_eq!(count, acknowledged.len() as i64);
-    assert!(!common::rows(&c, "SELECT * FROM per_customer").await.is_empty());
-    let status = common::rows(&c, "SELECT 1").await;
-    assert_eq!(status, vec!["1"]);
 
     // Space returns: writing resumes without a restart.
     std::fs::remove_file(&filler).unwrap();
@@ -207,15 +225,10 @@ async fn a_full_disk_refuses_writes_serves_reads_and_resumes_when_space_returns(
             }
         }
     }
-    for _ in 0..100 {
-        insert(&c, next).await.unwrap();
-        acknowledged.push(next);
-        next += 1;
-    }
+    insert_acknowledged(&c, &mut next, &mut acknowledged, 100).await;
     assert_exactly(&c, &acknowledged).await;
     // And after a crash.
     drop(c);
-    let mut server = server;
     let c = server.sigkill_and_reconnect().await;
     assert_exactly(&c, &acknowledged).await;
 }
@@ -234,15 +247,7 @@ async fn a_file_system_turned_read_only_refuses_writes_serves_reads_and_loses_no
     // The kernel turns the file system read-only under the running server.
     mount.fail_ext4();
     let refused = insert_until_refused(&c, &mut next, &mut acknowledged).await;
-    let db = refused.as_db_error().expect("an error from the server");
-    assert_eq!(db.code().code(), "53100", "{db:?}");
-    assert!(db.message().contains("read-only"), "{}", db.message());
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    common::assert_sqlstate(&c, "INSERT INTO orders VALUES (-1, 0, 0)", "53100").await;
-    let count: i64 = c.query_one("SELECT count(*) FROM orders", &[]).await.unwrap().get(0);
-    assert_eq!(count, acknowledged.len() as i64);
-    assert!(!common::rows(&c, "SELECT * FROM per_customer").await.is_empty());
-    assert!(server.exit_status(Duration::from_millis(10)).is_none(), "the server stopped serving reads");
+    assert_refused_while_reads_go_on(&mut server, &c, refused, "read-only", &acknowledged).await;
 
     // The operator stops it, repairs the file system and starts it again: nothing acknowledged
     // is lost, and it takes writes.
@@ -251,10 +256,6 @@ async fn a_file_system_turned_read_only_refuses_writes_serves_reads_and_loses_no
     mount.repair_ext4();
     server.start_again();
     let c = server.connect().await;
-    for _ in 0..50 {
-        insert(&c, next).await.unwrap();
-        acknowledged.push(next);
-        next += 1;
-    }
+    insert_acknowledged(&c, &mut next, &mut acknowledged, 50).await;
     assert_exactly(&c, &acknowledged).await;
 }
