@@ -284,6 +284,11 @@ async def main():
         if args.client_ca:
             context.load_verify_locations(args.client_ca)
             context.verify_mode = ssl.CERT_REQUIRED
+            # Under TLS 1.3 the server judges the client's certificate only after the client has
+            # finished its side of the handshake and sent its first request, so a client without
+            # one sees either the server's alert or a reset, whichever arrives first. Under TLS 1.2
+            # the refusal is part of the handshake: the client always reads an SSL alert.
+            context.maximum_version = ssl.TLSVersion.TLSv1_2
     front = Front(args)
     host, port = args.listen.rsplit(":", 1)
     server = await asyncio.start_server(front.client, host, int(port), ssl=context)
