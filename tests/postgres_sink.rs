@@ -365,7 +365,8 @@ async fn a_stalled_sink_target_holds_back_only_its_own_sink() {
     let (host_db, _) = jdbc.trim_start_matches("jdbc:postgresql://").split_once('?').unwrap();
     let locker = common::connect(&format!("postgresql://postgres@{host_db}")).await;
     locker.batch_execute("BEGIN; LOCK TABLE slow_events IN ACCESS EXCLUSIVE MODE").await.unwrap();
-    let stalled_at = c.query_one("SELECT CAST(CAST(now() AS TIMESTAMP) AS BIGINT)", &[]).await.unwrap().get::<_, i64>(0);
+    let stalled_at =
+        c.query_one("SELECT CAST(CAST(now() AS TIMESTAMP) AS BIGINT)", &[]).await.unwrap().get::<_, i64>(0);
     let rss_before = rss_mib(server.pid());
     let started = Instant::now();
     let (mut next, mut slowest) = (0i64, Duration::ZERO);
@@ -413,6 +414,8 @@ async fn a_stalled_sink_target_holds_back_only_its_own_sink() {
     // The target is free: the slow sink catches up, every row exactly once.
     locker.batch_execute("COMMIT").await.unwrap();
     let want = vec![format!("{next}|{next}")];
-    let got = rows_eventually(&pg, "SELECT count(*), count(DISTINCT id) FROM slow_events", &want, Duration::from_secs(120)).await;
+    let got =
+        rows_eventually(&pg, "SELECT count(*), count(DISTINCT id) FROM slow_events", &want, Duration::from_secs(120))
+            .await;
     assert_eq!(got, want);
 }

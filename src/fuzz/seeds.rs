@@ -52,10 +52,8 @@ fn stored() -> Vec<Vec<u8>> {
     let encoded = manifest.encode();
     // The JSON without its checksum line (the `9` reader writes its own).
     let body = &encoded[..encoded[..encoded.len() - 1].iter().rposition(|&b| b == b'\n').expect("a checksum line")];
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("k", DataType::Int64, true),
-        Field::new("v", DataType::Utf8, true),
-    ]));
+    let schema =
+        Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, true), Field::new("v", DataType::Utf8, true)]));
     let columns: Vec<ArrayRef> = vec![
         Arc::new(Int64Array::from(vec![Some(1), None, Some(3)])),
         Arc::new(StringArray::from(vec![Some("a"), Some("b"), None])),

@@ -118,8 +118,7 @@ async fn start() -> crate::error::Result<Server> {
     let dir = std::env::temp_dir().join(format!("weir-fuzz-wire-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let password: String =
-        crate::catalog::password::random_bytes::<16>().iter().map(|b| format!("{b:02x}")).collect();
+    let password: String = crate::catalog::password::random_bytes::<16>().iter().map(|b| format!("{b:02x}")).collect();
     let config_file = dir.join("weir.toml");
     std::fs::write(
         &config_file,

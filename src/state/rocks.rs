@@ -387,7 +387,9 @@ impl RocksStore {
                     let since = *writable_since.get_or_insert_with(Instant::now);
                     if e.message.contains("read-only") || since.elapsed() > Duration::from_secs(60) {
                         super::store::stop_after_refused_write(
-                            &format!("{what} (the data directory takes writes again, the store does not until a restart)"),
+                            &format!(
+                                "{what} (the data directory takes writes again, the store does not until a restart)"
+                            ),
                             &e,
                         );
                     }
@@ -408,8 +410,8 @@ impl RocksStore {
     fn writable(&self) -> bool {
         use std::io::Write;
         let probe = self.dir.join(".weir-write-probe");
-        let written = std::fs::File::create(&probe)
-            .and_then(|mut f| f.write_all(&[0u8; 256 << 10]).and_then(|()| f.sync_all()));
+        let written =
+            std::fs::File::create(&probe).and_then(|mut f| f.write_all(&[0u8; 256 << 10]).and_then(|()| f.sync_all()));
         let _ = std::fs::remove_file(&probe);
         written.is_ok()
     }

@@ -25,12 +25,11 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-
 use datafusion::arrow::array::{ArrayRef, RecordBatch};
+use datafusion::arrow::buffer::Buffer;
 use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::error::ArrowError;
-use datafusion::arrow::buffer::Buffer;
 use datafusion::arrow::ipc::reader::StreamDecoder;
 use datafusion::arrow::ipc::writer::StreamWriter;
 use datafusion::arrow::row::{RowConverter, Rows, SortField};
