@@ -192,7 +192,9 @@ impl From<rocksdb::Error> for WeirError {
 
 impl From<std::io::Error> for WeirError {
     fn from(e: std::io::Error) -> Self {
-        e.raw_os_error().and_then(|errno| disk_fault(errno, &e.to_string())).unwrap_or_else(|| WeirError::io(e.to_string()))
+        e.raw_os_error()
+            .and_then(|errno| disk_fault(errno, &e.to_string()))
+            .unwrap_or_else(|| WeirError::io(e.to_string()))
     }
 }
 
@@ -392,6 +394,12 @@ fn classify_message(m: &str, e: &DataFusionError) -> SqlState {
 /// see the message alone.
 fn strip_prefixes(m: &str) -> String {
     let mut s = m.trim();
+    // A function's own refusal of its arguments' types, which DataFusion wraps in its own words
+    // and a list of candidates.
+    if let Some((_, own)) = s.split_once("user-defined coercion failed with: ") {
+        let own = own.strip_prefix("External error: ").unwrap_or(own);
+        s = own.split_once(". No function matches").map_or(own, |(message, _)| message);
+    }
     for prefix in [
         "Error during planning: ",
         "Execution error: ",

@@ -162,7 +162,9 @@ pub fn json_udfs() -> Vec<ScalarUDF> {
             // Text in: a parameter cast to json (`$1::jsonb`) is text to its client.
             In { .. } => Signature::string(1, Volatility::Immutable),
             TypeOf | ArrayLength | Array { .. } | ToJsonText => Signature::any(1, Volatility::Immutable),
-            Get { .. } | Contains | Exists => Signature::any(2, Volatility::Immutable),
+            // Two arrays are coerced to one element type (`JsonFunction::coerce_types`).
+            Contains => Signature::user_defined(Volatility::Immutable),
+            Get { .. } | Exists => Signature::any(2, Volatility::Immutable),
         };
         ScalarUDF::new_from_impl(JsonFunction { name, op, signature })
     })
@@ -193,6 +195,14 @@ enum JsonOp {
     /// Any value as the JSON text Postgres's `to_json` gives it (NULL as `null`): what
     /// `jsonb_agg` collects.
     ToJsonText,
+}
+
+/// The element type of an array type.
+fn list_element(t: &DataType) -> Option<&DataType> {
+    match t {
+        DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => Some(f.data_type()),
+        _ => None,
+    }
 }
 
 #[derive(Debug, PartialEq, Eq, Hash)]
@@ -230,6 +240,42 @@ impl ScalarUDFImpl for JsonFunction {
 
     fn signature(&self) -> &Signature {
         &self.signature
+    }
+
+    /// Only `@>` / `<@` (the one user-defined signature): two arrays of different element types
+    /// are compared as arrays of one type, as Postgres reads `ARRAY[1, 2] @> ARRAY['1']` (the
+    /// text side is read as the other's type: an error for text that is not one); arrays with no
+    /// common type are refused here, while planning (`integer[] @> boolean[]`). JSON arguments
+    /// pass as they are.
+    fn coerce_types(&self, args: &[DataType]) -> Result<Vec<DataType>> {
+        let [left, right] = args else {
+            return Err(DataFusionError::Plan(format!("function {} takes two arguments", self.name)));
+        };
+        let (Some(l), Some(r)) = (list_element(left), list_element(right)) else {
+            return Ok(args.to_vec());
+        };
+        if l == r {
+            return Ok(args.to_vec());
+        }
+        let textual = |t: &DataType| matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View);
+        let common = match (textual(l), textual(r)) {
+            (true, false) => Some(r.clone()),
+            (false, true) => Some(l.clone()),
+            _ => datafusion::logical_expr::type_coercion::binary::comparison_coercion(l, r),
+        };
+        match common {
+            Some(element) => {
+                let list = DataType::List(Arc::new(Field::new_list_field(element, true)));
+                Ok(vec![list.clone(), list])
+            }
+            None => {
+                let name = |t: &DataType| crate::types::pg_type::postgres_type_name(t).unwrap_or_else(|| t.to_string());
+                Err(DataFusionError::External(Box::new(crate::error::WeirError::new(
+                    crate::error::SqlState::UNDEFINED_FUNCTION,
+                    format!("operator does not exist: {} @> {}", name(left), name(right)),
+                ))))
+            }
+        }
     }
 
     fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
