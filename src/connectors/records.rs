@@ -2,15 +2,18 @@
 //! every connector that reads them (files, Kafka): a batch of records is decoded at once; if
 //! that fails, record by record, and the records that fail become dead letters
 //! ([`crate::catalog::dead_letter`]) instead of stopping the source. A `json` / `jsonb` column of a
-//! JSON source takes its field's value, whatever it is, as JSON text ([`json_values_as_text`]).
+//! JSON source takes its field's value, whatever it is, as JSON text ([`json_values_as_text`]);
+//! another text column a number or boolean as its text. Numeric columns are decoded as text and
+//! read by [`numeric_text`], not by arrow-cast's decimal parser (see there why).
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::RecordBatch;
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::array::{AsArray, Decimal128Array, RecordBatch, StringArray};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::error::ArrowError;
 
 use crate::catalog::dead_letter::DeadLetter;
+use crate::types::numeric_text;
 
 /// How text records are encoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +47,57 @@ pub fn decode(
     text: &[u8],
     batch_size: usize,
 ) -> ArrowResult<Option<RecordBatch>> {
+    let numeric = numeric_columns(schema);
+    if numeric.is_empty() {
+        return decode_as(encoding, schema, text, batch_size);
+    }
+    // Numeric columns are read as text, then as numbers by `numeric_text`.
+    let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+    for &(i, _, _) in &numeric {
+        fields[i] = fields[i].clone().with_data_type(DataType::Utf8);
+    }
+    let as_text = Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()));
+    let Some(batch) = decode_as(encoding, &as_text, text, batch_size)? else { return Ok(None) };
+    let mut columns = batch.columns().to_vec();
+    for (i, precision, scale) in numeric {
+        columns[i] = Arc::new(read_numeric(columns[i].as_string::<i32>(), precision, scale, schema.field(i).name())?);
+    }
+    RecordBatch::try_new(Arc::clone(schema), columns).map(Some)
+}
+
+/// The numeric columns of `schema`: their positions, precisions and scales.
+fn numeric_columns(schema: &SchemaRef) -> Vec<(usize, u8, i8)> {
+    let mut numeric = Vec::new();
+    for (i, field) in schema.fields().iter().enumerate() {
+        if let DataType::Decimal128(precision, scale) = field.data_type() {
+            numeric.push((i, *precision, *scale));
+        }
+    }
+    numeric
+}
+
+/// A numeric column's texts as its values (`numeric_text::parse`); the first that is not one
+/// fails the batch, naming the column and the text.
+fn read_numeric(texts: &StringArray, precision: u8, scale: i8, column: &str) -> ArrowResult<Decimal128Array> {
+    let values = texts
+        .iter()
+        .map(|text| match text {
+            None => Ok(None),
+            Some(text) => numeric_text::parse(text, precision, scale)
+                .map(Some)
+                .map_err(|e| ArrowError::ParseError(format!("column {column}: {e}: \"{text}\""))),
+        })
+        .collect::<ArrowResult<Decimal128Array>>()?;
+    values.with_precision_and_scale(precision, scale)
+}
+
+/// Decodes `text` with arrow's CSV or JSON decoder into `schema`'s columns.
+fn decode_as(
+    encoding: TextEncoding,
+    schema: &SchemaRef,
+    text: &[u8],
+    batch_size: usize,
+) -> ArrowResult<Option<RecordBatch>> {
     let schema = Arc::clone(schema);
     match encoding {
         TextEncoding::Csv => {
@@ -59,8 +113,12 @@ pub fn decode(
             decoder.flush()
         }
         TextEncoding::Json => {
-            let mut decoder =
-                datafusion::arrow::json::ReaderBuilder::new(schema).with_batch_size(batch_size).build_decoder()?;
+            // A number or boolean given for a text column is kept as its text, as Postgres's
+            // json_populate_record keeps it (numeric columns are read as text: `decode`).
+            let mut decoder = datafusion::arrow::json::ReaderBuilder::new(schema)
+                .with_batch_size(batch_size)
+                .with_coerce_primitive(true)
+                .build_decoder()?;
             let used = decoder.decode(text)?;
             if used < text.len() {
                 return Err(ArrowError::JsonError(format!("{} bytes left undecoded", text.len() - used)));
@@ -159,4 +217,53 @@ pub const RAW_PREFIX: usize = 4096;
 pub fn raw_prefix(record: &[u8]) -> String {
     let cut = &record[..record.len().min(RAW_PREFIX)];
     String::from_utf8_lossy(cut).trim_end_matches(['\r', '\n']).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::datatypes::Decimal128Type;
+
+    fn amounts() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("note", DataType::Utf8, true),
+            Field::new("amount", DataType::Decimal128(12, 2), true),
+        ]))
+    }
+
+    fn amounts_of(batch: &RecordBatch) -> Vec<Option<i128>> {
+        batch.column(1).as_primitive::<Decimal128Type>().iter().collect()
+    }
+
+    #[test]
+    fn numbers_past_a_numeric_are_refused_not_wrapped() {
+        // arrow-cast 59's parse_decimal read `1e65537` as 10 (release) or panicked (overflow
+        // checks): found by fuzzing.
+        for (encoding, text) in [
+            (TextEncoding::Csv, &b"a,1e65537\n"[..]),
+            (TextEncoding::Csv, b"a,-2.5E+0032769\n"),
+            (TextEncoding::Csv, b"a,e26666666666666666666\n"),
+            (TextEncoding::Json, br#"{"note": "a", "amount": 1e65537}"#),
+            (TextEncoding::Json, br#"{"note": "a", "amount": "11111111111111111111111111111111111111111"}"#),
+        ] {
+            let e = decode(encoding, &amounts(), text, 8).expect_err("refused");
+            assert!(e.to_string().contains("column amount: "), "{e}");
+        }
+        let (good, dead) =
+            decode_each(TextEncoding::Csv, &amounts(), &[], [("0".to_string(), &b"b,1e65537"[..])].into_iter());
+        assert!(good.is_empty() && dead.len() == 1, "{dead:?}");
+    }
+
+    #[test]
+    fn numeric_columns_read_numbers_as_postgres_does() {
+        let csv = b"e12345,1.5e2\nbee,0.005\nE,\n,-0.004\n";
+        let batch = decode(TextEncoding::Csv, &amounts(), csv, 8).unwrap().unwrap();
+        assert_eq!(amounts_of(&batch), vec![Some(15000), Some(1), None, Some(0)]);
+        let json = b"{\"note\": 12, \"amount\": 2.125}\n{\"note\": true, \"amount\": \"7\"}\n{\"amount\": null}\n";
+        let batch = decode(TextEncoding::Json, &amounts(), json, 8).unwrap().unwrap();
+        assert_eq!(amounts_of(&batch), vec![Some(213), Some(700), None]);
+        let notes: Vec<_> = batch.column(0).as_string::<i32>().iter().collect();
+        assert_eq!(notes, vec![Some("12"), Some("true"), None]);
+        assert_eq!(batch.schema(), amounts());
+    }
 }

@@ -9,6 +9,7 @@ pub mod hash;
 pub mod json;
 pub mod key_shards;
 pub mod message;
+pub mod numeric_text;
 pub mod ordered_set;
 pub mod pg_binary;
 pub mod pg_text;
