@@ -20,6 +20,10 @@ pub fn panics() -> usize {
     PANICS.load(Ordering::SeqCst)
 }
 
+/// Where contained panics have been seen (each is printed the first time only).
+static SEEN: std::sync::LazyLock<std::sync::Mutex<std::collections::HashSet<String>>> =
+    std::sync::LazyLock::new(Default::default);
+
 thread_local! {
     static CONTAINED: Cell<bool> = const { Cell::new(false) };
 }
@@ -31,7 +35,12 @@ pub(super) fn install() {
         let outer = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
             if CONTAINED.with(Cell::get) {
-                eprintln!("{info} (a panic Weir may catch: a crash only if it is not caught)");
+                // Once per place: the wire target passes over pgwire's panicking decoders for
+                // every input that holds one, which would fill the log.
+                let place = info.location().map(|l| format!("{}:{}", l.file(), l.line())).unwrap_or_default();
+                if SEEN.lock().map(|mut seen| seen.insert(place)).unwrap_or(false) {
+                    eprintln!("{info} (a panic Weir may catch: a crash only if it is not caught; shown once per place)");
+                }
             } else {
                 PANICS.fetch_add(1, Ordering::SeqCst);
                 outer(info);
