@@ -507,7 +507,7 @@ async fn a_kafka_sink_writer_dropped_mid_transaction_aborts_it() {
         .collect(),
     );
     let rows = RecordBatch::try_from_iter([("id", Arc::new(Int64Array::from(vec![1, 2, 3])) as _)]).unwrap();
-    let spec = WriterSpec { sink_id: 1, shard: 0, schema: rows.schema(), append_only: true };
+    let spec = WriterSpec { sink_id: 1, token: "test".into(), shard: 0, schema: rows.schema(), append_only: true };
     let mut writer = KafkaSink::new(&options, &spec).unwrap();
     tokio::task::block_in_place(|| {
         writer.begin().unwrap();

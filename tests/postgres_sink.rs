@@ -68,11 +68,11 @@ async fn a_postgres_sink_holds_the_view_exactly_once_across_sigkills() {
     );
     // A marker row per shard that delivered: the append-only sink gives its batches to its
     // three shards in turn, the keyed one spreads its groups over two.
-    // (`weir-sink-<sink id>` for shard 0, `weir-sink-<sink id>-s<shard>` for the others.)
+    // (`weir-sink-<sink id>-<token>` for shard 0, `-s<shard>` appended for the others.)
     let markers = rows(&pg, "SELECT sink FROM weir_sink_marker ORDER BY sink").await;
     assert!((4..=5).contains(&markers.len()), "{markers:?}");
     assert_eq!(
-        rows(&pg, "SELECT count(DISTINCT split_part(sink, '-', 3)), count(*) FILTER (WHERE sink !~ '^weir-sink-[0-9]+(-s[12])?$') FROM weir_sink_marker").await,
+        rows(&pg, "SELECT count(DISTINCT split_part(sink, '-', 3)), count(*) FILTER (WHERE sink !~ '^weir-sink-[0-9]+-[0-9a-f]{12}(-s[12])?$') FROM weir_sink_marker").await,
         ["2|0"],
         "{markers:?}"
     );
@@ -418,4 +418,46 @@ async fn a_stalled_sink_target_holds_back_only_its_own_sink() {
         rows_eventually(&pg, "SELECT count(*), count(DISTINCT id) FROM slow_events", &want, Duration::from_secs(120))
             .await;
     assert_eq!(got, want);
+}
+
+/// A sink's marker (the epoch it delivered last) is its own: a server started on a new data
+/// directory (a redeployment, or a second server) whose sink has the same name and catalog id
+/// delivers from its first epoch. The marker once went by the sink's id alone, so the new sink
+/// took the old one's later epochs as delivered and dropped its first rows (found by the soak).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_of_a_new_data_directory_delivers_from_its_first_epoch() {
+    let (pg, jdbc) = database("redeployed").await;
+    pg.batch_execute(
+        "CREATE TABLE first_out (id BIGINT PRIMARY KEY); CREATE TABLE second_out (id BIGINT PRIMARY KEY);",
+    )
+    .await
+    .unwrap();
+    let ddl = |table: &str| {
+        format!(
+            "CREATE TABLE ev (id BIGINT PRIMARY KEY); CREATE MATERIALIZED VIEW ids AS SELECT id FROM ev;
+             CREATE SINK out FROM ids WITH (connector = 'jdbc', jdbc.url = '{jdbc}', table.name = '{table}', primary_key = 'id');"
+        )
+    };
+    let args = ["--checkpoint-interval", "100ms", "--barrier-interval-ms", "20"];
+    let want = |ids: &[i64]| ids.iter().map(|i| i.to_string()).collect::<Vec<_>>();
+    {
+        let first = TestServer::start_with(&args);
+        let c = first.connect().await;
+        c.batch_execute(&ddl("first_out")).await.unwrap();
+        c.batch_execute("INSERT INTO ev VALUES (1), (2)").await.unwrap();
+        rows_eventually(&pg, "SELECT id FROM first_out ORDER BY id", &want(&[1, 2]), Duration::from_secs(30)).await;
+        // Its epochs go on well past where the second server's will be when it delivers.
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        c.batch_execute("INSERT INTO ev VALUES (3)").await.unwrap();
+        rows_eventually(&pg, "SELECT id FROM first_out ORDER BY id", &want(&[1, 2, 3]), Duration::from_secs(30)).await;
+    }
+    let second = TestServer::start_with(&args);
+    let c = second.connect().await;
+    c.batch_execute(&ddl("second_out")).await.unwrap();
+    c.batch_execute("INSERT INTO ev VALUES (10), (20)").await.unwrap();
+    let got =
+        rows_eventually(&pg, "SELECT id FROM second_out ORDER BY id", &want(&[10, 20]), Duration::from_secs(30)).await;
+    assert_eq!(got, want(&[10, 20]), "the second server's sink delivered its first rows");
+    let markers = rows(&pg, "SELECT count(*) FROM weir_sink_marker").await;
+    assert_eq!(markers, ["2"], "one marker for each sink");
 }

@@ -696,6 +696,7 @@ impl Catalog {
             planner_revision: 0,
             state_format: 0,
             index: None,
+            sink_token: String::new(),
         }
     }
 
@@ -745,6 +746,7 @@ impl Catalog {
         def.connector = Some(options);
         def.parallelism = shards;
         def.layout = Layout::Segments;
+        def.sink_token = crate::catalog::password::random_bytes::<6>().iter().map(|b| format!("{b:02x}")).collect();
         self.create(def, if_not_exists)
     }
 

@@ -108,6 +108,14 @@ pub struct RelationDef {
     /// which the superusers own.
     #[serde(default)]
     pub owner: String,
+    /// A sink's own part of the name it goes by in the external system (Kafka's transactional
+    /// id and marker group, its Postgres marker row: `connectors::sink::identity`): random, made
+    /// when the sink is created, so that no other sink shares its marker: not one of another
+    /// server, nor one this server had before its data directory was made anew (those got the
+    /// same ids, and a new sink took the old one's epochs as delivered). Restoring a checkpoint
+    /// keeps it. Empty for sinks made before it existed, which keep the name they had.
+    #[serde(default)]
+    pub sink_token: String,
 }
 
 /// A table's watermark declaration: views reading the table take `max(expr)` over the rows

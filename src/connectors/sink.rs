@@ -76,6 +76,8 @@ pub trait SinkWriter: Send {
 /// rows have `schema` and which never retracts if `append_only`.
 pub struct WriterSpec {
     pub sink_id: u32,
+    /// The sink's `RelationDef::sink_token` (empty for sinks made before tokens).
+    pub token: String,
     pub shard: u16,
     pub schema: datafusion::arrow::datatypes::SchemaRef,
     pub append_only: bool,
@@ -164,16 +166,20 @@ pub fn shards_option(options: &crate::catalog::options::ConnectorOptions) -> Res
     }
 }
 
-/// The name shard `shard` of a sink goes by in the external system (its Kafka
-/// `transactional.id` and marker group, its Postgres marker row): `base` for shard 0 (the
-/// name of a sink of one shard, as before sinks had shards), `<base>-s<shard>` for the others
-/// (a letter, so that no prefix ending in `-<digits>` makes another sink's name).
-pub fn shard_identity(base: String, shard: u16) -> String {
-    if shard == 0 {
-        base
-    } else {
-        format!("{base}-s{shard}")
+/// The name shard `spec.shard` of a sink goes by in the external system (its Kafka
+/// `transactional.id` and marker group, its Postgres marker row): `<prefix>-<sink id>-<token>`
+/// (`<prefix>-<sink id>` for a sink made before tokens) for shard 0 (the name of a sink of one
+/// shard, as before sinks had shards), `-s<shard>` appended for the others (a letter, so that
+/// no prefix ending in `-<digits>` makes another sink's name).
+pub fn identity(prefix: &str, spec: &WriterSpec) -> String {
+    let mut name = format!("{prefix}-{}", spec.sink_id);
+    if !spec.token.is_empty() {
+        name = format!("{name}-{}", spec.token);
     }
+    if spec.shard > 0 {
+        name = format!("{name}-s{}", spec.shard);
+    }
+    name
 }
 
 /// How many shards `sink` delivers by (a sink recorded before shards existed: one).

@@ -270,6 +270,7 @@ impl Streaming {
             .map(|shard| {
                 let spec = crate::connectors::sink::WriterSpec {
                     sink_id: id,
+                    token: sink.def.sink_token.clone(),
                     shard,
                     schema: Arc::clone(&schema),
                     append_only,

@@ -134,7 +134,7 @@ pub struct KafkaSink {
 impl KafkaSink {
     /// The writer `spec` says (FORMAT PLAIN needs its view append-only), as `options` say.
     pub fn new(options: &ConnectorOptions, spec: &WriterSpec) -> Result<KafkaSink> {
-        let WriterSpec { sink_id, shard, ref schema, append_only } = *spec;
+        let WriterSpec { sink_id, shard, ref schema, append_only, .. } = *spec;
         options.only_or(OPTIONS, |k| {
             is_passed_through(k)
                 || crate::connectors::avro::registry::OPTIONS.contains(&k)
@@ -202,9 +202,9 @@ impl KafkaSink {
         Ok(KafkaSink {
             topic: topic.to_string(),
             client,
-            identity: crate::connectors::sink::shard_identity(
-                format!("{}-{sink_id}", options.get("transactional.id.prefix").unwrap_or("weir-sink")),
-                shard,
+            identity: crate::connectors::sink::identity(
+                options.get("transactional.id.prefix").unwrap_or("weir-sink"),
+                spec,
             ),
             format,
             avro,

@@ -127,7 +127,7 @@ impl PostgresSink {
     /// The writer `spec` says (without `primary_key`, its view must be append-only), as
     /// `options` say.
     pub fn new(options: &ConnectorOptions, spec: &WriterSpec) -> Result<PostgresSink> {
-        let WriterSpec { sink_id, shard, ref schema, append_only } = *spec;
+        let WriterSpec { sink_id, shard, ref schema, append_only, .. } = *spec;
         options.only(OPTIONS)?;
         let url = options.get("jdbc.url").or_else(|| options.get("url")).ok_or_else(|| {
             invalid("a Postgres sink needs url = 'postgres://...' (or jdbc.url = 'jdbc:postgresql://...')".into())
@@ -177,7 +177,7 @@ impl PostgresSink {
             columns,
             create,
             key,
-            identity: crate::connectors::sink::shard_identity(format!("weir-sink-{sink_id}"), shard),
+            identity: crate::connectors::sink::identity("weir-sink", spec),
             client: None,
             staging_made: false,
         })
