@@ -13,6 +13,7 @@ PANELS = [
     ("open_files", "open files", 1),
     ("threads", "threads", 1),
     ("data_dir_bytes", "data directory (MiB)", 1 / 1048576),
+    ("cpu", "CPU (cores, over each 10 s)", 1),
 ]
 WIDTH, PANEL_HEIGHT, LEFT, TOP, GAP = 720, 150, 70, 40, 40
 
@@ -32,6 +33,11 @@ def main():
     samples, out = sys.argv[1], sys.argv[2]
     title = sys.argv[3] if len(sys.argv) > 3 else "Weir soak"
     rows = list(csv.DictReader(open(samples)))
+    # The CPU panel: the server's CPU time between samples over the time between them.
+    for previous, row in zip([None] + rows, rows):
+        spent = int(row["cpu_seconds"]) - int(previous["cpu_seconds"]) if previous else 0
+        elapsed = int(row["seconds"]) - int(previous["seconds"]) if previous else 1
+        row["cpu"] = spent / elapsed if elapsed else 0
     minutes = [int(r["seconds"]) / 60 for r in rows]
     span = max(minutes[-1], 1e-9)
     plot_width = WIDTH - LEFT - 20
@@ -42,7 +48,7 @@ def main():
         f'<text x="{LEFT}" y="20" font-size="14">{title}</text>',
     ]
     for i, (key, label, scale) in enumerate(PANELS):
-        values = [int(r[key]) * scale for r in rows]
+        values = [float(r[key]) * scale for r in rows]
         top = TOP + i * (PANEL_HEIGHT + GAP)
         ceiling = nice_ceiling(max(values) * 1.1 or 1)
         x = lambda m: LEFT + m / span * plot_width

@@ -140,15 +140,18 @@ EOF
     "${weir_args[@]}" >"$out/pgbench.log" 2>&1 &
 bench=$!
 
-echo "seconds,rss_kib,open_files,threads,data_dir_bytes" >"$out/samples.csv"
+echo "seconds,rss_kib,open_files,threads,data_dir_bytes,cpu_seconds" >"$out/samples.csv"
 start=$(date +%s)
 while kill -0 "$bench" 2>/dev/null; do
     kill -0 "$pid" 2>/dev/null || fail "the server exited (see $out/server.log)"
     rss=$(awk '/^VmRSS/ { print $2 }' "/proc/$pid/status")
     threads=$(awk '/^Threads/ { print $2 }' "/proc/$pid/status")
     files=$(ls "/proc/$pid/fd" | wc -l)
-    bytes=$(du -sb "$out/data" | cut -f1)
-    echo "$(($(date +%s) - start)),$rss,$files,$threads,$bytes" >>"$out/samples.csv"
+    # du says the total also when a file vanished under it (and then fails).
+    bytes=$({ du -sb "$out/data" 2>/dev/null || true; } | cut -f1)
+    # The server's CPU time so far (user + system, in clock ticks: /proc/PID/stat fields 14, 15).
+    ticks=$(awk '{ print $14 + $15 }' "/proc/$pid/stat")
+    echo "$(($(date +%s) - start)),$rss,$files,$threads,$bytes,$((ticks / $(getconf CLK_TCK)))" >>"$out/samples.csv"
     sleep 10
 done
 wait "$bench" || fail "pgbench failed (see $out/pgbench.log)"
@@ -184,8 +187,13 @@ compare rich "SELECT aid, abalance FROM accounts WHERE abalance > 20"
 compare per_bucket "SELECT auction % 1000 AS bucket, count(*) AS bids, sum(price) AS total FROM bids GROUP BY auction % 1000"
 compare bidder_buckets "SELECT DISTINCT bidder % 500 AS b FROM bids"
 compare top_bids "SELECT auction, bidder, price, date_time FROM bids ORDER BY price DESC, date_time, auction, bidder LIMIT 10"
-delivered=$(psql "$pg" -At -c "SELECT coalesce(sum(orders), 0) FROM $pg_table")
-[ "$delivered" -gt 0 ] || fail "the PostgreSQL sink delivered nothing"
+# Sinks deliver a checkpoint after it completes, so a little after FLUSH.
+for _ in $(seq 1 60); do
+    delivered=$(psql "$pg" -At -c "SELECT coalesce(sum(orders), 0) FROM $pg_table")
+    [ "$delivered" -gt 0 ] && break
+    sleep 1
+done
+[ "$delivered" -gt 0 ] || fail "the PostgreSQL sink delivered nothing: $(sql -c "SELECT * FROM weir_catalog.sinks")"
 echo "  the PostgreSQL sink delivered $delivered orders' totals"
 windows=$("$py" - "$kafka" "$topic_windows" <<'EOF2'
 import sys
@@ -211,5 +219,11 @@ for key in ["rss_kib", "open_files", "threads", "data_dir_bytes"]:
     values = [int(r[key]) for r in rows]
     first, last = statistics.median(values[: max(1, n // 2)]), statistics.median(values[-max(1, n // 4):])
     print(f"  {key:15} {first:>14,.0f} -> {last:>14,.0f}  ({last / first if first else 0:.2f}x; max {max(values):,})")
+# The server's share of one core over each part of the run.
+def share(a, b):
+    seconds = int(rows[b]["seconds"]) - int(rows[a]["seconds"])
+    return (int(rows[b]["cpu_seconds"]) - int(rows[a]["cpu_seconds"])) / seconds if seconds else 0
+if n >= 4:
+    print(f"  cpu (cores)     {share(0, n // 2 - 1):>14.2f} -> {share(n - n // 4 - 1, n - 1):>14.2f}")
 EOF
 echo "samples: $out/samples.csv; soak: ok"

@@ -39,7 +39,9 @@ pub(super) fn install() {
                 // every input that holds one, which would fill the log.
                 let place = info.location().map(|l| format!("{}:{}", l.file(), l.line())).unwrap_or_default();
                 if SEEN.lock().map(|mut seen| seen.insert(place)).unwrap_or(false) {
-                    eprintln!("{info} (a panic Weir may catch: a crash only if it is not caught; shown once per place)");
+                    eprintln!(
+                        "{info} (a panic Weir may catch: a crash only if it is not caught; shown once per place)"
+                    );
                 }
             } else {
                 PANICS.fetch_add(1, Ordering::SeqCst);
