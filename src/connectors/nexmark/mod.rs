@@ -130,12 +130,14 @@ impl SourceReader for NexmarkReader {
                     .map(i64::from_be_bytes)
                     .unwrap_or(now - (offset as f64 * 1e6 / rate) as i64)
             });
-            // The events due by now, up to a whole chunk: a slow rate gives small chunks as
-            // its events come due, not one chunk once all of it is due.
+            // The events due by now, up to a whole chunk, once a tenth of a second's worth is
+            // due (or the last of them): a slow rate gives chunks of what fell due, not one
+            // chunk once all of it is due, nor a chunk of an event or two at every read.
             let due = ((now - due_from).max(0) as f64 * rate / 1e6) as u64;
-            if due <= offset {
-                let next_due = due_from.saturating_add(((offset + 1) as f64 * 1e6 / rate).ceil() as i64);
-                let wait = Duration::from_micros((next_due - now).max(1_000) as u64);
+            let least = (offset + (self.rate / 10).max(1)).min(end);
+            if due < least {
+                let least_due = due_from.saturating_add((least as f64 * 1e6 / rate).ceil() as i64);
+                let wait = Duration::from_micros((least_due - now).max(1_000) as u64);
                 return Ok(Chunk::Wait(wait.min(Duration::from_millis(100))));
             }
             end = end.min(due);
@@ -205,15 +207,16 @@ mod tests {
         let ahead = Position { records: 20_000, detail: due_from.to_be_bytes().to_vec() };
         assert!(matches!(restarted.read(&ahead).unwrap(), Chunk::Wait(_)), "events not due yet wait");
         // Events come as they fall due, not once a whole chunk is due (at 2,000 events a
-        // second and the default 100,000-event chunks, the first rows came after 50 s).
-        let half_a_chunk_ago = unix_micros() - 50_000;
-        let started = Position { records: 0, detail: half_a_chunk_ago.to_be_bytes().to_vec() };
-        match reader(1000).read(&started).unwrap() {
+        // second and the default 100,000-event chunks, the first rows came after 50 s), in
+        // chunks of at least a tenth of a second's worth (not one or two events at every read).
+        let at = |micros_ago: i64| Position { records: 0, detail: (unix_micros() - micros_ago).to_be_bytes().to_vec() };
+        assert!(matches!(reader(100).read(&at(50_000)).unwrap(), Chunk::Wait(_)), "5 of 10 events due: wait");
+        match reader(100).read(&at(150_000)).unwrap() {
             Chunk::Rows(rows, next) => {
-                assert!((50..100).contains(&next.records), "{next:?}");
+                assert!((15..100).contains(&next.records), "{next:?}");
                 assert!(rows.num_rows() > 0);
             }
-            _ => panic!("the 50 events due are read"),
+            _ => panic!("the 15 events due are read"),
         }
         // Without a rate the position is only the offset.
         match reader(0).read(&Position::at(0)).unwrap() {
