@@ -7,9 +7,9 @@
 //!   FORMAT UPSERT ENCODE JSON;
 //! ```
 //! Each checkpoint's changes of each sink shard are one Kafka transaction (`transactional.id` =
-//! `<prefix>-<sink id>` for shard 0, `<prefix>-<sink id>-<shard>` for the others, the prefix
-//! `weir-sink` unless `transactional.id.prefix` says otherwise, so several Weir servers can
-//! share a cluster), committed together with the shard's marker: the offset of partition 0 of
+//! the shard's `connectors::sink::identity`, `<prefix>-<sink id>-<token>[-s<shard>]`, the
+//! prefix `weir-sink` unless `transactional.id.prefix` says otherwise; the token keeps sinks of
+//! other servers and data directories apart: ADR 37), committed together with the shard's marker: the offset of partition 0 of
 //! the topic, for the consumer group of the same name, set to the checkpoint's epoch
 //! (`send_offsets_to_transaction`). Reading that group's committed offset says which checkpoint
 //! was delivered last. Consumers with `isolation.level = read_committed` see every change once.
@@ -112,8 +112,7 @@ pub struct KafkaSink {
     topic: String,
     /// The broker and the user's `properties.*`.
     client: ClientConfig,
-    /// `<prefix>-<sink id>` (shard 0) or `<prefix>-<sink id>-<shard>`: the transactional id and
-    /// the marker's consumer group.
+    /// `connectors::sink::identity`: the transactional id and the marker's consumer group.
     identity: String,
     format: Format,
     /// `ENCODE AVRO`: keys and values as Avro through a schema registry (else JSON).
@@ -134,7 +133,7 @@ pub struct KafkaSink {
 impl KafkaSink {
     /// The writer `spec` says (FORMAT PLAIN needs its view append-only), as `options` say.
     pub fn new(options: &ConnectorOptions, spec: &WriterSpec) -> Result<KafkaSink> {
-        let WriterSpec { sink_id, shard, ref schema, append_only, .. } = *spec;
+        let WriterSpec { ref schema, append_only, .. } = *spec;
         options.only_or(OPTIONS, |k| {
             is_passed_through(k)
                 || crate::connectors::avro::registry::OPTIONS.contains(&k)

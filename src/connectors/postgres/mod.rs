@@ -127,7 +127,7 @@ impl PostgresSink {
     /// The writer `spec` says (without `primary_key`, its view must be append-only), as
     /// `options` say.
     pub fn new(options: &ConnectorOptions, spec: &WriterSpec) -> Result<PostgresSink> {
-        let WriterSpec { sink_id, shard, ref schema, append_only, .. } = *spec;
+        let WriterSpec { ref schema, append_only, .. } = *spec;
         options.only(OPTIONS)?;
         let url = options.get("jdbc.url").or_else(|| options.get("url")).ok_or_else(|| {
             invalid("a Postgres sink needs url = 'postgres://...' (or jdbc.url = 'jdbc:postgresql://...')".into())
