@@ -47,6 +47,8 @@ pid="" producer="" bench=""
 cleanup() {
     for p in $bench $producer; do kill "$p" 2>/dev/null || true; done
     [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+    # What the data directory held at the end, by part, before it goes.
+    [ -d "$out/data" ] && { du -sk "$out/data"/* "$out/data"/*/* 2>/dev/null | sort -rn | head -30 >"$out/data-dir.txt" || true; }
     rm -rf "$out/data"
 }
 trap cleanup EXIT
