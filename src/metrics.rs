@@ -271,7 +271,6 @@ pub static SOURCE_RETRIES_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
     )
 });
 
-/// Bytes in the state store (RocksDB's estimate of live data plus memtables), every 5 s.
 /// Bytes of each materialized view's state as stored: its rows and its operators' state tables
 /// (RocksDB's estimate of its files; recent writes still in memory are not counted).
 pub static VIEW_STATE_BYTES: LazyLock<prometheus::IntGaugeVec> = LazyLock::new(|| {
@@ -287,8 +286,21 @@ pub static VIEW_STATE_BYTES: LazyLock<prometheus::IntGaugeVec> = LazyLock::new(|
     )
 });
 
+/// Bytes in the state store (RocksDB's estimate of live data plus memtables), every 5 s.
 pub static STATE_BYTES: LazyLock<IntGauge> =
     LazyLock::new(|| register(IntGauge::new("weir_state_bytes", "Bytes held by the state store").unwrap()));
+
+/// Memory the state store holds, by part (`memtables`, `block_cache`, `table_readers`), every 5 s:
+/// with `weir_operator_memory_bytes`, where a server's resident memory goes.
+pub static STATE_MEMORY_BYTES: LazyLock<prometheus::IntGaugeVec> = LazyLock::new(|| {
+    register(
+        prometheus::IntGaugeVec::new(
+            Opts::new("weir_state_memory_bytes", "Bytes of memory the state store holds, by part"),
+            &["part"],
+        )
+        .unwrap(),
+    )
+});
 
 /// Time to run a statement (until its result starts streaming).
 pub static STATEMENT_SECONDS: LazyLock<Histogram> = LazyLock::new(|| {
@@ -435,6 +447,7 @@ pub fn render() -> String {
     let _ = (&*BARRIER_LATENCY_SECONDS, &*VIEW_FRESHNESS_SECONDS, &*VIEW_EPOCH, &*VIEW_WATERMARK_SECONDS);
     let _ = (&*SOURCE_WATERMARK_SECONDS, &*WATERMARK_LAG_SECONDS, &*LATE_ROWS_TOTAL, &*OPERATOR_MEMORY_BYTES);
     let _ = (&*OPEN_WINDOWS, &*SOURCE_ROWS_TOTAL, &*SOURCE_DEAD_LETTERS_TOTAL, &*SOURCE_RETRIES_TOTAL, &*STATE_BYTES);
+    let _ = &*STATE_MEMORY_BYTES;
     let _ = (&*STATEMENT_SECONDS, &*CHECKPOINTS_TOTAL, &*CHECKPOINT_SECONDS, &*CHECKPOINT_ALIGNMENT_SECONDS);
     let _ = (&*CHECKPOINT_SNAPSHOT_SECONDS, &*CHECKPOINT_HELD_BYTES, &*CHECKPOINT_UPLOADED_BYTES_TOTAL, &*DISK_FULL);
     let _ = (&*CHECKPOINT_LAST_COMPLETE_EPOCH, &*RECOVERY_SECONDS, &*SINK_CHECKPOINTS_DELIVERED_TOTAL);

@@ -266,6 +266,9 @@ pub async fn run(config: Config) -> Result<()> {
     tokio::spawn(async move {
         loop {
             metrics::STATE_BYTES.set(sized.approximate_bytes() as i64);
+            for (part, bytes) in sized.memory_bytes() {
+                metrics::STATE_MEMORY_BYTES.with_label_values(&[part]).set(bytes as i64);
+            }
             tokio::time::sleep(std::time::Duration::from_secs(5)).await;
         }
     });
