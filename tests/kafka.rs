@@ -134,6 +134,45 @@ async fn aborted_transactions_are_never_read() {
     assert_eq!(rows(&c, "SELECT count(*) FROM tx WHERE id >= 100").await, ["0"]);
 }
 
+/// A source read in chunks of at most seven messages, with a bad message and an aborted
+/// transaction among them. Reading it back (a SELECT, a new view's backfill) takes consecutive
+/// chunks together in one pass over the topic: every good message comes back once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_of_many_small_chunks_reads_back_every_message_once() {
+    let topic = topic("small_chunks", 2).await;
+    let p = producer(Some(&format!("weir-test-{topic}")));
+    p.init_transactions(TIMEOUT).unwrap();
+    p.begin_transaction().unwrap();
+    let mut first = bids(0, 100, 2);
+    first.insert(40, (1, "not json".into()));
+    send(&p, &topic, &first);
+    p.commit_transaction(TIMEOUT).unwrap();
+    p.begin_transaction().unwrap();
+    send(&p, &topic, &bids(1000, 20, 2));
+    p.abort_transaction(TIMEOUT).unwrap();
+    p.begin_transaction().unwrap();
+    send(&p, &topic, &bids(100, 50, 2));
+    p.commit_transaction(TIMEOUT).unwrap();
+
+    let server = TestServer::start();
+    let c = server.connect().await;
+    c.batch_execute(&source_sql("s", &topic, ", kafka.max.chunk.size = '7'")).await.unwrap();
+    let sum: i64 = (0..150).map(|i| i * 3).sum();
+    eventually(&c, "SELECT count(*), count(DISTINCT id), max(id), sum(price) FROM s", &format!("150|150|149|{sum}"))
+        .await;
+    assert_eq!(rows(&c, "SELECT count(DISTINCT (_kafka_partition, _kafka_offset)) FROM s").await, ["150"]);
+    assert_eq!(rows(&c, "SELECT count(*) FROM weir_catalog.dead_letters WHERE source_name = 's'").await, ["1"]);
+    c.batch_execute("CREATE MATERIALIZED VIEW per_auction AS SELECT auction, count(*) AS n, sum(price) AS volume FROM s GROUP BY auction")
+        .await
+        .unwrap();
+    c.batch_execute("FLUSH").await.unwrap();
+    assert_eq!(
+        rows(&c, "SELECT * FROM per_auction ORDER BY auction").await,
+        rows(&c, "SELECT auction, count(*), sum(price) FROM s GROUP BY auction ORDER BY auction").await
+    );
+    assert_eq!(rows(&c, "SELECT sum(n) FROM per_auction").await, ["150"]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_source_fails_clearly_without_a_broker_or_a_topic() {
     let server = TestServer::start();

@@ -85,7 +85,16 @@ impl ChunkEntry {
 pub trait Replay: Send {
     /// The user columns of the rows from position `from` to position `to`, as they were read.
     fn rows(&mut self, from: &Position, to: &Position) -> Result<RecordBatch>;
+
+    /// The user columns of each of `ranges` (consecutive chunks, in order), one batch each.
+    fn rows_of(&mut self, ranges: &[(&Position, &Position)]) -> Result<Vec<RecordBatch>>;
 }
+
+/// [`stream_rows`] asks the connector for consecutive chunks together, up to this many chunks
+/// or this many records (at least one chunk): a connector whose every read is a round trip
+/// (Kafka) then reads an hour of small chunks in a few hundred reads, not tens of thousands.
+const CHUNKS_PER_READ: usize = 256;
+const RECORDS_PER_READ: u64 = 20_000;
 
 /// Opens the connector of a replayed source for [`Replay`].
 pub type OpenReplay = fn(&Relation) -> Result<Box<dyn Replay>>;
@@ -122,25 +131,71 @@ fn chunks(relation: &Relation, store: &dyn StateStore) -> Result<Vec<ChunkEntry>
 }
 
 /// Every row of replayed source `relation` (user columns), produced again by its connector
-/// from the chunk log as `store` holds it now, handed to `emit` a chunk at a time (memory is a
-/// chunk, however many there are) until it says stop. Blocking.
+/// from the chunk log as `store` holds it now, handed to `emit` a chunk at a time until it says
+/// stop. Chunks are read a group at a time ([`CHUNKS_PER_READ`], [`RECORDS_PER_READ`]): memory
+/// is a group, however many chunks there are. Blocking.
 pub fn stream_rows(
     relation: &Relation,
     store: &dyn StateStore,
     emit: &mut dyn FnMut(RecordBatch) -> Result<ScanControl>,
 ) -> Result<()> {
     let mut connector = open(relation)?;
-    for c in chunks(relation, store)? {
-        let rows = rows::rows_stamped_at(relation, &connector.rows(&c.from, &c.to)?, c.stamp)?;
-        if emit(rows)? == ScanControl::Stop {
-            break;
+    let chunks = chunks(relation, store)?;
+    let mut rest = &chunks[..];
+    while !rest.is_empty() {
+        let group = read_group(rest);
+        let ranges: Vec<(&Position, &Position)> = rest[..group].iter().map(|c| (&c.from, &c.to)).collect();
+        let batches = connector.rows_of(&ranges)?;
+        for (c, batch) in rest[..group].iter().zip(&batches) {
+            if emit(rows::rows_stamped_at(relation, batch, c.stamp)?)? == ScanControl::Stop {
+                return Ok(());
+            }
         }
+        rest = &rest[group..];
     }
     Ok(())
+}
+
+/// How many of `chunks`' first chunks one read takes: consecutive ones (each starting where
+/// the one before ended) within the limits, at least one.
+fn read_group(chunks: &[ChunkEntry]) -> usize {
+    let mut records = 0;
+    let mut n = 0;
+    while n < chunks.len() && n < CHUNKS_PER_READ {
+        let c = &chunks[n];
+        records += c.to.records.saturating_sub(c.from.records);
+        if n > 0 && (records > RECORDS_PER_READ || chunks[n - 1].to != c.from) {
+            break;
+        }
+        n += 1;
+    }
+    n.max(1)
 }
 
 /// The rows of one chunk of replayed source `relation`, produced again by its connector: how
 /// the change log replays a chunk. Blocking.
 pub fn chunk_rows(relation: &Relation, chunk: &ChunkEntry) -> Result<RecordBatch> {
     rows::rows_stamped_at(relation, &open(relation)?.rows(&chunk.from, &chunk.to)?, chunk.stamp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunk(from: u64, to: u64) -> ChunkEntry {
+        ChunkEntry { from: Position::at(from), to: Position::at(to), stamp: 0 }
+    }
+
+    /// Consecutive chunks are read together up to the limits; a gap in the log, the record
+    /// budget or the chunk count ends a group; one chunk larger than the budget is still read.
+    #[test]
+    fn consecutive_chunks_are_read_together_within_the_limits() {
+        let small: Vec<ChunkEntry> = (0..1000).map(|i| chunk(i * 5, i * 5 + 5)).collect();
+        assert_eq!(read_group(&small), CHUNKS_PER_READ);
+        assert_eq!(read_group(&[chunk(0, 5), chunk(5, 9), chunk(10, 12)]), 2);
+        let budget = RECORDS_PER_READ;
+        assert_eq!(read_group(&[chunk(0, budget - 1), chunk(budget - 1, budget + 1)]), 1);
+        assert_eq!(read_group(&[chunk(0, 3 * budget), chunk(3 * budget, 3 * budget + 1)]), 1);
+        assert_eq!(read_group(&[chunk(0, 1)]), 1);
+    }
 }

@@ -87,6 +87,12 @@ pub trait SourceReader: Send {
         Err(crate::error::WeirError::internal("this connector cannot produce its rows again"))
     }
 
+    /// The rows of each of `ranges` (consecutive chunks, in order) again, one batch per range.
+    /// A connector for which each read is a round trip (Kafka) reads them in one pass.
+    fn replay_many(&mut self, ranges: &[(&Position, &Position)]) -> Result<Vec<RecordBatch>> {
+        ranges.iter().map(|(from, to)| self.replay(from, to)).collect()
+    }
+
     /// The records that could not be decoded while reading the last chunk of rows; they are
     /// stored with that chunk.
     fn take_dead_letters(&mut self) -> Vec<DeadLetter> {

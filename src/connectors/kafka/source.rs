@@ -148,6 +148,9 @@ pub struct KafkaReader {
     timeout: Duration,
     /// The consumer and the offsets it is assigned at (the next to read, by partition).
     consumer: Option<(NotingConsumer, Offsets)>,
+    /// The consumer that reads logged chunks again, kept between reads (a new one per chunk
+    /// costs a connection and a metadata round trip each).
+    replay_consumer: Option<NotingConsumer>,
     last_refresh: Instant,
     /// How often the position is committed to the consumer group `weir-<topic>`, for
     /// monitoring tools (never read back: a restart goes on from the checkpoint); zero: never.
@@ -295,6 +298,7 @@ impl KafkaReader {
             registry_failures: 0,
             timeout: Duration::from_millis(options.u64_or("kafka.timeout.ms", 10_000)?.max(1)),
             consumer: None,
+            replay_consumer: None,
             last_refresh: Instant::now(),
             group_commit: Duration::from_millis(options.u64_or("kafka.group.commit.ms", 1_000)?),
             last_group_commit: Instant::now(),
@@ -790,19 +794,59 @@ impl SourceReader for KafkaReader {
 
     /// The messages from `from`'s offsets up to `to`'s, read again.
     fn replay(&mut self, from: &Position, to: &Position) -> Result<RecordBatch> {
-        let (start, end) = (offsets::offsets(from)?, offsets::offsets(to)?);
-        tracing::debug!(topic = %self.topic, from = ?start, to = ?end, "chunk read again");
-        let consumer = self.consumer()?;
+        let records = self.read_again(&[(from, to)])?.pop().unwrap_or_default();
+        self.rows(records, false)
+    }
+
+    /// Consecutive chunks read again in one pass over the topic.
+    fn replay_many(&mut self, ranges: &[(&Position, &Position)]) -> Result<Vec<RecordBatch>> {
+        self.read_again(ranges)?.into_iter().map(|records| self.rows(records, false)).collect()
+    }
+
+    fn take_dead_letters(&mut self) -> Vec<DeadLetter> {
+        std::mem::take(&mut self.dead)
+    }
+}
+
+impl KafkaReader {
+    /// The messages of each of `ranges` (from one position's offsets up to another's), read
+    /// again with one assignment of every partition from the first range's offset to the last
+    /// one's: consecutive chunks cost one pass, not a round trip each. A message goes to the
+    /// range whose offsets hold it; one no range holds (between ranges not consecutive) is
+    /// passed over.
+    fn read_again(&mut self, ranges: &[(&Position, &Position)]) -> Result<Vec<Vec<Record>>> {
+        // Per partition, each range's offsets [first, last) and its index, in offset order.
+        let mut bounds: BTreeMap<i32, Vec<(i64, i64, usize)>> = BTreeMap::new();
+        for (i, (from, to)) in ranges.iter().enumerate() {
+            let (start, end) = (offsets::offsets(from)?, offsets::offsets(to)?);
+            for (&partition, &last) in &end {
+                // A partition found during the chunk starts where the chunk first read it.
+                let first = start.get(&partition).copied().unwrap_or(0);
+                if first < last {
+                    bounds.entry(partition).or_default().push((first, last, i));
+                }
+            }
+        }
+        for list in bounds.values_mut() {
+            list.sort_unstable();
+        }
+        tracing::debug!(topic = %self.topic, chunks = ranges.len(), "chunks read again");
+        let mut records: Vec<Vec<Record>> = ranges.iter().map(|_| Vec::new()).collect();
+        if bounds.is_empty() {
+            return Ok(records);
+        }
+        let consumer = match self.replay_consumer.take() {
+            Some(consumer) => consumer,
+            None => self.consumer()?,
+        };
+        let broker = |e: &KafkaError| broker_error(&self.topic, e, &consumer.context().failures);
         let mut list = TopicPartitionList::new();
         let mut wanted: BTreeMap<i32, i64> = BTreeMap::new();
-        for (&partition, &last) in &end {
-            // A partition found during the chunk starts where the chunk first read it.
-            let first = start.get(&partition).copied().unwrap_or(0);
-            if first < last {
-                list.add_partition_offset(&self.topic, partition, Offset::Offset(first))
-                    .map_err(|e| broker_error(&self.topic, &e, &consumer.context().failures))?;
-                wanted.insert(partition, last);
-            }
+        for (&partition, ranges) in &bounds {
+            let first = ranges.iter().map(|r| r.0).min().unwrap_or(0);
+            let last = ranges.iter().map(|r| r.1).max().unwrap_or(0);
+            list.add_partition_offset(&self.topic, partition, Offset::Offset(first)).map_err(|e| broker(&e))?;
+            wanted.insert(partition, last);
         }
         let gone = |why: String| {
             WeirError::new(
@@ -810,9 +854,8 @@ impl SourceReader for KafkaReader {
                 format!("Kafka topic \"{}\": messages of a logged chunk cannot be read again: {why}", self.topic),
             )
         };
-        consumer.assign(&list).map_err(|e| broker_error(&self.topic, &e, &consumer.context().failures))?;
+        consumer.assign(&list).map_err(|e| broker(&e))?;
         let deadline = Instant::now() + self.timeout;
-        let mut records = Vec::new();
         while !wanted.is_empty() {
             if Instant::now() >= deadline {
                 return Err(gone(format!("partitions {:?} did not reach their offsets in time", wanted.keys())));
@@ -822,8 +865,10 @@ impl SourceReader for KafkaReader {
                 Some(Ok(m)) => {
                     let (partition, offset) = (m.partition(), m.offset());
                     if let Some(&last) = wanted.get(&partition) {
-                        if offset < last {
-                            records.push(record_of(&m));
+                        let ranges = &bounds[&partition];
+                        let at = ranges.partition_point(|r| r.1 <= offset);
+                        if let Some(&(_, _, i)) = ranges.get(at).filter(|r| r.0 <= offset) {
+                            records[i].push(record_of(&m));
                         }
                         if offset + 1 >= last {
                             wanted.remove(&partition);
@@ -832,7 +877,7 @@ impl SourceReader for KafkaReader {
                 }
                 Some(Err(KafkaError::PartitionEOF(partition))) => {
                     if let Some(last) = wanted.get(&partition) {
-                        // At its end before the chunk's last offset: only control records
+                        // At its end before the last offset wanted: only control records
                         // (transaction markers) can lie between, or the messages are gone.
                         let position = consumer.position().ok().and_then(|p| {
                             p.find_partition(&self.topic, partition).and_then(|e| match e.offset() {
@@ -847,13 +892,11 @@ impl SourceReader for KafkaReader {
                         }
                     }
                 }
-                Some(Err(e)) => return Err(broker_error(&self.topic, &e, &consumer.context().failures)),
+                Some(Err(e)) => return Err(broker(&e)),
             }
         }
-        self.rows(records, false)
-    }
-
-    fn take_dead_letters(&mut self) -> Vec<DeadLetter> {
-        std::mem::take(&mut self.dead)
+        // Kept for the next read only after one that went well.
+        self.replay_consumer = Some(consumer);
+        Ok(records)
     }
 }
