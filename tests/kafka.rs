@@ -173,6 +173,40 @@ async fn a_source_of_many_small_chunks_reads_back_every_message_once() {
     assert_eq!(rows(&c, "SELECT sum(n) FROM per_auction").await, ["150"]);
 }
 
+/// JSON values into declared column types, over the wire: a number or boolean in a text column
+/// is read as its text; NUMERIC follows PostgreSQL (a string or a number, exponents, rounded
+/// half away from zero to the declared scale), and a value beyond its precision is a dead letter
+/// saying so, the other messages read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_values_are_read_into_text_and_numeric_columns_as_postgres_reads_them() {
+    let topic = topic("json_types", 1).await;
+    let messages = [
+        r#"{"id": 1, "name": 42, "flag": true, "amount": 12.345}"#,
+        r#"{"id": 2, "name": "x", "flag": null, "amount": "-0.005"}"#,
+        r#"{"id": 3, "name": "y", "flag": "f", "amount": 1e3}"#,
+        r#"{"id": 4, "name": "z", "flag": "t", "amount": 123456789012}"#,
+        r#"{"id": 5, "name": 1.5, "flag": false, "amount": "2.5E-1"}"#,
+    ];
+    send(&producer(None), &topic, &messages.iter().map(|m| (0, m.to_string())).collect::<Vec<_>>());
+    let server = TestServer::start();
+    let c = server.connect().await;
+    c.batch_execute(&format!(
+        "CREATE SOURCE j (id BIGINT, name VARCHAR, flag TEXT, amount NUMERIC(10, 2)) WITH (connector = 'kafka', \
+         topic = '{topic}', properties.bootstrap.server = '{}') FORMAT PLAIN ENCODE JSON",
+        kafka_bootstrap()
+    ))
+    .await
+    .unwrap();
+    eventually(&c, "SELECT count(*) FROM j", "4").await;
+    assert_eq!(
+        rows(&c, "SELECT id, name, flag, amount FROM j ORDER BY id").await,
+        ["1|42|true|12.35", "2|x|NULL|-0.01", "3|y|f|1000.00", "5|1.5|false|0.25"]
+    );
+    let dead = rows(&c, "SELECT error FROM weir_catalog.dead_letters WHERE source_name = 'j'").await;
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert!(dead[0].contains("numeric field overflow") && dead[0].contains("123456789012"), "{dead:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_source_fails_clearly_without_a_broker_or_a_topic() {
     let server = TestServer::start();
