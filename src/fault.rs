@@ -17,6 +17,9 @@
 //! - `view.state_write`: a view's write of an epoch's operator state, off its thread;
 //! - `view.commit`: a view's own work at a commit (after its operators took the epoch), as a
 //!   value its late-rows table refuses would fail it.
+//! - `store.read_only`: a view's or sink's write to the store, refused as by a file system
+//!   turned read-only while the data directory itself takes writes again (a volume remounted
+//!   read-write under the server, which a real ext4 refuses after an error).
 //!
 //! [`delay`] points neither abort nor fail: every pass waits there, so a test can widen a
 //! window a race would need:

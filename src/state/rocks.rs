@@ -257,7 +257,13 @@ impl StateStore for RocksStore {
 
     fn write_waiting(&self, batch: WriteBatch) -> Result<()> {
         let mut batch = Some(batch);
-        self.until_space("a view's or sink's commit", || self.write_attempt(&mut batch))
+        self.until_space("a view's or sink's commit", || {
+            if crate::fault::fails("store.read_only") {
+                // What RocksDB reports once the file system turned read-only under it.
+                return Err(std::io::Error::from_raw_os_error(libc::EROFS).into());
+            }
+            self.write_attempt(&mut batch)
+        })
     }
 }
 
