@@ -9,6 +9,8 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::TestServer;
@@ -87,22 +89,54 @@ impl Mount {
     fn path(&self) -> &Path {
         self.mountpoint.as_deref().unwrap_or(self.dir.path())
     }
+}
 
-    /// Fills the file system with `filler` until a write fails for want of space.
-    fn fill(&self, filler: &Path) {
-        use std::io::Write;
-        let mut f = std::fs::File::create(filler).unwrap();
-        let chunk = vec![0xABu8; 1 << 16];
-        loop {
-            match f.write_all(&chunk) {
-                Ok(()) => {}
-                Err(e) if e.raw_os_error() == Some(28) => break,
-                Err(e) => panic!("filling the file system: {e}"),
+/// Keeps the file system full, as other writers on a full disk would: a file beside the data
+/// grown until a write fails for want of space, and grown again whenever space comes back
+/// (RocksDB gives back what it had reserved for a file when it finishes or deletes it, which
+/// would otherwise let writes through again at a moment the test cannot choose). `release`
+/// stops it and removes the file: space returns.
+struct Filler {
+    path: PathBuf,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Filler {
+    fn start(path: PathBuf) -> Filler {
+        let mut file = std::fs::File::create(&path).unwrap();
+        fill_up(&mut file);
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            while !stopped.load(Ordering::SeqCst) {
+                fill_up(&mut file);
+                std::thread::sleep(Duration::from_millis(20));
             }
-        }
-        // What a page or two is left of, too.
-        while f.write_all(&[0u8; 512]).is_ok() {}
+        });
+        Filler { path, stop, thread: Some(thread) }
     }
+
+    fn release(mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.thread.take().unwrap().join().expect("the filler");
+        std::fs::remove_file(&self.path).unwrap();
+    }
+}
+
+/// Writes to `file` until a write fails for want of space.
+fn fill_up(file: &mut std::fs::File) {
+    use std::io::Write;
+    let chunk = vec![0xABu8; 1 << 16];
+    loop {
+        match file.write_all(&chunk) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(28) => break,
+            Err(e) => panic!("filling the file system: {e}"),
+        }
+    }
+    // What a page or two is left of, too.
+    while file.write_all(&[0u8; 512]).is_ok() {}
 }
 
 impl Drop for Mount {
@@ -201,14 +235,13 @@ async fn a_full_disk_refuses_writes_serves_reads_and_resumes_when_space_returns(
     let (mut server, c, mut next, mut acknowledged) =
         start_with_orders(&data, &["--checkpoint-interval", "500ms"]).await;
 
-    let filler = mount.path().join("filler");
-    mount.fill(&filler);
+    let filler = Filler::start(mount.path().join("filler"));
     let refused = insert_until_refused(&c, &mut next, &mut acknowledged).await;
     assert_refused_while_reads_go_on(&mut server, &c, refused, "full", &acknowledged).await;
     common::assert_sqlstate(&c, "CREATE TABLE other (x INT)", "53100").await;
 
     // Space returns: writing resumes without a restart.
-    std::fs::remove_file(&filler).unwrap();
+    filler.release();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         match insert(&c, next).await {
