@@ -83,10 +83,8 @@ impl ChunkEntry {
 
 /// A replayed source's connector, opened to produce rows again.
 pub trait Replay: Send {
-    /// The user columns of the rows from position `from` to position `to`, as they were read.
-    fn rows(&mut self, from: &Position, to: &Position) -> Result<RecordBatch>;
-
-    /// The user columns of each of `ranges` (consecutive chunks, in order), one batch each.
+    /// The user columns of the rows of each of `ranges` (from one position to another;
+    /// consecutive chunks, in order), as they were read: one batch per range.
     fn rows_of(&mut self, ranges: &[(&Position, &Position)]) -> Result<Vec<RecordBatch>>;
 }
 
@@ -146,6 +144,14 @@ pub fn stream_rows(
         let group = read_group(rest);
         let ranges: Vec<(&Position, &Position)> = rest[..group].iter().map(|c| (&c.from, &c.to)).collect();
         let batches = connector.rows_of(&ranges)?;
+        if batches.len() != group {
+            return Err(WeirError::internal(format!(
+                "source \"{}\": {} chunks read again gave {} batches",
+                relation.def.name,
+                group,
+                batches.len()
+            )));
+        }
         for (c, batch) in rest[..group].iter().zip(&batches) {
             if emit(rows::rows_stamped_at(relation, batch, c.stamp)?)? == ScanControl::Stop {
                 return Ok(());
@@ -175,7 +181,10 @@ fn read_group(chunks: &[ChunkEntry]) -> usize {
 /// The rows of one chunk of replayed source `relation`, produced again by its connector: how
 /// the change log replays a chunk. Blocking.
 pub fn chunk_rows(relation: &Relation, chunk: &ChunkEntry) -> Result<RecordBatch> {
-    rows::rows_stamped_at(relation, &open(relation)?.rows(&chunk.from, &chunk.to)?, chunk.stamp)
+    let batch = open(relation)?.rows_of(&[(&chunk.from, &chunk.to)])?.pop().ok_or_else(|| {
+        WeirError::internal(format!("source \"{}\": a chunk read again gave no batch", relation.def.name))
+    })?;
+    rows::rows_stamped_at(relation, &batch, chunk.stamp)
 }
 
 #[cfg(test)]

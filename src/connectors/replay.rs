@@ -15,10 +15,6 @@ use crate::error::{Result, WeirError};
 struct Replaying(Box<dyn SourceReader>);
 
 impl Replay for Replaying {
-    fn rows(&mut self, from: &Position, to: &Position) -> Result<RecordBatch> {
-        self.0.replay(from, to)
-    }
-
     fn rows_of(&mut self, ranges: &[(&Position, &Position)]) -> Result<Vec<RecordBatch>> {
         self.0.replay_many(ranges)
     }

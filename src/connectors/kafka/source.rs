@@ -843,8 +843,8 @@ impl KafkaReader {
         let mut list = TopicPartitionList::new();
         let mut wanted: BTreeMap<i32, i64> = BTreeMap::new();
         for (&partition, ranges) in &bounds {
-            let first = ranges.iter().map(|r| r.0).min().unwrap_or(0);
-            let last = ranges.iter().map(|r| r.1).max().unwrap_or(0);
+            // Sorted and not overlapping: the first range starts the pass, the last ends it.
+            let (first, last) = (ranges[0].0, ranges[ranges.len() - 1].1);
             list.add_partition_offset(&self.topic, partition, Offset::Offset(first)).map_err(|e| broker(&e))?;
             wanted.insert(partition, last);
         }
