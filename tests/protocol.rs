@@ -142,6 +142,12 @@ async fn prepared_statements_with_parameters() {
     assert_eq!(err.code().unwrap().code(), "42P01");
     let err = c.query("SELECT 1 / $1", &[&0i64]).await.unwrap_err();
     assert_eq!(err.code().unwrap().code(), "22012");
+    // A parameter no Bind can carry (its count is an Int16) is refused as Postgres refuses $0;
+    // it once made the server allocate a slot per number up to it, and abort (found by fuzzing).
+    for (sql, code) in [("SELECT $7580736854775807 - 2", "42P02"), ("SELECT $70000", "42P02"), ("SELECT $0", "42601")] {
+        let err = c.prepare(sql).await.unwrap_err();
+        assert_eq!(err.code().map(|c| c.code()), Some(code), "{sql}: {err:?}");
+    }
     c.query_one("SELECT 1", &[]).await.unwrap();
 }
 

@@ -326,6 +326,9 @@ async fn run_path(session: &Session, statement: Statement) -> Result<String> {
         .to_string())
 }
 
+/// The most parameters a statement may have: a Bind message's count is an Int16.
+const MAX_PARAMETERS: usize = 65535;
+
 pub async fn describe(session: &Session, statement: &Statement) -> Result<StatementDescription> {
     let returns_rows = dml_tag(statement).is_none();
     let (logical, client_columns) = plan_for_client(session, statement.clone()).await?;
@@ -335,6 +338,14 @@ pub async fn describe(session: &Session, statement: &Statement) -> Result<Statem
         .filter_map(|(name, ty)| name.trim_start_matches('$').parse::<usize>().ok().map(|i| (i, ty)))
         .collect();
     params.sort_by_key(|(i, _)| *i);
+    // A Bind carries at most 65535 values (its count is an Int16), so a higher $n could never
+    // be bound; refused as Postgres refuses $0 (and before a vector of $n slots is made).
+    if let Some((i, _)) = params.iter().find(|(i, _)| *i == 0 || *i > MAX_PARAMETERS) {
+        return Err(crate::error::WeirError::new(
+            crate::error::SqlState("42P02"),
+            format!("there is no parameter ${i}"),
+        ));
+    }
     // $n may be used without $1..$n-1; fill the gaps so positions line up.
     let count = params.last().map(|(i, _)| *i).unwrap_or(0);
     let mut parameters = vec![None; count];
@@ -343,13 +354,13 @@ pub async fn describe(session: &Session, statement: &Statement) -> Result<Statem
     }
     // DataFusion leaves `$1::timestamp` untyped; Postgres types it by the cast.
     for (i, ty) in cast_parameter_types(&logical)? {
-        if let Some(slot) = parameters.get_mut(i - 1) {
+        if let Some(slot) = i.checked_sub(1).and_then(|i| parameters.get_mut(i)) {
             slot.get_or_insert(ty);
         }
     }
     let mut parameter_casts = vec![None; parameters.len()];
     for (n, sql_type) in crate::frontend::parser::placeholder_casts(statement) {
-        if let Some(slot) = parameter_casts.get_mut(n - 1) {
+        if let Some(slot) = n.checked_sub(1).and_then(|i| parameter_casts.get_mut(i)) {
             *slot = Some(sql_type);
         }
     }
