@@ -2,7 +2,8 @@
 # Installs what building and testing Weir needs on Debian, from Debian's packages and PyPI.
 # Idempotent: installs only what is missing. Needs root (or sudo).
 #
-#   scripts/install-deps.sh build   # what `cargo build` needs: libclang (bindgen for RocksDB)
+#   scripts/install-deps.sh build   # what `cargo build` needs: libclang (bindgen for RocksDB),
+#                                   # protoc (the etcd client's gRPC code is made at build time)
 #   scripts/install-deps.sh test    # plus the clients the tests drive (psql, psycopg, pgjdbc,
 #                                   # node-postgres) and
 #                                   # the servers they talk to (an S3-compatible one: moto; a
@@ -22,7 +23,12 @@ need_deb make
 # OpenSSL is built from source for librdkafka and the Postgres sink (ADR 32): its Configure is Perl.
 need_deb perl
 need_deb openssl
+# etcd-client compiles etcd's .proto files in its build script (prost-build runs protoc).
+need_deb protobuf-compiler
 if [ "$what" = test ]; then
+  # The cluster tests' coordination service (scripts/etcd-server.sh).
+  need_deb etcd-server
+  need_deb etcd-client
   need_deb postgresql-client
   need_deb postgresql
   need_deb libpostgresql-jdbc-java

@@ -2,7 +2,7 @@
 # Runs Weir's whole test suite: installs what it needs, then `cargo test`.
 # Every test starts its own Weir server on a free loopback port with a temporary data directory;
 # the services they read from and write to (an S3-compatible server, a Kafka-compatible broker,
-# PostgreSQL) are started here, on 127.0.0.1.
+# PostgreSQL, etcd for the cluster) are started here, on 127.0.0.1.
 # Arguments go to `cargo test` (e.g. scripts/test.sh --test slt). Ends with one summary line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,9 +11,10 @@ scripts/install-deps.sh test
 WEIR_TEST_S3_ENDPOINT=$(scripts/s3-server.sh start)
 WEIR_TEST_KAFKA=$(scripts/kafka-server.sh start)
 WEIR_TEST_POSTGRES=$(scripts/pg-server.sh start)
-export WEIR_TEST_S3_ENDPOINT WEIR_TEST_KAFKA WEIR_TEST_POSTGRES
+WEIR_TEST_ETCD=$(scripts/etcd-server.sh start)
+export WEIR_TEST_S3_ENDPOINT WEIR_TEST_KAFKA WEIR_TEST_POSTGRES WEIR_TEST_ETCD
 log=$(mktemp)
-trap 'rm -f "$log"; scripts/s3-server.sh stop; scripts/kafka-server.sh stop; scripts/pg-server.sh stop' EXIT
+trap 'rm -f "$log"; scripts/s3-server.sh stop; scripts/kafka-server.sh stop; scripts/pg-server.sh stop; scripts/etcd-server.sh stop' EXIT
 status=0
 cargo test --locked --no-fail-fast --all-targets "$@" 2>&1 | tee "$log" || status=$?
 # Each fuzz target briefly, when their instrumented build is at hand: built cold it takes about

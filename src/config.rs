@@ -337,7 +337,90 @@ pub struct Config {
     pub shutdown_timeout: std::time::Duration,
     /// The directory secret references may read files from (`catalog::secrets`).
     pub secrets_dir: PathBuf,
+    /// Cluster mode (`--cluster`); `None`: one process, as without it.
+    pub cluster: Option<ClusterConfig>,
 }
+
+/// How this node joins a cluster (`crate::cluster`, ADR 38).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterConfig {
+    /// etcd's client endpoints, `host:port`.
+    pub endpoints: Vec<String>,
+    /// Every key the cluster keeps in etcd starts with this (`/weir/<name>/`), so several
+    /// clusters can share one etcd.
+    pub prefix: String,
+    /// This node's name, stable across its restarts.
+    pub node_id: String,
+    /// Where other nodes and clients reach this node's Postgres wire (`host:port`).
+    pub advertise: String,
+    /// The node's etcd lease: a node not heard from for this long is gone, its vnodes given to
+    /// others.
+    pub lease: std::time::Duration,
+}
+
+impl ClusterConfig {
+    /// From `--cluster etcd://host:port[,host:port...][/name]`, `--node-id`, `--advertise` (a
+    /// host; the port is the Postgres listen port) and `--cluster-lease`.
+    pub fn parse(
+        url: &str,
+        node_id: Option<&str>,
+        advertise: Option<&str>,
+        listen: SocketAddr,
+        lease: Option<std::time::Duration>,
+    ) -> Result<ClusterConfig> {
+        let bad = |why: String| WeirError::new(crate::error::SqlState("F0000"), why);
+        let rest = url
+            .strip_prefix("etcd://")
+            .ok_or_else(|| bad(format!("--cluster: expected etcd://host:port[,host:port...][/name], got {url}")))?;
+        let (hosts, name) = match rest.split_once('/') {
+            Some((hosts, name)) => (hosts, name.trim_matches('/')),
+            None => (rest, ""),
+        };
+        let name = if name.is_empty() { "default" } else { name };
+        if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+            return Err(bad(format!("--cluster: the cluster name may hold letters, digits, - and _: {name}")));
+        }
+        let endpoints: Vec<String> =
+            hosts.split(',').map(str::trim).filter(|h| !h.is_empty()).map(String::from).collect();
+        if endpoints.is_empty() || endpoints.iter().any(|e| !e.contains(':')) {
+            return Err(bad(format!("--cluster: every etcd endpoint is host:port: {url}")));
+        }
+        let node_id = node_id
+            .ok_or_else(|| bad("--cluster needs --node-id: a name for this node, stable across its restarts".into()))?;
+        if node_id.is_empty()
+            || node_id.len() > 63
+            || !node_id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+        {
+            return Err(bad(format!("--node-id: 1 to 63 letters, digits, '-', '_' or '.': {node_id:?}")));
+        }
+        let host = match advertise {
+            Some(host) if !host.is_empty() => host.to_string(),
+            _ if !listen.ip().is_unspecified() => listen.ip().to_string(),
+            _ => {
+                return Err(bad(format!(
+                    "--cluster with --listen {listen} needs --advertise: the host other nodes and clients reach this one at"
+                )))
+            }
+        };
+        let lease = lease.unwrap_or(std::time::Duration::from_secs(DEFAULT_CLUSTER_LEASE_SECONDS));
+        if lease < std::time::Duration::from_secs(2) || lease.subsec_nanos() != 0 {
+            return Err(bad(format!(
+                "--cluster-lease: whole seconds, at least 2 (etcd's shortest lease), got {lease:?}"
+            )));
+        }
+        Ok(ClusterConfig {
+            endpoints,
+            prefix: format!("/weir/{name}/"),
+            node_id: node_id.to_string(),
+            advertise: format!("{host}:{}", listen.port()),
+            lease,
+        })
+    }
+}
+
+/// How long a node may go unheard before etcd ends its lease (and the cluster gives its vnodes
+/// to others).
+pub const DEFAULT_CLUSTER_LEASE_SECONDS: u64 = 2;
 
 /// How log lines are written: for people, or one JSON object a line for a log pipeline (each
 /// with the view, source or sink it concerns, from the span its task runs in).
@@ -384,6 +467,11 @@ pub struct Overrides {
     pub drain_timeout_ms: Option<u64>,
     pub shutdown_timeout_ms: Option<u64>,
     pub secrets_dir: Option<PathBuf>,
+    /// `--cluster etcd://...` and the flags that go with it.
+    pub cluster: Option<String>,
+    pub node_id: Option<String>,
+    pub advertise: Option<String>,
+    pub cluster_lease: Option<std::time::Duration>,
 }
 
 impl Config {
@@ -409,8 +497,19 @@ impl Config {
         checkpoint.keep = overrides.checkpoint_keep.unwrap_or(checkpoint.keep);
         let metrics =
             overrides.metrics_listen.or(file_cfg.metrics_listen).unwrap_or_else(|| DEFAULT_METRICS_LISTEN.into());
+        let listen = parse_addr("listen", &listen)?;
+        let cluster = match &overrides.cluster {
+            Some(url) => Some(ClusterConfig::parse(
+                url,
+                overrides.node_id.as_deref(),
+                overrides.advertise.as_deref(),
+                listen,
+                overrides.cluster_lease,
+            )?),
+            None => None,
+        };
         let config = Config {
-            listen: parse_addr("listen", &listen)?,
+            listen,
             data_dir: overrides.data_dir.or(file_cfg.data_dir).unwrap_or_else(|| DEFAULT_DATA_DIR.into()),
             metrics_listen: if metrics.is_empty() || metrics == "off" {
                 None
@@ -446,6 +545,7 @@ impl Config {
                 .secrets_dir
                 .or(file_cfg.secrets_dir)
                 .unwrap_or_else(|| PathBuf::from(DEFAULT_SECRETS_DIR)),
+            cluster,
         };
         for rule in &config.auth.hba {
             rule.check()?;

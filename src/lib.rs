@@ -15,6 +15,8 @@
 //!   -> operators/    one operator per file, over changes (Arrow batches with ops)
 //!   -> checkpoint/   snapshots of the store at checkpoint epochs, uploaded to an object store
 //!   -> connectors/   sources and sinks
+//!   -> cluster/      cluster mode's control plane over etcd: membership, election, vnode
+//!                    assignment, fencing (issue 46, ADR 38); started by the server
 //!   -> catalog/      the durable list of relations, and the DataFusion TableProvider over them
 //!   -> state/        keyed state tables (memcomparable keys from arrow-row) over RocksDB
 //!   bottom floor:    types, config, error, runtime (where tasks run), status (what the
@@ -37,6 +39,7 @@
 pub mod bench;
 pub mod catalog;
 pub mod checkpoint;
+pub mod cluster;
 pub mod config;
 pub mod connectors;
 pub mod dataflow;

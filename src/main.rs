@@ -218,6 +218,20 @@ struct ServeArgs {
     /// [default: /etc/weir/secrets]
     #[arg(long, env = "WEIR_SECRETS_DIR", value_name = "DIR")]
     secrets_dir: Option<PathBuf>,
+    /// Join a cluster coordinated by etcd: etcd://host:port[,host:port...][/name] (without it,
+    /// one process)
+    #[arg(long, env = "WEIR_CLUSTER", value_name = "URL")]
+    cluster: Option<String>,
+    /// This node's name in the cluster, stable across its restarts
+    #[arg(long, env = "WEIR_NODE_ID", value_name = "NAME")]
+    node_id: Option<String>,
+    /// The host other nodes and clients reach this node at [default: the --listen host]
+    #[arg(long, env = "WEIR_ADVERTISE", value_name = "HOST")]
+    advertise: Option<String>,
+    /// How long the cluster waits for a node it no longer hears from before giving its vnodes
+    /// to others, in whole seconds [default: 2s]
+    #[arg(long, env = "WEIR_CLUSTER_LEASE", value_name = "DURATION", value_parser = parse_duration)]
+    cluster_lease: Option<std::time::Duration>,
 }
 
 /// jemalloc rather than glibc's malloc: under the streaming workload (batches allocated on one
@@ -347,6 +361,10 @@ fn main() -> std::process::ExitCode {
         drain_timeout_ms: args.drain_timeout.map(|d| d.as_millis() as u64),
         shutdown_timeout_ms: args.shutdown_timeout.map(|d| d.as_millis() as u64),
         secrets_dir: args.secrets_dir,
+        cluster: args.cluster,
+        node_id: args.node_id,
+        advertise: args.advertise,
+        cluster_lease: args.cluster_lease,
     };
     let config = match Config::resolve(args.config.as_deref(), overrides) {
         Ok(c) => c,

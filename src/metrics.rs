@@ -292,6 +292,22 @@ pub static STATE_BYTES: LazyLock<IntGauge> =
 
 /// Memory the state store holds, by part (`memtables`, `block_cache`, `table_readers`), every 5 s:
 /// with `weir_operator_memory_bytes`, where a server's resident memory goes.
+/// Vnodes this node owns in the cluster's current assignment (0 outside a cluster).
+pub static CLUSTER_VNODES: LazyLock<IntGauge> = LazyLock::new(|| {
+    register(IntGauge::new("weir_cluster_vnodes", "Vnodes this node owns in the cluster's assignment").unwrap())
+});
+/// 1 while this node is the cluster's elected coordinator.
+pub static CLUSTER_COORDINATOR: LazyLock<IntGauge> = LazyLock::new(|| {
+    register(IntGauge::new("weir_cluster_coordinator", "1 while this node is the cluster's coordinator").unwrap())
+});
+/// Times this node found its etcd lease ended (it stopped acting on its assignment and joined
+/// again).
+pub static CLUSTER_FENCED_TOTAL: LazyLock<IntCounter> = LazyLock::new(|| {
+    register(
+        IntCounter::new("weir_cluster_fenced_total", "Times this node found its cluster lease ended and joined again")
+            .unwrap(),
+    )
+});
 pub static STATE_MEMORY_BYTES: LazyLock<prometheus::IntGaugeVec> = LazyLock::new(|| {
     register(
         prometheus::IntGaugeVec::new(
@@ -453,6 +469,7 @@ pub fn render() -> String {
     let _ = (&*CHECKPOINT_LAST_COMPLETE_EPOCH, &*RECOVERY_SECONDS, &*SINK_CHECKPOINTS_DELIVERED_TOTAL);
     let _ = (&*SINK_ROWS_TOTAL, &*SINK_DELIVERIES_TOTAL, &*SINK_CHECKPOINTS_PENDING, &*KAFKA_SOURCE_LAG);
     let _ = (&*STATE_TTL_FORGOTTEN_KEYS_TOTAL, &*STATE_TTL_IGNORED_RETRACTIONS_TOTAL);
+    let _ = (&*CLUSTER_VNODES, &*CLUSTER_COORDINATOR, &*CLUSTER_FENCED_TOTAL);
     let families = REGISTRY.gather();
     let mut buf = Vec::new();
     TextEncoder::new().encode(&families, &mut buf).expect("text encoding");

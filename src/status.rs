@@ -196,6 +196,45 @@ pub enum Phase {
     Stopping = 2,
 }
 
+/// One node of the cluster, as `weir_catalog.cluster_nodes` shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterNode {
+    pub node_id: String,
+    /// `coordinator` (elected: it assigns vnodes) or `worker`.
+    pub role: String,
+    /// `up` (registered, holding vnodes), `joining` (registered, none assigned yet) or `gone`
+    /// (its lease ended; its vnodes wait to be given to others).
+    pub state: String,
+    /// Where clients reach it (Postgres wire).
+    pub postgres: String,
+    /// Its vnode ranges, inclusive (`[(0, 85), (200, 210)]`).
+    pub vnodes: Vec<(u16, u16)>,
+    /// The assignment generation these vnodes are from.
+    pub generation: u64,
+    pub joined_at_micros: Option<i64>,
+}
+
+/// Something that happened to the cluster, as `weir_catalog.cluster_events` shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterEvent {
+    pub at_micros: i64,
+    /// `joined`, `stopped` (a clean stop), `left` (its lease ended), `elected`, `assigned`,
+    /// `fenced`.
+    pub kind: String,
+    pub node_id: String,
+    pub detail: String,
+}
+
+/// The cluster as one node sees it (`cluster::watch` keeps it).
+#[derive(Debug, Clone, Default)]
+pub struct ClusterPicture {
+    /// This node's id.
+    pub this_node: String,
+    pub nodes: Vec<ClusterNode>,
+    /// Oldest first, at most the last few hundred.
+    pub events: Vec<ClusterEvent>,
+}
+
 /// What the running server reports about itself (see the module's doc).
 #[derive(Default)]
 pub struct Status {
@@ -216,6 +255,9 @@ pub struct Status {
     pub operators: Mutex<BTreeMap<String, Vec<Arc<OperatorStats>>>>,
     /// Each running view's barrier latency.
     pub barriers: Mutex<BTreeMap<String, BarrierEntry>>,
+    /// The cluster as this node last saw it in etcd; `None` for a single process (no
+    /// `--cluster`).
+    pub cluster: Mutex<Option<ClusterPicture>>,
 }
 
 impl Status {

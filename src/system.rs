@@ -15,11 +15,16 @@
 //! - `weir_catalog.checkpoints`: the checkpoints in the object store (listed at start) and those
 //!   this server took, restored from or gave up on, newest last ([`crate::checkpoint`]). Kept
 //!   in memory, the last [`CHECKPOINT_HISTORY`] entries.
+//! - `weir_catalog.cluster_nodes` and `weir_catalog.cluster_events`: the cluster's nodes (role,
+//!   state, vnode ranges) and its last events, as this node follows them in etcd
+//!   ([`crate::cluster`]); one `standalone` node and no events for a single process.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use datafusion::arrow::array::{RecordBatch, StringArray, TimestampMicrosecondArray, UInt32Array, UInt64Array};
+use datafusion::arrow::array::{
+    BooleanArray, RecordBatch, StringArray, TimestampMicrosecondArray, UInt32Array, UInt64Array,
+};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::catalog::{SchemaProvider, Session, TableProvider};
 use datafusion::datasource::memory::MemorySourceConfig;
@@ -201,7 +206,92 @@ fn sources_batch(status: &Status) -> DfResult<RecordBatch> {
     )?)
 }
 
-const TABLES: [&str; 6] = ["view_errors", "event_time", "dead_letters", "checkpoints", "sinks", "sources"];
+fn cluster_nodes_schema() -> SchemaRef {
+    let micros = DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into()));
+    Arc::new(Schema::new(vec![
+        Field::new("node_id", DataType::Utf8, false),
+        Field::new("role", DataType::Utf8, false),
+        Field::new("state", DataType::Utf8, false),
+        Field::new("postgres", DataType::Utf8, false),
+        Field::new("vnodes", DataType::UInt32, false),
+        Field::new("vnode_ranges", DataType::Utf8, false),
+        Field::new("generation", DataType::UInt64, false),
+        Field::new("joined_at", micros, true),
+        Field::new("this_node", DataType::Boolean, false),
+    ]))
+}
+
+/// The cluster's nodes as this node last saw them in etcd; a single process (no `--cluster`)
+/// is one `standalone` node owning every vnode.
+fn cluster_nodes_batch(status: &Status) -> DfResult<RecordBatch> {
+    let picture = status.cluster.lock().clone();
+    let (nodes, this) = match picture {
+        Some(p) => (p.nodes, p.this_node),
+        None => {
+            let all = vec![(0, crate::types::vnode::VNODE_COUNT - 1)];
+            let node = crate::status::ClusterNode {
+                node_id: "local".into(),
+                role: "standalone".into(),
+                state: "up".into(),
+                postgres: String::new(),
+                vnodes: all,
+                generation: 0,
+                joined_at_micros: None,
+            };
+            (vec![node], "local".into())
+        }
+    };
+    let text =
+        |f: fn(&crate::status::ClusterNode) -> &str| -> StringArray { nodes.iter().map(|n| Some(f(n))).collect() };
+    let counts: UInt32Array =
+        nodes.iter().map(|n| Some(n.vnodes.iter().map(|(a, b)| (b - a + 1) as u32).sum::<u32>())).collect();
+    let ranges: StringArray = nodes.iter().map(|n| Some(crate::cluster::assignment::ranges_text(&n.vnodes))).collect();
+    let generations: UInt64Array = nodes.iter().map(|n| Some(n.generation)).collect();
+    let joined = TimestampMicrosecondArray::from(nodes.iter().map(|n| n.joined_at_micros).collect::<Vec<_>>())
+        .with_timezone("+00:00");
+    let this: BooleanArray = nodes.iter().map(|n| Some(n.node_id == this)).collect();
+    Ok(RecordBatch::try_new(
+        cluster_nodes_schema(),
+        vec![
+            Arc::new(text(|n| &n.node_id)),
+            Arc::new(text(|n| &n.role)),
+            Arc::new(text(|n| &n.state)),
+            Arc::new(text(|n| &n.postgres)),
+            Arc::new(counts),
+            Arc::new(ranges),
+            Arc::new(generations),
+            Arc::new(joined),
+            Arc::new(this),
+        ],
+    )?)
+}
+
+fn cluster_events_schema() -> SchemaRef {
+    let micros = DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into()));
+    Arc::new(Schema::new(vec![
+        Field::new("at", micros, false),
+        Field::new("kind", DataType::Utf8, false),
+        Field::new("node_id", DataType::Utf8, false),
+        Field::new("detail", DataType::Utf8, false),
+    ]))
+}
+
+/// The cluster's last events (joins, leaves, elections, assignments, fences), oldest first;
+/// none for a single process.
+fn cluster_events_batch(status: &Status) -> DfResult<RecordBatch> {
+    let events = status.cluster.lock().as_ref().map(|p| p.events.clone()).unwrap_or_default();
+    let at =
+        TimestampMicrosecondArray::from(events.iter().map(|e| e.at_micros).collect::<Vec<_>>()).with_timezone("+00:00");
+    let text =
+        |f: fn(&crate::status::ClusterEvent) -> &str| -> StringArray { events.iter().map(|e| Some(f(e))).collect() };
+    Ok(RecordBatch::try_new(
+        cluster_events_schema(),
+        vec![Arc::new(at), Arc::new(text(|e| &e.kind)), Arc::new(text(|e| &e.node_id)), Arc::new(text(|e| &e.detail))],
+    )?)
+}
+
+const TABLES: [&str; 8] =
+    ["view_errors", "event_time", "dead_letters", "checkpoints", "sinks", "sources", "cluster_nodes", "cluster_events"];
 
 /// The `weir_catalog` schema.
 pub struct SystemSchema {
@@ -237,6 +327,8 @@ impl SchemaProvider for SystemSchema {
             "checkpoints" => table(checkpoints_schema(), of(checkpoints_batch)),
             "sinks" => table(sinks_schema(), of(sinks_batch)),
             "sources" => table(sources_schema(), of(sources_batch)),
+            "cluster_nodes" => table(cluster_nodes_schema(), of(cluster_nodes_batch)),
+            "cluster_events" => table(cluster_events_schema(), of(cluster_events_batch)),
             "dead_letters" => {
                 let catalog = Arc::clone(&self.catalog);
                 table(dead_letters_schema(), Arc::new(move || dead_letters_batch(&catalog)))

@@ -12,6 +12,7 @@ pub mod authorize;
 pub mod bytea_input;
 pub mod checked_arithmetic;
 pub mod clauses;
+pub mod cluster_gate;
 pub mod column_names;
 pub mod column_origins;
 pub mod comparison_order;
@@ -235,6 +236,7 @@ impl Frontend {
             Statement::Sink(sink) => !matches!(sink, sink_statement::SinkStatement::Show),
             Statement::Streaming(statement, _) | Statement::Sql(statement) => handler::changes_catalog(statement),
         };
+        cluster_gate::check(self.catalog.status(), &statement, ddl)?;
         if !ddl {
             return self.run(session, statement, params).await;
         }

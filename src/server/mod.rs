@@ -290,6 +290,16 @@ pub async fn run(config: Config) -> Result<()> {
         warn!("no role that logs in has a password: nobody can log in by password or SCRAM (add [[auth.users]])");
     }
     info!(relations = catalog.relations().len(), data_dir = %config.data_dir.display(), "catalog loaded");
+    if config.cluster.is_some() && !catalog.relations().is_empty() {
+        // Its tables and views would run on this node alone (ADR 38: views do not run across
+        // nodes yet).
+        return Err(WeirError::unsupported(format!(
+            "{} holds {} relations: a data directory with tables or views cannot join a cluster in this \
+             release; start the node on an empty one, or without --cluster",
+            config.data_dir.display(),
+            catalog.relations().len()
+        )));
+    }
     let streaming = Streaming::new(
         Arc::clone(&catalog),
         EpochBounds { interval: config.barrier_interval, max_rows: config.epoch_max_rows },
@@ -309,6 +319,9 @@ pub async fn run(config: Config) -> Result<()> {
     let frontend = Arc::new(Frontend::new(catalog, Arc::clone(&streaming), replay).await?);
     let handlers = Arc::new(Handlers::new(frontend, &config));
     let tls = tls_acceptor(&config)?;
+    // Cluster mode: membership, election and vnode assignment through etcd, in the background
+    // (before the first client: the frontend's cluster gate reads it).
+    let cluster = config.cluster.clone().map(|c| crate::cluster::Cluster::start(c, Arc::clone(&phase)));
 
     let listener = TcpListener::bind(config.listen)
         .await
@@ -361,6 +374,9 @@ pub async fn run(config: Config) -> Result<()> {
     // No new connections; load balancers stop sending queries (not ready).
     drop(listener);
     phase.set_phase(crate::status::Phase::Stopping);
+    if let Some(cluster) = cluster {
+        cluster.leave().await;
+    }
     let stop = stop(&handlers.query.drain, &streaming, &phase, stopping, config.drain_timeout);
     tokio::select! {
         () = stop => {}

@@ -127,6 +127,8 @@ where
     // COPY FROM STDIN: the connection goes into copy-in mode; the data follows.
     if let Statement::Sql(copy @ ast::Statement::Copy { .. }) = &statement {
         crate::frontend::authorize::check(frontend.catalog(), session, &statement).map_err(|e| fail(block, e))?;
+        crate::frontend::cluster_gate::check(frontend.catalog().status(), &statement, false)
+            .map_err(|e| fail(block, e))?;
         let copy = crate::frontend::handler::copy::copy_in(frontend, copy).map_err(|e| fail(block, e))?;
         let (progress, response) = super::copy::start(copy, running, session.transaction.current());
         *cell.copy.lock().await = Some(progress);
