@@ -18,7 +18,6 @@ use tracing::{info, warn};
 
 use super::assignment::{self, ranges_text, Assignment};
 use super::keys::{AssignmentRecord, EventRecord, Key, Keys, EVENTS_KEPT, RECORD_VERSION};
-use super::now_micros;
 use crate::metrics;
 
 /// How long the coordinator waits after a change in the members before assigning, so that
@@ -94,21 +93,26 @@ async fn coordinate(client: &mut Client, keys: &Keys, node_id: &str, leader: &Le
         };
         let mut writes = Vec::new();
         let mut events = Vec::new();
-        let at = now_micros();
+        let at = chrono::Utc::now().timestamp_micros();
         if elected {
             let detail = format!("coordinating {} live nodes", live.len());
-            events.push(event(at, node_id, "elected", &detail));
+            events.push(EventRecord::new(at, node_id, "elected", &detail));
             elected = false;
         }
         if let Some(next) = assignment::next(previous.as_ref().map(|p| &p.assignment), &live) {
             let gone: Vec<&String> =
                 previous.iter().flat_map(|p| p.assignment.nodes.keys()).filter(|n| !live.contains(*n)).collect();
             for node in gone {
-                events.push(event(at, node, "left", "its lease ended or it stopped; its vnodes are given to others"));
+                events.push(EventRecord::new(
+                    at,
+                    node,
+                    "left",
+                    "its lease ended or it stopped; its vnodes are given to others",
+                ));
             }
             let moved = previous.as_ref().map_or(0, |p| p.assignment.moved_to(&next));
             let layout: Vec<String> = next.nodes.iter().map(|(n, r)| format!("{n} {}", ranges_text(r))).collect();
-            events.push(event(
+            events.push(EventRecord::new(
                 at,
                 node_id,
                 "assigned",
@@ -143,16 +147,6 @@ async fn coordinate(client: &mut Client, keys: &Keys, node_id: &str, leader: &Le
             }
             Err(e) => return format!("watching the members: {e}"),
         }
-    }
-}
-
-fn event(at_micros: i64, node_id: &str, kind: &str, detail: &str) -> EventRecord {
-    EventRecord {
-        version: RECORD_VERSION,
-        at_micros,
-        kind: kind.into(),
-        node_id: node_id.into(),
-        detail: detail.into(),
     }
 }
 

@@ -120,6 +120,19 @@ pub struct EventRecord {
     pub detail: String,
 }
 
+impl EventRecord {
+    /// What `node_id` says happened (`kind`: joined, stopped, left, elected, assigned, fenced).
+    pub fn new(at_micros: i64, node_id: &str, kind: &str, detail: &str) -> EventRecord {
+        EventRecord {
+            version: RECORD_VERSION,
+            at_micros,
+            kind: kind.into(),
+            node_id: node_id.into(),
+            detail: detail.into(),
+        }
+    }
+}
+
 impl From<&EventRecord> for crate::status::ClusterEvent {
     fn from(e: &EventRecord) -> Self {
         crate::status::ClusterEvent {

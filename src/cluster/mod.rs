@@ -61,8 +61,3 @@ impl Cluster {
         }
     }
 }
-
-/// Microseconds since the Unix epoch, for records and events.
-fn now_micros() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as i64).unwrap_or(0)
-}

@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use super::keys::{EventRecord, Keys, NodeRecord, RECORD_VERSION};
-use super::{election, now_micros, picture};
+use super::{election, picture};
 use crate::config::ClusterConfig;
 use crate::metrics;
 use crate::status::{ClusterEvent, Status};
@@ -74,14 +74,9 @@ pub async fn run(config: ClusterConfig, status: Arc<Status>, mut left: watch::Re
     }
 }
 
+/// An event that happens now.
 fn event(node_id: &str, kind: &str, detail: &str) -> EventRecord {
-    EventRecord {
-        version: RECORD_VERSION,
-        at_micros: now_micros(),
-        kind: kind.into(),
-        node_id: node_id.into(),
-        detail: detail.into(),
-    }
+    EventRecord::new(chrono::Utc::now().timestamp_micros(), node_id, kind, detail)
 }
 
 /// Writes `event` (kept after the node's lease, unlike its registration).
@@ -132,7 +127,7 @@ async fn session(
         version: RECORD_VERSION,
         node_id: config.node_id.clone(),
         postgres: config.advertise.clone(),
-        joined_at_micros: now_micros(),
+        joined_at_micros: chrono::Utc::now().timestamp_micros(),
         release: env!("CARGO_PKG_VERSION").into(),
     };
     let value = serde_json::to_vec(&registration).expect("a node record serializes");
