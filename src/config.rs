@@ -353,6 +353,11 @@ pub struct ClusterConfig {
     pub node_id: String,
     /// Where other nodes and clients reach this node's Postgres wire (`host:port`).
     pub advertise: String,
+    /// Where this node's exchange service (Arrow Flight) listens.
+    pub exchange_listen: SocketAddr,
+    /// Where other nodes reach it (`host:port`, the advertised host): the server sets the port
+    /// once the listener is bound (port 0 picks a free one, as tests do).
+    pub exchange: String,
     /// The node's etcd lease: a node not heard from for this long is gone, its vnodes given to
     /// others.
     pub lease: std::time::Duration,
@@ -360,12 +365,15 @@ pub struct ClusterConfig {
 
 impl ClusterConfig {
     /// From `--cluster etcd://host:port[,host:port...][/name]`, `--node-id`, `--advertise` (a
-    /// host; the port is the Postgres listen port) and `--cluster-lease`.
+    /// host; the ports are the Postgres and exchange listen ports), `--exchange-listen`
+    /// (default: the `--listen` address with port [`DEFAULT_EXCHANGE_PORT`]) and
+    /// `--cluster-lease`.
     pub fn parse(
         url: &str,
         node_id: Option<&str>,
         advertise: Option<&str>,
         listen: SocketAddr,
+        exchange_listen: Option<&str>,
         lease: Option<std::time::Duration>,
     ) -> Result<ClusterConfig> {
         let bad = |why: String| WeirError::new(crate::error::SqlState("F0000"), why);
@@ -408,11 +416,20 @@ impl ClusterConfig {
                 "--cluster-lease: whole seconds, at least 2 (etcd's shortest lease), got {lease:?}"
             )));
         }
+        let exchange_listen = match exchange_listen {
+            Some(text) => parse_addr("exchange-listen", text)?,
+            None => SocketAddr::new(listen.ip(), DEFAULT_EXCHANGE_PORT),
+        };
+        if exchange_listen == listen {
+            return Err(bad(format!("--exchange-listen {exchange_listen} is the Postgres --listen address")));
+        }
         Ok(ClusterConfig {
             endpoints,
             prefix: format!("/weir/{name}/"),
             node_id: node_id.to_string(),
             advertise: format!("{host}:{}", listen.port()),
+            exchange_listen,
+            exchange: format!("{host}:{}", exchange_listen.port()),
             lease,
         })
     }
@@ -421,6 +438,9 @@ impl ClusterConfig {
 /// How long a node may go unheard before etcd ends its lease (and the cluster gives its vnodes
 /// to others).
 pub const DEFAULT_CLUSTER_LEASE_SECONDS: u64 = 2;
+
+/// The exchange service's port when `--exchange-listen` is not given.
+pub const DEFAULT_EXCHANGE_PORT: u16 = 4567;
 
 /// How log lines are written: for people, or one JSON object a line for a log pipeline (each
 /// with the view, source or sink it concerns, from the span its task runs in).
@@ -471,6 +491,7 @@ pub struct Overrides {
     pub cluster: Option<String>,
     pub node_id: Option<String>,
     pub advertise: Option<String>,
+    pub exchange_listen: Option<String>,
     pub cluster_lease: Option<std::time::Duration>,
 }
 
@@ -504,6 +525,7 @@ impl Config {
                 overrides.node_id.as_deref(),
                 overrides.advertise.as_deref(),
                 listen,
+                overrides.exchange_listen.as_deref(),
                 overrides.cluster_lease,
             )?),
             None => None,

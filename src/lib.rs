@@ -15,6 +15,8 @@
 //!   -> operators/    one operator per file, over changes (Arrow batches with ops)
 //!   -> checkpoint/   snapshots of the store at checkpoint epochs, uploaded to an object store
 //!   -> connectors/   sources and sinks
+//!   -> exchange/     network exchanges: a plan's exchange between nodes as Arrow Flight
+//!                    streams with credit-based backpressure and fenced headers (ADR 39)
 //!   -> cluster/      cluster mode's control plane over etcd: membership, election, vnode
 //!                    assignment, fencing (issue 46, ADR 38); started by the server
 //!   -> catalog/      the durable list of relations, and the DataFusion TableProvider over them
@@ -44,6 +46,7 @@ pub mod config;
 pub mod connectors;
 pub mod dataflow;
 pub mod error;
+pub mod exchange;
 pub mod fault;
 pub mod frontend;
 pub mod fuzz;

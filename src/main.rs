@@ -228,6 +228,10 @@ struct ServeArgs {
     /// The host other nodes and clients reach this node at [default: the --listen host]
     #[arg(long, env = "WEIR_ADVERTISE", value_name = "HOST")]
     advertise: Option<String>,
+    /// Where this node's exchange service (Arrow Flight, rows between nodes) listens, advertised
+    /// with the --advertise host [default: the --listen host, port 4567]
+    #[arg(long, env = "WEIR_EXCHANGE_LISTEN", value_name = "ADDR")]
+    exchange_listen: Option<String>,
     /// How long the cluster waits for a node it no longer hears from before giving its vnodes
     /// to others, in whole seconds [default: 2s]
     #[arg(long, env = "WEIR_CLUSTER_LEASE", value_name = "DURATION", value_parser = parse_duration)]
@@ -364,6 +368,7 @@ fn main() -> std::process::ExitCode {
         cluster: args.cluster,
         node_id: args.node_id,
         advertise: args.advertise,
+        exchange_listen: args.exchange_listen,
         cluster_lease: args.cluster_lease,
     };
     let config = match Config::resolve(args.config.as_deref(), overrides) {

@@ -290,8 +290,6 @@ pub static VIEW_STATE_BYTES: LazyLock<prometheus::IntGaugeVec> = LazyLock::new(|
 pub static STATE_BYTES: LazyLock<IntGauge> =
     LazyLock::new(|| register(IntGauge::new("weir_state_bytes", "Bytes held by the state store").unwrap()));
 
-/// Memory the state store holds, by part (`memtables`, `block_cache`, `table_readers`), every 5 s:
-/// with `weir_operator_memory_bytes`, where a server's resident memory goes.
 /// Vnodes this node owns in the cluster's current assignment (0 outside a cluster).
 pub static CLUSTER_VNODES: LazyLock<IntGauge> = LazyLock::new(|| {
     register(IntGauge::new("weir_cluster_vnodes", "Vnodes this node owns in the cluster's assignment").unwrap())
@@ -308,6 +306,47 @@ pub static CLUSTER_FENCED_TOTAL: LazyLock<IntCounter> = LazyLock::new(|| {
             .unwrap(),
     )
 });
+/// Network exchanges (`exchange::outbound`): rows and bytes (Arrow IPC) this node sent to
+/// other nodes, bytes it received, and the seconds its producers waited for a consumer's
+/// credit (backpressure from a slower node).
+pub static EXCHANGE_ROWS_SENT_TOTAL: LazyLock<IntCounter> = LazyLock::new(|| {
+    register(
+        IntCounter::new("weir_exchange_rows_sent_total", "Rows this node sent to other nodes over exchanges").unwrap(),
+    )
+});
+pub static EXCHANGE_BYTES_SENT_TOTAL: LazyLock<IntCounter> = LazyLock::new(|| {
+    register(
+        IntCounter::new("weir_exchange_bytes_sent_total", "Arrow IPC bytes this node sent over exchanges").unwrap(),
+    )
+});
+pub static EXCHANGE_BYTES_RECEIVED_TOTAL: LazyLock<IntCounter> = LazyLock::new(|| {
+    register(
+        IntCounter::new("weir_exchange_bytes_received_total", "Arrow IPC bytes this node received over exchanges")
+            .unwrap(),
+    )
+});
+pub static EXCHANGE_CREDIT_WAIT_SECONDS_TOTAL: LazyLock<prometheus::Counter> = LazyLock::new(|| {
+    register(
+        prometheus::Counter::new(
+            "weir_exchange_credit_wait_seconds_total",
+            "Seconds this node's exchange producers waited for a consumer's credit",
+        )
+        .unwrap(),
+    )
+});
+/// Exchange streams this node refused, by reason (`fenced`, `unexpected`, `taken`, `schema`,
+/// `misdirected`, `version`, `malformed`).
+pub static EXCHANGE_STREAMS_REFUSED_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register(
+        IntCounterVec::new(
+            Opts::new("weir_exchange_streams_refused_total", "Exchange streams this node refused, by reason"),
+            &["reason"],
+        )
+        .unwrap(),
+    )
+});
+/// Memory the state store holds, by part (`memtables`, `block_cache`, `table_readers`), every 5 s:
+/// with `weir_operator_memory_bytes`, where a server's resident memory goes.
 pub static STATE_MEMORY_BYTES: LazyLock<prometheus::IntGaugeVec> = LazyLock::new(|| {
     register(
         prometheus::IntGaugeVec::new(
@@ -470,6 +509,8 @@ pub fn render() -> String {
     let _ = (&*SINK_ROWS_TOTAL, &*SINK_DELIVERIES_TOTAL, &*SINK_CHECKPOINTS_PENDING, &*KAFKA_SOURCE_LAG);
     let _ = (&*STATE_TTL_FORGOTTEN_KEYS_TOTAL, &*STATE_TTL_IGNORED_RETRACTIONS_TOTAL);
     let _ = (&*CLUSTER_VNODES, &*CLUSTER_COORDINATOR, &*CLUSTER_FENCED_TOTAL);
+    let _ = (&*EXCHANGE_ROWS_SENT_TOTAL, &*EXCHANGE_BYTES_SENT_TOTAL, &*EXCHANGE_BYTES_RECEIVED_TOTAL);
+    let _ = (&*EXCHANGE_CREDIT_WAIT_SECONDS_TOTAL, &*EXCHANGE_STREAMS_REFUSED_TOTAL);
     let families = REGISTRY.gather();
     let mut buf = Vec::new();
     TextEncoder::new().encode(&families, &mut buf).expect("text encoding");

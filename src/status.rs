@@ -207,6 +207,8 @@ pub struct ClusterNode {
     pub state: String,
     /// Where clients reach it (Postgres wire).
     pub postgres: String,
+    /// Where other nodes send it rows (Arrow Flight).
+    pub exchange: String,
     /// Its vnode ranges, inclusive (`[(0, 85), (200, 210)]`).
     pub vnodes: Vec<(u16, u16)>,
     /// The assignment generation these vnodes are from.

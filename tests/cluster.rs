@@ -28,7 +28,49 @@ fn script(what: &str) -> String {
 }
 
 fn node(cluster: &str, id: &str) -> TestServer {
-    TestServer::start_with(&["--cluster", cluster, "--node-id", id, "--cluster-lease", "2s"])
+    // Port 0: each node's exchange service on a free port, advertised once bound.
+    TestServer::start_with(&[
+        "--cluster",
+        cluster,
+        "--node-id",
+        id,
+        "--cluster-lease",
+        "2s",
+        "--exchange-listen",
+        "127.0.0.1:0",
+    ])
+}
+
+/// Each node's advertised exchange address, from `weir_catalog.cluster_nodes`.
+async fn exchange_addresses(server: &TestServer) -> BTreeMap<String, String> {
+    let client = server.connect().await;
+    let rows = client.simple_query("SELECT node_id, exchange FROM weir_catalog.cluster_nodes").await.unwrap();
+    rows.into_iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => Some((r.get(0)?.to_string(), r.get(1)?.to_string())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// What the exchange service at `address` answers a stream for node `to` of the cluster
+/// `cluster_name` that no job expects.
+async fn exchange_answer(cluster_name: &str, address: &str, to: &str) -> String {
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    let header = weir::exchange::StreamHeader {
+        version: weir::exchange::frame::PROTOCOL_VERSION,
+        cluster: format!("/weir/{cluster_name}/"),
+        exchange: "no-such-view/0".into(),
+        from_node: "test".into(),
+        to_node: to.into(),
+        generation: 1,
+    };
+    let schema = Schema::new(vec![Field::new("k", DataType::Int64, false)]);
+    let channel = weir::exchange::outbound::channel(address).unwrap();
+    match weir::exchange::Outbound::open(channel, header, &schema, Duration::ZERO).await {
+        Ok(_) => "accepted".into(),
+        Err(e) => e.to_string(),
+    }
 }
 
 /// One row of `weir_catalog.cluster_nodes`.
@@ -126,6 +168,19 @@ async fn nodes_share_the_vnodes_through_kills_fences_joins_leaves_and_an_etcd_re
     let (_, p) = wait_settled(&servers.values().collect::<Vec<_>>(), &["n1", "n2", "n3"]).await;
     println!("three nodes: {p:?}");
 
+    // Every node advertises its own exchange service, and it answers there: it names the node
+    // a stream is for, and it takes streams only into inboxes its jobs registered.
+    let addresses = exchange_addresses(&servers["n2"]).await;
+    assert_eq!(addresses, exchange_addresses(&servers["n1"]).await, "every node sees the same addresses");
+    for id in ["n1", "n2", "n3"] {
+        let address = &addresses[id];
+        assert!(address.starts_with("127.0.0.1:") && !address.ends_with(":0"), "{id}: {address}");
+        let answer = exchange_answer(&name, address, id).await;
+        assert!(answer.contains("no job here expects"), "{id}: {answer}");
+        let answer = exchange_answer(&name, address, "elsewhere").await;
+        assert!(answer.contains(&format!("this is node {id}")), "{id}: {answer}");
+    }
+
     // A node of a cluster refuses what it cannot yet share, and says why.
     let client = servers["n1"].connect().await;
     assert_sqlstate(&client, "CREATE TABLE t (id INT PRIMARY KEY)", "0A000").await;
@@ -209,6 +264,18 @@ fn cluster_flags_are_checked_before_the_server_starts() {
     let (code, err) = run(&["--cluster", "etcd://127.0.0.1:2379", "--node-id", "a", "--listen", "0.0.0.0:0"]);
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("--advertise"), "{err}");
+    let (code, err) = run(&[
+        "--cluster",
+        "etcd://127.0.0.1:2379",
+        "--node-id",
+        "a",
+        "--listen",
+        "127.0.0.1:4566",
+        "--exchange-listen",
+        "127.0.0.1:4566",
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--exchange-listen"), "{err}");
     let (code, err) = run(&["--cluster", "etcd://127.0.0.1:2379", "--node-id", "a", "--cluster-lease", "1500ms"]);
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("at least 2"), "{err}");

@@ -96,6 +96,9 @@ pub struct NodeRecord {
     pub node_id: String,
     /// Its Postgres wire address (`host:port`).
     pub postgres: String,
+    /// Its exchange service's address (`host:port`); empty in records of releases before it.
+    #[serde(default)]
+    pub exchange: String,
     pub joined_at_micros: i64,
     /// The Weir release it runs.
     pub release: String,

@@ -122,6 +122,7 @@ pub fn picture_of(kept: &Kept, keys: &Keys, this_node: &str) -> ClusterPicture {
                 role: if coordinator.as_deref() == Some(id.as_str()) { "coordinator" } else { "worker" }.into(),
                 state: state.into(),
                 postgres: record.map(|r| r.postgres.clone()).unwrap_or_default(),
+                exchange: record.map(|r| r.exchange.clone()).unwrap_or_default(),
                 vnodes,
                 generation: assigned.map_or(0, |a| a.generation),
                 joined_at_micros: record.map(|r| r.joined_at_micros),
@@ -146,6 +147,7 @@ mod tests {
             version: RECORD_VERSION,
             node_id: id.into(),
             postgres: format!("{id}:4566"),
+            exchange: format!("{id}:4567"),
             joined_at_micros: 1,
             release: "0".into(),
         };

@@ -127,6 +127,7 @@ async fn session(
         version: RECORD_VERSION,
         node_id: config.node_id.clone(),
         postgres: config.advertise.clone(),
+        exchange: config.exchange.clone(),
         joined_at_micros: chrono::Utc::now().timestamp_micros(),
         release: env!("CARGO_PKG_VERSION").into(),
     };

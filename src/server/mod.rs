@@ -319,9 +319,39 @@ pub async fn run(config: Config) -> Result<()> {
     let frontend = Arc::new(Frontend::new(catalog, Arc::clone(&streaming), replay).await?);
     let handlers = Arc::new(Handlers::new(frontend, &config));
     let tls = tls_acceptor(&config)?;
-    // Cluster mode: membership, election and vnode assignment through etcd, in the background
-    // (before the first client: the frontend's cluster gate reads it).
-    let cluster = config.cluster.clone().map(|c| crate::cluster::Cluster::start(c, Arc::clone(&phase)));
+    // Cluster mode: the exchange service other nodes send rows to (bound first: its address is
+    // in this node's registration), then membership, election and vnode assignment through
+    // etcd, in the background (before the first client: the frontend's cluster gate reads it).
+    let (exchange_stop, exchange_stopped) = tokio::sync::watch::channel(false);
+    let cluster = match config.cluster.clone() {
+        Some(mut cluster_config) => {
+            let exchanges = crate::exchange::Exchanges::new(
+                &cluster_config.prefix,
+                &cluster_config.node_id,
+                crate::exchange::inbox::DEFAULT_WINDOW,
+            );
+            let listen = cluster_config.exchange_listen;
+            let listener = TcpListener::bind(listen)
+                .await
+                .map_err(|e| WeirError::io(format!("cannot listen for exchanges on {listen}: {e}")))?;
+            let bound = listener.local_addr().map_err(|e| WeirError::io(e.to_string()))?;
+            let host = cluster_config.exchange.rsplit_once(':').map_or("", |(host, _)| host).to_string();
+            cluster_config.exchange = format!("{host}:{}", bound.port());
+            info!(addr = %bound, advertised = %cluster_config.exchange, "exchange service listening");
+            let mut stopped = exchange_stopped.clone();
+            tokio::spawn(async move {
+                let stop = async move {
+                    let _ = stopped.wait_for(|s| *s).await;
+                };
+                if let Err(e) = crate::exchange::service::serve(listener, exchanges, stop).await {
+                    error!("{e}");
+                }
+            });
+            Some(crate::cluster::Cluster::start(cluster_config, Arc::clone(&phase)))
+        }
+        None => None,
+    };
+    drop(exchange_stopped);
 
     let listener = TcpListener::bind(config.listen)
         .await
@@ -377,6 +407,7 @@ pub async fn run(config: Config) -> Result<()> {
     if let Some(cluster) = cluster {
         cluster.leave().await;
     }
+    let _ = exchange_stop.send(true);
     let stop = stop(&handlers.query.drain, &streaming, &phase, stopping, config.drain_timeout);
     tokio::select! {
         () = stop => {}
