@@ -67,7 +67,7 @@ pub fn column_type_name(field: &datafusion::arrow::datatypes::Field) -> Option<S
 /// and `information_schema.columns`; values are checked against a declared length when stored.
 ///
 /// Kept as field metadata of the relation's stored definition (`catalog::RelationDef::schema`),
-/// never of the schema DataFusion plans with ([`DeclaredType::strip`]).
+/// not of the schema DataFusion plans with ([`DeclaredType::strip`]), except `json` and `jsonb`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeclaredType {
     /// `pg_type.oid`: varchar (1043), bpchar (1042) or numeric (1700).
@@ -149,14 +149,17 @@ impl DeclaredType {
         datafusion::arrow::datatypes::Schema::new_with_metadata(fields, schema.metadata().clone())
     }
 
-    /// `schema` without declared types: what queries are planned with.
+    /// `schema` without declared lengths and precisions: what queries are planned with. `json`
+    /// and `jsonb` stay: they are what a text value *is*, which functions over it need
+    /// (`jsonb_agg` embeds a `jsonb` value as JSON, a `text` value as a string), and JSON
+    /// expressions (`'{}'::jsonb`, `v -> 'a'`) carry them in plans already.
     pub fn strip(schema: &datafusion::arrow::datatypes::Schema) -> datafusion::arrow::datatypes::Schema {
         let fields: Vec<datafusion::arrow::datatypes::Field> = schema
             .fields()
             .iter()
             .map(|f| {
                 let mut f = f.as_ref().clone();
-                if f.metadata().contains_key(OID_KEY) {
+                if f.metadata().contains_key(OID_KEY) && !DeclaredType::of(&f).is_some_and(|d| d.is_json()) {
                     let mut metadata = f.metadata().clone();
                     metadata.remove(OID_KEY);
                     metadata.remove(TYPMOD_KEY);
