@@ -17,6 +17,7 @@
 //!
 //! Prints one human line and one JSON line per scenario, with peak RSS.
 
+pub mod exchange;
 pub mod kafka;
 pub mod nexmark;
 

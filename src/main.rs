@@ -99,6 +99,22 @@ enum BenchCommand {
         #[arg(long, value_delimiter = ',', default_value = "agg,join,backfill,upsert")]
         scenarios: Vec<String>,
     },
+    /// What a network exchange between two nodes costs: rows/s and CPU per million rows over
+    /// one loopback Arrow Flight stream (see src/bench/exchange.rs).
+    Exchange {
+        /// Nexmark bid rows to send.
+        #[arg(long, default_value_t = 10_000_000)]
+        rows: u64,
+        /// Rows per change batch.
+        #[arg(long, default_value_t = 4096)]
+        batch: u64,
+        /// Rows between two barriers.
+        #[arg(long, default_value_t = 100_000)]
+        barrier_rows: u64,
+        /// Frames the consumer's inbox holds (the producer's credits).
+        #[arg(long, default_value_t = 8)]
+        window: u32,
+    },
     /// A Nexmark query over the built-in generator (see src/bench/nexmark.rs).
     Nexmark {
         /// A query of sql/nexmark/ (q0-q22, or `recent`: a temporal filter), or `generator`
@@ -299,6 +315,11 @@ fn main() -> std::process::ExitCode {
         Some(Command::Bench { what: BenchCommand::Streaming { rows, batch, parallelism, scenarios } }) => {
             let options = weir::bench::BenchOptions { rows, batch: batch.max(1), parallelism, scenarios };
             return run_bench(weir::bench::run(options));
+        }
+        Some(Command::Bench { what: BenchCommand::Exchange { rows, batch, barrier_rows, window } }) => {
+            let options =
+                weir::bench::exchange::ExchangeBenchOptions { rows, batch: batch.max(1), barrier_rows, window };
+            return run_bench(weir::bench::exchange::run(options));
         }
         Some(Command::Bench {
             what:

@@ -11,6 +11,8 @@
 //! - [`inbox`]: the consuming side: the streams this node's jobs expect, and what a job reads.
 //! - [`service`]: this node's Flight service, taking streams into inboxes.
 //! - [`outbound`]: the producing side, one stream to one consumer.
+//! - [`outbox`]: what a job pushes a consumer's frames into without waiting; it waits for the
+//!   outboxes to drain only before reading more input (no distributed deadlock).
 //!
 //! Invariants: a producer sends a frame only against a credit its consumer granted for a free
 //! place in the inbox, so memory is bounded on both sides and a slow consumer slows its
@@ -24,6 +26,7 @@
 pub mod frame;
 pub mod inbox;
 pub mod outbound;
+pub mod outbox;
 pub mod service;
 
 #[cfg(test)]
@@ -32,3 +35,4 @@ mod tests;
 pub use frame::{Frame, StreamHeader};
 pub use inbox::{Exchanges, Inbox};
 pub use outbound::Outbound;
+pub use outbox::Outbox;

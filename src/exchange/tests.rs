@@ -260,3 +260,50 @@ async fn nothing_listening_is_retried_until_the_deadline() {
     assert!(started.elapsed() >= Duration::from_millis(600), "retried until the deadline");
     assert_eq!(err.state.code(), "08001", "{err}");
 }
+
+#[tokio::test]
+async fn an_outbox_never_makes_its_job_wait_and_holds_it_back_at_the_mark() {
+    let n2 = node("n2", 2).await;
+    let mut inbox = n2.exchanges.expect("v1/4", "n1", 1, schema());
+    let out = open(&n2, header("v1/4", "n1", "n2", 1), Duration::from_secs(5)).await.unwrap();
+    let outbox = Outbox::start(out);
+    // The consumer does not read: pushes return at once all the same.
+    let pushed = Instant::now();
+    for i in 0..50 {
+        outbox.push(Frame::Data(rows(i * 100, 100))).unwrap();
+    }
+    assert!(pushed.elapsed() < Duration::from_millis(200));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let queued = outbox.queued_bytes();
+    assert!(queued > 0, "frames past the consumer's window wait in the outbox");
+    // The job would wait here before reading more input, until the consumer catches up.
+    let mark = queued / 2;
+    assert!(tokio::time::timeout(Duration::from_millis(300), outbox.drained_below(mark)).await.is_err());
+    let reader = tokio::spawn(async move {
+        let mut keys = Vec::new();
+        loop {
+            match inbox.recv().await.unwrap() {
+                Frame::Data(change) => keys.extend(keys_of(&change)),
+                Frame::End => return keys,
+                other => panic!("{other:?}"),
+            }
+        }
+    });
+    outbox.drained_below(mark).await.unwrap();
+    outbox.finish().await.unwrap();
+    assert_eq!(reader.await.unwrap(), (0..5000).collect::<Vec<i64>>(), "in push order, once each");
+}
+
+#[tokio::test]
+async fn an_outbox_reports_its_streams_failure_to_every_later_push() {
+    let n2 = node("n2", 2).await;
+    let inbox = n2.exchanges.expect("v1/4", "n1", 1, schema());
+    let outbox = Outbox::start(open(&n2, header("v1/4", "n1", "n2", 1), Duration::from_secs(5)).await.unwrap());
+    drop(inbox);
+    for i in 0..10 {
+        let _ = outbox.push(Frame::Data(rows(i, 1)));
+    }
+    let err = outbox.drained_below(0).await.err().expect("the consumer stopped");
+    assert!(err.to_string().contains("consuming job stopped"), "{err}");
+    assert!(outbox.push(Frame::Watermark(1)).is_err());
+}
