@@ -12,6 +12,14 @@
 //! Work queued for different shards runs on different threads (the view's own and its
 //! [`ShardPool`]'s), so a view's stateful operators use every core; the root's output of all
 //! shards is the view's change.
+//!
+//! In a cluster (issue 46, ADR 39) each node runs the same graph for the vnodes it owns
+//! ([`Placement`]): an exchange's rows whose vnode a peer owns leave as [`Outgoing`] rows (the
+//! job sends them over the network exchange), and rows a peer sends for this node's vnodes
+//! enter at the exchange they crossed ([`Graph::enter`]). A barrier then flushes node by node
+//! ([`Graph::flush_node`], children first, the same order on every node), so the job can wait
+//! at a node whose inputs cross the network until every peer's rows of the epoch for it are
+//! in; [`Graph::barrier`] is the one-process whole.
 
 use std::sync::Arc;
 
@@ -46,6 +54,45 @@ struct Node {
     rows_out: prometheus::IntCounter,
     /// What EXPLAIN ANALYZE shows of it (rows and time since the job started).
     stats: Arc<crate::status::OperatorStats>,
+}
+
+/// Where an exchange's rows go in a cluster: per vnode, here (to shard `vnode % parallelism`)
+/// or to a peer node. One process has none: every vnode is here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    /// Per vnode: `None` here, `Some(p)` peer `p` (0-based, fewer than `peers`).
+    owners: Vec<Option<u16>>,
+    peers: usize,
+}
+
+impl Placement {
+    /// From the owner of each of the [`VNODE_COUNT`](crate::types::vnode::VNODE_COUNT) vnodes.
+    pub fn new(owners: Vec<Option<u16>>) -> Result<Placement> {
+        if owners.len() != crate::types::vnode::VNODE_COUNT as usize {
+            return Err(WeirError::internal(format!("a placement of {} vnodes", owners.len())));
+        }
+        let peers = owners.iter().flatten().map(|p| *p as usize + 1).max().unwrap_or(0);
+        Ok(Placement { owners, peers })
+    }
+
+    /// The peers some vnode is placed on.
+    pub fn peers(&self) -> usize {
+        self.peers
+    }
+
+    /// The peer owning `vnode`, or `None` here.
+    pub fn owner(&self, vnode: u16) -> Option<u16> {
+        self.owners[vnode as usize]
+    }
+}
+
+/// Rows an exchange sends to a peer: they enter `node`'s input `slot` there.
+#[derive(Debug)]
+pub struct Outgoing {
+    pub node: usize,
+    pub slot: usize,
+    pub peer: u16,
+    pub batch: ChangeBatch,
 }
 
 /// A change waiting to enter `node` (input `slot`) in `shard`.
@@ -87,6 +134,10 @@ pub struct Graph {
     constants: Vec<(usize, datafusion::arrow::array::RecordBatch)>,
     /// The view's watermark and the epoch's time, handed to every operator call: the one copy.
     clock: Clock,
+    /// Which vnodes are here, in a cluster.
+    placement: Option<Placement>,
+    /// Rows for peers, until the job takes them.
+    outgoing: Vec<Outgoing>,
 }
 
 impl Graph {
@@ -99,7 +150,30 @@ impl Graph {
             leaves: Vec::new(),
             constants: Vec::new(),
             clock: Clock::default(),
+            placement: None,
+            outgoing: Vec::new(),
         }
+    }
+
+    /// Runs this graph for the vnodes `placement` leaves here (a cluster node's share).
+    pub fn place(&mut self, placement: Placement) {
+        self.placement = Some(placement);
+    }
+
+    /// Rows for peers produced since the last call, in the order they were produced.
+    pub fn take_outgoing(&mut self) -> Vec<Outgoing> {
+        std::mem::take(&mut self.outgoing)
+    }
+
+    /// How many nodes the graph has (flushed in index order, [`Graph::flush_node`]).
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// The inputs of `node` whose rows are exchanged (by key): in a cluster, each is fed by
+    /// every peer as well.
+    pub fn exchanged_inputs(&self, node: usize) -> Vec<usize> {
+        self.nodes[node].partition.iter().enumerate().filter(|(_, p)| p.is_some()).map(|(slot, _)| slot).collect()
     }
 
     /// The view, and where it reports.
@@ -180,6 +254,10 @@ impl Graph {
     /// Enters every constant leaf's rows, in shard 0: once in a view's life, at its backfill
     /// (a view restored from a checkpoint has their effects in its state already).
     pub fn push_constants(&mut self) -> Result<Vec<ChangeBatch>> {
+        // In a cluster they enter on one node: where vnode 0 is (where `Single` rows are).
+        if self.placement.as_ref().is_some_and(|p| p.owner(0).is_some()) {
+            return Ok(Vec::new());
+        }
         let items = self
             .constants
             .iter()
@@ -203,20 +281,34 @@ impl Graph {
     pub fn barrier(&mut self, wb: &mut WriteBatch, flush: Flush) -> Result<Vec<ChangeBatch>> {
         let mut out = Vec::new();
         for node in 0..self.nodes.len() {
-            let everyone: Vec<()> = vec![(); self.shards.len()];
-            let clock = self.clock;
-            let started = std::time::Instant::now();
-            let produced =
-                on_each_shard(&mut self.pool, &mut self.shards, everyone, |ops, ()| ops[node].on_barrier(&clock))?;
-            self.nodes[node].stats.record(0, 0, started.elapsed().as_nanos() as u64);
-            let mut pending = Vec::new();
-            for (shard, batches) in produced.into_iter().enumerate() {
-                for batch in batches {
-                    self.route(shard, node, batch, &mut pending, &mut out)?;
-                }
-            }
-            self.run(pending, &mut out)?;
+            self.flush_node(node, &mut out)?;
         }
+        self.flush_state(wb, flush)?;
+        Ok(out)
+    }
+
+    /// One step of a barrier: `node`'s operators emit what the epoch made them hold, and it is
+    /// applied through the nodes above (the root's output added to `out`). Every node is
+    /// flushed once per barrier, in index order (children first), then [`Graph::flush_state`].
+    pub fn flush_node(&mut self, node: usize, out: &mut Vec<ChangeBatch>) -> Result<()> {
+        let everyone: Vec<()> = vec![(); self.shards.len()];
+        let clock = self.clock;
+        let started = std::time::Instant::now();
+        let produced =
+            on_each_shard(&mut self.pool, &mut self.shards, everyone, |ops, ()| ops[node].on_barrier(&clock))?;
+        self.nodes[node].stats.record(0, 0, started.elapsed().as_nanos() as u64);
+        let mut pending = Vec::new();
+        for (shard, batches) in produced.into_iter().enumerate() {
+            for batch in batches {
+                self.route(shard, node, batch, &mut pending, out)?;
+            }
+        }
+        self.run(pending, out)
+    }
+
+    /// The barrier's last step: every operator's state changes into `wb` (all of it at a
+    /// checkpoint: see [`Flush`]).
+    pub fn flush_state(&mut self, wb: &mut WriteBatch, flush: Flush) -> Result<()> {
         let everyone: Vec<()> = vec![(); self.shards.len()];
         let flushed = on_each_shard(&mut self.pool, &mut self.shards, everyone, |ops, ()| {
             let mut shard_wb = WriteBatch::default();
@@ -224,6 +316,37 @@ impl Graph {
             Ok(shard_wb.ops)
         })?;
         flushed.into_iter().for_each(|ops| wb.ops.extend(ops));
+        Ok(())
+    }
+
+    /// Rows a peer sent over the exchange into `node`'s input `slot` (all of vnodes placed
+    /// here); returns the root's output. A row of a vnode placed elsewhere means the peer and
+    /// this node disagree on the placement: an error, never a row applied twice.
+    pub fn enter(&mut self, node: usize, slot: usize, batch: ChangeBatch) -> Result<Vec<ChangeBatch>> {
+        let mut out = Vec::new();
+        if batch.is_empty() {
+            return Ok(out);
+        }
+        let shards = self.shards.len();
+        let Graph { nodes, view, placement, .. } = self;
+        let Some(partitioner) = nodes.get_mut(node).and_then(|n| n.partition.get_mut(slot)).and_then(|p| p.as_mut())
+        else {
+            return Err(WeirError::internal(format!(
+                "view \"{view}\": rows from a peer for input {slot} of operator {node}, which is not exchanged"
+            )));
+        };
+        let mut pending = Vec::new();
+        for (place, part) in partitioner.split(&batch, shards, placement.as_ref(), view)? {
+            match place {
+                Place::Shard(shard) => pending.push(Item { shard, node, slot, batch: part }),
+                Place::Peer(peer) => {
+                    return Err(WeirError::internal(format!(
+                        "view \"{view}\": a peer sent rows of vnodes placed on peer {peer} (placements differ)"
+                    )))
+                }
+            }
+        }
+        self.run(pending, &mut out)?;
         Ok(out)
     }
 
@@ -281,13 +404,18 @@ impl Graph {
             return Ok(());
         }
         let shards = self.shards.len();
-        let Graph { nodes, view, .. } = self;
+        let Graph { nodes, view, placement, outgoing, .. } = self;
         for i in 0..nodes[node].parents.len() {
             let (parent, slot) = nodes[node].parents[i];
             match nodes[parent].partition.get_mut(slot).and_then(|p| p.as_mut()) {
-                Some(partitioner) if shards > 1 => {
-                    for (target, part) in partitioner.split(&batch, shards, view)? {
-                        pending.push(Item { shard: target, node: parent, slot, batch: part });
+                Some(partitioner) if shards > 1 || placement.is_some() => {
+                    for (place, part) in partitioner.split(&batch, shards, placement.as_ref(), view)? {
+                        match place {
+                            Place::Shard(target) => {
+                                pending.push(Item { shard: target, node: parent, slot, batch: part })
+                            }
+                            Place::Peer(peer) => outgoing.push(Outgoing { node: parent, slot, peer, batch: part }),
+                        }
                     }
                 }
                 _ => pending.push(Item { shard, node: parent, slot, batch: batch.clone() }),
@@ -389,11 +517,40 @@ impl Graph {
     }
 }
 
+/// Where a part of an exchange's rows goes.
+enum Place {
+    Shard(usize),
+    Peer(u16),
+}
+
 impl Partitioner {
-    /// `batch`'s rows grouped by the shard their key belongs to.
-    fn split(&mut self, batch: &ChangeBatch, shards: usize, view: &ViewStatus) -> Result<Vec<(usize, ChangeBatch)>> {
+    /// `batch`'s rows grouped by the shard their key belongs to, or, in a cluster, the peer
+    /// its vnode is placed on.
+    fn split(
+        &mut self,
+        batch: &ChangeBatch,
+        shards: usize,
+        placement: Option<&Placement>,
+        view: &ViewStatus,
+    ) -> Result<Vec<(Place, ChangeBatch)>> {
         let keys: Vec<ArrayRef> = self.keys.iter().map(|k| evaluate(k, &batch.data, view)).collect::<Result<_>>()?;
-        self.shards.split(batch, &keys, shards)
+        let Some(placement) = placement else {
+            let parts = self.shards.split(batch, &keys, shards)?;
+            return Ok(parts.into_iter().map(|(shard, part)| (Place::Shard(shard), part)).collect());
+        };
+        // Places 0..shards are shards here, then one per peer.
+        let place = |vnode: u16| match placement.owner(vnode) {
+            None => vnode as usize % shards,
+            Some(peer) => shards + peer as usize,
+        };
+        let parts = self.shards.split_by(batch, &keys, shards + placement.peers(), place)?;
+        Ok(parts
+            .into_iter()
+            .map(|(at, part)| match at < shards {
+                true => (Place::Shard(at), part),
+                false => (Place::Peer((at - shards) as u16), part),
+            })
+            .collect())
     }
 }
 

@@ -17,6 +17,8 @@ pub mod column_names;
 pub mod column_origins;
 pub mod comparison_order;
 pub mod df_context;
+#[cfg(test)]
+mod distributed_view_tests;
 pub mod function_args;
 pub mod handler;
 pub mod int4_literals;

@@ -489,11 +489,13 @@ impl HashAggConfig {
 
 impl HashAgg {
     /// Shard `shard` of an aggregate configured by `config`, over its state tables (groups,
-    /// value multisets). A global aggregate's one group lives in shard 0, where all its rows go.
+    /// value multisets). A global aggregate's one group lives in the view's first shard
+    /// (`first`: shard 0, on the node owning vnode 0 in a cluster), where all its rows go.
     pub fn new(
         config: HashAggConfig,
         state: (KeyedState, KeyedState),
         shard: usize,
+        first: bool,
         view: impl Into<ViewStatus>,
     ) -> Result<HashAgg> {
         let HashAggConfig {
@@ -567,7 +569,7 @@ impl HashAgg {
             let (table, store) = agg.groups.table();
             agg.in_memory = Some(ExpiringGroups::new(table, store, shard as u16, &agg.describe()));
         }
-        if agg.group_codec.is_none() && shard == 0 {
+        if agg.group_codec.is_none() && first {
             // The one group of a global aggregate exists from the start.
             let group = agg.load(&[])?;
             agg.dirty.insert(vec![], 0);
@@ -1666,7 +1668,7 @@ mod tests {
             )
         };
         let state = (KeyedState::new(1, Arc::clone(store), 4), KeyedState::new(2, Arc::clone(store), 4));
-        HashAgg::new(config, state, 0, "test").unwrap()
+        HashAgg::new(config, state, 0, true, "test").unwrap()
     }
 
     /// `avg(c1)` and `sum(c1)` per `c0` over floats, its state in `format`.
@@ -1695,7 +1697,7 @@ mod tests {
             )
         };
         let state = (KeyedState::new(1, Arc::clone(store), 4), KeyedState::new(2, Arc::clone(store), 4));
-        HashAgg::new(config, state, 0, "test").unwrap()
+        HashAgg::new(config, state, 0, true, "test").unwrap()
     }
 
     /// Exact sums leave exactly the rows still there; a view of the first state format keeps
@@ -1753,7 +1755,7 @@ mod tests {
             KeyedState::new(1, Arc::clone(store), 4).write_back(None).unwrap(),
             KeyedState::new(2, Arc::clone(store), 4).write_back(None).unwrap(),
         );
-        HashAgg::new(config, state, 0, "test").unwrap()
+        HashAgg::new(config, state, 0, true, "test").unwrap()
     }
 
     /// `sum(c1)` per `c0`, of decimals of 38 digits (`numeric(38, 0)`, as integer sums are planned).
@@ -1776,7 +1778,7 @@ mod tests {
         };
         let state = (KeyedState::new(1, Arc::clone(store), 4), KeyedState::new(2, Arc::clone(store), 4));
         let config = HashAggConfig::new(vec![col("c0", &input).unwrap()], vec![DataType::Int64], vec![sum], schema);
-        HashAgg::new(config, state, 0, "test").unwrap()
+        HashAgg::new(config, state, 0, true, "test").unwrap()
     }
 
     /// A total past its type's 38 digits is NULL for its group only, is stored wide and read back,
@@ -1894,7 +1896,7 @@ mod tests {
             append_only_input: true,
             ..HashAggConfig::new(vec![col("c0", &input).unwrap()], vec![DataType::Int64], vec![spec], schema)
         };
-        let mut a = HashAgg::new(config, state, 0, "t").unwrap();
+        let mut a = HashAgg::new(config, state, 0, true, "t").unwrap();
         assert_eq!(step(&mut a, &store, "I I\n+ 1 10\n+ 1 10\n+ 1 20\n+ 1 ."), "+ 1 2\n");
         // Values seen before, some only in the store by now, count once.
         for k in 2..30 {

@@ -42,9 +42,17 @@ pub struct Context<'a> {
     /// The view, and where its operators report (the catalog's status).
     pub view: ViewStatus,
     pub operator_state: OperatorStateSettings,
+    /// This node holds the view's first shard: shard 0 here is where rows that all go to one
+    /// place are (always, in one process; on the node owning vnode 0, in a cluster).
+    pub home: bool,
 }
 
 impl Context<'_> {
+    /// Whether `shard` is the view's first shard.
+    fn first(&self, shard: usize) -> bool {
+        shard == 0 && self.home
+    }
+
     /// A shard's access to state table `id` (write-back: it reaches the store at checkpoints).
     fn keyed(&self, id: TableId) -> Result<KeyedState> {
         let settings = self.operator_state;
@@ -113,7 +121,7 @@ impl Context<'_> {
             ),
             Spec::Aggregate { config, tables, ttl, .. } => {
                 let state = (self.keyed(tables.0)?, self.keyed(tables.1)?);
-                let agg = HashAgg::new(config.clone(), state, shard, view)?;
+                let agg = HashAgg::new(config.clone(), state, shard, self.first(shard), view)?;
                 match self.idle_keys(ttl.as_ref(), shard)?.pop() {
                     Some(idle) => Box::new(agg.with_state_ttl(idle)?),
                     None => Box::new(agg),
@@ -151,7 +159,7 @@ impl Context<'_> {
                 *time,
                 Arc::clone(schema),
                 self.keyed(*table)?,
-                shard == 0,
+                self.first(shard),
                 *judges_lateness,
                 view,
             )?),

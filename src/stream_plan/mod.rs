@@ -54,7 +54,8 @@ pub fn build(
     let mut stream = translate::translate(plan, state, catalog, view_id, options)?;
     enforce::enforce_distribution(&mut stream);
     let view = crate::status::ViewStatus::new(view, std::sync::Arc::clone(catalog.status()));
-    let context = instantiate::Context { catalog, view, operator_state };
+    let home = options.cluster.is_none_or(|share| share.home);
+    let context = instantiate::Context { catalog, view, operator_state, home };
     let graph: Graph = instantiate::instantiate(&stream, &context, parallelism)?;
     Ok(Built {
         graph,

@@ -32,6 +32,9 @@ pub struct ViewOptions {
     /// `WITH (state_ttl = '...')`, nanoseconds of epoch time: unbounded aggregates, DISTINCT
     /// and joins forget keys idle that long (`state::idle_keys`).
     pub state_ttl: Option<i64>,
+    /// This node's share of a view that runs on several nodes of a cluster; `None` in one
+    /// process.
+    pub cluster: Option<ClusterShare>,
 }
 
 /// What a node's output rows are like.
@@ -76,4 +79,16 @@ pub struct StreamPlan {
     pub append_only: bool,
     /// The watermark views over this one may take from its rows ([`crate::catalog::persist::WatermarkDef`]).
     pub watermark: Option<crate::catalog::persist::WatermarkDef>,
+}
+
+/// A view's share on one node of a cluster (issue 46). Each node reads its part of the view's
+/// inputs, so input rows are anywhere, not all in shard 0: the distribution pass puts an
+/// exchange before every node that needs rows together (a global aggregate, Top-N, a keyless
+/// session window, an EMIT ON WINDOW CLOSE buffer), and what must happen in one place happens
+/// on the home node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClusterShare {
+    /// This node owns vnode 0, where rows that all go to one place are: its shard 0 is the
+    /// view's first (a global aggregate's one group, the EOWC buffer's judge).
+    pub home: bool,
 }

@@ -552,9 +552,13 @@ impl Builder<'_> {
                     ));
                 }
                 let schema = Self::schema(plan);
-                // A view's inputs enter shard 0.
+                // A view's inputs enter shard 0, or, in a cluster, wherever a node reads them.
+                let distribution = match self.options.cluster {
+                    Some(_) => Distribution::Any,
+                    None => Distribution::Single,
+                };
                 let read_as = |relation: &crate::catalog::Relation, columns: usize| Properties {
-                    distribution: Distribution::Single,
+                    distribution: distribution.clone(),
                     times: vec![None; columns],
                     append_only: relation.def.append_only,
                     prompt: true,
@@ -1784,8 +1788,9 @@ impl Builder<'_> {
                     times[n] = spec.start_closes_after().map(|close_offset| TimeColumn { close_offset });
                     times[n + 1] = Some(TimeColumn { close_offset: 0 });
                 }
+                // Each row is windowed where it is.
                 let props = Properties {
-                    distribution: Distribution::Single,
+                    distribution: leaf.distribution.clone(),
                     times,
                     append_only: leaf.append_only,
                     prompt: true,
@@ -1799,8 +1804,9 @@ impl Builder<'_> {
                     times[n + 1] = Some(TimeColumn { close_offset: 0 });
                 }
                 let table = self.state_table()?;
+                // Sessions without keys gather every row in one place.
                 let (input, distribution) = if spec.keys.is_empty() {
-                    (Requirement::Any, Distribution::Single)
+                    (Requirement::Single, Distribution::Single)
                 } else {
                     let keys = columns(input, &spec.keys);
                     (Requirement::hash(keys, Some(spec.keys.clone())), Distribution::Hash(spec.keys.clone()))

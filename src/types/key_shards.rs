@@ -40,18 +40,34 @@ impl KeyShards {
         if keys.is_empty() || shards <= 1 {
             return Ok(vec![(0, batch.clone())]);
         }
+        self.split_by(batch, keys, shards, |vnode| vnode as usize % shards)
+    }
+
+    /// `batch`'s rows grouped by `place(vnode of their key)`, one of `places` (shards here and
+    /// nodes elsewhere, in a cluster: `dataflow::graph`); places without rows are left out. No
+    /// key columns: every row where vnode 0 goes.
+    pub fn split_by(
+        &mut self,
+        batch: &ChangeBatch,
+        keys: &[ArrayRef],
+        places: usize,
+        place: impl Fn(u16) -> usize,
+    ) -> Result<Vec<(usize, ChangeBatch)>> {
+        if keys.is_empty() {
+            return Ok(vec![(place(0), batch.clone())]);
+        }
         if self.codec.is_none() {
             self.codec = Some(RowConverter::new(keys.iter().map(|k| SortField::new(k.data_type().clone())).collect())?);
         }
         let rows = self.codec.as_ref().expect("built").convert_columns(keys)?;
-        let mut by_shard: Vec<Vec<u32>> = vec![Vec::new(); shards];
+        let mut by_place: Vec<Vec<u32>> = vec![Vec::new(); places];
         for i in 0..batch.num_rows() {
-            by_shard[vnode_of(rows.row(i).data()) as usize % shards].push(i as u32);
+            by_place[place(vnode_of(rows.row(i).data()))].push(i as u32);
         }
         let mut parts = Vec::new();
-        for (shard, indices) in by_shard.into_iter().enumerate().filter(|(_, i)| !i.is_empty()) {
+        for (at, indices) in by_place.into_iter().enumerate().filter(|(_, i)| !i.is_empty()) {
             let part = if indices.len() == batch.num_rows() { batch.clone() } else { batch.take(&indices)? };
-            parts.push((shard, part));
+            parts.push((at, part));
         }
         Ok(parts)
     }

@@ -168,6 +168,8 @@ pub async fn view_options(
         lookups,
         // A view restored replaces it with the one it recorded.
         state_format: crate::state::value::StateFormat::CURRENT,
+        // Views run in one process until the cluster runs them (issue 46).
+        cluster: None,
     })
 }
 
