@@ -408,6 +408,41 @@ fn the_kubernetes_manifests_are_valid_and_agree_with_each_other() {
     weir::config::Config::resolve(Some(&root.join("deploy/weir.toml")), Default::default()).unwrap();
 }
 
+/// deploy/kubernetes/cluster (the base as a three-node cluster with a reference etcd) validates
+/// and agrees with itself (scripts/check-kubernetes.py), and the flags its pods get are flags
+/// this build accepts, with the base's weir.toml.
+#[test]
+fn the_kubernetes_cluster_overlay_is_valid_and_its_flags_are_accepted() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let venv = std::env::var("WEIR_TEST_VENV").unwrap_or_else(|_| "/var/tmp/weir-test-venv".into());
+    let out = std::process::Command::new(format!("{venv}/bin/python"))
+        .arg(root.join("scripts/check-kubernetes.py"))
+        .arg(root.join("deploy/kubernetes/cluster"))
+        .output()
+        .expect("the test virtual environment (scripts/install-deps.sh test)");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{text}");
+    let line = text.lines().find_map(|l| l.strip_prefix("cluster-flags: ")).expect("the pods' cluster flags");
+    let words: Vec<&str> = line.split(' ').collect();
+    let flag = |name: &str| words.iter().position(|w| *w == name).map(|i| words[i + 1]);
+    let config =
+        weir::config::Config::resolve(Some(&root.join("deploy/kubernetes/weir.toml")), Default::default()).unwrap();
+    let lease = flag("--cluster-lease").unwrap().trim_end_matches('s').parse().unwrap();
+    let cluster = weir::config::ClusterConfig::parse(
+        flag("--cluster").unwrap(),
+        flag("--node-id"),
+        flag("--advertise"),
+        config.listen,
+        flag("--exchange-listen"),
+        Some(std::time::Duration::from_secs(lease)),
+    )
+    .unwrap_or_else(|e| panic!("{line}: {e}"));
+    assert_eq!(cluster.endpoints.len(), 3);
+    assert_eq!(cluster.prefix, "/weir/weir/");
+    assert_eq!(cluster.advertise, "weir-0.weir-headless.default.svc:4566");
+    assert_eq!(cluster.exchange, "weir-0.weir-headless.default.svc:4567");
+}
+
 /// Runs `sql` (an example's text) with psql as its comment says, stopping at the first error;
 /// what psql printed (unaligned, `|` between values).
 fn psql_file(server: &TestServer, name: &str, sql: &str) -> String {
