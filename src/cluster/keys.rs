@@ -22,6 +22,7 @@ pub const EVENTS_KEPT: usize = 500;
 /// The version of the records below.
 pub const RECORD_VERSION: u32 = 1;
 
+#[derive(Debug, Clone)]
 pub struct Keys {
     prefix: String,
 }

@@ -149,13 +149,8 @@ async fn session(
     };
     // What acts on this membership; aborted when it ends.
     let tasks = [
-        tokio::spawn(picture::follow(
-            client.clone(),
-            Keys::new(keys.prefix()),
-            Arc::clone(status),
-            config.node_id.clone(),
-        )),
-        tokio::spawn(election::campaign(client.clone(), Keys::new(keys.prefix()), config.node_id.clone(), lease)),
+        tokio::spawn(picture::follow(client.clone(), keys.clone(), Arc::clone(status), config.node_id.clone())),
+        tokio::spawn(election::campaign(client.clone(), keys.clone(), config.node_id.clone(), lease)),
     ];
     let ended = loop {
         let sent = Instant::now();

@@ -50,13 +50,16 @@ pub async fn serve(
     let service = FlightServiceServer::new(ExchangeService { exchanges })
         .max_decoding_message_size(MAX_MESSAGE)
         .max_encoding_message_size(MAX_MESSAGE);
+    // Without TCP_NODELAY on the accepted sockets (the builder's setting covers only the
+    // listener it binds itself), a credit grant waits for Nagle and the peer's delayed ACK:
+    // 40 ms per window of frames.
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     tonic::transport::Server::builder()
-        .tcp_nodelay(true)
         // A peer that vanished without closing (a killed machine) is noticed within seconds.
         .http2_keepalive_interval(Some(Duration::from_secs(1)))
         .http2_keepalive_timeout(Some(Duration::from_secs(5)))
         .add_service(service)
-        .serve_with_incoming_shutdown(tonic::transport::server::TcpIncoming::from(listener), stop)
+        .serve_with_incoming_shutdown(incoming, stop)
         .await
         .map_err(|e| WeirError::io(format!("the exchange service stopped: {e}")))
 }

@@ -303,7 +303,7 @@ async fn an_outbox_reports_its_streams_failure_to_every_later_push() {
     for i in 0..10 {
         let _ = outbox.push(Frame::Data(rows(i, 1)));
     }
-    let err = outbox.drained_below(0).await.err().expect("the consumer stopped");
+    let err = outbox.drained_below(0).await.expect_err("the consumer stopped");
     assert!(err.to_string().contains("consuming job stopped"), "{err}");
     assert!(outbox.push(Frame::Watermark(1)).is_err());
 }
