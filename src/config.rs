@@ -420,7 +420,10 @@ impl ClusterConfig {
             Some(text) => parse_addr("exchange-listen", text)?,
             None => SocketAddr::new(listen.ip(), DEFAULT_EXCHANGE_PORT),
         };
-        if exchange_listen == listen {
+        let overlap = exchange_listen.ip() == listen.ip()
+            || exchange_listen.ip().is_unspecified()
+            || listen.ip().is_unspecified();
+        if overlap && exchange_listen.port() == listen.port() && listen.port() != 0 {
             return Err(bad(format!("--exchange-listen {exchange_listen} is the Postgres --listen address")));
         }
         Ok(ClusterConfig {

@@ -136,6 +136,9 @@ pub struct Graph {
     clock: Clock,
     /// Which vnodes are here, in a cluster.
     placement: Option<Placement>,
+    /// Its operators were made for the home node (`stream_plan::plan::ClusterShare`): always
+    /// in one process.
+    home: bool,
     /// Rows for peers, until the job takes them.
     outgoing: Vec<Outgoing>,
 }
@@ -151,13 +154,32 @@ impl Graph {
             constants: Vec::new(),
             clock: Clock::default(),
             placement: None,
+            home: true,
             outgoing: Vec::new(),
         }
     }
 
-    /// Runs this graph for the vnodes `placement` leaves here (a cluster node's share).
-    pub fn place(&mut self, placement: Placement) {
+    /// Its operators are made for a node that is not the cluster's home for the view (it
+    /// does not own vnode 0).
+    pub fn made_away_from_home(&mut self) {
+        self.home = false;
+    }
+
+    /// Runs this graph for the vnodes `placement` leaves here (a cluster node's share). The
+    /// placement must agree with how the operators were made: vnode 0 here exactly when they
+    /// were made for the home node (else a global aggregate's group would be on two nodes or
+    /// none).
+    pub fn place(&mut self, placement: Placement) -> Result<()> {
+        if placement.owner(0).is_none() != self.home {
+            return Err(WeirError::internal(format!(
+                "view \"{}\": placed with vnode 0 {}, but its operators were made {}",
+                self.view,
+                if placement.owner(0).is_none() { "here" } else { "on a peer" },
+                if self.home { "for the home node" } else { "away from home" }
+            )));
+        }
         self.placement = Some(placement);
+        Ok(())
     }
 
     /// Rows for peers produced since the last call, in the order they were produced.

@@ -11,7 +11,8 @@
 //!
 //! App metadata layout (little-endian): `1, ops...` a change batch (one op code per row);
 //! `2, watermark i64`; `3, epoch u64, kind u8, now i64, age µs u64` a barrier; `4` the end;
-//! `5, n u32` a grant of `n` credits (consumer to producer). A dictionary message has none.
+//! `5, n u32` a grant of `n` credits and `4` the end's acknowledgement (consumer to producer). A
+//! dictionary message has none.
 //!
 //! Used by [`super::outbound`] (encoding) and [`super::service`] (decoding); pure, so the
 //! fuzz-free round trip is unit-tested here.
@@ -76,6 +77,16 @@ pub fn credit(n: u32) -> FlightData {
     meta.push(CREDIT);
     meta.extend_from_slice(&n.to_le_bytes());
     FlightData::new().with_app_metadata(meta)
+}
+
+/// The consumer's answer to [`Frame::End`]: everything sent is in its inbox.
+pub fn end_acknowledged() -> FlightData {
+    FlightData::new().with_app_metadata(vec![END])
+}
+
+/// Whether a consumer's message acknowledges the end.
+pub fn acknowledges_end(data: &FlightData) -> bool {
+    data.app_metadata.as_ref() == [END]
 }
 
 /// The credits a consumer's message grants (0 for anything else).

@@ -121,7 +121,9 @@ impl Inbox {
     }
 
     /// The next frame, waiting for it. An error ends the stream: the producer broke off or
-    /// was fenced, and the job must restart from the last checkpoint.
+    /// was fenced, and the job must restart from the last checkpoint. A producer that never
+    /// connects is not noticed here: the job waits within its own deadline (a barrier's
+    /// checkpoint timeout) and restarts past it.
     pub async fn recv(&mut self) -> Result<Frame> {
         let item = self.receiver.recv().await;
         self.taken.notify_one();

@@ -22,7 +22,7 @@ use futures::{FutureExt, SinkExt};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Streaming};
 
-use super::frame::{credits_in, Frame, FrameEncoder, StreamHeader};
+use super::frame::{acknowledges_end, credits_in, Frame, FrameEncoder, StreamHeader};
 use super::service::MAX_MESSAGE;
 use crate::error::{Result, SqlState, WeirError};
 use crate::metrics;
@@ -143,7 +143,7 @@ impl Outbound {
             let waiting = Instant::now();
             while self.credits == 0 {
                 match self.responses.message().await {
-                    Ok(Some(message)) => self.credits += credits_in(&message),
+                    Ok(Some(message)) => self.grant(&message)?,
                     Ok(None) => return Err(self.broken("the consumer ended the stream")),
                     Err(status) => return Err(stream_error(&self.what(), &status)),
                 }
@@ -167,7 +167,7 @@ impl Outbound {
     fn take_grants(&mut self) -> Result<()> {
         while let Some(answer) = self.responses.message().now_or_never() {
             match answer {
-                Ok(Some(message)) => self.credits += credits_in(&message),
+                Ok(Some(message)) => self.grant(&message)?,
                 Ok(None) => return Err(self.broken("the consumer ended the stream")),
                 Err(status) => return Err(stream_error(&self.what(), &status)),
             }
@@ -175,14 +175,25 @@ impl Outbound {
         Ok(())
     }
 
-    /// Sends the end and waits until the consumer has taken everything sent.
+    /// Adds the credits `message` grants; a grant past what a window can hold is a broken peer.
+    fn grant(&mut self, message: &arrow_flight::FlightData) -> Result<()> {
+        self.credits = self
+            .credits
+            .checked_add(credits_in(message))
+            .ok_or_else(|| self.broken("the consumer granted more credits than can be counted"))?;
+        Ok(())
+    }
+
+    /// Sends the end and waits until the consumer acknowledges it: everything sent is in its
+    /// inbox. A stream that ends without the acknowledgement is an error.
     pub async fn finish(mut self) -> Result<()> {
         self.send_one(Frame::End).await?;
         self.requests.close_channel();
         loop {
             match self.responses.message().await {
+                Ok(Some(message)) if acknowledges_end(&message) => return Ok(()),
                 Ok(Some(_)) => {}
-                Ok(None) => return Ok(()),
+                Ok(None) => return Err(self.broken("the consumer ended the stream without taking the end")),
                 Err(status) => return Err(stream_error(&self.what(), &status)),
             }
         }

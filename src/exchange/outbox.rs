@@ -132,8 +132,25 @@ impl Drop for Outbox {
     }
 }
 
+/// Marks the outbox done (failed, if it had not finished) when the sender task ends in any
+/// way, a panic or an abort included, so no job waits on it forever.
+struct Ended(Arc<Shared>);
+
+impl Drop for Ended {
+    fn drop(&mut self) {
+        let mut queue = self.0.queue.lock();
+        if !queue.done {
+            queue.failure.get_or_insert_with(|| "the exchange's sender stopped".into());
+            queue.done = true;
+        }
+        drop(queue);
+        self.0.drained.notify_waiters();
+    }
+}
+
 /// The sender task: frames out in order, against credits.
 async fn send(mut outbound: Outbound, shared: Arc<Shared>) {
+    let _ended = Ended(Arc::clone(&shared));
     loop {
         let pushed = shared.pushed.notified();
         tokio::pin!(pushed);

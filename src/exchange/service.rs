@@ -79,6 +79,7 @@ impl ExchangeService {
     async fn claim(
         &self,
         header: &StreamHeader,
+        schema: &datafusion::arrow::datatypes::Schema,
     ) -> std::result::Result<(Delivery, datafusion::arrow::datatypes::SchemaRef), Status> {
         let x = &self.exchanges;
         if header.version != PROTOCOL_VERSION {
@@ -107,6 +108,15 @@ impl ExchangeService {
                     return Err(refused("fenced", Status::failed_precondition(why)));
                 }
                 if header.generation == expected.generation {
+                    // Checked before the inbox is taken: a stream of other columns must not use
+                    // up the inbox its real producer will open.
+                    if !schema_fits(&expected.schema, schema) {
+                        let why = format!(
+                            "the exchange {} carries {schema:?}, the job here expects {:?}",
+                            header.exchange, expected.schema
+                        );
+                        return Err(refused("schema", Status::invalid_argument(why)));
+                    }
                     let Some(delivery) = expected.deliver.take() else {
                         let why = format!("the exchange {} from {} is connected already", key.0, key.1);
                         return Err(refused("taken", Status::failed_precondition(why)));
@@ -150,11 +160,7 @@ impl FlightService for ExchangeService {
         };
         let (header, schema) =
             frame::opening(&first).map_err(|e| refused("malformed", Status::invalid_argument(e.to_string())))?;
-        let (delivery, expected) = self.claim(&header).await?;
-        if !schema_fits(&expected, &schema) {
-            let why = format!("the exchange {} carries {schema:?}, the job here expects {expected:?}", header.exchange);
-            return Err(refused("schema", Status::invalid_argument(why)));
-        }
+        let (delivery, expected) = self.claim(&header, &schema).await?;
         let window = self.exchanges.window();
         let (responses, answer) = stream_channel::channel(window as usize + 2);
         let name = format!("{} from {}", header.exchange, header.from_node);
@@ -225,7 +231,11 @@ async fn relay(
                     Err(status) => break format!("the exchange stream {name} broke: {}", status.message()),
                 };
                 metrics::EXCHANGE_BYTES_RECEIVED_TOTAL.inc_by((data.data_header.len() + data.data_body.len()) as u64);
-                let frame = match decoder.decode(&data) {
+                // Arrow's IPC reader panics on some malformed bodies (a buffer shorter than its
+                // header says): a peer's bad message is this stream's error, not a dead relay.
+                let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| decoder.decode(&data)))
+                    .unwrap_or_else(|_| Err(WeirError::internal("an exchange message Arrow could not read")));
+                let frame = match decoded {
                     Ok(None) => continue,
                     Ok(Some(Frame::Data(change))) => match under_schema(change.data, &schema) {
                         Ok(data) => Frame::Data(crate::types::ChangeBatch::new(data, change.ops)),
@@ -248,7 +258,9 @@ async fn relay(
                     }
                 }
                 if end {
-                    // The response stream ends with OK when `responses` drops.
+                    // Acknowledged, so the producer tells this end from a relay that died; the
+                    // response stream then ends with OK when `responses` drops.
+                    let _ = responses.send(Ok(frame::end_acknowledged())).await;
                     return;
                 }
             }

@@ -131,9 +131,9 @@ fn write(store: &Arc<dyn StateStore>, wb: WriteBatch) {
     store.write(wb).unwrap();
 }
 
-/// Moves rows each node's exchanges produced to the other until none are left; the roots'
-/// outputs go to `outs`.
-fn shuttle(graphs: &mut [Graph; 2], outs: &mut [Vec<ChangeBatch>; 2]) {
+/// Moves rows each node's exchanges produced to the other until none are left (counted per
+/// direction in `crossed`); the roots' outputs go to `outs`.
+fn shuttle(graphs: &mut [Graph; 2], outs: &mut [Vec<ChangeBatch>; 2], crossed: &mut [usize; 2]) {
     loop {
         let sent: Vec<Vec<Outgoing>> = graphs.iter_mut().map(|g| g.take_outgoing()).collect();
         if sent.iter().all(|s| s.is_empty()) {
@@ -143,13 +143,15 @@ fn shuttle(graphs: &mut [Graph; 2], outs: &mut [Vec<ChangeBatch>; 2]) {
             let to = 1 - from;
             for o in rows {
                 assert_eq!(o.peer, 0, "each node has one peer");
+                crossed[from] += o.batch.num_rows();
                 outs[to].extend(graphs[to].enter(o.node, o.slot, o.batch).unwrap());
             }
         }
     }
 }
 
-async fn split_equals_whole(sql: &str, seed: u64) {
+/// `keyed`: the view's exchanges are by key (rows cross both ways), not all to the home node.
+async fn split_equals_whole(sql: &str, seed: u64, keyed: bool) {
     let (whole_node, a, b) = (node().await, node().await, node().await);
     // Node a is home: it owns vnode 0.
     let (mut whole, schemas) = graph(&whole_node, sql, 2, None).await;
@@ -158,11 +160,17 @@ async fn split_equals_whole(sql: &str, seed: u64) {
     let mut graphs = [ga, gb];
     // Node a owns vnodes 0-99 and 200-255, node b 100-199.
     let on_b = |v: u16| (100..200).contains(&v);
-    graphs[0].place(Placement::new((0..VNODE_COUNT).map(|v| on_b(v).then_some(0)).collect()).unwrap());
-    graphs[1].place(Placement::new((0..VNODE_COUNT).map(|v| (!on_b(v)).then_some(0)).collect()).unwrap());
+    let placement = |peer_owns: &dyn Fn(u16) -> bool| {
+        Placement::new((0..VNODE_COUNT).map(|v| peer_owns(v).then_some(0)).collect()).unwrap()
+    };
+    // A placement that disagrees with how the operators were made is refused.
+    assert!(graphs[1].place(placement(&|v| on_b(v))).is_err(), "b's operators were made away from home");
+    graphs[0].place(placement(&|v| on_b(v))).unwrap();
+    graphs[1].place(placement(&|v| !on_b(v))).unwrap();
     let stores = [Arc::clone(&a.store), Arc::clone(&b.store)];
 
     let (mut expected, mut got) = (BTreeMap::new(), BTreeMap::new());
+    let mut crossed = [0usize; 2];
     let arity: Vec<usize> = schemas.iter().map(|s| s.fields().len()).collect();
     for (epoch, inputs) in workload(&arity, 12, seed).into_iter().enumerate() {
         let mut outs: [Vec<ChangeBatch>; 2] = [Vec::new(), Vec::new()];
@@ -178,7 +186,7 @@ async fn split_equals_whole(sql: &str, seed: u64) {
             for (n, part) in parts.iter().enumerate().filter(|(_, p)| !p.is_empty()) {
                 outs[n].extend(graphs[n].push(input, batch(&schemas[input], part)).unwrap());
             }
-            shuttle(&mut graphs, &mut outs);
+            shuttle(&mut graphs, &mut outs, &mut crossed);
         }
         // The barrier: node by node on both, each node's rows for the next node moved first.
         let mut wb = WriteBatch::default();
@@ -190,7 +198,7 @@ async fn split_equals_whole(sql: &str, seed: u64) {
                 graphs[n].flush_node(k, &mut out).unwrap();
                 outs[n].extend(out);
             }
-            shuttle(&mut graphs, &mut outs);
+            shuttle(&mut graphs, &mut outs, &mut crossed);
         }
         for n in 0..2 {
             let mut wb = WriteBatch::default();
@@ -203,11 +211,14 @@ async fn split_equals_whole(sql: &str, seed: u64) {
         assert_eq!(got, expected, "{sql}: after epoch {epoch}");
     }
     assert!(!expected.is_empty(), "the workload leaves rows");
+    // Rows crossed: from b to the home node always, and from a to b where keys are spread.
+    assert!(crossed[1] > 0 && (crossed[0] > 0 || !keyed), "{sql}: rows crossed {crossed:?}");
 }
 
 #[tokio::test]
 async fn a_grouped_aggregate_split_over_two_nodes_equals_one_graph() {
-    split_equals_whole("CREATE MATERIALIZED VIEW v AS SELECT g, count(*) AS n, sum(x) AS s FROM t GROUP BY g", 1).await;
+    split_equals_whole("CREATE MATERIALIZED VIEW v AS SELECT g, count(*) AS n, sum(x) AS s FROM t GROUP BY g", 1, true)
+        .await;
 }
 
 #[tokio::test]
@@ -216,6 +227,7 @@ async fn a_join_then_an_aggregate_split_over_two_nodes_equals_one_graph() {
     split_equals_whole(
         "CREATE MATERIALIZED VIEW v AS SELECT t.g, count(*) AS n, max(u.w) AS m FROM t JOIN u ON t.k = u.k GROUP BY t.g",
         7,
+        true,
     )
     .await;
 }
@@ -224,14 +236,15 @@ async fn a_join_then_an_aggregate_split_over_two_nodes_equals_one_graph() {
 async fn a_global_aggregate_and_a_distinct_split_over_two_nodes_equal_one_graph() {
     // No group key: every row goes to where vnode 0 is (an exchange the cluster's plan has and
     // one process's does not: its inputs are all in shard 0 already).
-    split_equals_whole("CREATE MATERIALIZED VIEW v AS SELECT count(*) AS n, sum(x) AS s FROM t", 3).await;
-    split_equals_whole("CREATE MATERIALIZED VIEW v AS SELECT DISTINCT g, x FROM t", 5).await;
+    split_equals_whole("CREATE MATERIALIZED VIEW v AS SELECT count(*) AS n, sum(x) AS s FROM t", 3, false).await;
+    split_equals_whole("CREATE MATERIALIZED VIEW v AS SELECT DISTINCT g, x FROM t", 5, true).await;
 }
 
 #[tokio::test]
 async fn a_top_n_and_an_outer_join_split_over_two_nodes_equal_one_graph() {
     // Top-N gathers its rows on the home node; the outer join pads and retracts NULL rows on
     // the node its key is placed on.
-    split_equals_whole("CREATE MATERIALIZED VIEW v AS SELECT g, x FROM t ORDER BY x DESC, g LIMIT 5", 11).await;
-    split_equals_whole("CREATE MATERIALIZED VIEW v AS SELECT t.k, t.x, u.w FROM t LEFT JOIN u ON t.k = u.k", 13).await;
+    split_equals_whole("CREATE MATERIALIZED VIEW v AS SELECT g, x FROM t ORDER BY x DESC, g LIMIT 5", 11, false).await;
+    split_equals_whole("CREATE MATERIALIZED VIEW v AS SELECT t.k, t.x, u.w FROM t LEFT JOIN u ON t.k = u.k", 13, true)
+        .await;
 }

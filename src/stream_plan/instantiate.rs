@@ -171,6 +171,9 @@ impl Context<'_> {
 /// The graph running `plan` in `parallelism` shards.
 pub fn instantiate(plan: &StreamPlan, context: &Context, parallelism: usize) -> Result<Graph> {
     let mut graph = Graph::new(context.view.clone(), parallelism);
+    if !context.home {
+        graph.made_away_from_home();
+    }
     // Each plan node's graph node (None for exchanges).
     let mut at: Vec<Option<usize>> = vec![None; plan.nodes.len()];
     for (index, node) in plan.nodes.iter().enumerate() {
