@@ -387,19 +387,27 @@ impl Drop for Containers {
     }
 }
 
+/// What scripts/check-kubernetes.py says of the kustomization in `dir` (under the repository),
+/// which it must pass.
+fn check_kubernetes(dir: &str) -> String {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let venv = std::env::var("WEIR_TEST_VENV").unwrap_or_else(|_| "/var/tmp/weir-test-venv".into());
+    let out = std::process::Command::new(format!("{venv}/bin/python"))
+        .arg(root.join("scripts/check-kubernetes.py"))
+        .arg(root.join(dir))
+        .output()
+        .expect("the test virtual environment (scripts/install-deps.sh test)");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{text}");
+    text
+}
+
 /// deploy/kubernetes validates against Kubernetes' schema and its pieces agree
 /// (scripts/check-kubernetes.py), and its weir.toml is a configuration this build accepts.
 #[test]
 fn the_kubernetes_manifests_are_valid_and_agree_with_each_other() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let venv = std::env::var("WEIR_TEST_VENV").unwrap_or_else(|_| "/var/tmp/weir-test-venv".into());
-    let out = std::process::Command::new(format!("{venv}/bin/python"))
-        .arg(root.join("scripts/check-kubernetes.py"))
-        .arg(root.join("deploy/kubernetes"))
-        .output()
-        .expect("the test virtual environment (scripts/install-deps.sh test)");
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{text}");
+    check_kubernetes("deploy/kubernetes");
     let config = weir::config::Config::resolve(Some(&root.join("deploy/kubernetes/weir.toml")), Default::default())
         .unwrap_or_else(|e| panic!("deploy/kubernetes/weir.toml: {e}"));
     assert_eq!(config.data_dir, std::path::PathBuf::from("/var/lib/weir"));
@@ -414,14 +422,7 @@ fn the_kubernetes_manifests_are_valid_and_agree_with_each_other() {
 #[test]
 fn the_kubernetes_cluster_overlay_is_valid_and_its_flags_are_accepted() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let venv = std::env::var("WEIR_TEST_VENV").unwrap_or_else(|_| "/var/tmp/weir-test-venv".into());
-    let out = std::process::Command::new(format!("{venv}/bin/python"))
-        .arg(root.join("scripts/check-kubernetes.py"))
-        .arg(root.join("deploy/kubernetes/cluster"))
-        .output()
-        .expect("the test virtual environment (scripts/install-deps.sh test)");
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{text}");
+    let text = check_kubernetes("deploy/kubernetes/cluster");
     let line = text.lines().find_map(|l| l.strip_prefix("cluster-flags: ")).expect("the pods' cluster flags");
     let words: Vec<&str> = line.split(' ').collect();
     let flag = |name: &str| words.iter().position(|w| *w == name).map(|i| words[i + 1]);

@@ -84,27 +84,18 @@ impl Outbox {
 
     /// Waits until at most `mark` bytes are queued (or fails with the stream's failure).
     pub async fn drained_below(&self, mark: usize) -> Result<()> {
-        loop {
-            let drained = self.shared.drained.notified();
-            tokio::pin!(drained);
-            drained.as_mut().enable();
-            {
-                let queue = self.shared.queue.lock();
-                if let Some(failure) = &queue.failure {
-                    return Err(WeirError::internal(failure.clone()));
-                }
-                if queue.bytes <= mark {
-                    return Ok(());
-                }
-            }
-            drained.await;
-        }
+        self.wait_until(|queue| queue.bytes <= mark).await
     }
 
     /// Sends what is queued and the end, and waits until the consumer has taken it all.
     pub async fn finish(self) -> Result<()> {
         self.shared.queue.lock().closing = true;
         self.shared.pushed.notify_one();
+        self.wait_until(|queue| queue.done).await
+    }
+
+    /// Waits until `ready` holds of the queue, or sending has failed.
+    async fn wait_until(&self, ready: impl Fn(&Queue) -> bool) -> Result<()> {
         loop {
             let drained = self.shared.drained.notified();
             tokio::pin!(drained);
@@ -114,7 +105,7 @@ impl Outbox {
                 if let Some(failure) = &queue.failure {
                     return Err(WeirError::internal(failure.clone()));
                 }
-                if queue.done {
+                if ready(&queue) {
                     return Ok(());
                 }
             }
