@@ -22,7 +22,6 @@ use std::time::{Duration, Instant};
 
 use arrow_flight::utils::flight_data_to_arrow_batch;
 use arrow_flight::{FlightData, FlightDescriptor};
-use bytes::Bytes;
 use datafusion::arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
 use datafusion::arrow::buffer::Buffer;
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
@@ -255,17 +254,16 @@ pub fn under_schema(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatc
         .map_err(|e| WeirError::internal(format!("an exchange batch does not fit its schema: {e}")))
 }
 
-/// The metadata bytes of a message, for tests of malformed input.
-#[doc(hidden)]
-pub fn raw(meta: &[u8]) -> FlightData {
-    FlightData::new().with_app_metadata(Bytes::copy_from_slice(meta))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use datafusion::arrow::array::{DictionaryArray, Int64Array, StringArray};
     use datafusion::arrow::datatypes::{DataType, Field, Int32Type};
+
+    /// A message of these metadata bytes only (malformed input).
+    fn raw(meta: &[u8]) -> FlightData {
+        FlightData::new().with_app_metadata(meta.to_vec())
+    }
     use std::sync::Arc;
 
     fn schema() -> SchemaRef {

@@ -39,6 +39,9 @@ pub const REGISTER_WAIT: Duration = Duration::from_secs(1);
 /// The largest message either side reads (a frame is split well below it by the producer).
 pub const MAX_MESSAGE: usize = 64 << 20;
 
+/// What every Flight call but DoExchange answers.
+const ONLY_DO_EXCHANGE: &str = "a Weir node serves only DoExchange";
+
 type BoxStream<T> = Pin<Box<dyn Stream<Item = std::result::Result<T, Status>> + Send + 'static>>;
 
 /// Serves `exchanges` on `listener` until `stop` completes.
@@ -172,37 +175,37 @@ impl FlightService for ExchangeService {
         &self,
         _: Request<Streaming<HandshakeRequest>>,
     ) -> std::result::Result<Response<Self::HandshakeStream>, Status> {
-        Err(Status::unimplemented("a Weir node serves only DoExchange"))
+        Err(Status::unimplemented(ONLY_DO_EXCHANGE))
     }
     async fn list_flights(
         &self,
         _: Request<Criteria>,
     ) -> std::result::Result<Response<Self::ListFlightsStream>, Status> {
-        Err(Status::unimplemented("a Weir node serves only DoExchange"))
+        Err(Status::unimplemented(ONLY_DO_EXCHANGE))
     }
     async fn get_flight_info(&self, _: Request<FlightDescriptor>) -> std::result::Result<Response<FlightInfo>, Status> {
-        Err(Status::unimplemented("a Weir node serves only DoExchange"))
+        Err(Status::unimplemented(ONLY_DO_EXCHANGE))
     }
     async fn poll_flight_info(&self, _: Request<FlightDescriptor>) -> std::result::Result<Response<PollInfo>, Status> {
-        Err(Status::unimplemented("a Weir node serves only DoExchange"))
+        Err(Status::unimplemented(ONLY_DO_EXCHANGE))
     }
     async fn get_schema(&self, _: Request<FlightDescriptor>) -> std::result::Result<Response<SchemaResult>, Status> {
-        Err(Status::unimplemented("a Weir node serves only DoExchange"))
+        Err(Status::unimplemented(ONLY_DO_EXCHANGE))
     }
     async fn do_get(&self, _: Request<Ticket>) -> std::result::Result<Response<Self::DoGetStream>, Status> {
-        Err(Status::unimplemented("a Weir node serves only DoExchange"))
+        Err(Status::unimplemented(ONLY_DO_EXCHANGE))
     }
     async fn do_put(
         &self,
         _: Request<Streaming<FlightData>>,
     ) -> std::result::Result<Response<Self::DoPutStream>, Status> {
-        Err(Status::unimplemented("a Weir node serves only DoExchange"))
+        Err(Status::unimplemented(ONLY_DO_EXCHANGE))
     }
     async fn do_action(&self, _: Request<Action>) -> std::result::Result<Response<Self::DoActionStream>, Status> {
-        Err(Status::unimplemented("a Weir node serves only DoExchange"))
+        Err(Status::unimplemented(ONLY_DO_EXCHANGE))
     }
     async fn list_actions(&self, _: Request<Empty>) -> std::result::Result<Response<Self::ListActionsStream>, Status> {
-        Err(Status::unimplemented("a Weir node serves only DoExchange"))
+        Err(Status::unimplemented(ONLY_DO_EXCHANGE))
     }
 }
 
