@@ -101,6 +101,16 @@ fn decode_as(
     let schema = Arc::clone(schema);
     match encoding {
         TextEncoding::Csv => {
+            // arrow-csv checks the UTF-8 of a batch's fields joined, once their delimiters and
+            // quotes are gone, and then reads each field as text: `1.5\xc3,\xa9x` became two
+            // fields of broken UTF-8 (a panic in a debug build, an invalid string column in a
+            // release). Fields are pieces of the text cut at ASCII bytes, so a text that is
+            // UTF-8 has fields that are.
+            if let Err(e) = std::str::from_utf8(text) {
+                let at = e.valid_up_to();
+                let line = text[..at].iter().filter(|&&b| b == b'\n').count() + 1;
+                return Err(ArrowError::CsvError(format!("invalid UTF-8 on line {line} (byte {at})")));
+            }
             let mut decoder = datafusion::arrow::csv::ReaderBuilder::new(schema)
                 .with_header(false)
                 .with_batch_size(batch_size)
@@ -265,5 +275,24 @@ mod tests {
         let notes: Vec<_> = batch.column(0).as_string::<i32>().iter().collect();
         assert_eq!(notes, vec![Some("12"), Some("true"), None]);
         assert_eq!(batch.schema(), amounts());
+    }
+
+    #[test]
+    fn a_csv_record_with_a_character_cut_by_a_delimiter_is_a_dead_letter() {
+        // `\xc3` `,` `\xa9`: without the comma the two bytes are `é`, so arrow-csv's check of
+        // the joined fields passed and each field was read as broken text (found by fuzzing).
+        let (good, dead) = decode_each(
+            TextEncoding::Csv,
+            &amounts(),
+            &[],
+            [("0".to_string(), &b"a\xc3,\xa91.5"[..]), ("1".to_string(), &b"caf\xc3\xa9,2.5"[..])].into_iter(),
+        );
+        assert_eq!(dead.len(), 1, "{dead:?}");
+        assert_eq!(dead[0].position, "0");
+        assert!(dead[0].error.contains("invalid UTF-8 on line 1"), "{}", dead[0].error);
+        assert_eq!(good.len(), 1);
+        let notes: Vec<_> = good[0].1.column(0).as_string::<i32>().iter().collect();
+        assert_eq!(notes, vec![Some("café")]);
+        assert_eq!(amounts_of(&good[0].1), vec![Some(250)]);
     }
 }
