@@ -47,6 +47,8 @@ impl SqlState {
     pub const UNDEFINED_PARAMETER: SqlState = SqlState("42704");
     /// The same code, as Postgres raises it for a missing index (or other object).
     pub const UNDEFINED_OBJECT: SqlState = SqlState("42704");
+    /// A statement past what the parser will take (`frontend::dialect`).
+    pub const STATEMENT_TOO_COMPLEX: SqlState = SqlState("54001");
     pub const QUERY_CANCELED: SqlState = SqlState("57014");
     pub const ADMIN_SHUTDOWN: SqlState = SqlState("57P01");
     pub const DEPENDENT_OBJECTS_STILL_EXIST: SqlState = SqlState("2BP01");

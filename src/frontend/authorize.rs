@@ -310,11 +310,7 @@ impl<'a> Checker<'a> {
             S::Execute { name: Some(name), parameters, .. } => {
                 // Its arguments are evaluated as a query's select list.
                 for argument in parameters {
-                    let select = datafusion::sql::sqlparser::parser::Parser::parse_sql(
-                        &datafusion::sql::sqlparser::dialect::PostgreSqlDialect {},
-                        &format!("SELECT {argument}"),
-                    )
-                    .map_err(|e| WeirError::syntax(e.to_string()))?;
+                    let select = super::dialect::parse(&format!("SELECT {argument}")).map_err(|e| e.into_error())?;
                     select.iter().try_for_each(|s| self.reads_of(s, None))?;
                 }
                 let prepared = name
@@ -374,11 +370,7 @@ impl<'a> Checker<'a> {
                         None => Ok(()),
                     },
                     SinkInput::Query(query) => {
-                        let statements = datafusion::sql::sqlparser::parser::Parser::parse_sql(
-                            &datafusion::sql::sqlparser::dialect::PostgreSqlDialect {},
-                            query,
-                        )
-                        .map_err(|e| WeirError::syntax(e.to_string()))?;
+                        let statements = super::dialect::parse(query).map_err(|e| e.into_error())?;
                         statements.iter().try_for_each(|s| self.reads_of(s, None))
                     }
                 }

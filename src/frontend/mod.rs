@@ -17,6 +17,7 @@ pub mod column_names;
 pub mod column_origins;
 pub mod comparison_order;
 pub mod df_context;
+pub mod dialect;
 #[cfg(test)]
 mod distributed_view_tests;
 pub mod function_args;

@@ -1,10 +1,13 @@
 //! Statement text to sqlparser ASTs.
 //!
-//! Weir speaks PostgreSQL's dialect. Parsing goes through `datafusion-pg-catalog`'s
-//! compatibility parser, which also rewrites the Postgres-only forms that catalog queries from
+//! Weir speaks PostgreSQL's dialect, parsed by [`super::dialect`] (whose parse time stays in
+//! proportion to the text; a statement past its budget is 54001). `datafusion-pg-catalog`'s
+//! compatibility parser's rules then rewrite the Postgres-only forms that catalog queries from
 //! psql, JDBC and BI tools use (`'t'::regclass`, `OPERATOR(pg_catalog.~)`, `COLLATE`, ...) into
-//! SQL DataFusion plans; `ast_rewrites` rewrites the rest, one rewrite per file. Syntax errors
-//! become SQLSTATE 42601 with the character position Postgres would report.
+//! SQL DataFusion plans, and a catalog query that names system tables goes through the
+//! compatibility parser itself, which replaces some tools' queries whole; `ast_rewrites`
+//! rewrites the rest, one rewrite per file. Syntax errors become SQLSTATE 42601 with the
+//! character position Postgres would report.
 //!
 //! One of the compatibility parser's rewrites blanks a correlated subquery in a select list to
 //! NULL (and stamps `LIMIT 1` on an uncorrelated one), so that tools' catalog queries plan. On a
@@ -16,13 +19,14 @@
 
 use datafusion::sql::sqlparser::ast;
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
-use datafusion::sql::sqlparser::parser::{Parser, ParserError};
+use datafusion::sql::sqlparser::parser::ParserError;
 use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
 use datafusion_pg_catalog::sql::rules::SqlStatementRewriteRule;
 use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
 
 use super::access_statement::{self, AccessStatement};
 use super::clauses::{self, StreamingClauses};
+use super::dialect::{self, ParseFailure};
 use super::sink_statement::{self, SinkStatement};
 use crate::error::{Result, WeirError};
 
@@ -175,20 +179,24 @@ impl SqlParser {
             None => (std::borrow::Cow::Borrowed(sql), None),
         };
         let sql: &str = &sql;
-        let parsed = if keeps_subqueries(sql) {
-            Parser::parse_sql(&PostgreSqlDialect {}, sql).map(|statements| {
-                let rules = user_query_rules();
-                statements.into_iter().map(|s| rules.iter().fold(s, |s, rule| rule.rewrite(s))).collect::<Vec<_>>()
-            })
-        } else {
-            self.inner.parse(sql)
+        let rollback = abort_as_rollback(sql);
+        let sql: &str = rollback.as_deref().unwrap_or(sql);
+        // Weir's dialect first: its parse takes time in proportion to the text (`dialect`).
+        let parsed = match dialect::parse(sql) {
+            Ok(parsed) => parsed,
+            Err(ParseFailure::TooComplex) => return Err(dialect::too_complex()),
+            Err(ParseFailure::Syntax(e)) => return Err(syntax_error(sql, e)),
         };
-        let mut statements = parsed.map_err(|e| {
-            // The compatibility parser's token rewriting drops source locations; sqlparser on
-            // the original text reports the same error with its line and column.
-            let located = Parser::parse_sql(&PostgreSqlDialect {}, sql).err().unwrap_or(e);
-            syntax_error(sql, located)
-        })?;
+        let mut statements = if keeps_subqueries(sql) {
+            let rules = user_query_rules();
+            parsed.into_iter().map(|s| rules.iter().fold(s, |s, rule| rule.rewrite(s))).collect()
+        } else if reads_system_catalog(sql) && call_depth(&parsed) <= COMPATIBILITY_CALL_DEPTH {
+            // A tool's catalog query, which the compatibility parser may replace whole. It
+            // parses with PostgreSQL's dialect, whose time grows sixfold a level of calls.
+            self.inner.parse(sql).map_err(|e| syntax_error(sql, e))?
+        } else {
+            parsed.into_iter().map(|s| self.inner.rewrite(s)).collect()
+        };
         for statement in &mut statements {
             super::ast_rewrites::rewrite(statement, self.table_functions.as_ref())?;
         }
@@ -199,20 +207,83 @@ impl SqlParser {
     }
 }
 
-/// Whether `sql` has a subquery and reads no system catalog (`pg_*`, `information_schema`, a
-/// `::reg*` cast, which the compatibility parser turns into a pg_class lookup): such a statement
-/// keeps its select-list subqueries (see the module's doc).
+/// Whether `sql` has a subquery and reads no system catalog: such a statement keeps its
+/// select-list subqueries (see the module's doc).
 fn keeps_subqueries(sql: &str) -> bool {
+    let compact: String = sql.to_ascii_lowercase().split_whitespace().collect();
+    (compact.contains("(select") || compact.contains("(with")) && !reads_system_catalog(sql)
+}
+
+/// Whether `sql` names a system catalog (`pg_*`, `information_schema`) or has a `::reg*` cast
+/// (which the compatibility parser turns into a pg_class lookup): the statements tools send.
+fn reads_system_catalog(sql: &str) -> bool {
     let lower = sql.to_ascii_lowercase();
-    let compact: String = lower.split_whitespace().collect();
     // A name starting `pg_` (`pg_class`, `pg_catalog.x`), not `avg_pg_rate`.
     let names_pg = lower
         .match_indices("pg_")
         .any(|(at, _)| !lower[..at].chars().next_back().is_some_and(|c| c.is_ascii_alphanumeric() || c == '_'));
-    (compact.contains("(select") || compact.contains("(with"))
-        && !names_pg
-        && !lower.contains("information_schema")
-        && !compact.contains("::reg")
+    names_pg || lower.contains("information_schema") || lower.split_whitespace().collect::<String>().contains("::reg")
+}
+
+/// Catalog queries with calls nested deeper than this are not given to the compatibility
+/// parser (they are parsed by Weir's and rewritten by the same rules; the whole queries it
+/// replaces nest three deep at most).
+const COMPATIBILITY_CALL_DEPTH: usize = 4;
+
+/// How deep function calls nest in `statements` (through subqueries too).
+fn call_depth(statements: &[ast::Statement]) -> usize {
+    use datafusion::sql::sqlparser::ast::{Visit, Visitor};
+    use std::ops::ControlFlow;
+    #[derive(Default)]
+    struct Depth {
+        now: usize,
+        most: usize,
+    }
+    impl Visitor for Depth {
+        type Break = ();
+        fn pre_visit_expr(&mut self, expr: &ast::Expr) -> ControlFlow<()> {
+            if matches!(expr, ast::Expr::Function(_)) {
+                self.now += 1;
+                self.most = self.most.max(self.now);
+            }
+            ControlFlow::Continue(())
+        }
+        fn post_visit_expr(&mut self, expr: &ast::Expr) -> ControlFlow<()> {
+            if matches!(expr, ast::Expr::Function(_)) {
+                self.now -= 1;
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let mut depth = Depth::default();
+    for statement in statements {
+        let _ = statement.visit(&mut depth);
+    }
+    depth.most
+}
+
+/// `sql` with `ABORT` starting a statement spelled `ROLLBACK` (its synonym in PostgreSQL,
+/// which sqlparser does not parse), or None when no statement starts with it.
+fn abort_as_rollback(sql: &str) -> Option<String> {
+    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize().ok()?;
+    let mut starts = true;
+    let mut found = false;
+    let mut out = String::with_capacity(sql.len() + 8);
+    for token in &tokens {
+        match token {
+            Token::Whitespace(_) => {}
+            Token::Word(w) if starts && w.quote_style.is_none() && w.value.eq_ignore_ascii_case("abort") => {
+                out.push_str("ROLLBACK");
+                found = true;
+                starts = false;
+                continue;
+            }
+            Token::SemiColon => starts = true,
+            _ => starts = false,
+        }
+        out.push_str(&token.to_string());
+    }
+    found.then_some(out)
 }
 
 /// The compatibility parser's statement rewrites (the order of `PostgresCompatibilityParser::new`
@@ -451,6 +522,19 @@ mod tests {
         // Words like "late" in ordinary SQL change nothing, positions included.
         let err = p.parse("SELECT 'late';\nSELEC 2").unwrap_err();
         assert_eq!(err.position, Some(16), "{err:?}");
+    }
+
+    #[test]
+    fn abort_is_rollback_and_a_runaway_parse_is_too_complex() {
+        let p = SqlParser::new();
+        let parsed = p.parse("BEGIN; abort; SELECT abort FROM t").unwrap();
+        assert_eq!(parsed[1].to_string(), "ROLLBACK");
+        assert_eq!(parsed[2].to_string(), "SELECT abort FROM t");
+        let err = p.parse(&format!("SELECT {}", "CAST((f(".repeat(40))).unwrap_err();
+        assert_eq!(err.state, SqlState::STATEMENT_TOO_COMPLEX, "{err:?}");
+        // Catalog queries with deep calls skip the compatibility parser, rewritten all the same.
+        let deep = format!("SELECT {}relname{} FROM pg_catalog.pg_class", "upper(".repeat(30), ")".repeat(30));
+        assert!(p.parse(&deep).is_ok());
     }
 
     #[test]

@@ -331,11 +331,12 @@ async fn name_columns(session: &Session, statement: Statement) -> Result<Stateme
     let alias = view.name.0.last().and_then(|p| p.as_ident()).map_or_else(|| "v".to_string(), |i| i.value.clone());
     let columns = names.iter().map(|n| quoted(n)).collect::<Vec<_>>().join(", ");
     let sql = format!("SELECT * FROM ({}) AS {} ({columns})", view.query, quoted(&alias));
-    let mut parsed = datafusion::sql::sqlparser::parser::Parser::parse_sql(
-        &datafusion::sql::sqlparser::dialect::PostgreSqlDialect {},
-        &sql,
-    )
-    .map_err(|e| WeirError::internal(format!("naming the view's columns: {e}")))?;
+    let mut parsed = crate::frontend::dialect::parse(&sql).map_err(|e| match e {
+        crate::frontend::dialect::ParseFailure::TooComplex => crate::frontend::dialect::too_complex(),
+        crate::frontend::dialect::ParseFailure::Syntax(e) => {
+            WeirError::internal(format!("naming the view's columns: {e}"))
+        }
+    })?;
     let Some(Statement::Query(query)) = parsed.pop() else {
         return Err(WeirError::internal("naming the view's columns did not give a query"));
     };
