@@ -241,14 +241,17 @@ impl Frontend {
         };
         cluster_gate::check(self.catalog.status(), &statement, ddl)?;
         if !ddl {
-            return self.run(session, statement, params).await;
+            // Boxed, here and below: a statement's future is tens of kilobytes, and each
+            // caller that holds it inline copies all of it at every await that starts it (a
+            // tenth of a key lookup's time went to those copies, `perf`).
+            return Box::pin(self.run(session, statement, params)).await;
         }
         handler::transaction::refuse_ddl_after_writes(session)?;
         // DDL commits on its own: what it writes (CREATE TABLE AS's rows) is not the block's.
         let block = session.transaction.take();
         let result = {
             let _gate = self.streaming.coordinator.ddl_gate.read().await;
-            self.run(session, statement, params).await
+            Box::pin(self.run(session, statement, params)).await
         };
         if let Some(block) = block {
             session.transaction.set(block);
@@ -279,7 +282,7 @@ impl Frontend {
             Statement::Sql(statement) => {
                 let writes = handler::writes_rows(&statement)
                     || matches!(statement, datafusion::sql::sqlparser::ast::Statement::Commit { .. });
-                let result = handler::execute(self, session, statement, params).await?;
+                let result = Box::pin(handler::execute(self, session, statement, params)).await?;
                 if writes && session.implicit_flush() {
                     self.streaming.flush().await;
                 }

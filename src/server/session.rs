@@ -140,11 +140,12 @@ where
     let timeout = if commits { None } else { session.statement_timeout() };
     let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
     let result = match timeout {
-        Some(t) => match tokio::time::timeout(t, frontend.execute(session, statement, params)).await {
+        // Boxed: see `Frontend::execute`.
+        Some(t) => match tokio::time::timeout(t, Box::pin(frontend.execute(session, statement, params))).await {
             Ok(result) => result,
             Err(_) => Err(WeirError::new(SqlState::QUERY_CANCELED, "canceling statement due to statement timeout")),
         },
-        None => frontend.execute(session, statement, params).await,
+        None => Box::pin(frontend.execute(session, statement, params)).await,
     };
     metrics::STATEMENT_SECONDS.observe(started.elapsed().as_secs_f64());
     for (name, value) in session.take_reports() {

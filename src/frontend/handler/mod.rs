@@ -89,7 +89,7 @@ pub async fn execute(
             Box::pin(returning::handle(fe, session, statement, params)).await
         }
         statement if planned_by_datafusion(&statement) => {
-            query::handle(session, name_given_columns(fe, statement), params, fe.catalog().version()).await
+            Box::pin(query::handle(session, name_given_columns(fe, statement), params, fe.catalog().version())).await
         }
         Statement::ShowTables { .. } => show::tables(fe),
         Statement::ShowCreate { obj_type, obj_name } => {
