@@ -62,11 +62,30 @@ pub fn too_complex() -> WeirError {
 
 /// `sql`'s statements, parsed with [`WeirDialect`] within its budget.
 pub fn parse(sql: &str) -> Result<Vec<Statement>, ParseFailure> {
+    parse_counting(sql).map(|(statements, _)| statements)
+}
+
+/// [`parse`], with the expression steps the parse took.
+pub fn parse_counting(sql: &str) -> Result<(Vec<Statement>, usize), ParseFailure> {
     let dialect = WeirDialect::for_text(sql);
     let parsed = Parser::new(&dialect).try_with_sql(sql).and_then(|mut parser| parser.parse_statements());
+    finish(&dialect, parsed).map(|statements| (statements, dialect.steps()))
+}
+
+/// One expression (text Weir writes from a statement it parsed), parsed as [`parse`] parses.
+pub fn parse_expr(sql: &str) -> Result<Expr, ParseFailure> {
+    let dialect = WeirDialect::for_text(sql);
+    let parsed = Parser::new(&dialect).try_with_sql(sql).and_then(|mut parser| parser.parse_expr());
+    finish(&dialect, parsed)
+}
+
+/// A parse's outcome. A parse that ran out of steps is refused even when sqlparser made
+/// something of it: a speculative branch that failed for want of steps may have left a
+/// fallback's reading (a keyword read as a name).
+fn finish<T>(dialect: &WeirDialect, parsed: Result<T, ParserError>) -> Result<T, ParseFailure> {
     match parsed {
-        Ok(statements) => Ok(statements),
-        Err(_) if dialect.exhausted() => Err(ParseFailure::TooComplex),
+        _ if dialect.exhausted() => Err(ParseFailure::TooComplex),
+        Ok(parsed) => Ok(parsed),
         Err(e) => Err(ParseFailure::Syntax(e)),
     }
 }
@@ -299,8 +318,17 @@ mod tests {
         assert!(statements.len() > 1000, "{} statements", statements.len());
         let mut compared = 0;
         for sql in &statements {
-            let postgres = Parser::parse_sql(&PostgreSqlDialect {}, sql);
             let weir = parse(sql);
+            // PostgreSQL's dialect takes minutes over the statements that test this dialect
+            // (deep calls): compared where it parses in time.
+            let deep = match &weir {
+                Ok(parsed) => depth_of_calls(parsed) > 6,
+                Err(_) => sql.matches('(').count() > 12,
+            };
+            if deep {
+                continue;
+            }
+            let postgres = Parser::parse_sql(&PostgreSqlDialect {}, sql);
             match (postgres, weir) {
                 (Ok(a), Ok(b)) => {
                     assert_eq!(a, b, "{sql}");
@@ -311,9 +339,11 @@ mod tests {
             }
         }
         assert!(compared > 1000, "{compared} statements parsed");
-        // The budget leaves room: the tested statement that takes the most steps a byte.
+        // The budget leaves room: the tested statement that takes the most steps a byte (of
+        // those that parse: session.slt has one made to run out).
         let (most, sql) = statements
             .iter()
+            .filter(|sql| parse(sql).is_ok())
             .map(|sql| {
                 let dialect = WeirDialect::for_text(sql);
                 let _ = Parser::new(&dialect).try_with_sql(sql).and_then(|mut p| p.parse_statements());
@@ -323,6 +353,34 @@ mod tests {
             .unwrap();
         eprintln!("most steps a byte: {most:.2} ({sql})");
         assert!(most * 8.0 < STEPS_PER_BYTE as f64, "{most} steps a byte: {sql}");
+    }
+
+    /// How deep function calls nest in `statements`.
+    fn depth_of_calls(statements: &[Statement]) -> usize {
+        use datafusion::sql::sqlparser::ast::{Visit, Visitor};
+        use std::ops::ControlFlow;
+        struct Depth(usize, usize);
+        impl Visitor for Depth {
+            type Break = ();
+            fn pre_visit_expr(&mut self, expr: &Expr) -> ControlFlow<()> {
+                if matches!(expr, Expr::Function(_)) {
+                    self.0 += 1;
+                    self.1 = self.1.max(self.0);
+                }
+                ControlFlow::Continue(())
+            }
+            fn post_visit_expr(&mut self, expr: &Expr) -> ControlFlow<()> {
+                if matches!(expr, Expr::Function(_)) {
+                    self.0 -= 1;
+                }
+                ControlFlow::Continue(())
+            }
+        }
+        let mut depth = Depth(0, 0);
+        statements.iter().for_each(|s| {
+            let _ = s.visit(&mut depth);
+        });
+        depth.1
     }
 
     /// How long parsing `sql` takes, and how it ends.
@@ -355,6 +413,12 @@ mod tests {
             assert!(matches!(parsed, Err(ParseFailure::TooComplex)), "{shape}: {parsed:?}");
             assert!(took < Duration::from_secs(1), "{shape}: {took:?}");
         }
+        // A parse that exhausts its budget is refused even where sqlparser's fallback reading
+        // succeeds (a keyword read as a name once the expression after it had no steps).
+        let dialect = WeirDialect { postgres: PostgreSqlDialect {}, steps: Cell::new(0), budget: 3 };
+        let parsed =
+            Parser::new(&dialect).try_with_sql("SELECT a, b, c, NOT y FROM t").and_then(|mut p| p.parse_statements());
+        assert!(matches!(finish(&dialect, parsed), Err(ParseFailure::TooComplex)));
         // Eight levels of the same, closed, is a statement and within its budget.
         let sql = format!("SELECT {}1{}", "ARRAY[(abs(".repeat(8), "))]".repeat(8));
         assert!(parse(&sql).is_ok());

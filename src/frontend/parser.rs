@@ -182,7 +182,7 @@ impl SqlParser {
         let rollback = abort_as_rollback(sql);
         let sql: &str = rollback.as_deref().unwrap_or(sql);
         // Weir's dialect first: its parse takes time in proportion to the text (`dialect`).
-        let parsed = match dialect::parse(sql) {
+        let (parsed, steps) = match dialect::parse_counting(sql) {
             Ok(parsed) => parsed,
             Err(ParseFailure::TooComplex) => return Err(dialect::too_complex()),
             Err(ParseFailure::Syntax(e)) => return Err(syntax_error(sql, e)),
@@ -190,9 +190,14 @@ impl SqlParser {
         let mut statements = if keeps_subqueries(sql) {
             let rules = user_query_rules();
             parsed.into_iter().map(|s| rules.iter().fold(s, |s, rule| rule.rewrite(s))).collect()
-        } else if reads_system_catalog(sql) && call_depth(&parsed) <= COMPATIBILITY_CALL_DEPTH {
+        } else if reads_system_catalog(sql)
+            && sql.len() <= COMPATIBILITY_TEXT_MAX
+            && steps <= sql.len() + 1000
+            && call_depth(&parsed) <= COMPATIBILITY_CALL_DEPTH
+        {
             // A tool's catalog query, which the compatibility parser may replace whole. It
-            // parses with PostgreSQL's dialect, whose time grows sixfold a level of calls.
+            // parses with PostgreSQL's dialect, whose time grows sixfold a level of calls: only
+            // short, shallow statements that took few steps in ours go there.
             self.inner.parse(sql).map_err(|e| syntax_error(sql, e))?
         } else {
             parsed.into_iter().map(|s| self.inner.rewrite(s)).collect()
@@ -225,10 +230,12 @@ fn reads_system_catalog(sql: &str) -> bool {
     names_pg || lower.contains("information_schema") || lower.split_whitespace().collect::<String>().contains("::reg")
 }
 
-/// Catalog queries with calls nested deeper than this are not given to the compatibility
-/// parser (they are parsed by Weir's and rewritten by the same rules; the whole queries it
-/// replaces nest three deep at most).
+/// Catalog queries with calls nested deeper than this, or longer than
+/// [`COMPATIBILITY_TEXT_MAX`], are not given to the compatibility parser (they are parsed by
+/// Weir's and rewritten by the same rules; the whole queries it replaces nest four deep at most
+/// and are a few kilobytes).
 const COMPATIBILITY_CALL_DEPTH: usize = 4;
+const COMPATIBILITY_TEXT_MAX: usize = 8192;
 
 /// How deep function calls nest in `statements` (through subqueries too).
 fn call_depth(statements: &[ast::Statement]) -> usize {
@@ -263,27 +270,42 @@ fn call_depth(statements: &[ast::Statement]) -> usize {
 }
 
 /// `sql` with `ABORT` starting a statement spelled `ROLLBACK` (its synonym in PostgreSQL,
-/// which sqlparser does not parse), or None when no statement starts with it.
+/// which sqlparser does not parse), or None when no statement starts with it. The word is
+/// replaced in the text itself: the rest, literals included, stays as written.
 fn abort_as_rollback(sql: &str) -> Option<String> {
-    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize().ok()?;
+    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql).with_unescape(false).tokenize_with_location().ok()?;
+    // Where each line starts, in bytes.
+    let lines: Vec<usize> = std::iter::once(0).chain(sql.match_indices('\n').map(|(at, _)| at + 1)).collect();
+    let byte_at = |line: u64, column: u64| -> Option<usize> {
+        let start = *lines.get(usize::try_from(line).ok()?.checked_sub(1)?)?;
+        let column = usize::try_from(column).ok()?.checked_sub(1)?;
+        sql[start..].char_indices().nth(column).map(|(at, _)| start + at)
+    };
     let mut starts = true;
-    let mut found = false;
-    let mut out = String::with_capacity(sql.len() + 8);
+    let mut aborts = Vec::new();
     for token in &tokens {
-        match token {
+        match &token.token {
             Token::Whitespace(_) => {}
             Token::Word(w) if starts && w.quote_style.is_none() && w.value.eq_ignore_ascii_case("abort") => {
-                out.push_str("ROLLBACK");
-                found = true;
+                aborts.push(byte_at(token.span.start.line, token.span.start.column)?);
                 starts = false;
-                continue;
             }
             Token::SemiColon => starts = true,
             _ => starts = false,
         }
-        out.push_str(&token.to_string());
     }
-    found.then_some(out)
+    if aborts.is_empty() {
+        return None;
+    }
+    let mut out = String::with_capacity(sql.len() + 3 * aborts.len());
+    let mut copied = 0;
+    for at in aborts {
+        out.push_str(&sql[copied..at]);
+        out.push_str("ROLLBACK");
+        copied = at + "abort".len();
+    }
+    out.push_str(&sql[copied..]);
+    Some(out)
 }
 
 /// The compatibility parser's statement rewrites (the order of `PostgresCompatibilityParser::new`
@@ -527,9 +549,10 @@ mod tests {
     #[test]
     fn abort_is_rollback_and_a_runaway_parse_is_too_complex() {
         let p = SqlParser::new();
-        let parsed = p.parse("BEGIN; abort; SELECT abort FROM t").unwrap();
+        let parsed = p.parse("BEGIN; abort; SELECT abort, 'O''Brien', E'a\\'b' FROM t").unwrap();
         assert_eq!(parsed[1].to_string(), "ROLLBACK");
-        assert_eq!(parsed[2].to_string(), "SELECT abort FROM t");
+        // The rest of the text as written: quotes doubled or escaped stay so.
+        assert_eq!(parsed[2].to_string(), "SELECT abort, 'O''Brien', E'a\\'b' FROM t");
         let err = p.parse(&format!("SELECT {}", "CAST((f(".repeat(40))).unwrap_err();
         assert_eq!(err.state, SqlState::STATEMENT_TOO_COMPLEX, "{err:?}");
         // Catalog queries with deep calls skip the compatibility parser, rewritten all the same.

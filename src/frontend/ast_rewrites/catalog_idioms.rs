@@ -64,8 +64,7 @@ pub fn rewrite_catalog_idioms(statement: &mut ast::Statement) {
     };
     use std::ops::ControlFlow;
     columns_without_materialized_views(statement);
-    let parse =
-        |text: String| Parser::new(&PostgreSqlDialect {}).try_with_sql(&text).and_then(|mut p| p.parse_expr()).ok();
+    let parse = |text: String| crate::frontend::dialect::parse_expr(&text).ok();
     let _ = visit_expressions_mut(statement, |expr| {
         let name = match expr {
             Expr::Function(f) => f.name.to_string().to_ascii_lowercase(),
@@ -203,10 +202,7 @@ pub fn rewrite_catalog_idioms(statement: &mut ast::Statement) {
                             .any(|a| text.contains(a));
                             if !aggregated {
                                 let wrapped = format!("max({e})");
-                                if let Ok(parsed) = Parser::new(&PostgreSqlDialect {})
-                                    .try_with_sql(&wrapped)
-                                    .and_then(|mut p| p.parse_expr())
-                                {
+                                if let Ok(parsed) = crate::frontend::dialect::parse_expr(&wrapped) {
                                     *e = parsed;
                                 }
                             }

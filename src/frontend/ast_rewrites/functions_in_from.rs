@@ -2,8 +2,6 @@
 //! AST rewrite, run by [`super::rewrite`] on statements parsed for a session.
 
 use datafusion::sql::sqlparser::ast;
-use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
-use datafusion::sql::sqlparser::parser::Parser;
 
 /// Function calls in FROM as Postgres reads them, for what catalog queries of BI tools write
 /// (Grafana's table list: `FROM generate_series(...) AS i, string_to_array(...) s`):
@@ -64,7 +62,7 @@ pub fn functions_in_from(statement: &mut ast::Statement, table_functions: &std::
             let column = alias.as_ref().map(|a| a.name.clone()).unwrap_or(ident);
             let arguments: Vec<String> = args.args.iter().map(|a| a.to_string()).collect();
             let select = format!("SELECT {name}({}) AS {column}", arguments.join(", "));
-            let Ok(mut parsed) = Parser::parse_sql(&PostgreSqlDialect {}, &select) else {
+            let Ok(mut parsed) = crate::frontend::dialect::parse(&select) else {
                 return ControlFlow::Continue(());
             };
             let Some(ast::Statement::Query(query)) = parsed.pop() else { return ControlFlow::Continue(()) };
