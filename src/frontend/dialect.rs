@@ -90,6 +90,38 @@ fn finish<T>(dialect: &WeirDialect, parsed: Result<T, ParserError>) -> Result<T,
     }
 }
 
+/// How deep function calls nest in `statements` (through subqueries too).
+pub fn call_depth(statements: &[Statement]) -> usize {
+    use datafusion::sql::sqlparser::ast::{Visit, Visitor};
+    use std::ops::ControlFlow;
+    #[derive(Default)]
+    struct Depth {
+        now: usize,
+        most: usize,
+    }
+    impl Visitor for Depth {
+        type Break = ();
+        fn pre_visit_expr(&mut self, expr: &Expr) -> ControlFlow<()> {
+            if matches!(expr, Expr::Function(_)) {
+                self.now += 1;
+                self.most = self.most.max(self.now);
+            }
+            ControlFlow::Continue(())
+        }
+        fn post_visit_expr(&mut self, expr: &Expr) -> ControlFlow<()> {
+            if matches!(expr, Expr::Function(_)) {
+                self.now -= 1;
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let mut depth = Depth::default();
+    for statement in statements {
+        let _ = statement.visit(&mut depth);
+    }
+    depth.most
+}
+
 /// PostgreSQL's dialect with a budget of expression steps (see the module's doc).
 #[derive(Debug)]
 pub struct WeirDialect {
@@ -322,7 +354,7 @@ mod tests {
             // PostgreSQL's dialect takes minutes over the statements that test this dialect
             // (deep calls): compared where it parses in time.
             let deep = match &weir {
-                Ok(parsed) => depth_of_calls(parsed) > 6,
+                Ok(parsed) => call_depth(parsed) > 6,
                 Err(_) => sql.matches('(').count() > 12,
             };
             if deep {
@@ -353,34 +385,6 @@ mod tests {
             .unwrap();
         eprintln!("most steps a byte: {most:.2} ({sql})");
         assert!(most * 8.0 < STEPS_PER_BYTE as f64, "{most} steps a byte: {sql}");
-    }
-
-    /// How deep function calls nest in `statements`.
-    fn depth_of_calls(statements: &[Statement]) -> usize {
-        use datafusion::sql::sqlparser::ast::{Visit, Visitor};
-        use std::ops::ControlFlow;
-        struct Depth(usize, usize);
-        impl Visitor for Depth {
-            type Break = ();
-            fn pre_visit_expr(&mut self, expr: &Expr) -> ControlFlow<()> {
-                if matches!(expr, Expr::Function(_)) {
-                    self.0 += 1;
-                    self.1 = self.1.max(self.0);
-                }
-                ControlFlow::Continue(())
-            }
-            fn post_visit_expr(&mut self, expr: &Expr) -> ControlFlow<()> {
-                if matches!(expr, Expr::Function(_)) {
-                    self.0 -= 1;
-                }
-                ControlFlow::Continue(())
-            }
-        }
-        let mut depth = Depth(0, 0);
-        statements.iter().for_each(|s| {
-            let _ = s.visit(&mut depth);
-        });
-        depth.1
     }
 
     /// How long parsing `sql` takes, and how it ends.

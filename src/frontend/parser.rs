@@ -193,7 +193,7 @@ impl SqlParser {
         } else if reads_system_catalog(sql)
             && sql.len() <= COMPATIBILITY_TEXT_MAX
             && steps <= sql.len() + 1000
-            && call_depth(&parsed) <= COMPATIBILITY_CALL_DEPTH
+            && dialect::call_depth(&parsed) <= COMPATIBILITY_CALL_DEPTH
         {
             // A tool's catalog query, which the compatibility parser may replace whole. It
             // parses with PostgreSQL's dialect, whose time grows sixfold a level of calls: only
@@ -236,38 +236,6 @@ fn reads_system_catalog(sql: &str) -> bool {
 /// and are a few kilobytes).
 const COMPATIBILITY_CALL_DEPTH: usize = 4;
 const COMPATIBILITY_TEXT_MAX: usize = 8192;
-
-/// How deep function calls nest in `statements` (through subqueries too).
-fn call_depth(statements: &[ast::Statement]) -> usize {
-    use datafusion::sql::sqlparser::ast::{Visit, Visitor};
-    use std::ops::ControlFlow;
-    #[derive(Default)]
-    struct Depth {
-        now: usize,
-        most: usize,
-    }
-    impl Visitor for Depth {
-        type Break = ();
-        fn pre_visit_expr(&mut self, expr: &ast::Expr) -> ControlFlow<()> {
-            if matches!(expr, ast::Expr::Function(_)) {
-                self.now += 1;
-                self.most = self.most.max(self.now);
-            }
-            ControlFlow::Continue(())
-        }
-        fn post_visit_expr(&mut self, expr: &ast::Expr) -> ControlFlow<()> {
-            if matches!(expr, ast::Expr::Function(_)) {
-                self.now -= 1;
-            }
-            ControlFlow::Continue(())
-        }
-    }
-    let mut depth = Depth::default();
-    for statement in statements {
-        let _ = statement.visit(&mut depth);
-    }
-    depth.most
-}
 
 /// `sql` with `ABORT` starting a statement spelled `ROLLBACK` (its synonym in PostgreSQL,
 /// which sqlparser does not parse), or None when no statement starts with it. The word is
