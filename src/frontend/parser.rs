@@ -187,10 +187,11 @@ impl SqlParser {
             Err(ParseFailure::TooComplex) => return Err(dialect::too_complex()),
             Err(ParseFailure::Syntax(e)) => return Err(syntax_error(sql, e)),
         };
-        let mut statements = if keeps_subqueries(sql) {
+        let catalog = reads_system_catalog(sql);
+        let mut statements = if keeps_subqueries(sql, catalog) {
             let rules = user_query_rules();
             parsed.into_iter().map(|s| rules.iter().fold(s, |s, rule| rule.rewrite(s))).collect()
-        } else if reads_system_catalog(sql)
+        } else if catalog
             && sql.len() <= COMPATIBILITY_TEXT_MAX
             && steps <= sql.len() + 1000
             && dialect::call_depth(&parsed) <= COMPATIBILITY_CALL_DEPTH
@@ -212,11 +213,15 @@ impl SqlParser {
     }
 }
 
-/// Whether `sql` has a subquery and reads no system catalog: such a statement keeps its
-/// select-list subqueries (see the module's doc).
-fn keeps_subqueries(sql: &str) -> bool {
+/// Whether `sql` has a subquery and reads no system catalog (`catalog`, from
+/// [`reads_system_catalog`]): such a statement keeps its select-list subqueries (see the
+/// module's doc).
+fn keeps_subqueries(sql: &str, catalog: bool) -> bool {
+    if catalog {
+        return false;
+    }
     let compact: String = sql.to_ascii_lowercase().split_whitespace().collect();
-    (compact.contains("(select") || compact.contains("(with")) && !reads_system_catalog(sql)
+    compact.contains("(select") || compact.contains("(with")
 }
 
 /// Whether `sql` names a system catalog (`pg_*`, `information_schema`) or has a `::reg*` cast
@@ -241,6 +246,10 @@ const COMPATIBILITY_TEXT_MAX: usize = 8192;
 /// which sqlparser does not parse), or None when no statement starts with it. The word is
 /// replaced in the text itself: the rest, literals included, stays as written.
 fn abort_as_rollback(sql: &str) -> Option<String> {
+    // Tokenized only when the word is there at all: every parse passes here.
+    if !sql.as_bytes().windows(5).any(|w| w.eq_ignore_ascii_case(b"abort")) {
+        return None;
+    }
     let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql).with_unescape(false).tokenize_with_location().ok()?;
     // Where each line starts, in bytes.
     let lines: Vec<usize> = std::iter::once(0).chain(sql.match_indices('\n').map(|(at, _)| at + 1)).collect();
