@@ -1076,3 +1076,127 @@ async fn sessions_run_on_the_serving_threads() {
     assert!(serving.len() >= 3, "serving threads: {serving:?}");
     assert!(serving.iter().all(|&n| n == 7), "serving threads' nice values: {serving:?}");
 }
+
+/// A raw protocol connection, for what drivers hide: which replies arrive when.
+struct RawConnection {
+    stream: std::net::TcpStream,
+}
+
+impl RawConnection {
+    /// Connects as `root` to `dev` and reads up to the first ReadyForQuery.
+    fn open(port: u16) -> RawConnection {
+        let stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut raw = RawConnection { stream };
+        let params = b"user\0root\0database\0dev\0\0";
+        let mut startup = Vec::new();
+        startup.extend_from_slice(&((8 + params.len()) as u32).to_be_bytes());
+        startup.extend_from_slice(&196608u32.to_be_bytes());
+        startup.extend_from_slice(params);
+        raw.stream.write_all(&startup).unwrap();
+        while raw.read().0 != b'Z' {}
+        raw
+    }
+
+    fn message(kind: u8, body: &[u8]) -> Vec<u8> {
+        let mut m = vec![kind];
+        m.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
+        m.extend_from_slice(body);
+        m
+    }
+
+    /// Parse, Bind, Describe (portal) and Execute of `sql` as the unnamed statement and portal,
+    /// with no parameters: what a driver sends before its Sync.
+    fn pipeline(sql: &str) -> Vec<u8> {
+        let mut parse = b"\0".to_vec();
+        parse.extend_from_slice(sql.as_bytes());
+        parse.extend_from_slice(b"\0\0\0");
+        let mut out = Self::message(b'P', &parse);
+        out.extend(Self::message(b'B', b"\0\0\0\0\0\0\0\0"));
+        out.extend(Self::message(b'D', b"P\0"));
+        out.extend(Self::message(b'E', b"\0\0\0\0\0"));
+        out
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).unwrap();
+    }
+
+    /// The next message: its type and body.
+    fn read(&mut self) -> (u8, Vec<u8>) {
+        let mut head = [0u8; 5];
+        self.stream.read_exact(&mut head).unwrap();
+        let len = u32::from_be_bytes(head[1..5].try_into().unwrap()) as usize;
+        let mut body = vec![0u8; len - 4];
+        self.stream.read_exact(&mut body).unwrap();
+        (head[0], body)
+    }
+
+    /// The types of the messages up to and including one of type `last`.
+    fn read_through(&mut self, last: u8) -> String {
+        let mut kinds = String::new();
+        loop {
+            let (kind, _) = self.read();
+            kinds.push(kind as char);
+            if kind == last {
+                return kinds;
+            }
+        }
+    }
+
+    /// Whether anything arrives within `wait`.
+    fn anything_within(&mut self, wait: Duration) -> bool {
+        self.stream.set_read_timeout(Some(wait)).unwrap();
+        let mut byte = [0u8; 1];
+        let arrived = match self.stream.peek(&mut byte) {
+            Ok(n) => n > 0,
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => false,
+            Err(e) => panic!("{e}"),
+        };
+        self.stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        arrived
+    }
+}
+
+/// Extended-protocol replies wait for Sync or Flush, as PostgreSQL's do, so a pipelined query
+/// is answered in one write rather than one per message; an error, and a COPY's request for
+/// data, are not held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extended_replies_wait_for_sync_or_flush() {
+    let server = TestServer::start();
+    server.connect().await.batch_execute("CREATE TABLE held (x INT)").await.unwrap();
+    let port = server.port;
+    tokio::task::spawn_blocking(move || {
+        let mut raw = RawConnection::open(port);
+        raw.write(&RawConnection::pipeline("SELECT 1 AS one"));
+        assert!(!raw.anything_within(Duration::from_millis(300)), "replies before Sync or Flush");
+        raw.write(&RawConnection::message(b'H', b""));
+        assert_eq!(raw.read_through(b'C'), "12TDC", "ParseComplete, BindComplete, RowDescription, DataRow, CommandComplete");
+        raw.write(&RawConnection::message(b'S', b""));
+        assert_eq!(raw.read_through(b'Z'), "Z");
+
+        // The whole pipeline with its Sync: every reply, then ReadyForQuery.
+        let mut pipelined = RawConnection::pipeline("SELECT x FROM held");
+        pipelined.extend(RawConnection::message(b'S', b""));
+        raw.write(&pipelined);
+        assert_eq!(raw.read_through(b'Z'), "12TCZ");
+
+        // An error is sent at once; the rest of the pipeline is skipped up to Sync.
+        raw.write(&RawConnection::pipeline("SELEC 1"));
+        assert_eq!(raw.read_through(b'E'), "E");
+        raw.write(&RawConnection::message(b'S', b""));
+        assert_eq!(raw.read_through(b'Z'), "Z");
+
+        // COPY FROM STDIN: the client waits for CopyInResponse before it sends data.
+        raw.write(&RawConnection::pipeline("COPY held FROM STDIN"));
+        assert_eq!(raw.read_through(b'G'), "12nG", "ParseComplete, BindComplete, NoData, CopyInResponse");
+        raw.write(&RawConnection::message(b'd', b"7\n"));
+        raw.write(&RawConnection::message(b'c', b""));
+        raw.write(&RawConnection::message(b'S', b""));
+        assert_eq!(raw.read_through(b'Z'), "CZ");
+    })
+    .await
+    .unwrap();
+    let n: i64 = server.connect().await.query_one("SELECT count(*) FROM held", &[]).await.unwrap().get(0);
+    assert_eq!(n, 1);
+}

@@ -2,6 +2,10 @@
 //! statements and portals (pgwire keeps those stores), `$n` parameters in text or binary, and
 //! results in the formats the client binds.
 //!
+//! Replies to Parse, Bind, Describe, Execute and Close are held in the connection's buffer
+//! until Sync or Flush ([`super::held_replies`]), so a pipelined query is answered in one
+//! write, as PostgreSQL answers it.
+//!
 //! A prepared statement keeps its parsed AST and is planned again at Describe and at Execute, so
 //! it always sees the current catalog. Parameter types come from the client's Parse message
 //! where it gave them, else from DataFusion's inference.
@@ -21,10 +25,11 @@ use pgwire::api::stmt::{QueryParser, StoredStatement};
 use pgwire::api::store::PortalStore;
 use pgwire::api::{ClientInfo, ClientPortalStore, Type};
 use pgwire::error::{PgWireError, PgWireResult};
-use pgwire::messages::extendedquery::Execute;
+use pgwire::messages::extendedquery::{Bind, Close, Describe, Execute, Parse};
 use pgwire::messages::PgWireBackendMessage;
 
 use super::encode::fields;
+use super::held_replies::HeldReplies;
 use super::session::{reject, run_statement, session_of, Block};
 use super::WeirHandler;
 use crate::error::WeirError;
@@ -162,7 +167,47 @@ impl ExtendedQueryHandler for WeirHandler {
     {
         // Zero or less: all rows, as in PostgreSQL (pgwire read a negative count as 2^64 - 1).
         message.max_rows = if message.max_rows <= 0 { 0 } else { message.max_rows.min(MAX_ROWS_PER_EXECUTE) };
-        self._on_execute(client, message).await
+        self._on_execute(&mut HeldReplies::new(client), message).await
+    }
+
+    async fn on_parse<C>(&self, client: &mut C, message: Parse) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        PgwireDefaults(self).on_parse(&mut HeldReplies::new(client), message).await
+    }
+
+    async fn on_bind<C>(&self, client: &mut C, message: Bind) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        PgwireDefaults(self).on_bind(&mut HeldReplies::new(client), message).await
+    }
+
+    async fn on_describe<C>(&self, client: &mut C, message: Describe) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        self._on_describe(&mut HeldReplies::new(client), message).await
+    }
+
+    async fn on_close<C>(&self, client: &mut C, message: Close) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        PgwireDefaults(self).on_close(&mut HeldReplies::new(client), message).await
     }
 
     async fn do_describe_statement<C>(
@@ -229,5 +274,29 @@ impl ExtendedQueryHandler for WeirHandler {
         let mut block = Block::from_status(client.transaction_status());
         run_statement(self, &cell, &mut session, client, &mut block, statement, params, &portal.result_column_format)
             .await
+    }
+}
+
+/// pgwire's own Parse, Bind and Close handling, which [`WeirHandler`] calls with its replies
+/// held: a handler that overrides none of them (pgwire exposes no `_on_parse` to call).
+struct PgwireDefaults<'a>(&'a WeirHandler);
+
+#[async_trait]
+impl ExtendedQueryHandler for PgwireDefaults<'_> {
+    type Statement = Prepared;
+    type QueryParser = WeirQueryParser;
+
+    fn query_parser(&self) -> Arc<Self::QueryParser> {
+        self.0.query_parser()
+    }
+
+    async fn do_query<C>(&self, client: &mut C, portal: &Portal<Prepared>, max_rows: usize) -> PgWireResult<Response>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Prepared>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        self.0.do_query(client, portal, max_rows).await
     }
 }

@@ -7,6 +7,7 @@
 //! - [`encode`]: results to wire messages.
 //! - [`copy`]: COPY FROM STDIN's data.
 //! - [`drain`]: statements under way, which a stop lets finish.
+//! - [`held_replies`]: extended-protocol replies held until Sync or Flush.
 //!
 //! A connection's failure (protocol garbage, an abrupt disconnect, a panic in a statement)
 //! closes that connection only; the accept loop and every other session carry on.
@@ -18,6 +19,7 @@ pub mod copy_in;
 pub mod drain;
 pub mod encode;
 pub mod extended_query;
+pub mod held_replies;
 pub mod session;
 pub mod simple_query;
 
