@@ -20,6 +20,7 @@ use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::execution::session_state::SessionState;
 use datafusion::execution::TaskContext;
 use datafusion::logical_expr::{Expr, LogicalPlan, Volatility};
+use datafusion::sql::sqlparser::ast;
 
 use super::StatementDescription;
 use crate::catalog::provider::RelationTable;
@@ -72,26 +73,29 @@ impl ClientColumns {
     }
 }
 
+/// Keyed by the statement's syntax tree (equal trees: the same statement, spans aside), which
+/// is hashed and compared at each Execute where printing it was a tenth of a prepared lookup's
+/// time (`perf`).
 #[derive(Default)]
 pub struct PlanCache {
-    plans: HashMap<String, Arc<CachedPlan>>,
-    descriptions: HashMap<String, (u64, StatementDescription)>,
+    plans: HashMap<ast::Statement, Arc<CachedPlan>>,
+    descriptions: HashMap<ast::Statement, (u64, StatementDescription)>,
     /// The states plans were made in (one for queries, one for UPDATE and DELETE), each with
     /// its task context, shared by the plans kept (until a SET empties the cache).
     states: Vec<(Arc<SessionState>, Arc<TaskContext>)>,
 }
 
 impl PlanCache {
-    /// The plan of the statement whose text is `sql`, if cached for `catalog_version`.
-    pub fn plan(&self, sql: &str, catalog_version: u64) -> Option<Arc<CachedPlan>> {
-        self.plans.get(sql).filter(|p| p.catalog_version == Some(catalog_version)).cloned()
+    /// The plan of `statement`, if cached for `catalog_version`.
+    pub fn plan(&self, statement: &ast::Statement, catalog_version: u64) -> Option<Arc<CachedPlan>> {
+        self.plans.get(statement).filter(|p| p.catalog_version == Some(catalog_version)).cloned()
     }
 
-    /// Keeps `plan`, the optimized `logical`, for `sql` when it may be run again (see the
+    /// Keeps `plan`, the optimized `logical`, for `statement` when it may be run again (see the
     /// module's invariants: functions are judged before the optimizer folded them).
     pub fn keep(
         &mut self,
-        sql: String,
+        statement: ast::Statement,
         catalog_version: u64,
         logical: &LogicalPlan,
         plan: &LogicalPlan,
@@ -115,19 +119,24 @@ impl PlanCache {
         let lookup = super::point_lookup::PointLookup::of(plan, &state);
         let cached =
             CachedPlan { catalog_version: Some(catalog_version), plan: plan.clone(), state, task, columns, lookup };
-        self.plans.insert(sql, Arc::new(cached));
+        self.plans.insert(statement, Arc::new(cached));
     }
 
-    /// The description of the statement whose text is `sql`, if kept for `catalog_version`.
-    pub fn description(&self, sql: &str, catalog_version: u64) -> Option<StatementDescription> {
-        self.descriptions.get(sql).filter(|(v, _)| *v == catalog_version).map(|(_, d)| d.clone())
+    /// The description of `statement`, if kept for `catalog_version`.
+    pub fn description(&self, statement: &ast::Statement, catalog_version: u64) -> Option<StatementDescription> {
+        self.descriptions.get(statement).filter(|(v, _)| *v == catalog_version).map(|(_, d)| d.clone())
     }
 
-    pub fn keep_description(&mut self, sql: String, catalog_version: u64, description: StatementDescription) {
+    pub fn keep_description(
+        &mut self,
+        statement: ast::Statement,
+        catalog_version: u64,
+        description: StatementDescription,
+    ) {
         if self.descriptions.len() >= MAX_PLANS {
             self.descriptions.clear();
         }
-        self.descriptions.insert(sql, (catalog_version, description));
+        self.descriptions.insert(statement, (catalog_version, description));
     }
 
     /// Forgets every plan (the session's settings changed).

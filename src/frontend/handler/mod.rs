@@ -169,12 +169,11 @@ pub async fn describe(fe: &Frontend, session: &mut Session, statement: &Statemen
             // Described once per catalog version (a prepared statement is described at each
             // Execute that binds parameters).
             let version = fe.catalog().version();
-            let sql = statement.to_string();
-            if let Some(described) = session.plans.description(&sql, version) {
+            if let Some(described) = session.plans.description(statement, version) {
                 return Ok(described);
             }
             let described = Box::pin(query::describe(session, &name_given_columns(fe, statement.clone()))).await?;
-            session.plans.keep_description(sql, version, described.clone());
+            session.plans.keep_description(statement.clone(), version, described.clone());
             Ok(described)
         }
         // These only read the catalog or the session: running them is the simplest exact answer.

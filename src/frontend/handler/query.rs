@@ -112,14 +112,14 @@ pub async fn handle(
         Statement::Insert(_) => params.is_some(),
         _ => false,
     };
-    let sql = worth_keeping.then(|| statement.to_string());
-    let cached = match sql.as_deref().and_then(|sql| session.plans.plan(sql, catalog_version)) {
+    let cached = match worth_keeping.then(|| session.plans.plan(&statement, catalog_version)).flatten() {
         Some(cached) => {
             crate::metrics::PLANS_TOTAL.with_label_values(&["cached"]).inc();
             cached
         }
         None => {
             crate::metrics::PLANS_TOTAL.with_label_values(&["planned"]).inc();
+            let key = worth_keeping.then(|| statement.clone());
             // Boxed: planning's future is large, and a cached plan's run need not carry it.
             let (logical, columns) = Box::pin(plan_for_client(session, statement)).await?;
             if matches!(tag, Some("UPDATE" | "DELETE")) {
@@ -134,8 +134,8 @@ pub async fn handle(
             // optimized with the values in, once.
             match state.optimize(&logical) {
                 Ok(optimized) => {
-                    if let Some(sql) = sql {
-                        session.plans.keep(sql, catalog_version, &logical, &optimized, &state, columns.clone());
+                    if let Some(key) = key {
+                        session.plans.keep(key, catalog_version, &logical, &optimized, &state, columns.clone());
                     }
                     Arc::new(CachedPlan::new(optimized, state, columns))
                 }
