@@ -1171,7 +1171,11 @@ async fn extended_replies_wait_for_sync_or_flush() {
         raw.write(&RawConnection::pipeline("SELECT 1 AS one"));
         assert!(!raw.anything_within(Duration::from_millis(300)), "replies before Sync or Flush");
         raw.write(&RawConnection::message(b'H', b""));
-        assert_eq!(raw.read_through(b'C'), "12TDC", "ParseComplete, BindComplete, RowDescription, DataRow, CommandComplete");
+        assert_eq!(
+            raw.read_through(b'C'),
+            "12TDC",
+            "ParseComplete, BindComplete, RowDescription, DataRow, CommandComplete"
+        );
         raw.write(&RawConnection::message(b'S', b""));
         assert_eq!(raw.read_through(b'Z'), "Z");
 

@@ -11,7 +11,8 @@
 //!
 //! Invariants: every message is written in order to the connection's buffer (only the flush
 //! is held); a Copy*Response is flushed at once, since the client waits for it before it sends
-//! COPY data or anything else; the buffer never grows without bound, since pgwire's framing
+//! COPY data or anything else, and so are an ErrorResponse and a NoticeResponse, which
+//! PostgreSQL always flushes; the buffer never grows without bound, since pgwire's framing
 //! writes it out when it passes its backpressure limit, whatever the flush.
 
 use std::collections::HashMap;
@@ -52,6 +53,8 @@ impl<C: Sink<PgWireBackendMessage> + Unpin> Sink<PgWireBackendMessage> for HeldR
             PgWireBackendMessage::CopyInResponse(_)
                 | PgWireBackendMessage::CopyOutResponse(_)
                 | PgWireBackendMessage::CopyBothResponse(_)
+                | PgWireBackendMessage::ErrorResponse(_)
+                | PgWireBackendMessage::NoticeResponse(_)
         ) {
             self.urgent = true;
         }
