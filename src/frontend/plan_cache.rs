@@ -74,8 +74,8 @@ impl ClientColumns {
 }
 
 /// Keyed by the statement's syntax tree (equal trees: the same statement, spans aside), which
-/// is hashed and compared at each Execute where printing it was a tenth of a prepared lookup's
-/// time (`perf`).
+/// is hashed and compared at each Execute where printing it took 5 % of the server in prepared
+/// lookups (`perf`, 2026-12-07).
 #[derive(Default)]
 pub struct PlanCache {
     plans: HashMap<ast::Statement, Arc<CachedPlan>>,
