@@ -13,7 +13,8 @@
 #     a one-minute bucket) over a 1,000,000-row relation with an index on the time column in
 #     both, 4 pgbench clients, SECONDS.
 # Needs psql and pgbench (Debian's postgresql-client). WEIR_BINARY defaults to a release build.
-# STEPS=lookups runs step 1 only.
+# STEPS=lookups runs step 1 only; STEPS=sends counts the server's sends per lookup instead
+# (needs strace).
 set -euo pipefail
 # Both without TLS (the test PostgreSQL has ssl = on; pgbench would take it).
 export PGSSLMODE=disable
@@ -56,6 +57,19 @@ cat >"$dir/lookup.sql" <<'EOF'
 \set aid random(1, 10000)
 SELECT abalance FROM accounts WHERE aid = :aid;
 EOF
+# STEPS=sends: how many writes the server makes per lookup in each mode (one client, 2,000
+# lookups, `strace -c` on the server; PostgreSQL makes one), then stop.
+if [ "${STEPS:-all}" = sends ]; then
+    for mode in simple extended prepared; do
+        strace -f -c -e trace=sendto,write,writev,sendmsg -p "$pid" -o "$dir/sends.$mode" 2>/dev/null &
+        tracer=$!
+        sleep 1
+        "$pgbench" -n -M "$mode" -c 1 -t 2000 -f "$dir/lookup.sql" "${weir_args[@]}" >/dev/null 2>&1
+        kill -INT "$tracer"; wait "$tracer" 2>/dev/null || true
+        awk -v mode="$mode" '$NF == "sendto" { printf "  %-9s %.2f sendto per lookup\n", mode, $4 / 2000 }' "$dir/sends.$mode"
+    done
+    exit 0
+fi
 echo "key lookups, 16 clients, ${seconds} s each:"
 for mode in simple extended prepared; do
     w=$(tps weir "$mode" 16 "$dir/lookup.sql")
