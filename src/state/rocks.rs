@@ -18,8 +18,8 @@ use rocksdb::{BlockBasedOptions, Cache, Options, ReadOptions, WriteOptions, DB};
 
 use parking_lot::RwLock;
 
-use super::held_writes::{Held, HeldWrites};
-use super::store::{KeyRange, ScanControl, StateStore, Visitor, WriteBatch, WriteOp};
+use super::held_writes::{Held, HeldCursor, HeldWrites};
+use super::store::{KeyRange, PartVisitor, ScanControl, StateStore, Visitor, WriteBatch, WriteOp};
 use crate::config::StorageConfig;
 use crate::error::{Result, SqlState, WeirError};
 use crate::types::Epoch;
@@ -185,6 +185,51 @@ impl StateStore for RocksStore {
         self.scan(ranges, visit, false)
     }
 
+    fn scans_parts_in_parallel(&self) -> bool {
+        true
+    }
+
+    /// One RocksDB snapshot, and the held writes, taken under their lock; each part read by
+    /// its own iterator over that snapshot on its own thread (the first on the caller's).
+    fn scan_parts_once(&self, parts: &[Vec<KeyRange>], visitors: &mut [&mut PartVisitor<'_>]) -> Result<()> {
+        assert_eq!(parts.len(), visitors.len(), "a visitor per part");
+        let (snapshot, mut cursors) = {
+            let held = self.held.read();
+            let cursors: Vec<Option<Vec<HeldCursor>>> = parts
+                .iter()
+                .map(|ranges| held.as_ref().map(|h| ranges.iter().map(|r| h.cursor(r)).collect()))
+                .collect();
+            (self.db.snapshot(), cursors)
+        };
+        let read_part = |ranges: &[KeyRange], cursors: Option<Vec<HeldCursor>>, visit: &mut PartVisitor<'_>| {
+            let mut options = scan_options(ranges, false);
+            options.set_snapshot(&snapshot);
+            walk(self.db.raw_iterator_opt(options), ranges, cursors, visit)
+        };
+        std::thread::scope(|scope| {
+            let mut work = parts.iter().zip(cursors.drain(..)).zip(visitors.iter_mut());
+            let Some(((first, first_cursors), first_visit)) = work.next() else {
+                return Ok(());
+            };
+            let others: Vec<_> = work
+                .map(|((ranges, cursors), visit)| {
+                    std::thread::Builder::new()
+                        .name("weir-scan".into())
+                        .spawn_scoped(scope, || read_part(ranges, cursors, &mut **visit))
+                        .map_err(WeirError::from)
+                })
+                .collect();
+            let mut result = read_part(first, first_cursors, &mut **first_visit);
+            for other in others {
+                let read = other.and_then(|thread| {
+                    thread.join().map_err(|_| WeirError::internal("a parallel scan's thread panicked".to_string()))?
+                });
+                result = result.and(read);
+            }
+            result
+        })
+    }
+
     fn last_key(&self, range: &KeyRange) -> Result<Option<Vec<u8>>> {
         let held = self.held.read();
         let mut iter = self.db.raw_iterator();
@@ -272,55 +317,12 @@ impl RocksStore {
     /// writes are taken with the iterator, under their lock, and merged in. `fill_cache`:
     /// whether the blocks read go into the block cache.
     fn scan(&self, ranges: &[KeyRange], visit: &mut Visitor<'_>, fill_cache: bool) -> Result<()> {
-        let mut read_opts = ReadOptions::default();
-        read_opts.fill_cache(fill_cache);
-        // The iterator stops at the last range's end, not at the next table's first key.
-        if ranges.iter().all(|r| r.end.is_some()) {
-            if let Some(end) = ranges.iter().filter_map(|r| r.end.clone()).max() {
-                read_opts.set_iterate_upper_bound(end);
-            }
-        }
-        let (mut iter, mut cursors) = {
+        let (iter, cursors) = {
             let held = self.held.read();
             let cursors = held.as_ref().map(|h| ranges.iter().map(|r| h.cursor(r)).collect::<Vec<_>>());
-            (self.db.raw_iterator_opt(read_opts), cursors)
+            (self.db.raw_iterator_opt(scan_options(ranges, fill_cache)), cursors)
         };
-        for (i, range) in ranges.iter().enumerate() {
-            let mut cursor = cursors.as_mut().map(|c| &mut c[i]);
-            iter.seek(&range.start);
-            while iter.valid() {
-                let (Some(k), Some(v)) = (iter.key(), iter.value()) else {
-                    break;
-                };
-                if !range.contains(k) {
-                    break;
-                }
-                let control = match cursor.as_deref_mut() {
-                    None => visit(k, v)?,
-                    Some(cursor) => {
-                        if cursor.visit_below(Some(k), visit)? == ScanControl::Stop {
-                            return Ok(iter.status()?);
-                        }
-                        match cursor.at(k) {
-                            Held::Value(held) => visit(k, held)?,
-                            Held::Deleted => ScanControl::Continue,
-                            Held::NotHeld => visit(k, v)?,
-                        }
-                    }
-                };
-                if control == ScanControl::Stop {
-                    return Ok(iter.status()?);
-                }
-                iter.next();
-            }
-            iter.status()?;
-            if let Some(cursor) = cursor {
-                if cursor.visit_below(None, visit)? == ScanControl::Stop {
-                    return Ok(());
-                }
-            }
-        }
-        Ok(())
+        walk(iter, ranges, cursors, visit)
     }
 
     /// One attempt at writing `slot`'s batch: into the held writes if they hold its epoch
@@ -460,6 +462,65 @@ impl RocksStore {
     }
 }
 
+/// Read options for a scan of `ranges`: the iterator stops at the last range's end, not at
+/// the next table's first key.
+fn scan_options(ranges: &[KeyRange], fill_cache: bool) -> ReadOptions {
+    let mut read_opts = ReadOptions::default();
+    read_opts.fill_cache(fill_cache);
+    if ranges.iter().all(|r| r.end.is_some()) {
+        if let Some(end) = ranges.iter().filter_map(|r| r.end.clone()).max() {
+            read_opts.set_iterate_upper_bound(end);
+        }
+    }
+    read_opts
+}
+
+/// Gives `visit` the entries of `ranges` from `iter`, in order, with the held writes
+/// (`cursors`, one per range, taken with the iterator's snapshot) merged in.
+fn walk(
+    mut iter: rocksdb::DBRawIterator<'_>,
+    ranges: &[KeyRange],
+    mut cursors: Option<Vec<HeldCursor>>,
+    visit: &mut Visitor<'_>,
+) -> Result<()> {
+    for (i, range) in ranges.iter().enumerate() {
+        let mut cursor = cursors.as_mut().map(|c| &mut c[i]);
+        iter.seek(&range.start);
+        while iter.valid() {
+            let (Some(k), Some(v)) = (iter.key(), iter.value()) else {
+                break;
+            };
+            if !range.contains(k) {
+                break;
+            }
+            let control = match cursor.as_deref_mut() {
+                None => visit(k, v)?,
+                Some(cursor) => {
+                    if cursor.visit_below(Some(k), visit)? == ScanControl::Stop {
+                        return Ok(iter.status()?);
+                    }
+                    match cursor.at(k) {
+                        Held::Value(held) => visit(k, held)?,
+                        Held::Deleted => ScanControl::Continue,
+                        Held::NotHeld => visit(k, v)?,
+                    }
+                }
+            };
+            if control == ScanControl::Stop {
+                return Ok(iter.status()?);
+            }
+            iter.next();
+        }
+        iter.status()?;
+        if let Some(cursor) = cursor {
+            if cursor.visit_below(None, visit)? == ScanControl::Stop {
+                return Ok(());
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -472,6 +533,59 @@ mod tests {
 
     fn scan(store: &RocksStore, start: &[u8], end: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
         crate::state::store::entries_in(store, start, end)
+    }
+
+    /// A read in parts gives every entry once, held writes merged in, all from the snapshot
+    /// taken when it began: a write and a delete made while it runs, in a part not yet read,
+    /// are not seen.
+    #[test]
+    fn parts_read_every_entry_once_from_one_snapshot() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = RocksStore::open(&dir.path().join("state"), &StorageConfig::default()).unwrap();
+        let key = |i: u8| vec![b'k', i];
+        for i in 0..100 {
+            store.write(put(Some(1), &key(i), b"1")).unwrap();
+        }
+        store.hold_after(2).unwrap();
+        store.write(put(Some(2), &key(5), b"2")).unwrap();
+        let mut held_delete = WriteBatch { skip_wal: true, epoch: Some(2), ..Default::default() };
+        held_delete.delete(key(7));
+        store.write(held_delete).unwrap();
+        let parts = vec![
+            vec![KeyRange { start: key(0), end: Some(key(50)) }],
+            vec![KeyRange { start: key(50), end: Some(key(255)) }],
+        ];
+        let (wrote, written) = std::sync::mpsc::channel();
+        let (mut first, second) = (Vec::new(), parking_lot::Mutex::new(Vec::new()));
+        let mut read_first = |k: &[u8], v: &[u8]| {
+            if first.is_empty() {
+                // Into the second part, which waits for this before it reads.
+                store.write(put(None, &key(60), b"late")).unwrap();
+                let mut delete = WriteBatch::default();
+                delete.delete(key(70));
+                store.write(delete).unwrap();
+                wrote.send(()).unwrap();
+            }
+            first.push((k.to_vec(), v.to_vec()));
+            Ok(ScanControl::Continue)
+        };
+        let second_read = &second;
+        let mut read_second = move |k: &[u8], v: &[u8]| {
+            let mut read = second_read.lock();
+            if read.is_empty() {
+                written.recv().unwrap();
+            }
+            read.push((k.to_vec(), v.to_vec()));
+            Ok(ScanControl::Continue)
+        };
+        store.scan_parts_once(&parts, &mut [&mut read_first, &mut read_second]).unwrap();
+        let second = second.into_inner();
+        let expected = |range: std::ops::Range<u8>| -> Vec<(Vec<u8>, Vec<u8>)> {
+            range.filter(|&i| i != 7).map(|i| (key(i), if i == 5 { b"2".to_vec() } else { b"1".to_vec() })).collect()
+        };
+        assert_eq!(first, expected(0..50), "the first part, with the held writes");
+        assert_eq!(second, expected(50..100), "the second part, as it was when the read began");
+        assert_eq!(store.get(&key(60)).unwrap(), Some(b"late".to_vec()));
     }
 
     /// A flush per checkpoint, for as long as the server runs, leaves the MANIFEST (uploaded

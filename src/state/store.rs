@@ -127,6 +127,10 @@ impl KeyRange {
 /// What a prefix scan calls with each entry's key and value.
 pub type Visitor<'a> = dyn FnMut(&[u8], &[u8]) -> Result<ScanControl> + 'a;
 
+/// What one part of a scan in parts ([`StateStore::scan_parts_once`]) calls with each entry:
+/// on the part's own thread where the store reads parts in parallel.
+pub type PartVisitor<'a> = dyn FnMut(&[u8], &[u8]) -> Result<ScanControl> + Send + 'a;
+
 pub trait StateStore: Send + Sync + 'static {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>>;
 
@@ -158,6 +162,37 @@ pub trait StateStore: Send + Sync + 'static {
     /// use (and a scan of a large relation would grow memory to the cache's size).
     fn scan_ranges_once(&self, ranges: &[KeyRange], visit: &mut Visitor<'_>) -> Result<()> {
         self.scan_ranges(ranges, visit)
+    }
+
+    /// Whether [`StateStore::scan_parts_once`] reads its parts at the same time (else one after
+    /// the other, and a reader that waits on one part's consumer holds up the others).
+    fn scans_parts_in_parallel(&self) -> bool {
+        false
+    }
+
+    /// [`StateStore::scan_ranges_once`] of several parts, all from one consistent snapshot:
+    /// part `i`'s ranges, in order, go to `visitors[i]`, and a [`ScanControl::Stop`] ends that
+    /// part alone. Disjoint parts of one relation, so a query reads it with several threads.
+    /// Here: one scan of every part's ranges in turn.
+    fn scan_parts_once(&self, parts: &[Vec<KeyRange>], visitors: &mut [&mut PartVisitor<'_>]) -> Result<()> {
+        assert_eq!(parts.len(), visitors.len(), "a visitor per part");
+        let ranges: Vec<KeyRange> = parts.iter().flatten().cloned().collect();
+        let part_of: Vec<usize> = parts.iter().enumerate().flat_map(|(i, p)| std::iter::repeat_n(i, p.len())).collect();
+        let (mut range, mut stopped) = (0usize, vec![false; parts.len()]);
+        self.scan_ranges_once(&ranges, &mut |k, v| {
+            // The scan gives each range's entries in turn: the entry is in the first range
+            // from the current one that holds it.
+            while ranges.get(range).is_some_and(|r| !r.contains(k)) {
+                range += 1;
+            }
+            let Some(&part) = part_of.get(range) else {
+                return Err(crate::error::WeirError::internal("a scan gave a key outside its ranges"));
+            };
+            if !stopped[part] && visitors[part](k, v)? == ScanControl::Stop {
+                stopped[part] = true;
+            }
+            Ok(if stopped.iter().all(|&s| s) { ScanControl::Stop } else { ScanControl::Continue })
+        })
     }
 
     fn write(&self, batch: WriteBatch) -> Result<()>;
@@ -256,4 +291,36 @@ pub fn stop_after_refused_write(what: &str, e: &crate::error::WeirError) -> ! {
     tracing::error!("{what} could not be written, so what runs in memory is ahead of the store; stopping the server: a restart restores everything from the newest checkpoint: {e}");
     eprintln!("weir: {what} could not be written: {e}; exiting (code 70)");
     std::process::exit(70);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The one-after-the-other read in parts: each part's entries to its own visitor, and a
+    /// part that says stop ends alone.
+    #[test]
+    fn parts_read_one_after_the_other_stop_alone() {
+        let store = super::super::memory::MemoryStore::new();
+        let mut wb = WriteBatch::default();
+        for key in [b"a1", b"a2", b"a3", b"b1", b"b2"] {
+            wb.put(key.to_vec(), b"v".to_vec());
+        }
+        store.write(wb).unwrap();
+        let range = |start: &[u8], end: &[u8]| vec![KeyRange { start: start.to_vec(), end: Some(end.to_vec()) }];
+        let (mut first, mut second) = (Vec::new(), Vec::new());
+        let mut read_first = |k: &[u8], _: &[u8]| {
+            first.push(k.to_vec());
+            Ok(ScanControl::Stop)
+        };
+        let mut read_second = |k: &[u8], _: &[u8]| {
+            second.push(k.to_vec());
+            Ok(ScanControl::Continue)
+        };
+        store
+            .scan_parts_once(&[range(b"a", b"b"), range(b"b", b"c")], &mut [&mut read_first, &mut read_second])
+            .unwrap();
+        assert_eq!(first, vec![b"a1".to_vec()]);
+        assert_eq!(second, vec![b"b1".to_vec(), b"b2".to_vec()]);
+    }
 }

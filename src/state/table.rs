@@ -39,7 +39,7 @@ use serde::{Deserialize, Serialize};
 
 use super::keys::{prefix_end, row_key_in, segment_key, table_prefix, TableId};
 
-use super::store::{KeyRange, ScanControl, StateStore, WriteBatch};
+use super::store::{KeyRange, PartVisitor, ScanControl, StateStore, WriteBatch};
 use crate::error::{Result, SqlState, WeirError};
 use crate::types::vnode::{vnode_of, VNODE_COUNT};
 
@@ -261,18 +261,12 @@ impl StateTable {
             }],
             Some(ranges) => self.store_ranges(ranges),
         };
-        let mut pending: Vec<Vec<u8>> = Vec::with_capacity(batch_size.min(4096));
+        let mut batcher = Batcher::new(self, batch_size, emit);
         let mut read = 0usize;
-        let mut stopped = false;
         let mut visit = |_: &[u8], v: &[u8]| {
-            pending.push(v.to_vec());
             read += 1;
-            if pending.len() >= batch_size {
-                let batch = self.decode_values(&std::mem::take(&mut pending))?;
-                if emit(batch)? == ScanControl::Stop {
-                    stopped = true;
-                    return Ok(ScanControl::Stop);
-                }
+            if batcher.push(v)? == ScanControl::Stop {
+                return Ok(ScanControl::Stop);
             }
             Ok(if read >= limit { ScanControl::Stop } else { ScanControl::Continue })
         };
@@ -281,10 +275,32 @@ impl StateTable {
             None => store.scan_ranges_once(&store_ranges, &mut visit)?,
             Some(_) => store.scan_ranges(&store_ranges, &mut visit)?,
         }
-        if !pending.is_empty() && !stopped {
-            emit(self.decode_values(&pending)?)?;
+        batcher.finish()
+    }
+
+    /// The whole table's rows in `emits.len()` parts, each a range of vnodes (so about as many
+    /// rows in each), all read from one snapshot, part `i`'s batches of at most `batch_size`
+    /// rows handed to `emits[i]`: on the part's own thread where the store reads parts in
+    /// parallel ([`StateStore::scan_parts_once`]). A Stop ends that part alone. Only
+    /// [`Layout::Rows`] tables are read in parts.
+    pub fn scan_parts(
+        &self,
+        store: &dyn StateStore,
+        batch_size: usize,
+        emits: &mut [&mut BatchVisitor<'_>],
+    ) -> Result<()> {
+        self.rows_layout("read in parts")?;
+        let parts = vnode_parts(self.table_id, emits.len());
+        let mut batchers: Vec<_> = emits.iter_mut().map(|emit| Batcher::new(self, batch_size, &mut **emit)).collect();
+        {
+            let mut visitors: Vec<Box<PartVisitor<'_>>> = batchers
+                .iter_mut()
+                .map(|batcher| Box::new(move |_: &[u8], v: &[u8]| batcher.push(v)) as Box<PartVisitor<'_>>)
+                .collect();
+            let mut visitors: Vec<&mut PartVisitor<'_>> = visitors.iter_mut().map(|v| &mut **v).collect();
+            store.scan_parts_once(&parts, &mut visitors)?;
         }
-        Ok(())
+        batchers.into_iter().try_for_each(Batcher::finish)
     }
 
     /// The rows stored after store key `after` (from the first when None), in store-key order,
@@ -519,9 +535,13 @@ impl StateTable {
     }
 
     fn decode_values(&self, values: &[Vec<u8>]) -> Result<RecordBatch> {
+        self.decode_each(values.iter().map(|v| v.as_slice()))
+    }
+
+    /// The rows whose stored values are `values`, in order, as one batch.
+    fn decode_each<'v>(&self, values: impl Iterator<Item = &'v [u8]>) -> Result<RecordBatch> {
         let parser = self.value_codec.parser();
-        let decoded =
-            catch_unwind(AssertUnwindSafe(|| self.value_codec.convert_rows(values.iter().map(|v| parser.parse(v)))));
+        let decoded = catch_unwind(AssertUnwindSafe(|| self.value_codec.convert_rows(values.map(|v| parser.parse(v)))));
         let columns = match decoded {
             Ok(Ok(columns)) => columns,
             Ok(Err(e)) => return Err(self.corrupt(&e.to_string())),
@@ -533,6 +553,76 @@ impl StateTable {
     fn corrupt(&self, what: &str) -> WeirError {
         WeirError::new(SqlState::DATA_CORRUPTED, format!("stored row of table id {} is corrupt: {what}", self.table_id))
     }
+}
+
+/// What a scan of stored rows hands each batch to; it says whether to go on.
+pub type BatchVisitor<'a> = dyn FnMut(RecordBatch) -> Result<ScanControl> + Send + 'a;
+
+/// The stored values a scan reads, gathered into one buffer (no allocation per row) and
+/// decoded a batch of `batch_size` rows at a time into the batches handed to `emit`.
+struct Batcher<'t, E: FnMut(RecordBatch) -> Result<ScanControl>> {
+    table: &'t StateTable,
+    bytes: Vec<u8>,
+    /// Where each gathered value ends in `bytes`.
+    ends: Vec<usize>,
+    batch_size: usize,
+    emit: E,
+    stopped: bool,
+}
+
+impl<'t, E: FnMut(RecordBatch) -> Result<ScanControl>> Batcher<'t, E> {
+    fn new(table: &'t StateTable, batch_size: usize, emit: E) -> Batcher<'t, E> {
+        Batcher {
+            table,
+            bytes: Vec::new(),
+            ends: Vec::with_capacity(batch_size.min(4096)),
+            batch_size,
+            emit,
+            stopped: false,
+        }
+    }
+
+    /// Gathers one value; a full batch goes to `emit`, whose answer is returned.
+    fn push(&mut self, value: &[u8]) -> Result<ScanControl> {
+        self.bytes.extend_from_slice(value);
+        self.ends.push(self.bytes.len());
+        if self.ends.len() < self.batch_size {
+            return Ok(ScanControl::Continue);
+        }
+        self.emit_gathered()
+    }
+
+    fn emit_gathered(&mut self) -> Result<ScanControl> {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        let values = starts.zip(self.ends.iter()).map(|(start, &end)| &self.bytes[start..end]);
+        let batch = self.table.decode_each(values)?;
+        self.bytes.clear();
+        self.ends.clear();
+        let control = (self.emit)(batch)?;
+        self.stopped = control == ScanControl::Stop;
+        Ok(control)
+    }
+
+    /// Emits what is gathered, unless `emit` said stop.
+    fn finish(mut self) -> Result<()> {
+        if !self.ends.is_empty() && !self.stopped {
+            self.emit_gathered()?;
+        }
+        Ok(())
+    }
+}
+
+/// The store ranges of table `table_id`'s rows in `parts` ranges of vnodes.
+fn vnode_parts(table_id: TableId, parts: usize) -> Vec<Vec<KeyRange>> {
+    let parts = parts.clamp(1, VNODE_COUNT as usize);
+    let bound = |part: usize| {
+        let vnode = part * VNODE_COUNT as usize / parts;
+        match vnode {
+            v if v >= VNODE_COUNT as usize => prefix_end(&table_prefix(table_id)),
+            v => Some(row_key_in(table_id, v as u16, &[])),
+        }
+    };
+    (0..parts).map(|part| vec![KeyRange { start: bound(part).unwrap_or_default(), end: bound(part + 1) }]).collect()
 }
 
 /// `batch` in the Arrow IPC stream format: how stored batches (segments, logged changes) are
