@@ -184,3 +184,74 @@ async fn explain_says_which_path_a_statement_takes() {
         assert!(plan.iter().any(|line| line.starts_with(path)), "EXPLAIN {query}:\n{}", plan.join("\n"));
     }
 }
+
+/// A read of every row of a relation whose stored bytes reach `min_parallel_table_scan_size`
+/// goes in parts, one per partition, each read by its own thread (`catalog::scan`), and gives
+/// the rows a read in one part gives, after changes too; a transaction's reads (its writes over
+/// the store) and reads that narrow by key stay whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_in_parts_equal_whole_reads() {
+    let server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE readings (id BIGINT PRIMARY KEY, device INT, value DOUBLE PRECISION);
+             CREATE MATERIALIZED VIEW by_device AS SELECT device, count(*) AS n, sum(value) AS s FROM readings GROUP BY device;
+             CREATE MATERIALIZED VIEW copied AS SELECT id, device, value FROM readings;
+             INSERT INTO readings SELECT x, x % 13, x * 0.5 FROM generate_series(1, 20000) AS s(x);
+             FLUSH;",
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows(&client, "SHOW min_parallel_table_scan_size").await, ["8MB"]);
+    let queries = [
+        "SELECT count(*), sum(value), min(id), max(id) FROM copied",
+        "SELECT device, count(*), sum(value) FROM copied GROUP BY device ORDER BY device",
+        "SELECT * FROM by_device ORDER BY device",
+        "SELECT id, value FROM readings WHERE value > 9990 ORDER BY id",
+        "SELECT count(*) FROM copied c JOIN by_device d ON c.device = d.device WHERE d.n > 1500",
+    ];
+    let answers = |client| async move {
+        let mut out = Vec::new();
+        for query in queries {
+            out.push(rows(client, query).await);
+        }
+        out
+    };
+    for change in [
+        "",
+        "UPDATE readings SET value = value + 1 WHERE id % 3 = 0",
+        "DELETE FROM readings WHERE id % 5 = 0",
+        "INSERT INTO readings SELECT x, x % 17, 1.0 FROM generate_series(20001, 21000) AS s(x)",
+    ] {
+        if !change.is_empty() {
+            client.batch_execute(change).await.unwrap();
+            client.batch_execute("FLUSH").await.unwrap();
+        }
+        client.batch_execute("RESET min_parallel_table_scan_size").await.unwrap();
+        let whole = answers(&client).await;
+        assert_scan_lines(&client, &[("SELECT * FROM copied", "RelationScanExec: relation=copied, access=all")]).await;
+        client.batch_execute("SET min_parallel_table_scan_size = 0").await.unwrap();
+        assert_scan_lines(
+            &client,
+            &[
+                ("SELECT * FROM copied", "RelationScanExec: relation=copied, access=all in 2 parts"),
+                ("SELECT * FROM readings WHERE id < 10", "RelationScanExec: relation=readings, access=ranges(1)"),
+                ("SELECT * FROM copied WHERE id = 10", "RelationScanExec: relation=copied, access=ranges(1)"),
+            ],
+        )
+        .await;
+        assert_eq!(answers(&client).await, whole, "after {change:?}");
+    }
+    assert_eq!(rows(&client, "SELECT count(*) FROM copied").await, ["17000"]);
+    // A transaction's reads see its own writes: read whole.
+    client.batch_execute("BEGIN; DELETE FROM readings WHERE id = 1").await.unwrap();
+    assert_scan_lines(&client, &[("SELECT * FROM readings", "RelationScanExec: relation=readings, access=all")]).await;
+    client.batch_execute("ROLLBACK").await.unwrap();
+    for (value, bytes) in [("'1MB'", "1MB"), ("16", "16")] {
+        client.batch_execute(&format!("SET min_parallel_table_scan_size = {value}")).await.unwrap();
+        assert_eq!(rows(&client, "SHOW min_parallel_table_scan_size").await, [bytes]);
+    }
+    let refused = client.batch_execute("SET min_parallel_table_scan_size = '3 parsecs'").await.unwrap_err();
+    assert_eq!(refused.code(), Some(&tokio_postgres::error::SqlState::INVALID_PARAMETER_VALUE), "{refused:?}");
+}

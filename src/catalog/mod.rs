@@ -271,6 +271,30 @@ impl Relation {
         self.table.scan_batches(store, ranges, SCAN_BATCH_ROWS, limit, &mut |batch| emit(self.user_rows(&batch)?))
     }
 
+    /// Whether a read of every row may go in parts ([`Relation::stream_parts`]): rows stored
+    /// one by one, not a replayed source's.
+    pub fn reads_in_parts(&self) -> bool {
+        !self.def.replayed && self.table.layout() == Layout::Rows
+    }
+
+    /// Every row as users see them, in `emits.len()` parts read from one snapshot, part `i`'s
+    /// batches handed to `emits[i]` (on its own thread where the store reads in parallel:
+    /// [`crate::state::table::StateTable::scan_parts`]). Only where
+    /// [`Relation::reads_in_parts`].
+    pub fn stream_parts(
+        &self,
+        store: &dyn StateStore,
+        emits: &mut [&mut crate::state::table::BatchVisitor<'_>],
+    ) -> Result<()> {
+        let mut emits: Vec<_> = emits
+            .iter_mut()
+            .map(|emit| move |batch: datafusion::arrow::array::RecordBatch| emit(self.user_rows(&batch)?))
+            .collect();
+        let mut emits: Vec<&mut crate::state::table::BatchVisitor<'_>> =
+            emits.iter_mut().map(|emit| emit as &mut crate::state::table::BatchVisitor<'_>).collect();
+        self.table.scan_parts(store, SCAN_BATCH_ROWS, &mut emits)
+    }
+
     /// Stored rows as users see them: without hidden columns, each repeated as often as its
     /// multiplicity says (none when it is not above zero).
     pub fn user_rows(

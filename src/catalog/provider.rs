@@ -22,7 +22,7 @@ use datafusion::physical_plan::{execute_stream, ExecutionPlan};
 use super::dml::{self, Candidates, DmlExec};
 use super::index;
 use super::key_access::{self, KeyAccess};
-use super::scan::RelationScanExec;
+use super::scan::{RelationScanExec, ScanSettings};
 use super::{Catalog, Relation, RelationKind};
 use crate::error::WeirError;
 
@@ -217,6 +217,11 @@ pub fn transaction(state: &dyn Session) -> Option<Arc<super::transaction::Transa
     state.config().get_extension::<super::transaction::TransactionSlot>()?.current()
 }
 
+/// The session's [`ScanSettings`] (the defaults where it carries none).
+fn scan_settings(state: &dyn Session) -> Arc<ScanSettings> {
+    state.config().get_extension::<ScanSettings>().unwrap_or_default()
+}
+
 /// `plan` through the session's physical optimizer rules.
 fn optimize_physical(state: &dyn Session, plan: Arc<dyn ExecutionPlan>) -> DfResult<Arc<dyn ExecutionPlan>> {
     let Some(state) = state.as_any().downcast_ref::<datafusion::execution::session_state::SessionState>() else {
@@ -281,7 +286,8 @@ impl TableProvider for RelationTable {
         // left to apply): the first rows are enough.
         let scan = match index::choose(&self.relation, filters, &needed, &access)? {
             Some(read) => RelationScanExec::through_index(Arc::clone(&self.relation), store, read, needed, limit)?,
-            None => RelationScanExec::new(Arc::clone(&self.relation), store, access, projection.cloned(), limit)?,
+            None => RelationScanExec::new(Arc::clone(&self.relation), store, access, projection.cloned(), limit)?
+                .in_parts(state.config().target_partitions(), &scan_settings(state)),
         };
         Ok(Arc::new(scan))
     }

@@ -9,7 +9,12 @@
 //! [`super::provider::RelationTable::scan`].
 
 use std::fmt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+use parking_lot::Mutex;
+use tokio::sync::mpsc::Receiver;
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
@@ -26,10 +31,39 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Par
 use super::index::IndexRead;
 use super::key_access::KeyAccess;
 use super::Relation;
+use crate::state::keys::table_prefix;
 use crate::state::store::{ScanControl, StateStore};
+use crate::state::table::BatchVisitor;
 
 /// Batches a scan reads ahead of its consumer.
 const READ_AHEAD: usize = 2;
+
+/// How a session's scans are planned: from how many stored bytes (as the store's files
+/// estimate them) a read of every row goes in parts, PostgreSQL's `min_parallel_table_scan_size`
+/// (default 8 MB: some 200,000 rows of a few columns, which one thread reads in about 60 ms).
+/// Carried as an extension of the session's DataFusion configuration (`frontend::session` sets
+/// it), read when a scan is planned.
+pub struct ScanSettings {
+    parts_from_bytes: AtomicU64,
+}
+
+impl ScanSettings {
+    pub const DEFAULT_PARTS_FROM_BYTES: u64 = 8 << 20;
+
+    pub fn set_parts_from_bytes(&self, bytes: u64) {
+        self.parts_from_bytes.store(bytes, Ordering::Relaxed);
+    }
+
+    fn parts_from_bytes(&self) -> u64 {
+        self.parts_from_bytes.load(Ordering::Relaxed)
+    }
+}
+
+impl Default for ScanSettings {
+    fn default() -> ScanSettings {
+        ScanSettings { parts_from_bytes: AtomicU64::new(ScanSettings::DEFAULT_PARTS_FROM_BYTES) }
+    }
+}
 
 /// Keys looked up on the query's own task at most; more go to a blocking thread.
 const INLINE_LOOKUPS: usize = 16;
@@ -45,6 +79,12 @@ pub struct RelationScanExec {
     projection: Option<Vec<usize>>,
     /// Stored entries to read at most (a LIMIT with no condition left to apply).
     limit: Option<usize>,
+    /// How many parts a read of every row is split into, each a partition of the plan read on
+    /// its own thread (1: one partition, read in key order).
+    parts: usize,
+    /// A read in parts under way: each part's batches, taken by the partition that reads them.
+    /// The first partition executed starts every part, so all read one snapshot.
+    part_readers: Mutex<Vec<Option<Receiver<DfResult<RecordBatch>>>>>,
     schema: SchemaRef,
     properties: Arc<PlanProperties>,
 }
@@ -74,9 +114,73 @@ impl RelationScanExec {
             access: Arc::new(access),
             projection,
             limit,
+            parts: 1,
+            part_readers: Mutex::new(Vec::new()),
             schema,
             properties: Arc::new(properties),
         })
+    }
+
+    /// This scan of every row read in `parts` parts, as many partitions, where the store reads
+    /// parts at the same time, the relation's rows can be read in parts and its stored bytes
+    /// reach `settings`' bound; else unchanged.
+    pub fn in_parts(mut self, parts: usize, settings: &ScanSettings) -> RelationScanExec {
+        let whole = matches!(self.access.as_ref(), KeyAccess::All) && self.index.is_none() && self.limit.is_none();
+        if parts < 2 || !whole || !self.relation.reads_in_parts() || !self.store.scans_parts_in_parallel() {
+            return self;
+        }
+        // A small relation is read on one thread: a thread per part costs more than it saves.
+        let table = self.relation.table.table_id();
+        let bound = settings.parts_from_bytes();
+        if bound > 0 && self.store.approximate_range_bytes(&table_prefix(table), &table_prefix(table + 1)) < bound {
+            return self;
+        }
+        self.parts = parts;
+        self.properties =
+            Arc::new(self.properties.as_ref().clone().with_partitioning(Partitioning::UnknownPartitioning(parts)));
+        self
+    }
+
+    /// Starts reading every part on a blocking thread: one receiver of batches per part.
+    fn start_parts(&self) -> Vec<Option<Receiver<DfResult<RecordBatch>>>> {
+        let (senders, receivers): (Vec<_>, Vec<_>) =
+            (0..self.parts).map(|_| tokio::sync::mpsc::channel::<DfResult<RecordBatch>>(READ_AHEAD)).unzip();
+        let (relation, store) = (Arc::clone(&self.relation), Arc::clone(&self.store));
+        let projection = self.projection.clone();
+        tokio::task::spawn_blocking(move || {
+            let read = catch_unwind(AssertUnwindSafe(|| {
+                let mut emits: Vec<_> = senders
+                    .iter()
+                    .map(|tx| {
+                        let projection = projection.as_deref();
+                        move |batch: RecordBatch| {
+                            let batch = match projection {
+                                Some(columns) => batch.project(columns)?,
+                                None => batch,
+                            };
+                            Ok(match tx.blocking_send(Ok(batch)) {
+                                Ok(()) => ScanControl::Continue,
+                                // The part's consumer is gone: nothing more to read for it.
+                                Err(_) => ScanControl::Stop,
+                            })
+                        }
+                    })
+                    .collect();
+                let mut emits: Vec<&mut BatchVisitor<'_>> =
+                    emits.iter_mut().map(|e| e as &mut BatchVisitor<'_>).collect();
+                relation.stream_parts(store.as_ref(), &mut emits)
+            }));
+            let failure = match read {
+                Ok(Ok(())) => return,
+                Ok(Err(e)) => e,
+                Err(_) => crate::error::WeirError::internal("a scan in parts panicked"),
+            };
+            // Every part's consumer learns of it: a short read is never taken for a whole one.
+            for tx in &senders {
+                let _ = tx.blocking_send(Err(DataFusionError::from(failure.clone())));
+            }
+        });
+        receivers.into_iter().map(Some).collect()
     }
 }
 
@@ -107,6 +211,7 @@ impl DisplayAs for RelationScanExec {
         let access = match self.access.as_ref() {
             KeyAccess::Keys(keys) => format!("keys({})", keys.first().map_or(0, |k| k.len())),
             KeyAccess::Ranges(ranges) => format!("ranges({})", ranges.len()),
+            KeyAccess::All if self.parts > 1 => format!("all in {} parts", self.parts),
             KeyAccess::All => "all".to_string(),
         };
         write!(f, "RelationScanExec: relation={}", self.relation.def.name)?;
@@ -159,7 +264,7 @@ impl ExecutionPlan for RelationScanExec {
         }))
     }
 
-    fn execute(&self, _partition: usize, _context: Arc<TaskContext>) -> DfResult<SendableRecordBatchStream> {
+    fn execute(&self, partition: usize, _context: Arc<TaskContext>) -> DfResult<SendableRecordBatchStream> {
         // A few keys are looked up here and now: a handful of point reads cost less than
         // handing them to a blocking thread and back.
         if let KeyAccess::Keys(keys) = self.access.as_ref() {
@@ -174,6 +279,19 @@ impl ExecutionPlan for RelationScanExec {
                     futures::stream::once(async move { Ok(rows) }),
                 )));
             }
+        }
+        if self.parts > 1 {
+            let rx = {
+                let mut readers = self.part_readers.lock();
+                // The first partition executed starts every part; a partition executed again
+                // (its part taken) starts them again.
+                if readers.get(partition).is_none_or(Option::is_none) {
+                    *readers = self.start_parts();
+                }
+                readers[partition].take().expect("a part for each partition")
+            };
+            let batches = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|batch| (batch, rx)) });
+            return Ok(Box::pin(RecordBatchStreamAdapter::new(Arc::clone(&self.schema), batches)));
         }
         let (tx, rx) = tokio::sync::mpsc::channel::<DfResult<RecordBatch>>(READ_AHEAD);
         // An index's rows are the relation's columns under the index's schema: handed on

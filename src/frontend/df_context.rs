@@ -313,6 +313,9 @@ pub fn session_context(
     let mut state = SessionStateBuilder::new_from_existing(template.clone()).build();
     // The session's own transaction slot, where the table providers find its open transaction.
     state.config_mut().set_extension(Arc::new(crate::catalog::transaction::TransactionSlot::default()));
+    // The session's own scan settings (`min_parallel_table_scan_size`), where the providers
+    // read them.
+    state.config_mut().set_extension(Arc::new(crate::catalog::scan::ScanSettings::default()));
     let ctx = SessionContext::new_with_state(state);
     // All four are the role statements run as (`SET ROLE`'s): the pg-compatibility parser
     // reads `current_user` as `session_user()`, so the two cannot differ (ADR 35).

@@ -119,6 +119,13 @@ const SETTINGS: &[SettingSpec] = &[
         description: "Weir: shards a new materialized view's operators run in (0 = one per core).",
     },
     SettingSpec {
+        name: "min_parallel_table_scan_size",
+        default: "8MB",
+        reported: false,
+        read_only: false,
+        description: "Sets the minimum amount of table data for a parallel scan.",
+    },
+    SettingSpec {
         name: "jit",
         default: "off",
         reported: false,
@@ -281,6 +288,9 @@ pub struct Session {
     /// The open transaction block's writes, if any (`handler::transaction`); the same slot
     /// the DataFusion context carries to the table providers.
     pub transaction: Arc<crate::catalog::transaction::TransactionSlot>,
+    /// How its scans are planned; the same settings the DataFusion context carries to the
+    /// table providers.
+    scan_settings: Arc<crate::catalog::scan::ScanSettings>,
 }
 
 impl Session {
@@ -288,14 +298,17 @@ impl Session {
         let user = identity.user.clone();
         let values: Values = Arc::default();
         register_current_setting(&ctx, &user, &values);
-        let transaction = ctx
-            .state_ref()
-            .read()
-            .config()
-            .get_extension::<crate::catalog::transaction::TransactionSlot>()
-            .unwrap_or_default();
+        let (transaction, scan_settings) = {
+            let state = ctx.state_ref();
+            let state = state.read();
+            (
+                state.config().get_extension::<crate::catalog::transaction::TransactionSlot>().unwrap_or_default(),
+                state.config().get_extension::<crate::catalog::scan::ScanSettings>().unwrap_or_default(),
+            )
+        };
         Session {
             transaction,
+            scan_settings,
             identity,
             user,
             database,
@@ -406,6 +419,17 @@ impl Session {
                         format!("parameter \"{name}\" requires a Boolean value"),
                     )
                 }),
+            "min_parallel_table_scan_size" => {
+                let bytes = size_setting(&value).ok_or_else(|| {
+                    WeirError::new(
+                        SqlState::INVALID_PARAMETER_VALUE,
+                        format!("invalid value for parameter \"{name}\": \"{value}\""),
+                    )
+                    .with_hint("Valid units for this parameter are \"B\", \"kB\", \"MB\", \"GB\", and \"TB\"; a number alone counts 8 kB blocks.")
+                })?;
+                self.scan_settings.set_parts_from_bytes(bytes);
+                Ok(value)
+            }
             "streaming_parallelism" => match value.parse::<usize>() {
                 Ok(n) if n <= 64 => Ok(n.to_string()),
                 _ => Err(WeirError::new(
@@ -467,6 +491,24 @@ impl Session {
     pub fn implicit_flush(&self) -> bool {
         self.get("implicit_flush").map(|v| v == "true").unwrap_or(false)
     }
+}
+
+/// A size setting's bytes, as PostgreSQL reads it: a whole number with a unit (`B`, `kB`, `MB`,
+/// `GB`, `TB`, case as written), or alone a number of 8 kB blocks.
+fn size_setting(value: &str) -> Option<u64> {
+    let value = value.trim();
+    let digits = value.find(|c: char| !c.is_ascii_digit()).unwrap_or(value.len());
+    let number: u64 = value[..digits].parse().ok()?;
+    let unit: u64 = match value[digits..].trim() {
+        "" => 8 << 10,
+        "B" => 1,
+        "kB" => 1 << 10,
+        "MB" => 1 << 20,
+        "GB" => 1 << 30,
+        "TB" => 1 << 40,
+        _ => return None,
+    };
+    number.checked_mul(unit)
 }
 
 /// Values set in a session, by canonical name; shared with its `current_setting` function.
