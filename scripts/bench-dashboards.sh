@@ -13,8 +13,8 @@
 #     a one-minute bucket) over a 1,000,000-row relation with an index on the time column in
 #     both, 4 pgbench clients, SECONDS.
 # Needs psql and pgbench (Debian's postgresql-client). WEIR_BINARY defaults to a release build.
-# STEPS=lookups runs step 1 only; STEPS=sends counts the server's sends per lookup instead
-# (needs strace).
+# STEPS=lookups runs step 1 only, STEPS=aggregates step 2 only; STEPS=sends counts the
+# server's sends per lookup instead (needs strace).
 set -euo pipefail
 # Both without TLS (the test PostgreSQL has ssl = on; pgbench would take it).
 export PGSSLMODE=disable
@@ -40,7 +40,7 @@ both() { # $@: psql arguments, run against each
 }
 
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo); PostgreSQL $("$bin/postgres" --version | awk '{ print $3 }')"
-psql "${pg_args[@]}" -q -c "DROP TABLE IF EXISTS accounts, events, metrics" 2>/dev/null
+psql "${pg_args[@]}" -q -c "DROP TABLE IF EXISTS accounts, events, readings, metrics" 2>/dev/null
 both -c "CREATE TABLE accounts (aid INT PRIMARY KEY, bid INT, abalance INT, filler TEXT)" \
      -c "INSERT INTO accounts SELECT x, x % 10, 0, 'x' FROM generate_series(1, 10000) AS s(x)"
 
@@ -70,12 +70,14 @@ if [ "${STEPS:-all}" = sends ]; then
     done
     exit 0
 fi
-echo "key lookups, 16 clients, ${seconds} s each:"
-for mode in simple extended prepared; do
-    w=$(tps weir "$mode" 16 "$dir/lookup.sql")
-    p=$(tps postgres "$mode" 16 "$dir/lookup.sql")
-    printf '  %-9s weir %7d/s  postgres %7d/s  ratio %.2f\n' "$mode" "$w" "$p" "$(echo "$w / $p" | bc -l)"
-done
+if [ "${STEPS:-all}" != aggregates ]; then
+    echo "key lookups, 16 clients, ${seconds} s each:"
+    for mode in simple extended prepared; do
+        w=$(tps weir "$mode" 16 "$dir/lookup.sql")
+        p=$(tps postgres "$mode" 16 "$dir/lookup.sql")
+        printf '  %-9s weir %7d/s  postgres %7d/s  ratio %.2f\n' "$mode" "$w" "$p" "$(echo "$w / $p" | bc -l)"
+    done
+fi
 
 [ "${STEPS:-all}" = lookups ] && exit 0
 
@@ -110,6 +112,7 @@ for query in "SELECT count(*) FROM readings" \
     p=$(best postgres "$query")
     printf '  %-90s weir %.3f s  postgres %.3f s  ratio (postgres / weir) %.2f\n' "$query" "$w" "$p" "$(echo "$p / $w" | bc -l)"
 done
+[ "${STEPS:-all}" = aggregates ] && exit 0
 
 # A Grafana time-series panel over 1 M rows: a metric each second for 1,000,000 seconds.
 psql "${weir_args[@]}" -q -v ON_ERROR_STOP=1 \
