@@ -151,6 +151,38 @@ async fn prepared_statements_with_parameters() {
     c.query_one("SELECT 1", &[]).await.unwrap();
 }
 
+/// A connection keeps the RowDescription of a result it sends again (by the plan's result
+/// schema and the format): a statement described and run many times is described right each
+/// time, in text and in binary, and after its table is made again with another column type the
+/// same text is described and answered in the new type.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn row_descriptions_kept_follow_format_and_ddl() {
+    let server = TestServer::start();
+    let c = server.connect().await;
+    c.batch_execute("CREATE TABLE kept (k INT PRIMARY KEY, v INT); INSERT INTO kept VALUES (1, 10)").await.unwrap();
+    let sql = "SELECT v FROM kept WHERE k = $1";
+    for _ in 0..3 {
+        let select = c.prepare(sql).await.unwrap();
+        assert_eq!(select.columns()[0].type_(), &Type::INT4);
+        assert_eq!(c.query_one(&select, &[&1i32]).await.unwrap().get::<_, i32>(0), 10);
+        // In text (the simple protocol), then in binary again.
+        let text = c.simple_query("SELECT v FROM kept WHERE k = 1").await.unwrap();
+        let value = text.iter().find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_string),
+            _ => None,
+        });
+        assert_eq!(value.as_deref(), Some("10"));
+    }
+    c.batch_execute(
+        "DROP TABLE kept; CREATE TABLE kept (k INT PRIMARY KEY, v TEXT); INSERT INTO kept VALUES (1, 'ten')",
+    )
+    .await
+    .unwrap();
+    let select = c.prepare(sql).await.unwrap();
+    assert_eq!(select.columns()[0].type_(), &Type::TEXT);
+    assert_eq!(c.query_one(&select, &[&1i32]).await.unwrap().get::<_, String>(0), "ten");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn portals_fetch_in_pieces() {
     let server = TestServer::start();

@@ -13,9 +13,9 @@
 //! only immutable functions (`now()` is folded at optimization) are cached. Owned by
 //! [`super::Session`]; used by `handler::query`.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
+use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::execution::session_state::SessionState;
 use datafusion::execution::TaskContext;
@@ -60,26 +60,44 @@ impl CachedPlan {
 pub struct ClientColumns {
     pub names: Option<Vec<String>>,
     pub origins: Vec<Option<super::column_origins::ColumnOrigin>>,
+    /// The last schema made, and the one it was made from: a plan run again hands its client
+    /// the same `Arc` each time (by which the connection keeps the columns' RowDescription:
+    /// `server::encode::FieldsCache`), and annotates nothing again.
+    made: Arc<parking_lot::Mutex<Option<(SchemaRef, SchemaRef)>>>,
 }
 
 impl ClientColumns {
+    pub fn new(names: Option<Vec<String>>, origins: Vec<Option<super::column_origins::ColumnOrigin>>) -> ClientColumns {
+        ClientColumns { names, origins, made: Arc::default() }
+    }
+
     /// The result columns `schema` as the client is to see them.
-    pub fn schema(&self, schema: &datafusion::arrow::datatypes::SchemaRef) -> datafusion::arrow::datatypes::SchemaRef {
+    pub fn schema(&self, schema: &SchemaRef) -> SchemaRef {
+        let mut made = self.made.lock();
+        if let Some((from, client)) = made.as_ref() {
+            if Arc::ptr_eq(from, schema) || from == schema {
+                return Arc::clone(client);
+            }
+        }
         let named = match &self.names {
             Some(names) => super::column_names::rename(schema, names),
             None => Arc::clone(schema),
         };
-        super::column_origins::annotate(&named, &self.origins)
+        let client = super::column_origins::annotate(&named, &self.origins);
+        *made = Some((Arc::clone(schema), Arc::clone(&client)));
+        client
     }
 }
 
 /// Keyed by the statement's syntax tree (equal trees: the same statement, spans aside), which
 /// is hashed and compared at each Execute where printing it took 5 % of the server in prepared
-/// lookups (`perf`, 2026-12-07).
+/// lookups (`perf`, 2026-12-07); hashed with foldhash (`types::hash`) rather than SipHash:
+/// hashing the tree's many small parts was more than half of the 4 % the cache's two lookups
+/// per Execute then took.
 #[derive(Default)]
 pub struct PlanCache {
-    plans: HashMap<ast::Statement, Arc<CachedPlan>>,
-    descriptions: HashMap<ast::Statement, (u64, StatementDescription)>,
+    plans: crate::types::hash::HashMap<ast::Statement, Arc<CachedPlan>>,
+    descriptions: crate::types::hash::HashMap<ast::Statement, (u64, StatementDescription)>,
     /// The states plans were made in (one for queries, one for UPDATE and DELETE), each with
     /// its task context, shared by the plans kept (until a SET empties the cache).
     states: Vec<(Arc<SessionState>, Arc<TaskContext>)>,

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use arrow_pg::datatypes::{arrow_schema_to_pg_fields, encode_recordbatch};
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch, StringArray};
 use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use futures::{stream, StreamExt};
 use pgwire::api::portal::Format;
 use pgwire::api::results::FieldFormat;
@@ -64,10 +64,48 @@ fn with_origin(info: FieldInfo, field: &Field) -> FieldInfo {
         .with_type_modifier(declared.map_or(-1, |d| d.typmod))
 }
 
-pub fn into_response(result: StatementResult, format: &Format, zone: Option<String>) -> PgWireResult<Response> {
+/// The RowDescription fields a connection made lately, by result schema and format: a
+/// statement run again (a prepared statement's Describe and Execute, each time) describes its
+/// columns once, where making them was 6 % of a prepared key lookup (`perf`, 2026-12-07).
+/// Keyed by the schema's `Arc` (a cached plan hands out the same one each run), held here so
+/// its address cannot be reused by another schema while it is a key. Each connection has one
+/// (`server::session::SessionCell`).
+#[derive(Default)]
+pub struct FieldsCache(parking_lot::Mutex<Vec<(SchemaRef, Format, Arc<Vec<FieldInfo>>)>>);
+
+/// Schemas a [`FieldsCache`] keeps, the oldest dropped first.
+const KEPT_FIELDS: usize = 8;
+
+impl FieldsCache {
+    /// [`fields`] of `schema` in `format`, made once while kept.
+    pub fn fields(&self, schema: &SchemaRef, format: &Format) -> PgWireResult<Arc<Vec<FieldInfo>>> {
+        let same_format = |kept: &Format| match (kept, format) {
+            (Format::UnifiedText, Format::UnifiedText) | (Format::UnifiedBinary, Format::UnifiedBinary) => true,
+            (Format::Individual(a), Format::Individual(b)) => a == b,
+            _ => false,
+        };
+        let mut kept = self.0.lock();
+        if let Some((_, _, fields)) = kept.iter().find(|(s, f, _)| Arc::ptr_eq(s, schema) && same_format(f)) {
+            return Ok(Arc::clone(fields));
+        }
+        let made = Arc::new(fields(schema, format)?);
+        if kept.len() >= KEPT_FIELDS {
+            kept.remove(0);
+        }
+        kept.push((Arc::clone(schema), format.clone(), Arc::clone(&made)));
+        Ok(made)
+    }
+}
+
+pub fn into_response(
+    result: StatementResult,
+    format: &Format,
+    zone: Option<String>,
+    described: &FieldsCache,
+) -> PgWireResult<Response> {
     Ok(match result {
         StatementResult::Rows { schema, stream: batches } => {
-            let fields = Arc::new(fields(&schema, format)?);
+            let fields = described.fields(&schema, format)?;
             let row_fields = Arc::clone(&fields);
             let rows = batches
                 .map(move |batch| {
@@ -89,7 +127,7 @@ pub fn into_response(result: StatementResult, format: &Format, zone: Option<Stri
                 Arc::clone(&schema),
                 stream::iter([Ok(batch)]),
             ));
-            let mut response = into_response(StatementResult::Rows { schema, stream }, format, zone)?;
+            let mut response = into_response(StatementResult::Rows { schema, stream }, format, zone, described)?;
             if let Response::Query(query) = &mut response {
                 query.set_command_tag(&tag);
             }
@@ -213,5 +251,26 @@ mod tests {
         let text = out.column(0).as_any().downcast_ref::<StringArray>().unwrap();
         assert_eq!(text.value(0), "2026-01-01 00:00:01.5");
         assert!(text.is_null(1));
+    }
+
+    /// A kept RowDescription is the one its schema and format make: another format, or another
+    /// schema with the same columns' names, gets its own; the oldest goes past the limit.
+    #[test]
+    fn kept_fields_are_by_schema_and_format() {
+        let cache = FieldsCache::default();
+        let schema = |t: DataType| Arc::new(Schema::new(vec![Field::new("v", t, true)]));
+        let ints = schema(DataType::Int32);
+        let text = cache.fields(&ints, &Format::UnifiedText).unwrap();
+        assert!(Arc::ptr_eq(&text, &cache.fields(&ints, &Format::UnifiedText).unwrap()), "kept");
+        let binary = cache.fields(&ints, &Format::UnifiedBinary).unwrap();
+        assert_eq!(binary[0].format(), FieldFormat::Binary);
+        assert_eq!(cache.fields(&ints, &Format::Individual(vec![1])).unwrap()[0].format(), FieldFormat::Binary);
+        let strings = cache.fields(&schema(DataType::Utf8), &Format::UnifiedText).unwrap();
+        assert_eq!(text[0].datatype(), &Type::INT4);
+        assert_ne!(strings[0].datatype(), &Type::INT4, "another schema, its own fields");
+        for _ in 0..KEPT_FIELDS {
+            cache.fields(&schema(DataType::Int64), &Format::UnifiedText).unwrap();
+        }
+        assert!(!Arc::ptr_eq(&text, &cache.fields(&ints, &Format::UnifiedText).unwrap()), "made again once dropped");
     }
 }

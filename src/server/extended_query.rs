@@ -28,7 +28,6 @@ use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::extendedquery::{Bind, Close, Describe, Execute, Parse};
 use pgwire::messages::PgWireBackendMessage;
 
-use super::encode::fields;
 use super::held_replies::HeldReplies;
 use super::session::{reject, run_statement, session_of, Block};
 use super::WeirHandler;
@@ -224,7 +223,7 @@ impl ExtendedQueryHandler for WeirHandler {
         let described = self.describe_in_session(client, &target.statement.statement).await?;
         let params = parameter_types(&described, &target.parameter_types)?;
         let columns = match &described.columns {
-            Some(schema) => fields(schema, &Format::UnifiedText)?,
+            Some(schema) => session_of(self, client).fields.fields(schema, &Format::UnifiedText)?.as_ref().clone(),
             None => vec![],
         };
         Ok(DescribeStatementResponse::new(params, columns))
@@ -243,7 +242,9 @@ impl ExtendedQueryHandler for WeirHandler {
     {
         let described = self.describe_in_session(client, &portal.statement.statement.statement).await?;
         match &described.columns {
-            Some(schema) => Ok(DescribePortalResponse::new(fields(schema, &portal.result_column_format)?)),
+            Some(schema) => Ok(DescribePortalResponse::new(
+                session_of(self, client).fields.fields(schema, &portal.result_column_format)?.as_ref().clone(),
+            )),
             None => Ok(DescribePortalResponse::no_data()),
         }
     }

@@ -34,6 +34,8 @@ pub struct SessionCell {
     pub cancel: Arc<CancelSignal>,
     /// A COPY FROM STDIN under way (`server::copy`).
     pub copy: Mutex<Option<super::copy::CopyInProgress>>,
+    /// The RowDescriptions of the results it sent lately.
+    pub fields: super::encode::FieldsCache,
 }
 
 pub fn session_of<C: ClientInfo>(handler: &WeirHandler, client: &C) -> Arc<SessionCell> {
@@ -49,7 +51,7 @@ pub fn session_of<C: ClientInfo>(handler: &WeirHandler, client: &C) -> Arc<Sessi
         let (pid, secret) = client.pid_and_secret_key();
         handler.cancels.register(pid, secret.to_bytes().to_vec(), &cancel);
         let session = handler.frontend.new_session_as(&user, unlisted);
-        SessionCell { session: Mutex::new(session), cancel, copy: Mutex::new(None) }
+        SessionCell { session: Mutex::new(session), cancel, copy: Mutex::new(None), fields: Default::default() }
     })
 }
 
@@ -187,7 +189,7 @@ where
         }
         other => other,
     };
-    into_response(result, format, zone)
+    into_response(result, format, zone, &cell.fields)
 }
 
 fn fail(block: &mut Block, e: WeirError) -> PgWireError {

@@ -39,7 +39,7 @@ pub async fn plan_for_client(session: &Session, statement: Statement) -> Result<
     let (plan, names) = plan_named(session, statement).await?;
     let plan = if is_query { unsigned_as_bigint(plan)? } else { plan };
     let origins = column_origins(&plan);
-    Ok((plan, ClientColumns { names, origins }))
+    Ok((plan, ClientColumns::new(names, origins)))
 }
 
 /// Plans `statement`. A query's unaliased result columns get Postgres's names
@@ -283,7 +283,7 @@ async fn explain(session: &mut Session, statement: Statement, params: Option<Par
         _ => None,
     };
     let frame = session.ctx.execute_logical_plan(logical).await?;
-    let schema = ClientColumns { names, origins: vec![] }.schema(frame.schema().inner());
+    let schema = ClientColumns::new(names, vec![]).schema(frame.schema().inner());
     let stream = without_trailing_newlines(frame.execute_stream().await?);
     let Some(path) = path else {
         return Ok(StatementResult::Rows { schema, stream });
