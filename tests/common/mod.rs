@@ -121,11 +121,20 @@ impl TestServer {
         self.child = Some(child);
     }
 
-    /// SIGKILLs the server and starts it again without waiting for it to answer: for a server
+    /// SIGKILLs the server and starts it again, waiting until it answers or exits: for a server
     /// armed with a fault point (`env`), which may die before it is ready.
     pub fn restart_armed(&mut self) {
         self.kill();
-        self.launch();
+        // A port chosen free may be taken by another test's server before this one binds it:
+        // it then exits at once, and starts again on other ports. Any other early exit (the
+        // armed fault already fired) is for the test to judge.
+        for attempt in 0..5 {
+            self.launch();
+            match self.wait_ready() {
+                Err(log) if attempt < 4 && log.lines().last().is_some_and(|l| l.contains("in use")) => continue,
+                _ => return,
+            }
+        }
     }
 
     /// Waits until the server takes connections; the log if it exited first.
