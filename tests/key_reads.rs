@@ -210,6 +210,9 @@ async fn reads_in_parts_equal_whole_reads() {
         "SELECT * FROM by_device ORDER BY device",
         "SELECT id, value FROM readings WHERE value > 9990 ORDER BY id",
         "SELECT count(*) FROM copied c JOIN by_device d ON c.device = d.device WHERE d.n > 1500",
+        // A LIMIT above the parts (not pushed into the scan: a condition is left): the parts
+        // whose rows are not needed stop.
+        "SELECT count(*) FROM (SELECT id FROM copied WHERE value > 0 LIMIT 5) AS s",
     ];
     let answers = |client| async move {
         let mut out = Vec::new();

@@ -40,7 +40,7 @@ pub use persist::{IndexDef, RelationDef, RelationKind, WatermarkDef};
 use crate::error::{Result, SqlState, WeirError};
 use crate::state::keys::TableId;
 use crate::state::store::{ScanControl, StateStore, WriteBatch};
-use crate::state::table::Layout;
+use crate::state::table::{BatchSink, Layout};
 use crate::state::StateTable;
 
 /// Name of the hidden key column of tables without a primary key.
@@ -277,22 +277,15 @@ impl Relation {
         !self.def.replayed && self.table.layout() == Layout::Rows
     }
 
-    /// Every row as users see them, in `emits.len()` parts read from one snapshot, part `i`'s
-    /// batches handed to `emits[i]` (on its own thread where the store reads in parallel:
-    /// [`crate::state::table::StateTable::scan_parts`]). Only where
+    /// Every row as users see them, in `sinks.len()` parts read from one snapshot, part `i`'s
+    /// batches and end handed to `sinks[i]` (on its own thread where the store reads in
+    /// parallel: [`crate::state::table::StateTable::scan_parts`]). Only where
     /// [`Relation::reads_in_parts`].
-    pub fn stream_parts(
-        &self,
-        store: &dyn StateStore,
-        emits: &mut [&mut crate::state::table::BatchVisitor<'_>],
-    ) -> Result<()> {
-        let mut emits: Vec<_> = emits
-            .iter_mut()
-            .map(|emit| move |batch: datafusion::arrow::array::RecordBatch| emit(self.user_rows(&batch)?))
-            .collect();
-        let mut emits: Vec<&mut crate::state::table::BatchVisitor<'_>> =
-            emits.iter_mut().map(|emit| emit as &mut crate::state::table::BatchVisitor<'_>).collect();
-        self.table.scan_parts(store, SCAN_BATCH_ROWS, &mut emits)
+    pub fn stream_parts(&self, store: &dyn StateStore, sinks: &mut [&mut dyn BatchSink]) -> Result<()> {
+        let mut users: Vec<UserRows<'_, '_>> =
+            sinks.iter_mut().map(|sink| UserRows { relation: self, sink: &mut **sink }).collect();
+        let mut users: Vec<&mut dyn BatchSink> = users.iter_mut().map(|u| u as &mut dyn BatchSink).collect();
+        self.table.scan_parts(store, SCAN_BATCH_ROWS, &mut users)
     }
 
     /// Stored rows as users see them: without hidden columns, each repeated as often as its
@@ -396,6 +389,23 @@ impl Relation {
 
 /// Rows per batch a scan reads.
 const SCAN_BATCH_ROWS: usize = 8192;
+
+/// A sink of a relation's stored rows that hands them on as users see them
+/// ([`Relation::user_rows`]).
+struct UserRows<'r, 's> {
+    relation: &'r Relation,
+    sink: &'s mut dyn BatchSink,
+}
+
+impl BatchSink for UserRows<'_, '_> {
+    fn batch(&mut self, batch: datafusion::arrow::array::RecordBatch) -> Result<ScanControl> {
+        self.sink.batch(self.relation.user_rows(&batch)?)
+    }
+
+    fn end(&mut self, read: Result<()>) {
+        self.sink.end(read);
+    }
+}
 
 pub struct Catalog {
     store: Arc<dyn StateStore>,

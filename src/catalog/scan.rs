@@ -10,11 +10,11 @@
 
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use tokio::sync::mpsc::Receiver;
+use tokio::sync::mpsc::{Receiver, Sender};
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
@@ -33,7 +33,8 @@ use super::key_access::KeyAccess;
 use super::Relation;
 use crate::state::keys::table_prefix;
 use crate::state::store::{ScanControl, StateStore};
-use crate::state::table::BatchVisitor;
+use crate::state::table::BatchSink;
+use crate::types::vnode::VNODE_COUNT;
 
 /// Batches a scan reads ahead of its consumer.
 const READ_AHEAD: usize = 2;
@@ -84,7 +85,7 @@ pub struct RelationScanExec {
     parts: usize,
     /// A read in parts under way: each part's batches, taken by the partition that reads them.
     /// The first partition executed starts every part, so all read one snapshot.
-    part_readers: Mutex<Vec<Option<Receiver<DfResult<RecordBatch>>>>>,
+    part_readers: Mutex<Vec<Option<PartReceiver>>>,
     schema: SchemaRef,
     properties: Arc<PlanProperties>,
 }
@@ -126,6 +127,7 @@ impl RelationScanExec {
     /// reach `settings`' bound; else unchanged.
     pub fn in_parts(mut self, parts: usize, settings: &ScanSettings) -> RelationScanExec {
         let whole = matches!(self.access.as_ref(), KeyAccess::All) && self.index.is_none() && self.limit.is_none();
+        let parts = parts.min(VNODE_COUNT as usize);
         if parts < 2 || !whole || !self.relation.reads_in_parts() || !self.store.scans_parts_in_parallel() {
             return self;
         }
@@ -142,45 +144,102 @@ impl RelationScanExec {
     }
 
     /// Starts reading every part on a blocking thread: one receiver of batches per part.
-    fn start_parts(&self) -> Vec<Option<Receiver<DfResult<RecordBatch>>>> {
-        let (senders, receivers): (Vec<_>, Vec<_>) =
-            (0..self.parts).map(|_| tokio::sync::mpsc::channel::<DfResult<RecordBatch>>(READ_AHEAD)).unzip();
+    fn start_parts(&self) -> Vec<Option<PartReceiver>> {
+        let (mut senders, receivers): (Vec<PartSender>, Vec<Option<PartReceiver>>) = (0..self.parts)
+            .map(|_| {
+                let (tx, rx) = tokio::sync::mpsc::channel::<DfResult<RecordBatch>>(READ_AHEAD);
+                let done = Arc::new(AtomicBool::new(false));
+                let sender = PartSender { tx: Some(tx), projection: self.projection.clone(), done: Arc::clone(&done) };
+                (sender, Some(PartReceiver { rx, done }))
+            })
+            .unzip();
         let (relation, store) = (Arc::clone(&self.relation), Arc::clone(&self.store));
-        let projection = self.projection.clone();
         tokio::task::spawn_blocking(move || {
             let read = catch_unwind(AssertUnwindSafe(|| {
-                let mut emits: Vec<_> = senders
-                    .iter()
-                    .map(|tx| {
-                        let projection = projection.as_deref();
-                        move |batch: RecordBatch| {
-                            let batch = match projection {
-                                Some(columns) => batch.project(columns)?,
-                                None => batch,
-                            };
-                            Ok(match tx.blocking_send(Ok(batch)) {
-                                Ok(()) => ScanControl::Continue,
-                                // The part's consumer is gone: nothing more to read for it.
-                                Err(_) => ScanControl::Stop,
-                            })
-                        }
-                    })
-                    .collect();
-                let mut emits: Vec<&mut BatchVisitor<'_>> =
-                    emits.iter_mut().map(|e| e as &mut BatchVisitor<'_>).collect();
-                relation.stream_parts(store.as_ref(), &mut emits)
-            }));
-            let failure = match read {
-                Ok(Ok(())) => return,
-                Ok(Err(e)) => e,
-                Err(_) => crate::error::WeirError::internal("a scan in parts panicked"),
-            };
-            // Every part's consumer learns of it: a short read is never taken for a whole one.
-            for tx in &senders {
-                let _ = tx.blocking_send(Err(DataFusionError::from(failure.clone())));
+                let mut sinks: Vec<&mut dyn BatchSink> = senders.iter_mut().map(|s| s as &mut dyn BatchSink).collect();
+                relation.stream_parts(store.as_ref(), &mut sinks)
+            }))
+            .unwrap_or_else(|_| Err(crate::error::WeirError::internal("a scan in parts panicked")));
+            // A part that never started (no thread for it, or the read refused before any)
+            // was told nothing: its consumer gets the error.
+            if let Err(e) = read {
+                for sender in &mut senders {
+                    sender.end(Err(e.clone()));
+                }
             }
         });
-        receivers.into_iter().map(Some).collect()
+        receivers
+    }
+
+    /// This scan as planned, with no read under way: DataFusion re-executes a plan (a recursive
+    /// query's rounds) through this.
+    fn unstarted(&self) -> RelationScanExec {
+        RelationScanExec {
+            relation: Arc::clone(&self.relation),
+            index: self.index.clone(),
+            store: Arc::clone(&self.store),
+            access: Arc::clone(&self.access),
+            projection: self.projection.clone(),
+            limit: self.limit,
+            parts: self.parts,
+            part_readers: Mutex::new(Vec::new()),
+            schema: Arc::clone(&self.schema),
+            properties: Arc::clone(&self.properties),
+        }
+    }
+}
+
+/// Where a part of a scan in parts hands its batches: its partition's channel, and whether it
+/// ended whole.
+struct PartSender {
+    /// None once the part ended.
+    tx: Option<Sender<DfResult<RecordBatch>>>,
+    projection: Option<Vec<usize>>,
+    done: Arc<AtomicBool>,
+}
+
+impl BatchSink for PartSender {
+    fn batch(&mut self, batch: RecordBatch) -> crate::error::Result<ScanControl> {
+        let batch = match &self.projection {
+            Some(columns) => batch.project(columns)?,
+            None => batch,
+        };
+        Ok(match self.tx.as_ref().map(|tx| tx.blocking_send(Ok(batch))) {
+            Some(Ok(())) => ScanControl::Continue,
+            // The part's consumer is gone: nothing more to read for it.
+            _ => ScanControl::Stop,
+        })
+    }
+
+    fn end(&mut self, read: crate::error::Result<()>) {
+        let Some(tx) = self.tx.take() else { return };
+        match read {
+            Ok(()) => self.done.store(true, Ordering::Release),
+            Err(e) => {
+                let _ = tx.blocking_send(Err(DataFusionError::from(e)));
+            }
+        }
+    }
+}
+
+/// A partition's end of a part of a scan in parts.
+struct PartReceiver {
+    rx: Receiver<DfResult<RecordBatch>>,
+    /// Set when the part was read whole: a channel that closes without it (the read never
+    /// ran, or stopped without a word) is an error, never a short answer taken for a whole one.
+    done: Arc<AtomicBool>,
+}
+
+impl PartReceiver {
+    fn into_stream(self) -> impl futures::Stream<Item = DfResult<RecordBatch>> + Send {
+        futures::stream::unfold(Some(self), |part| async move {
+            let mut part = part?;
+            match part.rx.recv().await {
+                Some(batch) => Some((batch, Some(part))),
+                None if part.done.load(Ordering::Acquire) => None,
+                None => Some((Err(DataFusionError::Execution("a part of the scan ended unread".into())), None)),
+            }
+        })
     }
 }
 
@@ -242,6 +301,10 @@ impl ExecutionPlan for RelationScanExec {
     fn with_new_children(self: Arc<Self>, _children: Vec<Arc<dyn ExecutionPlan>>) -> DfResult<Arc<dyn ExecutionPlan>> {
         Ok(self)
     }
+    /// A plan run again starts its read again (a scan in parts keeps the parts of its run).
+    fn reset_state(self: Arc<Self>) -> DfResult<Arc<dyn ExecutionPlan>> {
+        Ok(Arc::new(self.unstarted()))
+    }
     fn apply_expressions(
         &self,
         _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DfResult<TreeNodeRecursion>,
@@ -288,10 +351,15 @@ impl ExecutionPlan for RelationScanExec {
                 if readers.get(partition).is_none_or(Option::is_none) {
                     *readers = self.start_parts();
                 }
-                readers[partition].take().expect("a part for each partition")
+                readers.get_mut(partition).and_then(Option::take)
             };
-            let batches = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|batch| (batch, rx)) });
-            return Ok(Box::pin(RecordBatchStreamAdapter::new(Arc::clone(&self.schema), batches)));
+            let Some(part) = rx else {
+                return Err(DataFusionError::Internal(format!(
+                    "no part {partition} in a scan of {} parts",
+                    self.parts
+                )));
+            };
+            return Ok(Box::pin(RecordBatchStreamAdapter::new(Arc::clone(&self.schema), part.into_stream())));
         }
         let (tx, rx) = tokio::sync::mpsc::channel::<DfResult<RecordBatch>>(READ_AHEAD);
         // An index's rows are the relation's columns under the index's schema: handed on

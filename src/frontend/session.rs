@@ -420,13 +420,7 @@ impl Session {
                     )
                 }),
             "min_parallel_table_scan_size" => {
-                let bytes = size_setting(&value).ok_or_else(|| {
-                    WeirError::new(
-                        SqlState::INVALID_PARAMETER_VALUE,
-                        format!("invalid value for parameter \"{name}\": \"{value}\""),
-                    )
-                    .with_hint("Valid units for this parameter are \"B\", \"kB\", \"MB\", \"GB\", and \"TB\"; a number alone counts 8 kB blocks.")
-                })?;
+                let bytes = size_setting(&value).ok_or_else(|| invalid_size(name, &value))?;
                 self.scan_settings.set_parts_from_bytes(bytes);
                 Ok(value)
             }
@@ -511,6 +505,12 @@ fn size_setting(value: &str) -> Option<u64> {
     number.checked_mul(unit)
 }
 
+/// The error for a size setting [`size_setting`] cannot read.
+fn invalid_size(name: &str, value: &str) -> WeirError {
+    WeirError::new(SqlState::INVALID_PARAMETER_VALUE, format!("invalid value for parameter \"{name}\": \"{value}\""))
+        .with_hint("Valid units for this parameter are \"B\", \"kB\", \"MB\", \"GB\", and \"TB\"; a number alone counts 8 kB blocks.")
+}
+
 /// Values set in a session, by canonical name; shared with its `current_setting` function.
 type Values = Arc<parking_lot::RwLock<BTreeMap<String, String>>>;
 
@@ -566,6 +566,7 @@ fn register_current_setting(ctx: &SessionContext, user: &str, values: &Values) {
 
     // set_config(name, value, is_local): what drivers call instead of SET.
     let values = Arc::clone(&values_for_set);
+    let scan_settings = ctx.state_ref().read().config().get_extension::<crate::catalog::scan::ScanSettings>();
     let set_config = SimpleScalarUDF::new_with_signature(
         "set_config",
         Signature::exact(vec![DataType::Utf8, DataType::Utf8, DataType::Boolean], Volatility::Volatile),
@@ -597,6 +598,13 @@ fn register_current_setting(ctx: &SessionContext, user: &str, values: &Values) {
                     None => return Err(unknown(name).into()),
                 };
                 let value = if new_values.is_null(i) { String::new() } else { new_values.value(i).to_string() };
+                // Read by the table providers from the session's scan settings, as SET does.
+                if key == "min_parallel_table_scan_size" {
+                    let bytes = size_setting(&value).ok_or_else(|| invalid_size(&key, &value))?;
+                    if let Some(settings) = &scan_settings {
+                        settings.set_parts_from_bytes(bytes);
+                    }
+                }
                 values.write().insert(key, value.clone());
                 out.push(Some(value));
             }

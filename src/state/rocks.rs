@@ -11,7 +11,9 @@
 //! them to the database while they are still held (a reader sees the same value either way),
 //! then dropping them; writers wait for that (`write_order`), readers do not.
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rocksdb::{BlockBasedOptions, Cache, Options, ReadOptions, WriteOptions, DB};
@@ -19,7 +21,7 @@ use rocksdb::{BlockBasedOptions, Cache, Options, ReadOptions, WriteOptions, DB};
 use parking_lot::RwLock;
 
 use super::held_writes::{Held, HeldCursor, HeldWrites};
-use super::store::{KeyRange, PartVisitor, ScanControl, StateStore, Visitor, WriteBatch, WriteOp};
+use super::store::{KeyRange, PartReader, ScanControl, StateStore, Visitor, WriteBatch, WriteOp};
 use crate::config::StorageConfig;
 use crate::error::{Result, SqlState, WeirError};
 use crate::types::Epoch;
@@ -190,9 +192,12 @@ impl StateStore for RocksStore {
     }
 
     /// One RocksDB snapshot, and the held writes, taken under their lock; each part read by
-    /// its own iterator over that snapshot on its own thread (the first on the caller's).
-    fn scan_parts_once(&self, parts: &[Vec<KeyRange>], visitors: &mut [&mut PartVisitor<'_>]) -> Result<()> {
-        assert_eq!(parts.len(), visitors.len(), "a visitor per part");
+    /// its own iterator over that snapshot on its own thread (the first on the caller's). The
+    /// first error (or panic) in a part stops the others at their next entry, with it.
+    fn scan_parts_once(&self, parts: &[Vec<KeyRange>], readers: &mut [&mut dyn PartReader]) -> Result<()> {
+        if parts.len() != readers.len() {
+            return Err(WeirError::internal("a read in parts needs a reader per part"));
+        }
         let (snapshot, mut cursors) = {
             let held = self.held.read();
             let cursors: Vec<Option<Vec<HeldCursor>>> = parts
@@ -201,28 +206,47 @@ impl StateStore for RocksStore {
                 .collect();
             (self.db.snapshot(), cursors)
         };
-        let read_part = |ranges: &[KeyRange], cursors: Option<Vec<HeldCursor>>, visit: &mut PartVisitor<'_>| {
-            let mut options = scan_options(ranges, false);
-            options.set_snapshot(&snapshot);
-            walk(self.db.raw_iterator_opt(options), ranges, cursors, visit)
+        let (failed, failure) = (AtomicBool::new(false), parking_lot::Mutex::new(None::<WeirError>));
+        let read_part = |ranges: &[KeyRange], cursors: Option<Vec<HeldCursor>>, reader: &mut dyn PartReader| {
+            let read = {
+                let mut visit = |k: &[u8], v: &[u8]| match failed.load(Ordering::Acquire) {
+                    // Another part failed: this one ends with its error.
+                    true => {
+                        Err(failure.lock().clone().unwrap_or_else(|| WeirError::internal("a part of a read failed")))
+                    }
+                    false => reader.visit(k, v),
+                };
+                let mut options = scan_options(ranges, false);
+                options.set_snapshot(&snapshot);
+                let iter = self.db.raw_iterator_opt(options);
+                catch_unwind(AssertUnwindSafe(|| walk(iter, ranges, cursors, &mut visit)))
+                    .unwrap_or_else(|_| Err(WeirError::internal("a part of a read panicked")))
+            };
+            if let Err(e) = &read {
+                failure.lock().get_or_insert_with(|| e.clone());
+                failed.store(true, Ordering::Release);
+            }
+            reader.end(read.clone());
+            read
         };
         std::thread::scope(|scope| {
-            let mut work = parts.iter().zip(cursors.drain(..)).zip(visitors.iter_mut());
-            let Some(((first, first_cursors), first_visit)) = work.next() else {
+            let mut work = parts.iter().zip(cursors.drain(..)).zip(readers.iter_mut());
+            let Some(((first, first_cursors), first_reader)) = work.next() else {
                 return Ok(());
             };
             let others: Vec<_> = work
-                .map(|((ranges, cursors), visit)| {
-                    std::thread::Builder::new()
+                .map(|((ranges, cursors), reader)| {
+                    let reader: &mut dyn PartReader = &mut **reader;
+                    let spawned = std::thread::Builder::new()
                         .name("weir-scan".into())
-                        .spawn_scoped(scope, || read_part(ranges, cursors, &mut **visit))
-                        .map_err(WeirError::from)
+                        .spawn_scoped(scope, || read_part(ranges, cursors, &mut *reader));
+                    spawned.map_err(WeirError::from)
                 })
                 .collect();
-            let mut result = read_part(first, first_cursors, &mut **first_visit);
+            let mut result = read_part(first, first_cursors, &mut **first_reader);
             for other in others {
                 let read = other.and_then(|thread| {
-                    thread.join().map_err(|_| WeirError::internal("a parallel scan's thread panicked".to_string()))?
+                    thread.join().unwrap_or_else(|_| Err(WeirError::internal("a part of a read panicked")))
                 });
                 result = result.and(read);
             }
@@ -535,9 +559,38 @@ mod tests {
         crate::state::store::entries_in(store, start, end)
     }
 
-    /// A read in parts gives every entry once, held writes merged in, all from the snapshot
-    /// taken when it began: a write and a delete made while it runs, in a part not yet read,
-    /// are not seen.
+    /// A part's reader that keeps what it is given; the first one, at its first entry, writes
+    /// into the second part's range and tells the second, which waits for that.
+    struct Reader<'a> {
+        entries: Vec<(Vec<u8>, Vec<u8>)>,
+        ended: Option<Result<()>>,
+        writer: Option<(&'a RocksStore, std::sync::mpsc::Sender<()>)>,
+        waits: Option<std::sync::mpsc::Receiver<()>>,
+    }
+
+    impl PartReader for Reader<'_> {
+        fn visit(&mut self, key: &[u8], value: &[u8]) -> Result<ScanControl> {
+            if let Some((store, wrote)) = self.writer.take() {
+                store.write(put(None, &[b'k', 60], b"late")).unwrap();
+                let mut delete = WriteBatch::default();
+                delete.delete(vec![b'k', 70]);
+                store.write(delete).unwrap();
+                wrote.send(()).unwrap();
+            }
+            if let Some(written) = self.waits.take() {
+                written.recv().unwrap();
+            }
+            self.entries.push((key.to_vec(), value.to_vec()));
+            Ok(ScanControl::Continue)
+        }
+        fn end(&mut self, read: Result<()>) {
+            assert!(self.ended.replace(read).is_none(), "told its end once");
+        }
+    }
+
+    /// A read in parts gives every entry once, each part's held writes merged in, all from
+    /// the snapshot taken when it began: a write and a delete made while it runs, in a part
+    /// not yet read, are not seen.
     #[test]
     fn parts_read_every_entry_once_from_one_snapshot() {
         let dir = tempfile::tempdir().unwrap();
@@ -547,44 +600,29 @@ mod tests {
             store.write(put(Some(1), &key(i), b"1")).unwrap();
         }
         store.hold_after(2).unwrap();
-        store.write(put(Some(2), &key(5), b"2")).unwrap();
-        let mut held_delete = WriteBatch { skip_wal: true, epoch: Some(2), ..Default::default() };
-        held_delete.delete(key(7));
-        store.write(held_delete).unwrap();
+        let mut held = WriteBatch { skip_wal: true, epoch: Some(2), ..Default::default() };
+        held.put(key(5), b"2".to_vec());
+        held.delete(key(7));
+        held.put(key(55), b"2".to_vec());
+        held.delete(key(57));
+        store.write(held).unwrap();
         let parts = vec![
             vec![KeyRange { start: key(0), end: Some(key(50)) }],
             vec![KeyRange { start: key(50), end: Some(key(255)) }],
         ];
         let (wrote, written) = std::sync::mpsc::channel();
-        let (mut first, second) = (Vec::new(), parking_lot::Mutex::new(Vec::new()));
-        let mut read_first = |k: &[u8], v: &[u8]| {
-            if first.is_empty() {
-                // Into the second part, which waits for this before it reads.
-                store.write(put(None, &key(60), b"late")).unwrap();
-                let mut delete = WriteBatch::default();
-                delete.delete(key(70));
-                store.write(delete).unwrap();
-                wrote.send(()).unwrap();
-            }
-            first.push((k.to_vec(), v.to_vec()));
-            Ok(ScanControl::Continue)
-        };
-        let second_read = &second;
-        let mut read_second = move |k: &[u8], v: &[u8]| {
-            let mut read = second_read.lock();
-            if read.is_empty() {
-                written.recv().unwrap();
-            }
-            read.push((k.to_vec(), v.to_vec()));
-            Ok(ScanControl::Continue)
-        };
-        store.scan_parts_once(&parts, &mut [&mut read_first, &mut read_second]).unwrap();
-        let second = second.into_inner();
+        let mut first = Reader { entries: vec![], ended: None, writer: Some((&store, wrote)), waits: None };
+        let mut second = Reader { entries: vec![], ended: None, writer: None, waits: Some(written) };
+        store.scan_parts_once(&parts, &mut [&mut first, &mut second]).unwrap();
         let expected = |range: std::ops::Range<u8>| -> Vec<(Vec<u8>, Vec<u8>)> {
-            range.filter(|&i| i != 7).map(|i| (key(i), if i == 5 { b"2".to_vec() } else { b"1".to_vec() })).collect()
+            range
+                .filter(|&i| i != 7 && i != 57)
+                .map(|i| (key(i), if i == 5 || i == 55 { b"2".to_vec() } else { b"1".to_vec() }))
+                .collect()
         };
-        assert_eq!(first, expected(0..50), "the first part, with the held writes");
-        assert_eq!(second, expected(50..100), "the second part, as it was when the read began");
+        assert_eq!(first.entries, expected(0..50), "the first part, with its held writes");
+        assert_eq!(second.entries, expected(50..100), "the second, with its own, as it was when the read began");
+        assert!(matches!((&first.ended, &second.ended), (Some(Ok(())), Some(Ok(())))));
         assert_eq!(store.get(&key(60)).unwrap(), Some(b"late".to_vec()));
     }
 

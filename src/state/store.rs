@@ -127,9 +127,18 @@ impl KeyRange {
 /// What a prefix scan calls with each entry's key and value.
 pub type Visitor<'a> = dyn FnMut(&[u8], &[u8]) -> Result<ScanControl> + 'a;
 
-/// What one part of a scan in parts ([`StateStore::scan_parts_once`]) calls with each entry:
-/// on the part's own thread where the store reads parts in parallel.
-pub type PartVisitor<'a> = dyn FnMut(&[u8], &[u8]) -> Result<ScanControl> + Send + 'a;
+/// One part of a read in parts ([`StateStore::scan_parts_once`]): it is given the part's
+/// entries, then the part's end, on the part's own thread where the store reads parts at once.
+pub trait PartReader: Send {
+    /// An entry of the part, in key order; [`ScanControl::Stop`] ends the part.
+    fn visit(&mut self, key: &[u8], value: &[u8]) -> Result<ScanControl>;
+
+    /// The part is over: `Ok` when every entry was given or the reader said stop, else the
+    /// error that ended it (one part's error ends every part not yet over, with that error).
+    /// Called once, unless the part could not be started at all (no thread for it): the
+    /// store's call then returns the error.
+    fn end(&mut self, read: Result<()>);
+}
 
 pub trait StateStore: Send + Sync + 'static {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>>;
@@ -171,15 +180,19 @@ pub trait StateStore: Send + Sync + 'static {
     }
 
     /// [`StateStore::scan_ranges_once`] of several parts, all from one consistent snapshot:
-    /// part `i`'s ranges, in order, go to `visitors[i]`, and a [`ScanControl::Stop`] ends that
-    /// part alone. Disjoint parts of one relation, so a query reads it with several threads.
-    /// Here: one scan of every part's ranges in turn.
-    fn scan_parts_once(&self, parts: &[Vec<KeyRange>], visitors: &mut [&mut PartVisitor<'_>]) -> Result<()> {
-        assert_eq!(parts.len(), visitors.len(), "a visitor per part");
+    /// part `i`'s ranges, in order, go to `readers[i]`, which is then told the part's end. A
+    /// stop ends that part alone; an error ends every part not yet over, and is returned.
+    /// Disjoint parts of one relation, so a query reads it with several threads. Here: one scan
+    /// of every part's ranges in turn.
+    fn scan_parts_once(&self, parts: &[Vec<KeyRange>], readers: &mut [&mut dyn PartReader]) -> Result<()> {
+        if parts.len() != readers.len() {
+            return Err(crate::error::WeirError::internal("a read in parts needs a reader per part"));
+        }
         let ranges: Vec<KeyRange> = parts.iter().flatten().cloned().collect();
         let part_of: Vec<usize> = parts.iter().enumerate().flat_map(|(i, p)| std::iter::repeat_n(i, p.len())).collect();
-        let (mut range, mut stopped) = (0usize, vec![false; parts.len()]);
-        self.scan_ranges_once(&ranges, &mut |k, v| {
+        // The range being read, and the parts told their end (all before the current one).
+        let (mut range, mut ended, mut stopped) = (0usize, 0usize, vec![false; parts.len()]);
+        let read = self.scan_ranges_once(&ranges, &mut |k, v| {
             // The scan gives each range's entries in turn: the entry is in the first range
             // from the current one that holds it.
             while ranges.get(range).is_some_and(|r| !r.contains(k)) {
@@ -188,11 +201,19 @@ pub trait StateStore: Send + Sync + 'static {
             let Some(&part) = part_of.get(range) else {
                 return Err(crate::error::WeirError::internal("a scan gave a key outside its ranges"));
             };
-            if !stopped[part] && visitors[part](k, v)? == ScanControl::Stop {
+            while ended < part {
+                readers[ended].end(Ok(()));
+                ended += 1;
+            }
+            if !stopped[part] && readers[part].visit(k, v)? == ScanControl::Stop {
                 stopped[part] = true;
             }
             Ok(if stopped.iter().all(|&s| s) { ScanControl::Stop } else { ScanControl::Continue })
-        })
+        });
+        for reader in &mut readers[ended..] {
+            reader.end(read.clone());
+        }
+        read
     }
 
     fn write(&self, batch: WriteBatch) -> Result<()>;
@@ -297,30 +318,62 @@ pub fn stop_after_refused_write(what: &str, e: &crate::error::WeirError) -> ! {
 mod tests {
     use super::*;
 
-    /// The one-after-the-other read in parts: each part's entries to its own visitor, and a
-    /// part that says stop ends alone.
+    /// What a part was given, and how it ended.
+    #[derive(Default)]
+    struct Collected {
+        keys: Vec<Vec<u8>>,
+        stop_after: Option<usize>,
+        fail_at: Option<Vec<u8>>,
+        ended: Vec<Result<()>>,
+    }
+
+    impl PartReader for Collected {
+        fn visit(&mut self, key: &[u8], _: &[u8]) -> Result<ScanControl> {
+            if self.fail_at.as_deref() == Some(key) {
+                return Err(crate::error::WeirError::new(crate::error::SqlState::DATA_CORRUPTED, "bad row"));
+            }
+            self.keys.push(key.to_vec());
+            Ok(if self.stop_after == Some(self.keys.len()) { ScanControl::Stop } else { ScanControl::Continue })
+        }
+        fn end(&mut self, read: Result<()>) {
+            self.ended.push(read);
+        }
+    }
+
+    /// The one-after-the-other read in parts: each part's entries to its own reader, a part
+    /// that says stop ends alone, every part is told its end once; an error ends the parts not
+    /// yet over with it.
     #[test]
-    fn parts_read_one_after_the_other_stop_alone() {
+    fn parts_read_one_after_the_other_stop_alone_and_end_once() {
         let store = super::super::memory::MemoryStore::new();
         let mut wb = WriteBatch::default();
-        for key in [b"a1", b"a2", b"a3", b"b1", b"b2"] {
+        for key in [b"a1", b"a2", b"a3", b"b1", b"b2", b"c1"] {
             wb.put(key.to_vec(), b"v".to_vec());
         }
         store.write(wb).unwrap();
         let range = |start: &[u8], end: &[u8]| vec![KeyRange { start: start.to_vec(), end: Some(end.to_vec()) }];
-        let (mut first, mut second) = (Vec::new(), Vec::new());
-        let mut read_first = |k: &[u8], _: &[u8]| {
-            first.push(k.to_vec());
-            Ok(ScanControl::Stop)
-        };
-        let mut read_second = |k: &[u8], _: &[u8]| {
-            second.push(k.to_vec());
-            Ok(ScanControl::Continue)
-        };
-        store
-            .scan_parts_once(&[range(b"a", b"b"), range(b"b", b"c")], &mut [&mut read_first, &mut read_second])
-            .unwrap();
-        assert_eq!(first, vec![b"a1".to_vec()]);
-        assert_eq!(second, vec![b"b1".to_vec(), b"b2".to_vec()]);
+        let parts = [range(b"a", b"b"), range(b"b", b"c"), range(b"c", b"d")];
+        let (mut first, mut second, mut third) =
+            (Collected { stop_after: Some(1), ..Default::default() }, Collected::default(), Collected::default());
+        store.scan_parts_once(&parts, &mut [&mut first, &mut second, &mut third]).unwrap();
+        assert_eq!(first.keys, vec![b"a1".to_vec()]);
+        assert_eq!(second.keys, vec![b"b1".to_vec(), b"b2".to_vec()]);
+        assert_eq!(third.keys, vec![b"c1".to_vec()]);
+        for part in [&first, &second, &third] {
+            assert!(matches!(part.ended.as_slice(), [Ok(())]), "told its end once");
+        }
+
+        let (mut first, mut second, mut third) = (
+            Collected::default(),
+            Collected { fail_at: Some(b"b2".to_vec()), ..Default::default() },
+            Collected::default(),
+        );
+        let failed = store.scan_parts_once(&parts, &mut [&mut first, &mut second, &mut third]).unwrap_err();
+        assert_eq!(failed.state, crate::error::SqlState::DATA_CORRUPTED);
+        assert!(matches!(first.ended.as_slice(), [Ok(())]), "over before the error");
+        for part in [&second, &third] {
+            assert!(matches!(part.ended.as_slice(), [Err(e)] if e.message == "bad row"), "ended by the error");
+        }
+        assert!(third.keys.is_empty());
     }
 }

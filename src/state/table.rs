@@ -39,7 +39,7 @@ use serde::{Deserialize, Serialize};
 
 use super::keys::{prefix_end, row_key_in, segment_key, table_prefix, TableId};
 
-use super::store::{KeyRange, PartVisitor, ScanControl, StateStore, WriteBatch};
+use super::store::{KeyRange, PartReader, ScanControl, StateStore, WriteBatch};
 use crate::error::{Result, SqlState, WeirError};
 use crate::types::vnode::{vnode_of, VNODE_COUNT};
 
@@ -261,12 +261,15 @@ impl StateTable {
             }],
             Some(ranges) => self.store_ranges(ranges),
         };
-        let mut batcher = Batcher::new(self, batch_size, emit);
-        let mut read = 0usize;
+        let mut gathered = Gathered::new(self, batch_size);
+        let (mut read, mut stopped) = (0usize, false);
         let mut visit = |_: &[u8], v: &[u8]| {
             read += 1;
-            if batcher.push(v)? == ScanControl::Stop {
-                return Ok(ScanControl::Stop);
+            if let Some(batch) = gathered.push(v)? {
+                if emit(batch)? == ScanControl::Stop {
+                    stopped = true;
+                    return Ok(ScanControl::Stop);
+                }
             }
             Ok(if read >= limit { ScanControl::Stop } else { ScanControl::Continue })
         };
@@ -275,32 +278,35 @@ impl StateTable {
             None => store.scan_ranges_once(&store_ranges, &mut visit)?,
             Some(_) => store.scan_ranges(&store_ranges, &mut visit)?,
         }
-        batcher.finish()
+        match gathered.rest()? {
+            Some(batch) if !stopped => emit(batch).map(drop),
+            _ => Ok(()),
+        }
     }
 
-    /// The whole table's rows in `emits.len()` parts, each a range of vnodes (so about as many
-    /// rows in each), all read from one snapshot, part `i`'s batches of at most `batch_size`
-    /// rows handed to `emits[i]`: on the part's own thread where the store reads parts in
-    /// parallel ([`StateStore::scan_parts_once`]). A Stop ends that part alone. Only
-    /// [`Layout::Rows`] tables are read in parts.
+    /// The whole table's rows in `sinks.len()` parts (at most [`VNODE_COUNT`]), each a range
+    /// of vnodes (so about as many rows in each), all read from one snapshot: part `i`'s
+    /// batches of at most `batch_size` rows, then its end, go to `sinks[i]`, on the part's own
+    /// thread where the store reads parts in parallel ([`StateStore::scan_parts_once`]). A stop
+    /// ends that part alone; an error ends every part not yet over. Only [`Layout::Rows`]
+    /// tables are read in parts.
     pub fn scan_parts(
         &self,
         store: &dyn StateStore,
         batch_size: usize,
-        emits: &mut [&mut BatchVisitor<'_>],
+        sinks: &mut [&mut dyn BatchSink],
     ) -> Result<()> {
         self.rows_layout("read in parts")?;
-        let parts = vnode_parts(self.table_id, emits.len());
-        let mut batchers: Vec<_> = emits.iter_mut().map(|emit| Batcher::new(self, batch_size, &mut **emit)).collect();
-        {
-            let mut visitors: Vec<Box<PartVisitor<'_>>> = batchers
-                .iter_mut()
-                .map(|batcher| Box::new(move |_: &[u8], v: &[u8]| batcher.push(v)) as Box<PartVisitor<'_>>)
-                .collect();
-            let mut visitors: Vec<&mut PartVisitor<'_>> = visitors.iter_mut().map(|v| &mut **v).collect();
-            store.scan_parts_once(&parts, &mut visitors)?;
+        if sinks.len() > VNODE_COUNT as usize {
+            return Err(WeirError::internal(format!("a table is read in {VNODE_COUNT} parts at most")));
         }
-        batchers.into_iter().try_for_each(Batcher::finish)
+        let parts = vnode_parts(self.table_id, sinks.len());
+        let mut readers: Vec<PartRows<'_, '_>> = sinks
+            .iter_mut()
+            .map(|sink| PartRows { gathered: Gathered::new(self, batch_size), sink: &mut **sink, stopped: false })
+            .collect();
+        let mut readers: Vec<&mut dyn PartReader> = readers.iter_mut().map(|r| r as &mut dyn PartReader).collect();
+        store.scan_parts_once(&parts, &mut readers)
     }
 
     /// The rows stored after store key `after` (from the first when None), in store-key order,
@@ -555,66 +561,86 @@ impl StateTable {
     }
 }
 
-/// What a scan of stored rows hands each batch to; it says whether to go on.
-pub type BatchVisitor<'a> = dyn FnMut(RecordBatch) -> Result<ScanControl> + Send + 'a;
+/// Where one part of a read in parts ([`StateTable::scan_parts`]) goes, on the part's thread:
+/// its batches, each answered with whether to go on, then its end.
+pub trait BatchSink: Send {
+    fn batch(&mut self, batch: RecordBatch) -> Result<ScanControl>;
+
+    /// The part is over: `Ok` when every row was handed on or the sink said stop, else the
+    /// error that ended it. Called once, unless the part could not be started (the read in
+    /// parts then returns the error).
+    fn end(&mut self, read: Result<()>);
+}
 
 /// The stored values a scan reads, gathered into one buffer (no allocation per row) and
-/// decoded a batch of `batch_size` rows at a time into the batches handed to `emit`.
-struct Batcher<'t, E: FnMut(RecordBatch) -> Result<ScanControl>> {
+/// decoded `batch_size` rows at a time.
+struct Gathered<'t> {
     table: &'t StateTable,
     bytes: Vec<u8>,
     /// Where each gathered value ends in `bytes`.
     ends: Vec<usize>,
     batch_size: usize,
-    emit: E,
-    stopped: bool,
 }
 
-impl<'t, E: FnMut(RecordBatch) -> Result<ScanControl>> Batcher<'t, E> {
-    fn new(table: &'t StateTable, batch_size: usize, emit: E) -> Batcher<'t, E> {
-        Batcher {
-            table,
-            bytes: Vec::new(),
-            ends: Vec::with_capacity(batch_size.min(4096)),
-            batch_size,
-            emit,
-            stopped: false,
-        }
+impl<'t> Gathered<'t> {
+    fn new(table: &'t StateTable, batch_size: usize) -> Gathered<'t> {
+        Gathered { table, bytes: Vec::new(), ends: Vec::with_capacity(batch_size.min(4096)), batch_size }
     }
 
-    /// Gathers one value; a full batch goes to `emit`, whose answer is returned.
-    fn push(&mut self, value: &[u8]) -> Result<ScanControl> {
+    /// Gathers one value; the batch once `batch_size` are gathered.
+    fn push(&mut self, value: &[u8]) -> Result<Option<RecordBatch>> {
         self.bytes.extend_from_slice(value);
         self.ends.push(self.bytes.len());
-        if self.ends.len() < self.batch_size {
-            return Ok(ScanControl::Continue);
+        match self.ends.len() < self.batch_size {
+            true => Ok(None),
+            false => self.rest(),
         }
-        self.emit_gathered()
     }
 
-    fn emit_gathered(&mut self) -> Result<ScanControl> {
+    /// The rows gathered and not yet handed out, if any.
+    fn rest(&mut self) -> Result<Option<RecordBatch>> {
+        if self.ends.is_empty() {
+            return Ok(None);
+        }
         let starts = std::iter::once(0).chain(self.ends.iter().copied());
         let values = starts.zip(self.ends.iter()).map(|(start, &end)| &self.bytes[start..end]);
         let batch = self.table.decode_each(values)?;
         self.bytes.clear();
         self.ends.clear();
-        let control = (self.emit)(batch)?;
+        Ok(Some(batch))
+    }
+}
+
+/// A part of a table read in parts: its values decoded into batches for its sink.
+struct PartRows<'t, 's> {
+    gathered: Gathered<'t>,
+    sink: &'s mut dyn BatchSink,
+    /// The sink said stop: nothing more goes to it but its end.
+    stopped: bool,
+}
+
+impl PartReader for PartRows<'_, '_> {
+    fn visit(&mut self, _: &[u8], value: &[u8]) -> Result<ScanControl> {
+        let Some(batch) = self.gathered.push(value)? else {
+            return Ok(ScanControl::Continue);
+        };
+        let control = self.sink.batch(batch)?;
         self.stopped = control == ScanControl::Stop;
         Ok(control)
     }
 
-    /// Emits what is gathered, unless `emit` said stop.
-    fn finish(mut self) -> Result<()> {
-        if !self.ends.is_empty() && !self.stopped {
-            self.emit_gathered()?;
-        }
-        Ok(())
+    fn end(&mut self, read: Result<()>) {
+        let read = read.and_then(|()| match self.gathered.rest()? {
+            Some(batch) if !self.stopped => self.sink.batch(batch).map(drop),
+            _ => Ok(()),
+        });
+        self.sink.end(read);
     }
 }
 
-/// The store ranges of table `table_id`'s rows in `parts` ranges of vnodes.
+/// The store ranges of table `table_id`'s rows in `parts` ranges of vnodes (1 to
+/// [`VNODE_COUNT`]).
 fn vnode_parts(table_id: TableId, parts: usize) -> Vec<Vec<KeyRange>> {
-    let parts = parts.clamp(1, VNODE_COUNT as usize);
     let bound = |part: usize| {
         let vnode = part * VNODE_COUNT as usize / parts;
         match vnode {
