@@ -257,4 +257,12 @@ async fn reads_in_parts_equal_whole_reads() {
     }
     let refused = client.batch_execute("SET min_parallel_table_scan_size = '3 parsecs'").await.unwrap_err();
     assert_eq!(refused.code(), Some(&tokio_postgres::error::SqlState::INVALID_PARAMETER_VALUE), "{refused:?}");
+    // set_config, as drivers call it, does what SET does.
+    client.batch_execute("RESET min_parallel_table_scan_size").await.unwrap();
+    assert_eq!(rows(&client, "SELECT set_config('min_parallel_table_scan_size', '0', false)").await, ["0"]);
+    assert_scan_lines(&client, &[("SELECT * FROM copied", "RelationScanExec: relation=copied, access=all in 2 parts")])
+        .await;
+    let refused =
+        client.batch_execute("SELECT set_config('min_parallel_table_scan_size', 'lots', false)").await.unwrap_err();
+    assert_eq!(refused.code(), Some(&tokio_postgres::error::SqlState::INVALID_PARAMETER_VALUE), "{refused:?}");
 }
