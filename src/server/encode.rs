@@ -71,7 +71,10 @@ fn with_origin(info: FieldInfo, field: &Field) -> FieldInfo {
 /// its address cannot be reused by another schema while it is a key. Each connection has one
 /// (`server::session::SessionCell`).
 #[derive(Default)]
-pub struct FieldsCache(parking_lot::Mutex<Vec<(SchemaRef, Format, Arc<Vec<FieldInfo>>)>>);
+pub struct FieldsCache(parking_lot::Mutex<Vec<KeptFields>>);
+
+/// A result schema, a format, and the RowDescription fields they make.
+type KeptFields = (SchemaRef, Format, Arc<Vec<FieldInfo>>);
 
 /// Schemas a [`FieldsCache`] keeps, the least recently used dropped first.
 const KEPT_FIELDS: usize = 8;
