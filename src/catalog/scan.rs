@@ -5,7 +5,9 @@
 //! scan's memory is a few batches whatever the relation's size; the read stops when the
 //! consumer goes (a satisfied LIMIT, a cancelled query). EXPLAIN shows which rows it reads:
 //! `access=keys(n)` (point lookups), `ranges(n)` (key ranges) or `all`, and `index=name` when
-//! it reads an index in the relation's place. Built by
+//! it reads an index in the relation's place. A read of every row of a large relation goes in
+//! parts (`all in 2 parts`, [`RelationScanExec::in_parts`], ADR 41): one partition per range of
+//! vnodes, each read by its own thread, all from one snapshot. Built by
 //! [`super::provider::RelationTable::scan`].
 
 use std::fmt;
