@@ -33,7 +33,6 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Par
 use super::index::IndexRead;
 use super::key_access::KeyAccess;
 use super::Relation;
-use crate::state::keys::table_prefix;
 use crate::state::store::{ScanControl, StateStore};
 use crate::state::table::BatchSink;
 use crate::types::vnode::VNODE_COUNT;
@@ -134,9 +133,8 @@ impl RelationScanExec {
             return self;
         }
         // A small relation is read on one thread: a thread per part costs more than it saves.
-        let table = self.relation.table.table_id();
         let bound = settings.parts_from_bytes();
-        if bound > 0 && self.store.approximate_range_bytes(&table_prefix(table), &table_prefix(table + 1)) < bound {
+        if bound > 0 && self.store.approximate_table_bytes(self.relation.table.table_id()) < bound {
             return self;
         }
         self.parts = parts;

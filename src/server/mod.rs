@@ -427,7 +427,7 @@ pub async fn run(config: Config) -> Result<()> {
 /// Sets `weir_view_state_bytes` for every materialized view: its rows' table and its operators'
 /// state tables, as the store estimates their files.
 fn measure_views(catalog: &Catalog) {
-    use crate::state::keys::{operator_state_range, table_prefix};
+    use crate::state::keys::operator_state_range;
     let store = catalog.store();
     metrics::VIEW_STATE_BYTES.reset();
     for relation in catalog.relations() {
@@ -435,7 +435,7 @@ fn measure_views(catalog: &Catalog) {
             continue;
         }
         let id = relation.def.id;
-        let rows = store.approximate_range_bytes(&table_prefix(id), &table_prefix(id + 1));
+        let rows = store.approximate_table_bytes(id);
         let (start, end) = operator_state_range(id);
         let operators = store.approximate_range_bytes(&start, &end);
         metrics::VIEW_STATE_BYTES.with_label_values(&[&relation.def.name]).set((rows + operators) as i64);

@@ -244,6 +244,13 @@ pub trait StateStore: Send + Sync + 'static {
         0
     }
 
+    /// Roughly how many bytes table `table`'s rows take in the store's files
+    /// ([`StateStore::approximate_range_bytes`] over its key prefix).
+    fn approximate_table_bytes(&self, table: super::keys::TableId) -> u64 {
+        use super::keys::table_prefix;
+        self.approximate_range_bytes(&table_prefix(table), &table_prefix(table + 1))
+    }
+
     /// Memory the store itself uses, by part (for metrics and benchmarks).
     fn memory_bytes(&self) -> Vec<(&'static str, u64)> {
         vec![]

@@ -95,8 +95,7 @@ fn table_size(store: &dyn StateStore, table: u32) -> Result<(u64, u64, bool)> {
     if keys < COUNTED_KEYS {
         return Ok((keys, bytes, false));
     }
-    let end = table_prefix(table + 1);
-    let estimate = store.approximate_range_bytes(&table_prefix(table), &end);
+    let estimate = store.approximate_table_bytes(table);
     let estimated_keys = match bytes {
         0 => keys,
         _ => (keys as f64 * estimate.max(bytes) as f64 / bytes as f64) as u64,
