@@ -420,8 +420,7 @@ impl Session {
                     )
                 }),
             "min_parallel_table_scan_size" => {
-                let bytes = size_setting(&value).ok_or_else(|| invalid_size(name, &value))?;
-                self.scan_settings.set_parts_from_bytes(bytes);
+                apply_parallel_scan_size(&self.scan_settings, &value)?;
                 Ok(value)
             }
             "streaming_parallelism" => match value.parse::<usize>() {
@@ -505,10 +504,18 @@ fn size_setting(value: &str) -> Option<u64> {
     number.checked_mul(unit)
 }
 
-/// The error for a size setting [`size_setting`] cannot read.
-fn invalid_size(name: &str, value: &str) -> WeirError {
-    WeirError::new(SqlState::INVALID_PARAMETER_VALUE, format!("invalid value for parameter \"{name}\": \"{value}\""))
+/// `min_parallel_table_scan_size = value` into the session's scan settings (by SET and by
+/// `set_config`); 22023 for a size [`size_setting`] cannot read.
+fn apply_parallel_scan_size(settings: &crate::catalog::scan::ScanSettings, value: &str) -> Result<()> {
+    let bytes = size_setting(value).ok_or_else(|| {
+        WeirError::new(
+            SqlState::INVALID_PARAMETER_VALUE,
+            format!("invalid value for parameter \"min_parallel_table_scan_size\": \"{value}\""),
+        )
         .with_hint("Valid units for this parameter are \"B\", \"kB\", \"MB\", \"GB\", and \"TB\"; a number alone counts 8 kB blocks.")
+    })?;
+    settings.set_parts_from_bytes(bytes);
+    Ok(())
 }
 
 /// Values set in a session, by canonical name; shared with its `current_setting` function.
@@ -599,11 +606,8 @@ fn register_current_setting(ctx: &SessionContext, user: &str, values: &Values) {
                 };
                 let value = if new_values.is_null(i) { String::new() } else { new_values.value(i).to_string() };
                 // Read by the table providers from the session's scan settings, as SET does.
-                if key == "min_parallel_table_scan_size" {
-                    let bytes = size_setting(&value).ok_or_else(|| invalid_size(&key, &value))?;
-                    if let Some(settings) = &scan_settings {
-                        settings.set_parts_from_bytes(bytes);
-                    }
+                if let Some(settings) = scan_settings.as_ref().filter(|_| key == "min_parallel_table_scan_size") {
+                    apply_parallel_scan_size(settings, &value)?;
                 }
                 values.write().insert(key, value.clone());
                 out.push(Some(value));
