@@ -28,6 +28,8 @@ need_deb protobuf-compiler
 if [ "$what" = test ]; then
   # The cluster tests' coordination service (scripts/etcd-server.sh).
   need_deb etcd-server
+  # The Protobuf tests compile their .proto files, which import the well-known types.
+  need_deb libprotobuf-dev
   need_deb etcd-client
   need_deb postgresql-client
   need_deb postgresql
@@ -68,7 +70,7 @@ if [ "$what" = test ]; then
   }
   make_venv "$WEIR_TEST_VENV" 'psycopg[binary]==3.2.13' 'SQLAlchemy==2.0.58' 'asyncpg==0.30.0' \
     'moto[server]==5.2.1' 'noida-db==0.2.3' 'kubernetes-validate==1.37.0' 'cryptography==51.0.1' \
-    'confluent-kafka[avro]==2.16.1'
+    'confluent-kafka[avro,protobuf]==2.16.1'
   # The current releases, looked up again once a day.
   latest_stamp="$WEIR_TEST_VENV_LATEST/.weir-day"
   if [ "$(cat "$latest_stamp" 2>/dev/null)" != "$(date +%F)" ]; then

@@ -21,8 +21,13 @@
 //! - [`file`]: CSV, JSON and Parquet files, local or in S3 (`connector = 'file'`).
 //! - [`kafka`]: every partition of a Kafka topic (`connector = 'kafka'`).
 //! - [`records`]: CSV and JSON records decoded into rows, bad ones into dead letters.
+//! - [`value_decoder`]: values in a binary encoding with a schema (Avro, Protobuf) decoded into
+//!   rows, through one trait the Kafka source reads with.
 //! - [`avro`]: Avro values (Confluent's schema-registry framing, or one fixed schema) decoded
-//!   into rows and rows encoded as Avro, and the schema registry's client.
+//!   into rows and rows encoded as Avro.
+//! - [`protobuf`]: Protobuf messages (Confluent's schema-registry framing, or a descriptor
+//!   file) decoded into rows.
+//! - [`schema_registry`]: the schema registry's client.
 //! - [`io_runtime`]: the runtime connectors' async I/O (object stores, HTTP) waits on.
 //! - [`postgres`]: a PostgreSQL table as a sink (`connector = 'jdbc'`).
 
@@ -32,8 +37,11 @@ pub mod io_runtime;
 pub mod kafka;
 pub mod nexmark;
 pub mod postgres;
+pub mod protobuf;
 pub mod records;
 pub mod registry;
 pub mod replay;
+pub mod schema_registry;
 pub mod sink;
 pub mod source;
+pub mod value_decoder;

@@ -1,8 +1,11 @@
-"""A TEST DOUBLE of a Confluent Schema Registry: the REST endpoints Avro serializers and Weir use,
-over schemas held in memory (no compatibility checks, no deletes, no contexts).
+"""A TEST DOUBLE of a Confluent Schema Registry: the REST endpoints Avro and Protobuf serializers
+and Weir use, over schemas held in memory (no compatibility checks, no deletes, no contexts).
 
-- POST /subjects/{subject}/versions  {"schema": "...", "schemaType"?}  -> {"id": n}
+- POST /subjects/{subject}/versions  {"schema": "...", "schemaType"?, "references"?}  -> {"id": n}
   (the same schema text under any subject keeps one id, as the registry's ids are global)
+  Schemas are kept and answered as given: a Protobuf schema registered serialized (base64, as
+  confluent-kafka's ProtobufSerializer sends it) is answered serialized, so `?format=serialized`
+  is accepted and changes nothing. Answers carry "schemaType" (when not AVRO) and "references".
 - POST /subjects/{subject}  {"schema": "..."}  -> the version holding that schema, or 404 40403
 - GET  /subjects  -> the subjects
 - GET  /subjects/{subject}/versions  -> [1, 2, ...]
@@ -30,7 +33,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote, urlparse
 
 lock = threading.Lock()
-schemas = []  # index + 1 = id: (schema text, schema type)
+schemas = []  # index + 1 = id: (schema text, schema type, references)
 subjects = {}  # subject -> [id, ...] by version
 data_file = None
 
@@ -42,9 +45,9 @@ def save():
         os.replace(data_file + ".new", data_file)
 
 
-def register(subject, text, kind):
+def register(subject, text, kind, references):
     with lock:
-        entry = (text, kind)
+        entry = (text, kind, references)
         if entry in schemas:
             id_ = schemas.index(entry) + 1
         else:
@@ -55,6 +58,18 @@ def register(subject, text, kind):
             versions.append(id_)
         save()
         return id_
+
+
+def described(id_):
+    """Schema id_'s text, type (when not AVRO) and references, as the registry answers them."""
+    with lock:
+        text, kind, references = schemas[id_ - 1]
+    body = {"schema": text}
+    if kind != "AVRO":
+        body["schemaType"] = kind
+    if references:
+        body["references"] = references
+    return body
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -99,10 +114,8 @@ class Handler(BaseHTTPRequestHandler):
             if not 1 <= n <= len(versions):
                 return self.not_found(40402, "Version not found.")
             id_ = versions[n - 1]
-            text, kind = schemas[id_ - 1]
-        body = {"subject": subject, "id": id_, "version": n, "schema": text}
-        if kind != "AVRO":
-            body["schemaType"] = kind
+        body = {"subject": subject, "id": id_, "version": n}
+        body.update(described(id_))
         self.answer(200, body)
 
     def do_GET(self):
@@ -117,13 +130,10 @@ class Handler(BaseHTTPRequestHandler):
         if len(p) == 3 and p[:2] == ["schemas", "ids"]:
             id_ = int(p[2])
             with lock:
-                found = schemas[id_ - 1] if 1 <= id_ <= len(schemas) else None
-            if found is None:
+                found = 1 <= id_ <= len(schemas)
+            if not found:
                 return self.not_found(40403, "Schema not found")
-            body = {"schema": found[0]}
-            if found[1] != "AVRO":
-                body["schemaType"] = found[1]
-            return self.answer(200, body)
+            return self.answer(200, described(id_))
         if len(p) == 3 and p[0] == "subjects" and p[2] == "versions":
             with lock:
                 versions = subjects.get(p[1])
@@ -140,7 +150,8 @@ class Handler(BaseHTTPRequestHandler):
         p = self.parts()
         body = self.body()
         if len(p) == 3 and p[0] == "subjects" and p[2] == "versions":
-            return self.answer(200, {"id": register(p[1], body["schema"], body.get("schemaType", "AVRO"))})
+            kind, references = body.get("schemaType", "AVRO"), body.get("references") or []
+            return self.answer(200, {"id": register(p[1], body["schema"], kind, references)})
         if len(p) == 2 and p[0] == "subjects":
             with lock:
                 for n, id_ in enumerate(subjects.get(p[1], []), 1):
@@ -169,7 +180,7 @@ def main():
     if data_file and os.path.exists(data_file):
         with open(data_file) as f:
             kept = json.load(f)
-        schemas.extend(tuple(entry) for entry in kept["schemas"])
+        schemas.extend((text, kind, references) for text, kind, references in kept["schemas"])
         subjects.update(kept["subjects"])
     host, port = args.listen.rsplit(":", 1)
     server = ThreadingHTTPServer((host, int(port)), Handler)

@@ -2,7 +2,7 @@
 //! (the arrow-rs crate of Weir's arrow version), never row by row through JSON.
 //!
 //! Two ways to know a value's schema:
-//! - **A schema registry** (`schema.registry = 'http://...'`, [`registry`]): values are in
+//! - **A schema registry** (`schema.registry = 'http://...'`, [`crate::connectors::schema_registry`]): values are in
 //!   Confluent's wire format (a zero byte, the writer schema's 4-byte id, the Avro body). Each
 //!   writer schema is fetched by id once and *resolved* against the **reader schema** (Avro's
 //!   schema resolution: fields matched by name, a field the writer lacks takes the reader's
@@ -17,8 +17,6 @@
 //! against the reader schema, or whose body does not decode is a dead letter; a registry that
 //! cannot be asked is an error with SQLSTATE 08001, and the source retries.
 
-pub mod registry;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -30,8 +28,9 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
 
 use crate::catalog::options::ConnectorOptions;
+use crate::connectors::schema_registry::{Form, Lookup, RegistryError, SchemaRegistry};
+use crate::connectors::value_decoder::{Decoded, ValueDecoder};
 use crate::error::{Result, SqlState, WeirError};
-use registry::{Lookup, RegistryError, SchemaRegistry};
 
 /// The options `ENCODE AVRO (...)` takes besides the registry's.
 pub const OPTIONS: &[&str] = &["schema"];
@@ -41,14 +40,6 @@ const BATCH_ROWS: usize = 8192;
 
 /// The id a fixed schema's bodies are decoded under (framed as if a registry had given it).
 const FIXED: u32 = 0;
-
-/// What decoding a chunk's values gives: the rows of the values that decoded (`kept`: their
-/// indices), and why each other one did not.
-pub struct Decoded {
-    pub batch: RecordBatch,
-    pub kept: Vec<usize>,
-    pub dead: Vec<(usize, String)>,
-}
 
 fn invalid(message: String) -> WeirError {
     WeirError::new(SqlState::INVALID_PARAMETER_VALUE, message)
@@ -78,7 +69,11 @@ impl AvroDecoder {
         let registry = SchemaRegistry::from_options(options)?;
         let reader_schema = match (options.get("schema"), &registry) {
             (Some(schema), _) => schema.to_string(),
-            (None, Some(registry)) => match registry.latest(subject).map_err(|e| e.into_weir(&registry.url))? {
+            (None, Some(registry)) => match registry
+                .latest(subject, Form::Text)
+                .map_err(|e| e.into_weir(&registry.url))?
+                .and_then(|r| r.of_kind("AVRO"))
+            {
                 Lookup::Found(latest) => latest.schema,
                 Lookup::Unusable(why) => {
                     return Err(invalid(format!("schema registry {}: subject {subject}: {why}", registry.url)))
@@ -193,8 +188,9 @@ impl AvroDecoder {
             return Ok(Err(format!("schema id {id} is not in the schema registry")));
         }
         let registry = self.registry.as_ref().expect("a registry frames its values");
-        match registry.by_id(id) {
-            Ok(Lookup::Found(schema)) => {
+        match registry.by_id(id, Form::Text).map(|found| found.and_then(|r| r.of_kind("AVRO"))) {
+            Ok(Lookup::Found(registered)) => {
+                let schema = registered.schema;
                 if let Err(e) = decoder_of(&self.reader_schema, &[(id, schema.clone())]) {
                     let why = format!("schema id {id} cannot be read as the source's schema: {e}");
                     self.unresolvable.insert(id, why.clone());
@@ -261,6 +257,21 @@ impl AvroDecoder {
         }
         batches.extend(decoder.flush().map_err(|e| e.to_string())?);
         Ok(())
+    }
+}
+
+impl ValueDecoder for AvroDecoder {
+    fn schema(&self) -> SchemaRef {
+        AvroDecoder::schema(self)
+    }
+
+    fn decode(&mut self, values: &[&[u8]]) -> Result<Decoded> {
+        AvroDecoder::decode(self, values)
+    }
+
+    /// The reader schema (`schema`).
+    fn settled_options(&self) -> Vec<(String, String)> {
+        vec![("schema".to_string(), self.reader_schema.clone())]
     }
 }
 

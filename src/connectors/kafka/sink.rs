@@ -136,7 +136,7 @@ impl KafkaSink {
         let WriterSpec { ref schema, append_only, .. } = *spec;
         options.only_or(OPTIONS, |k| {
             is_passed_through(k)
-                || crate::connectors::avro::registry::OPTIONS.contains(&k)
+                || crate::connectors::schema_registry::OPTIONS.contains(&k)
                 || crate::connectors::avro::SINK_OPTIONS.contains(&k)
         })?;
         let topic = options.get("topic").ok_or_else(|| invalid("a Kafka sink needs topic = '...'".into()))?;

@@ -57,9 +57,9 @@ use super::{
 use crate::catalog::dead_letter::DeadLetter;
 use crate::catalog::options::ConnectorOptions;
 use crate::catalog::replay::Position;
-use crate::connectors::avro::AvroDecoder;
 use crate::connectors::records::{self, TextEncoding};
 use crate::connectors::source::{Chunk, SourceReader};
+use crate::connectors::value_decoder::{self, ValueDecoder};
 use crate::error::{Result, SqlState, WeirError};
 
 pub const OPTIONS: &[&str] = &[
@@ -79,11 +79,6 @@ pub const OPTIONS: &[&str] = &[
     "encode",
     "bad_data",
 ];
-
-/// Whether `key` is an option of `ENCODE AVRO (...)` (the schema and the registry's).
-fn is_avro_option(key: &str) -> bool {
-    crate::connectors::avro::OPTIONS.contains(&key) || crate::connectors::avro::registry::OPTIONS.contains(&key)
-}
 
 /// The longest wait between reads while the schema registry cannot be asked.
 const REGISTRY_BACKOFF_MAX: Duration = Duration::from_secs(30);
@@ -121,8 +116,8 @@ pub struct KafkaReader {
     config: ClientConfig,
     startup: Startup,
     encoding: TextEncoding,
-    /// `ENCODE AVRO`: the values' decoder (JSON and CSV go through [`records`]).
-    avro: Option<AvroDecoder>,
+    /// `ENCODE AVRO` and `PROTOBUF`: the values' decoder (JSON and CSV go through [`records`]).
+    binary: Option<Box<dyn ValueDecoder>>,
     /// The declared columns.
     schema: SchemaRef,
     /// The columns decoded from values, and each declared column's source: Some(i) for the
@@ -143,7 +138,7 @@ pub struct KafkaReader {
     at_end: std::collections::HashSet<i32>,
     refresh: Duration,
     retry: Duration,
-    /// Reads in a row the schema registry could not be asked for (Avro): their waits grow.
+    /// Reads in a row the schema registry could not be asked for: their waits grow.
     registry_failures: u32,
     timeout: Duration,
     /// The consumer and the offsets it is assigned at (the next to read, by partition).
@@ -165,7 +160,7 @@ impl KafkaReader {
     /// A reader of the topic `options` name, decoding the `declared` columns; `primary_key`:
     /// the key's column names of a table fed by the topic (`FORMAT UPSERT` needs one).
     pub fn new(options: &ConnectorOptions, declared: Option<SchemaRef>, primary_key: &[String]) -> Result<KafkaReader> {
-        options.only_or(OPTIONS, |k| is_passed_through(k) || is_avro_option(k))?;
+        options.only_or(OPTIONS, |k| is_passed_through(k) || value_decoder::is_option(k))?;
         let topic = options.get("topic").ok_or_else(|| invalid("a Kafka source needs topic = '...'".into()))?;
         if options.get("properties.bootstrap.server").is_none() {
             return Err(invalid("a Kafka source needs properties.bootstrap.server = 'host:port'".into()));
@@ -201,26 +196,31 @@ impl KafkaReader {
                     )))
                 }
             };
-        let (encoding, avro) = match options.get("encode").unwrap_or("json").to_ascii_lowercase().as_str() {
-            "json" => (TextEncoding::Json, None),
-            "csv" => (TextEncoding::Csv, None),
-            "avro" if upsert => {
-                return Err(WeirError::unsupported("FORMAT UPSERT ENCODE AVRO (UPSERT is JSON for now)"))
+        let encode = options.get("encode").unwrap_or("json").to_ascii_lowercase();
+        let encoding = match encode.as_str() {
+            "json" | "avro" | "protobuf" => TextEncoding::Json,
+            "csv" => TextEncoding::Csv,
+            other => {
+                return Err(invalid(format!(
+                    "a Kafka source's ENCODE must be JSON, CSV, AVRO or PROTOBUF, not {other}"
+                )))
             }
-            "avro" => (TextEncoding::Json, Some(AvroDecoder::new(options, &format!("{topic}-value"))?)),
-            other => return Err(invalid(format!("a Kafka source's ENCODE must be JSON, CSV or AVRO, not {other}"))),
         };
-        if avro.is_none() && options.0.keys().any(|k| is_avro_option(k)) {
-            return Err(invalid("schema and schema.registry options are for ENCODE AVRO".into()));
+        if upsert && matches!(encode.as_str(), "avro" | "protobuf") {
+            return Err(WeirError::unsupported(format!(
+                "FORMAT UPSERT ENCODE {} (UPSERT is JSON for now)",
+                encode.to_ascii_uppercase()
+            )));
         }
-        let schema = match (declared, &avro) {
+        let binary = value_decoder::for_encoding(&encode, options, &format!("{topic}-value"))?;
+        let schema = match (declared, &binary) {
             (Some(s), _) if !s.fields().is_empty() => s,
-            // Avro values say their columns: the reader schema's.
-            (_, Some(avro)) => avro.schema(),
+            // Avro and Protobuf values say their columns: the reader schema's.
+            (_, Some(binary)) => binary.schema(),
             _ => return Err(invalid("a Kafka source needs its column list".into())),
         };
-        if let Some(avro) = &avro {
-            let decoded = avro.schema();
+        if let Some(binary) = &binary {
+            let decoded = binary.schema();
             let missing: Vec<&str> = schema
                 .fields()
                 .iter()
@@ -231,7 +231,12 @@ impl KafkaReader {
                 let names: Vec<&str> = decoded.fields().iter().map(|f| f.name().as_str()).collect();
                 return Err(WeirError::new(
                     SqlState::UNDEFINED_COLUMN,
-                    format!("the Avro schema has no field {} (it has {})", missing.join(", "), names.join(", ")),
+                    format!(
+                        "the {} schema has no field {} (it has {})",
+                        encode.to_ascii_uppercase(),
+                        missing.join(", "),
+                        names.join(", ")
+                    ),
                 ));
             }
         }
@@ -281,7 +286,7 @@ impl KafkaReader {
             config,
             startup,
             encoding,
-            avro,
+            binary,
             value_schema: Arc::new(Schema::new(value_fields)),
             json,
             upsert_key: upsert.then(|| {
@@ -438,10 +443,10 @@ impl KafkaReader {
 
     /// The rows of `records`, in their order, and which records they are (indices).
     fn decode_rows(&mut self, records: &[Record], keep_dead: bool) -> Result<(RecordBatch, Vec<usize>)> {
-        if let Some(avro) = &mut self.avro {
+        if let Some(binary) = &mut self.binary {
             let values: Vec<&[u8]> = records.iter().map(|r| r.value.as_slice()).collect();
             // A registry that cannot be asked: 08001, which `read` retries.
-            let decoded = avro.decode(&values)?;
+            let decoded = binary.decode(&values)?;
             let mut dead = decoded.dead;
             let (values, kept) = declared_values(&self.value_schema, decoded.batch, decoded.kept, &mut dead)?;
             if keep_dead {
@@ -696,10 +701,10 @@ impl SourceReader for KafkaReader {
         Arc::clone(&self.schema)
     }
 
-    /// An Avro source's reader schema (the `schema` option), kept: the registry's latest schema
-    /// may change, the source's columns may not.
+    /// An Avro or Protobuf source's reader schema, kept: the registry's latest schema may
+    /// change, the source's columns may not.
     fn settled_options(&self) -> Vec<(String, String)> {
-        self.avro.iter().map(|avro| ("schema".to_string(), avro.reader_schema().to_string())).collect()
+        self.binary.iter().flat_map(|binary| binary.settled_options()).collect()
     }
 
     /// The broker answers and the topic exists (CREATE SOURCE).

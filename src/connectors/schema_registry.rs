@@ -1,6 +1,10 @@
 //! A client of a Confluent Schema Registry's REST API (Confluent's, Karapace, Redpanda's and
-//! Apicurio's compatible endpoint all speak it): a subject's latest schema, a schema by its
-//! global id, and registering a schema under a subject. HTTP basic auth
+//! Apicurio's compatible endpoint all speak it): a subject's latest schema (or a version of it),
+//! a schema by its global id, and registering a schema under a subject; for `ENCODE AVRO`
+//! ([`crate::connectors::avro`]) and `ENCODE PROTOBUF` ([`crate::connectors::protobuf`]), each
+//! of which checks the schema's kind and reads its text. Protobuf schemas are asked for in the
+//! registry's serialized form (`format=serialized`: a base64 `FileDescriptorProto`, as
+//! Confluent's own clients ask), with the files they import as references. HTTP basic auth
 //! (`schema.registry.username` / `schema.registry.password`) and HTTPS with the machine's CAs
 //! or `schema.registry.ca.location`.
 //!
@@ -14,7 +18,7 @@ use std::time::Duration;
 use crate::catalog::options::ConnectorOptions;
 use crate::error::{Result, SqlState, WeirError};
 
-/// The registry options a connector with `ENCODE AVRO` takes.
+/// The registry options a connector with `ENCODE AVRO` or `ENCODE PROTOBUF` takes.
 pub const OPTIONS: &[&str] =
     &["schema.registry", "schema.registry.username", "schema.registry.password", "schema.registry.ca.location"];
 
@@ -25,7 +29,38 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Debug, Clone)]
 pub struct Registered {
     pub id: u32,
+    /// `AVRO` (the registry's default, when its answer names none), `PROTOBUF` or `JSON`.
+    pub kind: String,
     pub schema: String,
+    /// The schemas it imports (Protobuf's imported files), each a subject's version.
+    pub references: Vec<Reference>,
+}
+
+/// A schema another refers to: the name it is imported by (a Protobuf file name) and where
+/// the registry keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reference {
+    pub name: String,
+    pub subject: String,
+    pub version: u32,
+}
+
+/// The form a schema is asked for in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Form {
+    /// As registered (Avro's JSON).
+    Text,
+    /// `?format=serialized`: a Protobuf schema as a base64 `FileDescriptorProto`.
+    Serialized,
+}
+
+impl Form {
+    fn query(self) -> &'static str {
+        match self {
+            Form::Text => "",
+            Form::Serialized => "?format=serialized",
+        }
+    }
 }
 
 /// A lookup's answer.
@@ -35,7 +70,7 @@ pub enum Lookup<T> {
     /// The registry said it has no such subject, version or id (a 404 with its error code
     /// 40401, 40402 or 40403; another 404, from a proxy or a wrong path, is not this).
     Missing,
-    /// It has one, but not an Avro schema Weir can use (Protobuf, JSON Schema, an answer
+    /// It has one, but not one Weir can use (another kind than the source's, an answer
     /// without a schema): why.
     Unusable(String),
 }
@@ -167,15 +202,26 @@ impl SchemaRegistry {
     }
 
     /// The latest schema of `subject`.
-    pub fn latest(&self, subject: &str) -> std::result::Result<Lookup<Registered>, RegistryError> {
-        let path = format!("/subjects/{}/versions/latest", encode_path(subject));
+    pub fn latest(&self, subject: &str, form: Form) -> std::result::Result<Lookup<Registered>, RegistryError> {
+        self.version(subject, None, form)
+    }
+
+    /// Version `version` of `subject` (None: the latest).
+    pub fn version(
+        &self,
+        subject: &str,
+        version: Option<u32>,
+        form: Form,
+    ) -> std::result::Result<Lookup<Registered>, RegistryError> {
+        let version = version.map_or("latest".to_string(), |v| v.to_string());
+        let path = format!("/subjects/{}/versions/{version}{}", encode_path(subject), form.query());
         Ok(self.request(&path, None)?.and_then(|v| registered(&v, None)))
     }
 
     /// The schema with global id `id`.
-    pub fn by_id(&self, id: u32) -> std::result::Result<Lookup<String>, RegistryError> {
-        let answer = self.request(&format!("/schemas/ids/{id}"), None)?;
-        Ok(answer.and_then(|v| registered(&v, Some(id))).map(|registered| registered.schema))
+    pub fn by_id(&self, id: u32, form: Form) -> std::result::Result<Lookup<Registered>, RegistryError> {
+        let answer = self.request(&format!("/schemas/ids/{id}{}", form.query()), None)?;
+        Ok(answer.and_then(|v| registered(&v, Some(id))))
     }
 
     /// Registers `schema` (Avro JSON) under `subject`: its global id (the one it already had,
@@ -196,13 +242,8 @@ impl SchemaRegistry {
 }
 
 impl<T> Lookup<T> {
-    /// The found value through `f`.
-    fn map<U>(self, f: impl FnOnce(T) -> U) -> Lookup<U> {
-        self.and_then(|v| Lookup::Found(f(v)))
-    }
-
     /// The found value's own lookup through `f`.
-    fn and_then<U>(self, f: impl FnOnce(T) -> Lookup<U>) -> Lookup<U> {
+    pub fn and_then<U>(self, f: impl FnOnce(T) -> Lookup<U>) -> Lookup<U> {
         match self {
             Lookup::Found(v) => f(v),
             Lookup::Missing => Lookup::Missing,
@@ -211,16 +252,38 @@ impl<T> Lookup<T> {
     }
 }
 
-/// A registry's answer holding one schema, if it is an Avro schema with its id.
-fn registered(v: &serde_json::Value, id: Option<u32>) -> Lookup<Registered> {
-    let kind = v.get("schemaType").and_then(|t| t.as_str()).unwrap_or("AVRO");
-    if kind != "AVRO" {
-        return Lookup::Unusable(format!("the schema is {kind}, not AVRO"));
+impl Registered {
+    /// This schema, if it is of `kind` (`AVRO`, `PROTOBUF`); Unusable otherwise.
+    pub fn of_kind(self, kind: &str) -> Lookup<Registered> {
+        if self.kind != kind {
+            return Lookup::Unusable(format!("the schema is {}, not {kind}", self.kind));
+        }
+        Lookup::Found(self)
     }
+}
+
+/// A registry's answer holding one schema with its id (the one asked for, else the answer's).
+fn registered(v: &serde_json::Value, id: Option<u32>) -> Lookup<Registered> {
+    let kind = v.get("schemaType").and_then(|t| t.as_str()).unwrap_or("AVRO").to_string();
     let schema = v.get("schema").and_then(|s| s.as_str());
     let id = id.or_else(|| v.get("id").and_then(|i| i.as_u64()).map(|i| i as u32));
+    let references = v
+        .get("references")
+        .and_then(|r| r.as_array())
+        .map(|all| {
+            all.iter()
+                .filter_map(|r| {
+                    Some(Reference {
+                        name: r.get("name")?.as_str()?.to_string(),
+                        subject: r.get("subject")?.as_str()?.to_string(),
+                        version: u32::try_from(r.get("version")?.as_u64()?).ok()?,
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
     match (schema, id) {
-        (Some(schema), Some(id)) => Lookup::Found(Registered { id, schema: schema.to_string() }),
+        (Some(schema), Some(id)) => Lookup::Found(Registered { id, kind, schema: schema.to_string(), references }),
         _ => Lookup::Unusable("the registry's answer has no schema and id".into()),
     }
 }

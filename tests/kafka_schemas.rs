@@ -1,9 +1,17 @@
-//! `ENCODE AVRO` for Kafka sources and sinks against a schema registry: messages produced and
-//! read by Confluent's own Python serializers (tests/clients/avro_client.py), through
+//! `ENCODE AVRO` for Kafka sources and sinks and `ENCODE PROTOBUF` for sources, against a schema
+//! registry: messages produced and read by Confluent's own Python serializers
+//! (tests/clients/avro_client.py, tests/clients/protobuf_client.py), through
 //! `tests/doubles/schema_registry.py`, a TEST DOUBLE of a Confluent Schema Registry's REST API
 //! (no schema registry server is installable here).
 //!
-//! Covered: columns from the registry's latest schema; messages written with an older schema
+//! Protobuf: columns of every kind from the registry's latest schema (its imports fetched as
+//! references); messages written with an older schema (a field since deleted, an `int32` since
+//! widened) and framed with another message index; another message type, an unknown schema id,
+//! a body that does not decode and an unframed value as dead letters; the source's descriptors
+//! kept through SIGKILL while the registry is away, and read on once it is back; bare messages
+//! under a descriptor file into declared columns, and CREATE's errors.
+//!
+//! Avro: columns from the registry's latest schema; messages written with an older schema
 //! (a field it lacks, a type promotion) and a newer one (a field deleted, one added) resolved
 //! against the reader schema the source keeps, also after SIGKILL and after the registry's
 //! latest schema changed; an unknown schema id and a body that does not decode as dead letters;
@@ -387,4 +395,213 @@ async fn a_registry_over_https_is_checked_against_its_ca() {
     assert_eq!(untrusted.code().map(|c| c.code()), Some("08001"), "{untrusted:?}");
     client.batch_execute(&source("bids", "ca.pem")).await.unwrap();
     assert_eventually(&client, "SELECT id, price, bidder FROM bids", &["1|10|ann"]).await;
+}
+
+/// Compiles tests/fixtures/protobuf/`version`/bid.proto (with common.proto and the well-known
+/// types it imports) into a FileDescriptorSet in `dir`: its path.
+fn descriptors(dir: &Path, version: &str) -> String {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/protobuf");
+    let out = dir.join(format!("bid_{version}.pb"));
+    let status = Command::new("protoc")
+        .arg("--include_imports")
+        .arg(format!("--descriptor_set_out={}", out.display()))
+        .arg(format!("-I{}", fixtures.join(version).display()))
+        .arg(format!("-I{}", fixtures.display()))
+        .arg("bid.proto")
+        .status()
+        .expect("protoc (scripts/install-deps.sh installs protobuf-compiler and libprotobuf-dev)");
+    assert!(status.success(), "protoc failed on {version}/bid.proto");
+    out.display().to_string()
+}
+
+/// Produces `records` (JSON mappings of `message`, a JSON list) to `topic`: through `registry`
+/// by ProtobufSerializer (its schema id), or bare messages when None.
+fn produce_protobuf(topic: &str, set: &str, message: &str, records: &str, registry: Option<&Registry>) -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/protobuf_client.py");
+    let bootstrap = kafka_bootstrap();
+    let mut args = vec![
+        "produce".to_string(),
+        "--bootstrap".into(),
+        bootstrap,
+        "--topic".into(),
+        topic.into(),
+        "--descriptors".into(),
+        set.into(),
+        "--message".into(),
+        message.into(),
+        "--records".into(),
+        records.into(),
+    ];
+    match registry {
+        Some(registry) => args.extend(["--registry".to_string(), registry.url()]),
+        None => args.push("--raw".into()),
+    }
+    let out = Command::new(test_python()).arg(script).args(&args).output().expect("tests/clients/protobuf_client.py");
+    assert!(out.status.success(), "protobuf_client.py {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_protobuf_source_reads_every_column_kind_older_schemas_and_keeps_bad_values_as_dead_letters() {
+    let dir = tempfile::tempdir().unwrap();
+    let (v1, v2) = (descriptors(dir.path(), "v1"), descriptors(dir.path(), "v2"));
+    let file = dir.path().join("registry.json").display().to_string();
+    let port = free_port();
+    let registry = Registry::start(Some(port), &["--data", &file]);
+    let bids = topic("protobuf_bids", 1).await;
+    let full = r#"[{"id": 1, "price": 10, "bidder": "ann", "at": "2026-01-02T03:04:05.123456Z", "channel": "APP",
+                   "tags": ["a", "b"], "place": {"city": "Oslo", "country": "NO"}, "note": "hi",
+                   "extra": {"k": 5}, "big": "18446744073709551615"}]"#;
+    let v1_id = produce_protobuf(&bids, &v1, "demo.Bid", full, Some(&registry));
+    // The latest schema when the source is made: price widened, bidder deleted, region added,
+    // Ask first in the file (Bid values framed with message index 1).
+    let two = r#"[{"id": 2, "price": 3000000000, "region": "eu"}]"#;
+    let v2_id = produce_protobuf(&bids, &v2, "demo.Bid", two, Some(&registry));
+    let mut server = TestServer::start_with(&["--checkpoint-interval", "200ms"]);
+    let client = server.connect().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SOURCE bids WITH (connector = 'kafka', topic = '{bids}', properties.bootstrap.server = '{}', \
+             kafka.retry.ms = '200') FORMAT PLAIN ENCODE PROTOBUF (message = 'demo.Bid', schema.registry = '{}')",
+            kafka_bootstrap(),
+            registry.url()
+        ))
+        .await
+        .unwrap();
+    let columns = rows(
+        &client,
+        "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'bids' ORDER BY ordinal_position",
+    )
+    .await;
+    assert_eq!(
+        columns,
+        [
+            "at|timestamp with time zone",
+            "big|numeric(20,0)",
+            "channel|text",
+            "extra|jsonb",
+            "id|bigint",
+            "note|text",
+            "place|jsonb",
+            "price|bigint",
+            "region|text",
+            "tags|text[]"
+        ],
+        "the columns are the latest schema's"
+    );
+    client
+        .batch_execute(
+            "CREATE MATERIALIZED VIEW seen AS SELECT id, price, at, channel, tags, place ->> 'city' AS city, note, \
+             extra ->> 'k' AS k, big, region FROM bids",
+        )
+        .await
+        .unwrap();
+    produce_protobuf(&bids, &v2, "demo.Ask", r#"[{"id": 3}]"#, Some(&registry));
+    let mut unknown = vec![0u8, 0, 0, 0x27, 0x0f, 0];
+    unknown.extend_from_slice(&[0x08, 0x04]);
+    produce_bytes(&bids, &unknown);
+    let mut garbage = vec![0u8];
+    garbage.extend_from_slice(&v1_id.parse::<u32>().unwrap().to_be_bytes());
+    garbage.extend_from_slice(&[0, 0x0a, 0xff, 0xff]);
+    produce_bytes(&bids, &garbage);
+    produce_bytes(&bids, b"{\"id\": 6}");
+    produce_protobuf(&bids, &v1, "demo.Bid", r#"[{"id": 7, "price": 70, "bidder": "bob"}]"#, Some(&registry));
+
+    let want = [
+        "1|10|2026-01-02 03:04:05.123456+00|APP|{a,b}|Oslo|hi|5|18446744073709551615|",
+        "2|3000000000|NULL|CHANNEL_UNSPECIFIED|{}|NULL|NULL|NULL|0|eu",
+        "7|70|NULL|CHANNEL_UNSPECIFIED|{}|NULL|NULL|NULL|0|",
+    ];
+    let query = "SELECT id, price, at, channel, tags, city, note, k, big, region FROM seen";
+    assert_eventually(&client, query, &want).await;
+    let dead = rows(&client, "SELECT error FROM weir_catalog.dead_letters").await;
+    assert_eq!(dead.len(), 4, "{dead:?}");
+    for why in [
+        "is a demo.Ask; the source reads demo.Bid",
+        "schema id 9999 is not in the schema registry",
+        "does not decode",
+        "wire format",
+    ] {
+        assert!(dead.iter().any(|e| e.contains(why)), "{why}: {dead:?}");
+    }
+
+    // The registry goes away: a restarted source keeps its columns (the descriptors it kept),
+    // waits on a schema id it has not seen since, and reads on once the registry is back.
+    tokio::time::sleep(Duration::from_secs(1)).await; // a checkpoint past every message
+    drop(registry);
+    drop(client);
+    let client = server.sigkill_and_reconnect().await;
+    assert_eventually(&client, query, &want).await;
+    // V2's Bid {id: 8, price: 80, channel: WEB} framed by hand: message index path [1].
+    let v2_id: u32 = v2_id.parse().unwrap();
+    let framed = [&[0u8][..], &v2_id.to_be_bytes(), &[0x02, 0x02, 0x08, 0x08, 0x10, 0x50, 0x28, 0x01]].concat();
+    produce_bytes(&bids, &framed);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let state = rows(&client, "SELECT state, error FROM weir_catalog.sources WHERE source_name = 'bids'").await;
+        if state.first().is_some_and(|s| s.starts_with("retrying|") && s.contains("schema registry")) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the registry's absence does not show: {state:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _registry = Registry::start(Some(port), &["--data", &file]);
+    let mut more = want.to_vec();
+    more.push("8|80|NULL|WEB|{}|NULL|NULL|NULL|0|");
+    assert_eventually(&client, query, &more).await;
+    assert_eq!(rows(&client, "SELECT count(*) FROM weir_catalog.dead_letters").await, ["4"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bare_protobuf_messages_under_a_descriptor_file_and_create_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let v1 = descriptors(dir.path(), "v1");
+    let bids = topic("protobuf_bare", 1).await;
+    let records = r#"[{"id": 1, "price": 10, "bidder": "ann", "at": "2026-01-02T03:04:05Z", "channel": "WEB"},
+                      {"id": 2, "price": 40000}]"#;
+    produce_protobuf(&bids, &v1, "demo.Bid", records, None);
+    let server = TestServer::start();
+    let client = server.connect().await;
+    let create = |name: &str, columns: &str, encode: &str| {
+        format!(
+            "CREATE SOURCE {name} {columns} WITH (connector = 'kafka', topic = '{bids}', \
+             properties.bootstrap.server = '{}') FORMAT PLAIN ENCODE PROTOBUF ({encode})",
+            kafka_bootstrap()
+        )
+    };
+    let location = format!("message = 'demo.Bid', schema.location = 'file://{v1}'");
+    client
+        .batch_execute(&create(
+            "bids",
+            "(id BIGINT, price SMALLINT, bidder TEXT, at TIMESTAMPTZ, channel TEXT)",
+            &location,
+        ))
+        .await
+        .unwrap();
+    // 40000 does not fit a SMALLINT: a dead letter, the other row read.
+    assert_eventually(
+        &client,
+        "SELECT id, price, bidder, at, channel FROM bids",
+        &["1|10|ann|2026-01-02 03:04:05+00|WEB"],
+    )
+    .await;
+    assert_eventually(&client, "SELECT count(*) FROM weir_catalog.dead_letters WHERE source_name = 'bids'", &["1"])
+        .await;
+    // SHOW CREATE shows the descriptors the source keeps, not only the file it read them from.
+    let shown = rows(&client, "SHOW CREATE SOURCE bids").await.join(" ");
+    assert!(shown.contains("schema.descriptor"), "{shown}");
+
+    for (encode, state) in [
+        (format!("schema.location = 'file://{v1}'"), "22023"),
+        ("message = 'demo.Bid'".to_string(), "22023"),
+        (format!("message = 'demo.Nope', schema.location = 'file://{v1}'"), "42704"),
+        ("message = 'demo.Bid', schema.location = 'file:///nonexistent.pb'".to_string(), "22023"),
+        (format!("message = 'demo.Bid', schema.location = 'file://{v1}', schema = '{{}}'"), "22023"),
+        (format!("message = 'demo.Bid', schema.registry = 'http://127.0.0.1:{}'", free_port()), "08001"),
+    ] {
+        let e = client.batch_execute(&create("nothing", "", &encode)).await.unwrap_err();
+        assert_eq!(e.code().map(|c| c.code()), Some(state), "{encode}: {e:?}");
+    }
+    let e = client.batch_execute(&create("nothing", "(id BIGINT, nope TEXT)", &location)).await.unwrap_err();
+    assert_eq!(e.code().map(|c| c.code()), Some("42703"), "{e:?}");
 }
