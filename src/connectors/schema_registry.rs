@@ -86,6 +86,14 @@ pub enum RegistryError {
 }
 
 impl RegistryError {
+    /// The error while a source reads values, naming the registry by `url`: 08001 whatever
+    /// kept it from answering, so the source holds and asks again, never turning values into
+    /// dead letters. A refusal (another 4xx) is a registry to mend, as refused credentials are.
+    pub fn while_reading(self, url: &str) -> WeirError {
+        let (RegistryError::Unavailable(why) | RegistryError::Refused(why)) = self;
+        WeirError::new(SqlState::UNABLE_TO_CONNECT, format!("schema registry {url}: {why}"))
+    }
+
     /// The error, naming the registry by `url` (its password, if it has one, masked).
     pub fn into_weir(self, url: &str) -> WeirError {
         match self {
@@ -199,6 +207,21 @@ impl SchemaRegistry {
         serde_json::from_str(&text)
             .map(Lookup::Found)
             .map_err(|e| RegistryError::Unavailable(format!("an answer that is not JSON: {e}")))
+    }
+
+    /// The latest schema of `subject`, which must be of `kind`, as a source's reader schema
+    /// at CREATE: 42704 (with `hint`) when the registry has no such subject, 22023 when the
+    /// schema is of another kind, 08001 when the registry cannot be asked.
+    pub fn reader(&self, subject: &str, form: Form, kind: &str, hint: &str) -> Result<Registered> {
+        match self.latest(subject, form).map_err(|e| e.into_weir(&self.url))?.and_then(|r| r.of_kind(kind)) {
+            Lookup::Found(registered) => Ok(registered),
+            Lookup::Unusable(why) => Err(invalid(format!("schema registry {}: subject {subject}: {why}", self.url))),
+            Lookup::Missing => Err(WeirError::new(
+                SqlState::UNDEFINED_OBJECT,
+                format!("schema registry {}: no subject {subject}", self.url),
+            )
+            .with_hint(hint.to_string())),
+        }
     }
 
     /// The latest schema of `subject`.

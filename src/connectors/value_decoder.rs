@@ -61,7 +61,8 @@ pub fn for_encoding(encode: &str, options: &ConnectorOptions, subject: &str) -> 
             format!("option {stray} is not one of ENCODE {}", encode.to_ascii_uppercase()),
         )
         .with_hint(
-            "schema and schema.registry options are for ENCODE AVRO; message and schema.location for ENCODE PROTOBUF",
+            "ENCODE AVRO takes schema; ENCODE PROTOBUF message, schema.location and schema.descriptor; \
+             both take the schema.registry options",
         ));
     }
     Ok(match encode {

@@ -28,7 +28,7 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
 
 use crate::catalog::options::ConnectorOptions;
-use crate::connectors::schema_registry::{Form, Lookup, RegistryError, SchemaRegistry};
+use crate::connectors::schema_registry::{Form, Lookup, SchemaRegistry};
 use crate::connectors::value_decoder::{Decoded, ValueDecoder};
 use crate::error::{Result, SqlState, WeirError};
 
@@ -69,23 +69,10 @@ impl AvroDecoder {
         let registry = SchemaRegistry::from_options(options)?;
         let reader_schema = match (options.get("schema"), &registry) {
             (Some(schema), _) => schema.to_string(),
-            (None, Some(registry)) => match registry
-                .latest(subject, Form::Text)
-                .map_err(|e| e.into_weir(&registry.url))?
-                .and_then(|r| r.of_kind("AVRO"))
-            {
-                Lookup::Found(latest) => latest.schema,
-                Lookup::Unusable(why) => {
-                    return Err(invalid(format!("schema registry {}: subject {subject}: {why}", registry.url)))
-                }
-                Lookup::Missing => {
-                    return Err(WeirError::new(
-                        SqlState::UNDEFINED_OBJECT,
-                        format!("schema registry {}: no subject {subject}", registry.url),
-                    )
-                    .with_hint("Register the topic's value schema, or give ENCODE AVRO (schema = '...')."))
-                }
-            },
+            (None, Some(registry)) => {
+                let hint = "Register the topic's value schema, or give ENCODE AVRO (schema = '...').";
+                registry.reader(subject, Form::Text, "AVRO", hint)?.schema
+            }
             (None, None) => {
                 return Err(invalid(
                     "ENCODE AVRO needs schema.registry = 'http://...' or schema = '<Avro schema JSON>'".into(),
@@ -110,19 +97,96 @@ impl AvroDecoder {
         })
     }
 
-    /// The reader schema (Avro JSON): the `schema` option a source keeps.
-    pub fn reader_schema(&self) -> &str {
-        &self.reader_schema
+    /// Whether schema id `id` can be decoded: fetched from the registry the first time (and
+    /// tried against the reader schema); Err(why) when it cannot.
+    fn known(&mut self, id: u32) -> Result<std::result::Result<(), String>> {
+        if self.writers.contains_key(&id) {
+            return Ok(Ok(()));
+        }
+        if let Some(why) = self.unresolvable.get(&id) {
+            return Ok(Err(why.clone()));
+        }
+        if self.missing.contains(&id) {
+            return Ok(Err(format!("schema id {id} is not in the schema registry")));
+        }
+        let registry = self.registry.as_ref().expect("a registry frames its values");
+        match registry.by_id(id, Form::Text).map(|found| found.and_then(|r| r.of_kind("AVRO"))) {
+            Ok(Lookup::Found(registered)) => {
+                let schema = registered.schema;
+                if let Err(e) = decoder_of(&self.reader_schema, &[(id, schema.clone())]) {
+                    let why = format!("schema id {id} cannot be read as the source's schema: {e}");
+                    self.unresolvable.insert(id, why.clone());
+                    return Ok(Err(why));
+                }
+                self.writers.insert(id, schema);
+                self.decoder = None;
+                Ok(Ok(()))
+            }
+            Ok(Lookup::Missing) => {
+                self.missing.insert(id);
+                Ok(Err(format!("schema id {id} is not in the schema registry")))
+            }
+            Ok(Lookup::Unusable(why)) => {
+                let why = format!("schema id {id}: {why}");
+                self.unresolvable.insert(id, why.clone());
+                Ok(Err(why))
+            }
+            Err(e) => Err(e.while_reading(&registry.url)),
+        }
     }
 
-    /// The columns values decode to.
-    pub fn schema(&self) -> SchemaRef {
+    /// Feeds `values` to the decoder, gathering its batches; the first error stops it.
+    fn decode_all(
+        &mut self,
+        values: &[(usize, std::borrow::Cow<'_, [u8]>)],
+        batches: &mut Vec<RecordBatch>,
+    ) -> std::result::Result<(), String> {
+        if values.is_empty() {
+            return Ok(());
+        }
+        if self.decoder.is_none() {
+            let writers: Vec<(u32, String)> = self.writers.iter().map(|(id, s)| (*id, s.clone())).collect();
+            self.decoder = Some(decoder_of(&self.reader_schema, &writers).map_err(|e| e.to_string())?);
+        }
+        let decoder = self.decoder.as_mut().expect("made");
+        // Rows decoded so far: those handed over plus those in the decoder's batch. Each value
+        // must add exactly one: a frame without a body adds none (and its body would be taken
+        // from the next value), a value of two frames adds two.
+        let mut flushed = 0usize;
+        let decoded = |flushed: usize, decoder: &Decoder| flushed + BATCH_ROWS - decoder.capacity();
+        for (_, value) in values {
+            let before = decoded(flushed, decoder);
+            let mut at = 0;
+            while at < value.len() {
+                let used = decoder.decode(&value[at..]).map_err(|e| e.to_string())?;
+                at += used;
+                if decoder.batch_is_full() {
+                    let batch = decoder.flush().map_err(|e| e.to_string())?;
+                    flushed += batch.as_ref().map_or(0, RecordBatch::num_rows);
+                    batches.extend(batch);
+                } else if used == 0 {
+                    return Err("the value ends inside a field".into());
+                }
+            }
+            match decoded(flushed, decoder) - before {
+                1 => {}
+                0 => return Err("the value holds a schema id but no body".into()),
+                n => return Err(format!("the value holds {n} values")),
+            }
+        }
+        batches.extend(decoder.flush().map_err(|e| e.to_string())?);
+        Ok(())
+    }
+}
+
+impl ValueDecoder for AvroDecoder {
+    fn schema(&self) -> SchemaRef {
         Arc::clone(&self.schema)
     }
 
     /// Decodes `values`; 08001 when a schema id is new and the registry cannot be asked for it
     /// (the values are to be read again later).
-    pub fn decode(&mut self, values: &[&[u8]]) -> Result<Decoded> {
+    fn decode(&mut self, values: &[&[u8]]) -> Result<Decoded> {
         let mut dead: Vec<(usize, String)> = Vec::new();
         let mut framed: Vec<(usize, std::borrow::Cow<'_, [u8]>)> = Vec::with_capacity(values.len());
         for (i, value) in values.iter().enumerate() {
@@ -173,100 +237,6 @@ impl AvroDecoder {
         dead.sort_by_key(|(i, _)| *i);
         let batch = datafusion::arrow::compute::concat_batches(&self.schema, &batches)?;
         Ok(Decoded { batch, kept, dead })
-    }
-
-    /// Whether schema id `id` can be decoded: fetched from the registry the first time (and
-    /// tried against the reader schema); Err(why) when it cannot.
-    fn known(&mut self, id: u32) -> Result<std::result::Result<(), String>> {
-        if self.writers.contains_key(&id) {
-            return Ok(Ok(()));
-        }
-        if let Some(why) = self.unresolvable.get(&id) {
-            return Ok(Err(why.clone()));
-        }
-        if self.missing.contains(&id) {
-            return Ok(Err(format!("schema id {id} is not in the schema registry")));
-        }
-        let registry = self.registry.as_ref().expect("a registry frames its values");
-        match registry.by_id(id, Form::Text).map(|found| found.and_then(|r| r.of_kind("AVRO"))) {
-            Ok(Lookup::Found(registered)) => {
-                let schema = registered.schema;
-                if let Err(e) = decoder_of(&self.reader_schema, &[(id, schema.clone())]) {
-                    let why = format!("schema id {id} cannot be read as the source's schema: {e}");
-                    self.unresolvable.insert(id, why.clone());
-                    return Ok(Err(why));
-                }
-                self.writers.insert(id, schema);
-                self.decoder = None;
-                Ok(Ok(()))
-            }
-            Ok(Lookup::Missing) => {
-                self.missing.insert(id);
-                Ok(Err(format!("schema id {id} is not in the schema registry")))
-            }
-            Ok(Lookup::Unusable(why)) => {
-                let why = format!("schema id {id}: {why}");
-                self.unresolvable.insert(id, why.clone());
-                Ok(Err(why))
-            }
-            // Refused too: credentials that stopped working are mended outside, then read again.
-            Err(RegistryError::Unavailable(why) | RegistryError::Refused(why)) => {
-                Err(WeirError::new(SqlState::UNABLE_TO_CONNECT, format!("schema registry {}: {why}", registry.url)))
-            }
-        }
-    }
-
-    /// Feeds `values` to the decoder, gathering its batches; the first error stops it.
-    fn decode_all(
-        &mut self,
-        values: &[(usize, std::borrow::Cow<'_, [u8]>)],
-        batches: &mut Vec<RecordBatch>,
-    ) -> std::result::Result<(), String> {
-        if values.is_empty() {
-            return Ok(());
-        }
-        if self.decoder.is_none() {
-            let writers: Vec<(u32, String)> = self.writers.iter().map(|(id, s)| (*id, s.clone())).collect();
-            self.decoder = Some(decoder_of(&self.reader_schema, &writers).map_err(|e| e.to_string())?);
-        }
-        let decoder = self.decoder.as_mut().expect("made");
-        // Rows decoded so far: those handed over plus those in the decoder's batch. Each value
-        // must add exactly one: a frame without a body adds none (and its body would be taken
-        // from the next value), a value of two frames adds two.
-        let mut flushed = 0usize;
-        let decoded = |flushed: usize, decoder: &Decoder| flushed + BATCH_ROWS - decoder.capacity();
-        for (_, value) in values {
-            let before = decoded(flushed, decoder);
-            let mut at = 0;
-            while at < value.len() {
-                let used = decoder.decode(&value[at..]).map_err(|e| e.to_string())?;
-                at += used;
-                if decoder.batch_is_full() {
-                    let batch = decoder.flush().map_err(|e| e.to_string())?;
-                    flushed += batch.as_ref().map_or(0, RecordBatch::num_rows);
-                    batches.extend(batch);
-                } else if used == 0 {
-                    return Err("the value ends inside a field".into());
-                }
-            }
-            match decoded(flushed, decoder) - before {
-                1 => {}
-                0 => return Err("the value holds a schema id but no body".into()),
-                n => return Err(format!("the value holds {n} values")),
-            }
-        }
-        batches.extend(decoder.flush().map_err(|e| e.to_string())?);
-        Ok(())
-    }
-}
-
-impl ValueDecoder for AvroDecoder {
-    fn schema(&self) -> SchemaRef {
-        AvroDecoder::schema(self)
-    }
-
-    fn decode(&mut self, values: &[&[u8]]) -> Result<Decoded> {
-        AvroDecoder::decode(self, values)
     }
 
     /// The reader schema (`schema`).

@@ -233,7 +233,7 @@ impl KafkaReader {
                     SqlState::UNDEFINED_COLUMN,
                     format!(
                         "the {} schema has no field {} (it has {})",
-                        encode.to_ascii_uppercase(),
+                        if encode == "avro" { "Avro" } else { "Protobuf" },
                         missing.join(", "),
                         names.join(", ")
                     ),

@@ -12,12 +12,14 @@
 //! | an enum | `text`: the value's name (its number when the enum does not name it) |
 //! | `google.protobuf.Timestamp` | `timestamptz` (microseconds) |
 //! | `google.protobuf.*Value` wrappers | the wrapped type, NULL when unset |
-//! | another message, a map | `jsonb` (Protobuf's JSON mapping, fields by their proto names) |
+//! | another message, a map | `jsonb` (Protobuf's JSON mapping, fields by their proto names, 64-bit integers as numbers) |
 //! | `repeated` of any of the above but messages | an array of it; of messages: `jsonb` |
 //!
 //! A field that tracks presence (a message, `optional`, a oneof member, proto2) is NULL when the
 //! message does not set it; one that does not (a proto3 scalar) has its default, as every
-//! Protobuf reader sees it. Called by [`super::ProtobufDecoder`] only.
+//! Protobuf reader sees it. What can fail for a value (a timestamp out of range, a message the
+//! JSON mapping cannot write) fails for its message alone, before the batch is made
+//! ([`Columns::row`]). Called by [`super::ProtobufDecoder`] only.
 
 use std::sync::Arc;
 
@@ -28,7 +30,7 @@ use datafusion::arrow::array::{
 use datafusion::arrow::buffer::OffsetBuffer;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use prost_reflect::{
-    DynamicMessage, EnumDescriptor, FieldDescriptor, Kind, MessageDescriptor, SerializeOptions, Value,
+    DynamicMessage, EnumDescriptor, FieldDescriptor, Kind, MapKey, MessageDescriptor, SerializeOptions, Value,
 };
 
 use crate::types::pg_type::DeclaredType;
@@ -66,8 +68,6 @@ enum Shape {
 pub struct Columns {
     fields: Vec<(FieldDescriptor, Shape)>,
     schema: SchemaRef,
-    /// Whether some column is JSON (then each message is written as JSON once).
-    any_json: bool,
 }
 
 /// `kind` as a column value: the scalar, and whether it is wrapped in a `google.protobuf.*Value`.
@@ -149,81 +149,99 @@ impl Columns {
             arrow.push(column);
             fields.push((field, shape));
         }
-        let any_json = fields.iter().any(|(_, shape)| matches!(shape, Shape::Json));
-        Columns { fields, schema: Arc::new(Schema::new(arrow)), any_json }
+        Columns { fields, schema: Arc::new(Schema::new(arrow)) }
     }
 
     pub fn schema(&self) -> SchemaRef {
         Arc::clone(&self.schema)
     }
 
-    /// `messages` as one batch; Err((i, why)) names a message one of whose values no column
-    /// can hold (a timestamp past the range of microseconds).
-    pub fn batch(&self, messages: &[DynamicMessage]) -> Result<RecordBatch, (usize, String)> {
-        let json: Vec<Option<serde_json::Map<String, serde_json::Value>>> = if self.any_json {
-            messages.iter().map(|m| Some(as_json(m))).collect()
-        } else {
-            vec![None; messages.len()]
-        };
+    /// `message` ready to be a row: its JSON columns' texts made and its timestamps checked,
+    /// which are what can fail (Err: why; the value is then a dead letter), so that
+    /// [`Columns::batch`] cannot fail on a value.
+    pub fn row(&self, message: DynamicMessage) -> Result<Row, String> {
+        let mut json = Vec::new();
+        for (field, shape) in &self.fields {
+            let unset = field.supports_presence() && !message.has_field(field);
+            match shape {
+                Shape::Json if unset => json.push(None),
+                Shape::Json => {
+                    let text = json_of(&message.get_field(field), &field.kind())
+                        .map_err(|e| format!("{}: {e}", field.name()))?
+                        .to_string();
+                    json.push(Some(text));
+                }
+                Shape::One { scalar: Scalar::Timestamp, wrapped } if !unset => {
+                    if let Some(at) = unwrapped(message.get_field(field).into_owned(), *wrapped) {
+                        micros(&at).map_err(|e| format!("{}: {e}", field.name()))?;
+                    }
+                }
+                Shape::List { scalar: Scalar::Timestamp, .. } => {
+                    if let Value::List(items) = message.get_field(field).as_ref() {
+                        for at in items {
+                            micros(at).map_err(|e| format!("{}: {e}", field.name()))?;
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(Row { message, json })
+    }
+
+    /// `rows` as one batch (Err only for a fault of Weir's own: an array past 2^31 items).
+    pub fn batch(&self, rows: &[Row]) -> Result<RecordBatch, String> {
         let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.fields.len());
+        let mut json_column = 0;
         for (field, shape) in &self.fields {
             let column: ArrayRef = match shape {
                 Shape::One { scalar, wrapped } => {
-                    let values: Vec<Option<Value>> = messages
+                    let values: Vec<Option<Value>> = rows
                         .iter()
-                        .map(|m| {
-                            if field.supports_presence() && !m.has_field(field) {
+                        .map(|row| {
+                            if field.supports_presence() && !row.message.has_field(field) {
                                 return None;
                             }
-                            unwrapped(m.get_field(field).into_owned(), *wrapped)
+                            unwrapped(row.message.get_field(field).into_owned(), *wrapped)
                         })
                         .collect();
-                    scalars(scalar, values.iter().map(Option::as_ref))?
+                    scalars(scalar, values.iter().map(Option::as_ref))
                 }
                 Shape::List { scalar, wrapped } => {
-                    let mut offsets = Vec::with_capacity(messages.len() + 1);
+                    let mut offsets = Vec::with_capacity(rows.len() + 1);
                     offsets.push(0i32);
                     let mut items: Vec<Option<Value>> = Vec::new();
-                    for (row, m) in messages.iter().enumerate() {
-                        if let Value::List(list) = m.get_field(field).into_owned() {
+                    for row in rows {
+                        if let Value::List(list) = row.message.get_field(field).into_owned() {
                             items.extend(list.into_iter().map(|item| unwrapped(item, *wrapped)));
                         }
-                        let end = i32::try_from(items.len()).map_err(|_| (row, "too many array items".to_string()))?;
-                        offsets.push(end);
+                        offsets.push(i32::try_from(items.len()).map_err(|_| "an array past 2^31 items".to_string())?);
                     }
-                    let item_type = data_type(scalar);
-                    let items = scalars(scalar, items.iter().map(Option::as_ref)).map_err(|(item, why)| {
-                        // The message whose array holds the item.
-                        (offsets.partition_point(|&end| end as usize <= item) - 1, why)
-                    })?;
-                    Arc::new(ListArray::new(
-                        Arc::new(Field::new("item", item_type, true)),
-                        OffsetBuffer::new(offsets.into()),
-                        items,
-                        None,
-                    ))
+                    let item = Arc::new(Field::new("item", data_type(scalar), true));
+                    let items = scalars(scalar, items.iter().map(Option::as_ref));
+                    Arc::new(
+                        ListArray::try_new(item, OffsetBuffer::new(offsets.into()), items, None)
+                            .map_err(|e| e.to_string())?,
+                    )
                 }
                 Shape::Json => {
-                    let texts = messages.iter().zip(&json).map(|(m, json)| {
-                        if field.supports_presence() && !m.has_field(field) {
-                            return None;
-                        }
-                        let value = json.as_ref().and_then(|j| j.get(field.name()));
-                        Some(match value {
-                            Some(v) => v.to_string(),
-                            None if field.is_map() => "{}".to_string(),
-                            None if field.is_list() => "[]".to_string(),
-                            None => "{}".to_string(),
-                        })
-                    });
-                    Arc::new(StringArray::from_iter(texts))
+                    let column = json_column;
+                    json_column += 1;
+                    Arc::new(StringArray::from_iter(rows.iter().map(|row| row.json[column].as_deref())))
                 }
             };
             columns.push(column);
         }
-        let options = datafusion::arrow::array::RecordBatchOptions::new().with_row_count(Some(messages.len()));
-        RecordBatch::try_new_with_options(self.schema(), columns, &options).map_err(|e| (0, e.to_string()))
+        let options = datafusion::arrow::array::RecordBatchOptions::new().with_row_count(Some(rows.len()));
+        RecordBatch::try_new_with_options(self.schema(), columns, &options).map_err(|e| e.to_string())
     }
+}
+
+/// A decoded message checked by [`Columns::row`], with its JSON columns' texts (in column
+/// order; None: NULL).
+pub struct Row {
+    message: DynamicMessage,
+    json: Vec<Option<String>>,
 }
 
 /// `value`, or a wrapper message's (`google.protobuf.*Value`) value when `wrapped`.
@@ -235,23 +253,88 @@ fn unwrapped(value: Value, wrapped: bool) -> Option<Value> {
     wrapper.get_field_by_number(1).map(|v| v.into_owned())
 }
 
-/// `message` in Protobuf's JSON mapping, its fields by their proto names, defaults included,
-/// 64-bit integers as numbers.
-fn as_json(message: &DynamicMessage) -> serde_json::Map<String, serde_json::Value> {
-    let options =
-        SerializeOptions::new().use_proto_field_name(true).stringify_64_bit_integers(false).skip_default_fields(false);
-    match message.serialize_with_options(serde_json::value::Serializer, &options) {
-        Ok(serde_json::Value::Object(map)) => map,
-        _ => serde_json::Map::new(),
+/// A `google.protobuf.Timestamp` in microseconds since the epoch; Err when its nanoseconds are
+/// not in 0..1e9 (as the type requires) or it is past the range of microseconds.
+fn micros(at: &Value) -> Result<i64, String> {
+    let Value::Message(at) = at else { return Err("not a timestamp".into()) };
+    let seconds = at.get_field_by_number(1).and_then(|s| s.as_i64()).unwrap_or(0);
+    let nanos = at.get_field_by_number(2).and_then(|n| n.as_i32()).unwrap_or(0);
+    if !(0..1_000_000_000).contains(&nanos) {
+        return Err(format!("a timestamp's nanos must be in 0..999999999, not {nanos}"));
     }
+    seconds
+        .checked_mul(1_000_000)
+        .and_then(|s| s.checked_add(i64::from(nanos) / 1_000))
+        .ok_or_else(|| format!("timestamp {seconds} s is out of range"))
 }
 
-/// One column of `values` read as `scalar` (None: NULL). Err((i, why)) for the i-th value.
-fn scalars<'a>(
-    scalar: &Scalar,
-    values: impl ExactSizeIterator<Item = Option<&'a Value>>,
-) -> Result<ArrayRef, (usize, String)> {
-    Ok(match scalar {
+/// `value` (of a field of `kind`) in Protobuf's JSON mapping: messages with their fields by
+/// proto names and 64-bit integers as numbers, maps as objects (keys in order), bytes as
+/// base64, enums by name. Err when prost-reflect cannot write a message (a timestamp past
+/// year 9999, an `Any` of a type it does not know).
+fn json_of(value: &Value, kind: &Kind) -> Result<serde_json::Value, String> {
+    use base64::Engine;
+    use serde_json::Value as Json;
+    const OPTIONS: SerializeOptions =
+        SerializeOptions::new().use_proto_field_name(true).stringify_64_bit_integers(false);
+    let float = |f: f64| {
+        serde_json::Number::from_f64(f).map(Json::Number).unwrap_or_else(|| {
+            Json::String(
+                if f.is_nan() {
+                    "NaN"
+                } else if f > 0.0 {
+                    "Infinity"
+                } else {
+                    "-Infinity"
+                }
+                .into(),
+            )
+        })
+    };
+    Ok(match value {
+        Value::Message(m) => {
+            m.serialize_with_options(serde_json::value::Serializer, &OPTIONS).map_err(|e| e.to_string())?
+        }
+        Value::List(items) => Json::Array(items.iter().map(|item| json_of(item, kind)).collect::<Result<_, _>>()?),
+        Value::Map(entries) => {
+            let value_kind = match kind {
+                Kind::Message(entry) => entry.map_entry_value_field().kind(),
+                _ => return Err("a map without its entry type".into()),
+            };
+            let mut object = serde_json::Map::new();
+            for (key, value) in entries {
+                let key = match key {
+                    MapKey::Bool(b) => b.to_string(),
+                    MapKey::I32(n) => n.to_string(),
+                    MapKey::I64(n) => n.to_string(),
+                    MapKey::U32(n) => n.to_string(),
+                    MapKey::U64(n) => n.to_string(),
+                    MapKey::String(s) => s.clone(),
+                };
+                object.insert(key, json_of(value, &value_kind)?);
+            }
+            Json::Object(object)
+        }
+        Value::Bool(b) => Json::Bool(*b),
+        Value::I32(n) => Json::from(*n),
+        Value::I64(n) => Json::from(*n),
+        Value::U32(n) => Json::from(*n),
+        Value::U64(n) => Json::from(*n),
+        Value::F32(f) => float(f64::from(*f)),
+        Value::F64(f) => float(*f),
+        Value::String(s) => Json::String(s.clone()),
+        Value::Bytes(b) => Json::String(base64::engine::general_purpose::STANDARD.encode(b)),
+        Value::EnumNumber(n) => match kind {
+            Kind::Enum(e) => e.get_value(*n).map_or_else(|| Json::from(*n), |named| Json::String(named.name().into())),
+            _ => Json::from(*n),
+        },
+    })
+}
+
+/// One column of `values` read as `scalar` (None: NULL); timestamps were checked by
+/// [`Columns::row`].
+fn scalars<'a>(scalar: &Scalar, values: impl Iterator<Item = Option<&'a Value>>) -> ArrayRef {
+    match scalar {
         Scalar::F64 => Arc::new(Float64Array::from_iter(values.map(|v| v.and_then(Value::as_f64)))),
         Scalar::F32 => Arc::new(Float32Array::from_iter(values.map(|v| v.and_then(Value::as_f32)))),
         Scalar::I32 => Arc::new(Int32Array::from_iter(values.map(|v| v.and_then(Value::as_i32)))),
@@ -260,7 +343,7 @@ fn scalars<'a>(
         Scalar::U64 => Arc::new(
             Decimal128Array::from_iter(values.map(|v| v.and_then(Value::as_u64).map(i128::from)))
                 .with_precision_and_scale(20, 0)
-                .map_err(|e| (0, e.to_string()))?,
+                .expect("numeric(20, 0) is a valid decimal type"),
         ),
         Scalar::Bool => Arc::new(BooleanArray::from_iter(values.map(|v| v.and_then(Value::as_bool)))),
         Scalar::Text => Arc::new(StringArray::from_iter(values.map(|v| v.and_then(Value::as_str)))),
@@ -271,23 +354,11 @@ fn scalars<'a>(
             v.and_then(Value::as_enum_number)
                 .map(|n| e.get_value(n).map_or_else(|| n.to_string(), |named| named.name().to_string()))
         }))),
-        Scalar::Timestamp => {
-            let mut micros = Vec::with_capacity(values.len());
-            for (i, v) in values.enumerate() {
-                let Some(Value::Message(at)) = v else {
-                    micros.push(None);
-                    continue;
-                };
-                let seconds = at.get_field_by_number(1).and_then(|s| s.as_i64()).unwrap_or(0);
-                let nanos = at.get_field_by_number(2).and_then(|n| n.as_i32()).unwrap_or(0);
-                let value = seconds.checked_mul(1_000_000).and_then(|s| s.checked_add(i64::from(nanos) / 1_000));
-                match value {
-                    Some(value) => micros.push(Some(value)),
-                    None => return Err((i, format!("timestamp {seconds} s is out of range"))),
-                }
-            }
-            Arc::new(TimestampMicrosecondArray::from(micros).with_timezone("+00:00"))
-        }
-        Scalar::Json => unreachable!("JSON values are columns of their own shape"),
-    })
+        Scalar::Timestamp => Arc::new(
+            TimestampMicrosecondArray::from_iter(values.map(|v| v.and_then(|at| micros(at).ok())))
+                .with_timezone("+00:00"),
+        ),
+        // JSON values are columns of their own shape, never scalars of one.
+        Scalar::Json => Arc::new(StringArray::from_iter(values.map(|_| None::<&str>))),
+    }
 }

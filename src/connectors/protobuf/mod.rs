@@ -88,24 +88,8 @@ impl ProtobufDecoder {
                 ))
             })?
         } else if let Some(registry) = &registry {
-            let latest = registry
-                .latest(subject, Form::Serialized)
-                .map_err(|e| e.into_weir(&registry.url))?
-                .and_then(|r| r.of_kind("PROTOBUF"));
-            let registered =
-                match latest {
-                    Lookup::Found(registered) => registered,
-                    Lookup::Unusable(why) => {
-                        return Err(invalid(format!("schema registry {}: subject {subject}: {why}", registry.url)))
-                    }
-                    Lookup::Missing => return Err(WeirError::new(
-                        SqlState::UNDEFINED_OBJECT,
-                        format!("schema registry {}: no subject {subject}", registry.url),
-                    )
-                    .with_hint(
-                        "Register the topic's value schema, or give ENCODE PROTOBUF (schema.location = 'file:///...').",
-                    )),
-                };
+            let hint = "Register the topic's value schema, or give ENCODE PROTOBUF (schema.location = 'file:///...').";
+            let registered = registry.reader(subject, Form::Serialized, "PROTOBUF", hint)?;
             match file_of(registry, &registered).map_err(|e| e.into_weir(&registry.url))? {
                 Ok(file) => file.parent_pool().clone(),
                 Err(why) => return Err(invalid(format!("schema registry {}: subject {subject}: {why}", registry.url))),
@@ -149,12 +133,7 @@ impl ProtobufDecoder {
                 Ok(Lookup::Unusable(why)) => Ok(Err(format!("schema id {id}: {why}"))),
                 Err(e) => Err(e),
             };
-            // Refused credentials too: mended outside, then read again.
-            let file = file.map_err(|e| match e {
-                RegistryError::Unavailable(why) | RegistryError::Refused(why) => {
-                    WeirError::new(SqlState::UNABLE_TO_CONNECT, format!("schema registry {}: {why}", registry.url))
-                }
-            })?;
+            let file = file.map_err(|e| e.while_reading(&registry.url))?;
             self.writers.insert(id, file.map_err(|why| format!("schema id {id}: {why}")));
         }
         let file = match &self.writers[&id] {
@@ -184,7 +163,7 @@ impl ValueDecoder for ProtobufDecoder {
 
     fn decode(&mut self, values: &[&[u8]]) -> Result<Decoded> {
         let mut dead: Vec<(usize, String)> = Vec::new();
-        let mut messages = Vec::with_capacity(values.len());
+        let mut rows = Vec::with_capacity(values.len());
         let mut kept = Vec::with_capacity(values.len());
         for (i, value) in values.iter().enumerate() {
             let body = if self.registry.is_some() {
@@ -209,24 +188,25 @@ impl ValueDecoder for ProtobufDecoder {
             } else {
                 value
             };
-            match DynamicMessage::decode(self.message.clone(), body) {
-                Ok(message) => {
-                    messages.push(message);
+            let row = DynamicMessage::decode(self.message.clone(), body)
+                .map_err(|e| format!("the Protobuf value does not decode: {e}"))
+                .and_then(|message| {
+                    self.columns
+                        .row(message)
+                        .map_err(|why| format!("the Protobuf value does not fit its columns: {why}"))
+                });
+            match row {
+                Ok(row) => {
+                    rows.push(row);
                     kept.push(i);
                 }
-                Err(e) => dead.push((i, format!("the Protobuf value does not decode: {e}"))),
+                Err(why) => dead.push((i, why)),
             }
         }
-        // A value no column can hold is a dead letter; the others are made again without it.
-        let batch = loop {
-            match self.columns.batch(&messages) {
-                Ok(batch) => break batch,
-                Err((row, why)) => {
-                    messages.remove(row);
-                    dead.push((kept.remove(row), format!("the Protobuf value does not fit its columns: {why}")));
-                }
-            }
-        };
+        let batch = self
+            .columns
+            .batch(&rows)
+            .map_err(|why| WeirError::internal(format!("Protobuf values into a batch: {why}")))?;
         dead.sort_by_key(|(i, _)| *i);
         Ok(Decoded { batch, kept, dead })
     }
@@ -263,23 +243,31 @@ fn set_of(file: &FileDescriptor) -> FileDescriptorSet {
 }
 
 /// The file a registry schema (serialized) holds, built with the files it imports (fetched by
-/// its references, recursively); Err(why) when the registry's answers are not such files.
+/// its references, recursively); Err(why) when the registry's answers are not such files, or
+/// the imports go round in a cycle or deeper than [`MAX_IMPORT_DEPTH`].
 fn file_of(
     registry: &SchemaRegistry,
     registered: &Registered,
 ) -> std::result::Result<std::result::Result<FileDescriptor, String>, RegistryError> {
+    /// Adds `registered` to `pool` under `imported_as` (the name its importer uses, which a
+    /// registry's own copy need not carry) or its own name; `path`: the imports it is reached
+    /// through.
     fn add(
         registry: &SchemaRegistry,
         registered: &Registered,
+        imported_as: Option<&str>,
         pool: &mut DescriptorPool,
-        depth: usize,
+        path: &mut Vec<String>,
     ) -> std::result::Result<std::result::Result<String, String>, RegistryError> {
-        if depth > MAX_IMPORT_DEPTH {
+        if path.len() > MAX_IMPORT_DEPTH {
             return Ok(Err(format!("imports nest deeper than {MAX_IMPORT_DEPTH}")));
         }
         for reference in &registered.references {
             if pool.get_file_by_name(&reference.name).is_some() {
                 continue;
+            }
+            if path.contains(&reference.name) {
+                return Ok(Err(format!("its imports go round in a cycle through {}", reference.name)));
             }
             let imported = match registry
                 .version(&reference.subject, Some(reference.version), Form::Serialized)?
@@ -294,7 +282,10 @@ fn file_of(
                 }
                 Lookup::Unusable(why) => return Ok(Err(format!("its import {}: {why}", reference.name))),
             };
-            if let Err(why) = add(registry, &imported, pool, depth + 1)? {
+            path.push(reference.name.clone());
+            let added = add(registry, &imported, Some(&reference.name), pool, path)?;
+            path.pop();
+            if let Err(why) = added {
                 return Ok(Err(why));
             }
         }
@@ -303,20 +294,23 @@ fn file_of(
                  (format=serialized): Weir reads Protobuf schemas serialized"
                 .to_string()));
         };
-        let proto = match FileDescriptorProto::decode(bytes.as_slice()) {
+        let mut proto = match FileDescriptorProto::decode(bytes.as_slice()) {
             Ok(proto) => proto,
             Err(e) => return Ok(Err(format!("not a serialized FileDescriptorProto: {e}"))),
         };
+        if let Some(name) = imported_as {
+            proto.name = Some(name.to_string());
+        }
         let name = proto.name().to_string();
         Ok(pool.add_file_descriptor_proto(proto).map(|()| name).map_err(|e| e.to_string()))
     }
     let mut pool = DescriptorPool::global();
-    Ok(add(registry, registered, &mut pool, 0)?
+    Ok(add(registry, registered, None, &mut pool, &mut Vec::new())?
         .and_then(|name| pool.get_file_by_name(&name).ok_or_else(|| format!("no file {name} after adding it"))))
 }
 
-/// A framed value's schema id, message index path and body.
-fn unframe(value: &[u8]) -> std::result::Result<(u32, Vec<i64>, &[u8]), String> {
+/// A framed value's schema id, message index path and body (public for the fuzz target).
+pub fn unframe(value: &[u8]) -> std::result::Result<(u32, Vec<i64>, &[u8]), String> {
     const NOT_FRAMED: &str =
         "not in the schema registry's wire format (a zero byte, a 4-byte schema id, the message's index path)";
     if value.len() < 6 || value[0] != 0 {
@@ -444,9 +438,15 @@ mod tests {
         one.set_field_by_name("at", prost_reflect::Value::Message(at));
         let first = one.encode_to_vec();
         let empty = DynamicMessage::new(reading).encode_to_vec();
-        let decoded = decoder.decode(&[&first, b"\xff\xff", &empty]).unwrap();
+        // A timestamp whose nanos are out of their range: its message alone is a dead letter.
+        let mut wrong_at = DynamicMessage::new(pool.get_message_by_name("google.protobuf.Timestamp").unwrap());
+        wrong_at.set_field_by_name("nanos", prost_reflect::Value::I32(-5));
+        one.set_field_by_name("at", prost_reflect::Value::Message(wrong_at));
+        let bad_at = one.encode_to_vec();
+        let decoded = decoder.decode(&[&first, b"\xff\xff", &empty, &bad_at]).unwrap();
         assert_eq!(decoded.kept, vec![0, 2]);
-        assert_eq!(decoded.dead.len(), 1);
+        assert_eq!(decoded.dead.len(), 2);
+        assert!(decoded.dead[1].1.contains("at: a timestamp's nanos"), "{:?}", decoded.dead);
         let batch = decoded.batch;
         assert_eq!(batch.column(0).as_primitive::<Int64Type>().values(), &[7, 0]);
         assert_eq!(batch.column(1).as_string::<i32>().value(1), "", "proto3 scalars read their default");
