@@ -25,7 +25,7 @@ while [ $# -gt 0 ]; do
     *) targets+=("$1"); shift ;;
   esac
 done
-[ ${#targets[@]} -gt 0 ] || targets=(sql wire records avro values stored)
+[ ${#targets[@]} -gt 0 ] || targets=(sql wire records avro protobuf values stored)
 if ! command -v cargo-fuzz >/dev/null; then
   cargo install cargo-fuzz --locked --version 0.13.1
 fi

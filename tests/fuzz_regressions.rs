@@ -50,6 +50,12 @@ fn avro() {
 }
 
 #[test]
+fn protobuf() {
+    assert!(replay("protobuf", weir::fuzz::protobuf) >= 4, "the built-in seeds");
+    weir::fuzz::protobuf(b"");
+}
+
+#[test]
 fn values() {
     replay("values", weir::fuzz::values);
     weir::fuzz::values(b"\0\x80id\n");

@@ -6,6 +6,7 @@
 //! - [`wire`]: a whole server on loopback, fed raw Postgres wire messages (startup, simple and
 //!   extended query, COPY data);
 //! - [`records`]: the JSON and CSV decoders of sources; [`avro`]: the Avro decoder;
+//!   [`protobuf`]: the Protobuf decoder and the schema registry's framing of its values;
 //! - [`values`]: COPY's text, CSV and binary formats into a table of every type (the text and
 //!   binary value decoders);
 //! - [`stored`]: what Weir reads back from disk: checkpoint manifests, change-log and replay
@@ -30,7 +31,7 @@ mod wire;
 use std::sync::LazyLock;
 
 pub use contained::panics;
-pub use decoders::{avro, records};
+pub use decoders::{avro, protobuf, records};
 pub use seeds::{init, seeds};
 pub use sql::sql;
 pub use stored::stored;

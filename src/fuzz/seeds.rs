@@ -1,6 +1,7 @@
 //! Seeds only Rust can write: what Weir itself stores (manifests, change-log entries, source
 //! positions, outbox records, Arrow IPC, relation definitions, aggregate values), encoded by
-//! the same code that writes them, for the `stored` target. The other targets' seeds come from
+//! the same code that writes them, for the `stored` target; Protobuf messages of the
+//! `protobuf` target's message, encoded by prost-reflect. The other targets' seeds come from
 //! `tests/slt/` and hand-made records (`fuzz/seeds.py`).
 //!
 //! [`init`] runs when a target starts: with `WEIR_FUZZ_SEEDS=<dir>` it writes that target's
@@ -32,6 +33,7 @@ pub fn init(target: &str) {
 pub fn seeds(target: &str) -> Vec<Vec<u8>> {
     match target {
         "stored" => stored(),
+        "protobuf" => protobuf(),
         _ => vec![],
     }
 }
@@ -98,5 +100,62 @@ fn stored() -> Vec<Vec<u8>> {
         tagged(6, &crate::state::table::encode_ipc(&batch).expect("IPC encodes")),
         tagged(7, relation.to_string().as_bytes()),
         tagged(8, &value.finish()),
+    ]
+}
+
+/// `weir.fuzz.Order` messages (bare, split by `0xFF 0xFE`, after the even byte that selects
+/// them) and framings (after an odd byte).
+fn protobuf() -> Vec<Vec<u8>> {
+    use prost_reflect::prost::Message as _;
+    use prost_reflect::{DescriptorPool, DynamicMessage, Value};
+    let mut pool = DescriptorPool::global();
+    pool.decode_file_descriptor_set(super::decoders::protobuf_descriptors().as_slice()).expect("the fuzz message");
+    let order = pool.get_message_by_name("weir.fuzz.Order").expect("weir.fuzz.Order");
+    let message = |name: &str| DynamicMessage::new(pool.get_message_by_name(name).expect("a known message"));
+    let mut full = DynamicMessage::new(order.clone());
+    let mut at = message("google.protobuf.Timestamp");
+    at.set_field_by_name("seconds", Value::I64(-1));
+    at.set_field_by_name("nanos", Value::I32(999_999_999));
+    let mut note = message("google.protobuf.StringValue");
+    note.set_field_by_name("value", Value::String("gift".into()));
+    let mut count = message("google.protobuf.Int64Value");
+    count.set_field_by_name("value", Value::I64(7));
+    let mut address = message("weir.fuzz.Address");
+    address.set_field_by_name("city", Value::String("Lyon".into()));
+    address.set_field_by_name("zip", Value::I32(69001));
+    for (name, value) in [
+        ("id", Value::I64(1)),
+        ("qty", Value::I32(-3)),
+        ("name", Value::String("order 1".into())),
+        ("price", Value::F64(9.5)),
+        ("ratio", Value::F32(0.25)),
+        ("ok", Value::Bool(true)),
+        ("raw", Value::Bytes(vec![0, 1, 255].into())),
+        ("count", Value::U32(u32::MAX)),
+        ("big", Value::U64(u64::MAX)),
+        ("signed", Value::I64(i64::MIN)),
+        ("fixed", Value::U64(1)),
+        ("state", Value::EnumNumber(2)),
+        ("at", Value::Message(at.clone())),
+        ("note", Value::Message(note)),
+        ("tags", Value::List(vec![Value::String("a".into()), Value::String("b".into())])),
+        ("times", Value::List(vec![Value::Message(at)])),
+        ("counts", Value::List(vec![Value::Message(count)])),
+        ("address", Value::Message(address.clone())),
+        ("lines", Value::List(vec![Value::Message(address)])),
+        ("number", Value::I64(42)),
+    ] {
+        full.set_field_by_name(name, value);
+    }
+    let mut attrs = std::collections::HashMap::new();
+    attrs.insert(prost_reflect::MapKey::String("n".into()), Value::I64(5));
+    full.set_field_by_name("attrs", Value::Map(attrs));
+    let full = full.encode_to_vec();
+    let empty = DynamicMessage::new(order).encode_to_vec();
+    vec![
+        tagged(0, &full),
+        tagged(0, &[&full[..], &b"\xff\xfe"[..], &empty, &b"\xff\xfe"[..], &full[..full.len() / 2]].concat()),
+        tagged(1, &[0, 0, 0, 1, 0, 4, 2, 0]),
+        tagged(1, &[0, 0, 0, 0, 7, 0, 0x0a]),
     ]
 }
