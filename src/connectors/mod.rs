@@ -20,7 +20,8 @@
 //! - [`nexmark`]: the built-in Nexmark generator (`connector = 'nexmark'`).
 //! - [`file`]: CSV, JSON and Parquet files, local or in S3 (`connector = 'file'`).
 //! - [`kafka`]: every partition of a Kafka topic (`connector = 'kafka'`).
-//! - [`records`]: CSV and JSON records decoded into rows, bad ones into dead letters.
+//! - [`records`]: CSV and JSON records decoded into rows, bad ones into dead letters;
+//!   [`flat_json`]: its one-pass decoder of flat JSON objects.
 //! - [`value_decoder`]: values in a binary encoding with a schema (Avro, Protobuf) decoded into
 //!   rows, through one trait the Kafka source reads with.
 //! - [`avro`]: Avro values (Confluent's schema-registry framing, or one fixed schema) decoded
@@ -33,6 +34,7 @@
 
 pub mod avro;
 pub mod file;
+pub mod flat_json;
 pub mod io_runtime;
 pub mod kafka;
 pub mod nexmark;

@@ -4,7 +4,8 @@
 //! ([`crate::catalog::dead_letter`]) instead of stopping the source. A `json` / `jsonb` column of a
 //! JSON source takes its field's value, whatever it is, as JSON text ([`json_values_as_text`]);
 //! another text column a number or boolean as its text. Numeric columns are decoded as text and
-//! read by [`numeric_text`], not by arrow-cast's decimal parser (see there why).
+//! read by [`numeric_text`], not by arrow-cast's decimal parser (see there why). JSON records
+//! that are flat objects go through [`crate::connectors::flat_json`] first, in one pass.
 
 use std::sync::Arc;
 
@@ -123,19 +124,29 @@ fn decode_as(
             decoder.flush()
         }
         TextEncoding::Json => {
-            // A number or boolean given for a text column is kept as its text, as Postgres's
-            // json_populate_record keeps it (numeric columns are read as text: `decode`).
-            let mut decoder = datafusion::arrow::json::ReaderBuilder::new(schema)
-                .with_batch_size(batch_size)
-                .with_coerce_primitive(true)
-                .build_decoder()?;
-            let used = decoder.decode(text)?;
-            if used < text.len() {
-                return Err(ArrowError::JsonError(format!("{} bytes left undecoded", text.len() - used)));
+            // Flat objects of the usual types in one pass, when it reads them as arrow-json
+            // would (it says when it cannot, and arrow-json decodes them).
+            match crate::connectors::flat_json::decode(&schema, text) {
+                Some(batch) if batch.num_rows() <= batch_size => Ok(Some(batch)),
+                _ => decode_with_arrow_json(&schema, text, batch_size),
             }
-            decoder.flush()
         }
     }
+}
+
+/// Decodes `text` (JSON values) with arrow-json's decoder into `schema`'s columns. A number or
+/// boolean given for a text column is kept as its text, as Postgres's json_populate_record
+/// keeps it (numeric columns are read as text: [`decode`]).
+pub fn decode_with_arrow_json(schema: &SchemaRef, text: &[u8], batch_size: usize) -> ArrowResult<Option<RecordBatch>> {
+    let mut decoder = datafusion::arrow::json::ReaderBuilder::new(Arc::clone(schema))
+        .with_batch_size(batch_size)
+        .with_coerce_primitive(true)
+        .build_decoder()?;
+    let used = decoder.decode(text)?;
+    if used < text.len() {
+        return Err(ArrowError::JsonError(format!("{} bytes left undecoded", text.len() - used)));
+    }
+    decoder.flush()
 }
 
 /// Decodes each of `records` (a position naming it, its bytes) on its own: the rows of those

@@ -11,6 +11,7 @@ use parking_lot::Mutex;
 use super::MAX_INPUT;
 use crate::catalog::options::ConnectorOptions;
 use crate::connectors::avro::AvroDecoder;
+use crate::connectors::flat_json;
 use crate::connectors::protobuf::{self, ProtobufDecoder};
 use crate::connectors::records::{self, TextEncoding};
 use crate::connectors::value_decoder::ValueDecoder;
@@ -31,14 +32,37 @@ static COLUMNS: LazyLock<SchemaRef> = LazyLock::new(|| {
     ]))
 });
 
+/// The columns of every type the one-pass JSON decoder ([`flat_json`]) reads.
+static FLAT_COLUMNS: LazyLock<SchemaRef> = LazyLock::new(|| {
+    Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, true),
+        Field::new("qty", DataType::Int32, true),
+        Field::new("small", DataType::Int16, true),
+        Field::new("price", DataType::Float64, true),
+        Field::new("ratio", DataType::Float32, true),
+        Field::new("ok", DataType::Boolean, true),
+        Field::new("name", DataType::Utf8, true),
+        Field::new("tag", DataType::Utf8View, true),
+        Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), true),
+        Field::new("tz", DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into())), true),
+    ]))
+});
+
 /// JSON (first byte even) or CSV records, one a line: each on its own, as a Kafka source reads
-/// messages, then all of them at once, as a file source reads a file.
+/// messages, then all of them at once, as a file source reads a file. JSON records are also
+/// read by the one-pass decoder, whose batch, when it gives one, must be arrow-json's.
 pub fn records(data: &[u8]) {
     if data.len() > MAX_INPUT {
         return;
     }
     let Some((&which, text)) = data.split_first() else { return };
     let encoding = if which % 2 == 0 { TextEncoding::Json } else { TextEncoding::Csv };
+    if encoding == TextEncoding::Json {
+        if let Some(fast) = flat_json::decode(&FLAT_COLUMNS, text) {
+            let slow = records::decode_with_arrow_json(&FLAT_COLUMNS, text, text.len().max(1));
+            assert_eq!(Some(&fast), slow.as_ref().ok().and_then(Option::as_ref), "flat_json and arrow-json differ");
+        }
+    }
     let json = vec!["doc".to_string()];
     let each = text.split(|&b| b == b'\n').enumerate().map(|(i, record)| (i.to_string(), record));
     drop(records::decode_each(encoding, &COLUMNS, &json, each));
