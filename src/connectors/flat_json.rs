@@ -59,7 +59,8 @@ impl Column {
             DataType::Utf8 => Column::Text(StringBuilder::with_capacity(rows, rows * 16)),
             DataType::Utf8View => Column::TextView(StringViewBuilder::with_capacity(rows)),
             DataType::Timestamp(unit, zone) => {
-                if !zone.as_deref().is_none_or(|z| matches!(z, "+00:00" | "UTC" | "Z" | "+00")) {
+                // The zones arrow-json reads as UTC ("Z" is none it reads: it refuses the column).
+                if !zone.as_deref().is_none_or(|z| matches!(z, "+00:00" | "UTC" | "+00")) {
                     return None;
                 }
                 let builder = match unit {
@@ -127,7 +128,7 @@ pub fn decode(schema: &SchemaRef, text: &[u8]) -> Option<RecordBatch> {
         schema.fields().iter().map(|f| Column::of(f.data_type(), rows)).collect::<Option<_>>()?;
     let names: Vec<&[u8]> = schema.fields().iter().map(|f| f.name().as_bytes()).collect();
     let nullable: Vec<bool> = schema.fields().iter().map(|f| f.is_nullable()).collect();
-    let mut reader = Reader { text, at: 0, scratch: String::new() };
+    let mut reader = Reader { text, at: 0, scratch: String::new(), last_date: None };
     let mut seen = vec![false; columns.len()];
     let mut count = 0usize;
     loop {
@@ -156,11 +157,24 @@ pub fn decode(schema: &SchemaRef, text: &[u8]) -> Option<RecordBatch> {
     Some(batch)
 }
 
+/// How far into `text` a string's plain part goes: the position of the first quote, backslash
+/// or control character (which a JSON string may not hold as it is); None if there is none.
+fn string_span(text: &[u8]) -> Option<usize> {
+    let end = memchr::memchr2(b'"', b'\\', text)?;
+    match text[..end].iter().position(|&b| b < 0x20) {
+        Some(control) => Some(control),
+        None => Some(end),
+    }
+}
+
 struct Reader<'a> {
     text: &'a [u8],
     at: usize,
     /// A string with escapes, decoded.
     scratch: String,
+    /// The last timestamp's date and its days since the epoch (records in a row mostly share
+    /// their day).
+    last_date: Option<((u32, u32, u32), i64)>,
 }
 
 impl<'a> Reader<'a> {
@@ -191,12 +205,22 @@ impl<'a> Reader<'a> {
             self.at += 1;
             return Ok(());
         }
+        // Objects mostly hold their fields in the columns' order: the column after the last
+        // one found is tried first.
+        let mut guess = 0;
         loop {
             self.skip_space();
             let key = self.plain_string()?;
             self.expect(b':')?;
             self.skip_space();
-            match names.iter().position(|n| *n == key) {
+            let found = match names.get(guess) {
+                Some(name) if *name == key => Some(guess),
+                _ => names.iter().position(|n| *n == key),
+            };
+            if let Some(i) = found {
+                guess = i + 1;
+            }
+            match found {
                 Some(i) => {
                     if seen[i] {
                         return Err(Pass);
@@ -224,7 +248,7 @@ impl<'a> Reader<'a> {
             return Err(Pass);
         }
         let start = self.at + 1;
-        let len = self.text[start..].iter().position(|&b| b == b'"' || b == b'\\' || b < 0x20).ok_or(Pass)?;
+        let len = string_span(&self.text[start..]).ok_or(Pass)?;
         if self.text[start + len] != b'"' {
             return Err(Pass);
         }
@@ -235,7 +259,7 @@ impl<'a> Reader<'a> {
     /// A string, escapes decoded: its text (in the text itself, or in `scratch`).
     fn string(&mut self) -> Step<&str> {
         let start = self.at + 1;
-        let len = self.text[start..].iter().position(|&b| b == b'"' || b == b'\\' || b < 0x20).ok_or(Pass)?;
+        let len = string_span(&self.text[start..]).ok_or(Pass)?;
         match self.text[start + len] {
             b'"' => {
                 self.at = start + len + 1;
@@ -252,7 +276,7 @@ impl<'a> Reader<'a> {
         out.clear();
         let mut at = start;
         loop {
-            let len = self.text[at..].iter().position(|&b| b == b'"' || b == b'\\' || b < 0x20).ok_or(Pass)?;
+            let len = string_span(&self.text[at..]).ok_or(Pass)?;
             out.push_str(std::str::from_utf8(&self.text[at..at + len]).map_err(|_| Pass)?);
             at += len;
             match self.text[at] {
@@ -375,7 +399,9 @@ impl<'a> Reader<'a> {
                 if first != b'"' {
                     return Err(Pass);
                 }
-                let (seconds, nanos) = timestamp(self.string()?)?;
+                let mut last_date = self.last_date;
+                let (seconds, nanos) = timestamp(self.string()?, &mut last_date)?;
+                self.last_date = last_date;
                 let value = match unit {
                     TimeUnit::Second => Some(seconds),
                     TimeUnit::Millisecond => seconds.checked_mul(1_000).and_then(|s| s.checked_add(nanos / 1_000_000)),
@@ -479,7 +505,7 @@ impl<'a> Reader<'a> {
 
 /// `YYYY-MM-DD[T| ]HH:MM:SS[.fraction][Z]` as seconds since the epoch and nanoseconds (the
 /// fraction's first nine digits, as arrow reads it).
-fn timestamp(text: &str) -> Step<(i64, i64)> {
+fn timestamp(text: &str, last_date: &mut Option<((u32, u32, u32), i64)>) -> Step<(i64, i64)> {
     let b = text.as_bytes();
     let number = |range: std::ops::Range<usize>| -> Step<u32> {
         let digits = b.get(range).ok_or(Pass)?;
@@ -491,7 +517,17 @@ fn timestamp(text: &str) -> Step<(i64, i64)> {
     if b.len() < 19 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b' ') || b[13] != b':' || b[16] != b':' {
         return Err(Pass);
     }
-    let date = chrono::NaiveDate::from_ymd_opt(number(0..4)? as i32, number(5..7)?, number(8..10)?).ok_or(Pass)?;
+    let ymd = (number(0..4)?, number(5..7)?, number(8..10)?);
+    let days = match *last_date {
+        Some((seen, days)) if seen == ymd => days,
+        _ => {
+            let date = chrono::NaiveDate::from_ymd_opt(ymd.0 as i32, ymd.1, ymd.2).ok_or(Pass)?;
+            let epoch = chrono::NaiveDate::from_ymd_opt(1970, 1, 1).expect("the epoch");
+            let days = date.signed_duration_since(epoch).num_days();
+            *last_date = Some((ymd, days));
+            days
+        }
+    };
     let (hour, minute, second) = (number(11..13)?, number(14..16)?, number(17..19)?);
     if hour > 23 || minute > 59 || second > 59 {
         return Err(Pass);
@@ -512,7 +548,6 @@ fn timestamp(text: &str) -> Step<(i64, i64)> {
     if at != b.len() {
         return Err(Pass);
     }
-    let days = date.signed_duration_since(chrono::NaiveDate::from_ymd_opt(1970, 1, 1).expect("the epoch")).num_days();
     Ok((days * 86_400 + i64::from(hour * 3600 + minute * 60 + second), nanos))
 }
 

@@ -45,6 +45,8 @@ static FLAT_COLUMNS: LazyLock<SchemaRef> = LazyLock::new(|| {
         Field::new("tag", DataType::Utf8View, true),
         Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), true),
         Field::new("tz", DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into())), true),
+        Field::new("at_s", DataType::Timestamp(TimeUnit::Second, Some("UTC".into())), true),
+        Field::new("at_ns", DataType::Timestamp(TimeUnit::Nanosecond, Some("+00".into())), true),
     ]))
 });
 
