@@ -71,6 +71,21 @@ fn produce_framed(topic: &str, schema: &str, records: &str, id: Option<u32>) -> 
     }
 }
 
+/// Waits (at most 30 s) until `source` shows `retrying` because the schema registry cannot
+/// be asked.
+async fn until_retrying_for_the_registry(client: &tokio_postgres::Client, source: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let query = format!("SELECT state, error FROM weir_catalog.sources WHERE source_name = '{source}'");
+    loop {
+        let state = rows(client, &query).await;
+        if state.first().is_some_and(|s| s.starts_with("retrying|") && s.contains("schema registry")) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the registry's absence does not show: {state:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Sends `value` as it is.
 fn produce_bytes(topic: &str, value: &[u8]) {
     let producer = common::kafka::producer(None);
@@ -228,15 +243,7 @@ async fn a_registry_that_goes_away_holds_the_source_until_it_is_back() {
         r#"[{"id": 2, "price": 20, "channel": "app"}, {"id": 3, "price": 30, "channel": "web"}]"#,
         Some(v2.parse().unwrap()),
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let state = rows(&client, "SELECT state, error FROM weir_catalog.sources WHERE source_name = 'bids'").await;
-        if state.first().is_some_and(|s| s.starts_with("retrying|") && s.contains("schema registry")) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the registry's absence does not show: {state:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    until_retrying_for_the_registry(&client, "bids").await;
     assert_eq!(rows(&client, "SELECT n, s FROM total").await, ["1|10"], "nothing read past the unknown schema");
 
     let _registry = Registry::start(Some(port), &["--data", &file]);
@@ -536,15 +543,7 @@ async fn a_protobuf_source_reads_every_column_kind_older_schemas_and_keeps_bad_v
     let v2_id: u32 = v2_id.parse().unwrap();
     let framed = [&[0u8][..], &v2_id.to_be_bytes(), &[0x02, 0x02, 0x08, 0x08, 0x10, 0x50, 0x28, 0x01]].concat();
     produce_bytes(&bids, &framed);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let state = rows(&client, "SELECT state, error FROM weir_catalog.sources WHERE source_name = 'bids'").await;
-        if state.first().is_some_and(|s| s.starts_with("retrying|") && s.contains("schema registry")) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the registry's absence does not show: {state:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    until_retrying_for_the_registry(&client, "bids").await;
     let _registry = Registry::start(Some(port), &["--data", &file]);
     let mut more = want.to_vec();
     more.push("8|80|NULL|WEB|{}|NULL|NULL|NULL|0|");

@@ -23,7 +23,8 @@
 //! - [`records`]: CSV and JSON records decoded into rows, bad ones into dead letters;
 //!   [`flat_json`]: its one-pass decoder of flat JSON objects.
 //! - [`value_decoder`]: values in a binary encoding with a schema (Avro, Protobuf) decoded into
-//!   rows, through one trait the Kafka source reads with.
+//!   rows, through one trait the Kafka source reads with; [`encoding`]: which decoder an
+//!   `ENCODE` names.
 //! - [`avro`]: Avro values (Confluent's schema-registry framing, or one fixed schema) decoded
 //!   into rows and rows encoded as Avro.
 //! - [`protobuf`]: Protobuf messages (Confluent's schema-registry framing, or a descriptor
@@ -33,6 +34,7 @@
 //! - [`postgres`]: a PostgreSQL table as a sink (`connector = 'jdbc'`).
 
 pub mod avro;
+pub mod encoding;
 pub mod file;
 pub mod flat_json;
 pub mod io_runtime;

@@ -59,7 +59,7 @@ use crate::catalog::options::ConnectorOptions;
 use crate::catalog::replay::Position;
 use crate::connectors::records::{self, TextEncoding};
 use crate::connectors::source::{Chunk, SourceReader};
-use crate::connectors::value_decoder::{self, ValueDecoder};
+use crate::connectors::value_decoder::ValueDecoder;
 use crate::error::{Result, SqlState, WeirError};
 
 pub const OPTIONS: &[&str] = &[
@@ -166,7 +166,7 @@ impl KafkaReader {
     /// A reader of the topic `options` name, decoding the `declared` columns; `primary_key`:
     /// the key's column names of a table fed by the topic (`FORMAT UPSERT` needs one).
     pub fn new(options: &ConnectorOptions, declared: Option<SchemaRef>, primary_key: &[String]) -> Result<KafkaReader> {
-        options.only_or(OPTIONS, |k| is_passed_through(k) || value_decoder::is_option(k))?;
+        options.only_or(OPTIONS, |k| is_passed_through(k) || crate::connectors::encoding::is_option(k))?;
         let topic = options.get("topic").ok_or_else(|| invalid("a Kafka source needs topic = '...'".into()))?;
         if options.get("properties.bootstrap.server").is_none() {
             return Err(invalid("a Kafka source needs properties.bootstrap.server = 'host:port'".into()));
@@ -218,7 +218,7 @@ impl KafkaReader {
                 encode.to_ascii_uppercase()
             )));
         }
-        let binary = value_decoder::for_encoding(&encode, options, &format!("{topic}-value"))?;
+        let binary = crate::connectors::encoding::for_encoding(&encode, options, &format!("{topic}-value"))?;
         let schema = match (declared, &binary) {
             (Some(s), _) if !s.fields().is_empty() => s,
             // Avro and Protobuf values say their columns: the reader schema's.
