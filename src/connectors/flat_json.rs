@@ -121,14 +121,15 @@ impl Column {
 /// The rows of `text` (JSON objects) in `schema`'s columns, when this decoder reads every one
 /// of them as arrow-json would; None otherwise (and for no rows).
 pub fn decode(schema: &SchemaRef, text: &[u8]) -> Option<RecordBatch> {
-    // Strings are taken from the text as it is: it must be UTF-8 (arrow-json checks too).
-    std::str::from_utf8(text).ok()?;
+    // Strings are taken from the text as it is: it must be UTF-8 (arrow-json checks too), and
+    // is checked once here; every piece taken from it starts and ends at an ASCII byte.
+    let source = std::str::from_utf8(text).ok()?;
     let rows = text.iter().filter(|&&b| b == b'\n').count() + 1;
     let mut columns: Vec<Column> =
         schema.fields().iter().map(|f| Column::of(f.data_type(), rows)).collect::<Option<_>>()?;
     let names: Vec<&[u8]> = schema.fields().iter().map(|f| f.name().as_bytes()).collect();
     let nullable: Vec<bool> = schema.fields().iter().map(|f| f.is_nullable()).collect();
-    let mut reader = Reader { text, at: 0, scratch: String::new(), last_date: None };
+    let mut reader = Reader { source, text, at: 0, scratch: String::new(), last_date: None };
     let mut seen = vec![false; columns.len()];
     let mut count = 0usize;
     loop {
@@ -168,6 +169,9 @@ fn string_span(text: &[u8]) -> Option<usize> {
 }
 
 struct Reader<'a> {
+    /// The text, checked UTF-8 ...
+    source: &'a str,
+    /// ... and its bytes.
     text: &'a [u8],
     at: usize,
     /// A string with escapes, decoded.
@@ -263,8 +267,8 @@ impl<'a> Reader<'a> {
         match self.text[start + len] {
             b'"' => {
                 self.at = start + len + 1;
-                // UTF-8: the whole text was checked, and a string ends at an ASCII quote.
-                std::str::from_utf8(&self.text[start..start + len]).map_err(|_| Pass)
+                // A string starts after and ends before an ASCII quote.
+                self.source.get(start..start + len).ok_or(Pass)
             }
             b'\\' => self.escaped_string(start),
             _ => Err(Pass),
@@ -277,7 +281,7 @@ impl<'a> Reader<'a> {
         let mut at = start;
         loop {
             let len = string_span(&self.text[at..]).ok_or(Pass)?;
-            out.push_str(std::str::from_utf8(&self.text[at..at + len]).map_err(|_| Pass)?);
+            out.push_str(self.source.get(at..at + len).ok_or(Pass)?);
             at += len;
             match self.text[at] {
                 b'"' => {
@@ -367,7 +371,7 @@ impl<'a> Reader<'a> {
             }
         }
         self.at = at;
-        std::str::from_utf8(&self.text[start..at]).map_err(|_| Pass)
+        self.source.get(start..at).ok_or(Pass)
     }
 
     fn word(&mut self, word: &[u8]) -> Step<()> {
