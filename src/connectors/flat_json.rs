@@ -17,8 +17,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{
     ArrayRef, BooleanBuilder, Float32Builder, Float64Builder, Int16Builder, Int32Builder, Int64Builder, RecordBatch,
-    StringBuilder, StringViewBuilder, TimestampMicrosecondBuilder, TimestampMillisecondBuilder,
-    TimestampNanosecondBuilder, TimestampSecondBuilder,
+    StringBuilder, StringViewBuilder,
 };
 use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit};
 
@@ -32,14 +31,8 @@ enum Column {
     Bool(BooleanBuilder),
     Text(StringBuilder),
     TextView(StringViewBuilder),
-    Timestamp(TimeUnit, Timestamps),
-}
-
-enum Timestamps {
-    Second(TimestampSecondBuilder),
-    Milli(TimestampMillisecondBuilder),
-    Micro(TimestampMicrosecondBuilder),
-    Nano(TimestampNanosecondBuilder),
+    /// A timestamp column's values in its unit, made a timestamp array at the end.
+    Timestamp(TimeUnit, Int64Builder),
 }
 
 /// Why the fast path passes a text on (never shown: the caller decodes it again).
@@ -63,13 +56,7 @@ impl Column {
                 if !zone.as_deref().is_none_or(|z| matches!(z, "+00:00" | "UTC" | "+00")) {
                     return None;
                 }
-                let builder = match unit {
-                    TimeUnit::Second => Timestamps::Second(TimestampSecondBuilder::with_capacity(rows)),
-                    TimeUnit::Millisecond => Timestamps::Milli(TimestampMillisecondBuilder::with_capacity(rows)),
-                    TimeUnit::Microsecond => Timestamps::Micro(TimestampMicrosecondBuilder::with_capacity(rows)),
-                    TimeUnit::Nanosecond => Timestamps::Nano(TimestampNanosecondBuilder::with_capacity(rows)),
-                };
-                Column::Timestamp(*unit, builder)
+                Column::Timestamp(*unit, Int64Builder::with_capacity(rows))
             }
             _ => return None,
         })
@@ -85,15 +72,14 @@ impl Column {
             Column::Bool(b) => b.append_null(),
             Column::Text(b) => b.append_null(),
             Column::TextView(b) => b.append_null(),
-            Column::Timestamp(_, Timestamps::Second(b)) => b.append_null(),
-            Column::Timestamp(_, Timestamps::Milli(b)) => b.append_null(),
-            Column::Timestamp(_, Timestamps::Micro(b)) => b.append_null(),
-            Column::Timestamp(_, Timestamps::Nano(b)) => b.append_null(),
+            Column::Timestamp(_, b) => b.append_null(),
         }
     }
 
-    fn finish(self, data_type: &DataType) -> ArrayRef {
-        match self {
+    /// The column as an array of `data_type` (None only if arrow refused the cast of a
+    /// timestamp column's integers, which it reinterprets as they are).
+    fn finish(self, data_type: &DataType) -> Option<ArrayRef> {
+        Some(match self {
             Column::I16(mut b) => Arc::new(b.finish()),
             Column::I32(mut b) => Arc::new(b.finish()),
             Column::I64(mut b) => Arc::new(b.finish()),
@@ -102,19 +88,11 @@ impl Column {
             Column::Bool(mut b) => Arc::new(b.finish()),
             Column::Text(mut b) => Arc::new(b.finish()),
             Column::TextView(mut b) => Arc::new(b.finish()),
-            Column::Timestamp(_, builder) => {
-                let zone = match data_type {
-                    DataType::Timestamp(_, zone) => zone.clone(),
-                    _ => None,
-                };
-                match builder {
-                    Timestamps::Second(mut b) => Arc::new(b.finish().with_timezone_opt(zone)),
-                    Timestamps::Milli(mut b) => Arc::new(b.finish().with_timezone_opt(zone)),
-                    Timestamps::Micro(mut b) => Arc::new(b.finish().with_timezone_opt(zone)),
-                    Timestamps::Nano(mut b) => Arc::new(b.finish().with_timezone_opt(zone)),
-                }
+            Column::Timestamp(_, mut b) => {
+                let values: ArrayRef = Arc::new(b.finish());
+                datafusion::arrow::compute::cast(&values, data_type).ok()?
             }
-        }
+        })
     }
 }
 
@@ -153,7 +131,7 @@ pub fn decode(schema: &SchemaRef, text: &[u8]) -> Option<RecordBatch> {
         return None;
     }
     let arrays: Vec<ArrayRef> =
-        columns.into_iter().zip(schema.fields()).map(|(c, f)| c.finish(f.data_type())).collect();
+        columns.into_iter().zip(schema.fields()).map(|(c, f)| c.finish(f.data_type())).collect::<Option<_>>()?;
     let batch = RecordBatch::try_new(Arc::clone(schema), arrays).ok()?;
     Some(batch)
 }
@@ -413,12 +391,7 @@ impl<'a> Reader<'a> {
                     TimeUnit::Nanosecond => seconds.checked_mul(1_000_000_000).and_then(|s| s.checked_add(nanos)),
                 }
                 .ok_or(Pass)?;
-                match builder {
-                    Timestamps::Second(b) => b.append_value(value),
-                    Timestamps::Milli(b) => b.append_value(value),
-                    Timestamps::Micro(b) => b.append_value(value),
-                    Timestamps::Nano(b) => b.append_value(value),
-                }
+                builder.append_value(value);
             }
         }
         Ok(())
